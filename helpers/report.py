@@ -1,0 +1,259 @@
+"""Render device reports and placements: text (terminal), HTML (notebooks), JSON (bug reports).
+
+Pure functions of the captured data. HTML is deterministic: no random ids, no scripts, no
+timestamps, so a notebook re-run produces the same markup on the same machine.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from helpers import settings
+from helpers.devices import (
+    NOT_AVAILABLE,
+    BackendInfo,
+    DeviceInfo,
+    DeviceReport,
+    FailedBackend,
+    Placement,
+)
+from helpers.units import format_bytes
+
+__all__ = [
+    "placement_html",
+    "placement_text",
+    "report_from_dict",
+    "report_html",
+    "report_text",
+    "report_to_dict",
+]
+
+_STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
+
+
+# --- JSON ---------------------------------------------------------------------------------
+def _device_dict(d: DeviceInfo) -> dict:
+    return {
+        "id": d.id,
+        "name": d.name,
+        "platform": d.platform,
+        "kind": d.kind,
+        "process_index": d.process_index,
+        "memory_kinds": list(d.memory_kinds),
+        "default_memory_kind": d.default_memory_kind,
+        "memory_stats": dict(d.memory_stats) if d.memory_stats is not NOT_AVAILABLE else None,
+    }
+
+
+def report_to_dict(r: DeviceReport) -> dict:
+    """The JSON form. Keys are stable within a schema version (see README, 'doctor --json')."""
+    return {
+        "schema": r.schema,
+        "default_backend": r.default_backend,
+        "default_device": r.default_device,
+        "default_device_source": r.default_device_source,
+        "platforms_requested": r.platforms_requested,
+        "backends": [
+            {
+                "name": b.name,
+                "platform": b.platform,
+                "platform_version": b.platform_version,
+                "is_default": b.is_default,
+                "devices": [_device_dict(d) for d in b.devices],
+            }
+            for b in r.backends
+        ],
+        "failed_backends": [
+            {"name": f.name, "error": f.error, "hint": f.hint} for f in r.failed_backends
+        ],
+        "environment": [{"name": e.name, "value": e.value, "meaning": e.meaning}
+                        for e in r.environment],
+        "warnings": [{"code": w.code, "message": w.message, "fix": w.fix} for w in r.warnings],
+        "versions": dict(r.versions),
+        "plugins": dict(r.plugins),
+    }
+
+
+def report_from_dict(data: Mapping) -> DeviceReport:
+    """Inverse of report_to_dict (for reports made in a child process)."""
+    if not str(data.get("schema", "")).startswith("jax-device-kit/doctor/"):
+        raise ValueError(f"not a doctor report: schema is {data.get('schema')!r}")
+
+    def dev(d: Mapping) -> DeviceInfo:
+        stats = d.get("memory_stats")
+        return DeviceInfo(
+            id=d["id"], platform=d["platform"], kind=d["kind"],
+            process_index=d["process_index"], memory_kinds=tuple(d["memory_kinds"]),
+            default_memory_kind=d["default_memory_kind"],
+            memory_stats=MappingProxyType(dict(stats)) if stats else NOT_AVAILABLE,
+            name=d.get("name", ""),
+        )
+
+    return DeviceReport(
+        backends=tuple(
+            BackendInfo(b["name"], b["platform"], b["platform_version"], b["is_default"],
+                        tuple(dev(d) for d in b["devices"]))
+            for b in data["backends"]
+        ),
+        failed_backends=tuple(FailedBackend(f["name"], f["error"], f.get("hint", ""))
+                              for f in data["failed_backends"]),
+        default_backend=data["default_backend"],
+        default_device=data["default_device"],
+        default_device_source=data["default_device_source"],
+        platforms_requested=data["platforms_requested"],
+        environment=tuple(settings.EnvVar(e["name"], e["value"], e["meaning"])
+                          for e in data["environment"]),
+        warnings=tuple(settings.EnvWarning(w["code"], w["message"], w["fix"])
+                       for w in data["warnings"]),
+        versions=MappingProxyType(dict(data["versions"])),
+        plugins=MappingProxyType(dict(data["plugins"])),
+        schema=data["schema"],
+    )
+
+
+# --- text ---------------------------------------------------------------------------------
+def _stats_text(stats) -> str:
+    if stats is NOT_AVAILABLE:
+        return "memory stats: not available on this backend"
+    parts = [f"{k}={format_bytes(stats[k])}" for k in _STAT_KEYS if k in stats]
+    return "memory stats: " + (", ".join(parts) or f"{len(stats)} counters")
+
+
+def report_text(r: DeviceReport) -> str:
+    lines = ["JAX Device Kit - doctor", ""]
+    v = r.versions
+    lines.append(
+        f"python {v.get('python')} | jax {v.get('jax')} | jaxlib {v.get('jaxlib')} | "
+        f"numpy {v.get('numpy')} | safetensors {v.get('safetensors')}"
+    )
+    lines.append("plugins: " + (", ".join(f"{k} {x}" for k, x in r.plugins.items()) or "none"))
+    lines.append("")
+    lines.append(f"default backend: {r.default_backend or 'NONE (no backend started)'}")
+    lines.append(f"default device:  {r.default_device or 'NONE'}  ({r.default_device_source})")
+    if r.platforms_requested:
+        lines.append(f"JAX_PLATFORMS:   {r.platforms_requested}")
+    lines.append("")
+    lines.append("Backends")
+    if not r.backends:
+        lines.append("  (none started)")
+    for b in r.backends:
+        mark = "  [default]" if b.is_default else ""
+        lines.append(f"  {b.name}{mark}: {len(b.devices)} device(s)  {b.platform_version}".rstrip())
+        for d in b.devices:
+            kinds = ", ".join(d.memory_kinds) or "-"
+            lines.append(f"    {d.name or d.id}  {d.kind}  process {d.process_index}  "
+                         f"memories: {kinds}")
+            lines.append(f"      {_stats_text(d.memory_stats)}")
+    if r.failed_backends:
+        lines.append("")
+        lines.append("Backends that did not start")
+        for f in r.failed_backends:
+            lines.append(f"  {f.name}: {f.error}")
+            if f.hint:
+                lines.append(f"    -> {f.hint}")
+    lines.append("")
+    lines.append("Environment (placement and allocation)")
+    width = max(len(e.name) for e in r.environment) if r.environment else 0
+    for e in r.environment:
+        value = "(unset)" if e.value is None else repr(e.value)
+        lines.append(f"  {e.name:<{width}}  {value}")
+    lines.append("")
+    if r.warnings:
+        lines.append(f"Warnings ({len(r.warnings)})")
+        for w in r.warnings:
+            lines.append(f"  ! [{w.code}] {w.message}")
+            lines.append(f"    fix: {w.fix}")
+    else:
+        lines.append("Warnings: none")
+    return "\n".join(lines)
+
+
+# --- HTML ---------------------------------------------------------------------------------
+_CSS = (
+    "<style>.jdk-report{font-family:var(--jp-ui-font-family,sans-serif);font-size:13px}"
+    ".jdk-report table{border-collapse:collapse;margin:4px 0 10px}"
+    ".jdk-report th,.jdk-report td{border:1px solid #ccc;padding:2px 8px;text-align:left}"
+    ".jdk-report .warn{color:#a40}.jdk-report .fail{color:#b00}</style>"
+)
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def report_html(r: DeviceReport) -> str:
+    out = [_CSS, '<div class="jdk-report">']
+    out.append(
+        f"<b>default backend</b> {_e(r.default_backend or 'none')} &middot; "
+        f"<b>default device</b> {_e(r.default_device or 'none')} "
+        f"<i>({_e(r.default_device_source)})</i>"
+    )
+    out.append("<table><tr><th>backend</th><th>device</th><th>kind</th><th>process</th>"
+               "<th>memory kinds</th><th>bytes in use</th><th>bytes limit</th></tr>")
+    for b in r.backends:
+        for d in b.devices:
+            stats = d.memory_stats
+            used = format_bytes(stats.get("bytes_in_use")) if stats else "not available"
+            limit = format_bytes(stats.get("bytes_limit")) if stats else "not available"
+            name = _e(b.name) + (" (default)" if b.is_default else "")
+            out.append(
+                f"<tr><td>{name}</td><td>{_e(d.name or d.id)}</td><td>{_e(d.kind)}</td>"
+                f"<td>{d.process_index}</td><td>{_e(', '.join(d.memory_kinds))}</td>"
+                f"<td>{_e(used)}</td><td>{_e(limit)}</td></tr>"
+            )
+    out.append("</table>")
+    if r.failed_backends:
+        out.append("<b>Backends that did not start</b><ul>")
+        for f in r.failed_backends:
+            hint = f" &rarr; {_e(f.hint)}" if f.hint else ""
+            out.append(f'<li class="fail"><code>{_e(f.name)}</code>: {_e(f.error)}{hint}</li>')
+        out.append("</ul>")
+    set_vars = [e for e in r.environment if e.value is not None]
+    out.append("<b>Environment</b> ")
+    if set_vars:
+        out.append("<table>" + "".join(
+            f"<tr><td><code>{_e(e.name)}</code></td><td><code>{_e(e.value)}</code></td>"
+            f"<td>{_e(e.meaning)}</td></tr>" for e in set_vars) + "</table>")
+    else:
+        out.append("<i>none of the placement/allocation variables is set</i><br>")
+    if r.warnings:
+        out.append("<b>Warnings</b><ul>")
+        for w in r.warnings:
+            out.append(f'<li class="warn">[{_e(w.code)}] {_e(w.message)} '
+                       f"<b>Fix:</b> {_e(w.fix)}</li>")
+        out.append("</ul>")
+    v = r.versions
+    out.append(
+        f"<small>jax {_e(v.get('jax'))}, jaxlib {_e(v.get('jaxlib'))}, "
+        f"numpy {_e(v.get('numpy'))}, safetensors {_e(v.get('safetensors'))}, "
+        f"python {_e(v.get('python'))}; plugins: "
+        f"{_e(', '.join(f'{k} {x}' for k, x in r.plugins.items()) or 'none')}</small>"
+    )
+    out.append("</div>")
+    return "".join(out)
+
+
+# --- placement ----------------------------------------------------------------------------
+def placement_text(p: Placement) -> str:
+    where = ", ".join(p.devices) if p.devices else "host memory"
+    committed = {True: "committed", False: "uncommitted", None: "n/a (NumPy)"}[p.committed]
+    return (
+        f"{p.kind} {p.dtype}{list(p.shape)} ({format_bytes(p.nbytes)})\n"
+        f"  devices:     {where}\n"
+        f"  memory kind: {p.memory_kind}\n"
+        f"  committed:   {committed}\n"
+        f"  meaning:     {p.explanation}"
+    )
+
+
+def placement_html(p: Placement) -> str:
+    where = ", ".join(p.devices) if p.devices else "host memory"
+    committed = {True: "committed", False: "uncommitted", None: "n/a (NumPy)"}[p.committed]
+    rows = (("devices", where), ("memory kind", p.memory_kind), ("committed", committed),
+            ("bytes", f"{format_bytes(p.nbytes)} ({p.nbytes:,})"))
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return (f'{_CSS}<div class="jdk-report"><b>{_e(p.kind)}</b> '
+            f"<code>{_e(p.dtype)}{_e(list(p.shape))}</code><table>{body}</table>"
+            f"{_e(p.explanation)}</div>")
