@@ -23,7 +23,7 @@ lab: $(STAMP)
 ## make test: unit tests, every notebook under nbval, and ruff
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 notebooks
 	$(BIN)/ruff check helpers tests benchmarks notebooks
 
@@ -31,7 +31,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
 nbval: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 notebooks
 
 lint: $(STAMP)

@@ -1,0 +1,48 @@
+"""Test session setup: 4 simulated CPU devices (the kit's stand-in), set before JAX starts.
+
+Cases that need other start-up settings (1 device, JAX_PLATFORMS=cuda, ...) run in child
+processes, because JAX reads them once per process.
+"""
+
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+N_SIMULATED = 4
+jax.config.update("jax_num_cpu_devices", N_SIMULATED)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 120):
+    """Run python code in a fresh process from the repo root; returns CompletedProcess."""
+    child_env = dict(os.environ)
+    for k, v in (env or {}).items():
+        if v is None:
+            child_env.pop(k, None)
+        else:
+            child_env[k] = v
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120):
+    child_env = dict(os.environ)
+    for k, v in (env or {}).items():
+        if v is None:
+            child_env.pop(k, None)
+        else:
+            child_env[k] = v
+    return subprocess.run([sys.executable, "-m", "helpers", *args], cwd=REPO, env=child_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def pytest_collection_modifyitems(config, items):
+    has_gpu = jax.default_backend() in ("gpu", "cuda", "rocm")
+    skip = pytest.mark.skip(reason="needs a GPU (JAX's default backend is not gpu)")
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(skip)

@@ -1,0 +1,206 @@
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import devices, report
+from tests.conftest import N_SIMULATED, run_python
+
+
+@pytest.fixture(scope="module")
+def rep():
+    return devices.probe()
+
+
+def test_probe_lists_cpu_backend_with_simulated_devices(rep):
+    assert "cpu" in rep.backend_names
+    cpu = rep.backend("cpu")
+    assert [d.id for d in cpu.devices] == list(range(N_SIMULATED))
+    assert all(d.platform == "cpu" and d.process_index == 0 for d in cpu.devices)
+    assert "device" in cpu.devices[0].memory_kinds
+    assert cpu.is_default and rep.default_backend == "cpu"
+
+
+def test_default_device_is_first_device_of_default_backend(rep):
+    assert rep.default_device == str(jax.devices()[0]) == "cpu:0"
+    assert rep.default_device_source == "first device of the default backend"
+
+
+def test_probe_honours_default_device_context():
+    target = jax.devices("cpu")[2]
+    with jax.default_device(target):
+        inside = devices.probe()
+    assert inside.default_device == "cpu:2"
+    assert "jax_default_device is set" in inside.default_device_source
+    assert devices.probe().default_device == "cpu:0"
+
+
+def test_cpu_memory_stats_use_the_sentinel(rep):
+    stats = rep.backend("cpu").devices[0].memory_stats
+    assert stats is devices.NOT_AVAILABLE
+    assert not stats and str(stats) == "not available"
+    assert rep.to_dict()["backends"][0]["devices"][0]["memory_stats"] is None
+
+
+def test_versions_and_environment(rep):
+    assert rep.versions["jax"] == jax.__version__
+    assert set(rep.versions) >= {"python", "jax", "jaxlib", "numpy", "safetensors"}
+    names = {e.name for e in rep.environment}
+    assert {"JAX_PLATFORMS", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+            "CUDA_VISIBLE_DEVICES", "XLA_FLAGS"} <= names
+
+
+def test_report_is_frozen(rep):
+    with pytest.raises(AttributeError):
+        rep.default_backend = "gpu"
+
+
+def test_json_round_trip_and_stable_keys(rep):
+    data = json.loads(rep.to_json())
+    assert list(data) == ["schema", "default_backend", "default_device", "default_device_source",
+                          "platforms_requested", "backends", "failed_backends", "environment",
+                          "warnings", "versions", "plugins"]
+    again = devices.DeviceReport.from_dict(data)
+    assert again.to_dict() == data
+
+
+def test_from_dict_rejects_other_json():
+    with pytest.raises(ValueError, match="not a doctor report"):
+        devices.DeviceReport.from_dict({"schema": "something/else"})
+
+
+def test_html_is_deterministic_and_escaped(rep):
+    a, b = rep._repr_html_(), devices.probe()._repr_html_()
+    assert a == b
+    assert "<script" not in a and not re.search(r'id="', a)
+    assert "cpu:3" in a and "not available" in a
+
+
+def test_text_names_backends_and_warnings(rep):
+    text = str(rep)
+    assert "default backend: cpu" in text and "cpu:0" in text
+    assert "Warnings" in text
+
+
+def test_backend_lookup_error_names_known_backends(rep):
+    with pytest.raises(KeyError, match="backends: cpu"):
+        rep.backend("cuda")
+
+
+# --- children: settings JAX reads only at start --------------------------------------------
+def test_one_device_in_a_child():
+    r = devices.probe_in_child({"JAX_NUM_CPU_DEVICES": "1", "JAX_PLATFORMS": "cpu"})
+    assert [d.id for d in r.backend("cpu").devices] == [0]
+    assert r.platforms_requested == "cpu"
+
+
+def test_requested_cuda_without_gpu_is_reported_not_raised():
+    r = devices.probe_in_child({"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": ""})
+    assert r.backends == () and r.default_backend is None
+    failed = {f.name: f for f in r.failed_backends}
+    assert "cuda" in failed
+    assert "JAX_PLATFORMS" in failed["cuda"].hint
+    assert "no-visible-gpu" in {w.code for w in r.warnings}
+
+
+def test_unknown_platform_is_named():
+    r = devices.probe_in_child({"JAX_PLATFORMS": "bogus"})
+    failed = {f.name: f for f in r.failed_backends}
+    assert "bogus" in failed and "bogus" in failed["bogus"].error
+    assert "known" in failed["bogus"].hint
+
+
+def test_probe_in_child_reports_child_failure():
+    with pytest.raises(RuntimeError, match="child doctor exited"):
+        devices.probe_in_child({"PYTHONPATH": "/nonexistent", "PYTHONSAFEPATH": "1",
+                                "PYTHONNOUSERSITE": "1", "JAX_PLATFORMS": "cpu",
+                                "PYTHONHOME": "/nonexistent"}, timeout=60)
+
+
+# --- roles and simulated devices -----------------------------------------------------------
+def test_roles_stand_in_on_cpu():
+    r = devices.roles()
+    assert r.stand_in
+    assert r.accelerator == jax.devices()[0] and r.host == jax.devices("cpu")[1]
+    assert "STAND-IN" in r.describe()
+
+
+def test_simulate_cpu_devices_after_start():
+    assert devices.simulate_cpu_devices(2) == N_SIMULATED  # enough already: no-op
+    with pytest.raises(devices.JaxAlreadyStartedError, match="Restart the kernel"):
+        devices.simulate_cpu_devices(N_SIMULATED + 4)
+    assert len(jax.devices()) == N_SIMULATED  # nothing lost
+    with pytest.raises(ValueError):
+        devices.simulate_cpu_devices(0)
+
+
+def test_roles_with_one_cpu_device_says_how_to_fix():
+    proc = run_python(
+        "import jax; from helpers import devices\n"
+        "try:\n    devices.roles()\n"
+        "except devices.JaxAlreadyStartedError as e:\n    print('RAISED', e)\n",
+        env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "RAISED" in proc.stdout and "simulate_cpu_devices" in proc.stdout
+
+
+def test_simulate_cpu_devices_before_start_in_child():
+    proc = run_python("from helpers import devices; n = devices.simulate_cpu_devices(3)\n"
+                      "import jax; print(n, len(jax.devices('cpu')))",
+                      env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": None})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["3", "3"]
+
+
+# --- placement -----------------------------------------------------------------------------
+def test_placement_uncommitted():
+    p = devices.placement(jnp.arange(8, dtype=jnp.uint16))
+    assert p.committed is False and p.devices == ("cpu:0",) and p.nbytes == 16
+    assert p.memory_kind == "device"
+    assert p.explanation.startswith("uncommitted") and "will move it there" in p.explanation
+
+
+def test_placement_committed():
+    x = jax.device_put(np.ones((2, 3), np.float32), jax.devices()[3])
+    p = devices.placement(x)
+    assert p.committed is True and p.devices == ("cpu:3",) and p.nbytes == 24
+    assert p.explanation.startswith("committed to cpu:3")
+
+
+def test_placement_under_default_device_context_is_uncommitted_on_that_device():
+    with jax.default_device(jax.devices()[1]):
+        x = jnp.zeros(4)
+    p = devices.placement(x)
+    assert p.devices == ("cpu:1",) and p.committed is False
+
+
+def test_placement_sharded_over_several_devices():
+    mesh = jax.make_mesh((N_SIMULATED,), ("x",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+    x = jax.device_put(np.arange(8.0), sharding)
+    p = devices.placement(x)
+    assert len(p.devices) == N_SIMULATED and f"{N_SIMULATED} devices" in p.explanation
+
+
+def test_placement_numpy():
+    p = devices.placement(np.zeros(10, np.uint16))
+    assert p.kind == "numpy.ndarray" and p.committed is None and p.devices == ()
+    assert "every time" in p.explanation and "cpu:0" in p.explanation
+
+
+def test_placement_renders():
+    p = devices.placement(jnp.ones(3))
+    assert "uncommitted" in str(p) and "<table>" in p._repr_html_()
+    assert report.placement_html(p) == report.placement_html(p)
+
+
+def test_placement_bad_inputs():
+    with pytest.raises(TypeError, match="got list"):
+        devices.placement([1, 2, 3])
+    x = jnp.ones(3)
+    x.delete()
+    with pytest.raises(ValueError, match="deleted"):
+        devices.placement(x)
