@@ -147,6 +147,9 @@ class DeviceReport:
 
         return report.report_text(self)
 
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython text/plain
+        printer.text(str(self))
+
     def _repr_html_(self) -> str:
         from helpers import report
 
@@ -404,6 +407,9 @@ class Placement:
         from helpers import report
 
         return report.placement_text(self)
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython text/plain
+        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         from helpers import report
