@@ -4,6 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 LAB_ARGS ?=
 STAMP  := $(VENV)/.jax-device-kit-installed
+# JupyterLab refuses to start as root (containers, CI) unless told so explicitly.
+ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
 .PHONY: lab test unit nbval lint doctor notebooks bench clean venv
 
@@ -18,7 +20,7 @@ $(STAMP): pyproject.toml
 ## make lab: JupyterLab on notebooks/ (LAB_ARGS="--no-browser --port 8899" to pass options)
 lab: $(STAMP)
 	@echo "Starting JupyterLab on notebooks/ - open the http://127.0.0.1:... URL it prints below."
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 ## make test: unit tests, every notebook under nbval, and ruff
 test: $(STAMP)
