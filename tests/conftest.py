@@ -17,27 +17,27 @@ jax.config.update("jax_num_cpu_devices", N_SIMULATED)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_python(code: str, env: dict | None = None, timeout: float = 120):
-    """Run python code in a fresh process from the repo root; returns CompletedProcess."""
+def _child_env(env: dict | None) -> dict:
+    """os.environ with overrides; a value of None removes the variable."""
     child_env = dict(os.environ)
     for k, v in (env or {}).items():
         if v is None:
             child_env.pop(k, None)
         else:
             child_env[k] = v
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env,
+    return child_env
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 120):
+    """Run python code in a fresh process from the repo root; returns CompletedProcess."""
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_child_env(env),
                           capture_output=True, text=True, timeout=timeout)
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120):
-    child_env = dict(os.environ)
-    for k, v in (env or {}).items():
-        if v is None:
-            child_env.pop(k, None)
-        else:
-            child_env[k] = v
-    return subprocess.run([sys.executable, "-m", "helpers", *args], cwd=REPO, env=child_env,
-                          capture_output=True, text=True, timeout=timeout)
+    """Run `python -m helpers ARGS` in a fresh process; returns CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", "helpers", *args], cwd=REPO,
+                          env=_child_env(env), capture_output=True, text=True, timeout=timeout)
 
 
 def pytest_collection_modifyitems(config, items):
