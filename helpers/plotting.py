@@ -1,0 +1,190 @@
+"""Figures from captured data: data in, ``matplotlib.figure.Figure`` out.
+
+No pyplot state is touched: figures are built with ``Figure()`` under the kit's style file
+(``helpers/styles/kit.mplstyle``) applied only for the duration of the call. In a notebook a
+returned figure displays as PNG; elsewhere call ``fig.savefig("out.png")``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import matplotlib.style
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from helpers.units import format_bytes
+
+__all__ = ["STYLE", "memory_timeline", "snapshot_bars", "transfer_summary", "bytes_axis"]
+
+STYLE = str(resources.files("helpers") / "styles" / "kit.mplstyle")
+_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B"))
+
+
+def _unit_for(max_bytes: float) -> tuple[int, str]:
+    for factor, name in _UNITS:
+        if max_bytes >= factor:
+            return factor, name
+    return 1, "B"
+
+
+def bytes_axis(axis, max_bytes: float) -> tuple[int, str]:
+    """Pick one binary unit from the data; plot values divided by the returned factor and the
+    axis gets round ticks in that unit. Returns (factor, unit name)."""
+    factor, name = _unit_for(max_bytes)
+    axis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    return factor, name
+
+
+def _scaled(values, factor):
+    return [None if v is None else v / factor for v in values]
+
+
+def _figure(**kwargs) -> Figure:
+    with matplotlib.style.context(STYLE):
+        fig = Figure(**kwargs)
+        fig.set_layout_engine("constrained")
+    return fig
+
+
+def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
+                    host: bool = True) -> Figure:
+    """Step lines per device and host anonymous/file-backed RSS, marks as vertical lines,
+    each known device limit as a dashed line. ``trace``: a MemoryTrace or its ``to_dict()``.
+
+    devices: names to draw (default: every device whose bytes changed or are non-zero).
+    """
+    data = trace.to_dict() if hasattr(trace, "to_dict") else dict(trace)
+    times = data["times"]
+    if len(times) < 1:
+        raise ValueError("the trace has no samples; was the track() block entered?")
+    series = data["devices"]
+    if devices is None:
+        names = [n for n, v in series.items() if any(v)]
+    else:
+        names = [str(d) for d in devices]
+        unknown = [n for n in names if n not in series]
+        if unknown:
+            raise KeyError(f"devices {unknown} not in the trace (have {list(series)})")
+    has_split = all(v is not None for v in data["host_anon"])
+    peak = max([1] + [max(series[n]) for n in names]
+               + [data["limits"].get(n) or 0 for n in names])
+    if host:
+        peak = max(peak, *(data["host_anon"] + data["host_file"]) if has_split
+                   else data["host_rss"])
+    with matplotlib.style.context(STYLE):
+        fig = _figure()
+        ax = fig.add_subplot()
+        factor, unit = bytes_axis(ax.yaxis, peak)
+        for name in names:
+            src = data["sources"].get(name, "")
+            line, = ax.step(times, _scaled(series[name], factor), where="post",
+                            label=f"{name} ({src})")
+            limit = data["limits"].get(name)
+            if limit:
+                ax.axhline(limit / factor, linestyle="--", color=line.get_color(), linewidth=1,
+                           label=f"{name} limit {format_bytes(limit)}")
+        if host and has_split:
+            ax.step(times, _scaled(data["host_anon"], factor), where="post", color="0.25",
+                    label="host anonymous")
+            ax.step(times, _scaled(data["host_file"], factor), where="post", color="0.6",
+                    label="host file-backed")
+        elif host:
+            ax.step(times, _scaled(data["host_rss"], factor), where="post", color="0.25",
+                    label="host RSS")
+        for t, label in data["marks"]:
+            ax.axvline(t, color="0.4", linewidth=0.8, linestyle=":")
+            ax.annotate(label, (t, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                        va="top", ha="right", fontsize=8, color="0.3")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel(unit)
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def snapshot_bars(snap, *, title: str = "Memory now") -> Figure:
+    """Horizontal bars: bytes in use per device (hatched where counted from live arrays),
+    limit as a tick where known, and host anonymous / file-backed RSS."""
+    data = snap.to_dict() if hasattr(snap, "to_dict") else dict(snap)
+    labels, values, hatches = [], [], []
+    for d in data["devices"]:
+        labels.append(f"{d['device']}")
+        values.append(d["bytes_in_use"])
+        hatches.append("//" if d["source"] == "live arrays" else "")
+    h = data["host"]
+    if h["anon"] is not None:
+        labels += ["host anonymous", "host file-backed"]
+        values += [h["anon"], h["file"]]
+    else:
+        labels.append("host RSS")
+        values.append(h["rss"])
+    hatches += [""] * (len(labels) - len(hatches))
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(7.5, 0.45 * len(labels) + 1.2))
+        ax = fig.add_subplot()
+        ys = list(range(len(labels)))[::-1]
+        limits = [d["limit_bytes"] or 0 for d in data["devices"]]
+        peak = max(values + limits + [1])
+        factor, unit = bytes_axis(ax.xaxis, peak * 1.15)
+        colors = ["C0"] * len(data["devices"]) + ["0.35"] * (len(labels) - len(data["devices"]))
+        bars = ax.barh(ys, _scaled(values, factor), color=colors)
+        for bar, hatch in zip(bars, hatches, strict=True):
+            bar.set_hatch(hatch)
+        for y, limit in zip(ys, limits, strict=False):
+            if limit:
+                ax.plot([limit / factor] * 2, [y - 0.4, y + 0.4], color="C1", linewidth=2)
+        for y, v in zip(ys, values, strict=True):
+            ax.annotate(format_bytes(v), (v / factor, y), xytext=(3, 0),
+                        textcoords="offset points", va="center", fontsize=8)
+        ax.set_yticks(ys, labels)
+        ax.set_xlim(0, peak * 1.15 / factor)
+        ax.set_xlabel(unit + "   (hatched: live JAX arrays; bars: allocator)")
+        ax.grid(axis="x", alpha=0.3)
+        ax.grid(axis="y", visible=False)
+        ax.set_title(title)
+    return fig
+
+
+def transfer_summary(log, *, title: str = "Transfers") -> Figure:
+    """Two panels: number of transfers and known bytes, per direction, explicit vs implicit."""
+    rows = log.summary() if hasattr(log, "summary") else list(log)
+    directions = ["host->device", "device->device", "device->host"]
+    kinds = [(True, "explicit", "C0"), (False, "implicit", "C1"), (None, "unknown", "0.6")]
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(7.5, 2.8))
+        ax_n, ax_b = fig.subplots(1, 2)
+        left_n = [0] * 3
+        left_b = [0] * 3
+        max_b = 1
+        for flag, name, color in kinds:
+            counts = [sum(r["count"] for r in rows if r["direction"] == d and r["explicit"] is flag)
+                      for d in directions]
+            sizes = [sum(r["bytes"] for r in rows if r["direction"] == d and r["explicit"] is flag)
+                     for d in directions]
+            if not any(counts):
+                continue
+            ax_n.barh(directions, counts, left=left_n, color=color, label=name)
+            ax_b.barh(directions, sizes, left=left_b, color=color, label=name)
+            left_n = [a + b for a, b in zip(left_n, counts, strict=True)]
+            left_b = [a + b for a, b in zip(left_b, sizes, strict=True)]
+            max_b = max(max_b, max(left_b))
+        for ax in (ax_n, ax_b):
+            ax.invert_yaxis()
+            ax.grid(axis="x", alpha=0.3)
+            ax.grid(axis="y", visible=False)
+        ax_n.set_title(f"{title}: count")
+        ax_n.xaxis.set_major_locator(MaxNLocator(integer=True))
+        factor, unit = bytes_axis(ax_b.xaxis, max_b)
+        for patch in ax_b.patches:  # bars were drawn in bytes: rescale to the unit
+            patch.set_x(patch.get_x() / factor)
+            patch.set_width(patch.get_width() / factor)
+        ax_b.set_xlim(0, max_b * 1.05 / factor)
+        ax_b.set_title("known bytes")
+        ax_b.set_xlabel(unit)
+        ax_b.set_yticks([])
+        if any(left_n):
+            ax_n.legend(loc="lower right")
+    return fig

@@ -1,0 +1,139 @@
+"""Live views for JupyterLab (ipywidgets 8).
+
+``MemoryMonitor()`` shows bytes per device and host now, and a small timeline of the last
+samples, refreshed from a background thread. The thread only sets widget traits
+(``HTML.value``, ``Image.value``), which ipywidgets syncs to the browser; it never writes
+through ``with output:``, which is not safe from a thread.
+
+>>> monitor = MemoryMonitor(interval=0.5)   # display(monitor) in a notebook, then Start
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import threading
+from collections import deque
+
+import ipywidgets as widgets
+
+from helpers import memory
+from helpers.units import format_bytes
+
+__all__ = ["MemoryMonitor"]
+
+
+class MemoryMonitor(widgets.VBox):
+    """Start/stop, refresh interval, current bytes per device and host, timeline image."""
+
+    def __init__(self, *, interval: float = 0.5, history: int = 240, devices=None,
+                 autostart: bool = False):
+        if not 0.05 <= float(interval) <= 60:
+            raise ValueError(f"interval must be between 0.05 and 60 seconds, got {interval!r}")
+        self._devices = devices
+        self._samples: deque = deque(maxlen=int(history))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0: float | None = None
+        self.updates = 0  # how many refreshes have been drawn
+        self.start_button = widgets.Button(description="Start", icon="play",
+                                           button_style="success")
+        self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
+        self.interval = widgets.BoundedFloatText(value=float(interval), min=0.05, max=60,
+                                                 step=0.05, description="every (s)",
+                                                 layout=widgets.Layout(width="160px"))
+        self.status = widgets.Label("stopped")
+        self.table = widgets.HTML("<i>press Start</i>")
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="640px"))
+        self.start_button.on_click(lambda _b: self.start())
+        self.stop_button.on_click(lambda _b: self.stop())
+        super().__init__([
+            widgets.HBox([self.start_button, self.stop_button, self.interval, self.status]),
+            self.table,
+            self.image,
+        ])
+        if autostart:
+            self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def samples(self) -> tuple:
+        with self._lock:
+            return tuple(self._samples)
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="helpers.widgets.MemoryMonitor",
+                                        daemon=True)
+        self.start_button.disabled, self.stop_button.disabled = True, False
+        self.status.value = "running"
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._thread = None
+        self.start_button.disabled, self.stop_button.disabled = False, True
+        self.status.value = f"stopped after {self.updates} refreshes"
+
+    def update(self) -> None:
+        """Take one sample and redraw (the thread calls this; tests may too)."""
+        snap = memory.snapshot(self._devices)
+        with self._lock:
+            if self._t0 is None:
+                self._t0 = snap.time
+            self._samples.append(snap)
+            samples = tuple(self._samples)
+        self.table.value = self._table_html(snap)
+        self.image.value = self._timeline_png(samples)
+        self.updates += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.update()
+            except Exception as err:  # keep the kernel alive; say what happened
+                self.status.value = f"stopped: {type(err).__name__}: {err}"
+                break
+            self._stop.wait(max(0.05, float(self.interval.value)))
+
+    @staticmethod
+    def _table_html(snap) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(d.device)}</td><td>{format_bytes(d.bytes_in_use)}</td>"
+            f"<td>{format_bytes(d.limit_bytes)}</td><td>{html.escape(d.source)}</td></tr>"
+            for d in snap.devices)
+        h = snap.host
+        split = (f"anonymous {format_bytes(h.anon)}, file-backed {format_bytes(h.file)}"
+                 if h.anon is not None else "no split on this OS")
+        return ("<table><tr><th>device</th><th>in use</th><th>limit</th><th>source</th></tr>"
+                f"{rows}</table><div>host RSS {format_bytes(h.rss)} ({split})</div>")
+
+    def _timeline_png(self, samples) -> bytes:
+        from helpers import plotting
+
+        t0 = samples[0].time
+        names = [d.device for d in samples[0].devices]
+        data = {
+            "times": [s.time - t0 for s in samples],
+            "devices": {n: [s.devices[i].bytes_in_use for s in samples]
+                        for i, n in enumerate(names)},
+            "limits": {d.device: d.limit_bytes for d in samples[-1].devices},
+            "sources": {d.device: d.source for d in samples[-1].devices},
+            "host_anon": [s.host.anon for s in samples],
+            "host_file": [s.host.file for s in samples],
+            "host_rss": [s.host.rss for s in samples],
+            "marks": [],
+        }
+        fig = plotting.memory_timeline(data, title="Live memory")
+        fig.set_size_inches(6.4, 2.6)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=80)
+        return buf.getvalue()

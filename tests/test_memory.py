@@ -1,0 +1,135 @@
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import memory
+from tests.conftest import N_SIMULATED, run_python
+
+
+def tracker_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("helpers.memory.track")]
+
+
+def test_snapshot_lists_every_device_and_host():
+    snap = memory.snapshot()
+    assert [d.device for d in snap.devices] == [f"cpu:{i}" for i in range(N_SIMULATED)]
+    assert all(d.source == memory.LIVE_ARRAYS and d.limit_bytes is None for d in snap.devices)
+    h = snap.host
+    assert h.rss > 0 and h.total >= h.available > 0
+    if h.source == "/proc/self/status":
+        assert h.anon > 0 and h.file > 0 and h.anon + h.file <= h.rss + 4096
+
+
+def test_snapshot_counts_live_array_bytes_per_device():
+    before = memory.snapshot().device("cpu:2").bytes_in_use
+    x = jax.device_put(np.ones((1000, 250), np.float32), jax.devices()[2])  # 1,000,000 B
+    after = memory.snapshot().device("cpu:2").bytes_in_use
+    assert after - before == x.nbytes == 1_000_000
+    del x
+    assert memory.snapshot().device("cpu:2").bytes_in_use == before
+
+
+def test_snapshot_counts_each_shard_on_its_device():
+    mesh = jax.make_mesh((N_SIMULATED,), ("x",))
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+    before = memory.snapshot()
+    x = jax.device_put(np.zeros(N_SIMULATED * 1000, np.int32), spec)
+    after = memory.snapshot()
+    for d in before.devices:
+        assert after.device(d.device).bytes_in_use - d.bytes_in_use == 4000
+    del x
+
+
+def test_snapshot_of_chosen_devices_and_bad_input():
+    snap = memory.snapshot(jax.devices()[1])
+    assert [d.device for d in snap.devices] == ["cpu:1"]
+    with pytest.raises(TypeError, match="jax.Device"):
+        memory.snapshot(["cpu:0"])
+    with pytest.raises(KeyError, match="cpu:1"):
+        snap.device("cuda:0")
+
+
+def test_host_anonymous_memory_grows_with_a_numpy_array():
+    before = memory.snapshot().host
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+    after = memory.snapshot().host
+    if after.anon is None:
+        pytest.skip("no anonymous/file split on this OS")
+    assert after.anon - before.anon > 48 * 2**20
+    del block
+
+
+def test_track_samples_marks_and_series():
+    with memory.track(interval=0.01) as trace:
+        trace.mark("start")
+        x = jax.device_put(np.ones(250_000, np.float32), jax.devices()[3])  # 1 MB
+        x.block_until_ready()
+        time.sleep(0.1)
+        trace.mark("made")
+        del x
+        time.sleep(0.05)
+    assert trace.finished
+    assert len(trace.samples) >= 5  # start + end + at least a few at 100 Hz over 0.15 s
+    assert list(trace.times) == sorted(trace.times)
+    assert [m[1] for m in trace.marks] == ["start", "made"]
+    assert trace.peak("cpu:3") - trace.device_bytes["cpu:3"][0] == 1_000_000
+    assert trace.growth("cpu:3") == 0
+    d = trace.to_dict()
+    assert set(d) >= {"times", "devices", "limits", "sources", "host_anon", "host_file", "marks"}
+    assert d["sources"]["cpu:0"] == memory.LIVE_ARRAYS
+    with pytest.raises(KeyError, match="not tracked"):
+        trace.peak("cuda:0")
+
+
+def test_track_thread_stops_and_exception_propagates():
+    with pytest.raises(ZeroDivisionError):
+        with memory.track(interval=0.01) as trace:
+            assert tracker_threads()
+            raise ZeroDivisionError("inside the block")
+    assert tracker_threads() == []
+    assert trace.finished and len(trace.samples) >= 2
+
+
+def test_track_thread_gone_after_normal_exit():
+    with memory.track(interval=0.01):
+        jnp.ones(10).block_until_ready()
+    assert tracker_threads() == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1000, "fast", True])
+def test_track_rejects_bad_interval(bad):
+    with pytest.raises(ValueError, match="interval"):
+        with memory.track(interval=bad):
+            pass
+    assert tracker_threads() == []
+
+
+def test_one_device_in_a_child():
+    proc = run_python(
+        "import jax, numpy as np\nfrom helpers import memory\n"
+        "with memory.track(0.01) as t:\n    x = jax.numpy.ones(1000)\n    x.block_until_ready()\n"
+        "print(t.device_names, t.peak('cpu:0'))",
+        env={"JAX_NUM_CPU_DEVICES": "1", "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == "('cpu:0',) 4000"
+
+
+@pytest.mark.gpu
+def test_gpu_snapshot_uses_allocator_stats():
+    snap = memory.snapshot(jax.devices()[0])
+    d = snap.devices[0]
+    assert d.source == memory.ALLOCATOR and d.limit_bytes and d.peak_bytes is not None
+    x = jnp.ones((1024, 1024), jnp.float32).block_until_ready()
+    assert memory.snapshot(jax.devices()[0]).devices[0].bytes_in_use >= d.bytes_in_use + x.nbytes
+
+
+def test_aliases_of_one_buffer_count_once():
+    x = jax.device_put(np.ones(1000, np.float32), jax.devices()[1])
+    before = memory.snapshot().device("cpu:1").bytes_in_use
+    _ = [s.data for s in x.addressable_shards]  # makes JAX cache an alias Array
+    assert memory.snapshot().device("cpu:1").bytes_in_use == before
+    del x

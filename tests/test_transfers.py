@@ -1,0 +1,144 @@
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import transfers
+from helpers.transfers import D2D, D2H, H2D
+
+
+def test_jit_with_two_numpy_inputs_is_two_implicit_host_to_device():
+    f = jax.jit(lambda a, b: a * b)
+    a, b = np.ones((4, 5), np.float32), np.ones((4, 5), np.float32)
+    f(a, b).block_until_ready()  # compile outside the trace
+    with transfers.trace() as log:
+        f(a, b).block_until_ready()
+    assert log.count() == 2 and log.count(H2D, explicit=False) == 2
+    assert all(t.source == "host" for t in log)
+
+
+def test_every_call_copies_again():
+    f = jax.jit(lambda a: a + 1)
+    a = np.ones(8, np.float32)
+    f(a)
+    with transfers.trace() as log:
+        for _ in range(3):
+            f(a).block_until_ready()
+    assert log.count(H2D) == 3
+
+
+def test_uncommitted_array_moves_to_committed_device():
+    committed = jax.device_put(np.ones(6, np.float32), jax.devices()[2])
+    uncommitted = jnp.zeros(6, jnp.float32).block_until_ready()  # on cpu:0, uncommitted
+    g = jax.jit(lambda x, y: x + y)
+    with transfers.trace() as log:
+        out = g(uncommitted, committed).block_until_ready()
+    assert log.count(D2D) == 1
+    (t,) = log.select(D2D)
+    assert (t.source, t.destination, t.shape, t.dtype, t.nbytes, t.explicit) == (
+        "cpu:0", "cpu:2", (6,), "float32", 24, False)
+    assert out.devices() == {jax.devices()[2]}
+
+
+def test_explicit_device_put_is_marked_explicit_with_size():
+    with transfers.trace() as log:
+        jax.device_put(np.zeros((3, 5), np.int16), jax.devices()[1]).block_until_ready()
+        x = jnp.zeros(4).block_until_ready()
+        jax.device_put(x, jax.devices()[3]).block_until_ready()
+    h2d = log.select(H2D, explicit=True)
+    assert [(t.shape, t.nbytes, t.destination) for t in h2d] == [((3, 5), 30, "cpu:1")]
+    d2d = log.select(D2D, explicit=True)
+    assert [(t.nbytes, t.destination) for t in d2d] == [(16, "cpu:3")]
+    assert log.bytes(explicit=True) == 46
+
+
+def test_jnp_array_of_numpy_is_implicit_host_to_device():
+    with transfers.trace() as log:
+        jnp.array(np.arange(10, dtype=np.uint16)).block_until_ready()
+    (t,) = log.select(H2D)
+    assert (t.explicit, t.shape, t.dtype, t.nbytes, t.destination) == (
+        False, (10,), "uint16", 20, "cpu:0")
+
+
+def test_no_transfers_in_pure_device_code():
+    x = jnp.ones(100).block_until_ready()
+    f = jax.jit(lambda v: v * v)
+    f(x)
+    with transfers.trace() as log:
+        f(x).block_until_ready()
+    assert len(log) == 0 and str(log) == "no transfers"
+
+
+def test_summary_table_and_renderings():
+    with transfers.trace() as log:
+        jax.device_put(np.ones(4, np.float32), jax.devices()[1])
+        jnp.asarray(np.ones(2, np.float32))
+    rows = log.summary()
+    assert [(r["direction"], r["explicit"], r["count"], r["bytes"]) for r in rows] == [
+        (H2D, True, 1, 16), (H2D, False, 1, 8)]
+    assert "explicit" in str(log) and "<table>" in log._repr_html_()
+    assert log.to_dict()["summary"] == rows
+
+
+def test_stderr_restored_and_exception_propagates():
+    fd_target = os.readlink("/proc/self/fd/2") if os.path.exists("/proc/self/fd/2") else None
+    with pytest.raises(KeyError):
+        with transfers.trace() as log:
+            jnp.asarray(np.ones(3))
+            raise KeyError("boom")
+    assert log.finished and log.count(H2D) == 1
+    if fd_target is not None:
+        assert os.readlink("/proc/self/fd/2") == fd_target
+    with transfers.trace() as again:  # usable again: the lock was released
+        pass
+    assert len(again) == 0
+
+
+def test_nested_trace_is_refused_clearly():
+    with transfers.trace():
+        with pytest.raises(RuntimeError, match="already active"):
+            with transfers.trace():
+                pass
+
+
+def test_other_stderr_lines_pass_through():
+    code = ("import sys, numpy as np, jax.numpy as jnp\nfrom helpers import transfers\n"
+            "with transfers.trace() as log:\n"
+            "    sys.stderr.write('my own warning\\n')\n    jnp.asarray(np.ones(3))\n"
+            "print(log.count())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1"
+    assert "my own warning" in proc.stderr and "guard_lib" not in proc.stderr
+
+
+@pytest.mark.parametrize("line, expect", [
+    ("W1121 10:23:48.1 4777 guard_lib.cc:125] host-to-device transfer: ",
+     (H2D, None, None, "host", None)),
+    ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(bfloat16[2,3]), "
+     "dst_sharding=SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)",
+     (H2D, (2, 3), 12, "host", "cuda:0")),
+    ("W1 guard_lib.cc:140] device-to-device transfer: aval=ShapedArray(float32[6]), "
+     "sharding=SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=device), "
+     "dst_sharding=SingleDeviceSharding(device=CudaDevice(id=1), memory_kind=device)",
+     (D2D, (6,), 24, "cpu:0", "cuda:1")),
+    ("W1 guard_lib.cc:150] device-to-host transfer: aval=ShapedArray(uint16[], weak_type=True), "
+     "sharding=SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)",
+     (D2H, (), 2, "cuda:0", "host")),
+    ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(weird7[3])",
+     (H2D, (3,), None, "host", None)),
+])
+def test_parser(line, expect):
+    (t,), other = transfers.parse_guard_output(line + "\nunrelated line\n", marked=False)
+    assert (t.direction, t.shape, t.nbytes, t.source, t.destination) == expect
+    assert t.explicit is None and other == ["unrelated line"]
+
+
+def test_select_rejects_unknown_direction():
+    with pytest.raises(ValueError, match="direction"):
+        transfers.TransferLog().count("sideways")

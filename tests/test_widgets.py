@@ -1,0 +1,45 @@
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from helpers.widgets import MemoryMonitor
+
+
+def monitor_threads():
+    return [t for t in threading.enumerate() if t.name == "helpers.widgets.MemoryMonitor"]
+
+
+def test_monitor_constructs_starts_updates_and_stops_headless():
+    m = MemoryMonitor(interval=0.05)
+    assert not m.running and m.image.value == b"" and m.stop_button.disabled
+    m.start()
+    assert m.running and m.start_button.disabled
+    x = jax.device_put(np.ones(100_000, np.float32), jax.devices()[1])
+    deadline = time.time() + 20
+    while m.updates < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    m.stop()
+    assert m.updates >= 3
+    assert not m.running and monitor_threads() == []
+    assert m.image.value[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "cpu:1" in m.table.value and "host RSS" in m.table.value
+    assert "stopped after" in m.status.value
+    del x
+
+
+def test_update_without_thread_and_buttons():
+    m = MemoryMonitor(interval=1)
+    m.update()
+    assert m.updates == 1 and len(m.samples) == 1
+    m.start_button.click()
+    assert m.running
+    m.stop_button.click()
+    assert not m.running
+
+
+def test_bad_interval():
+    with pytest.raises(ValueError, match="interval"):
+        MemoryMonitor(interval=0)
