@@ -281,6 +281,13 @@ class MemoryTrace:
         with self._lock:
             return tuple(self._marks)
 
+    @property
+    def achieved_hz(self) -> float:
+        """Samples per second actually taken. Lower than 1/interval when the sampler thread
+        cannot get the GIL, e.g. a loop of many small CPU computations (see README)."""
+        t = self.times
+        return (len(t) - 1) / t[-1] if len(t) > 1 and t[-1] > 0 else 0.0
+
     def peak(self, device) -> int:
         """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device)."""
         series = self.device_bytes.get(str(device))
@@ -298,6 +305,7 @@ class MemoryTrace:
         """Plain data: everything a renderer needs."""
         return {
             "interval": self.interval,
+            "achieved_hz": self.achieved_hz,
             "times": list(self.times),
             "devices": {n: list(v) for n, v in self.device_bytes.items()},
             "limits": self.limits,
