@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 EXIT_OK = 0
@@ -20,6 +21,63 @@ def _doctor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+EXIT_WONT_FIT = 1
+EXIT_UNKNOWN = 3
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _make_tokens(args: argparse.Namespace) -> int:
+    from helpers import datasets
+    from helpers.units import SizeError
+
+    if (args.size is None) == (args.tokens is None):
+        return _fail("give exactly one of --size (e.g. 1GiB) or --tokens N")
+    try:
+        tf = datasets.write_tokens(args.path, args.tokens, size=args.size, seed=args.seed,
+                                   progress=None if not args.quiet else False)
+    except (SizeError, ValueError, OSError) as err:
+        return _fail(str(err))
+    print(tf)
+    return EXIT_OK
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from helpers import oom
+
+    try:
+        result = oom.preflight(args.file, device=args.device)
+    except (oom.FileError, ValueError, TypeError) as err:
+        if args.json:
+            print(json.dumps({"error": str(err)}))
+        return _fail(str(err))
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result)
+    return {"fits": EXIT_OK, "will not fit": EXIT_WONT_FIT}.get(result.verdict, EXIT_UNKNOWN)
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from helpers import oom
+    from helpers.units import SizeError
+
+    try:
+        runs = [oom.reproduce(args.file, size=args.size, mode=args.mode, budget=args.budget),
+                oom.reproduce(args.file, size=args.size, mode=args.mode, budget=args.budget,
+                              fixed=True)]
+    except (oom.FileError, SizeError, ValueError) as err:
+        return _fail(str(err))
+    if args.json:
+        print(json.dumps([r.to_dict() for r in runs], indent=2))
+    else:
+        print("\n\n".join(str(r) for r in runs))
+    seed, fix = runs
+    as_expected = (not seed.ok and "RESOURCE_EXHAUSTED" in (seed.error_message or "")
+                   and fix.ok)
+    return EXIT_OK if as_expected else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m helpers",
@@ -35,6 +93,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="print only JSON (schema in README)")
     doctor.set_defaults(func=_doctor)
+
+    mk = sub.add_parser("make-tokens", help="write a synthetic GPT-2-like uint16 token file",
+                        description="Write a safetensors file with one uint16 tensor `tokens`, "
+                        "laid out like the story's dataset. Streams in chunks.")
+    mk.add_argument("path")
+    mk.add_argument("--size", help="data size, e.g. 1GiB, 512MiB (2 bytes per token)")
+    mk.add_argument("--tokens", type=int, help="number of tokens")
+    mk.add_argument("--seed", type=int, default=0)
+    mk.add_argument("--quiet", action="store_true", help="no progress bar")
+    mk.set_defaults(func=_make_tokens)
+
+    pf = sub.add_parser("preflight", help="will this safetensors file fit where it would land?",
+                        description="Read only the header: dtype, shape, bytes per tensor, the "
+                        "device the load would land on, free memory there, and a verdict. "
+                        "Exit 0 fits, 1 will not fit, 2 bad input, 3 unknown (no memory stats).")
+    pf.add_argument("file")
+    pf.add_argument("--device", default="default", choices=["default", "cpu", "gpu"])
+    pf.add_argument("--json", action="store_true")
+    pf.set_defaults(func=_preflight)
+
+    ro = sub.add_parser("reproduce-oom", help="reproduce the safetensors CUDA OOM in a child "
+                        "process, then run the fix",
+                        description="Runs safetensors.flax.load_file(...)['tokens'] in a "
+                        "memory-capped child (the real GPU when present, else a labelled CPU "
+                        "stand-in), then again under jax.default_device(cpu). Exit 0 when the "
+                        "first fails with RESOURCE_EXHAUSTED and the fix succeeds.")
+    ro.add_argument("--size", default="256MiB", help="token file size to generate (default "
+                    "256MiB)")
+    ro.add_argument("--file", help="use this token file instead of generating one")
+    ro.add_argument("--mode", default="auto", choices=["auto", "gpu", "cpu"])
+    ro.add_argument("--budget", help="memory cap for the load, e.g. 128MiB (default: half the "
+                    "file)")
+    ro.add_argument("--json", action="store_true")
+    ro.set_defaults(func=_reproduce)
     return parser
 
 

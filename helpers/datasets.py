@@ -1,0 +1,144 @@
+"""Synthetic GPT-2-like token files, laid out like the story's dataset.
+
+The real file (``train.safetensors`` of gpjt/fineweb-gpt2-tokens) holds one tensor, ``tokens``,
+dtype uint16, shape ``[10_248_871_837]`` (19.09 GiB). :func:`write_tokens` writes the same layout
+at any size, streaming in chunks so a file larger than RAM can be written, and never touches the
+network.
+
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "tokens.safetensors")
+>>> write_tokens(path, 1000).n_tokens
+1000
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from helpers.units import format_bytes, parse_size
+
+__all__ = ["GPT2_EOT", "GPT2_VOCAB", "REAL_DATASET_TOKENS", "TokenFile", "write_tokens"]
+
+GPT2_VOCAB = 50257
+GPT2_EOT = 50256  # <|endoftext|>, separates documents
+REAL_DATASET_TOKENS = 10_248_871_837  # train split of gpjt/fineweb-gpt2-tokens
+CHUNK_TOKENS = 1 << 22  # 8 MiB of uint16 per chunk; also the unit of determinism
+_PROGRESS_FROM = 256 * 2**20  # show a progress bar for files of 256 MiB or more
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    path: str
+    n_tokens: int
+    nbytes: int  # data bytes (n_tokens * 2)
+    file_bytes: int  # header included
+    header_bytes: int  # the 8-byte length prefix + JSON header
+    vocab_size: int
+    seed: int
+
+    def __str__(self) -> str:
+        return (f"{self.path}: {self.n_tokens:,} uint16 tokens, {format_bytes(self.nbytes)} "
+                f"of data ({format_bytes(self.file_bytes)} on disk)")
+
+
+def _header(n_tokens: int) -> bytes:
+    meta = {
+        "__metadata__": {"generator": "jax-device-kit", "format": "gpt2-uint16-tokens"},
+        "tokens": {"dtype": "U16", "shape": [n_tokens], "data_offsets": [0, 2 * n_tokens]},
+    }
+    raw = json.dumps(meta, separators=(",", ":")).encode()
+    raw += b" " * (-(len(raw) + 8) % 8)  # pad so the data starts 8-byte aligned
+    return struct.pack("<Q", len(raw)) + raw
+
+
+_TABLE_BITS = 20
+
+
+def _rank_table(vocab_size: int) -> np.ndarray:
+    """Inverse CDF of a Zipf(1.1) law over ranks, tabulated at 2**20 points: drawing a uniform
+    20-bit integer and looking it up gives a rank, fast (a gather) and deterministic."""
+    ranks = np.arange(1, vocab_size + 1, dtype=np.float64)
+    cdf = np.cumsum(ranks ** -1.1)
+    cdf /= cdf[-1]
+    points = (np.arange(1 << _TABLE_BITS, dtype=np.float64) + 0.5) / (1 << _TABLE_BITS)
+    return np.searchsorted(cdf, points).astype(np.uint16)
+
+
+def _chunk(index: int, n: int, vocab_size: int, seed: int, ids_by_rank: np.ndarray
+           ) -> np.ndarray:
+    """Token ids with a Zipf-like frequency (a few ids very common, a long tail), scattered
+    over the vocabulary by a fixed permutation, with an end-of-text token about every 1,000
+    tokens. Depends only on (seed, chunk index) for the fixed chunk size CHUNK_TOKENS, so the
+    same seed always gives the same file."""
+    rng = np.random.default_rng([seed, index])
+    ids = ids_by_rank[rng.integers(0, 1 << _TABLE_BITS, size=n, dtype=np.uint32)]
+    if vocab_size > GPT2_EOT:
+        ids[rng.integers(0, 1000, size=n, dtype=np.uint16) == 0] = GPT2_EOT
+    return ids
+
+
+def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: int = GPT2_VOCAB,
+                 seed: int = 0, progress: bool | None = None) -> TokenFile:
+    """Write ``n_tokens`` uint16 GPT-2-like token ids (or ``size`` bytes of them, e.g.
+    "1 GiB") to a safetensors file with one tensor ``tokens``. Deterministic for a seed.
+
+    The file is written to ``PATH.partial`` and renamed when complete, so an interrupted
+    write never leaves a truncated file under the real name.
+    """
+    if (n_tokens is None) == (size is None):
+        raise ValueError("give exactly one of n_tokens or size (e.g. size='1 GiB')")
+    if size is not None:
+        n_tokens = parse_size(size) // 2
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
+        raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}")
+    n_tokens = int(n_tokens)
+    if not 2 <= vocab_size <= 65536:
+        raise ValueError(f"vocab_size must be in [2, 65536] to fit uint16, got {vocab_size}")
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; give a file name such as "
+                                f"{path / 'train.safetensors'}")
+    if not path.parent.exists():
+        raise FileNotFoundError(f"folder {path.parent} does not exist; create it first")
+    header = _header(n_tokens)
+    nbytes = 2 * n_tokens
+    try:
+        free = os.statvfs(path.parent).f_bavail * os.statvfs(path.parent).f_frsize
+    except OSError:
+        free = None
+    if free is not None and len(header) + nbytes > free:
+        raise OSError(f"not enough disk space in {path.parent}: the file needs "
+                      f"{format_bytes(len(header) + nbytes)}, {format_bytes(free)} is free")
+    perm = np.random.default_rng([seed, 0xC0FFEE]).permutation(vocab_size).astype(np.uint16)
+    ids_by_rank = perm[_rank_table(vocab_size)]
+    show = progress if progress is not None else nbytes >= _PROGRESS_FROM
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=nbytes, unit="B", unit_scale=True, unit_divisor=1024,
+                   desc=f"writing {path.name}")
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "wb") as f:
+            f.write(header)
+            for index, start in enumerate(range(0, n_tokens, CHUNK_TOKENS)):
+                n = min(CHUNK_TOKENS, n_tokens - start)
+                f.write(_chunk(index, n, vocab_size, seed, ids_by_rank).tobytes())
+                if bar is not None:
+                    bar.update(2 * n)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return TokenFile(str(path), n_tokens, nbytes, len(header) + nbytes, len(header), vocab_size,
+                     seed)

@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import load_file
+
+from helpers import datasets
+
+
+def test_round_trip_with_safetensors_itself(tmp_path):
+    path = tmp_path / "t.safetensors"
+    tf = datasets.write_tokens(path, 100_003, seed=1)
+    tokens = load_file(str(path))["tokens"]
+    assert tokens.dtype == np.uint16 and tokens.shape == (100_003,)
+    assert tf.n_tokens == 100_003 and tf.nbytes == 200_006
+    assert tf.file_bytes == path.stat().st_size == tf.header_bytes + tf.nbytes
+    assert tf.header_bytes % 8 == 0  # data starts aligned
+    with safe_open(str(path), "numpy") as f:
+        assert f.keys() == ["tokens"] and f.get_slice("tokens").get_dtype() == "U16"
+
+
+def test_tokens_look_like_gpt2_ids(tmp_path):
+    path = tmp_path / "t.safetensors"
+    datasets.write_tokens(path, 2_000_000)
+    t = load_file(str(path))["tokens"]
+    counts = np.bincount(t, minlength=datasets.GPT2_VOCAB)
+    assert t.max() < datasets.GPT2_VOCAB
+    assert (counts > 0).sum() > 30_000  # a long tail over the vocabulary
+    assert counts.max() / t.size > 0.02  # a few ids are very common
+    assert 0.0005 < counts[datasets.GPT2_EOT] / t.size < 0.002  # documents of ~1000 tokens
+
+
+def test_deterministic_for_a_seed(tmp_path):
+    a, b, c = (tmp_path / n for n in ("a", "b", "c"))
+    datasets.write_tokens(a, 50_000, seed=7)
+    datasets.write_tokens(b, 50_000, seed=8)
+    datasets.write_tokens(c, 50_000, seed=7)
+    assert a.read_bytes() == c.read_bytes()
+    assert a.read_bytes() != b.read_bytes()
+
+
+def test_multi_chunk_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "CHUNK_TOKENS", 1000)
+    path = tmp_path / "t.safetensors"
+    datasets.write_tokens(path, 2_500, vocab_size=300)
+    t = load_file(str(path))["tokens"]
+    assert t.shape == (2_500,) and t.max() < 300
+    assert not np.array_equal(t[:1000], t[1000:2000])  # chunks differ
+
+
+def test_size_form_and_progress(tmp_path, capsys):
+    tf = datasets.write_tokens(tmp_path / "t.safetensors", size="1 MiB", progress=True)
+    assert tf.n_tokens == 2**19
+    assert "writing t.safetensors" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_tokens": 0}, "positive"), ({"n_tokens": -5}, "positive"), ({"n_tokens": 2.5}, "positive"),
+    ({"size": "lots"}, "cannot read 'lots'"), ({"size": "0 B"}, "greater than zero"),
+    ({}, "exactly one"), ({"n_tokens": 10, "size": "1 MiB"}, "exactly one"),
+    ({"n_tokens": 10, "vocab_size": 70_000}, "vocab_size"),
+])
+def test_bad_arguments(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        datasets.write_tokens(tmp_path / "t.safetensors", **kwargs)
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_bad_paths(tmp_path):
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        datasets.write_tokens(tmp_path, 10)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        datasets.write_tokens(tmp_path / "missing" / "t.safetensors", 10)
+
+
+def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(datasets, "_chunk", boom)
+    with pytest.raises(KeyboardInterrupt):
+        datasets.write_tokens(tmp_path / "t.safetensors", 10)
+    assert list(tmp_path.iterdir()) == []
