@@ -15,7 +15,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from helpers.units import format_bytes
 
-__all__ = ["STYLE", "memory_timeline", "snapshot_bars", "transfer_summary", "bytes_axis"]
+__all__ = ["STYLE", "bytes_axis", "memory_timeline", "request_vs_budget", "snapshot_bars",
+           "transfer_summary"]
 
 STYLE = str(resources.files("helpers") / "styles" / "kit.mplstyle")
 _UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B"))
@@ -187,4 +188,40 @@ def transfer_summary(log, *, title: str = "Transfers") -> Figure:
         ax_b.set_yticks([])
         if any(left_n):
             ax_n.legend(loc="lower right")
+    return fig
+
+
+def request_vs_budget(rows, *, title: str = "Requested bytes against the budget") -> Figure:
+    """One panel per case, each on its own binary-unit scale: the bytes a load requested
+    against the memory budget it had (and the device's whole memory, where given).
+
+    rows: iterable of dicts with ``label``, ``requested``, ``budget`` and optionally ``total``.
+    """
+    rows = list(rows)
+    if not rows:
+        raise ValueError("no rows to draw")
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(7.5, 1.35 * len(rows) + 0.6))
+        axes = fig.subplots(len(rows), 1, squeeze=False)[:, 0]
+        for i, (ax, r) in enumerate(zip(axes, rows, strict=True)):
+            peak = max(r["requested"], r["budget"], r.get("total") or 0)
+            factor, unit = bytes_axis(ax.xaxis, peak)
+            fits = r["requested"] <= r["budget"]
+            bars = [("requested", r["requested"], "C0" if fits else "C1"),
+                    ("budget", r["budget"], "C2")]
+            if r.get("total"):
+                bars.append(("device memory", r["total"], "0.8"))
+            for y, (name, value, color) in enumerate(bars):
+                ax.barh(-y, value / factor, color=color, height=0.7)
+                note = f"{format_bytes(value)}"
+                if name == "requested" and not fits:
+                    note += "  - does not fit"
+                ax.annotate(note, (value / factor, -y), xytext=(4, 0),
+                            textcoords="offset points", va="center", fontsize=8)
+            ax.set_yticks([-y for y in range(len(bars))], [b[0] for b in bars])
+            ax.set_xlim(0, peak * 1.45 / factor)
+            ax.set_xlabel(unit)
+            ax.grid(axis="x", alpha=0.3)
+            ax.grid(axis="y", visible=False)
+            ax.set_title(r["label"] if i else f"{title}\n{r['label']}", fontsize=10)
     return fig

@@ -74,3 +74,18 @@ def test_style_file_ships_with_the_package():
     import os
 
     assert os.path.exists(plotting.STYLE) and plotting.STYLE.endswith(".mplstyle")
+
+
+def test_request_vs_budget_colours_what_does_not_fit():
+    fig = plotting.request_vs_budget([
+        {"label": "story", "requested": 19 * 2**30, "budget": 18 * 2**30, "total": 24 * 2**30},
+        {"label": "fits", "requested": 2**20, "budget": 2 * 2**20},
+    ])
+    story, fits = fig.axes
+    assert [t.get_text() for t in story.get_yticklabels()] == [
+        "requested", "budget", "device memory"]
+    assert any("does not fit" in t.get_text() for t in story.texts)
+    assert not any("does not fit" in t.get_text() for t in fits.texts)
+    assert (story.get_xlabel(), fits.get_xlabel()) == ("GiB", "MiB")  # each on its own scale
+    with pytest.raises(ValueError):
+        plotting.request_vs_budget([])
