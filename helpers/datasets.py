@@ -14,6 +14,7 @@ network.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ import numpy as np
 
 from helpers.units import format_bytes, parse_size
 
-__all__ = ["GPT2_EOT", "GPT2_VOCAB", "REAL_DATASET_TOKENS", "TokenFile", "write_tokens"]
+__all__ = ["GPT2_EOT", "GPT2_VOCAB", "REAL_DATASET_TOKENS", "TokenFile", "open_tokens",
+           "write_tokens"]
 
 GPT2_VOCAB = 50257
 GPT2_EOT = 50256  # <|endoftext|>, separates documents
@@ -142,3 +144,34 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
             bar.close()
     return TokenFile(str(path), n_tokens, nbytes, len(header) + nbytes, len(header), vocab_size,
                      seed)
+
+
+_NUMPY_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
+                 "F16": "float16", "U32": "uint32", "I32": "int32", "F32": "float32",
+                 "U64": "uint64", "I64": "int64", "F64": "float64"}
+
+
+def open_tokens(path, name: str = "tokens") -> np.memmap:
+    """A read-only ``numpy.memmap`` of one tensor of a safetensors file: zero-copy, nothing
+    read until used, no JAX device involved. The header is validated first (helpers.oom), so
+    a truncated or corrupt file raises FileError naming the problem instead of mapping junk.
+
+    Pages the OS reads in count as *file-backed* resident memory, which the OS can drop again
+    under pressure, unlike the anonymous memory a full load allocates.
+    """
+    from helpers.oom import FileError, read_header
+
+    header, data_start = read_header(path)
+    if name not in header:
+        raise FileError(path, f"has no tensor named {name!r} (tensors: "
+                        f"{', '.join(sorted(header)) or 'none'})")
+    entry = header[name]
+    dtype = _NUMPY_DTYPES.get(entry["dtype"])
+    if dtype is None:
+        raise FileError(path, f"tensor {name!r} has dtype {entry['dtype']}, which NumPy cannot "
+                        "map directly", "load it with safetensors.numpy.load_file instead")
+    shape = tuple(entry["shape"])
+    start = data_start + entry["data_offsets"][0]
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype)  # mmap cannot map zero bytes
+    return np.memmap(path, dtype=dtype, mode="r", offset=start, shape=shape)

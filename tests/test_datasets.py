@@ -80,3 +80,30 @@ def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         datasets.write_tokens(tmp_path / "t.safetensors", 10)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_open_tokens_is_a_zero_copy_view_equal_to_the_load(tmp_path):
+    path = tmp_path / "t.safetensors"
+    datasets.write_tokens(path, 123_457, seed=3)
+    mm = datasets.open_tokens(path)
+    assert isinstance(mm, np.memmap) and mm.dtype == np.uint16 and mm.shape == (123_457,)
+    assert not mm.flags.writeable
+    np.testing.assert_array_equal(mm, load_file(str(path))["tokens"])
+
+
+def test_open_tokens_other_tensors_and_errors(tmp_path):
+    from safetensors.numpy import save_file
+
+    from helpers.oom import FileError
+
+    path = tmp_path / "m.safetensors"
+    save_file({"a": np.arange(6, dtype=np.int64).reshape(2, 3), "b": np.ones(4, np.float32)},
+              str(path))
+    np.testing.assert_array_equal(datasets.open_tokens(path, "a"), np.arange(6).reshape(2, 3))
+    with pytest.raises(FileError, match="no tensor named 'tokens'"):
+        datasets.open_tokens(path)
+    truncated = tmp_path / "cut.safetensors"
+    datasets.write_tokens(tmp_path / "full.safetensors", 1000)
+    truncated.write_bytes((tmp_path / "full.safetensors").read_bytes()[:-10])
+    with pytest.raises(FileError, match="past its end"):
+        datasets.open_tokens(truncated)
