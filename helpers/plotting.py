@@ -15,7 +15,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from helpers.units import format_bytes
 
-__all__ = ["STYLE", "bytes_axis", "memory_timeline", "request_vs_budget", "snapshot_bars",
+__all__ = ["STYLE", "bytes_axis", "load_strategies", "memory_timeline", "request_vs_budget",
+           "snapshot_bars",
            "transfer_summary"]
 
 STYLE = str(resources.files("helpers") / "styles" / "kit.mplstyle")
@@ -224,4 +225,44 @@ def request_vs_budget(rows, *, title: str = "Requested bytes against the budget"
             ax.grid(axis="x", alpha=0.3)
             ax.grid(axis="y", visible=False)
             ax.set_title(r["label"] if i else f"{title}\n{r['label']}", fontsize=10)
+    return fig
+
+
+def load_strategies(measurements, *, title: str = "Loading the token file four ways") -> Figure:
+    """Two panels per strategy: wall time, and peak memory above the baseline split into
+    anonymous and file-backed RSS, with accelerator bytes written beside each bar.
+    ``measurements``: LoadMeasurement objects or their dicts (medians, one per strategy)."""
+    rows = [m.to_dict() if hasattr(m, "to_dict") else dict(m) for m in measurements]
+    if not rows:
+        raise ValueError("no measurements to draw")
+    names = [r["strategy"] for r in rows]
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(7.5, 0.55 * len(rows) + 1.6))
+        ax_t, ax_m = fig.subplots(1, 2)
+        ys = list(range(len(rows)))[::-1]
+        ax_t.barh(ys, [r["seconds"] for r in rows], color="C0")
+        for y, r in zip(ys, rows, strict=True):
+            ax_t.annotate(f"{r['seconds']:.2f} s", (r["seconds"], y), xytext=(3, 0),
+                          textcoords="offset points", va="center", fontsize=8)
+        ax_t.set_yticks(ys, names)
+        ax_t.set_xlabel("seconds (load + one full read)")
+        ax_t.set_xlim(0, max(r["seconds"] for r in rows) * 1.3)
+        peak = max(r["peak_anon_bytes"] + r["peak_file_bytes"] for r in rows) or 1
+        factor, unit = bytes_axis(ax_m.xaxis, peak)
+        anon = [r["peak_anon_bytes"] / factor for r in rows]
+        file = [r["peak_file_bytes"] / factor for r in rows]
+        ax_m.barh(ys, anon, color="0.25", label="anonymous")
+        ax_m.barh(ys, file, left=anon, color="0.65", label="file-backed")
+        for y, r, a, f in zip(ys, rows, anon, file, strict=True):
+            ax_m.annotate(f"{r['peak_anon_bytes'] / r['file_bytes']:.1f}x file anon; "
+                          f"accel +{format_bytes(r['accelerator_bytes'])}", (a + f, y),
+                          xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        ax_m.set_yticks([])
+        ax_m.set_xlim(0, peak * 1.9 / factor)
+        ax_m.set_xlabel(f"peak host memory above baseline ({unit})")
+        ax_m.legend(loc="lower right")
+        for ax in (ax_t, ax_m):
+            ax.grid(axis="x", alpha=0.3)
+            ax.grid(axis="y", visible=False)
+        ax_t.set_title(title)
     return fig
