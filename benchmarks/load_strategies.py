@@ -48,7 +48,8 @@ def main(argv=None) -> dict:
     checksums = {m.checksum for m in runs}
     flax, mm = by["flax_ctx"], by["memmap"]
     ratios = {
-        "time_flax_over_memmap": median(a.seconds / b.seconds for a, b in zip(flax, mm, strict=True)),
+        "time_flax_over_memmap": median(
+            a.seconds / b.seconds for a, b in zip(flax, mm, strict=True)),
         "peak_anon_flax_over_memmap_total": median(
             a.peak_anon_bytes / max(1, b.peak_anon_bytes + b.peak_file_bytes)
             for a, b in zip(flax, mm, strict=True)),
@@ -62,8 +63,9 @@ def main(argv=None) -> dict:
           "medians:")
     for r in rows:
         print(f"  {r['strategy']:<11} {r['seconds']:7.3f} s  "
-              f"anon +{format_bytes(r['peak_anon_bytes']):>11}  file +{format_bytes(r['peak_file_bytes']):>11}  accelerator "
-              f"+{format_bytes(r['accelerator_bytes'])}")
+              f"anon +{format_bytes(r['peak_anon_bytes']):>11}  "
+              f"file +{format_bytes(r['peak_file_bytes']):>11}  "
+              f"accelerator +{format_bytes(r['accelerator_bytes'])}")
     print(f"flax/memmap: time x{ratios['time_flax_over_memmap']:.1f}, peak anonymous memory "
           f"{ratios['peak_anon_flax_over_file']:.1f}x the file.  -> {out}")
     return payload
