@@ -6,6 +6,10 @@ LAB_ARGS ?=
 STAMP  := $(VENV)/.jax-device-kit-installed
 # JupyterLab refuses to start as root (containers, CI) unless told so explicitly.
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+# every notebook under nbval, lax mode, stderr left out (tests/nbval_hooks.py)
+NBVAL = $(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax \
+	--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	--nbval-cell-timeout=300 notebooks
 
 .PHONY: lab test unit nbval lint doctor notebooks bench clean venv
 
@@ -25,16 +29,14 @@ lab: $(STAMP)
 ## make test: unit tests, every notebook under nbval, and ruff
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax --nbval-current-env \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 notebooks
+	$(NBVAL)
 	$(BIN)/ruff check helpers tests benchmarks notebooks
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
 nbval: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax --nbval-current-env \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 notebooks
+	$(NBVAL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check helpers tests benchmarks notebooks

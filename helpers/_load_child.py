@@ -4,6 +4,7 @@ Prints one JSON line with the measurement.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -59,7 +60,7 @@ def main() -> int:
         "strategy": strategy, "seconds": seconds,
         "peak_anon_bytes": max(anon) - base_anon, "peak_file_bytes": max(file) - base_file,
         "accelerator_bytes": after_load - start.devices[0].bytes_in_use,  # the load's own
-        "file_bytes": __import__("os").path.getsize(path), "checksum": checksum,
+        "file_bytes": os.path.getsize(path), "checksum": checksum,
         "landed_on": landed, "stand_in": roles.stand_in,
     }))
     return 0

@@ -1,7 +1,6 @@
 """Child process for helpers.oom.reproduce: the story's load, under a cap. Not for direct use.
 
-Writes a JSON result to --out. Runs as a script (not `-m`), so the parent's kernel never
-imports JAX state from here.
+Writes a JSON result to --out. Run as `python -m helpers._oom_child`, in a fresh process.
 """
 
 import argparse
@@ -21,12 +20,9 @@ def _vm_size() -> int:
 
 
 def _bytes_in_use(device) -> int:
-    stats = device.memory_stats()
-    if stats and "bytes_in_use" in stats:
-        return int(stats["bytes_in_use"])
-    import jax
+    from helpers import memory
 
-    return sum(a.nbytes for a in jax.live_arrays() if a.devices() == {device})
+    return memory.snapshot([device]).devices[0].bytes_in_use
 
 
 def main() -> int:

@@ -111,7 +111,8 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
     header = _header(n_tokens)
     nbytes = 2 * n_tokens
     try:
-        free = os.statvfs(path.parent).f_bavail * os.statvfs(path.parent).f_frsize
+        fs = os.statvfs(path.parent)
+        free = fs.f_bavail * fs.f_frsize
     except OSError:
         free = None
     if free is not None and len(header) + nbytes > free:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import jax
 import psutil
 
-__all__ = ["DeviceMemory", "HostMemory", "MemorySnapshot", "MemoryTrace", "snapshot", "track"]
+__all__ = ["DeviceMemory", "HostMemory", "MemorySnapshot", "MemoryTrace", "samples_to_dict",
+           "snapshot", "track"]
 
 ALLOCATOR = "allocator"
 LIVE_ARRAYS = "live arrays"
@@ -208,6 +209,35 @@ def snapshot(devices=None) -> MemorySnapshot:
 
 
 # --- tracking -----------------------------------------------------------------------------
+def _rate(times) -> float:
+    """Samples per second over a series of sample times."""
+    return (len(times) - 1) / times[-1] if len(times) > 1 and times[-1] > 0 else 0.0
+
+
+def samples_to_dict(samples, *, t0: float | None = None, marks=(), interval=None) -> dict:
+    """Series from a sequence of snapshots, as plain data for renderers (times in seconds from
+    ``t0``, default the first sample). Used by MemoryTrace.to_dict and the live widget."""
+    samples = tuple(samples)
+    if t0 is None:
+        t0 = samples[0].time if samples else 0.0
+    times = [s.time - t0 for s in samples]
+    names = [d.device for d in samples[0].devices] if samples else []
+    last = samples[-1].devices if samples else ()
+    return {
+        "interval": interval,
+        "achieved_hz": _rate(times),
+        "times": times,
+        "devices": {n: [s.devices[i].bytes_in_use for s in samples]
+                    for i, n in enumerate(names)},
+        "limits": {d.device: d.limit_bytes for d in last},
+        "sources": {d.device: d.source for d in last},
+        "host_anon": [s.host.anon for s in samples],
+        "host_file": [s.host.file for s in samples],
+        "host_rss": [s.host.rss for s in samples],
+        "marks": [list(m) for m in marks],
+    }
+
+
 class MemoryTrace:
     """Samples collected by :func:`track`. Add named marks with ``trace.mark("loaded")``.
 
@@ -285,8 +315,7 @@ class MemoryTrace:
     def achieved_hz(self) -> float:
         """Samples per second actually taken. Lower than 1/interval when the sampler thread
         cannot get the GIL, e.g. a loop of many small CPU computations (see README)."""
-        t = self.times
-        return (len(t) - 1) / t[-1] if len(t) > 1 and t[-1] > 0 else 0.0
+        return _rate(self.times)
 
     def peak(self, device) -> int:
         """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device)."""
@@ -303,18 +332,8 @@ class MemoryTrace:
 
     def to_dict(self) -> dict:
         """Plain data: everything a renderer needs."""
-        return {
-            "interval": self.interval,
-            "achieved_hz": self.achieved_hz,
-            "times": list(self.times),
-            "devices": {n: list(v) for n, v in self.device_bytes.items()},
-            "limits": self.limits,
-            "sources": self.sources,
-            "host_anon": list(self.host_anon),
-            "host_file": list(self.host_file),
-            "host_rss": list(self.host_rss),
-            "marks": [list(m) for m in self.marks],
-        }
+        return samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
+                               interval=self.interval)
 
     def __repr__(self) -> str:
         return (f"MemoryTrace({len(self.samples)} samples over "

@@ -230,8 +230,8 @@ def preflight(path, *, device=None) -> Preflight:
         from safetensors import safe_open
 
         with safe_open(str(path), framework="numpy") as f:
-            lib = {k: (f.get_slice(k).get_dtype(), list(f.get_slice(k).get_shape()))
-                   for k in f.keys()}
+            slices = {k: f.get_slice(k) for k in f.keys()}
+            lib = {k: (s.get_dtype(), list(s.get_shape())) for k, s in slices.items()}
     except Exception as err:
         raise FileError(path, f"safetensors refuses it: {err}") from None
     tensors = []
@@ -298,7 +298,6 @@ class Reproduction:
         printer.text(str(self))
 
 
-_CHILD = Path(__file__).with_name("_oom_child.py")
 
 
 def _gpu_total_bytes() -> int | None:
@@ -336,7 +335,8 @@ def _run_child(args: list[str], env: dict, timeout: float) -> tuple[dict | None,
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as out:
         out_path = out.name
     try:
-        proc = subprocess.run([sys.executable, str(_CHILD), *args, "--out", out_path], env=env,
+        proc = subprocess.run([sys.executable, "-m", "helpers._oom_child", *args,
+                               "--out", out_path], env=env,
                               capture_output=True, text=True, timeout=timeout)
         text = Path(out_path).read_text()
         return (json.loads(text) if text.strip() else None), proc.returncode, proc.stderr
@@ -374,12 +374,12 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
         path = folder / f"tokens-{n}.safetensors"
         if not path.exists():
             write_tokens(path, n)
-    info = preflight(path, device="cpu")  # validates the file; no JAX device memory touched
-    (tokens,) = [t for t in info.tensors if t.name == "tokens"] or [None]
-    if tokens is None:
+    header, _ = read_header(path)  # validates the file, reads no data
+    if "tokens" not in header:
         raise FileError(path, "has no tensor named 'tokens'",
                         "the reproduction loads the story's `tokens` tensor")
-    requested = tokens.nbytes
+    start, end = header["tokens"]["data_offsets"]
+    requested = end - start
     env = {k: v for k, v in os.environ.items()
            if k not in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")}
     env["PYTHONUNBUFFERED"] = "1"

@@ -44,9 +44,9 @@ def _scaled(values, factor):
 
 
 def _figure(**kwargs) -> Figure:
-    with matplotlib.style.context(STYLE):
-        fig = Figure(**kwargs)
-        fig.set_layout_engine("constrained")
+    """A pyplot-free Figure; callers hold ``matplotlib.style.context(STYLE)`` around it."""
+    fig = Figure(**kwargs)
+    fig.set_layout_engine("constrained")
     return fig
 
 
@@ -155,34 +155,32 @@ def transfer_summary(log, *, title: str = "Transfers") -> Figure:
     rows = log.summary() if hasattr(log, "summary") else list(log)
     directions = ["host->device", "device->device", "device->host"]
     kinds = [(True, "explicit", "C0"), (False, "implicit", "C1"), (None, "unknown", "0.6")]
+    def per_direction(key, flag):
+        return [sum(r[key] for r in rows if r["direction"] == d and r["explicit"] is flag)
+                for d in directions]
+
+    stacks = [(name, color, per_direction("count", flag), per_direction("bytes", flag))
+              for flag, name, color in kinds]
+    stacks = [s for s in stacks if any(s[2])]
+    max_b = max([1] + [sum(s[3][i] for s in stacks) for i in range(len(directions))])
     with matplotlib.style.context(STYLE):
         fig = _figure(figsize=(7.5, 2.8))
         ax_n, ax_b = fig.subplots(1, 2)
+        factor, unit = bytes_axis(ax_b.xaxis, max_b)
         left_n = [0] * 3
-        left_b = [0] * 3
-        max_b = 1
-        for flag, name, color in kinds:
-            counts = [sum(r["count"] for r in rows if r["direction"] == d and r["explicit"] is flag)
-                      for d in directions]
-            sizes = [sum(r["bytes"] for r in rows if r["direction"] == d and r["explicit"] is flag)
-                     for d in directions]
-            if not any(counts):
-                continue
+        left_b = [0.0] * 3
+        for name, color, counts, sizes in stacks:
+            scaled = [b / factor for b in sizes]
             ax_n.barh(directions, counts, left=left_n, color=color, label=name)
-            ax_b.barh(directions, sizes, left=left_b, color=color, label=name)
+            ax_b.barh(directions, scaled, left=left_b, color=color, label=name)
             left_n = [a + b for a, b in zip(left_n, counts, strict=True)]
-            left_b = [a + b for a, b in zip(left_b, sizes, strict=True)]
-            max_b = max(max_b, max(left_b))
+            left_b = [a + b for a, b in zip(left_b, scaled, strict=True)]
         for ax in (ax_n, ax_b):
             ax.invert_yaxis()
             ax.grid(axis="x", alpha=0.3)
             ax.grid(axis="y", visible=False)
         ax_n.set_title(f"{title}: count")
         ax_n.xaxis.set_major_locator(MaxNLocator(integer=True))
-        factor, unit = bytes_axis(ax_b.xaxis, max_b)
-        for patch in ax_b.patches:  # bars were drawn in bytes: rescale to the unit
-            patch.set_x(patch.get_x() / factor)
-            patch.set_width(patch.get_width() / factor)
         ax_b.set_xlim(0, max_b * 1.05 / factor)
         ax_b.set_title("known bytes")
         ax_b.set_xlabel(unit)

@@ -119,19 +119,7 @@ class MemoryMonitor(widgets.VBox):
     def _timeline_png(self, samples) -> bytes:
         from helpers import plotting
 
-        t0 = samples[0].time
-        names = [d.device for d in samples[0].devices]
-        data = {
-            "times": [s.time - t0 for s in samples],
-            "devices": {n: [s.devices[i].bytes_in_use for s in samples]
-                        for i, n in enumerate(names)},
-            "limits": {d.device: d.limit_bytes for d in samples[-1].devices},
-            "sources": {d.device: d.source for d in samples[-1].devices},
-            "host_anon": [s.host.anon for s in samples],
-            "host_file": [s.host.file for s in samples],
-            "host_rss": [s.host.rss for s in samples],
-            "marks": [],
-        }
+        data = memory.samples_to_dict(samples)
         fig = plotting.memory_timeline(data, title="Live memory")
         fig.set_size_inches(6.4, 2.6)
         buf = io.BytesIO()
