@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -13,29 +11,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> dict:
-    """What ran the benchmark: CPU model and cores, memory, JAX backend and device kind."""
-    import jax
-    import psutil
+    """What ran the benchmark (see helpers.machine.describe)."""
+    from helpers import machine as _machine
 
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    dev = jax.devices()[0]
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "device_kind": dev.device_kind,
-        "python": platform.python_version(),
-    }
+    return _machine.describe()
 
 
 def median(xs) -> float:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import median, write  # noqa: E402
+from _common import write  # noqa: E402
 
 from helpers import datasets, loading, plotting  # noqa: E402
 from helpers.units import format_bytes  # noqa: E402
@@ -31,43 +31,18 @@ def main(argv=None) -> dict:
         path = Path(tmp) / "train.safetensors"
         datasets.write_tokens(path, size=args.size, progress=False)
         runs = loading.measure_all(path, repeats=args.repeats)
-    by = {}
-    for m in runs:
-        by.setdefault(m.strategy, []).append(m)
-    rows = []
-    for name, ms in by.items():
-        rows.append({
-            "strategy": name, "description": ms[0].description,
-            "seconds": median(m.seconds for m in ms),
-            "peak_anon_bytes": int(median(m.peak_anon_bytes for m in ms)),
-            "peak_file_bytes": int(median(m.peak_file_bytes for m in ms)),
-            "accelerator_bytes": int(median(m.accelerator_bytes for m in ms)),
-            "file_bytes": ms[0].file_bytes, "landed_on": ms[0].landed_on,
-            "stand_in": ms[0].stand_in, "runs": len(ms),
-        })
+    rows = loading.medians(runs)
     checksums = {m.checksum for m in runs}
-    flax, mm = by["flax_ctx"], by["memmap"]
-    ratios = {
-        "time_flax_over_memmap": median(
-            a.seconds / b.seconds for a, b in zip(flax, mm, strict=True)),
-        "peak_anon_flax_over_memmap_total": median(
-            a.peak_anon_bytes / max(1, b.peak_anon_bytes + b.peak_file_bytes)
-            for a, b in zip(flax, mm, strict=True)),
-        "peak_anon_flax_over_file": median(a.peak_anon_bytes / a.file_bytes for a in flax),
-    }
+    ratios = loading.ratios(runs)
     payload = {"file_bytes": rows[0]["file_bytes"], "repeats": args.repeats,
                "same_checksum_everywhere": len(checksums) == 1, "medians": rows,
                "ratios": ratios, "runs": [m.to_dict() for m in runs]}
     out = write("load_strategies", payload, fig=plotting.load_strategies(rows))
     print(f"file {format_bytes(payload['file_bytes'])}, {args.repeats} interleaved rounds, "
           "medians:")
-    for r in rows:
-        print(f"  {r['strategy']:<11} {r['seconds']:7.3f} s  "
-              f"anon +{format_bytes(r['peak_anon_bytes']):>11}  "
-              f"file +{format_bytes(r['peak_file_bytes']):>11}  "
-              f"accelerator +{format_bytes(r['accelerator_bytes'])}")
-    print(f"flax/memmap: time x{ratios['time_flax_over_memmap']:.1f}, peak anonymous memory "
-          f"{ratios['peak_anon_flax_over_file']:.1f}x the file.  -> {out}")
+    print(loading.table(rows))
+    print(f"flax/memmap: time x{ratios['time_flax_ctx_over_memmap']:.1f}, peak anonymous memory "
+          f"{ratios['peak_anon_flax_ctx_over_file']:.1f}x the file.  -> {out}")
     return payload
 
 

@@ -16,11 +16,12 @@ doing nothing.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-__all__ = ["STRATEGIES", "LoadMeasurement", "measure", "measure_all"]
+__all__ = ["STRATEGIES", "LoadMeasurement", "measure", "measure_all", "medians", "ratios", "table"]
 
 STRATEGIES = {
     "flax_ctx": "safetensors.flax.load_file under jax.default_device(host)",
@@ -72,3 +73,57 @@ def measure_all(path, strategies=None, *, repeats: int = 1) -> list[LoadMeasurem
         for name in names:
             out.append(measure(path, name))
     return out
+
+
+def medians(measurements) -> list[dict]:
+    """One row per strategy (in first-seen order): the median of each number over its runs,
+    plus ``runs``. Input: LoadMeasurement objects or their dicts."""
+    by: dict[str, list[dict]] = {}
+    for m in measurements:
+        d = m.to_dict() if hasattr(m, "to_dict") else dict(m)
+        by.setdefault(d["strategy"], []).append(d)
+    if not by:
+        raise ValueError("no measurements to summarise")
+    rows = []
+    for name, ds in by.items():
+        row = {"strategy": name, "description": ds[0]["description"]}
+        row["seconds"] = statistics.median(d["seconds"] for d in ds)
+        for key in ("peak_anon_bytes", "peak_file_bytes", "accelerator_bytes"):
+            row[key] = int(statistics.median(d[key] for d in ds))
+        row.update(file_bytes=ds[0]["file_bytes"], landed_on=ds[0]["landed_on"],
+                   stand_in=ds[0]["stand_in"], runs=len(ds))
+        rows.append(row)
+    return rows
+
+
+def ratios(measurements, slow: str = "flax_ctx", fast: str = "memmap") -> dict:
+    """Paired ratios between two strategies, the median over rounds (run i of ``slow`` with run
+    i of ``fast``): time, and peak anonymous memory of ``slow`` over the file size."""
+    ds = [m.to_dict() if hasattr(m, "to_dict") else dict(m) for m in measurements]
+    a = [d for d in ds if d["strategy"] == slow]
+    b = [d for d in ds if d["strategy"] == fast]
+    if not a or len(a) != len(b):
+        raise ValueError(f"need the same number (≥ 1) of {slow!r} and {fast!r} runs, "
+                         f"got {len(a)} and {len(b)}")
+    return {
+        f"time_{slow}_over_{fast}": statistics.median(
+            x["seconds"] / y["seconds"] for x, y in zip(a, b, strict=True)),
+        f"peak_anon_{slow}_over_file": statistics.median(
+            x["peak_anon_bytes"] / x["file_bytes"] for x in a),
+        f"peak_anon_{fast}_over_file": statistics.median(
+            y["peak_anon_bytes"] / y["file_bytes"] for y in b),
+    }
+
+
+def table(rows) -> str:
+    """A plain-text table of :func:`medians` rows (fixed-width, for notebooks and logs)."""
+    from helpers.units import format_bytes as fb
+
+    lines = [f"{'strategy':<11} {'seconds':>8} {'peak anon':>11} {'x file':>7} "
+             f"{'peak file':>11} {'accelerator':>12}  lands on"]
+    for r in rows:
+        lines.append(
+            f"{r['strategy']:<11} {r['seconds']:>8.2f} {fb(r['peak_anon_bytes']):>11} "
+            f"{r['peak_anon_bytes'] / r['file_bytes']:>7.2f} {fb(r['peak_file_bytes']):>11} "
+            f"{'+' + fb(r['accelerator_bytes']):>12}  {r['landed_on']}")
+    return "\n".join(lines)

@@ -49,3 +49,39 @@ def test_bad_inputs(tmp_path, token_path):
         loading.measure(token_path, "telepathy")
     with pytest.raises(FileError, match="no such file"):
         loading.measure(tmp_path / "nope", "memmap")
+
+
+def _fake(strategy, seconds, anon, file_bytes=100, **kw):
+    return {"strategy": strategy, "description": strategy, "seconds": seconds,
+            "peak_anon_bytes": anon, "peak_file_bytes": kw.get("file", 0),
+            "accelerator_bytes": 0, "file_bytes": file_bytes, "checksum": 1,
+            "landed_on": "host (NumPy)", "stand_in": True}
+
+
+def test_medians_and_ratios_are_per_strategy_medians():
+    runs = [_fake("flax_ctx", 10, 400), _fake("memmap", 1, 1),
+            _fake("flax_ctx", 30, 200), _fake("memmap", 2, 3),
+            _fake("flax_ctx", 20, 300), _fake("memmap", 4, 2)]
+    rows = loading.medians(runs)
+    assert [r["strategy"] for r in rows] == ["flax_ctx", "memmap"]
+    assert rows[0]["seconds"] == 20 and rows[0]["peak_anon_bytes"] == 300 and rows[0]["runs"] == 3
+    assert rows[1]["seconds"] == 2 and rows[1]["peak_anon_bytes"] == 2
+    r = loading.ratios(runs)
+    assert r["time_flax_ctx_over_memmap"] == 10  # pairs: 10/1, 15, 5 -> median 10
+    assert r["peak_anon_flax_ctx_over_file"] == 3.0
+    text = loading.table(rows)
+    assert text.splitlines()[1].split()[:2] == ["flax_ctx", "20.00"]
+    with pytest.raises(ValueError, match="same number"):
+        loading.ratios(runs[:3])
+    with pytest.raises(ValueError, match="no measurements"):
+        loading.medians([])
+
+
+def test_machine_is_named():
+    from helpers import machine
+
+    info = machine.describe()
+    assert info["cores"] >= 1 and info["memory_bytes"] > 0
+    assert machine.name(info).startswith("CPU only: ") == (info["backend"] == "cpu")
+    gpu = dict(info, backend="gpu", device_kind="NVIDIA H100 80GB HBM3")
+    assert machine.name(gpu).startswith("NVIDIA H100 80GB HBM3 (gpu) on ")
