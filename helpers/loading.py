@@ -16,6 +16,7 @@ doing nothing.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -55,8 +56,11 @@ def measure(path, strategy: str, *, timeout: float = 600) -> LoadMeasurement:
     from helpers.oom import read_header
 
     read_header(path)  # clear error for a bad file, before starting a child
+    # No GPU preallocation in the child: it only needs a few bytes there, and the parent (a
+    # notebook kernel) may already hold JAX's default 75% pool on the same GPU.
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     proc = subprocess.run([sys.executable, "-m", "helpers._load_child", str(path), strategy],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"the {strategy} load failed in its child process: {tail}")

@@ -51,12 +51,14 @@ def _figure(**kwargs) -> Figure:
 
 
 def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
-                    host: bool = True) -> Figure:
+                    host: bool = True, labels=None) -> Figure:
     """Step lines per device and host anonymous/file-backed RSS, marks as vertical lines,
     each known device limit as a dashed line. ``trace``: a MemoryTrace or its ``to_dict()``.
 
     devices: names to draw (default: every device whose bytes changed or are non-zero).
+    labels: optional {device name or jax.Device: role}, e.g. {acc: "accelerator (stand-in)"}.
     """
+    roles = {str(k): v for k, v in (labels or {}).items()}
     data = trace.to_dict() if hasattr(trace, "to_dict") else dict(trace)
     times = data["times"]
     if len(times) < 1:
@@ -82,7 +84,8 @@ def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
         for name in names:
             src = data["sources"].get(name, "")
             line, = ax.step(times, _scaled(series[name], factor), where="post",
-                            label=f"{name} ({src})")
+                            label=f"{name} {roles[name]} ({src})" if name in roles
+                            else f"{name} ({src})")
             limit = data["limits"].get(name)
             if limit:
                 ax.axhline(limit / factor, linestyle="--", color=line.get_color(), linewidth=1,
@@ -151,7 +154,8 @@ def snapshot_bars(snap, *, title: str = "Memory now") -> Figure:
 
 
 def transfer_summary(log, *, title: str = "Transfers") -> Figure:
-    """Two panels: number of transfers and known bytes, per direction, explicit vs implicit."""
+    """Two panels: number of transfers and known bytes, per direction, explicit vs implicit.
+    Transfers whose size JAX did not log (jit's fast path) are written beside the bytes bar."""
     rows = log.summary() if hasattr(log, "summary") else list(log)
     directions = ["host->device", "device->device", "device->host"]
     kinds = [(True, "explicit", "C0"), (False, "implicit", "C1"), (None, "unknown", "0.6")]
@@ -179,10 +183,17 @@ def transfer_summary(log, *, title: str = "Transfers") -> Figure:
             ax.invert_yaxis()
             ax.grid(axis="x", alpha=0.3)
             ax.grid(axis="y", visible=False)
-        ax_n.set_title(f"{title}: count")
+        unknown = [sum(r.get("unknown_size", 0) for r in rows if r["direction"] == d)
+                   for d in directions]
+        for y, (n, b) in enumerate(zip(unknown, left_b, strict=True)):
+            if n:
+                ax_b.annotate(f"+ {n} of unknown size", (b, y), xytext=(3, 0),
+                              textcoords="offset points", va="center", fontsize=8, color="0.3")
+        fig.suptitle(title, x=0.02, ha="left", fontweight="bold")
+        ax_n.set_title("count", loc="left", fontweight="normal")
         ax_n.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax_b.set_xlim(0, max_b * 1.05 / factor)
-        ax_b.set_title("known bytes")
+        ax_b.set_title("known bytes", loc="left", fontweight="normal")
         ax_b.set_xlabel(unit)
         ax_b.set_yticks([])
         if any(left_n):

@@ -29,6 +29,8 @@ def test_timeline_is_a_figure_with_marks_and_binary_units(trace):
     assert "host anonymous" in labels or "host RSS" in labels
     assert ax.get_ylabel() in ("B", "KiB", "MiB", "GiB")
     assert any(t.get_text() == "loaded" for t in ax.texts)
+    named = plotting.memory_timeline(trace, devices=["cpu:1"], labels={jax.devices()[1]: "host"})
+    assert named.axes[0].get_legend().get_texts()[0].get_text().startswith("cpu:1 host (")
 
 
 def test_timeline_from_plain_dict_draws_limit_line():
@@ -68,6 +70,10 @@ def test_transfer_summary():
     assert len(fig.axes) == 2
     widths = [p.get_width() for p in fig.axes[0].patches]
     assert widths == [1, 0, 0]  # one explicit host->device
+    rows = [{"direction": "host->device", "explicit": False, "count": 5, "bytes": 0,
+             "unknown_size": 5}]
+    fig = plotting.transfer_summary(rows, title="jit fast path")
+    assert any(t.get_text() == "+ 5 of unknown size" for t in fig.axes[1].texts)
 
 
 def test_style_file_ships_with_the_package():
