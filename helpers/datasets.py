@@ -24,7 +24,7 @@ import numpy as np
 
 from helpers.units import format_bytes, parse_size
 
-__all__ = ["GPT2_EOT", "GPT2_VOCAB", "REAL_DATASET_TOKENS", "TokenFile", "open_tokens",
+__all__ = ["GPT2_EOT", "GPT2_VOCAB", "REAL_DATASET_TOKENS", "TokenFile", "batches", "open_tokens",
            "write_tokens"]
 
 GPT2_VOCAB = 50257
@@ -176,3 +176,16 @@ def open_tokens(path, name: str = "tokens") -> np.memmap:
     if math.prod(shape) == 0:
         return np.empty(shape, dtype)  # mmap cannot map zero bytes
     return np.memmap(path, dtype=dtype, mode="r", offset=start, shape=shape)
+
+
+def batches(tokens, batch_size: int, seq_len: int, *, device=None, prefetch: int = 2,
+            seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False):
+    """Random ``(batch_size, seq_len)`` token windows on ``device``, prepared ``prefetch``
+    batches ahead. ``tokens``: a 1-D array/memmap or a path to a token file (opened with
+    :func:`open_tokens`). Returns a :class:`helpers.feeding.Batches` iterator; see there."""
+    from helpers.feeding import Batches
+
+    if isinstance(tokens, (str, os.PathLike)):
+        tokens = open_tokens(tokens)
+    return Batches(tokens, batch_size, seq_len, device=device, prefetch=prefetch, seed=seed,
+                   steps=steps, dtype=dtype, pinned=pinned)

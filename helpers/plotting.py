@@ -275,3 +275,87 @@ def load_strategies(measurements, *, title: str = "Loading the token file four w
             ax.grid(axis="y", visible=False)
         ax_t.set_title(title)
     return fig
+
+
+def feeding(rows, *, title: str = "Feeding the accelerator") -> Figure:
+    """Throughput (GB/s, log-log) against batch size, one line per variant (naive, kit, …,
+    bound). ``rows``: dicts with ``batch_bytes`` and ``gbps`` ({variant: GB/s})."""
+    rows = [dict(r) for r in rows]
+    if not rows:
+        raise ValueError("no rows to draw")
+    sizes = [r["batch_bytes"] for r in rows]
+    styles = {"bound": dict(color="0.3", linestyle="--"), "naive": dict(color="C1"),
+              "kit": dict(color="C0", linewidth=2.2), "kit_no_prefetch": dict(color="C0",
+                                                                               linestyle=":")}
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(6.5, 3.6))
+        ax = fig.add_subplot()
+        for name in rows[0]["gbps"]:
+            ax.plot(sizes, [r["gbps"][name] for r in rows], marker="o", label=name,
+                    **styles.get(name, {}))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [format_bytes(s).replace(".00", "") for s in sizes], fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("batch size (uint16 tokens)")
+        ax.set_ylabel("GB/s")
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def allocator_settings(measurements, *, title: str = "What each allocator setting holds") -> Figure:
+    """Per setting, three bars: what the driver says the process holds (nvidia-smi), the
+    allocator's limit, and the bytes live arrays use; the GPU's total as a dashed line.
+    ``measurements``: AllocatorMeasurement objects or their dicts."""
+    rows = [m.to_dict() if hasattr(m, "to_dict") else dict(m) for m in measurements]
+    if not rows:
+        raise ValueError("no measurements to draw")
+    bars = [("driver_used_bytes", "held (nvidia-smi)", "C3"),
+            ("bytes_limit", "allocator limit", "0.6"),
+            ("bytes_in_use", "in use by arrays", "C0")]
+    total = max((r.get("total_bytes") or 0) for r in rows)
+    peak = max([total, 1] + [r.get(k) or 0 for r in rows for k, _, _ in bars])
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(7.0, 0.8 * len(rows) + 1.4))
+        ax = fig.add_subplot()
+        factor, unit = bytes_axis(ax.xaxis, peak)
+        height = 0.8 / len(bars)
+        for i, (key, label, color) in enumerate(bars):
+            ys = [len(rows) - 1 - j + (1 - i) * height for j in range(len(rows))]
+            ax.barh(ys, [(r.get(key) or 0) / factor for r in rows], height=height,
+                    color=color, label=label)
+        if total:
+            ax.axvline(total / factor, color="0.2", linestyle="--", linewidth=1,
+                       label=f"GPU total {format_bytes(total)}")
+        ax.set_yticks(range(len(rows))[::-1], [r["setting"] + ("" if r.get("ok", True)
+                                                               else " (failed)") for r in rows])
+        ax.set_xlabel(unit)
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def pipeline_timeline(runs, *, title: str = "Where the time goes") -> Figure:
+    """One row per pipeline stage (gather, transfer, step) and one panel per run, each interval
+    a bar. ``runs``: {label: [(stage, start, end), ...]} with perf_counter times."""
+    runs = {k: list(v) for k, v in dict(runs).items()}
+    if not runs or not any(runs.values()):
+        raise ValueError("no intervals to draw")
+    stages = ["gather", "transfer", "step"]
+    colors = {"gather": "C1", "transfer": "C0", "step": "C2"}
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(7.5, 1.2 * len(runs) + 1.0))
+        axes = fig.subplots(len(runs), 1, squeeze=False)[:, 0]
+        for ax, (label, intervals) in zip(axes, runs.items(), strict=True):
+            t0 = min(s for _, s, _ in intervals) if intervals else 0.0
+            for stage in stages:
+                spans = [((s - t0) * 1e3, (e - s) * 1e3) for k, s, e in intervals if k == stage]
+                ax.broken_barh(spans, (stages.index(stage) - 0.4, 0.8), color=colors[stage])
+            ax.set_yticks(range(len(stages)), stages)
+            ax.invert_yaxis()
+            ax.set_title(label, loc="left", fontsize=10)
+            ax.grid(axis="y", visible=False)
+        axes[-1].set_xlabel("milliseconds")
+        fig.suptitle(title, x=0.02, ha="left", fontweight="bold")
+    return fig

@@ -1,0 +1,144 @@
+import itertools
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from helpers import datasets, feeding, plotting
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    path = tmp_path_factory.mktemp("feed") / "train.safetensors"
+    datasets.write_tokens(path, 300_000, progress=False)
+    return datasets.open_tokens(path)
+
+
+def test_gather_matches_slicing_and_naive(tokens):
+    starts = np.array([0, 5, len(tokens) - 64, 12_345] * 100, dtype=np.int64)  # > one piece
+    out = feeding.gather(tokens, starts, 64)
+    assert out.shape == (400, 64) and out.dtype == np.uint16
+    assert out.ctypes.data % 4096 == 0  # aligned, so the CPU client may alias it
+    assert np.array_equal(out, feeding.naive_batch(tokens, starts, 64))
+    assert np.array_equal(feeding.gather(tokens, starts, 64, parallel=False), out)
+    assert np.array_equal(out[2], tokens[-64:])
+
+
+def test_window_starts_stay_inside_and_are_int64():
+    it = feeding.window_starts(1000, 4096, 100, seed=3)
+    s = np.concatenate([next(it) for _ in range(10)])
+    assert s.dtype == np.int64 and s.min() >= 0 and s.max() <= 900
+    assert s.max() == 900 and s.min() == 0  # both ends reachable in 40k draws of 901 values
+    a = next(feeding.window_starts(10**6, 8, 16, seed=1))
+    b = next(feeding.window_starts(10**6, 8, 16, seed=1))
+    assert np.array_equal(a, b)
+
+
+def test_window_starts_bad_input():
+    with pytest.raises(ValueError, match="longer than the token array"):
+        feeding.window_starts(10, 1, 11)
+    with pytest.raises(ValueError, match="seq_len must be a positive int"):
+        feeding.window_starts(10, 1, 0)
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        feeding.window_starts(10, -2, 4)
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_batches_shapes_devices_and_determinism(tokens, prefetch):
+    dev = jax.devices()[1]
+    with datasets.batches(tokens, 4, 32, device=dev, prefetch=prefetch, seed=7, steps=5) as it:
+        got = list(it)
+        starts = list(it.starts_used)
+    assert len(got) == 5 and all(b.shape == (4, 32) and b.dtype == np.uint16 for b in got)
+    assert all(b.devices() == {dev} and b.committed for b in got)
+    for b, s in zip(got, starts, strict=True):
+        assert np.array_equal(np.asarray(b), feeding.naive_batch(tokens, s, 32))
+    with datasets.batches(tokens, 4, 32, device=dev, prefetch=2 - prefetch, seed=7, steps=5) as it:
+        again = list(it)
+    assert all(np.array_equal(a, b) for a, b in zip(got, again, strict=True))  # seed decides
+    with datasets.batches(tokens, 4, 32, device=dev, seed=8, steps=1) as it:
+        assert not np.array_equal(next(it), got[0])
+
+
+def test_batches_convert_on_device_and_pinned(tokens):
+    dev = jax.devices()[0]
+    with datasets.batches(tokens, 2, 16, device=dev, steps=2, dtype="int32", pinned=True) as it:
+        b = next(it)
+    assert b.dtype == np.int32 and b.devices() == {dev}
+    assert np.array_equal(np.asarray(b), feeding.naive_batch(tokens, it.starts_used[0], 16))
+
+
+def test_batches_records_overlapping_timeline(tokens):
+    with datasets.batches(tokens, 64, 256, prefetch=2, steps=6) as it:
+        list(it)
+    kinds = [k for k, _, _ in it.timeline]
+    assert kinds.count("gather") == 6 and kinds.count("transfer") == 6
+    assert all(t0 <= t1 for _, t0, t1 in it.timeline)
+
+
+def test_batches_endless_and_close_stops_thread(tokens):
+    it = datasets.batches(tokens, 2, 8, prefetch=2)
+    assert len(list(itertools.islice(it, 10))) == 10
+    it.close()
+    assert not it._thread.is_alive()
+
+
+def test_batches_from_path_and_bad_input(tmp_path, tokens):
+    path = tmp_path / "t.safetensors"
+    datasets.write_tokens(path, 1000, progress=False)
+    with datasets.batches(path, 2, 8, steps=1) as it:
+        assert next(it).shape == (2, 8)
+    with pytest.raises(ValueError, match="prefetch"):
+        datasets.batches(tokens, 2, 8, prefetch=-1)
+    with pytest.raises(ValueError, match="1-D"):
+        datasets.batches(np.zeros((3, 3), np.uint16), 2, 2)
+    with pytest.raises(ValueError, match="longer than the token array"):
+        datasets.batches(path, 2, 2000)
+
+
+def test_errors_in_the_producer_reach_the_consumer(tokens):
+    it = datasets.batches(tokens, 2, 8, prefetch=2, steps=3, dtype="not-a-dtype")
+    with pytest.raises(TypeError):
+        list(it)
+    it.close()
+
+
+def test_int64_starts_beyond_2_31_on_a_large_sparse_file(tmp_path):
+    """A 4.3 GB sparse token file: window starts past 2**31 are reached, and read right."""
+    n = 2**31 + 2**20
+    path = tmp_path / "sparse.safetensors"
+    header = datasets._header(n)
+    with open(path, "wb") as f:
+        f.write(header)
+        f.seek(len(header) + 2 * n - 2)
+        f.write(np.array([777], np.uint16).tobytes())  # the very last token
+    tokens = datasets.open_tokens(path)
+    assert len(tokens) == n
+    starts = np.array([n - 8, 2**31 + 5, 3], np.int64)
+    out = feeding.gather(tokens, starts, 8)
+    assert out[0, -1] == 777 and not out[1:].any()
+    with datasets.batches(tokens, 256, 8, steps=4, seed=0) as it:
+        list(it)
+    used = np.concatenate(it.starts_used)
+    assert used.dtype == np.int64 and used.max() > 2**31 and used.max() <= n - 8
+
+
+def test_feeding_plot():
+    rows = [{"batch_bytes": 2**s, "gbps": {"naive": 0.5, "kit": 2.0, "bound": 4.0}}
+            for s in (16, 20, 26)]
+    fig = plotting.feeding(rows)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["naive", "kit",
+                                                                            "bound"]
+    with pytest.raises(ValueError):
+        plotting.feeding([])
+    assert os.path.exists(plotting.STYLE)
+
+
+def test_pipeline_timeline_plot():
+    fig = plotting.pipeline_timeline({"a": [("gather", 0.0, 0.01), ("step", 0.01, 0.02)],
+                                      "b": [("transfer", 1.0, 1.5)]})
+    assert len(fig.axes) == 2
+    assert len(fig.axes[0].collections) == 3  # one bar collection per stage
+    with pytest.raises(ValueError):
+        plotting.pipeline_timeline({})
