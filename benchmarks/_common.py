@@ -10,22 +10,17 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def machine() -> dict:
-    """What ran the benchmark (see helpers.machine.describe)."""
-    from helpers import machine as _machine
-
-    return _machine.describe()
-
-
 def median(xs) -> float:
     return float(statistics.median(xs))
 
 
 def write(name: str, payload: dict, fig=None) -> Path:
     """Write results/NAME.json (and NAME.png when a figure is given); returns the JSON path."""
+    from helpers import machine  # here, so importing _common never touches JAX
+
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "machine": machine(), **payload}
+               "machine": machine.describe(), **payload}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     if fig is not None:

@@ -23,7 +23,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,53 +31,6 @@ from _common import write  # noqa: E402
 
 SIZES = [64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20]
 SEQ_LEN = 1024
-
-
-def _bound(tokens, nbytes: int, device, n: int) -> float:
-    """Seconds for n repetitions of the reference copy of nbytes."""
-    import jax
-    import numpy as np
-
-    from helpers.feeding import _aligned_empty
-
-    count = nbytes // tokens.itemsize
-    if device.platform == "cpu":  # from a random place in the file each time, like the batches
-        offsets = np.random.default_rng(0).integers(0, len(tokens) - count, n)
-        t0 = time.perf_counter()
-        for off in offsets:
-            np.copyto(_aligned_empty((count,), tokens.dtype), tokens[off:off + count])
-        return time.perf_counter() - t0
-    src = np.asarray(tokens[:count])
-    pinned = jax.device_put(src, jax.sharding.SingleDeviceSharding(device,
-                                                                   memory_kind="pinned_host"))
-    pinned.block_until_ready()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        jax.device_put(pinned, device).block_until_ready()
-    return time.perf_counter() - t0
-
-
-def _naive(tokens, batch: int, device, n: int, seed: int) -> float:
-    import jax
-
-    from helpers.feeding import naive_batch, window_starts
-
-    starts = window_starts(len(tokens), batch, SEQ_LEN, seed=seed)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        jax.device_put(naive_batch(tokens, next(starts), SEQ_LEN), device).block_until_ready()
-    return time.perf_counter() - t0
-
-
-def _kit(tokens, batch: int, device, n: int, seed: int, prefetch: int) -> float:
-    from helpers import datasets
-
-    t0 = time.perf_counter()
-    with datasets.batches(tokens, batch, SEQ_LEN, device=device, prefetch=prefetch, seed=seed,
-                          steps=n) as it:
-        for b in it:
-            b.block_until_ready()
-    return time.perf_counter() - t0
 
 
 def main(argv=None) -> dict:
@@ -93,12 +45,12 @@ def main(argv=None) -> dict:
     jax.config.update("jax_num_cpu_devices", 2)
     import numpy as np
 
-    from helpers import datasets, devices, machine, plotting
+    from helpers import datasets, devices, feeding, machine, plotting
     from helpers.units import format_bytes
 
     roles = devices.roles()
     device = roles.accelerator
-    variants = ["naive", "kit", "kit_no_prefetch", "bound"]
+    variants = feeding.VARIANTS
     with tempfile.TemporaryDirectory(prefix="jdk-feed-") as tmp:
         path = Path(tmp) / "train.safetensors"
         datasets.write_tokens(path, size=args.file_size, progress=False)
@@ -111,13 +63,8 @@ def main(argv=None) -> dict:
             gbps = {v: [] for v in variants}
             for r in range(args.rounds):
                 for v in variants:
-                    if v == "naive":
-                        secs = _naive(tokens, batch, device, n, seed=r)
-                    elif v == "bound":
-                        secs = _bound(tokens, size, device, n)
-                    else:
-                        secs = _kit(tokens, batch, device, n, seed=r,
-                                    prefetch=2 if v == "kit" else 0)
+                    secs = feeding.time_variant(v, tokens, batch, SEQ_LEN, device=device, n=n,
+                                                seed=r)
                     gbps[v].append(n * size / secs / 1e9)
             row = {"batch_bytes": size, "batch": batch, "seq_len": SEQ_LEN, "batches": n,
                    "gbps": {v: statistics.median(x) for v, x in gbps.items()},

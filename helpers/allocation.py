@@ -92,16 +92,15 @@ class AllocatorMeasurement:
         return asdict(self)
 
 
-def _gpu_total_bytes() -> int | None:
-    from helpers.oom import _gpu_total_bytes as total
+def _require_gpu() -> int:
+    """The GPU's total memory (nvidia-smi), or NoGpuError."""
+    from helpers.oom import _gpu_total_bytes
 
-    return total()
-
-
-def _require_gpu() -> None:
-    if shutil.which("nvidia-smi") is None or _gpu_total_bytes() is None:
+    total = _gpu_total_bytes() if shutil.which("nvidia-smi") else None
+    if total is None:
         raise NoGpuError("no NVIDIA GPU here (nvidia-smi is missing or lists no GPU); the "
                          "allocator measurements need one. plugin_options() runs anywhere.")
+    return total
 
 
 def _start(setting: str, env: dict, array_bytes: int) -> subprocess.Popen:
@@ -112,7 +111,7 @@ def _start(setting: str, env: dict, array_bytes: int) -> subprocess.Popen:
 
 
 def _read(proc: subprocess.Popen, setting: str, env: dict, array_bytes: int,
-          timeout: float) -> AllocatorMeasurement:
+          total: int) -> AllocatorMeasurement:
     line = proc.stdout.readline()
     try:
         data = json.loads(line)
@@ -122,7 +121,7 @@ def _read(proc: subprocess.Popen, setting: str, env: dict, array_bytes: int,
         data = {"ok": False, "error": " | ".join(err) or "the child printed nothing"}
     return AllocatorMeasurement(
         setting=setting, env=dict(env), ok=data.get("ok", False), error=data.get("error"),
-        device_kind=data.get("device_kind"), total_bytes=_gpu_total_bytes(),
+        device_kind=data.get("device_kind"), total_bytes=total,
         array_bytes=array_bytes, bytes_in_use=data.get("bytes_in_use"),
         peak_bytes_in_use=data.get("peak_bytes_in_use"), bytes_limit=data.get("bytes_limit"),
         bytes_reserved=data.get("bytes_reserved"),
@@ -141,11 +140,11 @@ def measure(setting: str = "default", env: dict | None = None, *, array_bytes: i
             timeout: float = 180) -> AllocatorMeasurement:
     """Start JAX on the GPU in a fresh child under ``env`` (default: ``SETTINGS[setting]``),
     allocate ``array_bytes``, and measure. Needs an NVIDIA GPU (else NoGpuError)."""
-    _require_gpu()
+    total = _require_gpu()
     env = SETTINGS[setting] if env is None else env
     proc = _start(setting, env, array_bytes)
     try:
-        return _read(proc, setting, env, array_bytes, timeout)
+        return _read(proc, setting, env, array_bytes, total)
     finally:
         _finish(proc, timeout)
 
@@ -154,14 +153,14 @@ def measure_together(settings=("default", "default"), *, array_bytes: int = 2**2
                      timeout: float = 180) -> list[AllocatorMeasurement]:
     """Two (or more) JAX processes on one GPU at the same time: each starts, allocates, reports,
     and holds its memory until all have reported. Needs an NVIDIA GPU."""
-    _require_gpu()
+    total = _require_gpu()
     procs, out = [], []
     try:
         for s in settings:  # one after the other: the second starts while the first holds its pool
             env = SETTINGS[s]
             p = _start(s, env, array_bytes)
             procs.append(p)
-            out.append(_read(p, s, env, array_bytes, timeout))
+            out.append(_read(p, s, env, array_bytes, total))
     finally:
         for p in procs:
             _finish(p, timeout)

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["Batches", "gather", "naive_batch", "window_starts"]
+__all__ = ["VARIANTS", "Batches", "gather", "naive_batch", "time_variant", "window_starts"]
 
 _ALIGN = 4096  # page-aligned buffers: the CPU client can then alias instead of copy
 _DONE = object()
@@ -116,6 +116,54 @@ def naive_batch(tokens: np.ndarray, starts, seq_len: int) -> np.ndarray:
     return np.stack([tokens[int(s):int(s) + seq_len] for s in starts])
 
 
+#: What notebook 06 and benchmarks/feeding.py compare (see :func:`time_variant`).
+VARIANTS = ("naive", "kit", "kit_no_prefetch", "bound")
+
+
+def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int, *, device,
+                 n: int, seed: int = 0) -> float:
+    """Seconds to deliver ``n`` batches of ``(batch_size, seq_len)`` tokens to ``device`` one way:
+
+    - ``naive``: per-window slices, ``np.stack``, ``jax.device_put``;
+    - ``kit`` / ``kit_no_prefetch``: :class:`Batches` with prefetch 2 / 0;
+    - ``bound``: on a CPU device, one host copy of the same number of bytes from a random place
+      in ``tokens`` into a fresh buffer (what producing any new batch costs at least); on an
+      accelerator, one ``device_put`` of that many bytes from pinned host memory.
+    """
+    import jax
+
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    if variant == "bound":
+        count = batch_size * seq_len
+        if device.platform == "cpu":
+            offsets = np.random.default_rng(seed).integers(0, len(tokens) - count, n)
+            t0 = time.perf_counter()
+            for off in offsets:
+                np.copyto(_aligned_empty((count,), tokens.dtype), tokens[off:off + count])
+            return time.perf_counter() - t0
+        pinned = jax.device_put(np.asarray(tokens[:count]), jax.sharding.SingleDeviceSharding(
+            device, memory_kind="pinned_host"))
+        pinned.block_until_ready()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            jax.device_put(pinned, device).block_until_ready()
+        return time.perf_counter() - t0
+    if variant == "naive":
+        starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            batch = naive_batch(tokens, next(starts), seq_len)
+            jax.device_put(batch, device).block_until_ready()
+        return time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with Batches(tokens, batch_size, seq_len, device=device, seed=seed, steps=n,
+                 prefetch=2 if variant == "kit" else 0) as it:
+        for b in it:
+            b.block_until_ready()
+    return time.perf_counter() - t0
+
+
 def _device_memory_kinds(device) -> set[str]:
     try:
         return {m.kind for m in device.addressable_memories()}
@@ -153,10 +201,10 @@ class Batches:
         self.device = device if device is not None else jax.devices()[0]
         self._starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)
         self.steps, self.prefetch, self.pinned = steps, prefetch, pinned
-        if pinned and "pinned_host" not in _device_memory_kinds(self.device):
+        kinds = _device_memory_kinds(self.device) if pinned else set()
+        if pinned and "pinned_host" not in kinds:
             raise ValueError(f"{self.device} has no pinned_host memory "
-                             f"(it has: {sorted(_device_memory_kinds(self.device)) or 'none'}); "
-                             "use pinned=False")
+                             f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
         self._convert = None if dtype is None else jax.jit(lambda x: x.astype(dtype))
         self.timeline: list[tuple[str, float, float]] = []
         self.starts_used: list[np.ndarray] = []

@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import allocation, plotting
+from helpers import allocation, oom, plotting
 
 
 def test_plugin_options_read_like_jaxlib():
@@ -27,7 +27,7 @@ def test_plugin_options_ignore_the_parents_settings(monkeypatch):
 
 
 def test_measurements_need_a_gpu():
-    if allocation._gpu_total_bytes() is not None:
+    if oom._gpu_total_bytes() is not None:
         pytest.skip("a GPU is present")
     with pytest.raises(allocation.NoGpuError, match="no NVIDIA GPU"):
         allocation.measure()

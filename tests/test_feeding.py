@@ -142,3 +142,11 @@ def test_pipeline_timeline_plot():
     assert len(fig.axes[0].collections) == 3  # one bar collection per stage
     with pytest.raises(ValueError):
         plotting.pipeline_timeline({})
+
+
+def test_time_variant_runs_every_variant(tokens):
+    for v in feeding.VARIANTS:
+        secs = feeding.time_variant(v, tokens, 4, 64, device=jax.devices()[0], n=2, seed=1)
+        assert secs > 0, v
+    with pytest.raises(ValueError, match="unknown variant"):
+        feeding.time_variant("telepathy", tokens, 4, 64, device=jax.devices()[0], n=1)
