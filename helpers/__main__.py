@@ -1,4 +1,4 @@
-"""Command line: ``python -m helpers doctor [--json]``."""
+"""Command line: ``python -m helpers doctor | make-tokens | preflight | reproduce-oom``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,21 @@ import argparse
 import json
 import sys
 
+from helpers.gpu import NoGpuError
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+# What a user's input or machine can cause (bad file, size, path, disk, no GPU): one line on
+# stderr and exit 2, never a traceback. ValueError covers FileError and SizeError.
+_USER_ERRORS = (ValueError, OSError, NoGpuError)
+
+
+def _message(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    if isinstance(err, OSError) and err.filename and err.strerror:
+        text = f"{err.filename}: {err.strerror}"
+    return text
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -32,15 +45,11 @@ def _fail(message: str) -> int:
 
 def _make_tokens(args: argparse.Namespace) -> int:
     from helpers import datasets
-    from helpers.units import SizeError
 
     if (args.size is None) == (args.tokens is None):
         return _fail("give exactly one of --size (e.g. 1GiB) or --tokens N")
-    try:
-        tf = datasets.write_tokens(args.path, args.tokens, size=args.size, seed=args.seed,
-                                   progress=None if not args.quiet else False)
-    except (SizeError, ValueError, OSError) as err:
-        return _fail(str(err))
+    tf = datasets.write_tokens(args.path, args.tokens, size=args.size, seed=args.seed,
+                               progress=None if not args.quiet else False)
     print(tf)
     return EXIT_OK
 
@@ -50,24 +59,20 @@ def _preflight(args: argparse.Namespace) -> int:
 
     try:
         result = oom.preflight(args.file, device=args.device)
-    except (oom.FileError, ValueError, TypeError) as err:
+    except _USER_ERRORS as err:
         if args.json:
-            print(json.dumps({"error": str(err)}))
-        return _fail(str(err))
+            print(json.dumps({"error": _message(err)}))
+        raise
     print(json.dumps(result.to_dict(), indent=2) if args.json else result)
     return {"fits": EXIT_OK, "will not fit": EXIT_WONT_FIT}.get(result.verdict, EXIT_UNKNOWN)
 
 
 def _reproduce(args: argparse.Namespace) -> int:
     from helpers import oom
-    from helpers.units import SizeError
 
-    try:
-        runs = [oom.reproduce(args.file, size=args.size, mode=args.mode, budget=args.budget),
-                oom.reproduce(args.file, size=args.size, mode=args.mode, budget=args.budget,
-                              fixed=True)]
-    except (oom.FileError, SizeError, ValueError) as err:
-        return _fail(str(err))
+    runs = [oom.reproduce(args.file, size=args.size, mode=args.mode, budget=args.budget),
+            oom.reproduce(args.file, size=args.size, mode=args.mode, budget=args.budget,
+                          fixed=True)]
     if args.json:
         print(json.dumps([r.to_dict() for r in runs], indent=2))
     else:
@@ -136,7 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
-    return args.func(args)
+    try:
+        return args.func(args)
+    except _USER_ERRORS as err:
+        return _fail(_message(err))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -6,23 +6,9 @@ can be measured side by side on one GPU).
 
 import json
 import os
-import subprocess
 import sys
 
-
-def _driver_used_bytes(pid: int):
-    """Memory nvidia-smi says this process holds on the GPU (None if it cannot tell)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
-        for line in out.stdout.splitlines():
-            p, used = (x.strip() for x in line.split(","))
-            if int(p) == pid:
-                return int(used) * 2**20
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        pass
-    return None
+from helpers import gpu
 
 
 def main() -> int:
@@ -44,7 +30,7 @@ def main() -> int:
             peak_bytes_in_use=stats.get("peak_bytes_in_use"),
             bytes_limit=stats.get("bytes_limit"),
             bytes_reserved=stats.get("bytes_reserved", stats.get("pool_bytes")),
-            driver_used_bytes=_driver_used_bytes(os.getpid()))
+            driver_used_bytes=gpu.process_used_bytes(os.getpid()))
     except Exception as err:  # reported, not raised: the parent shows it
         report["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
     print(json.dumps(report), flush=True)

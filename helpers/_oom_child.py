@@ -38,6 +38,9 @@ def main() -> int:
         import jax
         from safetensors.flax import load_file
 
+        if a.mode == "gpu" and jax.default_backend() != "gpu":  # never a false "real GPU" label
+            raise RuntimeError(f"JAX started on {jax.default_backend()!r}, not on a GPU; "
+                               "the GPU run cannot happen here")
         accelerator = jax.devices()[0]  # the default device: GPU, or cpu:0 in the stand-in
         host = jax.devices("cpu")[0] if a.mode == "gpu" else jax.devices("cpu")[1]
         result["device"] = str(host if a.fixed else accelerator)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+
+from helpers import gpu
+from helpers.gpu import NoGpuError
 
 __all__ = ["AllocatorMeasurement", "NoGpuError", "SETTINGS", "measure", "measure_together",
            "plugin_options"]
@@ -35,10 +37,6 @@ SETTINGS = {
 }
 _ALL_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION",
              "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
-
-
-class NoGpuError(RuntimeError):
-    """Raised by the GPU measurements on a machine without an NVIDIA GPU."""
 
 
 def _env(overrides: dict) -> dict:
@@ -93,13 +91,11 @@ class AllocatorMeasurement:
 
 
 def _require_gpu() -> int:
-    """The GPU's total memory (nvidia-smi), or NoGpuError."""
-    from helpers.oom import _gpu_total_bytes
-
-    total = _gpu_total_bytes() if shutil.which("nvidia-smi") else None
+    """The GPU's total memory (from the driver), or NoGpuError naming the reason and fix."""
+    gpu.require("the allocator measurements (plugin_options() runs anywhere)")
+    total = gpu.total_bytes()
     if total is None:
-        raise NoGpuError("no NVIDIA GPU here (nvidia-smi is missing or lists no GPU); the "
-                         "allocator measurements need one. plugin_options() runs anywhere.")
+        raise NoGpuError("the driver reports no memory size for JAX's cuda:0")
     return total
 
 

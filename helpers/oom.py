@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from helpers import gpu
 from helpers.units import format_bytes, parse_size
 
 __all__ = [
@@ -300,35 +301,31 @@ class Reproduction:
 
 
 
-def _gpu_total_bytes() -> int | None:
-    """Total memory of GPU 0, from nvidia-smi (the pool must be sized before JAX starts)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
-                              "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=20)
-        return int(out.stdout.strip().splitlines()[0]) * 2**20 if out.returncode == 0 else None
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return None
-
-
 def _fraction_variable() -> str:
-    """XLA_CLIENT_MEM_FRACTION where this jaxlib reads it, else the older name."""
+    """The memory-fraction variable to set. jaxlib reads the documented ``XLA_CLIENT_MEM_FRACTION``
+    and still honours the older ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (jaxlib/xla_client.py,
+    ``generate_pjrt_gpu_plugin_options``); setting both is an error, so the kit sets only one."""
+    return "XLA_CLIENT_MEM_FRACTION"
+
+
+def _gpu_mode_available() -> bool:
+    """True when the GPU path can run, decided without starting JAX's GPU backend here
+    (which would preallocate 75% of the card for this process) unless JAX already runs."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is not None and _jax_started():
+        return jax.default_backend() == "gpu"
+    return gpu.why_unavailable() is None
+
+
+def _jax_started() -> bool:
     try:
-        import inspect
+        from jax._src import xla_bridge  # private; guarded: JAX has no public "started?" call
 
-        from jaxlib import xla_client
-
-        if "XLA_CLIENT_MEM_FRACTION" in inspect.getsource(xla_client):
-            return "XLA_CLIENT_MEM_FRACTION"
+        return bool(xla_bridge.backends_are_initialized())
     except Exception:
-        pass
-    return "XLA_PYTHON_CLIENT_MEM_FRACTION"
-
-
-def _has_gpu() -> bool:
-    import jax
-
-    return jax.default_backend() == "gpu"
+        return False
 
 
 def _run_child(args: list[str], env: dict, timeout: float) -> tuple[dict | None, int, str]:
@@ -344,6 +341,30 @@ def _run_child(args: list[str], env: dict, timeout: float) -> tuple[dict | None,
         return None, -9, f"the child did not finish within {timeout:.0f} s and was killed"
     finally:
         os.unlink(out_path)
+
+
+def _check_room(mode: str, requested: int, budget) -> int | None:
+    """The cap for the load (default: half of it), after checking the machine can run it."""
+    if mode == "gpu":
+        total = gpu.total_bytes()
+        cap = parse_size(budget) if budget is not None else (requested // 2 if total else None)
+        if total and cap and cap >= total:
+            raise ValueError(f"budget {format_bytes(cap)} is larger than the GPU "
+                             f"({format_bytes(total)}); pick one below it")
+        return cap
+    import psutil
+
+    cap = parse_size(budget) if budget is not None else requested // 2
+    machine = psutil.virtual_memory()
+    if budget is not None and cap >= machine.total:
+        raise ValueError(f"budget {format_bytes(cap)} is larger than this machine's memory "
+                         f"({format_bytes(machine.total)}); pick one below it")
+    if 3 * requested + cap > machine.available:
+        raise ValueError(f"the stand-in needs about {format_bytes(3 * requested + cap)} "
+                         f"free to reproduce a {format_bytes(requested)} load and "
+                         f"{format_bytes(machine.available)} is available; use a smaller "
+                         "--size (256MiB shows the same error)")
+    return cap
 
 
 def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "auto",
@@ -364,13 +385,17 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
     if mode not in ("auto", "gpu", "cpu"):
         raise ValueError(f"mode must be 'auto', 'gpu' or 'cpu', got {mode!r}")
     if mode == "auto":
-        mode = "gpu" if _has_gpu() else "cpu"
+        mode = "gpu" if _gpu_mode_available() else "cpu"
+    elif mode == "gpu" and not _gpu_mode_available():
+        gpu.require("reproduce-oom --mode gpu")  # raises NoGpuError: reason and fix
     if path is None:
+        n = parse_size(size) // 2
+        requested = 2 * n
+        _check_room(mode, requested, budget)  # before writing a file that cannot be used
         from helpers.datasets import write_tokens
 
         folder = Path(workdir or tempfile.gettempdir()) / "jax-device-kit"
         folder.mkdir(parents=True, exist_ok=True)
-        n = parse_size(size) // 2
         path = folder / f"tokens-{n}.safetensors"
         if not path.exists():
             write_tokens(path, n)
@@ -380,21 +405,13 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
                         "the reproduction loads the story's `tokens` tensor")
     start, end = header["tokens"]["data_offsets"]
     requested = end - start
+    cap = _check_room(mode, requested, budget)
     env = {k: v for k, v in os.environ.items()
            if k not in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")}
     env["PYTHONUNBUFFERED"] = "1"
     args = [str(path), "--mode", mode] + (["--fixed"] if fixed else [])
     if mode == "gpu":
-        total = _gpu_total_bytes()
-        if budget is not None:
-            cap = parse_size(budget)
-        elif total:
-            cap = requested // 2
-        else:
-            cap = None
-        if total and cap and cap >= total:
-            raise ValueError(f"budget {format_bytes(cap)} is larger than the GPU "
-                             f"({format_bytes(total)}); pick one below it")
+        total = gpu.total_bytes()
         fraction = max(0.005, min(0.9, cap / total)) if (total and cap) else 0.05
         var = _fraction_variable()
         env[var] = f"{fraction:.4f}"
@@ -402,17 +419,6 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
         how = f"{var}={fraction:.4f} of {format_bytes(total)}"
         budget_bytes = int(fraction * total) if total else None
     else:
-        import psutil
-
-        cap = parse_size(budget) if budget is not None else requested // 2
-        machine = psutil.virtual_memory().total
-        if cap >= machine:
-            raise ValueError(f"budget {format_bytes(cap)} is larger than this machine's memory "
-                             f"({format_bytes(machine)}); pick one below it")
-        if 3 * requested + cap > psutil.virtual_memory().available:
-            raise ValueError(f"the stand-in needs about {format_bytes(3 * requested + cap)} "
-                             f"free to reproduce a {format_bytes(requested)} load; use a "
-                             "smaller size")
         env["JAX_PLATFORMS"] = "cpu"
         env["JAX_NUM_CPU_DEVICES"] = "2"
         args += ["--budget", str(cap)]

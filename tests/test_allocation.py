@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import allocation, oom, plotting
+from helpers import allocation, gpu, plotting
 
 
 def test_plugin_options_read_like_jaxlib():
@@ -27,9 +27,9 @@ def test_plugin_options_ignore_the_parents_settings(monkeypatch):
 
 
 def test_measurements_need_a_gpu():
-    if oom._gpu_total_bytes() is not None:
+    if gpu.why_unavailable() is None:
         pytest.skip("a GPU is present")
-    with pytest.raises(allocation.NoGpuError, match="no NVIDIA GPU"):
+    with pytest.raises(allocation.NoGpuError, match="needs an NVIDIA GPU"):
         allocation.measure()
     with pytest.raises(allocation.NoGpuError):
         allocation.measure_together()

@@ -1,5 +1,8 @@
 import json
 
+import pytest
+
+from helpers import gpu
 from tests.conftest import run_cli
 
 
@@ -41,3 +44,50 @@ def test_no_command_prints_usage_and_exits_2():
 def test_unknown_command_exits_2():
     proc = run_cli("nonsense")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+BAD_INPUTS = {
+    "size too big for the machine": ["reproduce-oom", "--size", "100TiB"],
+    "size not a size": ["reproduce-oom", "--size", "lots"],
+    "missing file": ["reproduce-oom", "--file", "/nonexistent/tokens.safetensors"],
+    "directory as file": ["reproduce-oom", "--file", "/"],
+    "zero budget": ["reproduce-oom", "--size", "1MiB", "--budget", "0"],
+    "budget past the machine": ["reproduce-oom", "--size", "1MiB", "--budget", "1PiB"],
+    "make-tokens into a missing folder": ["make-tokens", "/nonexistent/x.safetensors",
+                                          "--size", "1MiB"],
+    "make-tokens bigger than the disk": ["make-tokens", "{tmp}/x.safetensors", "--size",
+                                         "100PiB"],
+    "make-tokens both sizes": ["make-tokens", "{tmp}/x.safetensors", "--size", "1MiB",
+                               "--tokens", "5"],
+    "preflight not safetensors": ["preflight", "{tmp}/not.safetensors"],
+    "preflight --json on a missing file": ["preflight", "/nonexistent", "--json"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_2(name, tmp_path):
+    (tmp_path / "not.safetensors").write_text("hello, not a safetensors file")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in BAD_INPUTS[name]]
+    proc = run_cli(*args, env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stderr.strip().startswith("error: ")
+    assert not list(tmp_path.glob("jax-device-kit/*"))  # nothing written for a failing run
+
+
+def test_gpu_mode_without_a_gpu_exits_2_before_any_child(tmp_path):
+    if gpu.why_unavailable() is None:
+        pytest.skip("a GPU is present")
+    proc = run_cli("reproduce-oom", "--mode", "gpu", "--size", "1MiB",
+                   env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "needs an NVIDIA GPU with JAX's CUDA backend" in proc.stderr
+    assert "real GPU" not in proc.stdout  # never a false label
+    assert not (tmp_path / "jax-device-kit").exists()  # no token file, so no child ran
+
+
+def test_gpu_mode_names_jax_platforms_when_it_excludes_the_gpu(tmp_path):
+    proc = run_cli("reproduce-oom", "--mode", "gpu", "--size", "1MiB",
+                   env={"JAX_PLATFORMS": "cpu", "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2
+    assert "JAX_PLATFORMS='cpu' leaves the GPU out" in proc.stderr
