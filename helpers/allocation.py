@@ -8,7 +8,9 @@ honest way to compare them is one fresh process per setting:
   both memory-fraction variables are set);
 - :func:`measure` starts JAX on the GPU under an environment, allocates ``array_bytes``, and
   reports the allocator's counters and what the driver (nvidia-smi) says the process uses;
-- :func:`measure_together` runs two such processes on one GPU at the same time.
+- :func:`measure_together` runs two such processes on one GPU at the same time;
+- :func:`predict` applies XLA's rules to jaxlib's options: the pool's cap, what is taken up front,
+  and what ``memory_stats()["bytes_limit"]`` will say, for a GPU of any size (runs anywhere).
 
 ``measure`` and ``measure_together`` need an NVIDIA GPU; without one they raise
 :class:`NoGpuError` saying so.
@@ -25,16 +27,21 @@ from dataclasses import asdict, dataclass
 from helpers import gpu
 from helpers.gpu import NoGpuError
 
-__all__ = ["AllocatorMeasurement", "NoGpuError", "SETTINGS", "measure", "measure_together",
-           "plugin_options"]
+__all__ = ["AllocatorMeasurement", "NoGpuError", "PoolPrediction", "SETTINGS", "STORY",
+           "measure", "measure_together", "plugin_options", "predict", "story_table"]
 
 #: The settings notebook 05 compares: name -> environment (None removes a variable).
 SETTINGS = {
     "default": {},
     "PREALLOCATE=false": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
     "MEM_FRACTION=0.25": {"XLA_CLIENT_MEM_FRACTION": "0.25"},
+    "MEM_FRACTION=0.9": {"XLA_CLIENT_MEM_FRACTION": "0.9"},
     "ALLOCATOR=platform": {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"},
+    "ALLOCATOR=cuda_async": {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"},
 }
+#: The story: 10,248,871,837 uint16 tokens (19.09 GiB) loaded onto a 24 GiB RTX 3090.
+STORY = {"request_bytes": 2 * 10_248_871_837, "gpu_total_bytes": 24 * 2**30,
+         "gpu": "RTX 3090 (24 GiB)"}
 _ALL_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION",
              "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
 
@@ -71,6 +78,87 @@ def plugin_options(env: dict) -> dict:
     return json.loads(lines[-1])
 
 
+# --- XLA's rules, applied to jaxlib's options ----------------------------------------------
+# Read from XLA's source at the revision jax 0.11 pins (and checked unchanged at jax 0.10.2's):
+#   xla/pjrt/plugin/xla_gpu/xla_gpu_allocator_config.h  GpuAllocatorConfig: memory_fraction =
+#       0.75, preallocate = true
+#   xla/pjrt/gpu/gpu_helpers.cc  CreateBFCAllocator: allocator_memory = total_memory *
+#       memory_fraction, rounded up to 2 MiB, whatever `preallocate` says; preallocate only sets
+#       BFC's allow_growth (and the log line: "XLA backend allocating ..." vs "... will use up
+#       to ...")
+#   xla/tsl/framework/bfc_allocator.cc  stats_.bytes_limit = that limit, set once; without
+#       growth the first region is the whole limit (backpedalling by 0.9 when the driver has less)
+#   xla/pjrt/gpu/se_gpu_pjrt_client.cc  platform: no pool, no XLA limit, memory_stats() None;
+#       cuda_async: the device's default CUDA mempool (no hard cap); the fraction is only what it
+#       reserves up front when preallocating, which is also its bytes_limit (0 otherwise)
+# Not yet run on a GPU: notebook 05 and the gpu-marked tests compare these with measurements.
+_DEFAULT_FRACTION = 0.75
+_ROUND = 2 * 2**20
+
+
+@dataclass(frozen=True)
+class PoolPrediction:
+    allocator: str  # "bfc" (what "default" means), "platform", "cuda_async"
+    fraction: float
+    preallocate: bool
+    cap_bytes: int | None  # the most the allocator will hand out; None: no XLA cap (the card)
+    upfront_bytes: int  # taken from the driver at the first allocation
+    reported_limit: int | None  # memory_stats()["bytes_limit"]; None: memory_stats() is None
+    note: str
+
+    def fits(self, request_bytes: int, total_bytes: int) -> bool:
+        """Whether one allocation of ``request_bytes`` fits under the cap (the card's total
+        where XLA sets none; the CUDA context's few hundred MiB are not counted)."""
+        return request_bytes <= (total_bytes if self.cap_bytes is None else self.cap_bytes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _round_up(n: float) -> int:
+    return int(-(-int(n) // _ROUND) * _ROUND)
+
+
+def predict(options: dict, total_bytes: int) -> PoolPrediction:
+    """What XLA builds from jaxlib's ``options`` (``plugin_options(env)["options"]``) on a GPU
+    of ``total_bytes``. Raises ValueError for an allocator whose rules the kit does not model."""
+    allocator = {"default": "bfc", "address": "platform"}.get(options.get("allocator", "default"),
+                                                              options.get("allocator"))
+    fraction = float(options.get("memory_fraction", _DEFAULT_FRACTION))
+    preallocate = bool(options.get("preallocate", True))
+    if allocator == "bfc":
+        cap = _round_up(total_bytes * fraction)
+        return PoolPrediction(allocator, fraction, preallocate, cap, cap if preallocate else 0,
+                              cap, "BFC pool: capped at fraction x total"
+                              + ("" if preallocate else ", grown on demand up to the cap"))
+    if allocator == "platform":
+        return PoolPrediction(allocator, fraction, preallocate, None, 0, None,
+                              "no pool: each buffer is its own cudaMalloc; no stats")
+    if allocator == "cuda_async":
+        reserve = int(total_bytes * fraction) if preallocate else 0
+        return PoolPrediction(allocator, fraction, preallocate, None, reserve, reserve,
+                              "CUDA's default mempool: no XLA cap; the fraction is only what "
+                              "it reserves up front")
+    raise ValueError(f"the kit does not model allocator {options.get('allocator')!r} "
+                     "(known: default, bfc, platform, cuda_async)")
+
+
+def story_table(settings: dict | None = None, *, request_bytes: int | None = None,
+                total_bytes: int | None = None) -> list[dict]:
+    """One row per setting: jaxlib's options for it (asked of jaxlib in a child process), XLA's
+    cap for a GPU of ``total_bytes``, and whether ``request_bytes`` fits. Defaults: the story's
+    19.09 GiB of tokens on a 24 GiB card, for every setting in :data:`SETTINGS`."""
+    settings = SETTINGS if settings is None else settings
+    request = STORY["request_bytes"] if request_bytes is None else request_bytes
+    total = STORY["gpu_total_bytes"] if total_bytes is None else total_bytes
+    rows = []
+    for name, env in settings.items():
+        p = predict(plugin_options(env)["options"], total)
+        rows.append({"setting": name, **p.to_dict(), "total_bytes": total,
+                     "request_bytes": request, "fits": p.fits(request, total)})
+    return rows
+
+
 @dataclass(frozen=True)
 class AllocatorMeasurement:
     setting: str
@@ -84,7 +172,9 @@ class AllocatorMeasurement:
     peak_bytes_in_use: int | None
     bytes_limit: int | None  # allocator: the most it will hand out
     bytes_reserved: int | None  # allocator: reserved from the driver, where reported
+    pool_bytes: int | None  # BFC: what its regions really got from the driver
     driver_used_bytes: int | None  # nvidia-smi: memory this process holds on the GPU
+    driver_used_source: str | None = None  # how driver_used_bytes was read
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,8 +210,9 @@ def _read(proc: subprocess.Popen, setting: str, env: dict, array_bytes: int,
         device_kind=data.get("device_kind"), total_bytes=total,
         array_bytes=array_bytes, bytes_in_use=data.get("bytes_in_use"),
         peak_bytes_in_use=data.get("peak_bytes_in_use"), bytes_limit=data.get("bytes_limit"),
-        bytes_reserved=data.get("bytes_reserved"),
-        driver_used_bytes=data.get("driver_used_bytes"))
+        bytes_reserved=data.get("bytes_reserved"), pool_bytes=data.get("pool_bytes"),
+        driver_used_bytes=data.get("driver_used_bytes"),
+        driver_used_source=data.get("driver_used_source"))
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> None:
@@ -145,18 +236,23 @@ def measure(setting: str = "default", env: dict | None = None, *, array_bytes: i
         _finish(proc, timeout)
 
 
-def measure_together(settings=("default", "default"), *, array_bytes: int = 2**28,
+def measure_together(settings=("default", "default"), *, array_bytes=2**28,
                      timeout: float = 180) -> list[AllocatorMeasurement]:
     """Two (or more) JAX processes on one GPU at the same time: each starts, allocates, reports,
-    and holds its memory until all have reported. Needs an NVIDIA GPU."""
+    and holds its memory until all have reported. ``array_bytes``: one size for all, or one per
+    process (e.g. a second process asking for more than the card has left). Needs a GPU."""
     total = _require_gpu()
+    sizes = ([array_bytes] * len(settings) if isinstance(array_bytes, int)
+             else list(array_bytes))
+    if len(sizes) != len(settings):
+        raise ValueError(f"{len(settings)} settings but {len(sizes)} array sizes")
     procs, out = [], []
     try:
-        for s in settings:  # one after the other: the second starts while the first holds its pool
+        for s, size in zip(settings, sizes, strict=True):  # the 2nd starts while the 1st holds
             env = SETTINGS[s]
-            p = _start(s, env, array_bytes)
+            p = _start(s, env, size)
             procs.append(p)
-            out.append(_read(p, s, env, array_bytes, total))
+            out.append(_read(p, s, env, size, total))
     finally:
         for p in procs:
             _finish(p, timeout)

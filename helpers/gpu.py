@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
-__all__ = ["GpuInfo", "NoGpuError", "cuda_plugins", "gpus", "physical_index",
+__all__ = ["GpuInfo", "NoGpuError", "cuda_plugins", "device_used_bytes", "gpus", "physical_index",
            "process_used_bytes", "require", "total_bytes", "why_unavailable"]
 
 INSTALL_HINT = 'pip install -U "jax[cuda13]" (or "jax[cuda12]" for a CUDA 12 driver)'
@@ -116,6 +116,26 @@ def total_bytes(jax_index: int = 0) -> int | None:
     found = gpus()
     index = physical_index(jax_index, found=found)
     return next((g.total_bytes for g in found if g.index == index), None)
+
+
+def device_used_bytes(jax_index: int = 0) -> int | None:
+    """Memory in use on JAX's ``cuda:<jax_index>`` by every process, as the driver reports it."""
+    index = physical_index(jax_index)
+    if index is None:
+        return None
+    nv = _nvml()
+    if nv is not None:
+        try:
+            return int(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).used)
+        except Exception:
+            pass
+    for row in _smi("--query-gpu=index,memory.used") or ():
+        try:
+            if int(row[0]) == index:
+                return int(row[1]) * 2**20
+        except (IndexError, ValueError):
+            continue
+    return None
 
 
 def process_used_bytes(pid: int) -> int | None:

@@ -58,3 +58,56 @@ def test_default_preallocates_and_false_does_not():
     assert 0.70 <= d.bytes_limit / d.total_bytes <= 0.76
     assert d.driver_used_bytes >= 0.70 * d.total_bytes
     assert off.driver_used_bytes < 0.25 * off.total_bytes
+    assert 0.70 <= off.bytes_limit / off.total_bytes <= 0.76  # same cap, only not taken up front
+
+
+GiB = 2**30
+
+
+def test_predict_bfc_cap_does_not_depend_on_preallocate():
+    on = allocation.predict({"allocator": "default"}, 24 * GiB)
+    off = allocation.predict({"allocator": "default", "preallocate": False}, 24 * GiB)
+    assert on.cap_bytes == off.cap_bytes == on.reported_limit == 18 * GiB  # 0.75 x 24 GiB
+    assert on.upfront_bytes == 18 * GiB and off.upfront_bytes == 0
+    assert not off.fits(allocation.STORY["request_bytes"], 24 * GiB)  # 19.09 GiB: still OOM
+
+
+def test_predict_rounds_the_bfc_cap_up_to_2_mib():
+    p = allocation.predict({"allocator": "bfc", "memory_fraction": 0.5}, 3 * 2**20 + 2)
+    assert p.cap_bytes == 2 * 2**20  # 1.5 MiB + 1 byte rounds up to 2 MiB
+
+
+def test_predict_platform_and_cuda_async_have_no_xla_cap():
+    plat = allocation.predict({"allocator": "platform", "memory_fraction": 0.1}, 24 * GiB)
+    assert plat.cap_bytes is None and plat.reported_limit is None and plat.upfront_bytes == 0
+    assert plat.fits(20 * GiB, 24 * GiB) and not plat.fits(25 * GiB, 24 * GiB)
+    lazy = allocation.predict({"allocator": "cuda_async", "preallocate": False}, 24 * GiB)
+    assert lazy.cap_bytes is None and lazy.reported_limit == 0
+    eager = allocation.predict({"allocator": "cuda_async", "memory_fraction": 0.5}, 24 * GiB)
+    assert eager.upfront_bytes == eager.reported_limit == 12 * GiB
+
+
+def test_predict_refuses_allocators_it_does_not_model():
+    with pytest.raises(ValueError, match="does not model allocator 'vmm'"):
+        allocation.predict({"allocator": "vmm"}, GiB)
+
+
+def test_story_table_follows_jaxlib_then_xla():
+    rows = {r["setting"]: r for r in allocation.story_table()}
+    assert not rows["default"]["fits"] and not rows["PREALLOCATE=false"]["fits"]
+    assert rows["MEM_FRACTION=0.9"]["fits"] and rows["ALLOCATOR=platform"]["fits"]
+    assert rows["MEM_FRACTION=0.9"]["cap_bytes"] == 23194501120  # 0.9 x 24 GiB, 2 MiB-rounded
+    caps = allocation.story_table({"FALSE": {"XLA_PYTHON_CLIENT_PREALLOCATE": "FALSE"}},
+                                  request_bytes=GiB, total_bytes=8 * GiB)
+    assert caps[0]["upfront_bytes"] == 6 * GiB and caps[0]["fits"]  # FALSE: still preallocates
+
+
+@pytest.mark.gpu
+def test_measured_limits_match_the_prediction():
+    for name in ("default", "PREALLOCATE=false", "MEM_FRACTION=0.25"):
+        m = allocation.measure(name)
+        assert m.ok, m.error
+        p = allocation.predict(allocation.plugin_options(allocation.SETTINGS[name])["options"],
+                               m.total_bytes)
+        assert abs(m.bytes_limit - p.reported_limit) <= 0.02 * m.total_bytes, (name, m, p)
+    assert allocation.measure("ALLOCATOR=platform").bytes_limit is None  # memory_stats() None
