@@ -11,7 +11,7 @@ NBVAL = $(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nb
 	--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 notebooks
 
-.PHONY: lab test unit nbval lint doctor notebooks bench clean venv
+.PHONY: lab test unit nbval lint doctor notebooks bench clean venv gpu-check
 
 venv: $(STAMP)
 
@@ -30,7 +30,7 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 	$(NBVAL)
-	$(BIN)/ruff check helpers tests benchmarks notebooks
+	$(BIN)/ruff check helpers tests benchmarks notebooks scripts
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests
@@ -39,7 +39,7 @@ nbval: $(STAMP)
 	$(NBVAL)
 
 lint: $(STAMP)
-	$(BIN)/ruff check helpers tests benchmarks notebooks
+	$(BIN)/ruff check helpers tests benchmarks notebooks scripts
 
 ## make doctor: what JAX sees on this machine
 doctor: $(STAMP)
@@ -54,6 +54,23 @@ notebooks: $(STAMP)
 bench: $(STAMP)
 	@ls benchmarks/*.py >/dev/null 2>&1 || { echo "no benchmarks yet"; exit 0; }
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+## make gpu-check: on a machine with an NVIDIA GPU, run the GPU paths (gpu tests, nbval, the real
+## OOM, allocator settings, feeding bench) and record them in docs/gpu-runs/. Exits 2 at once
+## without a GPU. GPU_NOVENV=1 uses $(PYTHON) as it is (it must already have jax[cuda12|13]);
+## GPU_WHEELS is a wheel folder for offline installs (scripts/fetch_gpu_wheels.sh fills it);
+## GPU_STEPS picks steps, e.g. GPU_STEPS=tests,reproduce.
+GPU_WHEELS ?= .gpu-wheels
+GPU_STEPS  ?= all
+gpu-check:
+	@$(PYTHON) scripts/gpu_check.py --detect-only
+ifeq ($(GPU_NOVENV),1)
+	$(PYTHON) scripts/gpu_check.py --python $(PYTHON) --wheels $(GPU_WHEELS) --steps $(GPU_STEPS)
+else
+	$(MAKE) venv
+	$(BIN)/python -m pip install --quiet -e ".[dev,cuda13]"
+	$(BIN)/python scripts/gpu_check.py --wheels $(GPU_WHEELS) --steps $(GPU_STEPS)
+endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

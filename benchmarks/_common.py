@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# JDK_BENCH_RESULTS redirects the output (make gpu-check writes a GPU run's results elsewhere).
+RESULTS = Path(os.environ.get("JDK_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def median(xs) -> float:

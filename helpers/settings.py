@@ -31,8 +31,9 @@ VARIABLES: dict[str, str] = {
     "JAX_DEFAULT_DEVICE": "platform of the default device (read at `import jax`)",
     "JAX_NUM_CPU_DEVICES": "number of CPU devices (simulated devices; before backends start)",
     "JAX_TRANSFER_GUARD": "log or disallow implicit host<->device transfers",
-    "XLA_PYTHON_CLIENT_PREALLOCATE": "GPU: grab the memory pool at start (default true)",
-    "XLA_CLIENT_MEM_FRACTION": "GPU: fraction of total memory for the pool (default 0.75)",
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "GPU: take the whole pool at the first allocation (default "
+                                     "true); false grows it on demand, up to the same cap",
+    "XLA_CLIENT_MEM_FRACTION": "GPU: the pool's cap, as a fraction of total memory (default 0.75)",
     "XLA_PYTHON_CLIENT_MEM_FRACTION": "GPU: deprecated name of XLA_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_ALLOCATOR": "GPU: allocator (default, platform, bfc, cuda_async, vmm)",
     "CUDA_VISIBLE_DEVICES": "which NVIDIA GPUs the process can see",

@@ -1,0 +1,261 @@
+"""`make gpu-check`: run the kit's GPU paths on a machine with an NVIDIA GPU, and record the run.
+
+Steps (``--steps``, comma-separated; default: all, in this order):
+
+- ``tests``       the ``gpu``-marked unit tests (``pytest -m gpu``);
+- ``nbval``       every notebook under nbval, as ``make test`` runs it;
+- ``notebooks``   every notebook executed, the copies (GPU outputs) kept in the record folder;
+- ``reproduce``   ``python -m helpers reproduce-oom --json`` (the real CUDA OOM, then the fix);
+- ``allocation``  each allocator setting, and two processes on one GPU, measured in children;
+- ``bench``       the feeding benchmark's GPU rows against the pinned ``device_put`` bound.
+
+Writes ``docs/gpu-runs/<date>-<gpu>.json`` and ``.md`` (steps run again on the same day and GPU
+replace their earlier entry), and ``docs/gpu-runs/<date>-<gpu>/`` for the executed notebooks,
+logs and benchmark results. Every failure is kept verbatim (the tail of its output).
+
+Exit status: 0 every step passed, 1 a step failed, 2 no NVIDIA GPU here (said at once, before
+anything runs). Uses only the standard library itself, so any Python can start it; the steps run
+with ``--python`` (default: this interpreter). Missing notebook-test packages are installed from
+``--wheels`` (a folder filled by ``scripts/fetch_gpu_wheels.sh``) into a private folder, so no
+network is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = ("tests", "nbval", "notebooks", "reproduce", "allocation", "bench")
+NEEDED = ("nbval", "nbclient", "nbformat", "ipykernel", "jupyter_client", "ipywidgets")
+SCHEMA = "jax-device-kit/gpu-run/1"
+TAIL_LINES = 40
+
+
+def detect_gpus() -> list[dict]:
+    """GPUs nvidia-smi lists (name, driver, total MiB); empty when there is none or no driver."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[2].isdigit():
+            gpus.append({"name": parts[0], "driver": parts[1], "memory_mib": int(parts[2])})
+    return gpus
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def pass_line(text: str) -> str | None:
+    """pytest's closing summary ('12 passed, 3 deselected in 4.2s'), if any."""
+    summary = r"^=*\s*(\d+ (?:passed|failed|errors?|skipped|deselected)\b.*?)\s*=*$"
+    found = re.findall(summary, text, re.M)
+    return found[-1] if found else None
+
+
+def prepare_env(python: str, wheels: Path | None, site: Path) -> tuple[dict, str | None]:
+    """Environment for the steps, and None or why the notebook steps cannot run. Installs
+    the missing notebook-test packages from ``wheels`` into ``site`` (no network)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    probe = f"import importlib.util as u; print([m for m in {NEEDED!r} if not u.find_spec(m)])"
+
+    def missing(e):
+        out = subprocess.run([python, "-c", probe], env=e, capture_output=True, text=True)
+        return json.loads(out.stdout.replace("'", '"')) if out.returncode == 0 else list(NEEDED)
+
+    lacking = missing(env)
+    if not lacking:
+        return env, None
+    found = sorted(wheels.glob("*.whl")) if wheels and wheels.is_dir() else []
+    if not found:
+        return env, (f"missing {', '.join(lacking)} and no wheels in {wheels}; fill the folder "
+                     "with scripts/fetch_gpu_wheels.sh on a machine with network access")
+    site.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                           "--no-compile", "--upgrade", "--target", str(site),
+                           *map(str, found)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return env, "installing the wheels failed: " + proc.stderr.strip()[-500:]
+    env["PYTHONPATH"] = os.pathsep.join((str(site), env["PYTHONPATH"]))
+    lacking = missing(env)
+    return env, (f"still missing after installing the wheels: {', '.join(lacking)}"
+                 if lacking else None)
+
+
+def run(cmd: list[str], env: dict, timeout: float, log: Path) -> dict:
+    """Run one step's command; its whole output goes to ``log``, its tail into the record."""
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        rc, text, stdout = proc.returncode, proc.stdout + proc.stderr, proc.stdout
+    except subprocess.TimeoutExpired as err:
+        rc, stdout = 124, ""
+        text = (_text(err.stdout) + _text(err.stderr) + f"\n[killed after {timeout:.0f} s]")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(text)
+    return {"command": " ".join(cmd)[:300], "exit_code": rc,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "status": "passed" if rc == 0 else "failed", "pass_line": pass_line(text),
+            "log": str(log), "tail": text.strip().splitlines()[-TAIL_LINES:],
+            "_stdout": stdout}
+
+
+def _text(x) -> str:
+    return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+
+
+_ALLOCATION = """
+import json
+from helpers import allocation
+total = allocation.measure("default").total_bytes
+settings = {n: allocation.measure(n).to_dict() for n in allocation.SETTINGS}
+for n, m in settings.items():
+    opts = allocation.plugin_options(allocation.SETTINGS[n])["options"]
+    m["predicted"] = allocation.predict(opts, total).to_dict()
+pairs = {
+    "default, default": allocation.measure_together(("default", "default")),
+    "default, default asking 35%": allocation.measure_together(
+        ("default", "default"), array_bytes=(2**28, int(0.35 * total))),
+    "false, false": allocation.measure_together(("PREALLOCATE=false",) * 2),
+}
+print(json.dumps({"total_bytes": total, "settings": settings,
+                  "pairs": {k: [m.to_dict() for m in v] for k, v in pairs.items()}}))
+"""
+
+_EXECUTE = """
+import sys, nbformat
+from nbclient import NotebookClient
+src, dst = sys.argv[1], sys.argv[2]
+nb = nbformat.read(src, as_version=4)
+NotebookClient(nb, timeout=600, kernel_name="python3",
+               resources={"metadata": {"path": "notebooks"}}).execute()
+nbformat.write(nb, dst)
+"""
+
+
+def step_command(name: str, python: str) -> tuple[list[str], float]:
+    nbval = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.nbval_hooks",
+             "--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with",
+             "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=600", "notebooks"]
+    return {
+        "tests": ([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "tests"],
+                  900),
+        "nbval": (nbval, 1800),
+        "reproduce": ([python, "-m", "helpers", "reproduce-oom", "--json", "--size", "1GiB"], 600),
+        "allocation": ([python, "-c", _ALLOCATION], 900),
+        "bench": ([python, "benchmarks/feeding.py", "--rounds", "3", "--mib", "128"], 1200),
+    }[name]
+
+
+def run_notebooks(python: str, env: dict, folder: Path) -> dict:
+    results, failed = {}, False
+    for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
+        folder.mkdir(parents=True, exist_ok=True)
+        r = run([python, "-c", _EXECUTE, str(nb), str(folder / nb.name)], env, 900,
+                folder / "logs" / f"notebook-{nb.stem}.log")
+        results[nb.name] = {k: r[k] for k in ("status", "seconds", "tail")}
+        failed |= r["status"] != "passed"
+    return {"status": "failed" if failed else "passed", "notebooks": results,
+            "seconds": round(sum(r["seconds"] for r in results.values()), 1)}
+
+
+def summarise(name: str, result: dict) -> dict:
+    """Keep the JSON a step printed (reproduce-oom, allocation) as the record's data."""
+    stdout = result.pop("_stdout", "")
+    if name in ("reproduce", "allocation") and stdout.strip():
+        try:
+            result["data"] = json.loads(stdout if name == "reproduce"
+                                        else stdout.strip().splitlines()[-1])
+        except json.JSONDecodeError:
+            pass
+    return result
+
+
+def render_markdown(record: dict) -> str:
+    g = record["gpu"]
+    lines = [f"# GPU run {record['date']}: {g['name']}", "",
+             f"- GPU: {g['name']}, {g['memory_mib']} MiB, driver {g['driver']}",
+             f"- Python: {record['python']}", f"- JAX: {record.get('versions', {})}",
+             f"- Command: `{record['command']}`", "", "| step | status | seconds | result |",
+             "|---|---|---|---|"]
+    for name in STEPS:
+        s = record["steps"].get(name)
+        if s:
+            lines.append(f"| {name} | {s['status']} | {s.get('seconds', '')} | "
+                         f"{s.get('pass_line') or s.get('reason') or ''} |")
+    for name, s in record["steps"].items():
+        if s["status"] != "passed":
+            lines += ["", f"## {name}: {s['status']}", "", "```",
+                      *(s.get("tail") or [s.get("reason", "")]), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Run the kit's GPU paths and record the run.")
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--wheels", type=Path, default=REPO / ".gpu-wheels")
+    p.add_argument("--steps", default="all")
+    p.add_argument("--out", type=Path, default=REPO / "docs" / "gpu-runs")
+    p.add_argument("--detect-only", action="store_true", help="exit 0 with a GPU, else 2")
+    a = p.parse_args(argv)
+    steps = STEPS if a.steps == "all" else tuple(s.strip() for s in a.steps.split(","))
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        print(f"gpu-check: unknown step(s) {unknown}; choose from {', '.join(STEPS)}",
+              file=sys.stderr)
+        return 2
+    gpus = detect_gpus()
+    if not gpus:
+        print("gpu-check: no NVIDIA GPU here (nvidia-smi is missing or lists none); this check "
+              "needs one. On a CPU machine, `make test` is the check.", file=sys.stderr)
+        return 2
+    if a.detect_only:
+        return 0
+    gpu = gpus[0]
+    name = f"{time.strftime('%Y-%m-%d')}-{slug(gpu['name'])}"
+    folder = a.out / name
+    env, missing = prepare_env(a.python, a.wheels, REPO / "build" / "gpu-site")
+    env["JDK_BENCH_RESULTS"] = str(folder / "bench")
+    record_path = a.out / f"{name}.json"
+    record = json.loads(record_path.read_text()) if record_path.exists() else {"steps": {}}
+    doctor = subprocess.run([a.python, "-m", "helpers", "doctor", "--json"], cwd=REPO, env=env,
+                            capture_output=True, text=True)
+    versions = json.loads(doctor.stdout)["versions"] if doctor.returncode == 0 else {}
+    record.update(schema=SCHEMA, date=time.strftime("%Y-%m-%d"), gpu=gpu, versions=versions,
+                  python=a.python, command="make gpu-check " + " ".join(sys.argv[1:]))
+    for step in steps:
+        print(f"== {step}", flush=True)
+        if step in ("nbval", "notebooks") and missing:
+            result = {"status": "failed", "reason": missing}
+        elif step == "notebooks":
+            result = run_notebooks(a.python, env, folder)
+        else:
+            cmd, timeout = step_command(step, a.python)
+            result = summarise(step, run(cmd, env, timeout, folder / "logs" / f"{step}.log"))
+        record["steps"][step] = result
+        print(f"   {result['status']}  {result.get('pass_line') or result.get('reason') or ''}")
+        a.out.mkdir(parents=True, exist_ok=True)  # written after every step: a kill keeps some
+        record_path.write_text(json.dumps(record, indent=2) + "\n")
+        (a.out / f"{name}.md").write_text(render_markdown(record))
+    print(f"record: {record_path}")
+    return 0 if all(s["status"] == "passed" for s in record["steps"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

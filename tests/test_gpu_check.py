@@ -1,0 +1,105 @@
+"""scripts/gpu_check.py (make gpu-check): refuses at once without a GPU, records steps, keeps
+failures verbatim. The GPU steps themselves run only on a GPU; here a fake nvidia-smi stands in
+for the driver so the recording machinery can be tested."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location("gpu_check", Path(REPO) / "scripts" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+
+
+def _script(*args, env=None):
+    return subprocess.run([sys.executable, "scripts/gpu_check.py", *args], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=300)
+
+
+@pytest.fixture
+def no_gpu_path(tmp_path):
+    """A PATH without nvidia-smi (unless the machine really has one)."""
+    if gpu_check.detect_gpus():
+        pytest.skip("this machine has an NVIDIA GPU")
+    return os.environ["PATH"]
+
+
+@pytest.fixture
+def fake_smi(tmp_path):
+    """A stand-in nvidia-smi that reports one 24 GiB GPU (not a GPU: JAX still runs on CPU)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA Stand-in GPU, 999.99, 24576'\n")
+    smi.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_make_gpu_check_exits_2_at_once_without_a_gpu(no_gpu_path):
+    for extra in ([], ["GPU_NOVENV=1", f"PYTHON={sys.executable}"]):
+        proc = subprocess.run(["make", "-s", "gpu-check", *extra], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "no NVIDIA GPU here" in proc.stderr
+        assert "pip install" not in proc.stdout + proc.stderr  # nothing installed first
+
+
+def test_unknown_step_is_refused():
+    proc = _script("--steps", "tests,fly")
+    assert proc.returncode == 2 and "unknown step(s) ['fly']" in proc.stderr
+
+
+def test_a_step_is_recorded_as_json_and_markdown(fake_smi, tmp_path):
+    out = tmp_path / "runs"
+    proc = _script("--steps", "tests", "--out", str(out), env={"PATH": fake_smi})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (record_path,) = out.glob("*-nvidia-stand-in-gpu.json")
+    record = json.loads(record_path.read_text())
+    assert record["schema"] == "jax-device-kit/gpu-run/1"
+    assert record["gpu"] == {"name": "NVIDIA Stand-in GPU", "driver": "999.99",
+                             "memory_mib": 24576}
+    assert record["versions"]["jax"]  # from the doctor
+    step = record["steps"]["tests"]
+    assert step["status"] == "passed" and "deselected" in step["pass_line"]
+    md = record_path.with_suffix(".md").read_text()
+    assert "| tests | passed |" in md and "NVIDIA Stand-in GPU" in md
+
+
+def test_missing_notebook_packages_without_wheels_name_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_check, "NEEDED", ("nbval", "no_such_module_for_the_test"))
+    env, why = gpu_check.prepare_env(sys.executable, tmp_path / "empty", tmp_path / "site")
+    assert "no_such_module_for_the_test" in why and "fetch_gpu_wheels.sh" in why
+    assert str(gpu_check.REPO) in env["PYTHONPATH"]
+
+
+def test_failures_are_kept_verbatim_in_the_markdown():
+    record = {"date": "2026-11-22", "python": "python3", "command": "make gpu-check",
+              "gpu": {"name": "G", "driver": "1", "memory_mib": 1},
+              "steps": {"reproduce": {"status": "failed", "seconds": 3.0, "pass_line": None,
+                                      "tail": ["Traceback ...", "ValueError: the exact text"]}}}
+    md = gpu_check.render_markdown(record)
+    assert "| reproduce | failed | 3.0 |" in md
+    assert "## reproduce: failed" in md and "ValueError: the exact text" in md
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("....\n12 passed, 3 deselected in 4.20s\n", "12 passed, 3 deselected in 4.20s"),
+    ("== 1 failed, 2 passed in 1.0s ==", "1 failed, 2 passed in 1.0s"),
+    ("no summary here", None)])
+def test_pass_line(text, expected):
+    assert gpu_check.pass_line(text) == expected
+
+
+def test_wheel_script_names_the_packages_and_target():
+    text = (Path(REPO) / "scripts" / "fetch_gpu_wheels.sh").read_text()
+    for name in gpu_check.NEEDED:
+        assert name in text
+    assert "--python-version" in text and "manylinux" in text and "x86_64" in text
