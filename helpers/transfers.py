@@ -19,8 +19,15 @@ Limitations (also in the README):
   so those transfers are counted but their bytes are unknown (``nbytes is None``).
 - Reading an array on a CPU device from the host (``np.asarray(x)``, ``float(x)``) is
   zero-copy and JAX does not report it: on the CPU backend no device->host transfer appears.
-- Copies XLA makes inside a compiled computation, and transfers started by other threads,
-  are not guard events of this block.
+- Copies XLA makes inside a compiled computation are not guard events at all.
+- The guard set by a ``with`` block is per thread (jax/_src/config.py updates it through a
+  thread-local hook): copies made by other threads during the block (a prefetch thread, say)
+  are not seen.
+- On a GPU, reading an array back (``float(x)``, ``np.asarray(x)``, printing) is an implicit
+  device->host copy and is logged, once per array (jaxlib caches the host copy).
+- Measured on JAX 0.10.2 (CPU): once a jitted function has run, its C++ fast path moved an
+  uncommitted argument to another device without consulting the guard, so that copy was
+  neither logged nor disallowed; the first call's copy is seen.
 """
 
 from __future__ import annotations
