@@ -301,18 +301,15 @@ class Reproduction:
 
 
 
-def _fraction_variable() -> str:
-    """The memory-fraction variable to set. jaxlib reads the documented ``XLA_CLIENT_MEM_FRACTION``
-    and still honours the older ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (jaxlib/xla_client.py,
-    ``generate_pjrt_gpu_plugin_options``); setting both is an error, so the kit sets only one."""
-    return "XLA_CLIENT_MEM_FRACTION"
+# The memory-fraction variable the kit sets. jaxlib reads the documented XLA_CLIENT_MEM_FRACTION
+# and still honours the older XLA_PYTHON_CLIENT_MEM_FRACTION (jaxlib/xla_client.py,
+# generate_pjrt_gpu_plugin_options); setting both is an error, so the kit sets only this one.
+_FRACTION_VAR = "XLA_CLIENT_MEM_FRACTION"
 
 
 def _gpu_mode_available() -> bool:
     """True when the GPU path can run, decided without starting JAX's GPU backend here
     (which would preallocate 75% of the card for this process) unless JAX already runs."""
-    import sys
-
     jax = sys.modules.get("jax")
     if jax is not None and _jax_started():
         return jax.default_backend() == "gpu"
@@ -343,10 +340,10 @@ def _run_child(args: list[str], env: dict, timeout: float) -> tuple[dict | None,
         os.unlink(out_path)
 
 
-def _check_room(mode: str, requested: int, budget) -> int | None:
-    """The cap for the load (default: half of it), after checking the machine can run it."""
+def _check_room(mode: str, requested: int, budget, total: int | None) -> int | None:
+    """The cap for the load (default: half of it), after checking the machine can run it.
+    ``total``: the GPU's memory in gpu mode."""
     if mode == "gpu":
-        total = gpu.total_bytes()
         cap = parse_size(budget) if budget is not None else (requested // 2 if total else None)
         if total and cap and cap >= total:
             raise ValueError(f"budget {format_bytes(cap)} is larger than the GPU "
@@ -388,10 +385,11 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
         mode = "gpu" if _gpu_mode_available() else "cpu"
     elif mode == "gpu" and not _gpu_mode_available():
         gpu.require("reproduce-oom --mode gpu")  # raises NoGpuError: reason and fix
+    total = gpu.total_bytes() if mode == "gpu" else None  # asked once, from the driver
     if path is None:
         n = parse_size(size) // 2
         requested = 2 * n
-        _check_room(mode, requested, budget)  # before writing a file that cannot be used
+        _check_room(mode, requested, budget, total)  # before writing a file that cannot be used
         from helpers.datasets import write_tokens
 
         folder = Path(workdir or tempfile.gettempdir()) / "jax-device-kit"
@@ -405,15 +403,14 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
                         "the reproduction loads the story's `tokens` tensor")
     start, end = header["tokens"]["data_offsets"]
     requested = end - start
-    cap = _check_room(mode, requested, budget)
+    cap = _check_room(mode, requested, budget, total)
     env = {k: v for k, v in os.environ.items()
            if k not in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")}
     env["PYTHONUNBUFFERED"] = "1"
     args = [str(path), "--mode", mode] + (["--fixed"] if fixed else [])
     if mode == "gpu":
-        total = gpu.total_bytes()
         fraction = max(0.005, min(0.9, cap / total)) if (total and cap) else 0.05
-        var = _fraction_variable()
+        var = _FRACTION_VAR
         env[var] = f"{fraction:.4f}"
         env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)  # default: preallocate the capped pool
         how = f"{var}={fraction:.4f} of {format_bytes(total)}"
