@@ -13,6 +13,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -53,7 +54,9 @@ def _smi(*query: str) -> list[list[str]] | None:
     return [[x.strip() for x in line.split(",")] for line in out.stdout.splitlines() if line]
 
 
+@functools.lru_cache(maxsize=1)
 def _nvml():
+    """pynvml, initialised once per process; None when nvidia-ml-py or the driver is missing."""
     try:
         import pynvml  # from nvidia-ml-py
 

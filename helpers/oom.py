@@ -317,11 +317,11 @@ def _gpu_mode_available() -> bool:
 
 
 def _jax_started() -> bool:
-    try:
-        from jax._src import xla_bridge  # private; guarded: JAX has no public "started?" call
+    from helpers.devices import _xla_bridge  # the kit's one reach into JAX's private xla_bridge
 
-        return bool(xla_bridge.backends_are_initialized())
-    except Exception:
+    try:
+        return bool(_xla_bridge().backends_are_initialized())
+    except Exception:  # moved in a newer JAX: assume not started, ask the driver instead
         return False
 
 

@@ -14,7 +14,8 @@ replace their earlier entry), and ``docs/gpu-runs/<date>-<gpu>/`` for the execut
 logs and benchmark results. Every failure is kept verbatim (the tail of its output).
 
 Exit status: 0 every step passed, 1 a step failed, 2 no NVIDIA GPU here (said at once, before
-anything runs). Uses only the standard library itself, so any Python can start it; the steps run
+anything runs). Uses only the standard library and ``helpers.gpu`` (which imports no JAX), so
+any Python can start it; the steps run
 with ``--python`` (default: this interpreter). Missing notebook-test packages are installed from
 ``--wheels`` (a folder filled by ``scripts/fetch_gpu_wheels.sh``) into a private folder, so no
 network is needed.
@@ -39,21 +40,13 @@ TAIL_LINES = 40
 
 
 def detect_gpus() -> list[dict]:
-    """GPUs nvidia-smi lists (name, driver, total MiB); empty when there is none or no driver."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if out.returncode != 0:
-        return []
-    gpus = []
-    for line in out.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[2].isdigit():
-            gpus.append({"name": parts[0], "driver": parts[1], "memory_mib": int(parts[2])})
-    return gpus
+    """GPUs the driver lists (name, driver, total MiB), via helpers.gpu (NVML or nvidia-smi,
+    standard library only, no JAX); empty when there is none or no driver."""
+    sys.path.insert(0, str(REPO))
+    from helpers import gpu
+
+    return [{"name": g.name, "driver": g.driver, "memory_mib": g.total_bytes // 2**20}
+            for g in gpu.gpus()]
 
 
 def slug(text: str) -> str:
@@ -72,11 +65,12 @@ def prepare_env(python: str, wheels: Path | None, site: Path) -> tuple[dict, str
     the missing notebook-test packages from ``wheels`` into ``site`` (no network)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    probe = f"import importlib.util as u; print([m for m in {NEEDED!r} if not u.find_spec(m)])"
+    probe = ("import importlib.util as u, json; "
+             f"print(json.dumps([m for m in {NEEDED!r} if not u.find_spec(m)]))")
 
     def missing(e):
         out = subprocess.run([python, "-c", probe], env=e, capture_output=True, text=True)
-        return json.loads(out.stdout.replace("'", '"')) if out.returncode == 0 else list(NEEDED)
+        return json.loads(out.stdout) if out.returncode == 0 else list(NEEDED)
 
     lacking = missing(env)
     if not lacking:

@@ -38,7 +38,7 @@ def fake_smi(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'NVIDIA Stand-in GPU, 999.99, 24576'\n")
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA Stand-in GPU, GPU-0000, 24576, 999.99'\n")
     smi.chmod(0o755)
     return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
 
