@@ -6,14 +6,15 @@ import argparse
 import json
 import sys
 
-from helpers.gpu import NoGpuError
+from helpers.errors import KitError
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-# What a user's input or machine can cause (bad file, size, path, disk, no GPU): one line on
-# stderr and exit 2, never a traceback. ValueError covers FileError and SizeError.
-_USER_ERRORS = (ValueError, OSError, NoGpuError)
+# What a user's input or machine can cause (bad file, size, path, disk, no GPU) is a KitError
+# (helpers.errors; lower-layer errors are translated where the kit calls them): one line on
+# stderr and exit 2, never a traceback.
+_USER_ERRORS = (KitError,)
 
 
 def _message(err: BaseException) -> str:
@@ -24,9 +25,9 @@ def _message(err: BaseException) -> str:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from helpers import devices
+    from helpers import doctor
 
-    report = devices.probe()
+    report = doctor.diagnose(timeout=args.timeout)
     if args.json:
         print(report.to_json())
     else:
@@ -93,10 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser(
         "doctor",
         help="what JAX sees: backends, devices, defaults, memory stats, env vars, versions",
-        description="Print what JAX sees on this machine. Backends that fail to start are "
-        "reported, not raised. Exit status 0.",
+        description="Print what JAX sees on this machine, probed in a fresh child process. "
+        "Backends that fail to start, JAX failing to import and XLA aborting are reported, "
+        "not raised. Exit status 0.",
     )
     doctor.add_argument("--json", action="store_true", help="print only JSON (schema in README)")
+    doctor.add_argument("--timeout", type=float, default=120,
+                        help="seconds to wait for the probe (default 120)")
     doctor.set_defaults(func=_doctor)
 
     mk = sub.add_parser("make-tokens", help="write a synthetic GPT-2-like uint16 token file",

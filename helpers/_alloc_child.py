@@ -4,11 +4,10 @@ Prints one JSON line, then holds its memory until a line arrives on stdin (so se
 can be measured side by side on one GPU).
 """
 
-import json
 import os
 import sys
 
-from helpers import gpu
+from helpers import _child, gpu
 
 
 def _held(before: int | None) -> tuple[int | None, str]:
@@ -55,7 +54,7 @@ def main() -> int:
             report["driver_used_bytes"], report["driver_used_source"] = _held(before)
         except Exception:
             pass
-    print(json.dumps(report), flush=True)
+    _child.answer(report)
     sys.stdin.readline()  # hold the memory until the parent says so
     return 0
 

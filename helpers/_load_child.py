@@ -3,7 +3,6 @@
 Prints one JSON line with the measurement.
 """
 
-import json
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ def main() -> int:
     jax.config.update("jax_num_cpu_devices", 2)  # stand-in roles when there is no GPU
     import numpy as np
 
-    from helpers import devices, memory
+    from helpers import _child, devices, memory
 
     roles = devices.roles()
     acc = roles.accelerator
@@ -56,13 +55,13 @@ def main() -> int:
     seconds = time.perf_counter() - t0
     anon = [a for a in trace.host_anon if a is not None] or [base_anon]
     file = [f for f in trace.host_file if f is not None] or [base_file]
-    print(json.dumps({
+    _child.answer({
         "strategy": strategy, "seconds": seconds,
         "peak_anon_bytes": max(anon) - base_anon, "peak_file_bytes": max(file) - base_file,
         "accelerator_bytes": after_load - start.devices[0].bytes_in_use,  # the load's own
         "file_bytes": os.path.getsize(path), "checksum": checksum,
         "landed_on": landed, "stand_in": roles.stand_in,
-    }))
+    })
     return 0
 
 

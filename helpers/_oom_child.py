@@ -1,22 +1,21 @@
 """Child process for helpers.oom.reproduce: the story's load, under a cap. Not for direct use.
 
-Writes a JSON result to --out. Run as `python -m helpers._oom_child`, in a fresh process.
+Answers one JSON line (helpers._child). Run as `python -m helpers._oom_child`, in a fresh process.
 """
 
 import argparse
-import json
 import os
 import resource
 import sys
 import traceback
 
+from helpers import _child
+
 
 def _vm_size() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmSize in /proc/self/status")
+    import psutil
+
+    return int(psutil.Process().memory_info().vms)  # VmSize: the address space RLIMIT_AS caps
 
 
 def _bytes_in_use(device) -> int:
@@ -31,7 +30,6 @@ def main() -> int:
     p.add_argument("--mode", choices=["gpu", "cpu"], required=True)
     p.add_argument("--fixed", action="store_true")
     p.add_argument("--budget", type=int, default=0)
-    p.add_argument("--out", required=True)
     a = p.parse_args()
     result = {"ok": False}
     try:
@@ -73,8 +71,7 @@ def main() -> int:
                       landed_on=None, accelerator_bytes_added=None)
         if not isinstance(err, Exception):
             traceback.print_exc()
-    with open(a.out, "w") as f:
-        json.dump(result, f)
+    _child.answer(result)
     return 0 if result["ok"] else 3
 
 

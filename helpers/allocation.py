@@ -18,14 +18,11 @@ honest way to compare them is one fresh process per setting:
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 
-from helpers import gpu
-from helpers.gpu import NoGpuError
+from helpers import _child, gpu
+from helpers.errors import BadInputError, NoGpuError
 
 __all__ = ["AllocatorMeasurement", "NoGpuError", "PoolPrediction", "SETTINGS", "STORY",
            "measure", "measure_together", "plugin_options", "predict", "story_table"]
@@ -47,35 +44,15 @@ _ALL_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION",
 
 
 def _env(overrides: dict) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in _ALL_VARS and k != "JAX_PLATFORMS"}
-    for k, v in overrides.items():
-        if v is not None:
-            env[k] = str(v)
-    return env
-
-
-_OPTIONS_CHILD = """
-import json
-from jaxlib import xla_client
-try:
-    opts = xla_client.generate_pjrt_gpu_plugin_options()
-    print(json.dumps({"options": {k: v for k, v in opts.items()}}))
-except Exception as e:
-    print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-"""
+    return _child.child_env(overrides, drop=(*_ALL_VARS, "JAX_PLATFORMS"))
 
 
 def plugin_options(env: dict) -> dict:
     """The options jaxlib would hand the CUDA client under ``env`` (added to a clean copy of this
     process's environment), as ``{"options": {...}}`` or ``{"error": "ValueError: ..."}``.
     Reads only environment variables: no GPU needed, nothing allocated."""
-    proc = subprocess.run([sys.executable, "-c", _OPTIONS_CHILD], env=_env(env),
-                          capture_output=True, text=True, timeout=120)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError("could not ask jaxlib for its GPU options: "
-                           f"{proc.stderr.strip()[-500:]}")
-    return json.loads(lines[-1])
+    result = _child.run_json("helpers._options_child", env=_env(env), timeout=120)
+    return result.require("asking jaxlib for its GPU options")
 
 
 # --- XLA's rules, applied to jaxlib's options ----------------------------------------------
@@ -121,7 +98,8 @@ def _round_up(n: float) -> int:
 
 def predict(options: dict, total_bytes: int) -> PoolPrediction:
     """What XLA builds from jaxlib's ``options`` (``plugin_options(env)["options"]``) on a GPU
-    of ``total_bytes``. Raises ValueError for an allocator whose rules the kit does not model."""
+    of ``total_bytes``. Raises BadInputError (a ValueError) for an allocator whose rules the
+    kit does not model."""
     allocator = {"default": "bfc", "address": "platform"}.get(options.get("allocator", "default"),
                                                               options.get("allocator"))
     fraction = float(options.get("memory_fraction", _DEFAULT_FRACTION))
@@ -139,7 +117,7 @@ def predict(options: dict, total_bytes: int) -> PoolPrediction:
         return PoolPrediction(allocator, fraction, preallocate, None, reserve, reserve,
                               "CUDA's default mempool: no XLA cap; the fraction is only what "
                               "it reserves up front")
-    raise ValueError(f"the kit does not model allocator {options.get('allocator')!r} "
+    raise BadInputError(f"the kit does not model allocator {options.get('allocator')!r} "
                      "(known: default, bfc, platform, cuda_async)")
 
 
@@ -190,21 +168,14 @@ def _require_gpu() -> int:
 
 
 def _start(setting: str, env: dict, array_bytes: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "helpers._alloc_child", setting, str(array_bytes)],
-        env=_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    return _child.start_json("helpers._alloc_child", [setting, array_bytes], env=_env(env))
 
 
 def _read(proc: subprocess.Popen, setting: str, env: dict, array_bytes: int,
           total: int) -> AllocatorMeasurement:
-    line = proc.stdout.readline()
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        proc.kill()
-        err = proc.stderr.read().strip().splitlines()[-3:]
-        data = {"ok": False, "error": " | ".join(err) or "the child printed nothing"}
+    result = _child.read_answer(proc)
+    data = result.data if isinstance(result.data, dict) else {
+        "ok": False, "error": result.describe_failure()}
     return AllocatorMeasurement(
         setting=setting, env=dict(env), ok=data.get("ok", False), error=data.get("error"),
         device_kind=data.get("device_kind"), total_bytes=total,
@@ -245,7 +216,7 @@ def measure_together(settings=("default", "default"), *, array_bytes=2**28,
     sizes = ([array_bytes] * len(settings) if isinstance(array_bytes, int)
              else list(array_bytes))
     if len(sizes) != len(settings):
-        raise ValueError(f"{len(settings)} settings but {len(sizes)} array sizes")
+        raise BadInputError(f"{len(settings)} settings but {len(sizes)} array sizes")
     procs, out = [], []
     try:
         for s, size in zip(settings, sizes, strict=True):  # the 2nd starts while the 1st holds

@@ -13,15 +13,16 @@ network.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from helpers._display import Display
+from helpers.errors import BadInputError, FileError, PathError
+from helpers.safetensors_format import DTYPES, encode_header, read_header
 from helpers.units import format_bytes, parse_size
 
 __all__ = ["GPT2_EOT", "GPT2_VOCAB", "REAL_DATASET_TOKENS", "TokenFile", "batches", "open_tokens",
@@ -35,7 +36,7 @@ _PROGRESS_FROM = 256 * 2**20  # show a progress bar for files of 256 MiB or more
 
 
 @dataclass(frozen=True)
-class TokenFile:
+class TokenFile(Display):
     path: str
     n_tokens: int
     nbytes: int  # data bytes (n_tokens * 2)
@@ -44,19 +45,13 @@ class TokenFile:
     vocab_size: int
     seed: int
 
-    def __str__(self) -> str:
-        return (f"{self.path}: {self.n_tokens:,} uint16 tokens, {format_bytes(self.nbytes)} "
-                f"of data ({format_bytes(self.file_bytes)} on disk)")
 
 
 def _header(n_tokens: int) -> bytes:
-    meta = {
-        "__metadata__": {"generator": "jax-device-kit", "format": "gpt2-uint16-tokens"},
-        "tokens": {"dtype": "U16", "shape": [n_tokens], "data_offsets": [0, 2 * n_tokens]},
-    }
-    raw = json.dumps(meta, separators=(",", ":")).encode()
-    raw += b" " * (-(len(raw) + 8) % 8)  # pad so the data starts 8-byte aligned
-    return struct.pack("<Q", len(raw)) + raw
+    """The token file's header: one uint16 tensor ``tokens``, the kit's metadata."""
+    return encode_header(
+        {"tokens": {"dtype": "U16", "shape": [n_tokens], "data_offsets": [0, 2 * n_tokens]}},
+        {"generator": "jax-device-kit", "format": "gpt2-uint16-tokens"})
 
 
 _TABLE_BITS = 20
@@ -85,6 +80,13 @@ def _chunk(index: int, n: int, vocab_size: int, seed: int, ids_by_rank: np.ndarr
     return ids
 
 
+def _open_for_writing(path: Path):
+    try:
+        return open(path, "wb")
+    except OSError as err:  # permission, read-only file system, ...: say which file and why
+        raise PathError(f"cannot write {path}: {err.strerror or err}") from None
+
+
 def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: int = GPT2_VOCAB,
                  seed: int = 0, progress: bool | None = None) -> TokenFile:
     """Write ``n_tokens`` uint16 GPT-2-like token ids (or ``size`` bytes of them, e.g.
@@ -94,20 +96,20 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
     write never leaves a truncated file under the real name.
     """
     if (n_tokens is None) == (size is None):
-        raise ValueError("give exactly one of n_tokens or size (e.g. size='1 GiB')")
+        raise BadInputError("give exactly one of n_tokens or size (e.g. size='1 GiB')")
     if size is not None:
         n_tokens = parse_size(size) // 2
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}")
+        raise BadInputError(f"n_tokens must be a positive integer, got {n_tokens!r}")
     n_tokens = int(n_tokens)
     if not 2 <= vocab_size <= 65536:
-        raise ValueError(f"vocab_size must be in [2, 65536] to fit uint16, got {vocab_size}")
+        raise BadInputError(f"vocab_size must be in [2, 65536] to fit uint16, got {vocab_size}")
     path = Path(path)
     if path.is_dir():
-        raise IsADirectoryError(f"{path} is a directory; give a file name such as "
+        raise PathError(f"{path} is a directory; give a file name such as "
                                 f"{path / 'train.safetensors'}")
     if not path.parent.exists():
-        raise FileNotFoundError(f"folder {path.parent} does not exist; create it first")
+        raise PathError(f"folder {path.parent} does not exist; create it first")
     header = _header(n_tokens)
     nbytes = 2 * n_tokens
     try:
@@ -116,7 +118,7 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
     except OSError:
         free = None
     if free is not None and len(header) + nbytes > free:
-        raise OSError(f"not enough disk space in {path.parent}: the file needs "
+        raise PathError(f"not enough disk space in {path.parent}: the file needs "
                       f"{format_bytes(len(header) + nbytes)}, {format_bytes(free)} is free")
     perm = np.random.default_rng([seed, 0xC0FFEE]).permutation(vocab_size).astype(np.uint16)
     ids_by_rank = perm[_rank_table(vocab_size)]
@@ -129,7 +131,8 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
                    desc=f"writing {path.name}")
     partial = path.with_name(path.name + ".partial")
     try:
-        with open(partial, "wb") as f:
+        f = _open_for_writing(partial)
+        with f:
             f.write(header)
             for index, start in enumerate(range(0, n_tokens, CHUNK_TOKENS)):
                 n = min(CHUNK_TOKENS, n_tokens - start)
@@ -147,27 +150,21 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
                      seed)
 
 
-_NUMPY_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-                 "F16": "float16", "U32": "uint32", "I32": "int32", "F32": "float32",
-                 "U64": "uint64", "I64": "int64", "F64": "float64"}
-
-
 def open_tokens(path, name: str = "tokens") -> np.memmap:
     """A read-only ``numpy.memmap`` of one tensor of a safetensors file: zero-copy, nothing
-    read until used, no JAX device involved. The header is validated first (helpers.oom), so
-    a truncated or corrupt file raises FileError naming the problem instead of mapping junk.
+    read until used, no JAX device involved. The header is validated first
+    (:mod:`helpers.safetensors_format`), so a truncated or corrupt file raises FileError naming
+    the problem instead of mapping junk.
 
     Pages the OS reads in count as *file-backed* resident memory, which the OS can drop again
     under pressure, unlike the anonymous memory a full load allocates.
     """
-    from helpers.oom import FileError, read_header
-
     header, data_start = read_header(path)
     if name not in header:
         raise FileError(path, f"has no tensor named {name!r} (tensors: "
                         f"{', '.join(sorted(header)) or 'none'})")
     entry = header[name]
-    dtype = _NUMPY_DTYPES.get(entry["dtype"])
+    dtype = DTYPES[entry["dtype"]].numpy
     if dtype is None:
         raise FileError(path, f"tensor {name!r} has dtype {entry['dtype']}, which NumPy cannot "
                         "map directly", "load it with safetensors.numpy.load_file instead")

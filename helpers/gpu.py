@@ -21,14 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
+from helpers.errors import NoGpuError
+
 __all__ = ["GpuInfo", "NoGpuError", "cuda_plugins", "device_used_bytes", "gpus", "physical_index",
            "process_used_bytes", "require", "total_bytes", "why_unavailable"]
 
 INSTALL_HINT = 'pip install -U "jax[cuda13]" (or "jax[cuda12]" for a CUDA 12 driver)'
 
 
-class NoGpuError(RuntimeError):
-    """Something needs an NVIDIA GPU with JAX's CUDA backend, and this machine has none."""
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ doing nothing.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
 from dataclasses import asdict, dataclass
+
+from helpers import _child
+from helpers.errors import BadInputError
+from helpers.safetensors_format import read_header
 
 __all__ = ["STRATEGIES", "LoadMeasurement", "measure", "measure_all", "medians", "ratios", "table"]
 
@@ -52,19 +52,13 @@ class LoadMeasurement:
 def measure(path, strategy: str, *, timeout: float = 600) -> LoadMeasurement:
     """Load ``path`` one way in a fresh child process and return what it cost."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
-    from helpers.oom import read_header
-
+        raise BadInputError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     read_header(path)  # clear error for a bad file, before starting a child
     # No GPU preallocation in the child: it only needs a few bytes there, and the parent (a
     # notebook kernel) may already hold JAX's default 75% pool on the same GPU.
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    proc = subprocess.run([sys.executable, "-m", "helpers._load_child", str(path), strategy],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-    if proc.returncode != 0:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"the {strategy} load failed in its child process: {tail}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    env = _child.child_env({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    result = _child.run_json("helpers._load_child", [path, strategy], env=env, timeout=timeout)
+    data = result.require(f"the {strategy} load")
     return LoadMeasurement(description=STRATEGIES[strategy], **data)
 
 
@@ -87,7 +81,7 @@ def medians(measurements) -> list[dict]:
         d = m.to_dict() if hasattr(m, "to_dict") else dict(m)
         by.setdefault(d["strategy"], []).append(d)
     if not by:
-        raise ValueError("no measurements to summarise")
+        raise BadInputError("no measurements to summarise")
     rows = []
     for name, ds in by.items():
         row = {"strategy": name, "description": ds[0]["description"]}
@@ -107,7 +101,7 @@ def ratios(measurements, slow: str = "flax_ctx", fast: str = "memmap") -> dict:
     a = [d for d in ds if d["strategy"] == slow]
     b = [d for d in ds if d["strategy"] == fast]
     if not a or len(a) != len(b):
-        raise ValueError(f"need the same number (≥ 1) of {slow!r} and {fast!r} runs, "
+        raise BadInputError(f"need the same number (≥ 1) of {slow!r} and {fast!r} runs, "
                          f"got {len(a)} and {len(b)}")
     return {
         f"time_{slow}_over_{fast}": statistics.median(

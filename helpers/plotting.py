@@ -13,6 +13,7 @@ import matplotlib.style
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from helpers.errors import BadInputError
 from helpers.units import format_bytes
 
 __all__ = ["STYLE", "bytes_axis", "load_strategies", "memory_timeline", "request_vs_budget",
@@ -62,7 +63,7 @@ def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
     data = trace.to_dict() if hasattr(trace, "to_dict") else dict(trace)
     times = data["times"]
     if len(times) < 1:
-        raise ValueError("the trace has no samples; was the track() block entered?")
+        raise BadInputError("the trace has no samples; was the track() block entered?")
     series = data["devices"]
     if devices is None:
         names = [n for n, v in series.items() if any(v)]
@@ -209,7 +210,7 @@ def request_vs_budget(rows, *, title: str = "Requested bytes against the budget"
     """
     rows = list(rows)
     if not rows:
-        raise ValueError("no rows to draw")
+        raise BadInputError("no rows to draw")
     with matplotlib.style.context(STYLE):
         fig = _figure(figsize=(7.5, 1.35 * len(rows) + 0.6))
         axes = fig.subplots(len(rows), 1, squeeze=False)[:, 0]
@@ -243,7 +244,7 @@ def load_strategies(measurements, *, title: str = "Loading the token file four w
     ``measurements``: LoadMeasurement objects or their dicts (medians, one per strategy)."""
     rows = [m.to_dict() if hasattr(m, "to_dict") else dict(m) for m in measurements]
     if not rows:
-        raise ValueError("no measurements to draw")
+        raise BadInputError("no measurements to draw")
     names = [r["strategy"] for r in rows]
     with matplotlib.style.context(STYLE):
         fig = _figure(figsize=(7.5, 0.55 * len(rows) + 1.6))
@@ -282,7 +283,7 @@ def feeding(rows, *, title: str = "Feeding the accelerator") -> Figure:
     bound). ``rows``: dicts with ``batch_bytes`` and ``gbps`` ({variant: GB/s})."""
     rows = [dict(r) for r in rows]
     if not rows:
-        raise ValueError("no rows to draw")
+        raise BadInputError("no rows to draw")
     sizes = [r["batch_bytes"] for r in rows]
     styles = {"bound": dict(color="0.3", linestyle="--"), "naive": dict(color="C1"),
               "kit": dict(color="C0", linewidth=2.2), "kit_no_prefetch": dict(color="C0",
@@ -310,7 +311,7 @@ def allocator_settings(measurements, *, title: str = "What each allocator settin
     ``measurements``: AllocatorMeasurement objects or their dicts."""
     rows = [m.to_dict() if hasattr(m, "to_dict") else dict(m) for m in measurements]
     if not rows:
-        raise ValueError("no measurements to draw")
+        raise BadInputError("no measurements to draw")
     bars = [("driver_used_bytes", "held (nvidia-smi)", "C3"),
             ("bytes_limit", "allocator limit", "0.6"),
             ("bytes_in_use", "in use by arrays", "C0")]
@@ -341,7 +342,7 @@ def pipeline_timeline(runs, *, title: str = "Where the time goes") -> Figure:
     a bar. ``runs``: {label: [(stage, start, end), ...]} with perf_counter times."""
     runs = {k: list(v) for k, v in dict(runs).items()}
     if not runs or not any(runs.values()):
-        raise ValueError("no intervals to draw")
+        raise BadInputError("no intervals to draw")
     stages = ["gather", "transfer", "step"]
     colors = {"gather": "C1", "transfer": "C0", "step": "C2"}
     with matplotlib.style.context(STYLE):

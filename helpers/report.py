@@ -1,116 +1,29 @@
-"""Render device reports and placements: text (terminal), HTML (notebooks), JSON (bug reports).
+"""Render device reports and placements: text (terminal) and HTML (notebooks).
 
-Pure functions of the captured data. HTML is deterministic: no random ids, no scripts, no
+Pure functions of the captured data, registered with :mod:`helpers._display` so that
+``str(report)`` and Jupyter's views use them. The JSON form lives beside the data
+(``DeviceReport.to_dict``). HTML is deterministic: no random ids, no scripts, no
 timestamps, so a notebook re-run produces the same markup on the same machine.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from types import MappingProxyType
 
-from helpers import settings
-from helpers.devices import (
-    NOT_AVAILABLE,
-    BackendInfo,
-    DeviceInfo,
-    DeviceReport,
-    FailedBackend,
-    Placement,
-)
+from helpers import _display
+from helpers.devices import DeviceReport
+from helpers.placement import Placement
+from helpers.unavailable import NOT_AVAILABLE
 from helpers.units import format_bytes
 
 __all__ = [
     "placement_html",
     "placement_text",
-    "report_from_dict",
     "report_html",
     "report_text",
-    "report_to_dict",
 ]
 
 _STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
-
-
-# --- JSON ---------------------------------------------------------------------------------
-def _device_dict(d: DeviceInfo) -> dict:
-    return {
-        "id": d.id,
-        "name": d.name,
-        "platform": d.platform,
-        "kind": d.kind,
-        "process_index": d.process_index,
-        "memory_kinds": list(d.memory_kinds),
-        "default_memory_kind": d.default_memory_kind,
-        "memory_stats": dict(d.memory_stats) if d.memory_stats is not NOT_AVAILABLE else None,
-    }
-
-
-def report_to_dict(r: DeviceReport) -> dict:
-    """The JSON form. Keys are stable within a schema version (see README, 'doctor --json')."""
-    return {
-        "schema": r.schema,
-        "default_backend": r.default_backend,
-        "default_device": r.default_device,
-        "default_device_source": r.default_device_source,
-        "platforms_requested": r.platforms_requested,
-        "backends": [
-            {
-                "name": b.name,
-                "platform": b.platform,
-                "platform_version": b.platform_version,
-                "is_default": b.is_default,
-                "devices": [_device_dict(d) for d in b.devices],
-            }
-            for b in r.backends
-        ],
-        "failed_backends": [
-            {"name": f.name, "error": f.error, "hint": f.hint} for f in r.failed_backends
-        ],
-        "environment": [{"name": e.name, "value": e.value, "meaning": e.meaning}
-                        for e in r.environment],
-        "warnings": [{"code": w.code, "message": w.message, "fix": w.fix} for w in r.warnings],
-        "versions": dict(r.versions),
-        "plugins": dict(r.plugins),
-    }
-
-
-def report_from_dict(data: Mapping) -> DeviceReport:
-    """Inverse of report_to_dict (for reports made in a child process)."""
-    if not str(data.get("schema", "")).startswith("jax-device-kit/doctor/"):
-        raise ValueError(f"not a doctor report: schema is {data.get('schema')!r}")
-
-    def dev(d: Mapping) -> DeviceInfo:
-        stats = d.get("memory_stats")
-        return DeviceInfo(
-            id=d["id"], platform=d["platform"], kind=d["kind"],
-            process_index=d["process_index"], memory_kinds=tuple(d["memory_kinds"]),
-            default_memory_kind=d["default_memory_kind"],
-            memory_stats=MappingProxyType(dict(stats)) if stats else NOT_AVAILABLE,
-            name=d.get("name", ""),
-        )
-
-    return DeviceReport(
-        backends=tuple(
-            BackendInfo(b["name"], b["platform"], b["platform_version"], b["is_default"],
-                        tuple(dev(d) for d in b["devices"]))
-            for b in data["backends"]
-        ),
-        failed_backends=tuple(FailedBackend(f["name"], f["error"], f.get("hint", ""))
-                              for f in data["failed_backends"]),
-        default_backend=data["default_backend"],
-        default_device=data["default_device"],
-        default_device_source=data["default_device_source"],
-        platforms_requested=data["platforms_requested"],
-        environment=tuple(settings.EnvVar(e["name"], e["value"], e["meaning"])
-                          for e in data["environment"]),
-        warnings=tuple(settings.EnvWarning(w["code"], w["message"], w["fix"])
-                       for w in data["warnings"]),
-        versions=MappingProxyType(dict(data["versions"])),
-        plugins=MappingProxyType(dict(data["plugins"])),
-        schema=data["schema"],
-    )
 
 
 # --- text ---------------------------------------------------------------------------------
@@ -257,3 +170,7 @@ def placement_html(p: Placement) -> str:
     return (f'{_CSS}<div class="jdk-report"><b>{_e(p.kind)}</b> '
             f"<code>{_e(p.dtype)}{_e(list(p.shape))}</code><table>{body}</table>"
             f"{_e(p.explanation)}</div>")
+
+
+_display.renders(DeviceReport, text=report_text, html=report_html)
+_display.renders(Placement, text=placement_text, html=placement_html)

@@ -6,6 +6,9 @@ transfer to the process's stderr, file descriptor 2, not to Python's ``sys.stder
 parses the guard lines, and passes every other line through to the real stderr, so nothing
 is lost. A transfer counts as **explicit** when it happened inside ``jax.device_put`` /
 ``jax.device_get`` (the kit marks JAX's own explicit-transfer scope), else **implicit**.
+Both the marking and the log's format are JAX internals (``helpers._jax_internals``): each
+trace starts with one tiny explicit ``device_put`` and checks that it shows up as a marked
+transfer; if it does not, every transfer's ``explicit`` is ``None`` (unknown), never a guess.
 
 >>> import numpy as np, jax
 >>> with trace() as log:
@@ -35,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -45,16 +47,16 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from helpers import _jax_internals
+from helpers._display import Display
+from helpers.errors import BadInputError, InUseError
+
 __all__ = ["Transfer", "TransferLog", "parse_guard_output", "trace"]
 
 H2D, D2D, D2H = "host->device", "device->device", "device->host"
-_DIRECTIONS = {"host-to-device": H2D, "device-to-device": D2D, "device-to-host": D2H}
-_LINE = re.compile(r"(host-to-device|device-to-device|device-to-host) transfer:(.*)$")
-_AVAL = re.compile(r"aval=ShapedArray\((\w+)\[([\d,\s]*)\]")
-_SRC = re.compile(r"(?<!dst_)sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
-_DST = re.compile(r"dst_sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
 _BEGIN = "<<helpers.transfers explicit begin>>"
 _END = "<<helpers.transfers explicit end>>"
+_PROBED = "<<helpers.transfers probe done>>"
 _NOISE = ("WARNING: All log messages before absl::InitializeLog() is called",)
 _active = threading.Lock()  # one trace at a time per process: fd 2 is process-wide
 
@@ -71,12 +73,6 @@ class Transfer:
     raw: str  # the guard's own text
 
 
-def _device_name(match) -> str | None:
-    if not match:
-        return None
-    return f"{match.group(1).lower()}:{match.group(2)}"
-
-
 def _itemsize(dtype: str) -> int | None:
     try:
         return np.dtype(jax.numpy.dtype(dtype)).itemsize
@@ -88,7 +84,8 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
     """Split captured stderr into transfers and the other lines (returned unchanged).
 
     Lines between the kit's explicit markers are explicit transfers, the rest implicit. With
-    ``marked=False`` (the markers could not be installed) explicitness is unknown (None).
+    ``marked=False`` (the markers could not be installed, or did not show up in the log)
+    explicitness is unknown (None), never guessed.
     """
     transfers: list[Transfer] = []
     other: list[str] = []
@@ -100,34 +97,47 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
         if line == _END:
             depth = max(0, depth - 1)
             continue
-        m = _LINE.search(line)
-        if not m:
+        fields = _jax_internals.parse_guard_line(line)
+        if fields is None:
             if line.strip() and not line.startswith(_NOISE):
                 other.append(line)
             continue
-        direction = _DIRECTIONS[m.group(1)]
-        rest = m.group(2)
-        shape = dtype = nbytes = None
-        aval = _AVAL.search(rest)
-        if aval:
-            dtype = aval.group(1)
-            dims = aval.group(2).replace(" ", "")
-            shape = tuple(int(x) for x in dims.split(",") if x)
+        direction, shape, dtype = fields["direction"], fields["shape"], fields["dtype"]
+        nbytes = None
+        if shape is not None:
             size = _itemsize(dtype)
             nbytes = None if size is None else size * math.prod(shape)
-        src = _device_name(_SRC.search(rest))
-        dst = _device_name(_DST.search(rest))
+        src, dst = fields["source"], fields["destination"]
         if direction == H2D:
             src = "host"
         elif direction == D2H:
             dst = "host"
         explicit = (depth > 0) if marked else None
         transfers.append(Transfer(direction, explicit, shape, dtype, nbytes, src, dst,
-                                  line[m.start():].strip()))
+                                  fields["raw"]))
     return transfers, other
 
 
-class TransferLog:
+def _split_probe(text: str) -> tuple[str, bool]:
+    """(the block's own log, whether the markers worked). :func:`trace` starts each capture
+    with one explicit ``jax.device_put`` (the probe) and a separator line: the markers work
+    when the probe's transfer shows up between them."""
+    head, sep, rest = text.partition(_PROBED + "\n")
+    if not sep:
+        return text, False
+    lines = head.splitlines()
+    try:
+        i, j = lines.index(_BEGIN), len(lines) - 1 - lines[::-1].index(_END)
+    except ValueError:
+        return rest, False
+    seen = [_jax_internals.parse_guard_line(x) for x in lines[i + 1:j]]
+    ok = any(f is not None and f["direction"] == H2D for f in seen)
+    other = [x for x in lines if x not in (_BEGIN, _END) and
+             _jax_internals.parse_guard_line(x) is None]
+    return "\n".join([*other, rest]), ok
+
+
+class TransferLog(Display):
     """The transfers one :func:`trace` block made. Filled when the block ends."""
 
     def __init__(self) -> None:
@@ -148,8 +158,8 @@ class TransferLog:
     def select(self, direction: str | None = None, *, explicit: bool | None = None
                ) -> tuple[Transfer, ...]:
         if direction is not None and direction not in (H2D, D2D, D2H):
-            raise ValueError(f"direction must be one of {H2D!r}, {D2D!r}, {D2H!r}; "
-                             f"got {direction!r}")
+            raise BadInputError(f"direction must be one of {H2D!r}, {D2D!r}, {D2H!r}; "
+                                f"got {direction!r}")
         return tuple(t for t in self._transfers
                      if (direction is None or t.direction == direction)
                      and (explicit is None or t.explicit is explicit))
@@ -181,74 +191,14 @@ class TransferLog:
         return {"transfers": [t.__dict__.copy() for t in self._transfers],
                 "summary": self.summary()}
 
-    def __str__(self) -> str:
-        from helpers.units import format_bytes
-
-        if not self._transfers:
-            return "no transfers"
-        lines = [f"{'direction':<15} {'kind':<9} {'count':>5} {'bytes':>12}"]
-        for r in self.summary():
-            kind = {True: "explicit", False: "implicit", None: "?"}[r["explicit"]]
-            if r["unknown_size"] == r["count"]:
-                size = "?"  # logged without shapes (jit's fast path)
-            else:
-                size = format_bytes(r["bytes"]) + ("+?" if r["unknown_size"] else "")
-            lines.append(f"{r['direction']:<15} {kind:<9} {r['count']:>5} {size:>12}")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, printer, cycle) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        import html
-
-        from helpers.units import format_bytes
-
-        head = ("<table><tr><th>direction</th><th>kind</th><th>shape</th><th>dtype</th>"
-                "<th>bytes</th><th>from</th><th>to</th></tr>")
-        rows = []
-        for t in self._transfers:
-            kind = {True: "explicit", False: "implicit", None: "?"}[t.explicit]
-            shape = "?" if t.shape is None else str(list(t.shape))
-            cells = (t.direction, kind, shape, t.dtype or "?",
-                     format_bytes(t.nbytes) if t.nbytes is not None else "?",
-                     t.source or "?", t.destination or "?")
-            rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-                        + "</tr>")
-        if not rows:
-            return "<i>no transfers</i>"
-        return head + "".join(rows) + "</table>"
 
 
-@contextlib.contextmanager
-def _mark_explicit_scopes(write) -> Iterator[bool]:
-    """Wrap JAX's explicit device_put/device_get scopes so they write markers to fd 2."""
+def _probe() -> None:
+    """One tiny explicit host->device copy: its log lines tell whether the markers work."""
     try:
-        from jax._src import config as jax_config  # private; guarded
-        originals = {name: getattr(jax_config, name) for name in
-                     ("explicit_device_put_scope", "explicit_device_get_scope")}
-    except Exception:  # pragma: no cover - JAX moved it: explicitness becomes unknown
-        yield False
-        return
-
-    def wrap(original):
-        @contextlib.contextmanager
-        def scope():
-            write(_BEGIN)
-            try:
-                with original():
-                    yield
-            finally:
-                write(_END)
-        return scope
-
-    for name, original in originals.items():
-        setattr(jax_config, name, wrap(original))
-    try:
-        yield True
-    finally:
-        for name, original in originals.items():
-            setattr(jax_config, name, original)
+        jax.device_put(np.zeros(1, np.uint8)).block_until_ready()
+    except Exception:  # no usable backend: the markers are reported as not working
+        pass
 
 
 @contextlib.contextmanager
@@ -259,7 +209,7 @@ def trace() -> Iterator[TransferLog]:
     restored either way.
     """
     if not _active.acquire(blocking=False):
-        raise RuntimeError("transfers.trace() is already active in this process; "
+        raise InUseError("transfers.trace() is already active in this process; "
                            "nest the code inside the existing trace instead")
     log = TransferLog()
     try:
@@ -272,8 +222,11 @@ def trace() -> Iterator[TransferLog]:
             os.write(2, (marker + "\n").encode())
 
         try:
-            with _mark_explicit_scopes(write) as marked, jax.transfer_guard("log_explicit"):
-                log.explicit_marked = marked
+            with _jax_internals.explicit_scopes_marked(write, _BEGIN, _END) as installed, \
+                    jax.transfer_guard("log_explicit"):
+                if installed:
+                    _probe()
+                    write(_PROBED)
                 yield log
         finally:
             try:
@@ -284,6 +237,7 @@ def trace() -> Iterator[TransferLog]:
             capture.seek(0)
             text = capture.read().decode("utf-8", errors="replace")
             capture.close()
+            text, log.explicit_marked = _split_probe(text)
             transfers, other = parse_guard_output(text, marked=log.explicit_marked)
             log._transfers = tuple(transfers)
             log.finished = True

@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 import re
 
+from helpers.errors import SizeError
+from helpers.unavailable import NotAvailable
+
 __all__ = ["SizeError", "format_bytes", "parse_size"]
 
 _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -24,13 +27,12 @@ _FACTORS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-class SizeError(ValueError):
-    """A size string or number that cannot be a number of bytes."""
 
 
-def format_bytes(n: int | float | None, *, precision: int = 2) -> str:
-    """Format a byte count with binary units: 1536 -> '1.50 KiB'. None -> 'n/a'."""
-    if n is None:
+def format_bytes(n: int | float | NotAvailable | None, *, precision: int = 2) -> str:
+    """Format a byte count with binary units: 1536 -> '1.50 KiB'. None or NOT_AVAILABLE ->
+    'n/a'."""
+    if n is None or isinstance(n, NotAvailable):
         return "n/a"
     if isinstance(n, float) and not math.isfinite(n):
         raise SizeError(f"cannot format {n!r} as bytes")

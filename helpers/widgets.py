@@ -18,6 +18,7 @@ from collections import deque
 import ipywidgets as widgets
 
 from helpers import memory
+from helpers.errors import BadInputError
 from helpers.units import format_bytes
 
 __all__ = ["MemoryMonitor"]
@@ -29,7 +30,7 @@ class MemoryMonitor(widgets.VBox):
     def __init__(self, *, interval: float = 0.5, history: int = 240, devices=None,
                  autostart: bool = False):
         if not 0.05 <= float(interval) <= 60:
-            raise ValueError(f"interval must be between 0.05 and 60 seconds, got {interval!r}")
+            raise BadInputError(f"interval must be between 0.05 and 60 seconds, got {interval!r}")
         self._devices = devices
         self._samples: deque = deque(maxlen=int(history))
         self._lock = threading.Lock()

@@ -4,6 +4,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file
 
 from helpers import datasets
+from helpers.errors import PathError
 
 
 def test_round_trip_with_safetensors_itself(tmp_path):
@@ -66,9 +67,9 @@ def test_bad_arguments(tmp_path, kwargs, match):
 
 
 def test_bad_paths(tmp_path):
-    with pytest.raises(IsADirectoryError, match="is a directory"):
+    with pytest.raises(PathError, match="is a directory"):
         datasets.write_tokens(tmp_path, 10)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(PathError, match="does not exist"):
         datasets.write_tokens(tmp_path / "missing" / "t.safetensors", 10)
 
 
@@ -94,7 +95,7 @@ def test_open_tokens_is_a_zero_copy_view_equal_to_the_load(tmp_path):
 def test_open_tokens_other_tensors_and_errors(tmp_path):
     from safetensors.numpy import save_file
 
-    from helpers.oom import FileError
+    from helpers.errors import FileError
 
     path = tmp_path / "m.safetensors"
     save_file({"a": np.arange(6, dtype=np.int64).reshape(2, 3), "b": np.ones(4, np.float32)},

@@ -114,7 +114,7 @@ def test_unknown_platform_is_named():
 
 
 def test_probe_in_child_reports_child_failure():
-    with pytest.raises(RuntimeError, match="child doctor exited"):
+    with pytest.raises(RuntimeError, match="the child doctor: the child process exited"):
         devices.probe_in_child({"PYTHONPATH": "/nonexistent", "PYTHONSAFEPATH": "1",
                                 "PYTHONNOUSERSITE": "1", "JAX_PLATFORMS": "cpu",
                                 "PYTHONHOME": "/nonexistent"}, timeout=60)

@@ -7,6 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import datasets, oom
+from helpers import preflight as preflight_module
+from helpers.unavailable import NOT_AVAILABLE
 from tests.conftest import run_cli
 
 
@@ -41,11 +43,11 @@ def test_preflight_honours_default_device_context(tokens):
 
 
 def test_will_not_fit_spells_out_the_fix(tokens, monkeypatch):
-    monkeypatch.setattr(oom, "_free_bytes", lambda d: (1 << 20, "allocator: test"))
+    monkeypatch.setattr(preflight_module, "_free_bytes", lambda d: (1 << 20, "allocator: test"))
     r = oom.preflight(tokens)
     assert r.verdict == "will not fit" and not r.fits
     assert "jax.default_device(jax.devices('cpu')[0])" in r.advice
-    monkeypatch.setattr(oom, "_free_bytes", lambda d: (None, "no stats"))
+    monkeypatch.setattr(preflight_module, "_free_bytes", lambda d: (NOT_AVAILABLE, "no stats"))
     assert oom.preflight(tokens).verdict == "unknown"
 
 

@@ -1,0 +1,261 @@
+"""The kit's one seam into JAX's private internals.
+
+Every access to ``jax._src``, to jaxlib's non-public helpers, or to a format JAX does not document
+(the transfer guard's log lines) lives here, each with why the kit needs it and the public
+alternative, where one exists. Nothing else in ``helpers`` may reach into ``jax._src``
+(``tests/test_jax_internals.py`` checks both: that every internal below still exists in the
+installed JAX, naming the version when one moved, and that no other module reaches past this
+seam).
+
+Every function here degrades instead of raising when JAX moved something: it returns an empty or
+"unknown" answer and the caller says so in its output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "INTERNALS",
+    "GUARD_LINE",
+    "Internal",
+    "InternalMoved",
+    "backend_errors",
+    "backend_factories",
+    "backends_started",
+    "expand_platform_alias",
+    "explicit_scopes_marked",
+    "jax_version",
+    "on_backend_start",
+    "parse_guard_line",
+    "verify",
+]
+
+
+@dataclass(frozen=True)
+class Internal:
+    where: str  # "module:attribute"
+    why: str  # one line: what the kit uses it for
+    public: str  # the public alternative, or why there is none
+
+
+INTERNALS: dict[str, Internal] = {
+    "backend_errors": Internal(
+        "jax._src.xla_bridge:_backend_errors",
+        "the doctor lists backends JAX skipped quietly (e.g. tpu without libtpu), with the reason",
+        "none: jax.extend.backend.backends() returns only the backends that started"),
+    "backend_factories": Internal(
+        "jax._src.xla_bridge:_backend_factories",
+        "tell a misspelled JAX_PLATFORMS entry from a plugin that is installed but failed",
+        "partly: importlib.metadata.entry_points(group='jax_plugins') lists plugins, not "
+        "the built-in cpu/tpu factories"),
+    "expand_platform_alias": Internal(
+        "jax._src.xla_bridge:expand_platform_alias",
+        "JAX_PLATFORMS=gpu means cuda or rocm: name the backend that was meant",
+        "none documented"),
+    "backends_are_initialized": Internal(
+        "jax._src.xla_bridge:backends_are_initialized",
+        "ask 'has JAX started its backends?' without starting them (starting the GPU backend "
+        "would take 75% of the card)",
+        "for jax_num_cpu_devices only: jax.config.update raises RuntimeError after start "
+        "(helpers.placement.simulate_cpu_devices uses that)"),
+    "register_backend_initialization_hook": Internal(
+        "jax._src.xla_bridge:register_backend_initialization_hook",
+        "record the allocator variables at the moment the GPU backend starts, to catch ones "
+        "changed too late",
+        "none"),
+    "explicit_device_put_scope": Internal(
+        "jax._src.config:explicit_device_put_scope",
+        "helpers.transfers marks jax.device_put's scope in the guard log, to tell explicit "
+        "copies from implicit ones",
+        "none: transfer_guard('log_explicit') logs both kinds with no marker"),
+    "explicit_device_get_scope": Internal(
+        "jax._src.config:explicit_device_get_scope",
+        "the same for jax.device_get",
+        "none"),
+    "generate_pjrt_gpu_plugin_options": Internal(
+        "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
+        "the allocator options jaxlib would pass to the CUDA client for an environment, "
+        "computed without a GPU",
+        "none; the variable names themselves are documented (XLA_CLIENT_MEM_FRACTION, "
+        "XLA_PYTHON_CLIENT_PREALLOCATE, XLA_PYTHON_CLIENT_ALLOCATOR)"),
+}
+
+
+class InternalMoved(RuntimeError):
+    """A JAX internal the kit relies on is gone or changed in the installed version."""
+
+
+def jax_version() -> str:
+    from importlib import metadata
+
+    try:
+        return f"jax {metadata.version('jax')}, jaxlib {metadata.version('jaxlib')}"
+    except metadata.PackageNotFoundError:
+        return "jax not installed"
+
+
+def _import(module: str):
+    """importlib.import_module, except that when importing JAX fails (``JAX_NUM_CPU_DEVICES=abc``
+    raises inside ``import jax``) the half-imported modules are removed again, so the user's
+    own ``import jax`` later raises JAX's real error, not "Config option ... already defined"."""
+    import sys
+
+    before = set(sys.modules)
+    try:
+        return importlib.import_module(module)
+    except BaseException:
+        for name in set(sys.modules) - before:
+            if name.split(".")[0] in ("jax", "jaxlib"):
+                del sys.modules[name]
+        raise
+
+
+def _resolve(name: str):
+    module, attr = INTERNALS[name].where.split(":")
+    return getattr(_import(module), attr)
+
+
+def verify(name: str):
+    """Return the internal ``name``; raise InternalMoved naming the JAX version if it is gone."""
+    if name not in INTERNALS:
+        raise KeyError(f"{name!r} is not one of the kit's JAX internals ({', '.join(INTERNALS)})")
+    try:
+        return _resolve(name)
+    except Exception as err:
+        raise InternalMoved(
+            f"{INTERNALS[name].where} is not available in {jax_version()} "
+            f"({type(err).__name__}: {err}); the kit uses it to {INTERNALS[name].why}. "
+            "Update helpers/_jax_internals.py for this JAX version.") from err
+
+
+def _get(name: str, default=None):
+    try:
+        return _resolve(name)
+    except Exception:
+        return default
+
+
+# --- backends -------------------------------------------------------------------------------
+def backends_started() -> bool:
+    """Has JAX started its backends in this process? Never starts them, and never imports jax
+    when it is not imported yet (then nothing can have started). False when JAX moved the
+    answer."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    fn = _get("backends_are_initialized")
+    try:
+        return bool(fn()) if fn is not None else False
+    except Exception:
+        return False
+
+
+def backend_errors() -> dict[str, str]:
+    """{platform: error} for backends JAX tried and skipped quietly; {} if unknown."""
+    return dict(_get("backend_errors", None) or {})
+
+
+def backend_factories() -> set[str]:
+    """Platform names JAX knows how to start (built-in and plugins); falls back to the public
+    plugin entry points plus 'cpu' when the private registry moved."""
+    names = _get("backend_factories", None)
+    if names is not None:
+        return set(names)
+    from importlib.metadata import entry_points
+
+    return {"cpu"} | {ep.name for ep in entry_points(group="jax_plugins")}
+
+
+def expand_platform_alias(name: str) -> list[str]:
+    """['cuda', 'rocm'] for 'gpu', [name] otherwise (or when JAX moved the helper)."""
+    fn = _get("expand_platform_alias")
+    try:
+        return list(fn(name)) if fn is not None else [name]
+    except Exception:
+        return [name]
+
+
+def on_backend_start(hook: Callable) -> str:
+    """Call ``hook(client)`` when each backend starts. Returns "installed", "late" (backends
+    already started: too late to see them start) or "unavailable" (JAX moved the hook)."""
+    try:
+        register = _resolve("register_backend_initialization_hook")
+    except Exception:
+        return "unavailable"
+    if backends_started():
+        return "late"
+    register(hook)
+    return "installed"
+
+
+# --- transfers: the guard's log and the explicit-transfer scopes ----------------------------
+#: A transfer-guard log line as JAX 0.8-0.10 write it (C++ log on fd 2), e.g.
+#: "host-to-device transfer: aval=ShapedArray(float32[3]), dst_sharding=SingleDeviceSharding(
+#: device=CpuDevice(id=0), ...)". Not a documented format: tests check it still parses.
+GUARD_LINE = re.compile(r"(host-to-device|device-to-device|device-to-host) transfer:(.*)$")
+_AVAL = re.compile(r"aval=ShapedArray\((\w+)\[([\d,\s]*)\]")
+_SRC = re.compile(r"(?<!dst_)sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
+_DST = re.compile(r"dst_sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
+_DIRECTIONS = {"host-to-device": "host->device", "device-to-device": "device->device",
+               "device-to-host": "device->host"}
+
+
+def _device_name(match) -> str | None:
+    return f"{match.group(1).lower()}:{match.group(2)}" if match else None
+
+
+def parse_guard_line(line: str) -> Mapping | None:
+    """The fields of one guard log line, or None when the line is not one: direction, dtype,
+    shape (None when not logged), source and destination device names (None when not logged),
+    and the raw text from the direction on."""
+    m = GUARD_LINE.search(line)
+    if not m:
+        return None
+    rest = m.group(2)
+    aval = _AVAL.search(rest)
+    shape = dtype = None
+    if aval:
+        dtype = aval.group(1)
+        shape = tuple(int(x) for x in aval.group(2).replace(" ", "").split(",") if x)
+    return {"direction": _DIRECTIONS[m.group(1)], "dtype": dtype, "shape": shape,
+            "source": _device_name(_SRC.search(rest)),
+            "destination": _device_name(_DST.search(rest)), "raw": line[m.start():].strip()}
+
+
+@contextlib.contextmanager
+def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str
+                           ) -> Iterator[bool]:
+    """While active, JAX's explicit device_put/device_get scopes call ``write(begin)`` on entry
+    and ``write(end)`` on exit. Yields False (and marks nothing) when JAX moved the scopes."""
+    try:
+        config = _import("jax._src.config")
+        originals = {name: getattr(config, name) for name in
+                     ("explicit_device_put_scope", "explicit_device_get_scope")}
+    except Exception:
+        yield False
+        return
+
+    def wrap(original):
+        @contextlib.contextmanager
+        def scope(*args, **kwargs):
+            write(begin)
+            try:
+                with original(*args, **kwargs):
+                    yield
+            finally:
+                write(end)
+        return scope
+
+    for name, original in originals.items():
+        setattr(config, name, wrap(original))
+    try:
+        yield True
+    finally:
+        for name, original in originals.items():
+            setattr(config, name, original)

@@ -1,0 +1,118 @@
+"""The doctor: a report of what JAX sees, under any environment, that never crashes.
+
+:func:`diagnose` probes JAX in a fresh child process (:mod:`helpers._doctor_child`). When the
+child cannot answer, because ``import jax`` raised (``JAX_NUM_CPU_DEVICES=abc``, a broken
+install), XLA aborted the process while parsing ``XLA_FLAGS``, or it hung, the failure becomes
+the report: XLA's or Python's own line is quoted, the variable or flag at fault is named, and the
+environment checks and package versions are still there. ``python -m helpers doctor`` prints it
+and exits 0.
+
+This process never starts a JAX backend, so nothing here can abort it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from helpers import _child, settings
+from helpers.devices import DeviceReport, FailedBackend, versions
+
+__all__ = ["diagnose", "explain_child_failure"]
+
+_GLOG = re.compile(r"^[EF]\d{4} [\d:.]+\s+\d+ (\S+?:\d+)\] (.*)$")  # absl/glog E and F lines
+_PY_ERROR = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception)): (.*)$")
+_BAD_FLAG = (
+    re.compile(r"Unknown flags? in XLA_FLAGS: (.+)$"),
+    re.compile(r"Couldn't interpret value (.+?) for flag (\S+?)\.?$"),
+    re.compile(r'Could not open file "(.+?)" to read flags for environment variable "XLA_FLAGS"'),
+)
+_JAX_FLAG = re.compile(r'for (?:JAX flag|environment) \W?(\w+)')
+
+
+def _xla_flag_hint(message: str) -> str | None:
+    for i, pattern in enumerate(_BAD_FLAG):
+        m = pattern.search(message)
+        if not m:
+            continue
+        if i == 0:
+            return (f"XLA does not know the flag {m.group(1).strip()}: remove it from XLA_FLAGS "
+                    "(or check its spelling against the XLA version jaxlib ships)")
+        if i == 1:
+            return (f"XLA_FLAGS gives {m.group(2)} the value {m.group(1)}, which XLA cannot read: "
+                    "fix the value or remove the flag")
+        return (f"XLA_FLAGS={m.group(1)!r} does not start with '--', so XLA took it for a file "
+                "of flags and could not open it: write flags as --name=value")
+    return None
+
+
+def _python_hint(kind: str, message: str, environ: Mapping[str, str]) -> str:
+    if kind in ("ModuleNotFoundError", "ImportError"):
+        return ("JAX cannot be imported in this environment: install it with "
+                "`pip install -U jax` (or `make venv` in this kit) and check `pip show jax jaxlib` "
+                "report the same version")
+    m = _JAX_FLAG.search(message)
+    if m:
+        flag = m.group(1)
+        var = flag.upper() if flag.lower().startswith("jax_") else flag
+        value = environ.get(var)
+        shown = f"={value!r}" if value is not None else ""
+        return f"{var}{shown} is not a value JAX accepts: fix or unset it before starting Python"
+    if "JAX_PLATFORMS" in message or "Unable to initialize backend" in message:
+        return "check JAX_PLATFORMS (unset it, or set JAX_PLATFORMS=cpu to skip a broken plugin)"
+    return "the line above is JAX's own error; the environment checks below may name the cause"
+
+
+def explain_child_failure(result: _child.ChildResult, environ: Mapping[str, str]
+                          ) -> FailedBackend:
+    """Turn a child that gave no report into one named failure: the line XLA or Python wrote,
+    and what to do."""
+    lines = [x.strip() for x in result.stderr.splitlines() if x.strip()]
+    xla = [m for m in (_GLOG.match(x) for x in lines) if m]
+    if xla:  # XLA's fatal log: quote it (and the error line before it), name the flag
+        quoted = " | ".join(f"[{m.group(1)}] {m.group(2)}" for m in xla[:2])
+        hint = next((h for h in (_xla_flag_hint(m.group(2)) for m in xla) if h), None)
+        return FailedBackend("(XLA start-up)", f"XLA stopped the process: {quoted}",
+                             hint or "XLA's own message above names the cause; check XLA_FLAGS")
+    py = [m for m in (_PY_ERROR.match(x) for x in lines) if m]
+    if py:
+        kind, message = py[-1].group(1), py[-1].group(2)
+        short = kind.rsplit(".", 1)[-1]
+        return FailedBackend("(jax import)", f"{short}: {message}",
+                             _python_hint(short, message, environ))
+    return FailedBackend("(child process)", result.describe_failure(),
+                         "run `python -c 'import jax; print(jax.devices())'` to see JAX's "
+                         "own output")
+
+
+def _fallback_report(result: _child.ChildResult, environ: Mapping[str, str]) -> DeviceReport:
+    found, plugins = versions()
+    return DeviceReport(
+        backends=(),
+        failed_backends=(explain_child_failure(result, environ),),
+        default_backend=None,
+        default_device=None,
+        default_device_source="JAX did not start in the probe process (see below)",
+        platforms_requested=environ.get("JAX_PLATFORMS") or None,
+        environment=settings.read_environment(dict(environ)),
+        warnings=settings.check_environment(dict(environ)),
+        versions=MappingProxyType(found),
+        plugins=MappingProxyType(plugins),
+    )
+
+
+def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 120
+             ) -> DeviceReport:
+    """The doctor's report, probed in a fresh process under this environment plus ``env``
+    (``None`` removes a variable). Never raises for anything JAX, XLA or the environment does:
+    a child that cannot report becomes a report of why."""
+    child_env = _child.child_env(env)
+    result = _child.run_json("helpers._doctor_child", env=child_env, timeout=timeout)
+    if isinstance(result.data, dict):
+        try:
+            return DeviceReport.from_dict(result.data)
+        except (KeyError, TypeError, ValueError):  # a child from another kit version
+            pass
+    return _fallback_report(result, child_env if env else dict(os.environ))

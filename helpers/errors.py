@@ -1,0 +1,69 @@
+"""One exception tree for everything the kit raises on purpose.
+
+Every error a user's input, file or machine can cause is a :class:`KitError`; the CLI catches
+that one type, prints its message and exits 2. Each class also keeps the built-in base it had
+before this tree existed (``ValueError``, ``OSError``, ``RuntimeError``), so ``except ValueError``
+in older code still works. Errors from lower layers (safetensors, XLA, the OS) are translated
+into these where the kit calls them, with the problem and the fix in the message.
+
+>>> issubclass(FileError, KitError) and issubclass(FileError, ValueError)
+True
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadInputError",
+    "ChildProcessFailed",
+    "FileError",
+    "InUseError",
+    "JaxAlreadyStartedError",
+    "KitError",
+    "NoGpuError",
+    "PathError",
+    "SizeError",
+]
+
+
+class KitError(Exception):
+    """Base of every error the kit raises on purpose; the message names the problem and the fix."""
+
+
+class BadInputError(KitError, ValueError):
+    """An argument the kit cannot use: an unknown mode, backend, device or strategy name."""
+
+
+class SizeError(BadInputError):
+    """A size string or number that cannot be a number of bytes."""
+
+
+class FileError(BadInputError):
+    """A file that is not a readable safetensors file; the message names file and problem."""
+
+    def __init__(self, path, problem: str, fix: str = ""):
+        self.path, self.problem, self.fix = str(path), problem, fix
+        super().__init__(f"{path}: {problem}" + (f" ({fix})" if fix else ""))
+
+
+class PathError(KitError, OSError):
+    """A path the kit cannot write to: a missing folder, a directory, no disk space."""
+
+    def __str__(self) -> str:  # OSError's own str would print the errno tuple
+        return str(self.args[0]) if self.args else "path error"
+
+
+class NoGpuError(KitError, RuntimeError):
+    """Something needs an NVIDIA GPU with JAX's CUDA backend, and this machine has none."""
+
+
+class JaxAlreadyStartedError(KitError, RuntimeError):
+    """A setting that must come before JAX starts its backends came too late."""
+
+
+class InUseError(KitError, RuntimeError):
+    """A tool that exists once per process (a transfer trace owns file descriptor 2) is busy."""
+
+
+class ChildProcessFailed(KitError, RuntimeError):
+    """A child process the kit started (a probe, a measurement) failed; the message quotes the
+    end of its stderr."""

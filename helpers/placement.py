@@ -1,0 +1,153 @@
+"""Why one array sits where it does, and who plays the accelerator on this machine.
+
+:func:`placement` explains one array (its devices, memory kind, committed or not, bytes, and
+what that means for the next jit call); :func:`roles` picks the accelerator and the host (a real
+GPU and the CPU, or two simulated CPU devices as a labelled stand-in);
+:func:`simulate_cpu_devices` asks JAX for several CPU devices before it starts.
+
+>>> import numpy as np
+>>> placement(np.zeros(4, np.uint16)).nbytes
+8
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from helpers._display import Display
+from helpers.errors import BadInputError, JaxAlreadyStartedError
+
+# JAX is imported inside the functions: the Placement record must load where JAX cannot (the
+# doctor's report renderer imports it).
+
+__all__ = ["Placement", "Roles", "placement", "roles", "simulate_cpu_devices"]
+
+
+# --- roles: who plays the accelerator and who plays the host -------------------------------
+@dataclass(frozen=True)
+class Roles:
+    accelerator: Any  # jax.Device
+    host: Any  # jax.Device
+    stand_in: bool
+
+    def describe(self) -> str:
+        if self.stand_in:
+            return (
+                f"STAND-IN: no accelerator here, so simulated CPU device {self.accelerator} "
+                f"(the default device) plays the accelerator and {self.host} plays host memory."
+            )
+        return (
+            f"Real hardware: {self.accelerator} ({self.accelerator.device_kind}) is the "
+            f"accelerator and {self.host} is host memory."
+        )
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def roles() -> Roles:
+    """The accelerator and the host: a real GPU/TPU and the CPU when present, else two
+    simulated CPU devices (needs ``simulate_cpu_devices(2)`` or more before JAX starts)."""
+    import jax
+
+    if jax.default_backend() != "cpu":
+        return Roles(jax.devices()[0], jax.devices("cpu")[0], stand_in=False)
+    cpus = jax.devices("cpu")
+    if len(cpus) < 2:
+        raise JaxAlreadyStartedError(
+            "only one CPU device and no accelerator, so there is nothing to stand in for the "
+            "accelerator. Restart the kernel and call helpers.devices.simulate_cpu_devices(4) "
+            "(or jax.config.update('jax_num_cpu_devices', 4)) before any JAX operation."
+        )
+    return Roles(cpus[0], cpus[1], stand_in=True)
+
+
+def simulate_cpu_devices(n: int) -> int:
+    """Ask JAX for ``n`` CPU devices (a stand-in for several accelerators).
+
+    Must run before JAX starts its backends. If they already started with at least ``n``
+    CPU devices this is a no-op; with fewer, it raises JaxAlreadyStartedError saying how
+    to fix it, and changes nothing. Returns the number of CPU devices JAX will have.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise BadInputError(f"simulate_cpu_devices needs a positive int, got {n!r}")
+    import jax
+
+    try:  # public API: JAX refuses the update with RuntimeError once its backends started
+        jax.config.update("jax_num_cpu_devices", n)
+        return n
+    except RuntimeError:
+        pass
+    have = len(jax.devices("cpu"))
+    if have >= n:
+        return have
+    raise JaxAlreadyStartedError(
+        f"JAX already started its backends with {have} CPU device(s); it cannot add more "
+        f"now. Restart the kernel (or the process) and call simulate_cpu_devices({n}) "
+        "before any JAX operation, e.g. in the notebook's first cell."
+    )
+
+
+# --- placement: why one array sits where it does ------------------------------------------
+@dataclass(frozen=True)
+class Placement(Display):
+    _renderer = "helpers.report"
+
+    kind: str  # "jax.Array" or "numpy.ndarray"
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    devices: tuple[str, ...]
+    memory_kind: str | None
+    committed: bool | None  # None for NumPy arrays
+    explanation: str = field(default="")
+
+
+def placement(x) -> Placement:
+    """Explain one array: its devices, memory kind, committed or not, bytes, and what that
+    means for the next jit call."""
+    import jax
+
+    if isinstance(x, np.ndarray):
+        from jax.extend.backend import get_default_device
+
+        default = get_default_device()
+        return Placement(
+            kind="numpy.ndarray", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
+            devices=(), memory_kind="host (NumPy)", committed=None,
+            explanation=(
+                f"a NumPy array in host memory: JAX copies it to the default device "
+                f"({default}) every time you pass it to a JAX operation or a jitted function"
+            ),
+        )
+    if not isinstance(x, jax.Array):
+        raise TypeError(
+            f"placement() explains jax.Array or numpy.ndarray values, got {type(x).__name__}; "
+            "convert with jnp.asarray(...) or np.asarray(...) first"
+        )
+    if x.is_deleted():
+        raise BadInputError(
+            f"this {x.dtype}{list(x.shape)} array has been deleted (or donated to a jit); "
+            "it has no placement any more"
+        )
+    devs = sorted(x.devices(), key=lambda d: (d.platform, d.id))
+    names = tuple(str(d) for d in devs)
+    where = names[0] if len(names) == 1 else f"{len(names)} devices ({', '.join(names)})"
+    if x.committed:
+        why = (
+            f"committed to {where}: jit runs computations that use it there, and mixing it "
+            "with an array committed to another device raises an error instead of moving it"
+        )
+    else:
+        why = (
+            f"uncommitted, on {where} (the default device when it was made): a jit with "
+            "committed inputs elsewhere will move it there"
+        )
+    return Placement(
+        kind="jax.Array", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
+        devices=names, memory_kind=getattr(x.sharding, "memory_kind", None),
+        committed=bool(x.committed), explanation=why,
+    )

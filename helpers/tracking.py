@@ -1,0 +1,204 @@
+"""Device and host memory over time: :func:`track` samples :func:`helpers.snapshots.snapshot`
+in a background thread while a block runs, and returns a :class:`MemoryTrace`.
+
+>>> with track(interval=0.05) as trace:
+...     trace.mark("start")
+>>> len(trace.samples) >= 2
+True
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from helpers.errors import BadInputError
+from helpers.snapshots import (
+    MemorySnapshot,
+    _device_memory,
+    _host_memory,
+    _resolve_devices,
+    snapshot,
+)
+from helpers.unavailable import NotAvailable, to_json_value
+
+__all__ = ["MemoryTrace", "samples_to_dict", "track"]
+
+
+# --- tracking -----------------------------------------------------------------------------
+def _rate(times) -> float:
+    """Samples per second over a series of sample times."""
+    return (len(times) - 1) / times[-1] if len(times) > 1 and times[-1] > 0 else 0.0
+
+
+def samples_to_dict(samples, *, t0: float | None = None, marks=(), interval=None) -> dict:
+    """Series from a sequence of snapshots, as plain data for renderers (times in seconds from
+    ``t0``, default the first sample). Used by MemoryTrace.to_dict and the live widget."""
+    samples = tuple(samples)
+    if t0 is None:
+        t0 = samples[0].time if samples else 0.0
+    times = [s.time - t0 for s in samples]
+    names = [d.device for d in samples[0].devices] if samples else []
+    last = samples[-1].devices if samples else ()
+    return {
+        "interval": interval,
+        "achieved_hz": _rate(times),
+        "times": times,
+        "devices": {n: [s.devices[i].bytes_in_use for s in samples]
+                    for i, n in enumerate(names)},
+        "limits": {d.device: to_json_value(d.limit_bytes) for d in last},
+        "sources": {d.device: d.source for d in last},
+        "host_anon": [to_json_value(s.host.anon) for s in samples],
+        "host_file": [to_json_value(s.host.file) for s in samples],
+        "host_rss": [s.host.rss for s in samples],
+        "marks": [list(m) for m in marks],
+    }
+
+
+class MemoryTrace:
+    """Samples collected by :func:`track`. Add named marks with ``trace.mark("loaded")``.
+
+    Series are plain tuples once the block has ended: ``times`` (seconds from the start),
+    ``device_bytes[name]``, ``host_anon``, ``host_file``, ``host_rss``; ``limits[name]`` and
+    ``sources[name]`` per device; ``marks`` as (time, label).
+    """
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._t0 = time.perf_counter()
+        self._lock = threading.Lock()
+        self._samples: list[MemorySnapshot] = []
+        self._marks: list[tuple[float, str]] = []
+        self.finished = False
+
+    # called from the sampler thread and from user code
+    def _add(self, snap: MemorySnapshot) -> None:
+        with self._lock:
+            self._samples.append(snap)
+
+    def mark(self, label: str) -> None:
+        """Record a named moment (drawn as a vertical line on the timeline)."""
+        with self._lock:
+            self._marks.append((time.perf_counter() - self._t0, str(label)))
+
+    @property
+    def samples(self) -> tuple[MemorySnapshot, ...]:
+        with self._lock:
+            return tuple(self._samples)
+
+    @property
+    def times(self) -> tuple[float, ...]:
+        return tuple(s.time - self._t0 for s in self.samples)
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        s = self.samples
+        return tuple(d.device for d in s[0].devices) if s else ()
+
+    @property
+    def device_bytes(self) -> dict[str, tuple[int, ...]]:
+        s = self.samples
+        return {name: tuple(x.devices[i].bytes_in_use for x in s)
+                for i, name in enumerate(self.device_names)}
+
+    @property
+    def limits(self) -> dict[str, int | NotAvailable]:
+        s = self.samples
+        return {d.device: d.limit_bytes for d in s[-1].devices} if s else {}
+
+    @property
+    def sources(self) -> dict[str, str]:
+        s = self.samples
+        return {d.device: d.source for d in s[-1].devices} if s else {}
+
+    @property
+    def host_anon(self) -> tuple[int | NotAvailable, ...]:
+        return tuple(x.host.anon for x in self.samples)
+
+    @property
+    def host_file(self) -> tuple[int | NotAvailable, ...]:
+        return tuple(x.host.file for x in self.samples)
+
+    @property
+    def host_rss(self) -> tuple[int, ...]:
+        return tuple(x.host.rss for x in self.samples)
+
+    @property
+    def marks(self) -> tuple[tuple[float, str], ...]:
+        with self._lock:
+            return tuple(self._marks)
+
+    @property
+    def achieved_hz(self) -> float:
+        """Samples per second actually taken. Lower than 1/interval when the sampler thread
+        cannot get the GIL, e.g. a loop of many small CPU computations (see README)."""
+        return _rate(self.times)
+
+    def peak(self, device) -> int:
+        """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device)."""
+        series = self.device_bytes.get(str(device))
+        if series is None:
+            raise KeyError(f"device {str(device)!r} was not tracked "
+                           f"(tracked: {', '.join(self.device_names)})")
+        return max(series)
+
+    def growth(self, device) -> int:
+        """Bytes in use at the end minus at the start, on one device."""
+        series = self.device_bytes[str(device)]
+        return series[-1] - series[0]
+
+    def to_dict(self) -> dict:
+        """Plain data: everything a renderer needs."""
+        return samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
+                               interval=self.interval)
+
+    def __repr__(self) -> str:
+        return (f"MemoryTrace({len(self.samples)} samples over "
+                f"{(self.times[-1] if self.samples else 0):.2f} s, devices={self.device_names}, "
+                f"marks={[m[1] for m in self.marks]})")
+
+
+@contextmanager
+def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
+    """Sample device and host memory every ``interval`` seconds while the block runs.
+
+    A sample is taken at the start and at the end, so even a short block has two. The
+    sampler thread always stops, also when the block raises (the exception propagates).
+
+    >>> with track(interval=0.05) as trace:
+    ...     trace.mark("start")
+    >>> len(trace.samples) >= 2
+    True
+    """
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not (
+            0 < interval <= 60):
+        raise BadInputError(f"interval must be seconds in (0, 60], got {interval!r}")
+    devs = _resolve_devices(devices)
+    trace = MemoryTrace(float(interval))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            while not stop.wait(interval):
+                trace._add(MemorySnapshot(time.perf_counter(), _device_memory(devs),
+                                          _host_memory()))
+        except BaseException as err:  # pragma: no cover - reported after the block
+            errors.append(err)
+
+    trace._add(snapshot(devs))
+    thread = threading.Thread(target=run, name=f"helpers.memory.track-{os.getpid()}",
+                              daemon=True)
+    thread.start()
+    try:
+        yield trace
+    finally:
+        stop.set()
+        thread.join()
+        trace._add(snapshot(devs))
+        trace.finished = True
+    if errors:  # pragma: no cover
+        raise RuntimeError(f"memory sampler failed: {errors[0]!r}") from errors[0]
