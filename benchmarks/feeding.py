@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import write  # noqa: E402
+from _feeding_variants import VARIANTS, time_variant  # noqa: E402
 
 SIZES = [64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20]
 SEQ_LEN = 1024
@@ -45,12 +46,12 @@ def main(argv=None) -> dict:
     jax.config.update("jax_num_cpu_devices", 2)
     import numpy as np
 
-    from helpers import datasets, devices, feeding, machine, plotting
+    from helpers import datasets, devices, machine, plotting
     from helpers.units import format_bytes
 
     roles = devices.roles()
     device = roles.accelerator
-    variants = feeding.VARIANTS
+    variants = VARIANTS
     with tempfile.TemporaryDirectory(prefix="jdk-feed-") as tmp:
         path = Path(tmp) / "train.safetensors"
         datasets.write_tokens(path, size=args.file_size, progress=False)
@@ -63,8 +64,7 @@ def main(argv=None) -> dict:
             gbps = {v: [] for v in variants}
             for r in range(args.rounds):
                 for v in variants:
-                    secs = feeding.time_variant(v, tokens, batch, SEQ_LEN, device=device, n=n,
-                                                seed=r)
+                    secs = time_variant(v, tokens, batch, SEQ_LEN, device=device, n=n, seed=r)
                     gbps[v].append(n * size / secs / 1e9)
             row = {"batch_bytes": size, "batch": batch, "seq_len": SEQ_LEN, "batches": n,
                    "gbps": {v: statistics.median(x) for v, x in gbps.items()},

@@ -30,12 +30,13 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, MutableSequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["VARIANTS", "Batches", "gather", "naive_batch", "time_variant", "window_starts"]
+__all__ = ["Batches", "gather", "naive_batch", "window_starts"]
 
 _ALIGN = 4096  # page-aligned buffers: the CPU client can then alias instead of copy
 _DONE = object()
@@ -116,54 +117,6 @@ def naive_batch(tokens: np.ndarray, starts, seq_len: int) -> np.ndarray:
     return np.stack([tokens[int(s):int(s) + seq_len] for s in starts])
 
 
-#: What notebook 06 and benchmarks/feeding.py compare (see :func:`time_variant`).
-VARIANTS = ("naive", "kit", "kit_no_prefetch", "bound")
-
-
-def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int, *, device,
-                 n: int, seed: int = 0) -> float:
-    """Seconds to deliver ``n`` batches of ``(batch_size, seq_len)`` tokens to ``device`` one way:
-
-    - ``naive``: per-window slices, ``np.stack``, ``jax.device_put``;
-    - ``kit`` / ``kit_no_prefetch``: :class:`Batches` with prefetch 2 / 0;
-    - ``bound``: on a CPU device, one host copy of the same number of bytes from a random place
-      in ``tokens`` into a fresh buffer (what producing any new batch costs at least); on an
-      accelerator, one ``device_put`` of that many bytes from pinned host memory.
-    """
-    import jax
-
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-    if variant == "bound":
-        count = batch_size * seq_len
-        if device.platform == "cpu":
-            offsets = np.random.default_rng(seed).integers(0, len(tokens) - count, n)
-            t0 = time.perf_counter()
-            for off in offsets:
-                np.copyto(_aligned_empty((count,), tokens.dtype), tokens[off:off + count])
-            return time.perf_counter() - t0
-        pinned = jax.device_put(np.asarray(tokens[:count]), jax.sharding.SingleDeviceSharding(
-            device, memory_kind="pinned_host"))
-        pinned.block_until_ready()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            jax.device_put(pinned, device).block_until_ready()
-        return time.perf_counter() - t0
-    if variant == "naive":
-        starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            batch = naive_batch(tokens, next(starts), seq_len)
-            jax.device_put(batch, device).block_until_ready()
-        return time.perf_counter() - t0
-    t0 = time.perf_counter()
-    with Batches(tokens, batch_size, seq_len, device=device, seed=seed, steps=n,
-                 prefetch=2 if variant == "kit" else 0) as it:
-        for b in it:
-            b.block_until_ready()
-    return time.perf_counter() - t0
-
-
 def _device_memory_kinds(device) -> set[str]:
     try:
         return {m.kind for m in device.addressable_memories()}
@@ -182,9 +135,17 @@ class Batches:
     pinned: stage through ``pinned_host`` memory first (needs a device that has it).
 
     ``timeline`` records ``(what, start, end)`` for each gather and transfer, with
-    ``time.perf_counter()`` times, so you can see the overlap. Use as a context manager, or call
-    :meth:`close`, to stop the thread early.
+    ``time.perf_counter()`` times, so you can see the overlap; ``starts_used`` records each
+    batch's window starts. With ``steps`` given, both are lists with every batch. Endless
+    (``steps=None``), both are ``collections.deque`` objects that keep only the newest
+    :attr:`HISTORY` batches (``timeline`` has 2 entries per batch), so a long run does not grow
+    them without end. A deque cannot be sliced, and a ``for`` loop over it fails if the prefetch
+    thread adds to it meanwhile: take a copy, ``list(it.timeline)``, first. Use as a context
+    manager, or call :meth:`close`, to stop the thread early.
     """
+
+    #: batches whose ``timeline`` and ``starts_used`` an endless iterator keeps (the newest)
+    HISTORY = 1024
 
     def __init__(self, tokens, batch_size: int, seq_len: int, *, device=None, prefetch: int = 2,
                  seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False):
@@ -206,8 +167,13 @@ class Batches:
             raise ValueError(f"{self.device} has no pinned_host memory "
                              f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
         self._convert = None if dtype is None else jax.jit(lambda x: x.astype(dtype))
-        self.timeline: list[tuple[str, float, float]] = []
-        self.starts_used: list[np.ndarray] = []
+        self.timeline: MutableSequence[tuple[str, float, float]]
+        self.starts_used: MutableSequence[np.ndarray]
+        if steps is None:  # endless: keep the newest HISTORY batches, not every one
+            self.timeline = deque(maxlen=2 * self.HISTORY)
+            self.starts_used = deque(maxlen=self.HISTORY)
+        else:
+            self.timeline, self.starts_used = [], []
         self._made = 0
         self._stop = threading.Event()
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
@@ -236,7 +202,7 @@ class Batches:
             batch = self._convert(batch)
         batch.block_until_ready()
         t2 = time.perf_counter()
-        self.timeline += [("gather", t0, t1), ("transfer", t1, t2)]
+        self.timeline.extend([("gather", t0, t1), ("transfer", t1, t2)])
         self.starts_used.append(starts)
         self._made += 1
         return batch

@@ -1,5 +1,8 @@
+import importlib.util
 import itertools
 import os
+import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -84,6 +87,34 @@ def test_batches_endless_and_close_stops_thread(tokens):
     assert not it._thread.is_alive()
 
 
+def test_endless_batches_keep_only_the_newest_history(tokens):
+    keep = feeding.Batches.HISTORY
+    total = keep + 37
+    before = []  # perf_counter before each batch: with prefetch=0 it is made inside next()
+    with feeding.Batches(tokens, 2, 8, prefetch=0, seed=5) as it:
+        for _ in range(total):
+            before.append(time.perf_counter())
+            next(it)
+    assert len(it.starts_used) == keep and len(it.timeline) == 2 * keep
+    drawn = feeding.window_starts(len(tokens), 2, 8, seed=5)
+    newest = [next(drawn) for _ in range(total)][-keep:]
+    assert all(np.array_equal(a, b) for a, b in zip(it.starts_used, newest, strict=True))
+    timeline = list(it.timeline)
+    assert [k for k, _, _ in timeline] == ["gather", "transfer"] * keep
+    oldest_kept = total - keep  # the first `total - keep` batches were dropped
+    assert before[oldest_kept] <= timeline[0][1] < before[oldest_kept + 1]
+    assert timeline[-1][1] >= before[-1]
+
+
+def test_batches_with_steps_keep_every_batch(tokens, monkeypatch):
+    monkeypatch.setattr(feeding.Batches, "HISTORY", 3)
+    with feeding.Batches(tokens, 2, 8, prefetch=2, steps=7) as it:
+        list(it)
+    assert isinstance(it.timeline, list) and isinstance(it.starts_used, list)
+    assert len(it.starts_used) == 7 and len(it.timeline) == 14
+    assert it.timeline[:2][0][0] == "gather"  # lists: slicing still works
+
+
 def test_batches_from_path_and_bad_input(tmp_path, tokens):
     path = tmp_path / "t.safetensors"
     datasets.write_tokens(path, 1000, progress=False)
@@ -144,9 +175,20 @@ def test_pipeline_timeline_plot():
         plotting.pipeline_timeline({})
 
 
-def test_time_variant_runs_every_variant(tokens):
-    for v in feeding.VARIANTS:
-        secs = feeding.time_variant(v, tokens, 4, 64, device=jax.devices()[0], n=2, seed=1)
+def _benchmark_module(name: str):
+    """A module from benchmarks/ (not a package), imported by its path."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_time_variant_runs_every_variant(tokens):
+    bench = _benchmark_module("_feeding_variants")
+    assert bench.VARIANTS == ("naive", "kit", "kit_no_prefetch", "bound")
+    for v in bench.VARIANTS:
+        secs = bench.time_variant(v, tokens, 4, 64, device=jax.devices()[0], n=2, seed=1)
         assert secs > 0, v
     with pytest.raises(ValueError, match="unknown variant"):
-        feeding.time_variant("telepathy", tokens, 4, 64, device=jax.devices()[0], n=1)
+        bench.time_variant("telepathy", tokens, 4, 64, device=jax.devices()[0], n=1)

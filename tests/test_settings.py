@@ -1,6 +1,7 @@
 import pytest
 
-from helpers import settings
+from helpers import _backend_start, settings
+from tests.conftest import run_python
 
 
 def codes(warnings):
@@ -61,6 +62,76 @@ def test_two_ways_of_setting_cpu_device_count():
     assert codes(ws) == {"two-cpu-device-counts"}
 
 
+@pytest.mark.parametrize("value, code", [
+    ("abc", "bad-cpu-device-count"), ("2.5", "bad-cpu-device-count"),
+    ("", "bad-cpu-device-count"), ("0", "bad-cpu-device-count"),
+    ("-2", "cpu-device-count-ignored"),
+])
+def test_cpu_device_count_that_is_not_a_positive_integer(value, code):
+    ws = settings.check_environment({"JAX_NUM_CPU_DEVICES": value})
+    assert codes(ws) == {code}
+    assert "JAX_NUM_CPU_DEVICES" in ws[0].message
+
+
+@pytest.mark.parametrize("value", ["1", "4", " 3", "-1"])  # -1 is JAX's own "not set"
+def test_valid_cpu_device_count_is_quiet(value):
+    assert settings.check_environment({"JAX_NUM_CPU_DEVICES": value}) == ()
+
+
+@pytest.mark.parametrize("value, code, culprit", [
+    ("xla_force_host_platform_device_count=4", "malformed-xla-flags", "file"),
+    ("  ", "malformed-xla-flags", "file"),
+    ("--xla_force_host_platform_device_count=4 -b", "malformed-xla-flags", "'-b'"),
+    ("--xla_force_host_platform_device_count=4 xla_dump_to=/tmp/x", "xla-flags-ignored",
+     "'xla_dump_to=/tmp/x'"),
+    ("--xla_force_host_platform_device_count 4", "xla-flags-ignored", "'4'"),
+])
+def test_xla_flags_not_starting_with_two_dashes(value, code, culprit):
+    ws = settings.check_environment({"XLA_FLAGS": value})
+    assert codes(ws) == {code}
+    assert culprit in ws[0].message
+
+
+@pytest.mark.parametrize("value", [
+    "", "--xla_force_host_platform_device_count=4",
+    "  --xla_force_host_platform_device_count=4  --xla_dump_to=/tmp/x",
+    "--xla_force_host_platform_device_count=4 --xla_dump_hlo_module_re='a -b'",  # quoted: one flag
+])
+def test_well_formed_xla_flags_are_quiet(value):
+    assert settings.check_environment({"XLA_FLAGS": value}) == ()
+
+
+def test_xla_flags_naming_a_flags_file_are_quiet(tmp_path):
+    flags = tmp_path / "xla_flags.txt"  # XLA reads flags from a file when the value is not a flag
+    flags.write_text("--xla_force_host_platform_device_count=2\n")
+    assert settings.check_environment({"XLA_FLAGS": str(flags)}) == ()
+
+
+# What each new warning claims, checked against JAX itself (each case in a fresh process).
+COUNT = "--xla_force_host_platform_device_count"
+
+
+@pytest.mark.parametrize("env, said", [
+    ({"JAX_NUM_CPU_DEVICES": "abc"}, 'Invalid value "abc" for JAX flag jax_num_cpu_devices'),
+    ({"JAX_NUM_CPU_DEVICES": "0"}, "Could not determine process_index for this process"),
+    ({"XLA_FLAGS": "nonsense_flag"}, "to read flags for environment variable"),
+    ({"XLA_FLAGS": f"{COUNT}=2 -b"}, "Unknown flag in XLA_FLAGS: -b"),
+    ({"JAX_NUM_CPU_DEVICES": "-2"}, "devices: 1"),
+    ({"XLA_FLAGS": f"{COUNT}=2 {COUNT[2:]}=3"}, "devices: 2"),  # the second is skipped
+])
+def test_new_warnings_say_what_jax_does(env, said):
+    ws = settings.check_environment(env)
+    assert len(ws) == 1
+    child_env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": None, "JAX_NUM_CPU_DEVICES": None, **env}
+    proc = run_python("import jax; print('devices:', len(jax.devices()))", env=child_env)
+    if said.startswith("devices:"):  # JAX goes on quietly: the warning says so
+        assert proc.returncode == 0 and said in proc.stdout, proc.stderr[-2000:]
+        assert "without a warning" in ws[0].message
+    else:  # JAX fails: the warning quotes the failure
+        assert proc.returncode != 0 and said in proc.stderr, proc.stderr[-2000:]
+        assert said in ws[0].message
+
+
 def test_jax_platforms_set_after_import_is_flagged():
     # this test process imported jax with JAX_PLATFORMS unset (config value None)
     import jax
@@ -71,8 +142,8 @@ def test_jax_platforms_set_after_import_is_flagged():
 
 
 def test_allocator_changed_after_gpu_start(monkeypatch):
-    monkeypatch.setattr(settings, "_hook_state", "installed")
-    monkeypatch.setattr(settings, "_at_start", {"cuda": {n: None for n in settings.ALLOCATOR_VARS}})
+    monkeypatch.setattr(_backend_start, "_hook_state", "installed")
+    monkeypatch.setattr(_backend_start, "_at_start", {"cuda": {n: None for n in settings.ALLOCATOR_VARS}})
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     ws = settings.check_environment(env, started_platforms=("cpu", "cuda"))
     assert codes(ws) == {"allocator-set-after-start"}
@@ -82,8 +153,8 @@ def test_allocator_changed_after_gpu_start(monkeypatch):
 
 
 def test_allocator_unverifiable_when_helpers_came_late(monkeypatch):
-    monkeypatch.setattr(settings, "_hook_state", "late")
-    monkeypatch.setattr(settings, "_at_start", {})
+    monkeypatch.setattr(_backend_start, "_hook_state", "late")
+    monkeypatch.setattr(_backend_start, "_at_start", {})
     ws = settings.check_environment({}, started_platforms=("cuda",))
     assert codes(ws) == {"allocator-settings-unverified"}
 

@@ -1,0 +1,59 @@
+"""The ways of feeding the accelerator that benchmarks/feeding.py compares, each timed alone.
+
+Notebook 06 writes the same loops out inline (naive, kit, bound), for a reader to see.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from helpers.feeding import Batches, _aligned_empty, naive_batch, window_starts
+
+#: What benchmarks/feeding.py compares (see :func:`time_variant`).
+VARIANTS = ("naive", "kit", "kit_no_prefetch", "bound")
+
+
+def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int, *, device,
+                 n: int, seed: int = 0) -> float:
+    """Seconds to deliver ``n`` batches of ``(batch_size, seq_len)`` tokens to ``device`` one way:
+
+    - ``naive``: per-window slices, ``np.stack``, ``jax.device_put``;
+    - ``kit`` / ``kit_no_prefetch``: :class:`helpers.feeding.Batches` with prefetch 2 / 0;
+    - ``bound``: on a CPU device, one host copy of the same number of bytes from a random place
+      in ``tokens`` into a fresh buffer (what producing any new batch costs at least); on an
+      accelerator, one ``device_put`` of that many bytes from pinned host memory.
+    """
+    import jax
+
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    if variant == "bound":
+        count = batch_size * seq_len
+        if device.platform == "cpu":
+            offsets = np.random.default_rng(seed).integers(0, len(tokens) - count, n)
+            t0 = time.perf_counter()
+            for off in offsets:
+                np.copyto(_aligned_empty((count,), tokens.dtype), tokens[off:off + count])
+            return time.perf_counter() - t0
+        pinned = jax.device_put(np.asarray(tokens[:count]), jax.sharding.SingleDeviceSharding(
+            device, memory_kind="pinned_host"))
+        pinned.block_until_ready()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            jax.device_put(pinned, device).block_until_ready()
+        return time.perf_counter() - t0
+    if variant == "naive":
+        starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            batch = naive_batch(tokens, next(starts), seq_len)
+            jax.device_put(batch, device).block_until_ready()
+        return time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with Batches(tokens, batch_size, seq_len, device=device, seed=seed, steps=n,
+                 prefetch=2 if variant == "kit" else 0) as it:
+        for b in it:
+            b.block_until_ready()
+    return time.perf_counter() - t0

@@ -1,0 +1,56 @@
+"""What the allocator variables were when each JAX backend started.
+
+jaxlib reads the ``XLA_PYTHON_CLIENT_*`` / ``XLA_CLIENT_MEM_FRACTION`` variables once, when the
+GPU backend starts; a value changed later has no effect. A hook (through
+:mod:`helpers._jax_internals`), installed when this module is imported before any backend
+starts, records them at that moment, so :mod:`helpers.env_rules` can tell a user that a change
+came too late.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from helpers import _jax_internals
+
+__all__ = ["ALLOCATOR_VARS", "backend_start_snapshot"]
+
+#: Read by jaxlib when the GPU backend starts; changing them later has no effect.
+ALLOCATOR_VARS = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
+
+# --- what the allocator variables were when each backend started --------------------------
+# Filled by a JAX backend-initialisation hook installed when helpers is imported before any
+# backend starts. If helpers came later, we cannot know, and say so.
+_lock = threading.Lock()
+_at_start: dict[str, dict[str, str | None]] = {}
+_hook_state = "not installed"
+
+
+def _on_backend_start(client) -> None:  # called by JAX with the new client
+    snapshot = {name: os.environ.get(name) for name in ALLOCATOR_VARS}
+    with _lock:
+        _at_start.setdefault(str(client.platform), snapshot)
+
+
+def _install_hook() -> None:
+    global _hook_state
+    _hook_state = _jax_internals.on_backend_start(_on_backend_start)
+
+
+def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
+    """(state, {platform: {var: value at backend start}}).
+
+    state is "installed" (values are exact), "late" (helpers was imported after JAX started
+    its backends, values unknown) or "unavailable".
+    """
+    with _lock:
+        return _hook_state, {k: dict(v) for k, v in _at_start.items()}
+
+
+_install_hook()
