@@ -8,6 +8,7 @@ import os
 import sys
 
 from helpers import _child, gpu
+from helpers.errors import NoGpuError
 
 
 def _held(before: int | None) -> tuple[int | None, str]:
@@ -31,7 +32,7 @@ def main() -> int:
         import jax.numpy as jnp
 
         if jax.default_backend() != "gpu":
-            raise RuntimeError(f"JAX started on {jax.default_backend()!r}, not on a GPU")
+            raise NoGpuError(f"JAX started on {jax.default_backend()!r}, not on a GPU")
         dev = jax.devices()[0]
         report["device_kind"] = dev.device_kind
         x = jnp.ones(array_bytes, jnp.uint8)

@@ -10,6 +10,7 @@ import sys
 import traceback
 
 from helpers import _child
+from helpers.errors import NoGpuError
 
 
 def _vm_size() -> int:
@@ -37,7 +38,7 @@ def main() -> int:
         from safetensors.flax import load_file
 
         if a.mode == "gpu" and jax.default_backend() != "gpu":  # never a false "real GPU" label
-            raise RuntimeError(f"JAX started on {jax.default_backend()!r}, not on a GPU; "
+            raise NoGpuError(f"JAX started on {jax.default_backend()!r}, not on a GPU; "
                                "the GPU run cannot happen here")
         accelerator = jax.devices()[0]  # the default device: GPU, or cpu:0 in the stand-in
         host = jax.devices("cpu")[0] if a.mode == "gpu" else jax.devices("cpu")[1]

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from helpers import _child, settings
-from helpers.devices import DeviceReport, FailedBackend, versions
+from helpers.device_report import DeviceReport, FailedBackend
+from helpers.devices import versions
 
 __all__ = ["diagnose", "explain_child_failure"]
 

@@ -19,6 +19,7 @@ __all__ = [
     "InUseError",
     "JaxAlreadyStartedError",
     "KitError",
+    "MeasurementFailed",
     "NoGpuError",
     "PathError",
     "SizeError",
@@ -62,6 +63,11 @@ class JaxAlreadyStartedError(KitError, RuntimeError):
 
 class InUseError(KitError, RuntimeError):
     """A tool that exists once per process (a transfer trace owns file descriptor 2) is busy."""
+
+
+class MeasurementFailed(KitError, RuntimeError):
+    """A measurement running in the background (the memory sampler) failed; the cause is
+    chained."""
 
 
 class ChildProcessFailed(KitError, RuntimeError):

@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from helpers.errors import BadInputError
+
 __all__ = ["Batches", "gather", "naive_batch", "window_starts"]
 
 _ALIGN = 4096  # page-aligned buffers: the CPU client can then alias instead of copy
@@ -48,9 +50,9 @@ def window_starts(n_tokens: int, batch_size: int, seq_len: int, *, seed: int = 0
     ``[0, n_tokens - seq_len]``: no window crosses the end. Deterministic for a seed."""
     for name, v in (("batch_size", batch_size), ("seq_len", seq_len)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+            raise BadInputError(f"{name} must be a positive int, got {v!r}")
     if seq_len > n_tokens:
-        raise ValueError(f"seq_len={seq_len:,} is longer than the token array "
+        raise BadInputError(f"seq_len={seq_len:,} is longer than the token array "
                          f"({n_tokens:,} tokens); use a shorter seq_len or a bigger file")
     rng = np.random.default_rng(seed)
     high = int(n_tokens) - int(seq_len) + 1  # exclusive
@@ -153,18 +155,18 @@ class Batches:
 
         tokens = np.asarray(tokens) if not isinstance(tokens, np.ndarray) else tokens
         if tokens.ndim != 1:
-            raise ValueError(f"tokens must be 1-D, got shape {tokens.shape}")
+            raise BadInputError(f"tokens must be 1-D, got shape {tokens.shape}")
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+            raise BadInputError(f"prefetch must be an int >= 0, got {prefetch!r}")
         if steps is not None and (not isinstance(steps, int) or steps < 0):
-            raise ValueError(f"steps must be None or an int >= 0, got {steps!r}")
+            raise BadInputError(f"steps must be None or an int >= 0, got {steps!r}")
         self.tokens, self.batch_size, self.seq_len = tokens, int(batch_size), int(seq_len)
         self.device = device if device is not None else jax.devices()[0]
         self._starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)
         self.steps, self.prefetch, self.pinned = steps, prefetch, pinned
         kinds = _device_memory_kinds(self.device) if pinned else set()
         if pinned and "pinned_host" not in kinds:
-            raise ValueError(f"{self.device} has no pinned_host memory "
+            raise BadInputError(f"{self.device} has no pinned_host memory "
                              f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
         self._convert = None if dtype is None else jax.jit(lambda x: x.astype(dtype))
         self.timeline: MutableSequence[tuple[str, float, float]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 
 from helpers import _display
-from helpers.devices import DeviceReport
+from helpers.device_report import DeviceReport
 from helpers.placement import Placement
 from helpers.unavailable import NOT_AVAILABLE
 from helpers.units import format_bytes

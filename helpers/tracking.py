@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from helpers.errors import BadInputError
+from helpers.errors import BadInputError, MeasurementFailed
 from helpers.snapshots import (
     MemorySnapshot,
     _device_memory,
@@ -201,4 +201,4 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
         trace._add(snapshot(devs))
         trace.finished = True
     if errors:  # pragma: no cover
-        raise RuntimeError(f"memory sampler failed: {errors[0]!r}") from errors[0]
+        raise MeasurementFailed(f"memory sampler failed: {errors[0]!r}") from errors[0]

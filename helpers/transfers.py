@@ -23,7 +23,7 @@ Limitations (also in the README):
 - Reading an array on a CPU device from the host (``np.asarray(x)``, ``float(x)``) is
   zero-copy and JAX does not report it: on the CPU backend no device->host transfer appears.
 - Copies XLA makes inside a compiled computation are not guard events at all.
-- The guard set by a ``with`` block is per thread (jax/_src/config.py updates it through a
+- The guard set by a ``with`` block is per thread (JAX's config module updates it through a
   thread-local hook): copies made by other threads during the block (a prefetch thread, say)
   are not seen.
 - On a GPU, reading an array back (``float(x)``, ``np.asarray(x)``, printing) is an implicit

@@ -143,7 +143,8 @@ def test_jax_platforms_set_after_import_is_flagged():
 
 def test_allocator_changed_after_gpu_start(monkeypatch):
     monkeypatch.setattr(_backend_start, "_hook_state", "installed")
-    monkeypatch.setattr(_backend_start, "_at_start", {"cuda": {n: None for n in settings.ALLOCATOR_VARS}})
+    monkeypatch.setattr(_backend_start, "_at_start",
+                        {"cuda": {n: None for n in settings.ALLOCATOR_VARS}})
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     ws = settings.check_environment(env, started_platforms=("cpu", "cuda"))
     assert codes(ws) == {"allocator-set-after-start"}

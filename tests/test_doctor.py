@@ -1,0 +1,86 @@
+"""`python -m helpers doctor` exits 0 with a report under any environment: JAX failing to
+import, XLA aborting the process over XLA_FLAGS, a probe that hangs. Each case found by trying it
+on JAX 0.10.2; the child's own words are quoted in the report."""
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def doctor(env, *args):
+    out = run_cli("doctor", *args, env=env, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    return out.stdout
+
+
+CASES = [
+    # env, words the report must contain (XLA's or Python's line, then the hint)
+    ({"XLA_FLAGS": "--nonsense_flag"},
+     ["Unknown flag in XLA_FLAGS: --nonsense_flag", "does not know the flag --nonsense_flag"]),
+    ({"XLA_FLAGS": "nonsense"},
+     ['Could not open file "nonsense"', "does not start with '--'"]),
+    ({"XLA_FLAGS": "--xla_force_host_platform_device_count=abc"},
+     ["Couldn't interpret value abc", "gives xla_force_host_platform_device_count the value abc"]),
+    ({"JAX_NUM_CPU_DEVICES": "abc"},
+     ['Invalid value "abc" for JAX flag jax_num_cpu_devices', "JAX_NUM_CPU_DEVICES='abc'",
+      "bad-cpu-device-count"]),
+    ({"JAX_ENABLE_X64": "maybe"},
+     ["invalid truth value 'maybe'", "JAX_ENABLE_X64='maybe' is not a value JAX accepts"]),
+    ({"JAX_TRANSFER_GUARD": "bogus"},
+     ['Invalid value "bogus" for JAX flag jax_transfer_guard', "JAX_TRANSFER_GUARD='bogus'"]),
+    ({"JAX_NUM_CPU_DEVICES": "0"},
+     ["Unable to initialize backend 'cpu'", "bad-cpu-device-count"]),
+    ({"JAX_PLATFORMS": "bogus"},
+     ["Backend 'bogus' is not in the list of known backends", "fix the spelling"]),
+]
+
+
+IDS = ["{}={}".format(*next(iter(env.items()))) for env, _ in CASES]
+
+
+@pytest.fixture(scope="module")
+def reports():
+    """Every case's report, two doctors at a time (each is a parent and a child process)."""
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(IDS, pool.map(lambda c: doctor({"JAX_PLATFORMS": "cpu", **c[0]}), CASES),
+                        strict=True))
+
+
+@pytest.mark.parametrize("case,words", [(i, w) for i, (_, w) in zip(IDS, CASES, strict=True)],
+                         ids=IDS)
+def test_doctor_reports_instead_of_crashing(reports, case, words):
+    text = reports[case]
+    for w in words:
+        assert w in text, f"{w!r} missing from:\n{text}"
+
+
+def fake_jax(tmp_path, body):
+    """A stand-in `jax` package placed first on PYTHONPATH (a broken install, simulated)."""
+    pkg = tmp_path / "jax"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(body)
+    return {"PYTHONPATH": str(tmp_path)}
+
+
+def test_doctor_when_jax_cannot_be_imported(tmp_path):
+    env = fake_jax(tmp_path, "raise ImportError('simulated: jaxlib is missing')\n")
+    text = doctor(env)
+    assert "simulated: jaxlib is missing" in text and "pip install -U jax" in text
+    assert "Environment (placement and allocation)" in text  # the rest of the report is there
+
+
+def test_doctor_when_the_probe_hangs(tmp_path):
+    env = fake_jax(tmp_path, "import time\ntime.sleep(60)\n")
+    text = doctor(env, "--timeout", "3")
+    assert "did not finish in time and was killed" in text
+
+
+def test_doctor_json_when_jax_fails():
+    out = doctor({"JAX_NUM_CPU_DEVICES": "abc"}, "--json")
+    data = json.loads(out)
+    assert data["backends"] == [] and data["default_backend"] is None
+    assert "jax_num_cpu_devices" in data["failed_backends"][0]["error"]

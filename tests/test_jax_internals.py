@@ -1,0 +1,105 @@
+"""Every JAX internal the kit uses, checked against the installed JAX: when one moves, the
+failure names the JAX version and what the kit used it for (helpers/_jax_internals.py)."""
+
+import contextlib
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from helpers import _jax_internals as internals
+from helpers import transfers
+from tests.conftest import run_python
+
+
+@pytest.mark.parametrize("name", sorted(internals.INTERNALS))
+def test_internal_still_exists(name):
+    assert internals.verify(name) is not None  # raises InternalMoved naming the JAX version
+
+
+def test_a_moved_internal_names_the_jax_version(monkeypatch):
+    monkeypatch.setitem(internals.INTERNALS, "gone", internals.Internal(
+        "jax._src.xla_bridge:_no_such_thing", "test the message", "none"))
+    with pytest.raises(internals.InternalMoved) as info:
+        internals.verify("gone")
+    text = str(info.value)
+    assert f"jax {jax.__version__}" in text and "_no_such_thing" in text
+    assert "test the message" in text
+
+
+def test_every_internal_says_why_and_what_is_public():
+    for name, internal in internals.INTERNALS.items():
+        assert ":" in internal.where and internal.why and internal.public, name
+
+
+def test_backends_started_never_starts_or_imports_jax():
+    out = run_python(
+        "import sys; from helpers import _jax_internals as i; "
+        "a = i.backends_started(); b = 'jax' in sys.modules; "
+        "import jax; c = i.backends_started(); jax.devices(); d = i.backends_started(); "
+        "print(a, b, c, d)", env={"JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "False", "True"]
+
+
+def test_a_failed_jax_import_is_not_masked_by_the_kit():
+    """JAX_NUM_CPU_DEVICES=abc makes `import jax` raise; after the kit tried (and failed) to
+    import JAX, the user's own `import jax` must raise JAX's real error again."""
+    out = run_python("import helpers.devices\nimport jax", env={"JAX_NUM_CPU_DEVICES": "abc"})
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert 'Invalid value "abc" for JAX flag jax_num_cpu_devices' in last, last
+
+
+_GUARD_PROBE = """
+import json, os, sys, tempfile
+import jax, numpy as np
+jax.config.update("jax_num_cpu_devices", 2)
+sys.stderr.flush()
+saved = os.dup(2)
+with tempfile.TemporaryFile("w+b") as f:
+    os.dup2(f.fileno(), 2)
+    with jax.transfer_guard("log_explicit"):
+        a = jax.device_put(np.ones((2, 3), np.float32))
+        b = jax.jit(lambda x: x + 1)(np.ones(5, np.int32))
+        c = jax.device_put(a, jax.devices()[1])
+        jax.block_until_ready((a, b, c))
+    os.dup2(saved, 2)
+    f.seek(0)
+    print(json.dumps(f.read().decode().splitlines()))
+"""
+
+
+def test_the_transfer_guard_log_still_parses():
+    out = run_python(_GUARD_PROBE)
+    assert out.returncode == 0, out.stderr
+    lines = json.loads(out.stdout.strip().splitlines()[-1])
+    parsed = [f for f in map(internals.parse_guard_line, lines) if f]
+    where = f"jax {jax.__version__}; raw lines: {lines}"
+    directions = [f["direction"] for f in parsed]
+    assert directions.count("host->device") >= 2, where
+    assert "device->device" in directions, where
+    shaped = [f for f in parsed if f["shape"] == (2, 3)]
+    assert shaped and shaped[0]["dtype"] == "float32", where
+    d2d = next(f for f in parsed if f["direction"] == "device->device")
+    assert d2d["destination"] == "cpu:1", where
+
+
+def test_trace_reports_unknown_explicitness_when_the_markers_do_not_show(monkeypatch):
+    @contextlib.contextmanager
+    def silent(write, begin, end):  # installed, but JAX never calls the scopes
+        yield True
+
+    monkeypatch.setattr(internals, "explicit_scopes_marked", silent)
+    with transfers.trace() as log:
+        jax.device_put(np.ones(4, np.float32), jax.devices()[1]).block_until_ready()
+    assert not log.explicit_marked
+    assert log.count() >= 1 and {t.explicit for t in log} == {None}  # unknown, not implicit
+
+
+def test_trace_marks_explicit_transfers_when_the_markers_work():
+    with transfers.trace() as log:
+        jax.device_put(np.ones(4, np.float32), jax.devices()[1]).block_until_ready()
+    assert log.explicit_marked
+    assert log.count(explicit=True) == 1 and log.count(explicit=False) == 0
