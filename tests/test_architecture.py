@@ -146,3 +146,10 @@ def test_renderers_are_found_for_every_record(tmp_path):
         assert text and not text.startswith("<"), type(record).__name__
         html = record._repr_html_()
         assert html is None or html.strip().startswith("<")
+
+
+def test_the_map_lists_every_module():
+    text = (PACKAGE / "README.md").read_text()
+    missing = [p.stem for p in MODULES if p.stem not in ("__init__", "__main__")
+               and f"`{p.stem}`" not in text]
+    assert missing == [], f"helpers/README.md does not list: {missing}"
