@@ -16,24 +16,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 
-__all__ = [
-    "INTERNALS",
-    "GUARD_LINE",
-    "Internal",
-    "InternalMoved",
-    "backend_errors",
-    "backend_factories",
-    "backends_started",
-    "expand_platform_alias",
-    "explicit_scopes_marked",
-    "jax_version",
-    "on_backend_start",
-    "parse_guard_line",
-    "verify",
-]
+__all__ = ["GUARD_LINE", "INTERNALS", "Internal", "InternalMoved", "asarray_is_explicit",
+           "backend_errors", "backend_factories", "backends_started", "device_name",
+           "expand_platform_alias", "explicit_scopes_marked", "jax_version", "jax_version_tuple",
+           "on_backend_start", "parse_guard_line", "verify"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +32,7 @@ class Internal:
     where: str  # "module:attribute"
     why: str  # one line: what the kit uses it for
     public: str  # the public alternative, or why there is none
+    since: tuple[int, int, int] = (0, 8, 0)  # first JAX version that has it (tested range)
 
 
 INTERNALS: dict[str, Internal] = {
@@ -67,7 +59,8 @@ INTERNALS: dict[str, Internal] = {
         "jax._src.xla_bridge:register_backend_initialization_hook",
         "record the allocator variables at the moment the GPU backend starts, to catch ones "
         "changed too late",
-        "none"),
+        "none (before jax 0.10.2 there is no hook: the doctor then says it cannot tell)",
+        since=(0, 10, 2)),
     "explicit_device_put_scope": Internal(
         "jax._src.config:explicit_device_put_scope",
         "helpers.transfers marks jax.device_put's scope in the guard log, to tell explicit "
@@ -90,21 +83,26 @@ class InternalMoved(RuntimeError):
     """A JAX internal the kit relies on is gone or changed in the installed version."""
 
 
-def jax_version() -> str:
-    from importlib import metadata
-
+def _installed(dist: str) -> str | None:
     try:
-        return f"jax {metadata.version('jax')}, jaxlib {metadata.version('jaxlib')}"
+        return metadata.version(dist)
     except metadata.PackageNotFoundError:
-        return "jax not installed"
+        return None
+
+
+def jax_version_tuple() -> tuple[int, ...]:
+    """The installed jax version as numbers, e.g. (0, 10, 2); () when not installed."""
+    return tuple(int(p) for p in re.findall(r"\d+", _installed("jax") or "")[:3])
+
+
+def jax_version() -> str:
+    return f"jax {_installed('jax')}, jaxlib {_installed('jaxlib')}"
 
 
 def _import(module: str):
     """importlib.import_module, except that when importing JAX fails (``JAX_NUM_CPU_DEVICES=abc``
     raises inside ``import jax``) the half-imported modules are removed again, so the user's
     own ``import jax`` later raises JAX's real error, not "Config option ... already defined"."""
-    import sys
-
     before = set(sys.modules)
     try:
         return importlib.import_module(module)
@@ -136,7 +134,7 @@ def verify(name: str):
 def _get(name: str, default=None):
     try:
         return _resolve(name)
-    except Exception:
+    except Exception:  # moved or absent in this JAX: the caller degrades
         return default
 
 
@@ -145,8 +143,6 @@ def backends_started() -> bool:
     """Has JAX started its backends in this process? Never starts them, and never imports jax
     when it is not imported yet (then nothing can have started). False when JAX moved the
     answer."""
-    import sys
-
     if "jax" not in sys.modules:
         return False
     fn = _get("backends_are_initialized")
@@ -167,9 +163,7 @@ def backend_factories() -> set[str]:
     names = _get("backend_factories", None)
     if names is not None:
         return set(names)
-    from importlib.metadata import entry_points
-
-    return {"cpu"} | {ep.name for ep in entry_points(group="jax_plugins")}
+    return {"cpu"} | {ep.name for ep in metadata.entry_points(group="jax_plugins")}
 
 
 def expand_platform_alias(name: str) -> list[str]:
@@ -192,6 +186,39 @@ def on_backend_start(hook: Callable) -> str:
         return "late"
     register(hook)
     return "installed"
+
+
+# --- version differences ------------------------------------------------------------------
+#: Measured with the guard's log: before jax 0.10.1, ``jnp.asarray(numpy_array)`` copied inside
+#: JAX's explicit device_put scope, so the kit calls it explicit; from 0.10.1 it is implicit
+#: (like passing a NumPy array to a jitted function).
+ASARRAY_EXPLICIT_BEFORE = (0, 10, 1)
+
+
+def asarray_is_explicit() -> bool:
+    """Whether this JAX counts ``jnp.asarray(numpy)``'s copy as explicit (see above)."""
+    return jax_version_tuple() < ASARRAY_EXPLICIT_BEFORE
+
+
+_SHORT_NAME = re.compile(r"[a-z]+:\d+")
+_TFRT_NAME = re.compile(r"TFRT_([A-Za-z]+)_(\d+)")  # jax <= 0.9: str(CpuDevice) == "TFRT_CPU_0"
+_REPR_NAME = re.compile(r"([A-Za-z]+?)(?:Device)?\(id=(\d+)\)")  # e.g. "CudaDevice(id=0)"
+
+
+def device_name(device) -> str:
+    """The kit's name for a device, the same in every JAX version: "cpu:0", "cuda:1".
+    ``str(device)`` is that from jax 0.10 on; jax 0.9 and older print "TFRT_CPU_0". A string
+    is returned unchanged (names are accepted wherever devices are)."""
+    if isinstance(device, str):
+        return device
+    text = str(device)
+    if _SHORT_NAME.fullmatch(text):
+        return text
+    for pattern in (_TFRT_NAME, _REPR_NAME):
+        m = pattern.fullmatch(text) or pattern.fullmatch(repr(device))
+        if m:
+            return f"{m.group(1).lower()}:{m.group(2)}"
+    return f"{device.platform}:{device.id}"
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------

@@ -15,7 +15,7 @@ def main() -> int:
     jax.config.update("jax_num_cpu_devices", 2)  # stand-in roles when there is no GPU
     import numpy as np
 
-    from helpers import _child, devices, memory
+    from helpers import _child, _jax_internals, devices, memory
 
     roles = devices.roles()
     acc = roles.accelerator
@@ -32,7 +32,7 @@ def main() -> int:
             tokens.block_until_ready()
             after_load = memory.snapshot([acc]).devices[0].bytes_in_use
             checksum = int(jax.numpy.sum(tokens, dtype=jax.numpy.uint32))
-            landed = ", ".join(str(d) for d in tokens.devices())
+            landed = ", ".join(_jax_internals.device_name(d) for d in tokens.devices())
         else:
             if strategy == "numpy_load":
                 from safetensors.numpy import load_file

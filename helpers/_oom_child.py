@@ -10,6 +10,7 @@ import sys
 import traceback
 
 from helpers import _child
+from helpers._jax_internals import device_name
 from helpers.errors import NoGpuError
 
 
@@ -42,7 +43,7 @@ def main() -> int:
                                "the GPU run cannot happen here")
         accelerator = jax.devices()[0]  # the default device: GPU, or cpu:0 in the stand-in
         host = jax.devices("cpu")[0] if a.mode == "gpu" else jax.devices("cpu")[1]
-        result["device"] = str(host if a.fixed else accelerator)
+        result["device"] = device_name(host if a.fixed else accelerator)
         jax.numpy.zeros(1).block_until_ready()  # start the backend and its threads first
         before = _bytes_in_use(accelerator)
         if a.fixed:
@@ -63,7 +64,7 @@ def main() -> int:
         else:
             tokens = load_file(a.path)["tokens"]
         tokens.block_until_ready()
-        result.update(ok=True, landed_on=", ".join(str(d) for d in tokens.devices()),
+        result.update(ok=True, landed_on=", ".join(device_name(d) for d in tokens.devices()),
                       accelerator_bytes_added=_bytes_in_use(accelerator) - before,
                       error_type=None, error_message=None)
     except BaseException as err:  # report every failure as data; never a hang

@@ -82,7 +82,7 @@ def _device_info(d) -> DeviceInfo:
         memory_stats=MappingProxyType({k: int(v) for k, v in stats.items()})
         if stats
         else NOT_AVAILABLE,
-        name=str(d),
+        name=_jax_internals.device_name(d),
     )
 
 
@@ -111,9 +111,12 @@ def _explain_start_failure(err: BaseException, requested: str | None) -> list[Fa
         return [FailedBackend("(default)", text, "set JAX_PLATFORMS=cpu to skip a broken plugin")]
     out = []
     factories = _jax_internals.backend_factories()
-    for name in requested.split(","):
-        name = name.strip()
-        expanded = _jax_internals.expand_platform_alias(name) if name else []
+    for name in dict.fromkeys(n.strip() for n in requested.split(",")):  # each name once
+        if not name:
+            out.append(FailedBackend("(empty)", text, "JAX_PLATFORMS has an empty entry: list "
+                                     "platform names separated by commas, e.g. cpu or cuda,cpu"))
+            continue
+        expanded = _jax_internals.expand_platform_alias(name)
         missing = [p for p in expanded if p not in factories]
         hint = ""
         if name in ("cuda", "gpu") or "cuda" in expanded:
@@ -131,7 +134,7 @@ def _explain_start_failure(err: BaseException, requested: str | None) -> list[Fa
                 f"JAX knows no backend {name!r} (known: {', '.join(sorted(factories))}); "
                 "fix the spelling in JAX_PLATFORMS or install its plugin"
             )
-        out.append(FailedBackend(name or "(empty)", text if text != "AssertionError" else
+        out.append(FailedBackend(name, text if text != "AssertionError" else
                                  f"JAX could not start any of JAX_PLATFORMS={requested!r} "
                                  "(an AssertionError inside JAX's backend start)", hint))
     return out
@@ -168,7 +171,7 @@ def probe() -> DeviceReport:
     if clients:
         try:
             default_backend = jax.default_backend()
-            default_device = str(get_default_device())
+            default_device = _jax_internals.device_name(get_default_device())
         except Exception as err:  # pragma: no cover - defensive
             failed.append(FailedBackend("(default)", f"{type(err).__name__}: {err}"))
     configured = jax.config.jax_default_device

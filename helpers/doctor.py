@@ -61,6 +61,10 @@ def _python_hint(kind: str, message: str, environ: Mapping[str, str]) -> str:
         value = environ.get(var)
         shown = f"={value!r}" if value is not None else ""
         return f"{var}{shown} is not a value JAX accepts: fix or unset it before starting Python"
+    if "default_device" in message:
+        value = environ.get("JAX_DEFAULT_DEVICE")
+        return (f"JAX_DEFAULT_DEVICE={value!r} is not a platform JAX knows: set it to a platform "
+                "name such as cpu or gpu, or unset it")
     if "JAX_PLATFORMS" in message or "Unable to initialize backend" in message:
         return "check JAX_PLATFORMS (unset it, or set JAX_PLATFORMS=cpu to skip a broken plugin)"
     return "the line above is JAX's own error; the environment checks below may name the cause"

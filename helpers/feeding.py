@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from helpers._jax_internals import device_name
 from helpers.errors import BadInputError
 
 __all__ = ["Batches", "gather", "naive_batch", "window_starts"]
@@ -166,7 +167,7 @@ class Batches:
         self.steps, self.prefetch, self.pinned = steps, prefetch, pinned
         kinds = _device_memory_kinds(self.device) if pinned else set()
         if pinned and "pinned_host" not in kinds:
-            raise BadInputError(f"{self.device} has no pinned_host memory "
+            raise BadInputError(f"{device_name(self.device)} has no pinned_host memory "
                              f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
         self._convert = None if dtype is None else jax.jit(lambda x: x.astype(dtype))
         self.timeline: MutableSequence[tuple[str, float, float]]

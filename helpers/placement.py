@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from helpers._display import Display
+from helpers._jax_internals import device_name
 from helpers.errors import BadInputError, JaxAlreadyStartedError
 
 # JAX is imported inside the functions: the Placement record must load where JAX cannot (the
@@ -36,12 +37,13 @@ class Roles:
     def describe(self) -> str:
         if self.stand_in:
             return (
-                f"STAND-IN: no accelerator here, so simulated CPU device {self.accelerator} "
-                f"(the default device) plays the accelerator and {self.host} plays host memory."
+                f"STAND-IN: no accelerator here, so simulated CPU device "
+                f"{device_name(self.accelerator)} (the default device) plays the accelerator and "
+                f"{device_name(self.host)} plays host memory."
             )
         return (
-            f"Real hardware: {self.accelerator} ({self.accelerator.device_kind}) is the "
-            f"accelerator and {self.host} is host memory."
+            f"Real hardware: {device_name(self.accelerator)} ({self.accelerator.device_kind}) is "
+            f"the accelerator and {device_name(self.host)} is host memory."
         )
 
     def __str__(self) -> str:
@@ -120,7 +122,8 @@ def placement(x) -> Placement:
             devices=(), memory_kind="host (NumPy)", committed=None,
             explanation=(
                 f"a NumPy array in host memory: JAX copies it to the default device "
-                f"({default}) every time you pass it to a JAX operation or a jitted function"
+                f"({device_name(default)}) every time you pass it to a JAX operation or a "
+                "jitted function"
             ),
         )
     if not isinstance(x, jax.Array):
@@ -134,7 +137,7 @@ def placement(x) -> Placement:
             "it has no placement any more"
         )
     devs = sorted(x.devices(), key=lambda d: (d.platform, d.id))
-    names = tuple(str(d) for d in devs)
+    names = tuple(device_name(d) for d in devs)
     where = names[0] if len(names) == 1 else f"{len(names)} devices ({', '.join(names)})"
     if x.committed:
         why = (

@@ -7,6 +7,7 @@ import matplotlib.style
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from helpers._jax_internals import device_name
 from helpers._plot_base import STYLE, _figure, _scaled, bytes_axis
 from helpers.errors import BadInputError
 from helpers.units import format_bytes
@@ -22,7 +23,7 @@ def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
     devices: names to draw (default: every device whose bytes changed or are non-zero).
     labels: optional {device name or jax.Device: role}, e.g. {acc: "accelerator (stand-in)"}.
     """
-    roles = {str(k): v for k, v in (labels or {}).items()}
+    roles = {device_name(k): v for k, v in (labels or {}).items()}
     data = trace.to_dict() if hasattr(trace, "to_dict") else dict(trace)
     times = data["times"]
     if len(times) < 1:
@@ -31,7 +32,7 @@ def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
     if devices is None:
         names = [n for n, v in series.items() if any(v)]
     else:
-        names = [str(d) for d in devices]
+        names = [device_name(d) for d in devices]
         unknown = [n for n in names if n not in series]
         if unknown:
             raise KeyError(f"devices {unknown} not in the trace (have {list(series)})")

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from helpers._display import Display
+from helpers._jax_internals import device_name
 from helpers.errors import BadInputError, FileError
 from helpers.safetensors_format import read_header
 from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
@@ -135,7 +136,8 @@ def preflight(path, *, device=None) -> Preflight:
                   "will make it fail")
     else:
         verdict = "will not fit"
-        advice = (f"needs {format_bytes(total)}, {format_bytes(free)} free on {dev}. Fix: "
+        advice = (f"needs {format_bytes(total)}, {format_bytes(free)} free on "
+                  f"{device_name(dev)}. Fix: "
                   + FIX)
-    return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, str(dev),
+    return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, device_name(dev),
                      why, free, source, verdict, advice)

@@ -25,6 +25,7 @@ import jax
 import psutil
 
 from helpers._display import Display
+from helpers._jax_internals import device_name
 from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
 
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "NOT_AVAILABLE", "DeviceMemory", "HostMemory",
@@ -68,7 +69,7 @@ class MemorySnapshot(Display):
     host: HostMemory
 
     def device(self, name) -> DeviceMemory:
-        name = str(name)
+        name = device_name(name)
         for d in self.devices:
             if d.device == name:
                 return d
@@ -147,7 +148,8 @@ def _device_memory(devices) -> tuple[DeviceMemory, ...]:
             stats = None
         if stats and "bytes_in_use" in stats:
             out.append(DeviceMemory(
-                device=str(d), platform=d.platform, bytes_in_use=int(stats["bytes_in_use"]),
+                device=device_name(d), platform=d.platform,
+                bytes_in_use=int(stats["bytes_in_use"]),
                 peak_bytes=_int_or_na(stats.get("peak_bytes_in_use")),
                 limit_bytes=_int_or_na(stats.get("bytes_limit")), source=ALLOCATOR,
             ))
@@ -155,7 +157,7 @@ def _device_memory(devices) -> tuple[DeviceMemory, ...]:
             if live is None:
                 live = _live_bytes_by_device()
             out.append(DeviceMemory(
-                device=str(d), platform=d.platform, bytes_in_use=int(live.get(d, 0)),
+                device=device_name(d), platform=d.platform, bytes_in_use=int(live.get(d, 0)),
                 peak_bytes=NOT_AVAILABLE, limit_bytes=NOT_AVAILABLE, source=LIVE_ARRAYS,
             ))
     return tuple(out)

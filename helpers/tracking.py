@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from helpers._jax_internals import device_name
 from helpers.errors import BadInputError, MeasurementFailed
 from helpers.snapshots import (
     MemorySnapshot,
@@ -139,15 +140,15 @@ class MemoryTrace:
 
     def peak(self, device) -> int:
         """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device)."""
-        series = self.device_bytes.get(str(device))
+        series = self.device_bytes.get(device_name(device))
         if series is None:
-            raise KeyError(f"device {str(device)!r} was not tracked "
+            raise KeyError(f"device {device_name(device)!r} was not tracked "
                            f"(tracked: {', '.join(self.device_names)})")
         return max(series)
 
     def growth(self, device) -> int:
         """Bytes in use at the end minus at the start, on one device."""
-        series = self.device_bytes[str(device)]
+        series = self.device_bytes[device_name(device)]
         return series[-1] - series[0]
 
     def to_dict(self) -> dict:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import devices, report
+from helpers._jax_internals import device_name
 from tests.conftest import N_SIMULATED, run_python
 
 
@@ -25,7 +26,7 @@ def test_probe_lists_cpu_backend_with_simulated_devices(rep):
 
 
 def test_default_device_is_first_device_of_default_backend(rep):
-    assert rep.default_device == str(jax.devices()[0]) == "cpu:0"
+    assert rep.default_device == device_name(jax.devices()[0]) == "cpu:0"
     assert rep.default_device_source == "first device of the default backend"
 
 

@@ -36,6 +36,10 @@ CASES = [
      ["Unable to initialize backend 'cpu'", "bad-cpu-device-count"]),
     ({"JAX_PLATFORMS": "bogus"},
      ["Backend 'bogus' is not in the list of known backends", "fix the spelling"]),
+    ({"JAX_PLATFORMS": ","}, ["JAX_PLATFORMS has an empty entry"]),
+    ({"JAX_DEFAULT_DEVICE": "bogus"},
+     ["jax.default_device must be passed either a Device", "JAX_DEFAULT_DEVICE='bogus'"]),
+    ({"JAX_DEFAULT_PRNG_IMPL": "bogus"}, ["JAX_DEFAULT_PRNG_IMPL='bogus'"]),
 ]
 
 

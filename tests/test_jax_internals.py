@@ -15,7 +15,21 @@ from tests.conftest import run_python
 
 @pytest.mark.parametrize("name", sorted(internals.INTERNALS))
 def test_internal_still_exists(name):
+    since = internals.INTERNALS[name].since
+    if internals.jax_version_tuple() < since:  # known absent here: the kit must degrade
+        with pytest.raises(internals.InternalMoved, match=f"jax {jax.__version__}"):
+            internals.verify(name)
+        return
     assert internals.verify(name) is not None  # raises InternalMoved naming the JAX version
+
+
+def test_the_hook_degrades_where_jax_has_none():
+    from helpers import _backend_start
+
+    state, _ = _backend_start.backend_start_snapshot()
+    has_hook = internals.jax_version_tuple() >= internals.INTERNALS[
+        "register_backend_initialization_hook"].since
+    assert state == ("installed" if has_hook else "unavailable")
 
 
 def test_a_moved_internal_names_the_jax_version(monkeypatch):

@@ -164,8 +164,13 @@ def test_hook_recorded_the_cpu_backend_start():
     # conftest imports jax before helpers but starts no backend, so the hook is installed
     import jax
 
+    from helpers import _jax_internals
+
     jax.devices()
     state, snaps = settings.backend_start_snapshot()
+    if _jax_internals.jax_version_tuple() < (0, 10, 2):
+        pytest.skip("this JAX has no backend-start hook (added in 0.10.2): the state is "
+                    "'unavailable', checked in test_jax_internals")
     assert state == "installed"
     assert "cpu" in snaps and set(snaps["cpu"]) == set(settings.ALLOCATOR_VARS)
 
