@@ -11,7 +11,7 @@ NBVAL = $(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nb
 	--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 notebooks
 
-.PHONY: lab test unit nbval lint doctor notebooks bench clean venv gpu-check
+.PHONY: lab test unit nbval lint doctor notebooks bench clean venv gpu-check test-floor
 
 venv: $(STAMP)
 
@@ -31,6 +31,21 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 	$(NBVAL)
 	$(BIN)/ruff check helpers tests benchmarks notebooks scripts
+
+## make test-floor: the unit tests again on the lowest supported jax (JAX_FLOOR), in a second
+## virtualenv (.venv-floor); notebooks run on the newest jax only (make test). CI runs both.
+JAX_FLOOR  ?= 0.8.0
+FLOOR_VENV ?= .venv-floor
+FLOOR_STAMP := $(FLOOR_VENV)/.jax-$(JAX_FLOOR)-installed
+$(FLOOR_STAMP): pyproject.toml
+	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FLOOR_VENV)/bin/python -m pip install --quiet -e ".[dev]" "jax==$(JAX_FLOOR)" "jaxlib==$(JAX_FLOOR)"
+	@touch $(FLOOR_STAMP)
+
+test-floor: $(FLOOR_STAMP)
+	$(FLOOR_VENV)/bin/python -c "import jax; assert jax.__version__ == '$(JAX_FLOOR)', jax.__version__"
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests
@@ -73,4 +88,4 @@ else
 endif
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache .ruff_cache *.egg-info

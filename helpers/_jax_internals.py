@@ -21,10 +21,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
-__all__ = ["GUARD_LINE", "INTERNALS", "Internal", "InternalMoved", "asarray_is_explicit",
+__all__ = ["GUARD_LINE", "INTERNALS", "TESTED_FLOOR", "Internal", "InternalMoved",
+           "asarray_is_explicit",
            "backend_errors", "backend_factories", "backends_started", "device_name",
            "expand_platform_alias", "explicit_scopes_marked", "jax_version", "jax_version_tuple",
            "on_backend_start", "parse_guard_line", "verify"]
+
+
+#: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
+#: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
+TESTED_FLOOR = (0, 8, 0)
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class Internal:
     where: str  # "module:attribute"
     why: str  # one line: what the kit uses it for
     public: str  # the public alternative, or why there is none
-    since: tuple[int, int, int] = (0, 8, 0)  # first JAX version that has it (tested range)
+    since: tuple[int, int, int] = TESTED_FLOOR  # first JAX version with it, within the range
 
 
 INTERNALS: dict[str, Internal] = {

@@ -56,3 +56,15 @@ def test_ci_calls_make_test():
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
              if ln.strip() and not ln.strip().startswith("#")]
     assert "make test" in lines
+
+
+def test_the_declared_jax_floor_is_the_tested_one():
+    """pyproject's `jax>=X`, the seam's TESTED_FLOOR and the version CI tests agree."""
+    from helpers._jax_internals import TESTED_FLOOR
+
+    floor = ".".join(map(str, TESTED_FLOOR))
+    deps = _pyproject()["dependencies"]
+    assert f"jax>={floor.rsplit('.0', 1)[0]}" in [d.split("#")[0].strip() for d in deps]
+    assert f"JAX_FLOOR  ?= {floor}" in (ROOT / "Makefile").read_text()
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "make test-floor" in [ln.strip() for ln in lines]
