@@ -21,7 +21,7 @@ from pathlib import Path
 from helpers import _child, _jax_internals, gpu
 from helpers._display import Display
 from helpers.datasets import write_tokens
-from helpers.errors import BadInputError, FileError
+from helpers.errors import BadInputError, FileError, PathError
 from helpers.preflight import FIX, Preflight, TensorInfo, preflight
 from helpers.safetensors_format import DTYPE_BITS, read_header
 from helpers.units import format_bytes, parse_size
@@ -134,7 +134,11 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
         requested = 2 * n
         _check_room(mode, requested, budget, total)  # before writing a file that cannot be used
         folder = Path(workdir or tempfile.gettempdir()) / "jax-device-kit"
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise PathError(f"cannot create {folder} for the token file: "
+                            f"{err.strerror or err}; pass workdir= a writable folder") from None
         path = folder / f"tokens-{n}.safetensors"
         if not path.exists():
             write_tokens(path, n)
