@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from helpers.errors import KitError
@@ -84,6 +85,16 @@ def _reproduce(args: argparse.Namespace) -> int:
     return EXIT_OK if as_expected else 1
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m helpers",
@@ -99,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         "not raised. Exit status 0.",
     )
     doctor.add_argument("--json", action="store_true", help="print only JSON (schema in README)")
-    doctor.add_argument("--timeout", type=float, default=120,
+    doctor.add_argument("--timeout", type=_seconds, default=120,
                         help="seconds to wait for the probe (default 120)")
     doctor.set_defaults(func=_doctor)
 

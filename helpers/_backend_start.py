@@ -10,11 +10,12 @@ came too late.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from helpers import _jax_internals
 
-__all__ = ["ALLOCATOR_VARS", "backend_start_snapshot"]
+__all__ = ["ALLOCATOR_VARS", "backend_start_snapshot", "ensure_hook"]
 
 #: Read by jaxlib when the GPU backend starts; changing them later has no effect.
 ALLOCATOR_VARS = (
@@ -38,19 +39,26 @@ def _on_backend_start(client) -> None:  # called by JAX with the new client
         _at_start.setdefault(str(client.platform), snapshot)
 
 
-def _install_hook() -> None:
+def ensure_hook() -> None:
+    """Install the hook once, if JAX is imported (never importing it: the doctor's parent and
+    the CLI must work where ``import jax`` fails). Every kit module that imports JAX calls
+    this right after, so the hook is in place before the user's first JAX operation."""
     global _hook_state
-    _hook_state = _jax_internals.on_backend_start(_on_backend_start)
+    with _lock:
+        if _hook_state == "not installed" and "jax" in sys.modules:
+            _hook_state = _jax_internals.on_backend_start(_on_backend_start)
 
 
 def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
     """(state, {platform: {var: value at backend start}}).
 
     state is "installed" (values are exact), "late" (helpers was imported after JAX started
-    its backends, values unknown) or "unavailable".
+    its backends, values unknown), "unavailable" (this JAX has no hook: before 0.10.2) or
+    "not installed" (JAX is not imported).
     """
+    ensure_hook()
     with _lock:
         return _hook_state, {k: dict(v) for k, v in _at_start.items()}
 
 
-_install_hook()
+ensure_hook()

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from helpers.errors import ChildProcessFailed
 
-__all__ = ["ChildResult", "answer", "child_env", "run_json", "start_json"]
+__all__ = ["ChildResult", "answer", "child_env", "finish", "read_answer", "run_json",
+           "start_json"]
 
 TAIL_LINES = 12
 
@@ -76,12 +80,13 @@ class ChildResult:
 
 
 def _parse(stdout: str):
+    """The last line that is a JSON object or list (earlier stray prints are skipped)."""
     for line in reversed(stdout.strip().splitlines()):
         if line.startswith(("{", "[")):
             try:
                 return json.loads(line)
             except json.JSONDecodeError:
-                return None
+                continue
     return None
 
 
@@ -89,36 +94,89 @@ def _command(module: str, args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", module, *map(str, args)]
 
 
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
 def run_json(module: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None,
              timeout: float = 300) -> ChildResult:
-    """Run ``python -m module args`` in a fresh process and return its JSON answer."""
+    """Run ``python -m module args`` in a fresh process and return its JSON answer. Never
+    raises for what the child does; a child that cannot even be started (no memory to fork)
+    is a failed result too."""
     try:
-        proc = subprocess.run(_command(module, args), env=dict(env or os.environ),
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as err:
-        stderr = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else (
-            err.stderr or "")
-        return ChildResult(None, -signal.SIGKILL, stderr, timed_out=True)
+        proc = subprocess.run(_command(module, args),
+                              env=dict(os.environ if env is None else env),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as err:  # killed and reaped by subprocess.run
+        return ChildResult(_parse(_text(err.stdout)), -signal.SIGKILL, _text(err.stderr),
+                           timed_out=True)
+    except OSError as err:
+        return ChildResult(None, -1, f"could not start the child process: {err}")
     return ChildResult(_parse(proc.stdout), proc.returncode, proc.stderr)
 
 
 def start_json(module: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None
                ) -> subprocess.Popen:
-    """Start ``python -m module args`` and leave it running (it answers on stdout and waits on
-    stdin); read the answer with :func:`read_answer`."""
-    return subprocess.Popen(_command(module, args), env=dict(env or os.environ),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    """Start ``python -m module args`` and leave it running (it answers on stdout, then waits
+    for a line on stdin); read the answer with :func:`read_answer`. Its stderr goes to a
+    temporary file, so a chatty child can never block on a full pipe."""
+    stderr = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(_command(module, args), env=dict(os.environ if env is None else env),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            bufsize=0)  # unbuffered bytes: select() then sees every line
+    proc.kit_stderr = stderr  # read by read_answer / finish
+    return proc
 
 
-def read_answer(proc: subprocess.Popen) -> ChildResult:
-    """The first JSON line a :func:`start_json` child prints (the child keeps running)."""
-    line = proc.stdout.readline()
-    data = _parse(line) if line else None
-    if data is None:
-        proc.wait(timeout=30)
-        return ChildResult(None, proc.returncode, proc.stderr.read())
-    return ChildResult(data, 0, "")
+def _stderr_of(proc: subprocess.Popen) -> str:
+    f = getattr(proc, "kit_stderr", None)
+    if f is None:
+        return ""
+    f.flush()
+    f.seek(0)
+    return f.read()
+
+
+def read_answer(proc: subprocess.Popen, *, timeout: float = 300) -> ChildResult:
+    """The first JSON line a :func:`start_json` child prints (stray lines before it are
+    skipped); the child keeps running. A child that exits or stays silent for ``timeout``
+    seconds is killed and reported, never waited on forever."""
+    deadline = time.monotonic() + timeout
+    pending = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                data = _parse(line.decode(errors="replace"))
+                if data is not None:
+                    return ChildResult(data, 0, "")
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                proc.kill()
+                proc.wait()
+                return ChildResult(None, -signal.SIGKILL, _stderr_of(proc), timed_out=True)
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:  # EOF: the child ended without an answer
+                proc.wait()
+                return ChildResult(_parse(pending.decode(errors="replace")), proc.returncode,
+                                   _stderr_of(proc))
+            pending += chunk
+
+
+def finish(proc: subprocess.Popen, *, timeout: float = 60) -> None:
+    """Tell a :func:`start_json` child to end (a line on stdin) and reap it; kill it if it
+    does not end within ``timeout`` seconds."""
+    try:
+        proc.communicate(b"\n", timeout=timeout)
+    except (subprocess.TimeoutExpired, BrokenPipeError, ValueError):
+        proc.kill()
+        proc.wait()
+    finally:
+        f = getattr(proc, "kit_stderr", None)
+        if f is not None:
+            f.close()
 
 
 def answer(data) -> None:

@@ -16,21 +16,27 @@ from typing import ClassVar
 
 __all__ = ["Display", "render", "renders"]
 
-_TEXT: dict[type, Callable] = {}
-_HTML: dict[type, Callable] = {}
+_TEXT: dict[str, Callable] = {}
+_HTML: dict[str, Callable] = {}
 
 
-def renders(cls: type, *, text: Callable, html: Callable | None = None) -> None:
-    """Register the renderers of ``cls`` (called by the renderer module at import)."""
-    _TEXT[cls] = text
+def _key(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def renders(record: str | type, *, text: Callable, html: Callable | None = None) -> None:
+    """Register the renderers of a record class, named "module.Class" (so the renderer module
+    need not import the record's module, nor what that imports, JAX included)."""
+    key = record if isinstance(record, str) else _key(record)
+    _TEXT[key] = text
     if html is not None:
-        _HTML[cls] = html
+        _HTML[key] = html
 
 
 def _find(table: dict, cls: type) -> Callable | None:
     for klass in cls.__mro__:
-        if klass in table:
-            return table[klass]
+        if _key(klass) in table:
+            return table[_key(klass)]
     return None
 
 

@@ -113,6 +113,8 @@ def _import(module: str):
     try:
         return importlib.import_module(module)
     except BaseException:
+        if "jax" in before:  # a working JAX was already imported: leave it alone
+            raise
         for name in set(sys.modules) - before:
             if name.split(".")[0] == "jax":  # jaxlib: C extensions cannot load twice
                 del sys.modules[name]
@@ -224,7 +226,11 @@ def device_name(device) -> str:
         m = pattern.fullmatch(text) or pattern.fullmatch(repr(device))
         if m:
             return f"{m.group(1).lower()}:{m.group(2)}"
-    return f"{device.platform}:{device.id}"
+    platform = device.platform
+    if platform == "gpu":  # CUDA and ROCm devices both say "gpu"; their names say which
+        version = str(getattr(getattr(device, "client", None), "platform_version", "")).lower()
+        platform = "rocm" if "rocm" in version else "cuda"
+    return f"{platform}:{device.id}"
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------

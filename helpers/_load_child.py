@@ -53,8 +53,8 @@ def main() -> int:
             checksum = int(np.sum(tokens, dtype=np.uint64) % 2**32)
             landed = "host (NumPy)"
     seconds = time.perf_counter() - t0
-    anon = [a for a in trace.host_anon if a is not None] or [base_anon]
-    file = [f for f in trace.host_file if f is not None] or [base_file]
+    anon = [a for a in trace.host_anon if isinstance(a, int)] or [base_anon]
+    file = [f for f in trace.host_file if isinstance(f, int)] or [base_file]
     _child.answer({
         "strategy": strategy, "seconds": seconds,
         "peak_anon_bytes": max(anon) - base_anon, "peak_file_bytes": max(file) - base_file,

@@ -172,8 +172,8 @@ def _start(setting: str, env: dict, array_bytes: int) -> subprocess.Popen:
 
 
 def _read(proc: subprocess.Popen, setting: str, env: dict, array_bytes: int,
-          total: int) -> AllocatorMeasurement:
-    result = _child.read_answer(proc)
+          total: int, timeout: float) -> AllocatorMeasurement:
+    result = _child.read_answer(proc, timeout=timeout)
     data = result.data if isinstance(result.data, dict) else {
         "ok": False, "error": result.describe_failure()}
     return AllocatorMeasurement(
@@ -187,11 +187,7 @@ def _read(proc: subprocess.Popen, setting: str, env: dict, array_bytes: int,
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> None:
-    try:
-        proc.communicate("\n", timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    _child.finish(proc, timeout=timeout)
 
 
 def measure(setting: str = "default", env: dict | None = None, *, array_bytes: int = 2**28,
@@ -202,7 +198,7 @@ def measure(setting: str = "default", env: dict | None = None, *, array_bytes: i
     env = SETTINGS[setting] if env is None else env
     proc = _start(setting, env, array_bytes)
     try:
-        return _read(proc, setting, env, array_bytes, total)
+        return _read(proc, setting, env, array_bytes, total, timeout)
     finally:
         _finish(proc, timeout)
 
@@ -223,7 +219,7 @@ def measure_together(settings=("default", "default"), *, array_bytes=2**28,
             env = SETTINGS[s]
             p = _start(s, env, size)
             procs.append(p)
-            out.append(_read(p, s, env, size, total))
+            out.append(_read(p, s, env, size, total, timeout))
     finally:
         for p in procs:
             _finish(p, timeout)

@@ -105,11 +105,16 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
     if not 2 <= vocab_size <= 65536:
         raise BadInputError(f"vocab_size must be in [2, 65536] to fit uint16, got {vocab_size}")
     path = Path(path)
-    if path.is_dir():
-        raise PathError(f"{path} is a directory; give a file name such as "
-                                f"{path / 'train.safetensors'}")
-    if not path.parent.exists():
-        raise PathError(f"folder {path.parent} does not exist; create it first")
+    try:
+        if path.is_dir():
+            raise PathError(f"{path} is a directory; give a file name such as "
+                            f"{path / 'train.safetensors'}")
+        if not path.parent.exists():
+            raise PathError(f"folder {path.parent} does not exist; create it first")
+    except PathError:
+        raise
+    except OSError as err:  # a name too long, a folder we may not enter, ...
+        raise PathError(f"cannot use {path}: {err.strerror or err}") from None
     header = _header(n_tokens)
     nbytes = 2 * n_tokens
     try:
@@ -119,7 +124,7 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
         free = None
     if free is not None and len(header) + nbytes > free:
         raise PathError(f"not enough disk space in {path.parent}: the file needs "
-                      f"{format_bytes(len(header) + nbytes)}, {format_bytes(free)} is free")
+                        f"{format_bytes(len(header) + nbytes)}, {format_bytes(free)} is free")
     perm = np.random.default_rng([seed, 0xC0FFEE]).permutation(vocab_size).astype(np.uint16)
     ids_by_rank = perm[_rank_table(vocab_size)]
     show = progress if progress is not None else nbytes >= _PROGRESS_FROM
@@ -140,6 +145,13 @@ def write_tokens(path, n_tokens: int | None = None, *, size=None, vocab_size: in
                 if bar is not None:
                     bar.update(2 * n)
         os.replace(partial, path)
+    except PathError:
+        partial.unlink(missing_ok=True)
+        raise
+    except OSError as err:  # the disk filled up, a quota, an I/O error: nothing is left behind
+        partial.unlink(missing_ok=True)
+        raise PathError(f"cannot write {path}: {err.strerror or err}; nothing was left "
+                        "behind") from None
     except BaseException:
         partial.unlink(missing_ok=True)
         raise

@@ -24,12 +24,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from helpers import _child, _jax_internals, settings
+from helpers._jax_internals import device_name  # "cpu:0" in every supported JAX
 from helpers.device_report import BackendInfo, DeviceInfo, DeviceReport, FailedBackend
 from helpers.errors import JaxAlreadyStartedError
 from helpers.unavailable import NOT_AVAILABLE
 
 __all__ = [
     "NOT_AVAILABLE",
+    "device_name",
     "BackendInfo",
     "DeviceInfo",
     "DeviceReport",
@@ -147,6 +149,9 @@ def probe() -> DeviceReport:
     import jax
     from jax.extend.backend import backends, get_default_device
 
+    from helpers import _backend_start
+
+    _backend_start.ensure_hook()
     requested = jax.config.jax_platforms or None
     failed: list[FailedBackend] = []
     clients: Mapping[str, Any] = {}

@@ -50,6 +50,9 @@ def _xla_flag_hint(message: str) -> str | None:
 
 
 def _python_hint(kind: str, message: str, environ: Mapping[str, str]) -> str:
+    if kind in ("ModuleNotFoundError", "ImportError") and "helpers" in message:
+        return ("the probe could not import the kit itself: run the doctor from the kit's "
+                "environment (`make doctor`), or `pip install -e .` there")
     if kind in ("ModuleNotFoundError", "ImportError"):
         return ("JAX cannot be imported in this environment: install it with "
                 "`pip install -U jax` (or `make venv` in this kit) and check `pip show jax jaxlib` "
@@ -102,7 +105,7 @@ def _fallback_report(result: _child.ChildResult, environ: Mapping[str, str]) -> 
         default_device_source="JAX did not start in the probe process (see below)",
         platforms_requested=environ.get("JAX_PLATFORMS") or None,
         environment=settings.read_environment(dict(environ)),
-        warnings=settings.check_environment(dict(environ)),
+        warnings=settings.check_environment(dict(environ), this_process=False),
         versions=MappingProxyType(found),
         plugins=MappingProxyType(plugins),
     )
@@ -118,6 +121,7 @@ def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 12
     if isinstance(result.data, dict):
         try:
             return DeviceReport.from_dict(result.data)
-        except (KeyError, TypeError, ValueError):  # a child from another kit version
-            pass
+        except Exception as err:  # a report this version cannot read (another schema)
+            result = _child.ChildResult(None, result.returncode, f"{result.stderr}\nthe probe's "
+                                        f"report could not be read ({type(err).__name__}: {err})")
     return _fallback_report(result, child_env if env else dict(os.environ))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from helpers._backend_start import ALLOCATOR_VARS, backend_start_snapshot
 
-__all__ = ["RULES", "EnvWarning", "check"]
+__all__ = ["PROCESS_RULES", "RULES", "EnvWarning", "check"]
 
 _ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
 _PREALLOCATE_OFF = ("false", "False", "0")  # exactly what jaxlib compares against
@@ -32,15 +32,9 @@ class EnvWarning:
 
 def _jax_config_value(name: str):
     try:
-        import jax
-
-        return getattr(jax.config, name)
+        return getattr(sys.modules["jax"].config, name)
     except Exception:  # pragma: no cover
         return None
-
-
-def _imported_modules():
-    return sys.modules
 
 
 # --- checks: one rule per known mistake ---------------------------------------------------
@@ -217,7 +211,7 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
 
 def _platforms_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     # Set too late: JAX read JAX_PLATFORMS at import; the env now says something else.
-    if "jax" not in _imported_modules():
+    if "jax" not in sys.modules:
         return []
     configured = _jax_config_value("jax_platforms")
     wanted = env.get("JAX_PLATFORMS")
@@ -240,9 +234,19 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
     out = []
     state, snapshots = backend_start_snapshot()
     for platform in gpu_started:
-        then = snapshots.get(platform)
+        # the hook files a CUDA/ROCm client under its platform, "gpu"; callers name "cuda"
+        then = snapshots.get(platform) or snapshots.get("gpu")
         if then is None:
-            if state == "late":
+            if state == "unavailable":
+                out.append(EnvWarning(
+                    "allocator-settings-unverified",
+                    f"this JAX has no backend-start hook (added in jax 0.10.2), so the kit "
+                    f"cannot tell whether the allocator variables changed after the {platform} "
+                    "backend started.",
+                    "run `python -m helpers doctor` in a fresh process to see the settings a "
+                    "new backend would start with, or upgrade jax",
+                ))
+            elif state == "late":
                 out.append(EnvWarning(
                     "allocator-settings-unverified",
                     f"the {platform} backend started before helpers was imported, so the kit "
@@ -279,7 +283,14 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
 )
 
 
-def check(env: Mapping[str, str], started_platforms: tuple[str, ...] = ()
-          ) -> tuple[EnvWarning, ...]:
-    """Every rule's warnings, in RULES order."""
-    return tuple(w for rule in RULES for w in rule(env, started_platforms))
+#: Rules that compare the environment with this process's JAX (what it read at import, what
+#: its backends started with): meaningless for another process's environment.
+PROCESS_RULES = (_platforms_after_import, _allocator_after_start)
+
+
+def check(env: Mapping[str, str], started_platforms: tuple[str, ...] = (), *,
+          this_process: bool = True) -> tuple[EnvWarning, ...]:
+    """Every rule's warnings, in RULES order; ``this_process=False`` for an environment that
+    is not this process's (a child's) runs only the rules that read the environment alone."""
+    rules = RULES if this_process else tuple(r for r in RULES if r not in PROCESS_RULES)
+    return tuple(w for rule in rules for w in rule(env, started_platforms))

@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 __all__ = [
+    "BackendError",
     "BadInputError",
     "ChildProcessFailed",
     "FileError",
@@ -51,6 +52,11 @@ class PathError(KitError, OSError):
 
     def __str__(self) -> str:  # OSError's own str would print the errno tuple
         return str(self.args[0]) if self.args else "path error"
+
+
+class BackendError(KitError, RuntimeError):
+    """JAX could not start the backend a call needs (a bad JAX_PLATFORMS, a broken plugin, a
+    variable JAX refuses at import); the message says which and points to the doctor."""
 
 
 class NoGpuError(KitError, RuntimeError):

@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, MutableSequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -139,13 +139,24 @@ class Batches:
 
     ``timeline`` records ``(what, start, end)`` for each gather and transfer, with
     ``time.perf_counter()`` times, so you can see the overlap; ``starts_used`` records each
-    batch's window starts. With ``steps`` given, both are lists with every batch. Endless
-    (``steps=None``), both are ``collections.deque`` objects that keep only the newest
-    :attr:`HISTORY` batches (``timeline`` has 2 entries per batch), so a long run does not grow
-    them without end. A deque cannot be sliced, and a ``for`` loop over it fails if the prefetch
-    thread adds to it meanwhile: take a copy, ``list(it.timeline)``, first. Use as a context
-    manager, or call :meth:`close`, to stop the thread early.
+    batch's window starts. Both are fresh lists, copied under a lock, so they can be sliced,
+    added to and looped over while the prefetch thread goes on. With ``steps`` given they hold
+    every batch; endless (``steps=None``), only the newest :attr:`HISTORY` batches
+    (``timeline`` has 2 entries per batch), so a long run does not grow them without end. Use
+    as a context manager, or call :meth:`close`, to stop the thread early.
     """
+
+    @property
+    def timeline(self) -> list[tuple[str, float, float]]:
+        """``(what, start, end)`` per gather and transfer: a copy (see the class docstring)."""
+        with self._history_lock:
+            return list(self._timeline)
+
+    @property
+    def starts_used(self) -> list[np.ndarray]:
+        """Each batch's window starts, oldest first: a copy (see the class docstring)."""
+        with self._history_lock:
+            return list(self._starts_used)
 
     #: batches whose ``timeline`` and ``starts_used`` an endless iterator keeps (the newest)
     HISTORY = 1024
@@ -154,6 +165,9 @@ class Batches:
                  seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False):
         import jax
 
+        from helpers import _backend_start
+
+        _backend_start.ensure_hook()
         tokens = np.asarray(tokens) if not isinstance(tokens, np.ndarray) else tokens
         if tokens.ndim != 1:
             raise BadInputError(f"tokens must be 1-D, got shape {tokens.shape}")
@@ -168,15 +182,12 @@ class Batches:
         kinds = _device_memory_kinds(self.device) if pinned else set()
         if pinned and "pinned_host" not in kinds:
             raise BadInputError(f"{device_name(self.device)} has no pinned_host memory "
-                             f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
+                                f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
         self._convert = None if dtype is None else jax.jit(lambda x: x.astype(dtype))
-        self.timeline: MutableSequence[tuple[str, float, float]]
-        self.starts_used: MutableSequence[np.ndarray]
-        if steps is None:  # endless: keep the newest HISTORY batches, not every one
-            self.timeline = deque(maxlen=2 * self.HISTORY)
-            self.starts_used = deque(maxlen=self.HISTORY)
-        else:
-            self.timeline, self.starts_used = [], []
+        keep = None if steps is not None else self.HISTORY  # endless: the newest batches only
+        self._timeline: deque = deque(maxlen=None if keep is None else 2 * keep)
+        self._starts_used: deque = deque(maxlen=keep)
+        self._history_lock = threading.Lock()
         self._made = 0
         self._stop = threading.Event()
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
@@ -205,8 +216,9 @@ class Batches:
             batch = self._convert(batch)
         batch.block_until_ready()
         t2 = time.perf_counter()
-        self.timeline.extend([("gather", t0, t1), ("transfer", t1, t2)])
-        self.starts_used.append(starts)
+        with self._history_lock:
+            self._timeline.extend([("gather", t0, t1), ("transfer", t1, t2)])
+            self._starts_used.append(starts)
         self._made += 1
         return batch
 

@@ -17,12 +17,19 @@ from typing import Any
 
 import numpy as np
 
+from helpers import _backend_start
 from helpers._display import Display
 from helpers._jax_internals import device_name
 from helpers.errors import BadInputError, JaxAlreadyStartedError
 
-# JAX is imported inside the functions: the Placement record must load where JAX cannot (the
-# doctor's report renderer imports it).
+
+def _jax():
+    """JAX, imported here rather than at the top (the Placement record must load where JAX
+    cannot), with the kit's backend-start hook in place before any backend starts."""
+    import jax
+
+    _backend_start.ensure_hook()
+    return jax
 
 __all__ = ["Placement", "Roles", "placement", "roles", "simulate_cpu_devices"]
 
@@ -53,7 +60,7 @@ class Roles:
 def roles() -> Roles:
     """The accelerator and the host: a real GPU/TPU and the CPU when present, else two
     simulated CPU devices (needs ``simulate_cpu_devices(2)`` or more before JAX starts)."""
-    import jax
+    jax = _jax()
 
     if jax.default_backend() != "cpu":
         return Roles(jax.devices()[0], jax.devices("cpu")[0], stand_in=False)
@@ -76,7 +83,7 @@ def simulate_cpu_devices(n: int) -> int:
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise BadInputError(f"simulate_cpu_devices needs a positive int, got {n!r}")
-    import jax
+    jax = _jax()
 
     try:  # public API: JAX refuses the update with RuntimeError once its backends started
         jax.config.update("jax_num_cpu_devices", n)
@@ -111,7 +118,7 @@ class Placement(Display):
 def placement(x) -> Placement:
     """Explain one array: its devices, memory kind, committed or not, bytes, and what that
     means for the next jit call."""
-    import jax
+    jax = _jax()
 
     if isinstance(x, np.ndarray):
         from jax.extend.backend import get_default_device

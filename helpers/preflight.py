@@ -12,7 +12,7 @@ from pathlib import Path
 
 from helpers._display import Display
 from helpers._jax_internals import device_name
-from helpers.errors import BadInputError, FileError
+from helpers.errors import BackendError, BadInputError, FileError
 from helpers.safetensors_format import read_header
 from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
 from helpers.units import format_bytes
@@ -58,12 +58,37 @@ class Preflight(Display):
 
 
 # --- where would it land, and is there room ----------------------------------------------
-def _target(device):
-    import jax
+_DOCTOR = "run `python -m helpers doctor` to see why and how to fix it"
+
+
+def _jax():
+    """JAX, imported; BackendError (not a traceback) when this environment cannot import it."""
+    try:
+        import jax
+        from jax.extend.backend import get_default_device  # noqa: F401
+    except Exception as err:  # e.g. JAX_NUM_CPU_DEVICES=abc raises inside `import jax`
+        raise BackendError(f"JAX cannot start here ({type(err).__name__}: {err}); "
+                           f"{_DOCTOR}") from None
+    from helpers import _backend_start
+
+    _backend_start.ensure_hook()
+    return jax
+
+
+def _default_device():
     from jax.extend.backend import get_default_device
 
+    try:
+        return get_default_device()
+    except Exception as err:  # JAX_PLATFORMS=cuda without a GPU: a bare AssertionError
+        raise BackendError(f"JAX could not start its default backend "
+                           f"({type(err).__name__}: {err}); {_DOCTOR}") from None
+
+
+def _target(device):
+    jax = _jax()
     if device is None or device == "default":
-        d = get_default_device()
+        d = _default_device()
         configured = jax.config.jax_default_device
         why = ("the default device, set by jax.default_device" if configured is not None
                else "the default device: first device of the default backend")
@@ -72,21 +97,24 @@ def _target(device):
         name = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device.lower())
         if name is None:
             raise BadInputError(f"device must be 'default', 'cpu', 'gpu' or a jax.Device, "
-                             f"got {device!r}")
+                                f"got {device!r}")
         try:
             return jax.devices(name)[0], f"asked for {device!r}"
-        except RuntimeError:
+        except Exception:
             raise BadInputError(f"no {device!r} backend on this machine (backends: "
-                             f"{', '.join(sorted(_backend_names()))})") from None
+                                f"{', '.join(_backend_names())}); {_DOCTOR}") from None
     if isinstance(device, jax.Device):
         return device, "asked for this device"
     raise TypeError(f"device must be None, 'cpu', 'gpu' or a jax.Device, got {device!r}")
 
 
-def _backend_names():
+def _backend_names() -> list[str]:
     from jax.extend.backend import backends
 
-    return list(backends())
+    try:
+        return sorted(backends())
+    except Exception:  # no backend starts at all
+        return ["none started"]
 
 
 def _free_bytes(device) -> tuple[int | NotAvailable, str]:

@@ -9,14 +9,17 @@ Pure functions of the captured data, registered with :mod:`helpers._display` so 
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 from helpers import _display
-from helpers.datasets import TokenFile
-from helpers.oom import Reproduction
-from helpers.preflight import Preflight
-from helpers.snapshots import MemorySnapshot
-from helpers.transfers import TransferLog
 from helpers.units import format_bytes as fb
+
+if TYPE_CHECKING:  # records are registered by name below: rendering never imports JAX
+    from helpers.datasets import TokenFile
+    from helpers.oom import Reproduction
+    from helpers.preflight import Preflight
+    from helpers.snapshots import MemorySnapshot
+    from helpers.transfers import TransferLog
 
 __all__ = ["preflight_text", "reproduction_text", "snapshot_text", "token_file_text",
            "transfer_log_html", "transfer_log_text"]
@@ -97,8 +100,8 @@ def token_file_text(t: TokenFile) -> str:
             f"of data ({fb(t.file_bytes)} on disk)")
 
 
-_display.renders(Preflight, text=preflight_text)
-_display.renders(Reproduction, text=reproduction_text)
-_display.renders(MemorySnapshot, text=snapshot_text)
-_display.renders(TransferLog, text=transfer_log_text, html=transfer_log_html)
-_display.renders(TokenFile, text=token_file_text)
+_display.renders("helpers.preflight.Preflight", text=preflight_text)
+_display.renders("helpers.oom.Reproduction", text=reproduction_text)
+_display.renders("helpers.snapshots.MemorySnapshot", text=snapshot_text)
+_display.renders("helpers.transfers.TransferLog", text=transfer_log_text, html=transfer_log_html)
+_display.renders("helpers.datasets.TokenFile", text=token_file_text)

@@ -9,12 +9,15 @@ timestamps, so a notebook re-run produces the same markup on the same machine.
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 from helpers import _display
-from helpers.device_report import DeviceReport
-from helpers.placement import Placement
 from helpers.unavailable import NOT_AVAILABLE
 from helpers.units import format_bytes
+
+if TYPE_CHECKING:  # records are registered by name below
+    from helpers.device_report import DeviceReport
+    from helpers.placement import Placement
 
 __all__ = [
     "placement_html",
@@ -172,5 +175,5 @@ def placement_html(p: Placement) -> str:
             f"{_e(p.explanation)}</div>")
 
 
-_display.renders(DeviceReport, text=report_text, html=report_html)
-_display.renders(Placement, text=placement_text, html=placement_html)
+_display.renders("helpers.device_report.DeviceReport", text=report_text, html=report_html)
+_display.renders("helpers.placement.Placement", text=placement_text, html=placement_html)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,14 +65,18 @@ def read_header(path) -> tuple[dict, int]:
     the file and the problem for every way a file can be broken.
     """
     p = Path(path)
-    if not p.exists():
+    try:
+        info = os.stat(p)
+    except FileNotFoundError:
         raise FileError(p, "no such file", "check the path; make one with "
-                        "`python -m helpers make-tokens PATH --size 1GiB`")
-    if p.is_dir():
+                        "`python -m helpers make-tokens PATH --size 1GiB`") from None
+    except OSError as err:  # a name too long, a folder we may not enter, ...
+        raise FileError(p, f"cannot be read: {err.strerror or err}", "check the path") from None
+    if stat.S_ISDIR(info.st_mode):
         raise FileError(p, "is a directory, not a safetensors file",
                         "pass the .safetensors file inside it")
     try:
-        size = p.stat().st_size
+        size = info.st_size
         with open(p, "rb") as f:
             prefix = f.read(8)
             if size == 0:

@@ -61,10 +61,13 @@ def check_environment(
     environ: dict[str, str] | None = None,
     *,
     started_platforms: tuple[str, ...] = (),
+    this_process: bool = True,
 ) -> tuple[EnvWarning, ...]:
     """Known mistakes in the placement/allocation variables (see :data:`RULES`).
 
     started_platforms: platforms whose backends are running in this process (used to tell
-    that a variable was changed after it was read).
+    that a variable was changed after it was read). this_process=False: ``environ`` belongs
+    to another process, so only the rules that read the environment alone run.
     """
-    return check(dict(os.environ if environ is None else environ), started_platforms)
+    return check(dict(os.environ if environ is None else environ), started_platforms,
+                 this_process=this_process)

@@ -24,9 +24,12 @@ from dataclasses import dataclass
 import jax
 import psutil
 
+from helpers import _backend_start
 from helpers._display import Display
 from helpers._jax_internals import device_name
 from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
+
+_backend_start.ensure_hook()  # JAX is imported: record the allocator variables at start
 
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "NOT_AVAILABLE", "DeviceMemory", "HostMemory",
            "MemorySnapshot", "snapshot"]

@@ -7,8 +7,9 @@ parses the guard lines, and passes every other line through to the real stderr, 
 is lost. A transfer counts as **explicit** when it happened inside ``jax.device_put`` /
 ``jax.device_get`` (the kit marks JAX's own explicit-transfer scope), else **implicit**.
 Both the marking and the log's format are JAX internals (``helpers._jax_internals``): each
-trace starts with one tiny explicit ``device_put`` and checks that it shows up as a marked
-transfer; if it does not, every transfer's ``explicit`` is ``None`` (unknown), never a guess.
+process's first trace starts with one tiny explicit ``device_put`` (so it starts JAX's default
+backend if nothing has yet) and checks that it shows up as a marked transfer; if it does not,
+every transfer's ``explicit`` is ``None`` (unknown), never a guess.
 
 >>> import numpy as np, jax
 >>> with trace() as log:
@@ -47,9 +48,11 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from helpers import _jax_internals
+from helpers import _backend_start, _jax_internals
 from helpers._display import Display
 from helpers.errors import BadInputError, InUseError
+
+_backend_start.ensure_hook()  # JAX is imported: record the allocator variables at start
 
 __all__ = ["Transfer", "TransferLog", "parse_guard_output", "trace"]
 
@@ -193,12 +196,20 @@ class TransferLog(Display):
 
 
 
+_markers_verified = False  # set once a probe showed the markers work in this process
+
+
 def _probe() -> None:
     """One tiny explicit host->device copy: its log lines tell whether the markers work."""
     try:
         jax.device_put(np.zeros(1, np.uint8)).block_until_ready()
     except Exception:  # no usable backend: the markers are reported as not working
         pass
+
+
+def _remember(ok: bool) -> None:
+    global _markers_verified
+    _markers_verified = ok
 
 
 @contextlib.contextmanager
@@ -210,7 +221,7 @@ def trace() -> Iterator[TransferLog]:
     """
     if not _active.acquire(blocking=False):
         raise InUseError("transfers.trace() is already active in this process; "
-                           "nest the code inside the existing trace instead")
+                         "nest the code inside the existing trace instead")
     log = TransferLog()
     try:
         sys.stderr.flush()
@@ -224,7 +235,8 @@ def trace() -> Iterator[TransferLog]:
         try:
             with _jax_internals.explicit_scopes_marked(write, _BEGIN, _END) as installed, \
                     jax.transfer_guard("log_explicit"):
-                if installed:
+                probing = installed and not _markers_verified
+                if probing:
                     _probe()
                     write(_PROBED)
                 yield log
@@ -237,7 +249,11 @@ def trace() -> Iterator[TransferLog]:
             capture.seek(0)
             text = capture.read().decode("utf-8", errors="replace")
             capture.close()
-            text, log.explicit_marked = _split_probe(text)
+            if probing:
+                text, log.explicit_marked = _split_probe(text)
+                _remember(log.explicit_marked)
+            else:
+                log.explicit_marked = installed and _markers_verified
             transfers, other = parse_guard_output(text, marked=log.explicit_marked)
             log._transfers = tuple(transfers)
             log.finished = True

@@ -153,3 +153,34 @@ def test_the_map_lists_every_module():
     missing = [p.stem for p in MODULES if p.stem not in ("__init__", "__main__")
                and f"`{p.stem}`" not in text]
     assert missing == [], f"helpers/README.md does not list: {missing}"
+
+
+def test_the_cli_side_never_imports_jax():
+    """The doctor's parent, the report renderers, the file tools and the errors load where
+    `import jax` fails (JAX_NUM_CPU_DEVICES=abc), and never import JAX themselves."""
+    from tests.conftest import run_python
+
+    out = run_python(
+        "import sys, tempfile, os\n"
+        "from helpers import doctor, report, render, datasets, preflight, oom, errors, settings\n"
+        "t = datasets.write_tokens(os.path.join(tempfile.mkdtemp(), 't.safetensors'), 10)\n"
+        "print(t); print(settings.check_environment())\n"
+        "print('jax' in sys.modules)\n", env={"JAX_NUM_CPU_DEVICES": "abc"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_the_hook_is_installed_before_the_first_jax_operation():
+    """A notebook imports the kit, asks for simulated devices, then runs JAX: the kit's
+    backend-start hook must already be in place (jax >= 0.10.2)."""
+    from helpers import _jax_internals
+    from tests.conftest import run_python
+
+    out = run_python("from helpers import devices, settings\n"
+                     "devices.simulate_cpu_devices(2)\n"
+                     "import jax; jax.numpy.zeros(1)\n"
+                     "print(settings.backend_start_snapshot()[0])", env={"JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr
+    expected = ("installed" if _jax_internals.jax_version_tuple() >= (0, 10, 2)
+                else "unavailable")
+    assert out.stdout.split()[-1] == expected

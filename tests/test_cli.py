@@ -61,6 +61,8 @@ BAD_INPUTS = {
                                "--tokens", "5"],
     "preflight not safetensors": ["preflight", "{tmp}/not.safetensors"],
     "preflight --json on a missing file": ["preflight", "/nonexistent", "--json"],
+    "preflight a name too long": ["preflight", "{tmp}/" + "x" * 300],
+    "make-tokens a name too long": ["make-tokens", "{tmp}/" + "x" * 300, "--size", "1MiB"],
 }
 
 
@@ -91,3 +93,26 @@ def test_gpu_mode_names_jax_platforms_when_it_excludes_the_gpu(tmp_path):
                    env={"JAX_PLATFORMS": "cpu", "TMPDIR": str(tmp_path)})
     assert proc.returncode == 2
     assert "JAX_PLATFORMS='cpu' leaves the GPU out" in proc.stderr
+
+
+def test_preflight_where_jax_cannot_start_is_one_line(tmp_path):
+    from helpers import datasets
+
+    path = datasets.write_tokens(tmp_path / "t.safetensors", 100).path
+    proc = run_cli("preflight", path, env={"JAX_NUM_CPU_DEVICES": "abc"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "JAX cannot start here" in proc.stderr and "helpers doctor" in proc.stderr
+
+
+def test_make_tokens_needs_no_jax(tmp_path):
+    proc = run_cli("make-tokens", str(tmp_path / "t.safetensors"), "--tokens", "100",
+                   env={"JAX_NUM_CPU_DEVICES": "abc"})  # `import jax` would raise
+    assert proc.returncode == 0, proc.stderr
+    assert "100 uint16 tokens" in proc.stdout
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-3", "soon"])
+def test_doctor_timeout_must_be_positive_seconds(value):
+    proc = run_cli("doctor", "--timeout", value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is not a positive number of seconds" in proc.stderr

@@ -107,6 +107,7 @@ def test_trace_reports_unknown_explicitness_when_the_markers_do_not_show(monkeyp
         yield True
 
     monkeypatch.setattr(internals, "explicit_scopes_marked", silent)
+    monkeypatch.setattr(transfers, "_markers_verified", False)  # probe again, as a new process
     with transfers.trace() as log:
         jax.device_put(np.ones(4, np.float32), jax.devices()[1]).block_until_ready()
     assert not log.explicit_marked

@@ -153,6 +153,33 @@ def test_allocator_changed_after_gpu_start(monkeypatch):
     assert settings.check_environment({}, started_platforms=("cuda",)) == ()
 
 
+def test_allocator_change_found_when_the_hook_filed_cuda_under_gpu(monkeypatch):
+    """JAX's CUDA client says platform "gpu"; the backend is named "cuda" (devices.probe)."""
+    monkeypatch.setattr(_backend_start, "_hook_state", "installed")
+    monkeypatch.setattr(_backend_start, "_at_start",
+                        {"gpu": {n: None for n in settings.ALLOCATOR_VARS}})
+    ws = settings.check_environment({"XLA_CLIENT_MEM_FRACTION": "0.5"},
+                                    started_platforms=("cuda",))
+    assert codes(ws) == {"allocator-set-after-start"}
+
+
+def test_allocator_unverifiable_without_a_hook_in_this_jax(monkeypatch):
+    monkeypatch.setattr(_backend_start, "_hook_state", "unavailable")
+    monkeypatch.setattr(_backend_start, "_at_start", {})
+    ws = settings.check_environment({}, started_platforms=("cuda",))
+    assert codes(ws) == {"allocator-settings-unverified"} and "0.10.2" in ws[0].message
+
+
+def test_another_processs_environment_skips_this_processs_rules():
+    import jax  # imported: JAX_PLATFORMS below differs from what it read
+
+    assert jax.config.jax_platforms != "tpu"
+    env = {"JAX_PLATFORMS": "tpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "no"}
+    assert "platforms-set-after-import" in codes(settings.check_environment(env))
+    assert codes(settings.check_environment(env, this_process=False)) == {
+        "preallocate-ambiguous"}
+
+
 def test_allocator_unverifiable_when_helpers_came_late(monkeypatch):
     monkeypatch.setattr(_backend_start, "_hook_state", "late")
     monkeypatch.setattr(_backend_start, "_at_start", {})
