@@ -1,6 +1,6 @@
 """The ways of feeding the accelerator that benchmarks/feeding.py compares, each timed alone.
 
-Notebook 06 writes the same loops out inline (naive, kit, bound), for a reader to see.
+Notebook 07 writes the same loops out inline (naive, kit, bound), for a reader to see.
 """
 
 from __future__ import annotations

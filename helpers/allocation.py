@@ -27,7 +27,7 @@ from helpers.errors import BadInputError, NoGpuError
 __all__ = ["AllocatorMeasurement", "NoGpuError", "PoolPrediction", "SETTINGS", "STORY",
            "measure", "measure_together", "plugin_options", "predict", "story_table"]
 
-#: The settings notebook 05 compares: name -> environment (None removes a variable).
+#: The settings notebook 06 compares: name -> environment (None removes a variable).
 SETTINGS = {
     "default": {},
     "PREALLOCATE=false": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
@@ -68,7 +68,7 @@ def plugin_options(env: dict) -> dict:
 #   xla/pjrt/gpu/se_gpu_pjrt_client.cc  platform: no pool, no XLA limit, memory_stats() None;
 #       cuda_async: the device's default CUDA mempool (no hard cap); the fraction is only what it
 #       reserves up front when preallocating, which is also its bytes_limit (0 otherwise)
-# Not yet run on a GPU: notebook 05 and the gpu-marked tests compare these with measurements.
+# Not yet run on a GPU: notebook 06 and the gpu-marked tests compare these with measurements.
 _DEFAULT_FRACTION = 0.75
 _ROUND = 2 * 2**20
 

@@ -1,7 +1,7 @@
 """NVIDIA GPU queries in one place, answered without starting JAX.
 
 Starting JAX's GPU backend just to ask "is there a GPU?" would grab 75% of the card for the
-asking process (notebook 05), so everything here asks the driver instead: NVML through
+asking process (notebook 06), so everything here asks the driver instead: NVML through
 ``nvidia-ml-py`` when it is installed, else the ``nvidia-smi`` command that ships with the
 driver. JAX numbers the GPUs it can see (``cuda:0``, ``cuda:1``, ...) after
 ``CUDA_VISIBLE_DEVICES`` has filtered them; the driver tools number them physically, so
