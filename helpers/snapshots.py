@@ -107,6 +107,20 @@ def _all_devices() -> list:
     return out
 
 
+def _all_live_arrays() -> list:
+    """Live arrays of every backend: ``jax.live_arrays()`` alone lists only the default
+    backend's, so on a GPU machine the CPU (host) arrays would be missed."""
+    from jax.extend.backend import backends
+
+    out = []
+    for name in backends():
+        try:
+            out.extend(jax.live_arrays(name))
+        except Exception:  # a backend that cannot list them
+            continue
+    return out
+
+
 def _live_bytes_by_device() -> dict:
     """Bytes of live JAX arrays per device (each shard counted on its own device).
 
@@ -117,7 +131,7 @@ def _live_bytes_by_device() -> dict:
     """
     totals: dict = {}
     seen: set = set()
-    for arr in jax.live_arrays():
+    for arr in _all_live_arrays():
         try:
             if arr.is_deleted():
                 continue

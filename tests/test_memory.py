@@ -149,3 +149,24 @@ def test_aliases_of_one_buffer_count_once():
     _ = [s.data for s in x.addressable_shards]  # makes JAX cache an alias Array
     assert memory.snapshot().device("cpu:1").bytes_in_use == before
     del x
+
+
+def test_live_arrays_of_every_backend_are_counted():
+    """jax.live_arrays() with no argument lists only the default backend's arrays; the kit
+    asks every backend (on a GPU machine the host's CPU arrays were read as 0 B)."""
+    from helpers import snapshots
+
+    seen = []
+    real = jax.live_arrays
+
+    def recording(platform=None):
+        seen.append(platform)
+        return real(platform) if platform else real()
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(jax, "live_arrays", recording):
+        snapshots._live_bytes_by_device()
+    from jax.extend.backend import backends
+
+    assert set(seen) == set(backends()) and None not in seen
