@@ -58,6 +58,12 @@ class Display:
 
     _renderer: ClassVar[str] = "helpers.render"
 
+    def __init_subclass__(cls, **kwargs):
+        # IPython's pretty printer walks the MRO and stops at the first class that defines
+        # __repr__ (every dataclass does): the hook must sit in each record's own class.
+        super().__init_subclass__(**kwargs)
+        cls._repr_pretty_ = Display._repr_pretty_
+
     def __str__(self) -> str:
         return render(self, "text")
 

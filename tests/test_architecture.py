@@ -129,8 +129,9 @@ def test_every_record_renders_through_the_one_mixin():
     assert {"DeviceReport", "Placement", "Preflight", "Reproduction", "MemorySnapshot",
             "TransferLog", "TokenFile"} <= names
     for cls in classes:
-        for method in ("__str__", "_repr_pretty_", "_repr_html_"):
+        for method in ("__str__", "_repr_html_"):
             assert method not in vars(cls), f"{cls.__name__} hand-writes {method}"
+        assert cls._repr_pretty_ is _display.Display._repr_pretty_, cls.__name__
 
 
 def test_renderers_are_found_for_every_record(tmp_path):
@@ -141,9 +142,12 @@ def test_renderers_are_found_for_every_record(tmp_path):
     tf = datasets.write_tokens(tmp_path / "t.safetensors", 100)
     with transfers.trace() as log:
         pass
+    from IPython.lib.pretty import pretty
+
     for record in (tf, memory.snapshot(), placement.placement(np.zeros(2)), log):
         text = str(record)
         assert text and not text.startswith("<"), type(record).__name__
+        assert pretty(record) == text, type(record).__name__  # what a notebook shows
         html = record._repr_html_()
         assert html is None or html.strip().startswith("<")
 
