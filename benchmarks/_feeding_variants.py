@@ -40,9 +40,12 @@ def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int
         pinned = jax.device_put(np.asarray(tokens[:count]), jax.sharding.SingleDeviceSharding(
             device, memory_kind="pinned_host"))
         pinned.block_until_ready()
+        # a bare device is refused here ("Memory kind mismatch", seen on an H100): name the
+        # memory kind of the destination
+        to_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
         t0 = time.perf_counter()
         for _ in range(n):
-            jax.device_put(pinned, device).block_until_ready()
+            jax.device_put(pinned, to_device).block_until_ready()
         return time.perf_counter() - t0
     if variant == "naive":
         starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)

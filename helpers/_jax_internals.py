@@ -1,14 +1,10 @@
 """The kit's one seam into JAX's private internals.
 
 Every access to ``jax._src``, to jaxlib's non-public helpers, or to a format JAX does not document
-(the transfer guard's log lines) lives here, each with why the kit needs it and the public
-alternative, where one exists. Nothing else in ``helpers`` may reach into ``jax._src``
-(``tests/test_jax_internals.py`` checks both: that every internal below still exists in the
-installed JAX, naming the version when one moved, and that no other module reaches past this
-seam).
-
-Every function here degrades instead of raising when JAX moved something: it returns an empty or
-"unknown" answer and the caller says so in its output.
+(the transfer guard's log lines) lives here, with why the kit needs it and the public alternative
+where one exists; so do the differences between JAX versions. Tests check that every internal
+still exists where expected (naming the JAX version when one moved) and that nothing else reaches
+past this seam. Every function degrades instead of raising when JAX moved something.
 """
 
 from __future__ import annotations
@@ -22,10 +18,9 @@ from dataclasses import dataclass
 from importlib import metadata
 
 __all__ = ["GUARD_LINE", "INTERNALS", "TESTED_FLOOR", "Internal", "InternalMoved",
-           "asarray_is_explicit",
-           "backend_errors", "backend_factories", "backends_started", "device_name",
-           "expand_platform_alias", "explicit_scopes_marked", "jax_version", "jax_version_tuple",
-           "on_backend_start", "parse_guard_line", "verify"]
+           "asarray_is_explicit", "backend_errors", "backend_factories", "backends_started",
+           "device_name", "expand_platform_alias", "explicit_scopes_marked", "jax_version",
+           "jax_version_tuple", "on_backend_start", "parse_guard_line", "verify"]
 
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -39,6 +34,10 @@ class Internal:
     why: str  # one line: what the kit uses it for
     public: str  # the public alternative, or why there is none
     since: tuple[int, int, int] = TESTED_FLOOR  # first JAX version with it, within the range
+    until: tuple[int, int, int] | None = None  # first JAX version without it again
+
+    def expected(self, version: tuple[int, ...]) -> bool:  # should it exist in ``version``?
+        return self.since <= version and (self.until is None or version < self.until)
 
 
 INTERNALS: dict[str, Internal] = {
@@ -65,8 +64,8 @@ INTERNALS: dict[str, Internal] = {
         "jax._src.xla_bridge:register_backend_initialization_hook",
         "record the allocator variables at the moment the GPU backend starts, to catch ones "
         "changed too late",
-        "none (before jax 0.10.2 there is no hook: the doctor then says it cannot tell)",
-        since=(0, 10, 2)),
+        "none (0.10.2 has it, 0.11.2 not: seen on an H100; the doctor then says it cannot tell)",
+        since=(0, 10, 2), until=(0, 11, 0)),
     "explicit_device_put_scope": Internal(
         "jax._src.config:explicit_device_put_scope",
         "helpers.transfers marks jax.device_put's scope in the guard log, to tell explicit "
@@ -101,7 +100,7 @@ def jax_version_tuple() -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", _installed("jax") or "")[:3])
 
 
-def jax_version() -> str:
+def jax_version() -> str:  # for messages
     return f"jax {_installed('jax')}, jaxlib {_installed('jaxlib')}"
 
 
@@ -140,9 +139,9 @@ def verify(name: str):
 
 
 def _get(name: str, default=None):
-    try:
+    try:  # moved or absent in this JAX: the caller degrades
         return _resolve(name)
-    except Exception:  # moved or absent in this JAX: the caller degrades
+    except Exception:
         return default
 
 

@@ -240,9 +240,9 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
             if state == "unavailable":
                 out.append(EnvWarning(
                     "allocator-settings-unverified",
-                    f"this JAX has no backend-start hook (added in jax 0.10.2), so the kit "
-                    f"cannot tell whether the allocator variables changed after the {platform} "
-                    "backend started.",
+                    "this JAX has no backend-start hook (only jax 0.10.2-0.10.x has one), so "
+                    "the kit cannot tell whether the allocator variables changed after the "
+                    f"{platform} backend started.",
                     "run `python -m helpers doctor` in a fresh process to see the settings a "
                     "new backend would start with, or upgrade jax",
                 ))

@@ -66,6 +66,7 @@ class Reproduction(Display):
 # and still honours the older XLA_PYTHON_CLIENT_MEM_FRACTION (jaxlib/xla_client.py,
 # generate_pjrt_gpu_plugin_options); setting both is an error, so the kit sets only this one.
 _FRACTION_VAR = "XLA_CLIENT_MEM_FRACTION"
+_MIN_FRACTION = 0.005  # the smallest pool the kit asks for: JAX's own start-up needs room
 
 
 def _gpu_mode_available() -> bool:
@@ -141,7 +142,7 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
                             f"{err.strerror or err}; pass workdir= a writable folder") from None
         path = folder / f"tokens-{n}.safetensors"
         if not path.exists():
-            write_tokens(path, n)
+            write_tokens(path, n, progress=False)
     header, _ = read_header(path)  # validates the file, reads no data
     if "tokens" not in header:
         raise FileError(path, "has no tensor named 'tokens'",
@@ -154,7 +155,13 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
     env["PYTHONUNBUFFERED"] = "1"
     args = [str(path), "--mode", mode] + (["--fixed"] if fixed else [])
     if mode == "gpu":
-        fraction = max(0.005, min(0.9, cap / total)) if (total and cap) else 0.05
+        fraction = max(_MIN_FRACTION, min(0.9, cap / total)) if (total and cap) else 0.05
+        if total and fraction * total >= requested:
+            raise BadInputError(
+                f"a {format_bytes(requested)} file fits in the smallest pool the kit sets on this "
+                f"GPU ({_MIN_FRACTION:.1%} of {format_bytes(total)}), so it cannot run out of "
+                f"memory: use a file of at least {format_bytes(4 * _MIN_FRACTION * total)} "
+                "(--size)")
         var = _FRACTION_VAR
         env[var] = f"{fraction:.4f}"
         env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)  # default: preallocate the capped pool

@@ -15,8 +15,8 @@ from tests.conftest import run_python
 
 @pytest.mark.parametrize("name", sorted(internals.INTERNALS))
 def test_internal_still_exists(name):
-    since = internals.INTERNALS[name].since
-    if since > internals.TESTED_FLOOR and internals.jax_version_tuple() < since:
+    internal = internals.INTERNALS[name]
+    if not internal.expected(internals.jax_version_tuple()):
         # known to be absent in this (supported) version: the kit must degrade
         with pytest.raises(internals.InternalMoved, match=f"jax {jax.__version__}"):
             internals.verify(name)
@@ -28,8 +28,8 @@ def test_the_hook_degrades_where_jax_has_none():
     from helpers import _backend_start
 
     state, _ = _backend_start.backend_start_snapshot()
-    has_hook = internals.jax_version_tuple() >= internals.INTERNALS[
-        "register_backend_initialization_hook"].since
+    has_hook = internals.INTERNALS["register_backend_initialization_hook"].expected(
+        internals.jax_version_tuple())
     assert state == ("installed" if has_hook else "unavailable")
 
 

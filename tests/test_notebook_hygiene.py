@@ -80,3 +80,81 @@ def test_setup_before_first_jax_operation(nb):
     if where:
         first = where[0]
         assert all("jax.devices(" not in s and "jnp." not in s for s in sources[:first])
+
+
+# --- budget and the strength of asserts (curriculum v2) ------------------------------------
+MAX_CELLS = 35
+
+
+def test_cell_budget(nb):
+    notebook, path = nb
+    assert len(notebook.cells) <= MAX_CELLS, (
+        f"{path.name} has {len(notebook.cells)} cells; the budget is {MAX_CELLS}")
+
+
+def test_numbers_run_in_order_and_next_links_the_following_notebook(nb):
+    notebook, path = nb
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert numbers == list(range(1, len(NOTEBOOKS) + 1)), numbers
+    nxt = next(c.source for c in notebook.cells[::-1]
+               if c.cell_type == "markdown" and "## Next" in c.source)
+    links = re.findall(r"\]\(([^)#]+)", nxt.split("## Next", 1)[1])
+    following = [p.name for p in NOTEBOOKS if int(p.name[:2]) == int(path.name[:2]) + 1]
+    if following:
+        assert following[0] in links, f"{path.name}'s Next should link {following[0]}: {links}"
+    for link in links:
+        assert (path.parent / link).resolve().exists(), f"{path.name}: broken link {link}"
+
+
+def _python(source: str) -> str:
+    """A cell's source without IPython magics and shell escapes."""
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
+                     for ln in source.splitlines())
+
+
+def _constant(node, literal_names=frozenset()) -> bool:
+    """True when the expression reads nothing but literals (and names bound to literals)."""
+    import ast
+
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Call, ast.Attribute, ast.Subscript)):
+            return False
+        if isinstance(sub, ast.Name) and sub.id not in literal_names:
+            return False
+    return True
+
+
+def weak_asserts(source: str) -> list[str]:
+    """Asserts that cannot fail or only restate the cell: a literal, constants compared, a
+    value compared with itself, or names just bound to literals in the same cell."""
+    import ast
+
+    tree = ast.parse(_python(source))
+    literal_names = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                     and _constant(node.value) for t in node.targets if isinstance(t, ast.Name)}
+    weak = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assert):
+            continue
+        test = node.test
+        same = (isinstance(test, ast.Compare) and len(test.comparators) == 1
+                and ast.dump(test.left) == ast.dump(test.comparators[0]))
+        if same or _constant(test, literal_names):
+            weak.append(ast.unparse(test))
+    return weak
+
+
+def test_the_weak_assert_finder_finds_weak_asserts():
+    assert weak_asserts("assert True") == ["True"]
+    assert weak_asserts("assert 2 > 1") == ["2 > 1"]
+    assert weak_asserts("x = f()\nassert x == x") == ["x == x"]
+    assert weak_asserts("budget = 3\nneed = 4\nassert need > budget") == ["need > budget"]
+    assert weak_asserts("x = f()\nassert x > 3") == []
+    assert weak_asserts("%time y = g()\nassert y.committed") == []
+
+
+def test_every_assert_can_fail(nb):
+    notebook, path = nb
+    found = [(i, w) for i, c in enumerate(notebook.cells) if c.cell_type == "code"
+             for w in weak_asserts(c.source)]
+    assert found == [], f"{path.name}: asserts that cannot fail (cell, test): {found}"

@@ -202,10 +202,17 @@ def test_reproduce_bad_input(tmp_path, small_file):
 
 
 @pytest.mark.gpu
-def test_real_cuda_oom_and_fix(small_file):
-    r = oom.reproduce(small_file, mode="gpu")
+def test_real_cuda_oom_and_fix(tmp_path):
+    from helpers import gpu
+
+    with pytest.raises(ValueError, match="cannot run out of memory"):  # 64 MiB: too small
+        oom.reproduce(datasets.write_tokens(tmp_path / "s.safetensors", 32 << 20).path,
+                      mode="gpu")
+    n = int(0.02 * gpu.total_bytes()) // 2  # a file of 2% of the card: 4x the smallest pool
+    path = datasets.write_tokens(tmp_path / "t.safetensors", n).path
+    r = oom.reproduce(path, mode="gpu")
     assert not r.stand_in and not r.ok and "RESOURCE_EXHAUSTED" in r.error_message
-    fix = oom.reproduce(small_file, mode="gpu", fixed=True)
+    fix = oom.reproduce(path, mode="gpu", fixed=True)
     assert fix.ok and fix.accelerator_bytes_added == 0
 
 
