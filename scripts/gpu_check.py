@@ -106,8 +106,15 @@ def run(cmd: list[str], env: dict, timeout: float, log: Path) -> dict:
     return {"command": " ".join(cmd)[:300], "exit_code": rc,
             "seconds": round(time.perf_counter() - t0, 1),
             "status": "passed" if rc == 0 else "failed", "pass_line": pass_line(text),
-            "log": str(log), "tail": text.strip().splitlines()[-TAIL_LINES:],
+            "log": _relative(log), "tail": text.strip().splitlines()[-TAIL_LINES:],
             "_stdout": stdout}
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def _text(x) -> str:
@@ -181,7 +188,7 @@ def summarise(name: str, result: dict) -> dict:
     return result
 
 
-def render_markdown(record: dict) -> str:
+def render_markdown(record: dict, bench: dict | None = None) -> str:
     g = record["gpu"]
     lines = [f"# GPU run {record['date']}: {g['name']}", "",
              f"- GPU: {g['name']}, {g['memory_mib']} MiB, driver {g['driver']}",
@@ -193,11 +200,77 @@ def render_markdown(record: dict) -> str:
         if s:
             lines.append(f"| {name} | {s['status']} | {s.get('seconds', '')} | "
                          f"{s.get('pass_line') or s.get('reason') or ''} |")
+    lines += _data_sections(record["steps"]) + _bench_section(bench)
     for name, s in record["steps"].items():
         if s["status"] != "passed":
             lines += ["", f"## {name}: {s['status']}", "", "```",
                       *(s.get("tail") or [s.get("reason", "")]), "```"]
     return "\n".join(lines) + "\n"
+
+
+def _gib(n) -> str:
+    return "—" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def _data_sections(steps: dict) -> list[str]:
+    """The figures each step produced: the OOM's text and time, every allocator setting with
+    XLA's predicted cap and nvidia-smi's view, two processes, the feeding rows."""
+    out: list[str] = []
+    runs = (steps.get("reproduce") or {}).get("data") or []
+    if runs:
+        out += ["", "## The OOM, reproduced (`reproduce-oom --size 1GiB`)", "",
+                "| run | ok | seconds | pool cap | error |", "|---|---|---|---|---|"]
+        for r in runs:
+            out.append(f"| {'fix' if r['fixed'] else 'seed load'} | {r['ok']} | "
+                       f"{r['elapsed_s']:.1f} | {r['budget_how']} | "
+                       f"{(r['error_message'] or 'landed on ' + str(r['landed_on']))[:160]} |")
+    alloc = (steps.get("allocation") or {}).get("data")
+    if alloc:
+        out += ["", f"## Allocator settings (card: {_gib(alloc['total_bytes'])} by nvidia-smi)",
+                "", "| setting | predicted bytes_limit | measured bytes_limit | BFC pool | "
+                "nvidia-smi: this process | ok |", "|---|---|---|---|---|---|"]
+        for name, m in alloc["settings"].items():
+            out.append(f"| {name} | {_gib(m['predicted']['reported_limit'])} | "
+                       f"{_gib(m['bytes_limit'])} | {_gib(m.get('pool_bytes'))} | "
+                       f"{_gib(m['driver_used_bytes'])} | {m['ok']} |")
+        out += ["", "## Two processes on one GPU", "",
+                "| pair | process | bytes_limit | BFC pool | nvidia-smi | result |",
+                "|---|---|---|---|---|---|"]
+        for pair, ms in alloc["pairs"].items():
+            for i, m in enumerate(ms, 1):
+                result = "ok" if m["ok"] else (m["error"] or "")[:90]
+                out.append(f"| {pair} | {i} | {_gib(m['bytes_limit'])} | "
+                           f"{_gib(m.get('pool_bytes'))} | {_gib(m['driver_used_bytes'])} | "
+                           f"{result} |")
+    return out
+
+
+def _bench_section(bench: dict | None) -> list[str]:
+    if not bench:
+        return []
+    goal = bench["goal"]
+    out = ["", f"## Feeding benchmark ({bench['device']}, {bench['rounds']} rounds, medians; "
+           f"bound: {bench['bound']})", "",
+           f"Goal: kit ≥ {goal['kit_over_bound_at_least']:.0%} of the bound for batches from "
+           f"{goal['for_batches_from_bytes'] >> 20} MiB: **{'met' if goal['met'] else 'not met'}**."
+           , "", "| batch | naive GB/s | kit GB/s | bound GB/s | kit / bound | kit / naive |",
+           "|---|---|---|---|---|---|"]
+    for r in bench["rows"]:
+        g = r["gbps"]
+        out.append(f"| {r['batch_bytes'] >> 10} KiB | {g['naive']:.2f} | {g['kit']:.2f} | "
+                   f"{g['bound']:.2f} | {r['kit_over_bound']:.0%} | {r['kit_over_naive']:.1f}× |")
+    return out
+
+
+def _bench_of(record_path: Path) -> dict | None:
+    path = record_path.with_suffix("") / "bench" / "feeding.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def render_file(record_path: Path) -> None:
+    """Rewrite the .md next to a record JSON from its data (no GPU needed)."""
+    record = json.loads(record_path.read_text())
+    record_path.with_suffix(".md").write_text(render_markdown(record, _bench_of(record_path)))
 
 
 def main(argv=None) -> int:
@@ -207,7 +280,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", default="all")
     p.add_argument("--out", type=Path, default=REPO / "docs" / "gpu-runs")
     p.add_argument("--detect-only", action="store_true", help="exit 0 with a GPU, else 2")
+    p.add_argument("--render", type=Path, help="only rewrite the .md of this record JSON")
     a = p.parse_args(argv)
+    if a.render:
+        render_file(a.render)
+        return 0
     steps = STEPS if a.steps == "all" else tuple(s.strip() for s in a.steps.split(","))
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
@@ -246,7 +323,7 @@ def main(argv=None) -> int:
         print(f"   {result['status']}  {result.get('pass_line') or result.get('reason') or ''}")
         a.out.mkdir(parents=True, exist_ok=True)  # written after every step: a kill keeps some
         record_path.write_text(json.dumps(record, indent=2) + "\n")
-        (a.out / f"{name}.md").write_text(render_markdown(record))
+        (a.out / f"{name}.md").write_text(render_markdown(record, _bench_of(record_path)))
     print(f"record: {record_path}")
     return 0 if all(s["status"] == "passed" for s in record["steps"].values()) else 1
 

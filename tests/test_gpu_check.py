@@ -103,3 +103,24 @@ def test_wheel_script_names_the_packages_and_target():
     for name in gpu_check.NEEDED:
         assert name in text
     assert "--python-version" in text and "manylinux" in text and "x86_64" in text
+
+
+def test_the_record_renders_its_figures(tmp_path):
+    """The .md shows the data each step kept: the OOM's text, each setting's predicted and
+    measured limits with nvidia-smi's view, and the two-process rows."""
+    m = {"ok": True, "bytes_limit": 3 * 2**30, "pool_bytes": 3 * 2**30,
+         "driver_used_bytes": 4 * 2**30, "error": None,
+         "predicted": {"reported_limit": 3 * 2**30}}
+    record = {"date": "2026-01-01", "gpu": {"name": "G", "memory_mib": 4096, "driver": "1"},
+              "python": "py", "command": "c", "steps": {
+                  "reproduce": {"status": "passed", "data": [
+                      {"fixed": False, "ok": False, "elapsed_s": 1.5, "budget_how": "F=0.1",
+                       "error_message": "RESOURCE_EXHAUSTED: Out of memory", "landed_on": None}]},
+                  "allocation": {"status": "passed", "data": {
+                      "total_bytes": 4 * 2**30, "settings": {"default": m},
+                      "pairs": {"default, default": [m, {**m, "ok": False,
+                                                         "error": "RESOURCE_EXHAUSTED x"}]}}}}}
+    text = gpu_check.render_markdown(record)
+    assert "| seed load | False | 1.5 | F=0.1 | RESOURCE_EXHAUSTED: Out of memory |" in text
+    assert "| default | 3.00 GiB | 3.00 GiB | 3.00 GiB | 4.00 GiB | True |" in text
+    assert "| default, default | 2 |" in text and "RESOURCE_EXHAUSTED x" in text
