@@ -162,7 +162,7 @@ class AllocatorMeasurement:
 
 def _require_gpu() -> int:
     """The GPU's total memory (from the driver), or NoGpuError naming the reason and fix."""
-    gpu.require("the allocator measurements (plugin_options() runs anywhere)")
+    gpu.require("measuring the allocator settings (plugin_options() alone runs anywhere)")
     total = gpu.total_bytes()
     if total is None:
         raise NoGpuError("the driver reports no memory size for JAX's cuda:0")
