@@ -193,7 +193,8 @@ def render_markdown(record: dict, bench: dict | None = None) -> str:
     lines = [f"# GPU run {record['date']}: {g['name']}", "",
              f"- GPU: {g['name']}, {g['memory_mib']} MiB, driver {g['driver']}",
              f"- Python: {record['python']}", f"- JAX: {record.get('versions', {})}",
-             f"- Command: `{record['command']}`", "", "| step | status | seconds | result |",
+             f"- Command: `{record['command']}`", *[f"- {n}" for n in record.get("notes", [])],
+             "", "| step | status | seconds | result |",
              "|---|---|---|---|"]
     for name in STEPS:
         s = record["steps"].get(name)
