@@ -158,3 +158,14 @@ def test_every_assert_can_fail(nb):
     found = [(i, w) for i, c in enumerate(notebook.cells) if c.cell_type == "code"
              for w in weak_asserts(c.source)]
     assert found == [], f"{path.name}: asserts that cannot fail (cell, test): {found}"
+
+
+def test_no_stale_widget_state(nb):
+    """Saved widget state belongs to widgets the notebook still makes (a progress bar from an old
+    run once lingered in notebook 07's metadata)."""
+    notebook, path = nb
+    state = str(notebook.metadata.get("widgets", ""))
+    makes_widgets = any("widgets" in c.source or "MemoryMonitor" in c.source
+                        for c in code_cells(notebook))
+    assert makes_widgets or not state, f"{path.name} keeps widget state for no widget"
+    assert "writing " not in state, f"{path.name} keeps an old progress bar's state"
