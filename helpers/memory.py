@@ -1,17 +1,7 @@
 """How many bytes each device and the host hold: now (:func:`snapshot`), over time (:func:`track`).
 
-Every number says where it comes from:
-
-- ``"allocator"``: the device allocator's own counters (``Device.memory_stats()``; GPUs and TPUs).
-- ``"live arrays"``: the sum of the shards of live JAX arrays on that device
-  (``jax.live_arrays()``), used where the backend keeps no stats (CPU). It counts arrays only,
-  not XLA's temporary buffers, so it is a lower bound.
-- host: resident memory of this process split into anonymous (heap, NumPy arrays) and
-  file-backed (memory-mapped files, shared libraries), from ``psutil``: on Linux ``shared`` is
-  RssFile + RssShmem, so ``rss - shared`` is RssAnon; elsewhere the split is NOT_AVAILABLE.
-
-A number a backend or the OS does not keep is :data:`~helpers.unavailable.NOT_AVAILABLE`
-(``None`` in the dicts that ``to_dict`` returns for renderers and JSON).
+Every number says where it comes from ("allocator" counters, or "live arrays" where a backend
+keeps none) and a number nobody keeps is ``NOT_AVAILABLE``: see :mod:`helpers.snapshots`.
 
 The capture lives in :mod:`helpers.snapshots` (now) and :mod:`helpers.tracking` (over time);
 this module gathers both under one name.

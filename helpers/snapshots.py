@@ -4,8 +4,8 @@ Every number says where it comes from:
 
 - ``"allocator"``: the device allocator's own counters (``Device.memory_stats()``; GPUs and TPUs).
 - ``"live arrays"``: the sum of the shards of live JAX arrays on that device
-  (``jax.live_arrays()``), used where the backend keeps no stats (CPU). It counts arrays only,
-  not XLA's temporary buffers, so it is a lower bound.
+  (``jax.live_arrays(platform)`` for every backend), used where the backend keeps no stats (CPU).
+  It counts arrays only, not XLA's temporary buffers, so it is a lower bound.
 - host: resident memory of this process split into anonymous (heap, NumPy arrays) and
   file-backed (memory-mapped files, shared libraries), from ``psutil``: on Linux ``shared`` is
   RssFile + RssShmem, so ``rss - shared`` is RssAnon; elsewhere the split is NOT_AVAILABLE.
