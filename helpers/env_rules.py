@@ -244,7 +244,7 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
                     "the kit cannot tell whether the allocator variables changed after the "
                     f"{platform} backend started.",
                     "run `python -m helpers doctor` in a fresh process to see the settings a "
-                    "new backend would start with, or upgrade jax",
+                    "new backend would start with",
                 ))
             elif state == "late":
                 out.append(EnvWarning(
