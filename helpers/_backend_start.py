@@ -15,7 +15,7 @@ import threading
 
 from helpers import _jax_internals
 
-__all__ = ["ALLOCATOR_VARS", "backend_start_snapshot", "ensure_hook"]
+__all__ = ["ALLOCATOR_VARS", "backend_start_snapshot", "ensure_hook", "import_jax"]
 
 #: Read by jaxlib when the GPU backend starts; changing them later has no effect.
 ALLOCATOR_VARS = (
@@ -59,6 +59,15 @@ def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
     ensure_hook()
     with _lock:
         return _hook_state, {k: dict(v) for k, v in _at_start.items()}
+
+
+def import_jax():
+    """``import jax`` for a kit module that imports it late (inside a function), with the hook
+    in place before the caller's first JAX operation can start a backend."""
+    import jax
+
+    ensure_hook()
+    return jax
 
 
 ensure_hook()

@@ -146,12 +146,11 @@ def probe() -> DeviceReport:
     """Everything JAX can tell about backends, devices, defaults and settings, in this process.
     Never raises for a backend that fails to start: the failure is part of the report. (For a
     report that survives JAX failing to import or XLA aborting, see :mod:`helpers.doctor`.)"""
-    import jax
-    from jax.extend.backend import backends, get_default_device
-
     from helpers import _backend_start
 
-    _backend_start.ensure_hook()
+    jax = _backend_start.import_jax()
+    from jax.extend.backend import backends, get_default_device
+
     requested = jax.config.jax_platforms or None
     failed: list[FailedBackend] = []
     clients: Mapping[str, Any] = {}

@@ -12,7 +12,6 @@ This process never starts a JAX backend, so nothing here can abort it.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -124,4 +123,4 @@ def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 12
         except Exception as err:  # a report this version cannot read (another schema)
             result = _child.ChildResult(None, result.returncode, f"{result.stderr}\nthe probe's "
                                         f"report could not be read ({type(err).__name__}: {err})")
-    return _fallback_report(result, child_env if env else dict(os.environ))
+    return _fallback_report(result, child_env)

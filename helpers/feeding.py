@@ -163,11 +163,9 @@ class Batches:
 
     def __init__(self, tokens, batch_size: int, seq_len: int, *, device=None, prefetch: int = 2,
                  seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False):
-        import jax
-
         from helpers import _backend_start
 
-        _backend_start.ensure_hook()
+        jax = _backend_start.import_jax()
         tokens = np.asarray(tokens) if not isinstance(tokens, np.ndarray) else tokens
         if tokens.ndim != 1:
             raise BadInputError(f"tokens must be 1-D, got shape {tokens.shape}")

@@ -11,7 +11,6 @@ and the file format in :mod:`helpers.safetensors_format`; both are also reachabl
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -150,9 +149,8 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
     start, end = header["tokens"]["data_offsets"]
     requested = end - start
     cap = _check_room(mode, requested, budget, total)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")}
-    env["PYTHONUNBUFFERED"] = "1"
+    env = _child.child_env({"PYTHONUNBUFFERED": "1"},
+                           drop=("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"))
     args = [str(path), "--mode", mode] + (["--fixed"] if fixed else [])
     if mode == "gpu":
         fraction = max(_MIN_FRACTION, min(0.9, cap / total)) if (total and cap) else 0.05

@@ -22,14 +22,8 @@ from helpers._display import Display
 from helpers._jax_internals import device_name
 from helpers.errors import BadInputError, JaxAlreadyStartedError
 
-
-def _jax():
-    """JAX, imported here rather than at the top (the Placement record must load where JAX
-    cannot), with the kit's backend-start hook in place before any backend starts."""
-    import jax
-
-    _backend_start.ensure_hook()
-    return jax
+# JAX is imported inside the functions (the Placement record must load where JAX cannot).
+_jax = _backend_start.import_jax
 
 __all__ = ["Placement", "Roles", "placement", "roles", "simulate_cpu_devices"]
 

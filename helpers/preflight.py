@@ -63,16 +63,13 @@ _DOCTOR = "run `python -m helpers doctor` to see why and how to fix it"
 
 def _jax():
     """JAX, imported; BackendError (not a traceback) when this environment cannot import it."""
+    from helpers import _backend_start
+
     try:
-        import jax
-        from jax.extend.backend import get_default_device  # noqa: F401
+        return _backend_start.import_jax()
     except Exception as err:  # e.g. JAX_NUM_CPU_DEVICES=abc raises inside `import jax`
         raise BackendError(f"JAX cannot start here ({type(err).__name__}: {err}); "
                            f"{_DOCTOR}") from None
-    from helpers import _backend_start
-
-    _backend_start.ensure_hook()
-    return jax
 
 
 def _default_device():
