@@ -188,13 +188,16 @@ def open_tokens(path, name: str = "tokens") -> np.memmap:
 
 
 def batches(tokens, batch_size: int, seq_len: int, *, device=None, prefetch: int = 2,
-            seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False):
-    """Random ``(batch_size, seq_len)`` token windows on ``device``, prepared ``prefetch``
-    batches ahead. ``tokens``: a 1-D array/memmap or a path to a token file (opened with
-    :func:`open_tokens`). Returns a :class:`helpers.feeding.Batches` iterator; see there."""
+            seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False,
+            sharding=None):
+    """Random ``(batch_size, seq_len)`` token windows on ``device`` (or split over several
+    devices by ``sharding``, e.g. ``NamedSharding(mesh, P("data"))``: one slice of the rows
+    per device), prepared ``prefetch`` batches ahead. ``tokens``: a 1-D array/memmap or a path
+    to a token file (opened with :func:`open_tokens`). Returns a
+    :class:`helpers.feeding.Batches` iterator; see there."""
     from helpers.feeding import Batches
 
     if isinstance(tokens, (str, os.PathLike)):
         tokens = open_tokens(tokens)
     return Batches(tokens, batch_size, seq_len, device=device, prefetch=prefetch, seed=seed,
-                   steps=steps, dtype=dtype, pinned=pinned)
+                   steps=steps, dtype=dtype, pinned=pinned, sharding=sharding)

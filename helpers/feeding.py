@@ -11,7 +11,9 @@ the accelerator. :class:`Batches` does it the way the benchmarks say is fast:
 - **int64 window starts** on the host: 10.2 billion tokens overflow int32;
 - **prefetch**: a background thread gathers and ``device_put``\\ s the next batches while the
   current one is used, so a step costs the larger of gather and transfer, not their sum;
-- optionally via **pinned host memory** (``memory_kind="pinned_host"``) where the device has it.
+- optionally via **pinned host memory** (``memory_kind="pinned_host"``) where the device has it;
+- optionally **sharded** over several devices (``sharding=NamedSharding(mesh, P("data"))``): one
+  slice of the batch's rows per device, for data-parallel steps.
 
 On the CPU backend an aligned buffer is handed to the device without a copy (``may_alias``); on a
 GPU ``device_put`` copies host→device. Deterministic: the same seed gives the same batches.
@@ -120,6 +122,21 @@ def naive_batch(tokens: np.ndarray, starts, seq_len: int) -> np.ndarray:
     return np.stack([tokens[int(s):int(s) + seq_len] for s in starts])
 
 
+def _check_sharding(sharding, device, shape: tuple[int, int]):
+    """``sharding`` if it can lay out a batch of ``shape``, else an error saying why."""
+    if sharding is not None and device is not None:
+        raise BadInputError("give device= or sharding=, not both (a sharding names its devices)")
+    try:
+        _ = sharding is None or sharding.shard_shape(shape)
+    except AttributeError:
+        raise TypeError("sharding must be a jax.sharding.Sharding such as NamedSharding(mesh, "
+                        f"P('data')), got {type(sharding).__name__}") from None
+    except ValueError as err:  # e.g. 10 rows over 8 devices
+        raise BadInputError(f"cannot split a {shape} batch this way: {err}. Make batch_size a "
+                            "multiple of the number of devices on the batch axis") from None
+    return sharding
+
+
 def _device_memory_kinds(device) -> set[str]:
     try:
         return {m.kind for m in device.addressable_memories()}
@@ -132,6 +149,8 @@ class Batches:
 
     tokens: a 1-D NumPy array or memmap (e.g. ``datasets.open_tokens(path)``).
     device: where batches go (default: JAX's default device).
+    sharding: instead of ``device``, a ``jax.sharding.Sharding`` for the ``(batch_size,
+    seq_len)`` batch, e.g. ``NamedSharding(mesh, P("data"))``: each device gets its rows.
     prefetch: batches prepared ahead in a background thread; 0 prepares each on demand.
     steps: how many batches (None: endless).
     dtype: convert on the device after the transfer (e.g. ``"int32"``); None keeps uint16.
@@ -162,7 +181,8 @@ class Batches:
     HISTORY = 1024
 
     def __init__(self, tokens, batch_size: int, seq_len: int, *, device=None, prefetch: int = 2,
-                 seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False):
+                 seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False,
+                 sharding=None):
         from helpers import _backend_start
 
         jax = _backend_start.import_jax()
@@ -174,13 +194,14 @@ class Batches:
         if steps is not None and (not isinstance(steps, int) or steps < 0):
             raise BadInputError(f"steps must be None or an int >= 0, got {steps!r}")
         self.tokens, self.batch_size, self.seq_len = tokens, int(batch_size), int(seq_len)
-        self.device = device if device is not None else jax.devices()[0]
+        self.device = device if device is not None or sharding else jax.devices()[0]
         self._starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)
         self.steps, self.prefetch, self.pinned = steps, prefetch, pinned
-        kinds = _device_memory_kinds(self.device) if pinned else set()
-        if pinned and "pinned_host" not in kinds:
-            raise BadInputError(f"{device_name(self.device)} has no pinned_host memory "
-                                f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
+        self.sharding = _check_sharding(sharding, device, (self.batch_size, self.seq_len))
+        for d in (sharding.device_set if sharding else [self.device]) if pinned else ():
+            if "pinned_host" not in (kinds := _device_memory_kinds(d)):
+                raise BadInputError(f"{device_name(d)} has no pinned_host memory "
+                                    f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
         self._convert = None if dtype is None else jax.jit(lambda x: x.astype(dtype))
         keep = None if steps is not None else self.HISTORY  # endless: the newest batches only
         self._timeline: deque = deque(maxlen=None if keep is None else 2 * keep)
@@ -204,12 +225,12 @@ class Batches:
         host = gather(self.tokens, starts, self.seq_len)
         t1 = time.perf_counter()
         if self.pinned:
-            sharding = jax.sharding.SingleDeviceSharding
-            staged = jax.device_put(host, sharding(self.device, memory_kind="pinned_host"))
+            target = self.sharding or jax.sharding.SingleDeviceSharding(self.device)
+            staged = jax.device_put(host, target.with_memory_kind("pinned_host"))
             # a bare device here is an error ("memory kind mismatch"): name the memory kind
-            batch = jax.device_put(staged, sharding(self.device, memory_kind="device"))
-        else:
-            batch = jax.device_put(host, self.device, may_alias=True)
+            batch = jax.device_put(staged, target.with_memory_kind("device"))
+        else:  # a sharding splits the rows: each device gets its own slice
+            batch = jax.device_put(host, self.sharding or self.device, may_alias=True)
         if self._convert is not None:
             batch = self._convert(batch)
         batch.block_until_ready()

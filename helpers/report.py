@@ -152,26 +152,52 @@ def report_html(r: DeviceReport) -> str:
 
 
 # --- placement ----------------------------------------------------------------------------
+def _several(p: Placement) -> bool:
+    """Worth the sharding and shard lines: several devices, or a sharding that is not the
+    plain one-device kind."""
+    return len(p.shards) > 1 or p.sharding not in ("", "SingleDeviceSharding")
+
+
+def _shards_summary(p: Placement) -> str:
+    times = p.device_bytes / p.nbytes if p.nbytes else 0
+    kind = "replicated" if p.replicated else "sharded"
+    return (f"{len(p.shards)} ({kind}), {format_bytes(p.device_bytes)} on devices in all "
+            f"({times:g} x the array)")
+
+
 def placement_text(p: Placement) -> str:
     where = ", ".join(p.devices) if p.devices else "host memory"
     committed = {True: "committed", False: "uncommitted", None: "n/a (NumPy)"}[p.committed]
-    return (
-        f"{p.kind} {p.dtype}{list(p.shape)} ({format_bytes(p.nbytes)})\n"
-        f"  devices:     {where}\n"
-        f"  memory kind: {p.memory_kind}\n"
-        f"  committed:   {committed}\n"
-        f"  meaning:     {p.explanation}"
-    )
+    lines = [f"{p.kind} {p.dtype}{list(p.shape)} ({format_bytes(p.nbytes)})"]
+    if _several(p):
+        lines.append(f"  sharding:    {p.sharding}")
+    lines += [f"  devices:     {where}", f"  memory kind: {p.memory_kind}",
+              f"  committed:   {committed}"]
+    if _several(p):
+        lines.append(f"  shards:      {_shards_summary(p)}")
+        w = max(len(s.device) for s in p.shards)
+        wi = max(len(s.index) for s in p.shards)
+        lines += [f"    {s.device:<{w}}  {s.index:<{wi}}  {str(s.shape):<12} "
+                  f"{format_bytes(s.nbytes)}" for s in p.shards]
+    lines.append(f"  meaning:     {p.explanation}")
+    return "\n".join(lines)
 
 
 def placement_html(p: Placement) -> str:
     where = ", ".join(p.devices) if p.devices else "host memory"
     committed = {True: "committed", False: "uncommitted", None: "n/a (NumPy)"}[p.committed]
-    rows = (("devices", where), ("memory kind", p.memory_kind), ("committed", committed),
-            ("bytes", f"{format_bytes(p.nbytes)} ({p.nbytes:,})"))
+    rows = [("devices", where), ("memory kind", p.memory_kind), ("committed", committed),
+            ("bytes", f"{format_bytes(p.nbytes)} ({p.nbytes:,})")]
+    shards = ""
+    if _several(p):
+        rows = [("sharding", p.sharding), *rows, ("shards", _shards_summary(p))]
+        shards = ("<table><tr><th>device</th><th>index</th><th>shape</th><th>bytes</th></tr>"
+                  + "".join(f"<tr><td>{_e(s.device)}</td><td><code>{_e(s.index)}</code></td>"
+                            f"<td>{_e(s.shape)}</td><td>{_e(format_bytes(s.nbytes))}</td></tr>"
+                            for s in p.shards) + "</table>")
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return (f'{_CSS}<div class="jdk-report"><b>{_e(p.kind)}</b> '
-            f"<code>{_e(p.dtype)}{_e(list(p.shape))}</code><table>{body}</table>"
+            f"<code>{_e(p.dtype)}{_e(list(p.shape))}</code><table>{body}</table>{shards}"
             f"{_e(p.explanation)}</div>")
 
 
