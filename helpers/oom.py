@@ -23,6 +23,7 @@ from helpers.datasets import write_tokens
 from helpers.errors import BadInputError, FileError, PathError
 from helpers.preflight import FIX, Preflight, TensorInfo, preflight
 from helpers.safetensors_format import DTYPE_BITS, read_header
+from helpers.step_preflight import StepPreflight, preflight_step
 from helpers.units import format_bytes, parse_size
 
 __all__ = [
@@ -31,8 +32,10 @@ __all__ = [
     "FileError",
     "Preflight",
     "Reproduction",
+    "StepPreflight",
     "TensorInfo",
     "preflight",
+    "preflight_step",
     "read_header",
     "reproduce",
 ]

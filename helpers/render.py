@@ -19,10 +19,13 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.oom import Reproduction
     from helpers.preflight import Preflight
     from helpers.snapshots import MemorySnapshot
+    from helpers.step_measure import StepMeasurement
+    from helpers.step_preflight import StepPreflight
     from helpers.transfers import TransferLog
 
-__all__ = ["preflight_text", "reproduction_text", "snapshot_text", "token_file_text",
-           "transfer_log_html", "transfer_log_text"]
+__all__ = ["preflight_text", "reproduction_text", "snapshot_text", "step_measurement_text",
+           "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
+           "transfer_log_text"]
 
 
 def preflight_text(p: Preflight) -> str:
@@ -36,6 +39,49 @@ def preflight_text(p: Preflight) -> str:
     if p.advice:
         lines.append(f"  {p.advice}")
     return "\n".join(lines)
+
+
+def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
+    donated = f" (donated: {', '.join(map(str, p.donated))})" if p.donated else ""
+    return [
+        ("arguments", fb(p.argument_bytes) + donated),
+        ("outputs", fb(p.output_bytes)),
+        ("aliased (outputs written into donated arguments)", fb(p.alias_bytes)),
+        ("temporaries", fb(p.temp_bytes)),
+        ("generated code", fb(p.code_bytes)),
+        ("peak: arguments + outputs - aliased + temporaries", fb(p.peak_bytes)),
+        ("XLA's own peak_memory_in_bytes", fb(p.xla_peak_bytes)),
+        ("arguments already there", fb(p.resident_bytes)),
+        ("the step adds", fb(p.needed_bytes)),
+        ("in use there now", f"{fb(p.in_use_bytes)}  ({p.in_use_source})"),
+        ("free there", f"{fb(p.free_bytes)}  ({p.free_source})"),
+    ]
+
+
+def step_preflight_text(p: StepPreflight) -> str:
+    lines = [f"{p.function} on {p.device}  ({p.device_reason})"]
+    lines += [f"  {k + ':':<50} {v}" for k, v in _step_rows(p)]
+    lines.append(f"verdict: {p.verdict.upper()}")
+    if p.advice:
+        lines.append(f"  {p.advice}")
+    return "\n".join(lines)
+
+
+def step_preflight_html(p: StepPreflight) -> str:
+    colour = {"fits": "#1a7f37", "will not fit": "#cf222e"}.get(p.verdict, "#9a6700")
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+                   for k, v in _step_rows(p))
+    advice = f"<br>{html.escape(p.advice)}" if p.advice else ""
+    return (f"<b>{html.escape(p.function)}</b> on <code>{html.escape(p.device)}</code> "
+            f"({html.escape(p.device_reason)})<table>{rows}</table>"
+            f"<b style='color:{colour}'>verdict: {html.escape(p.verdict.upper())}</b>{advice}")
+
+
+def step_measurement_text(m: StepMeasurement) -> str:
+    peak = fb(m.peak_bytes) if m.peak_bytes else "not measurable"
+    note = f"\n  {m.note}" if m.note else ""
+    return (f"{m.function} on {m.device}: measured peak {peak} ({m.source}); arguments "
+            f"{fb(m.argument_bytes)}; ran {m.seconds:.3f} s{note}")
 
 
 def reproduction_text(r: Reproduction) -> str:
@@ -102,6 +148,9 @@ def token_file_text(t: TokenFile) -> str:
 
 _display.renders("helpers.preflight.Preflight", text=preflight_text)
 _display.renders("helpers.oom.Reproduction", text=reproduction_text)
+_display.renders("helpers.step_measure.StepMeasurement", text=step_measurement_text)
+_display.renders("helpers.step_preflight.StepPreflight", text=step_preflight_text,
+                 html=step_preflight_html)
 _display.renders("helpers.snapshots.MemorySnapshot", text=snapshot_text)
 _display.renders("helpers.transfers.TransferLog", text=transfer_log_text, html=transfer_log_html)
 _display.renders("helpers.datasets.TokenFile", text=token_file_text)

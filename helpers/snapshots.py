@@ -9,6 +9,8 @@ Every number says where it comes from:
 - host: resident memory of this process split into anonymous (heap, NumPy arrays) and
   file-backed (memory-mapped files, shared libraries), from ``psutil``: on Linux ``shared`` is
   RssFile + RssShmem, so ``rss - shared`` is RssAnon; elsewhere the split is NOT_AVAILABLE.
+  ``peak_rss`` is the kernel's own high-water mark of RSS (VmHWM, Linux): a peak between two
+  samples is never lost. :func:`reset_host_peak` sets it back to the current RSS.
 
 A number a backend or the OS does not keep is :data:`~helpers.unavailable.NOT_AVAILABLE`
 (``None`` in the dicts that ``to_dict`` returns for renderers and JSON). Rendering:
@@ -32,7 +34,7 @@ from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
 _backend_start.ensure_hook()  # JAX is imported: record the allocator variables at start
 
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "NOT_AVAILABLE", "DeviceMemory", "HostMemory",
-           "MemorySnapshot", "snapshot"]
+           "MemorySnapshot", "reset_host_peak", "snapshot"]
 
 ALLOCATOR = "allocator"
 LIVE_ARRAYS = "live arrays"
@@ -60,6 +62,7 @@ class HostMemory:
     available: int  # what the OS says it could still give (psutil.virtual_memory().available)
     total: int
     source: str  # "psutil"
+    peak_rss: int | NotAvailable = NOT_AVAILABLE  # VmHWM: highest RSS since start or reset
 
     def to_dict(self) -> dict:
         return {k: to_json_value(v) for k, v in self.__dict__.items()}
@@ -95,7 +98,34 @@ def _host_memory() -> HostMemory:
     anon = NOT_AVAILABLE if shared is None else int(info.rss - shared)
     return HostMemory(rss=int(info.rss), anon=anon,
                       file=NOT_AVAILABLE if shared is None else int(shared), vms=int(info.vms),
-                      available=int(vm.available), total=int(vm.total), source="psutil")
+                      available=int(vm.available), total=int(vm.total), source="psutil",
+                      peak_rss=_peak_rss())
+
+
+_STATUS = "/proc/self/status"
+
+
+def _peak_rss() -> int | NotAvailable:
+    """VmHWM from /proc/self/status (Linux); NOT_AVAILABLE elsewhere."""
+    try:
+        with open(_STATUS, "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return NOT_AVAILABLE
+
+
+def reset_host_peak() -> bool:
+    """Set the kernel's RSS high-water mark (VmHWM) back to the current RSS, by writing 5 to
+    /proc/self/clear_refs (Linux >= 4.0). False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _all_devices() -> list:

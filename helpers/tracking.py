@@ -22,9 +22,10 @@ from helpers.snapshots import (
     _device_memory,
     _host_memory,
     _resolve_devices,
+    reset_host_peak,
     snapshot,
 )
-from helpers.unavailable import NotAvailable, to_json_value
+from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
 
 __all__ = ["MemoryTrace", "samples_to_dict", "track"]
 
@@ -55,6 +56,7 @@ def samples_to_dict(samples, *, t0: float | None = None, marks=(), interval=None
         "host_anon": [to_json_value(s.host.anon) for s in samples],
         "host_file": [to_json_value(s.host.file) for s in samples],
         "host_rss": [s.host.rss for s in samples],
+        "host_peak_rss": [to_json_value(s.host.peak_rss) for s in samples],
         "marks": [list(m) for m in marks],
     }
 
@@ -74,6 +76,7 @@ class MemoryTrace:
         self._samples: list[MemorySnapshot] = []
         self._marks: list[tuple[float, str]] = []
         self.finished = False
+        self.host_peak_reset = False  # was the kernel's RSS high-water mark reset at start?
 
     # called from the sampler thread and from user code
     def _add(self, snap: MemorySnapshot) -> None:
@@ -146,6 +149,17 @@ class MemoryTrace:
                            f"(tracked: {', '.join(self.device_names)})")
         return max(series)
 
+    @property
+    def host_peak(self) -> int | NotAvailable:
+        """Highest host RSS while the block ran, from the kernel's high-water mark (reset
+        when the block started), so a spike between two samples still counts. NOT_AVAILABLE
+        where the OS keeps no such mark (not Linux) or it could not be reset."""
+        with self._lock:
+            peaks = [s.host.peak_rss for s in self._samples]
+        if not self.host_peak_reset or any(isinstance(p, NotAvailable) for p in peaks):
+            return NOT_AVAILABLE
+        return max(peaks)
+
     def growth(self, device) -> int:
         """Bytes in use at the end minus at the start, on one device."""
         series = self.device_bytes[device_name(device)]
@@ -168,6 +182,8 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
 
     A sample is taken at the start and at the end, so even a short block has two. The
     sampler thread always stops, also when the block raises (the exception propagates).
+    The kernel's RSS high-water mark is reset when the block starts, so ``trace.host_peak``
+    is the true host peak of the block, not the highest sample (Linux).
 
     >>> with track(interval=0.05) as trace:
     ...     trace.mark("start")
@@ -190,6 +206,7 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
         except BaseException as err:  # pragma: no cover - reported after the block
             errors.append(err)
 
+    trace.host_peak_reset = reset_host_peak()
     trace._add(snapshot(devs))
     thread = threading.Thread(target=run, name=f"helpers.memory.track-{os.getpid()}",
                               daemon=True)

@@ -170,3 +170,19 @@ def test_live_arrays_of_every_backend_are_counted():
     from jax.extend.backend import backends
 
     assert set(seen) == set(backends()) and None not in seen
+
+
+def test_host_peak_sees_a_spike_between_two_samples():
+    from helpers.snapshots import reset_host_peak
+    if not sys.platform.startswith("linux"):
+        pytest.skip("VmHWM and clear_refs are Linux's")
+    assert reset_host_peak()
+    size = 200 * 2**20
+    with memory.track(interval=30) as trace:  # no sample between start and end
+        spike = np.ones(size // 8)  # touched: resident
+        del spike
+    start = trace.samples[0].host.rss
+    assert len(trace.samples) == 2
+    assert max(trace.host_rss) - start < size / 2  # the samples missed it...
+    assert trace.host_peak - start > 0.9 * size  # ...the kernel's high-water mark did not
+    assert trace.to_dict()["host_peak_rss"][-1] == trace.host_peak

@@ -1,0 +1,143 @@
+"""A step's peak memory, measured while it runs: the other column of the truth table beside
+:func:`helpers.step_preflight.preflight_step`'s prediction.
+
+- On a GPU the allocator keeps a high-water mark (``peak_bytes_in_use``), so no peak between
+  two samples is lost. It only rises, so in a process that already reached a higher peak the
+  step's own peak is hidden: :func:`measure_example` measures in a fresh child process.
+- On the CPU stand-in the kernel keeps one too: the RSS high-water mark (VmHWM), reset when
+  :func:`helpers.tracking.track` starts. It sees XLA's temporaries, which live arrays never
+  do. The child runs with ``MALLOC_MMAP_THRESHOLD_`` set so that every large buffer is its own
+  mapping, given back when freed: RSS then follows the buffers and not the C heap's reuse.
+
+The step's peak counts its arguments, as XLA's estimate does: peak - (in use before - the
+bytes of the arguments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from helpers import _child
+from helpers._display import Display
+from helpers._jax_internals import device_name
+from helpers.step_preflight import StepPreflight, compile_step
+from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
+
+__all__ = ["StepMeasurement", "measure_example", "measure_step"]
+
+ALLOCATOR_PEAK = "allocator: peak_bytes_in_use"
+HOST_PEAK = "host RSS high-water mark (CPU stand-in)"
+MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: each buffer >= 64 KiB is an mmap
+
+
+@dataclass(frozen=True)
+class StepMeasurement(Display):
+    function: str
+    device: str
+    argument_bytes: int  # the arguments, already on the device before the run
+    peak_bytes: int | NotAvailable  # the step's peak, arguments included
+    source: str  # ALLOCATOR_PEAK or HOST_PEAK
+    seconds: float
+    note: str
+
+    def to_dict(self) -> dict:
+        return {k: to_json_value(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> StepMeasurement:
+        d = dict(d)
+        d["peak_bytes"] = NOT_AVAILABLE if d["peak_bytes"] is None else d["peak_bytes"]
+        return cls(**d)
+
+
+def _allocator(dev) -> dict | None:
+    try:
+        stats = dev.memory_stats()
+    except Exception:
+        return None
+    return stats if stats and "peak_bytes_in_use" in stats else None
+
+
+def measure_step(fn, *args, device=None, donate_argnums=(), **kwargs) -> StepMeasurement:
+    """Run ``fn(*args, **kwargs)`` once (compiled as :func:`preflight_step` compiles it, after
+    one warm-up run) and measure its peak on the device: allocator peak on a GPU, the host RSS
+    high-water mark on the CPU stand-in."""
+    import time
+
+    import jax
+
+    from helpers.tracking import track
+
+    compiled, dev, _, _, _ = compile_step(fn, *args, device=device,
+                                          donate_argnums=donate_argnums, **kwargs)
+    name = getattr(fn, "__name__", type(fn).__name__)
+
+    def placed():  # fresh copies each run: a donated argument is used up by the run
+        out = jax.device_put((args, kwargs), dev, may_alias=False)
+        return jax.block_until_ready(out)
+
+    a, k = placed()
+    jax.block_until_ready(compiled(*a, **k))  # warm-up: first-run allocations are not the step
+    a, k = placed()
+    arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
+    before = _allocator(dev)
+    t0 = time.perf_counter()
+    with track(interval=0.005, devices=[dev]) as trace:
+        out = compiled(*a, **k)
+        jax.block_until_ready(out)
+    seconds = time.perf_counter() - t0
+    del out
+    after = _allocator(dev)
+    if before is not None and after is not None:
+        source = ALLOCATOR_PEAK
+        if after["peak_bytes_in_use"] > before["peak_bytes_in_use"]:
+            peak, note = (after["peak_bytes_in_use"] - before["bytes_in_use"] + arg_bytes, "")
+        else:
+            peak, note = NOT_AVAILABLE, (
+                "hidden: this process reached a higher peak earlier and the allocator's peak "
+                "only rises; measure in a fresh process (measure_example)")
+    else:
+        source = HOST_PEAK
+        host_peak = trace.host_peak
+        if host_peak is NOT_AVAILABLE:
+            peak, note = NOT_AVAILABLE, "this OS keeps no RSS high-water mark"
+        else:
+            peak = host_peak - trace.samples[0].host.rss + arg_bytes
+            note = ("" if _mmap_threshold_set() else
+                    "lower bound: the C heap may reuse freed memory without growing RSS "
+                    f"(a fresh process with {MMAP_ENV} is exact: measure_example)")
+    return StepMeasurement(name, device_name(dev), arg_bytes, peak, source, seconds, note)
+
+
+def _mmap_threshold_set() -> bool:
+    import os
+
+    return os.environ.get("MALLOC_MMAP_THRESHOLD_") == MMAP_ENV["MALLOC_MMAP_THRESHOLD_"]
+
+
+def measure_example(name: str, *, scale: int = 1, donate: bool = False,
+                    timeout: float = 300) -> tuple[StepPreflight, StepMeasurement]:
+    """Prediction and measurement of one of :data:`helpers.example_steps.EXAMPLES`, in a
+    fresh child process (so the allocator's peak and the RSS high-water mark are the step's
+    own). ``donate`` donates the first argument."""
+    from helpers.errors import BadInputError
+    from helpers.example_steps import EXAMPLES
+
+    if name not in EXAMPLES:
+        raise BadInputError(f"no example step {name!r}; choose one of {', '.join(EXAMPLES)}")
+    if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= 16:
+        raise BadInputError(f"scale must be an int from 1 to 16, got {scale!r}")
+    result = _child.run_json("helpers._step_child", [name, scale, int(donate)],
+                             env=_child.child_env(MMAP_ENV), timeout=timeout)
+    data = result.require(f"measuring {name} in a child process")
+    return (_preflight_from_dict(data["preflight"]),
+            StepMeasurement.from_dict(data["measurement"]))
+
+
+def _preflight_from_dict(d: dict) -> StepPreflight:
+    d = dict(d)
+    for k in ("xla_peak_bytes", "in_use_bytes", "free_bytes"):
+        if k in d and d[k] is None:
+            d[k] = NOT_AVAILABLE
+    d["donated"] = tuple(d["donated"])
+    return StepPreflight(**d)
