@@ -3,7 +3,8 @@ truth test in tests/test_step_preflight.py, and ``make gpu-check``).
 
 Each lives here, not in a notebook, so that a fresh child process can import it by name and
 measure it alone (:func:`helpers.step_measure.measure_example`). Each ``*_args(scale)``
-returns NumPy arguments (the caller puts them where it wants); ``scale`` grows every array.
+returns NumPy arguments (the caller puts them where it wants); ``scale`` grows every array, and
+``mlp_sgd_step_args`` also takes a ``batch`` size (notebook 09 sizes a batch with it).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def mlp_sgd_step(params, x, y):
     return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
 
 
-def mlp_sgd_step_args(scale: int = 1):
-    d, hidden, out, batch = 1024 * scale, 2048 * scale, 256, 2048 * scale
+def mlp_sgd_step_args(scale: int = 1, batch: int | None = None):
+    d, hidden, out = 1024 * scale, 2048 * scale, 256
+    batch = 2048 * scale if batch is None else batch
     rng = np.random.default_rng(0)
     params = {"w1": rng.standard_normal((d, hidden), np.float32) / np.float32(np.sqrt(d)),
               "b1": np.zeros(hidden, np.float32),

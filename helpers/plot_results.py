@@ -11,7 +11,7 @@ from helpers.errors import BadInputError
 from helpers.units import format_bytes
 
 __all__ = ["allocator_settings", "feeding", "load_strategies", "pipeline_timeline",
-           "request_vs_budget"]
+           "request_vs_budget", "step_peaks"]
 
 
 def request_vs_budget(rows, *, title: str = "Requested bytes against the budget") -> Figure:
@@ -171,4 +171,29 @@ def pipeline_timeline(runs, *, title: str = "Where the time goes") -> Figure:
             ax.grid(axis="y", visible=False)
         axes[-1].set_xlabel("milliseconds")
         fig.suptitle(title, x=0.02, ha="left", fontweight="bold")
+    return fig
+
+
+def step_peaks(rows, *, title: str = "A step's peak: predicted and measured") -> Figure:
+    """Grouped bars per step: XLA's own peak, the kit's prediction and the measured peak.
+    ``rows``: dicts with ``label``, ``xla``, ``predicted`` and ``measured`` (bytes)."""
+    rows = [dict(r) for r in rows]
+    if not rows:
+        raise BadInputError("no rows to draw")
+    series = [("xla", "XLA's peak_memory_in_bytes", "0.65"),
+              ("predicted", "kit: arguments + outputs - aliased + temporaries", "C0"),
+              ("measured", "measured peak", "C2")]
+    top = max(r[k] or 0 for r in rows for k, _, _ in series)
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(7.5, 3.4))
+        ax = fig.add_subplot()
+        factor, unit = bytes_axis(ax.yaxis, top)
+        ax.set_ylabel(unit)
+        width = 0.8 / len(series)
+        for i, (key, label, color) in enumerate(series):
+            xs = [j + (i - 1) * width for j in range(len(rows))]
+            ax.bar(xs, [(r[key] or 0) / factor for r in rows], width, label=label, color=color)
+        ax.set_xticks(range(len(rows)), [r["label"] for r in rows], fontsize=8)
+        ax.set_title(title)
+        ax.legend(loc="upper left", fontsize=8)
     return fig

@@ -16,8 +16,9 @@ from helpers.plot_results import (
     load_strategies,
     pipeline_timeline,
     request_vs_budget,
+    step_peaks,
 )
 
 __all__ = ["STYLE", "allocator_settings", "bytes_axis", "feeding", "load_strategies",
            "memory_timeline", "pipeline_timeline", "request_vs_budget", "snapshot_bars",
-           "transfer_summary"]
+           "step_peaks", "transfer_summary"]

@@ -115,11 +115,11 @@ def _mmap_threshold_set() -> bool:
     return os.environ.get("MALLOC_MMAP_THRESHOLD_") == MMAP_ENV["MALLOC_MMAP_THRESHOLD_"]
 
 
-def measure_example(name: str, *, scale: int = 1, donate: bool = False,
+def measure_example(name: str, *, scale: int = 1, donate: bool = False, batch: int | None = None,
                     timeout: float = 300) -> tuple[StepPreflight, StepMeasurement]:
     """Prediction and measurement of one of :data:`helpers.example_steps.EXAMPLES`, in a
     fresh child process (so the allocator's peak and the RSS high-water mark are the step's
-    own). ``donate`` donates the first argument."""
+    own). ``donate`` donates the first argument; ``batch`` sets mlp_sgd_step's batch size."""
     from helpers.errors import BadInputError
     from helpers.example_steps import EXAMPLES
 
@@ -127,7 +127,12 @@ def measure_example(name: str, *, scale: int = 1, donate: bool = False,
         raise BadInputError(f"no example step {name!r}; choose one of {', '.join(EXAMPLES)}")
     if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= 16:
         raise BadInputError(f"scale must be an int from 1 to 16, got {scale!r}")
-    result = _child.run_json("helpers._step_child", [name, scale, int(donate)],
+    if batch is not None and (name != "mlp_sgd_step" or not isinstance(batch, int)
+                              or isinstance(batch, bool) or batch < 1):
+        raise BadInputError(f"batch must be a positive int, and only mlp_sgd_step takes one; "
+                            f"got {name!r} with batch={batch!r}")
+    extra = [] if batch is None else [batch]
+    result = _child.run_json("helpers._step_child", [name, scale, int(donate), *extra],
                              env=_child.child_env(MMAP_ENV), timeout=timeout)
     data = result.require(f"measuring {name} in a child process")
     return (_preflight_from_dict(data["preflight"]),

@@ -95,3 +95,17 @@ def test_request_vs_budget_colours_what_does_not_fit():
     assert (story.get_xlabel(), fits.get_xlabel()) == ("GiB", "MiB")  # each on its own scale
     with pytest.raises(ValueError):
         plotting.request_vs_budget([])
+
+
+def test_step_peaks_draws_three_bars_per_step():
+    rows = [{"label": "chain", "xla": 48 * 2**20, "predicted": 64 * 2**20,
+             "measured": 64 * 2**20},
+            {"label": "mlp", "xla": 108 * 2**20, "predicted": 236 * 2**20,
+             "measured": None}]  # a peak that could not be measured draws as 0
+    fig = plotting.step_peaks(rows)
+    (ax,) = fig.axes
+    heights = sorted(round(p.get_height()) for p in ax.patches)
+    assert heights == [0, 48, 64, 64, 108, 236] and ax.get_ylabel() == "MiB"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["chain", "mlp"]
+    with pytest.raises(ValueError):
+        plotting.step_peaks([])
