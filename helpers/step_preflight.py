@@ -115,7 +115,8 @@ def _user_frame(err: BaseException) -> str:
     for frame in traceback.extract_tb(err.__traceback__):
         path = frame.filename.replace("\\", "/")
         if "/jax/" not in path and "/helpers/" not in path and "/jaxlib/" not in path:
-            where = f" (at {frame.filename}:{frame.lineno}: {(frame.line or '').strip()})"
+            name = path.rsplit("/", 1)[-1]  # a notebook cell's file is a temporary path
+            where = f" (at {name}:{frame.lineno}: {(frame.line or '').strip()})"
     return where
 
 
@@ -143,7 +144,7 @@ def compile_step(fn, *args, device=None, donate_argnums=(), **kwargs):
         lowered = jitted.lower(*arg_specs, **kw_specs)
     except Exception as err:
         kind = type(err).__name__
-        first = str(err).strip().splitlines()[0] if str(err).strip() else kind
+        first = (str(err).strip().splitlines() or [kind])[0].rstrip(".")
         if kind in _TRACE_ERRORS:
             raise BadInputError(
                 f"{name} does not trace{_user_frame(err)}: Python control flow (if, while, "
