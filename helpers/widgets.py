@@ -1,7 +1,8 @@
 """Live views for JupyterLab (ipywidgets 8).
 
 ``MemoryMonitor()`` shows bytes per device and host now, and a small timeline of the last
-samples, refreshed from a background thread. The thread only sets widget traits
+samples, refreshed from a background thread. Until there are two samples the image is a
+"press Start" placeholder, not an empty plot. The thread only sets widget traits
 (``HTML.value``, ``Image.value``), which ipywidgets syncs to the browser; it never writes
 through ``with output:``, which is not safe from a thread.
 
@@ -10,6 +11,7 @@ through ``with output:``, which is not safe from a thread.
 
 from __future__ import annotations
 
+import functools
 import html
 import io
 import threading
@@ -46,7 +48,8 @@ class MemoryMonitor(widgets.VBox):
                                                  layout=widgets.Layout(width="160px"))
         self.status = widgets.Label("stopped")
         self.table = widgets.HTML("<i>press Start</i>")
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="640px"))
+        self.image = widgets.Image(value=_placeholder_png(_BEFORE_START), format="png",
+                                   layout=widgets.Layout(max_width="640px"))
         self.start_button.on_click(lambda _b: self.start())
         self.stop_button.on_click(lambda _b: self.stop())
         super().__init__([
@@ -82,7 +85,7 @@ class MemoryMonitor(widgets.VBox):
             self._thread.join()
         self._thread = None
         self.start_button.disabled, self.stop_button.disabled = False, True
-        self.status.value = f"stopped after {self.updates} refreshes"
+        self.status.value = f"stopped after {_refreshes(self.updates)}"
 
     def update(self) -> None:
         """Take one sample and redraw (the thread calls this; tests may too)."""
@@ -95,6 +98,8 @@ class MemoryMonitor(widgets.VBox):
         self.table.value = self._table_html(snap)
         self.image.value = self._timeline_png(samples)
         self.updates += 1
+        if self.running:
+            self.status.value = f"running: {_refreshes(self.updates)}"
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -120,9 +125,37 @@ class MemoryMonitor(widgets.VBox):
     def _timeline_png(self, samples) -> bytes:
         from helpers import plotting
 
+        if len(samples) < 2:  # one sample has no time span: matplotlib would invent one
+            return _placeholder_png(_ONE_SAMPLE)
         data = memory.samples_to_dict(samples)
         fig = plotting.memory_timeline(data, title="Live memory")
         fig.set_size_inches(6.4, 2.6)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=80)
         return buf.getvalue()
+
+
+_BEFORE_START = "Press Start: the timeline draws from the second sample on."
+_ONE_SAMPLE = "1 sample so far: the timeline draws from the second sample on."
+
+
+def _refreshes(n: int) -> str:
+    return f"{n} refresh" if n == 1 else f"{n} refreshes"
+
+
+@functools.lru_cache(maxsize=4)
+def _placeholder_png(text: str) -> bytes:
+    """The timeline's size, no axes, one line of text: shown until there is a time span."""
+    import matplotlib.style
+    from matplotlib.patches import Rectangle
+
+    from helpers._plot_base import STYLE, _figure
+
+    with matplotlib.style.context(STYLE):
+        fig = _figure(figsize=(6.4, 2.6))
+        fig.add_artist(Rectangle((0.01, 0.02), 0.98, 0.96, transform=fig.transFigure,
+                                 fill=False, edgecolor="0.85"))
+        fig.text(0.5, 0.5, text, ha="center", va="center", color="0.35")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    return buf.getvalue()

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers.widgets import MemoryMonitor
+from helpers.widgets import _BEFORE_START, _ONE_SAMPLE, MemoryMonitor, _placeholder_png
 
 
 def monitor_threads():
@@ -14,7 +14,8 @@ def monitor_threads():
 
 def test_monitor_constructs_starts_updates_and_stops_headless():
     m = MemoryMonitor(interval=0.05)
-    assert not m.running and m.image.value == b"" and m.stop_button.disabled
+    assert not m.running and m.stop_button.disabled
+    assert m.image.value == _placeholder_png(_BEFORE_START)  # no empty plot before Start
     m.start()
     assert m.running and m.start_button.disabled
     x = jax.device_put(np.ones(100_000, np.float32), jax.devices()[1])
@@ -38,6 +39,26 @@ def test_update_without_thread_and_buttons():
     assert m.running
     m.stop_button.click()
     assert not m.running
+
+
+def test_timeline_needs_two_samples_and_the_status_counts_refreshes():
+    """One sample has no time span (the plot would show a made-up axis, -0.04 to 0.04 s)."""
+    m = MemoryMonitor(interval=1)
+    before = m.image.value
+    assert before[:8] == b"\x89PNG\r\n\x1a\n"
+    m.update()
+    assert m.image.value == _placeholder_png(_ONE_SAMPLE) != before
+    m.update()
+    assert m.image.value not in (before, _placeholder_png(_ONE_SAMPLE))  # the real timeline
+    assert m.status.value == "stopped"  # refreshes by hand do not claim to be running
+    m.interval.value = 0.05
+    m.start()
+    deadline = time.time() + 20
+    while m.updates < 4 and time.time() < deadline:
+        time.sleep(0.05)
+    assert m.status.value.startswith("running: ") and m.status.value.endswith(" refreshes")
+    m.stop()
+    assert m.status.value == f"stopped after {m.updates} refreshes"
 
 
 def test_bad_interval():
