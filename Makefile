@@ -11,7 +11,8 @@ NBVAL = $(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nb
 	--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 notebooks
 
-.PHONY: lab test unit nbval lint doctor notebooks bench clean venv gpu-check test-floor
+.PHONY: lab test unit nbval lint doctor notebooks bench clean venv gpu-check test-floor \
+	test-browser chromium-check
 
 venv: $(STAMP)
 
@@ -46,6 +47,27 @@ $(FLOOR_STAMP): pyproject.toml
 test-floor: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -c "import jax; assert jax.__version__ == '$(JAX_FLOOR)', jax.__version__"
 	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+## make test-browser: JupyterLab in headless Chromium, as a learner uses it: Restart & Run All on
+## every notebook (no error output, no stderr traceback, every cell run), the MemoryMonitor widget
+## live (Start, refreshes, Stop); screenshots and the server log in tests/artifacts/. Needs the
+## system Chromium (CHROMIUM, default /usr/bin/chromium: `apt-get install chromium`; .ci/run
+## installs it); installs Playwright (the `browser` extra) into .venv, never its browsers.
+CHROMIUM ?= /usr/bin/chromium
+BROWSER_STAMP := $(VENV)/.browser-extra-installed
+$(BROWSER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,browser]"
+	@touch $(BROWSER_STAMP)
+
+chromium-check:
+	@test -x "$(CHROMIUM)" || { \
+	  echo "make test-browser: no Chromium at $(CHROMIUM)."; \
+	  echo "  Install the system package: apt-get install chromium   (Debian, as root or with sudo)"; \
+	  echo "  or name another binary:     make test-browser CHROMIUM=/path/to/chromium"; \
+	  exit 1; }
+
+test-browser: chromium-check $(BROWSER_STAMP)
+	CHROMIUM="$(CHROMIUM)" $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests

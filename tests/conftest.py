@@ -14,6 +14,11 @@ import pytest
 N_SIMULATED = 4
 jax.config.update("jax_num_cpu_devices", N_SIMULATED)
 
+# JupyterLab in Chromium: needs a system browser and Playwright, so `make test` leaves it out;
+# `make test-browser` runs it (`pytest tests/browser`: a path named on the command line is
+# collected even though it is listed here).
+collect_ignore = ["browser"]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -58,6 +58,18 @@ def test_ci_calls_make_test():
     assert "make test" in lines
 
 
+def test_ci_runs_jupyterlab_in_a_browser_after_make_test():
+    """The browser tests are CI's, not optional: .ci/run installs Chromium if absent and runs
+    them after make test; make test itself does not collect them."""
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    browser = next(i for i, ln in enumerate(lines) if ln.startswith("make test-browser"))
+    assert browser > lines.index("make test")
+    assert any("apt-get install" in ln and "chromium" in ln for ln in lines[:browser])
+    assert "browser" in _pyproject()["optional-dependencies"]
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    assert 'collect_ignore = ["browser"]' in conftest
+
+
 def test_the_declared_jax_floor_is_the_tested_one():
     """pyproject's `jax>=X`, the seam's TESTED_FLOOR and the version CI tests agree."""
     from helpers._jax_internals import TESTED_FLOOR
