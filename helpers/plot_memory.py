@@ -18,7 +18,9 @@ __all__ = ["memory_timeline", "snapshot_bars", "transfer_summary"]
 def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
                     host: bool = True, labels=None) -> Figure:
     """Step lines per device and host anonymous/file-backed RSS, marks as vertical lines,
-    each known device limit as a dashed line. ``trace``: a MemoryTrace or its ``to_dict()``.
+    each known device limit as a dashed line, and the allocator's peak (a GPU's
+    ``peak_bytes_in_use``) as a thin line above its device, so a peak between samples shows.
+    ``trace``: a MemoryTrace or its ``to_dict()``.
 
     devices: names to draw (default: every device whose bytes changed or are non-zero).
     labels: optional {device name or jax.Device: role}, e.g. {acc: "accelerator (stand-in)"}.
@@ -51,6 +53,11 @@ def memory_timeline(trace, *, title: str = "Memory over time", devices=None,
             line, = ax.step(times, _scaled(series[name], factor), where="post",
                             label=f"{name} {roles[name]} ({src})" if name in roles
                             else f"{name} ({src})")
+            peaks = (data.get("device_peaks") or {}).get(name) or []
+            if any(p is not None for p in peaks):  # the allocator's high-water mark: a peak
+                ax.step(times, _scaled([p or 0 for p in peaks], factor), where="post",  # between
+                        color=line.get_color(), linewidth=0.9, alpha=0.6,  # samples shows
+                        label=f"{name} peak (allocator)")
             limit = data["limits"].get(name)
             if limit:
                 ax.axhline(limit / factor, linestyle="--", color=line.get_color(), linewidth=1,

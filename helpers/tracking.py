@@ -15,9 +15,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from helpers import _host_sampler
 from helpers._jax_internals import device_name
 from helpers.errors import BadInputError, MeasurementFailed
 from helpers.snapshots import (
+    HostMemory,
     MemorySnapshot,
     _device_memory,
     _host_memory,
@@ -36,7 +38,8 @@ def _rate(times) -> float:
     return (len(times) - 1) / times[-1] if len(times) > 1 and times[-1] > 0 else 0.0
 
 
-def samples_to_dict(samples, *, t0: float | None = None, marks=(), interval=None) -> dict:
+def samples_to_dict(samples, *, t0: float | None = None, marks=(), interval=None,
+                    rates=None) -> dict:
     """Series from a sequence of snapshots, as plain data for renderers (times in seconds from
     ``t0``, default the first sample). Used by MemoryTrace.to_dict and the live widget."""
     samples = tuple(samples)
@@ -51,6 +54,9 @@ def samples_to_dict(samples, *, t0: float | None = None, marks=(), interval=None
         "times": times,
         "devices": {n: [s.devices[i].bytes_in_use for s in samples]
                     for i, n in enumerate(names)},
+        "device_peaks": {n: [to_json_value(s.devices[i].peak_bytes) for s in samples]
+                         for i, n in enumerate(names)},
+        "achieved_hz_by_source": dict(rates or {}),
         "limits": {d.device: to_json_value(d.limit_bytes) for d in last},
         "sources": {d.device: d.source for d in last},
         "host_anon": [to_json_value(s.host.anon) for s in samples],
@@ -77,6 +83,7 @@ class MemoryTrace:
         self._marks: list[tuple[float, str]] = []
         self.finished = False
         self.host_peak_reset = False  # was the kernel's RSS high-water mark reset at start?
+        self._rates: dict[str, float] = {}  # samples per second, per source (when finished)
 
     # called from the sampler thread and from user code
     def _add(self, snap: MemorySnapshot) -> None:
@@ -137,9 +144,39 @@ class MemoryTrace:
 
     @property
     def achieved_hz(self) -> float:
-        """Samples per second actually taken. Lower than 1/interval when the sampler thread
-        cannot get the GIL, e.g. a loop of many small CPU computations (see README)."""
-        return _rate(self.times)
+        """Samples per second actually taken, by the slower source (see
+        :attr:`achieved_hz_by_source`): every series was refreshed at least this often."""
+        by = self.achieved_hz_by_source
+        return min(by.values()) if by else _rate(self.times)
+
+    @property
+    def achieved_hz_by_source(self) -> dict[str, float]:
+        """Samples per second per source. "host" comes from a helper process reading /proc
+        (Linux), so it keeps its rate whatever this process does; "devices" is read in this
+        process (allocator counters, or live arrays on CPU) by a thread that needs the GIL,
+        and falls behind while another thread holds it, e.g. a loop of many small CPU
+        computations. On a GPU the allocator's peak counter still catches every peak."""
+        with self._lock:
+            return dict(self._rates)
+
+    def _merge(self, device_times: list[float], host: list[HostMemory | None],
+               host_times: list[float]) -> None:
+        """Merge the thread's device samples with the helper's host samples into one series
+        (each value held until its source's next sample)."""
+        with self._lock:
+            dev = list(self._samples)
+            events = sorted([(t, 0, i) for i, t in enumerate(device_times)]
+                            + [(t, 1, i) for i, t in enumerate(host_times)])
+            merged, d, h = [], dev[0], dev[0].host
+            for t, kind, i in events:
+                if kind == 0:
+                    d = dev[i]
+                else:
+                    h = host[i]
+                merged.append(MemorySnapshot(t, d.devices, h))
+            self._samples = merged
+            self._rates = {"devices": _rate([t - device_times[0] for t in device_times]),
+                           "host": _rate([t - host_times[0] for t in host_times])}
 
     def peak(self, device) -> int:
         """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device)."""
@@ -168,7 +205,7 @@ class MemoryTrace:
     def to_dict(self) -> dict:
         """Plain data: everything a renderer needs."""
         return samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
-                               interval=self.interval)
+                               interval=self.interval, rates=self.achieved_hz_by_source)
 
     def __repr__(self) -> str:
         return (f"MemoryTrace({len(self.samples)} samples over "
@@ -197,17 +234,28 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
     trace = MemoryTrace(float(interval))
     stop = threading.Event()
     errors: list[BaseException] = []
+    trace.host_peak_reset = reset_host_peak()
+    helper = _host_sampler.start(interval)  # None: no /proc; the thread samples the host too
+    first = snapshot(devs)
+    trace._add(first)
+    device_times = [first.time]
 
     def run() -> None:
+        tick = first.time
         try:
-            while not stop.wait(interval):
-                trace._add(MemorySnapshot(time.perf_counter(), _device_memory(devs),
-                                          _host_memory()))
+            while True:  # on a fixed grid, so the time a sample takes does not lower the rate
+                tick += interval
+                if stop.wait(max(0.0, tick - time.perf_counter())):
+                    return
+                now = time.perf_counter()
+                host = first.host if helper is not None else _host_memory()
+                trace._add(MemorySnapshot(now, _device_memory(devs), host))
+                device_times.append(now)
+                if now - tick > interval:  # fell behind (the GIL was busy): no burst
+                    tick = now
         except BaseException as err:  # pragma: no cover - reported after the block
             errors.append(err)
 
-    trace.host_peak_reset = reset_host_peak()
-    trace._add(snapshot(devs))
     thread = threading.Thread(target=run, name=f"helpers.memory.track-{os.getpid()}",
                               daemon=True)
     thread.start()
@@ -216,7 +264,24 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
     finally:
         stop.set()
         thread.join()
-        trace._add(snapshot(devs))
+        last = snapshot(devs)
+        trace._add(last)
+        device_times.append(last.time)
+        host = helper.stop() if helper is not None else []
+        if host:
+            trace._merge(device_times, [_host_from(s) for s in host], [s["time"] for s in host])
+        else:
+            with trace._lock:
+                trace._rates = {"devices and host": _rate([t - device_times[0]
+                                                           for t in device_times])}
         trace.finished = True
     if errors:  # pragma: no cover
         raise MeasurementFailed(f"memory sampler failed: {errors[0]!r}") from errors[0]
+
+
+def _host_from(s: dict) -> HostMemory:
+    """A helper's /proc sample as HostMemory (statm's shared pages = RssFile + RssShmem)."""
+    return HostMemory(rss=s["rss"], anon=s["rss"] - s["shared"], file=s["shared"],
+                      vms=s["vms"], available=s["available"], total=s["total"],
+                      source="helper process (/proc)",
+                      peak_rss=s["peak_rss"] if s["peak_rss"] >= 0 else NOT_AVAILABLE)

@@ -30,6 +30,18 @@ def test_tokens_look_like_gpt2_ids(tmp_path):
     assert 0.0005 < counts[datasets.GPT2_EOT] / t.size < 0.002  # documents of ~1000 tokens
 
 
+def test_token_frequencies_follow_zipf_1_1(tmp_path):
+    """The distribution by a statistic: the slope of log frequency against log rank (ranks
+    10-1000, where 4M tokens give thousands of counts each) is the generator's exponent."""
+    path = tmp_path / "t.safetensors"
+    datasets.write_tokens(path, 4_000_000, seed=5)
+    counts = np.sort(np.bincount(load_file(str(path))["tokens"],
+                                 minlength=datasets.GPT2_VOCAB))[::-1]
+    ranks = np.arange(10, 1000)
+    slope = np.polyfit(np.log(ranks + 1), np.log(counts[ranks]), 1)[0]
+    assert -1.2 < slope < -1.0, slope
+
+
 def test_deterministic_for_a_seed(tmp_path):
     a, b, c = (tmp_path / n for n in ("a", "b", "c"))
     datasets.write_tokens(a, 50_000, seed=7)

@@ -182,7 +182,49 @@ def test_host_peak_sees_a_spike_between_two_samples():
         spike = np.ones(size // 8)  # touched: resident
         del spike
     start = trace.samples[0].host.rss
-    assert len(trace.samples) == 2
     assert max(trace.host_rss) - start < size / 2  # the samples missed it...
     assert trace.host_peak - start > 0.9 * size  # ...the kernel's high-water mark did not
     assert trace.to_dict()["host_peak_rss"][-1] == trace.host_peak
+
+
+def test_host_is_sampled_by_a_helper_process_while_this_process_holds_the_gil():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the helper reads /proc")
+    data = np.random.default_rng(0).random(2_000_000).tolist()
+    with memory.track(interval=0.01) as trace:
+        trace.mark("sort")
+        data.sort()  # one C call that holds the GIL all the way: no thread can sample
+        trace.mark("sorted")
+    (t0, _), (t1, _) = trace.marks
+    inside = [s for t, s in zip(trace.times, trace.samples, strict=True) if t0 < t < t1]
+    host_inside = {s.host for s in inside}
+    devices_inside = {s.devices for s in inside}
+    assert len(host_inside) >= 5 > len(devices_inside)  # the helper went on; the thread did not
+    assert all(s.host.source == "helper process (/proc)" for s in trace.samples[1:])
+    assert set(trace.achieved_hz_by_source) == {"devices", "host"}
+    assert trace.achieved_hz == min(trace.achieved_hz_by_source.values())
+    assert trace.to_dict()["achieved_hz_by_source"] == trace.achieved_hz_by_source
+
+
+def test_without_the_helper_the_thread_samples_the_host(monkeypatch):
+    from helpers import _host_sampler
+
+    monkeypatch.setattr(_host_sampler, "start", lambda *a, **k: None)  # e.g. no /proc
+    with memory.track(interval=0.01) as trace:
+        time.sleep(0.1)
+    assert set(trace.achieved_hz_by_source) == {"devices and host"}
+    assert all(s.host.source == "psutil" for s in trace.samples)
+
+
+def test_the_helper_ends_with_the_block_and_reports_the_end():
+    from helpers import _host_sampler
+
+    if _host_sampler.start(0.01) is None:
+        pytest.skip("no helper here")
+    sampler = _host_sampler.start(0.01)
+    proc = sampler._proc
+    time.sleep(0.05)
+    samples = sampler.stop()
+    assert proc.poll() is not None  # no process left behind
+    assert len(samples) >= 3 and samples[-1]["time"] >= samples[0]["time"]
+    assert all(s["rss"] > 0 and s["peak_rss"] >= s["rss"] for s in samples)

@@ -1,0 +1,120 @@
+"""Host memory of a process, sampled by a helper process: outside that process's GIL.
+
+A Python thread cannot sample while the thread dispatching JAX work holds the GIL, so the
+in-process sampler of :func:`helpers.tracking.track` falls far below its rate in a loop of small
+computations. The host's numbers live in ``/proc/PID`` and any process may read them, so a
+helper process samples them at the asked rate whatever the tracked process is doing. Linux only
+(elsewhere :func:`start` returns None and the thread samples the host as before).
+
+Run as ``python -m helpers._host_sampler PID INTERVAL``: it prints ``ready``, samples until a
+line arrives on stdin, then prints every sample as one JSON list and exits. Standard library
+only, so it starts in a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+__all__ = ["HostSampler", "start"]
+
+_FIELDS = ("time", "rss", "shared", "vms", "peak_rss", "available", "total")
+
+
+def _read(fd: int, size: int = 8192) -> bytes:
+    return os.pread(fd, size, 0)
+
+
+def _kib(text: bytes, key: bytes) -> int:
+    i = text.find(key)
+    return int(text[i + len(key):].split(None, 1)[0]) * 1024 if i >= 0 else -1
+
+
+def _sample_loop(pid: int, interval: float) -> list[list]:
+    page = os.sysconf("SC_PAGE_SIZE")
+    statm = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+    status = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+    meminfo = os.open("/proc/meminfo", os.O_RDONLY)
+    samples: list[list] = []
+
+    def sample() -> bool:
+        now = time.perf_counter()
+        try:
+            size, resident, shared = (int(x) for x in _read(statm, 200).split()[:3])
+            st, mi = _read(status), _read(meminfo, 4096)
+        except OSError:  # the process ended
+            return False
+        samples.append([now, resident * page, shared * page, size * page, _kib(st, b"VmHWM:"),
+                        _kib(mi, b"MemAvailable:"), _kib(mi, b"MemTotal:")])
+        return True
+
+    print("ready", flush=True)
+    tick = time.perf_counter()
+    while sample():
+        tick += interval
+        wait = tick - time.perf_counter()
+        if wait < 0:  # fell behind (a busy machine): keep the rate from now on
+            tick, wait = time.perf_counter(), 0
+        if select.select([sys.stdin], [], [], wait)[0]:
+            sample()  # the end of the block: its last values
+            break
+    return samples
+
+
+class HostSampler:
+    """The parent's handle on a running helper: :meth:`stop` returns its samples."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self._proc = proc
+
+    def stop(self, timeout: float = 10) -> list[dict]:
+        """End the helper and return its samples as dicts (``_FIELDS``); [] if it failed."""
+        try:
+            out, _ = self._proc.communicate(b"\n", timeout=timeout)
+        except (subprocess.TimeoutExpired, BrokenPipeError, ValueError, OSError):
+            self._proc.kill()
+            self._proc.wait()
+            return []
+        for line in reversed(out.decode(errors="replace").splitlines()):
+            if line.startswith("["):
+                try:
+                    return [dict(zip(_FIELDS, s, strict=True)) for s in json.loads(line)]
+                except (ValueError, TypeError):
+                    return []
+        return []
+
+
+def start(interval: float, pid: int | None = None, *, timeout: float = 10) -> HostSampler | None:
+    """Start sampling ``pid`` (default: this process) every ``interval`` seconds; None where
+    there is no /proc (not Linux) or the helper could not start in ``timeout`` seconds."""
+    pid = os.getpid() if pid is None else pid
+    if not os.path.exists(f"/proc/{pid}/statm"):
+        return None
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "helpers._host_sampler", str(pid),
+                                 repr(float(interval))], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    except OSError:
+        return None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready or proc.stdout.readline().strip() != b"ready":
+        proc.kill()
+        proc.wait()
+        return None
+    return HostSampler(proc)
+
+
+def main() -> int:
+    pid, interval = int(sys.argv[1]), float(sys.argv[2])
+    samples = _sample_loop(pid, interval)
+    print(json.dumps(samples), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
