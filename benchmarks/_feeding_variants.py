@@ -6,13 +6,16 @@ Notebook 07 writes the same loops out inline (naive, kit, bound), for a reader t
 from __future__ import annotations
 
 import time
+from unittest import mock
 
 import numpy as np
 
-from helpers.feeding import Batches, _aligned_empty, naive_batch, window_starts
+from helpers import _gather
+from helpers._gather import aligned_empty as _aligned_empty
+from helpers.feeding import Batches, naive_batch, window_starts
 
 #: What benchmarks/feeding.py compares (see :func:`time_variant`).
-VARIANTS = ("naive", "kit", "kit_no_prefetch", "bound")
+VARIANTS = ("naive", "kit", "kit_no_prefetch", "kit_numpy", "bound", "bound_reused")
 
 
 def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int, *, device,
@@ -21,21 +24,31 @@ def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int
 
     - ``naive``: per-window slices, ``np.stack``, ``jax.device_put``;
     - ``kit`` / ``kit_no_prefetch``: :class:`helpers.feeding.Batches` with prefetch 2 / 0;
+    - ``kit_numpy``: the kit with prefetch 2 held to its NumPy kernel (the previous approach:
+      fancy indexing into an aligned buffer, on threads), side by side with the compiled one;
     - ``bound``: on a CPU device, one host copy of the same number of bytes from a random place
       in ``tokens`` into a fresh buffer (what producing any new batch costs at least); on an
-      accelerator, one ``device_put`` of that many bytes from pinned host memory.
+      accelerator, one ``device_put`` of that many bytes from pinned host memory;
+    - ``bound_reused``: the CPU bound into one reused buffer (no fresh pages: a higher bar, since
+      a batch handed to the caller cannot be overwritten); on an accelerator the same as
+      ``bound``.
     """
     import jax
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-    if variant == "bound":
+    if variant in ("bound", "bound_reused"):
         count = batch_size * seq_len
         if device.platform == "cpu":
             offsets = np.random.default_rng(seed).integers(0, len(tokens) - count, n)
+            reused = None
+            if variant == "bound_reused":
+                reused = _aligned_empty((count,), tokens.dtype)
+                reused.fill(0)  # its pages exist before the clock starts
             t0 = time.perf_counter()
             for off in offsets:
-                np.copyto(_aligned_empty((count,), tokens.dtype), tokens[off:off + count])
+                out = reused if reused is not None else _aligned_empty((count,), tokens.dtype)
+                np.copyto(out, tokens[off:off + count])
             return time.perf_counter() - t0
         pinned = jax.device_put(np.asarray(tokens[:count]), jax.sharding.SingleDeviceSharding(
             device, memory_kind="pinned_host"))
@@ -55,8 +68,11 @@ def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int
             jax.device_put(batch, device).block_until_ready()
         return time.perf_counter() - t0
     t0 = time.perf_counter()
-    with Batches(tokens, batch_size, seq_len, device=device, seed=seed, steps=n,
-                 prefetch=2 if variant == "kit" else 0) as it:
+    with mock.patch.object(_gather, "COMPILED_MAX_BYTES", -1 if variant == "kit_numpy" else
+                           _gather.COMPILED_MAX_BYTES):  # read once, when Batches starts
+        it = Batches(tokens, batch_size, seq_len, device=device, seed=seed, steps=n,
+                     prefetch=0 if variant == "kit_no_prefetch" else 2)
+    with it:
         for b in it:
             b.block_until_ready()
     return time.perf_counter() - t0

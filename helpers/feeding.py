@@ -4,8 +4,12 @@ The story's last step: the tokens live in host memory (a read-only memmap, see
 :func:`helpers.datasets.open_tokens`), and every training step needs a batch of random windows on
 the accelerator. :class:`Batches` does it the way the benchmarks say is fast:
 
-- **vectorised gather**: fancy indexing of a sliding-window view picks the windows, 256 per call
-  (no Python loop per window), on up to 4 threads, into a fresh 4 KiB-aligned buffer;
+- **a compiled gather, one copy per byte**: where the token array can be handed to JAX's CPU
+  client without a copy (a memmap always can), a jitted ``vmap`` of ``lax.dynamic_slice`` copies
+  each window straight into the batch, on XLA's threads; on a CPU device that output is the batch
+  itself (no ``device_put``). Otherwise, and for batches over 16 MiB, the NumPy :func:`gather`:
+  fancy indexing of a sliding-window view, 256 windows per call, on up to 4 threads, into a
+  fresh 4 KiB-aligned buffer (``kernel`` says which; see :mod:`helpers._gather` for why);
 - **uint16 on the wire**: the batch is moved as uint16 and, if asked, converted on the device
   (half the bytes of int32);
 - **int64 window starts** on the host: 10.2 billion tokens overflow int32;
@@ -16,7 +20,8 @@ the accelerator. :class:`Batches` does it the way the benchmarks say is fast:
   slice of the batch's rows per device, for data-parallel steps.
 
 On the CPU backend an aligned buffer is handed to the device without a copy (``may_alias``); on a
-GPU ``device_put`` copies host→device. Deterministic: the same seed gives the same batches.
+GPU the batch is gathered on the host's CPU device and ``device_put`` copies it host→device.
+Deterministic: the same seed gives the same batches, whichever kernel gathers them.
 
 >>> import numpy as np
 >>> tokens = np.arange(10_000, dtype=np.uint16)
@@ -28,22 +33,21 @@ GPU ``device_put`` copies host→device. Deterministic: the same seed gives the 
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from helpers import _gather
+from helpers._gather import CompiledGather, gather
 from helpers._jax_internals import device_name
 from helpers.errors import BadInputError
 
 __all__ = ["Batches", "gather", "naive_batch", "window_starts"]
 
-_ALIGN = 4096  # page-aligned buffers: the CPU client can then alias instead of copy
 _DONE = object()
 
 
@@ -65,56 +69,6 @@ def window_starts(n_tokens: int, batch_size: int, seq_len: int, *, seed: int = 0
             yield rng.integers(0, high, size=batch_size, dtype=np.int64)
 
     return draw()
-
-
-def _aligned_empty(shape, dtype) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(n + _ALIGN, np.uint8)
-    off = (-raw.ctypes.data) % _ALIGN
-    return raw[off:off + n].view(dtype).reshape(shape)
-
-
-_ROWS_PER_PIECE = 256  # windows per fancy-index call: its temporary stays in cache
-_pool: ThreadPoolExecutor | None = None
-
-
-def _workers() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
-                                   thread_name_prefix="helpers-gather")
-    return _pool
-
-
-def gather(tokens: np.ndarray, starts: np.ndarray, seq_len: int, out=None, *,
-           parallel: bool = True) -> np.ndarray:
-    """``tokens[s:s + seq_len]`` for every ``s`` in ``starts``, as one ``(len(starts), seq_len)``
-    array in a fresh 4 KiB-aligned buffer (or ``out``).
-
-    Vectorised: windows are picked by fancy indexing a sliding-window view, 256 windows per
-    call (no Python loop per window), split across up to 4 threads, since random windows are
-    bound by memory latency, which more cores hide, and NumPy releases the GIL while copying."""
-    base = tokens.view(np.ndarray) if isinstance(tokens, np.memmap) else tokens
-    windows = np.lib.stride_tricks.sliding_window_view(base, seq_len)
-    starts = np.asarray(starts, dtype=np.int64)
-    if out is None:
-        out = _aligned_empty((len(starts), seq_len), base.dtype)
-
-    def piece(lo: int, hi: int) -> None:
-        for a in range(lo, hi, _ROWS_PER_PIECE):
-            b = min(hi, a + _ROWS_PER_PIECE)
-            out[a:b] = windows[starts[a:b]]
-
-    n = len(starts)
-    if not parallel or n <= _ROWS_PER_PIECE:
-        piece(0, n)
-        return out
-    pool = _workers()
-    step = -(-n // pool._max_workers)
-    for f in [pool.submit(piece, lo, min(n, lo + step)) for lo in range(0, n, step)]:
-        f.result()
-    return out
 
 
 def naive_batch(tokens: np.ndarray, starts, seq_len: int) -> np.ndarray:
@@ -155,6 +109,9 @@ class Batches:
     steps: how many batches (None: endless).
     dtype: convert on the device after the transfer (e.g. ``"int32"``); None keeps uint16.
     pinned: stage through ``pinned_host`` memory first (needs a device that has it).
+
+    ``kernel`` is ``"compiled"`` (XLA, one copy per byte) or ``"numpy"`` (see the module
+    docstring for when each is used).
 
     ``timeline`` records ``(what, start, end)`` for each gather and transfer, with
     ``time.perf_counter()`` times, so you can see the overlap; ``starts_used`` records each
@@ -203,13 +160,20 @@ class Batches:
                 raise BadInputError(f"{device_name(d)} has no pinned_host memory "
                                     f"(it has: {sorted(kinds) or 'none'}); use pinned=False")
         self._convert = None if dtype is None else jax.jit(lambda x: x.astype(dtype))
+        self._compiled = self._compiled_gather(jax)
+        self.kernel = "numpy" if self._compiled is None else "compiled"
+        self._direct = (self._compiled is not None and not pinned and self.sharding is None
+                        and self._compiled.device == self.device)
         keep = None if steps is not None else self.HISTORY  # endless: the newest batches only
         self._timeline: deque = deque(maxlen=None if keep is None else 2 * keep)
         self._starts_used: deque = deque(maxlen=keep)
         self._history_lock = threading.Lock()
         self._made = 0
         self._stop = threading.Event()
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
+        self._queue: queue.Queue = queue.Queue()  # bounded by _slots, not by its size
+        # a slot per batch prepared ahead, taken before gathering: at most `prefetch` batches
+        # exist beyond the one in use (each a fresh buffer: fewer of them, fewer page faults)
+        self._slots = threading.Semaphore(max(1, prefetch))
         self._thread = None
         if prefetch:
             self._thread = threading.Thread(target=self._produce, name="helpers-batches",
@@ -217,20 +181,39 @@ class Batches:
             self._thread.start()
 
     # --- producing -----------------------------------------------------------------------
+    def _compiled_gather(self, jax) -> CompiledGather | None:
+        """The compiled kernel where it applies: on the target itself when that is one CPU
+        device (its output is then the batch), else on the first CPU device."""
+        if self.batch_size * self.seq_len * self.tokens.itemsize > _gather.COMPILED_MAX_BYTES:
+            return None
+        where = self.device if self.sharding is None else None
+        if getattr(where, "platform", None) != "cpu":
+            try:
+                where = jax.devices("cpu")[0]
+            except RuntimeError:  # the CPU backend is switched off (JAX_PLATFORMS)
+                return None
+        return CompiledGather.build(self.tokens, where)
+
     def _one(self):
         import jax
 
         starts = next(self._starts)
         t0 = time.perf_counter()
-        host = gather(self.tokens, starts, self.seq_len)
+        if self._compiled is None:
+            host = gather(self.tokens, starts, self.seq_len)
+        else:
+            host = self._compiled(starts, self.seq_len).block_until_ready()
         t1 = time.perf_counter()
-        if self.pinned:
+        if self._direct:  # gathered on the target device itself: this is the batch
+            batch = host
+        elif self.pinned:
             target = self.sharding or jax.sharding.SingleDeviceSharding(self.device)
-            staged = jax.device_put(host, target.with_memory_kind("pinned_host"))
+            staged = jax.device_put(np.asarray(host), target.with_memory_kind("pinned_host"))
             # a bare device here is an error ("memory kind mismatch"): name the memory kind
             batch = jax.device_put(staged, target.with_memory_kind("device"))
         else:  # a sharding splits the rows: each device gets its own slice
-            batch = jax.device_put(host, self.sharding or self.device, may_alias=True)
+            # np.asarray of a CPU jax.Array is a zero-copy view
+            batch = jax.device_put(np.asarray(host), self.sharding or self.device, may_alias=True)
         if self._convert is not None:
             batch = self._convert(batch)
         batch.block_until_ready()
@@ -247,16 +230,13 @@ class Batches:
     def _produce(self) -> None:
         try:
             while self._more() and not self._stop.is_set():
-                item = self._one()
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.05)
-                        break
-                    except queue.Full:
-                        continue
+                if self._slots.acquire(timeout=0.05):
+                    self._queue.put(self._one())
         except BaseException as err:  # handed to the consumer, raised there
             self._queue.put(err)
             return
+        finally:
+            self._compiled = None  # no more batches: let go of the tokens' alias
         self._queue.put(_DONE)
 
     # --- consuming -----------------------------------------------------------------------
@@ -266,6 +246,7 @@ class Batches:
     def __next__(self):
         if self._thread is None:
             if not self._more():
+                self._compiled = None
                 raise StopIteration
             return self._one()
         item = self._queue.get()
@@ -275,6 +256,7 @@ class Batches:
         if isinstance(item, BaseException):
             self._queue.put(_DONE)
             raise item
+        self._slots.release()
         return item
 
     def close(self) -> None:
@@ -287,6 +269,9 @@ class Batches:
                 except queue.Empty:
                     pass
             self._thread.join()
+        # the compiled kernel's alias of the tokens is listed by jax.live_arrays() (as bytes on
+        # a CPU device, though it uses none): drop it with the iterator
+        self._compiled = None
 
     def __enter__(self):
         return self

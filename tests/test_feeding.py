@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import datasets, feeding, plotting
+from helpers import _gather, datasets, feeding, plotting
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +26,50 @@ def test_gather_matches_slicing_and_naive(tokens):
     assert np.array_equal(out, feeding.naive_batch(tokens, starts, 64))
     assert np.array_equal(feeding.gather(tokens, starts, 64, parallel=False), out)
     assert np.array_equal(out[2], tokens[-64:])
+
+
+def test_compiled_gather_aliases_the_memmap_and_matches(tokens):
+    dev = jax.devices()[1]
+    kernel = _gather.CompiledGather.build(tokens, dev)
+    assert kernel is not None and kernel.alias.unsafe_buffer_pointer() % 64 == 0
+    # zero-copy: the alias is the memmap's own bytes, a few tokens before tokens[0]
+    assert kernel.alias.unsafe_buffer_pointer() + 2 * kernel.offset == tokens.ctypes.data
+    starts = np.array([0, 5, len(tokens) - 64, 12_345], dtype=np.int64)
+    out = kernel(starts, 64)
+    assert out.devices() == {dev} and out.dtype == np.uint16
+    assert np.array_equal(np.asarray(out), feeding.gather(tokens, starts, 64))
+    raw = bytearray(4096)
+    k = (2 - np.frombuffer(raw, np.uint8).ctypes.data) % 64  # a buffer starting 2 B past 64
+    unaligned = np.frombuffer(memoryview(raw)[k:k + 2000], np.uint16)
+    assert unaligned.ctypes.data % 64 == 2
+    assert _gather.CompiledGather.build(unaligned, dev) is None  # no aligned start in it
+    inside = np.frombuffer(raw, np.uint8)[k:k + 2000].view(np.uint16)  # same bytes, whole owner
+    assert _gather.CompiledGather.build(inside, dev) is not None  # the owner has one before
+    assert _gather.CompiledGather.build(np.zeros((4, 4), np.uint16), dev) is None  # not 1-D
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_both_kernels_give_the_same_batches(tokens, monkeypatch, prefetch):
+    dev = jax.devices()[0]
+    with feeding.Batches(tokens, 8, 64, device=dev, seed=3, steps=3, prefetch=prefetch) as it:
+        compiled = [np.asarray(b) for b in it]
+    assert it.kernel == "compiled" and it._compiled is None  # the alias is let go at the end
+    monkeypatch.setattr(_gather, "COMPILED_MAX_BYTES", 8 * 64 * 2 - 1)  # one byte too small
+    with feeding.Batches(tokens, 8, 64, device=dev, seed=3, steps=3, prefetch=prefetch) as it:
+        numpy_made = [np.asarray(b) for b in it]
+    assert it.kernel == "numpy"
+    assert all(np.array_equal(a, b) for a, b in zip(compiled, numpy_made, strict=True))
+    with feeding.Batches(np.array(tokens), 8, 64, device=dev, seed=3, steps=3) as it:
+        assert [np.array_equal(np.asarray(b), a) for b, a in zip(it, compiled, strict=True)] \
+            == [True] * 3  # an in-memory copy: same windows, whichever kernel it gets
+
+
+def test_prefetch_makes_at_most_prefetch_batches_ahead(tokens):
+    with feeding.Batches(tokens, 2, 8, prefetch=2, steps=50) as it:
+        next(it)
+        time.sleep(0.3)
+        assert it._made == 1 + 2  # the one taken, and two ready
+        assert len(list(it)) == 49
 
 
 def test_window_starts_stay_inside_and_are_int64():
@@ -186,7 +230,8 @@ def _benchmark_module(name: str):
 
 def test_benchmark_time_variant_runs_every_variant(tokens):
     bench = _benchmark_module("_feeding_variants")
-    assert bench.VARIANTS == ("naive", "kit", "kit_no_prefetch", "bound")
+    assert bench.VARIANTS == ("naive", "kit", "kit_no_prefetch", "kit_numpy", "bound",
+                              "bound_reused")
     for v in bench.VARIANTS:
         secs = bench.time_variant(v, tokens, 4, 64, device=jax.devices()[0], n=2, seed=1)
         assert secs > 0, v
