@@ -68,6 +68,7 @@ def _rank_table(vocab_size: int) -> np.ndarray:
 
 
 _MASK = (1 << _TABLE_BITS) - 1
+_AHEAD = 8  # chunks made ahead of the writer (64 MiB): generation goes on while a write waits
 
 
 def _chunk(index: int, n: int, vocab_size: int, seed: int, ids_by_rank: np.ndarray
@@ -93,8 +94,8 @@ def _chunk(index: int, n: int, vocab_size: int, seed: int, ids_by_rank: np.ndarr
 
 
 def _chunks(n_tokens: int, vocab_size: int, seed: int, ids_by_rank: np.ndarray):
-    """The file's chunks in order, made two ahead on a small thread pool while the caller
-    writes the previous one (generation and writing overlap; memory stays a few chunks)."""
+    """The file's chunks in order, made up to ``_AHEAD`` ahead on two threads while the caller
+    writes (generation and writing overlap; memory stays at a few chunks)."""
     from concurrent.futures import ThreadPoolExecutor
 
     starts = list(range(0, n_tokens, CHUNK_TOKENS))
@@ -104,7 +105,7 @@ def _chunks(n_tokens: int, vocab_size: int, seed: int, ids_by_rank: np.ndarray):
         for index, start in enumerate(starts):
             n = min(CHUNK_TOKENS, n_tokens - start)
             pending.append(pool.submit(_chunk, index, n, vocab_size, seed, ids_by_rank))
-            if len(pending) > 2:
+            if len(pending) > _AHEAD:
                 yield pending.pop(0).result()
         for future in pending:
             yield future.result()
