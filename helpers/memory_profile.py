@@ -40,6 +40,13 @@ class _Corrupt(Exception):
     """Bytes that are not a protobuf message (turned into a FileError by the reader)."""
 
 
+def _device(label: str) -> str:
+    """Older jaxlibs label CPU buffers "TFRT_CPU_0"; the kit names devices "cpu:0"."""
+    if label.startswith("TFRT_CPU_") and label[9:].isdigit():
+        return f"cpu:{label[9:]}"
+    return label
+
+
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -123,7 +130,7 @@ def read_memory_profile(path) -> list[ProfileEntry]:
                 labels[strings[lm.get(1, 0)]] = strings[lm.get(2, 0)]
             entries.append(ProfileEntry(
                 bytes=values.get("space", 0), count=values.get("allocations", 0),
-                kind=labels.get("kind", "?"), device=labels.get("device", ""),
+                kind=labels.get("kind", "?"), device=_device(labels.get("device", "")),
                 frames=tuple(locations.get(i, ("?", "?", 0)) for i in ids)))
     except Exception as err:  # not gzip, not a pprof profile
         raise FileError(path, f"not a gzipped pprof memory profile ({type(err).__name__}: "
