@@ -129,6 +129,18 @@ def _free_bytes(device) -> tuple[int | NotAvailable, str]:
     return NOT_AVAILABLE, f"{device.platform} keeps no memory statistics"
 
 
+def judge(needed: int, free, dev, *, fix: str, unknown: str) -> tuple[str, str]:
+    """Verdict and advice for ``needed`` bytes against ``free`` on ``dev`` (files and steps)."""
+    if free is NOT_AVAILABLE:
+        return "unknown", unknown
+    if needed <= free:
+        return "fits", ("" if needed <= 0.9 * free else
+                        f"tight: {needed / free:.0%} of what is free; anything else allocated "
+                        "first will make it fail")
+    return "will not fit", (f"needs {format_bytes(needed)}, {format_bytes(free)} free on "
+                            f"{device_name(dev)}. {fix}")
+
+
 def preflight(path, *, device=None) -> Preflight:
     """Dtype, shape and bytes of every tensor, the device a load would land on now, the free
     memory there, and a verdict. Reads only the header (also cross-checked by safetensors)."""
@@ -152,17 +164,7 @@ def preflight(path, *, device=None) -> Preflight:
     total = sum(t.nbytes for t in tensors)
     dev, why = _target(device)
     free, source = _free_bytes(dev)
-    if free is NOT_AVAILABLE:
-        verdict, advice = "unknown", "this device reports no free memory; try a smaller file"
-    elif total <= free:
-        verdict = "fits"
-        advice = ("" if total <= 0.9 * free else
-                  f"tight: {total / free:.0%} of what is free; anything else allocated first "
-                  "will make it fail")
-    else:
-        verdict = "will not fit"
-        advice = (f"needs {format_bytes(total)}, {format_bytes(free)} free on "
-                  f"{device_name(dev)}. Fix: "
-                  + FIX)
+    verdict, advice = judge(total, free, dev, fix="Fix: " + FIX,
+                            unknown="this device reports no free memory; try a smaller file")
     return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, device_name(dev),
                      why, free, source, verdict, advice)

@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass
 from helpers._display import Display
 from helpers._jax_internals import device_name
 from helpers.errors import BadInputError, MeasurementFailed
-from helpers.preflight import _free_bytes, _jax, _target
+from helpers.preflight import _free_bytes, _jax, _target, judge
 from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
-from helpers.units import format_bytes
 
 __all__ = ["StepPreflight", "compile_step", "preflight_step"]
 
@@ -186,17 +185,11 @@ def _in_use(dev) -> tuple[int | NotAvailable, str]:
 
 
 def _verdict(needed: int, free, dev, donated) -> tuple[str, str]:
-    if free is NOT_AVAILABLE:
-        return "unknown", "this device reports no free memory"
-    if needed <= free:
-        return "fits", ("" if needed <= 0.9 * free else
-                        f"tight: {needed / free:.0%} of what is free; anything allocated "
-                        "first will make it fail")
     tips = [] if donated else ["donate the arguments the step replaces (donate_argnums)"]
     tips += ["a smaller batch", "jax.checkpoint on the largest activations",
              "free arrays still held (notebook 08)"]
-    return "will not fit", (f"needs {format_bytes(needed)}, {format_bytes(free)} free on "
-                            f"{device_name(dev)}. Try: " + "; ".join(tips))
+    return judge(needed, free, dev, fix="Try: " + "; ".join(tips),
+                 unknown="this device reports no free memory")
 
 
 def preflight_step(fn, *args, device=None, donate_argnums=(), **kwargs) -> StepPreflight:
