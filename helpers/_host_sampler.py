@@ -6,19 +6,21 @@ computations. The host's numbers live in ``/proc/PID`` and any process may read 
 helper process samples them at the asked rate whatever the tracked process is doing. Linux only
 (elsewhere :func:`start` returns None and the thread samples the host as before).
 
-Run as ``python -m helpers._host_sampler PID INTERVAL``: it prints ``ready``, samples until a
-line arrives on stdin, then prints every sample as one JSON list and exits. Standard library
-only, so it starts in a few tens of milliseconds.
+Run as ``python -m helpers._host_sampler PID INTERVAL`` through :mod:`helpers._child`
+(``start_json`` / ``read_answer`` / ``finish``): it answers ``{"ready": true}``, samples until a
+line arrives on stdin, then answers every sample as one JSON list and exits. No JAX import, so
+it starts in a few tens of milliseconds.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
 import sys
 import time
+
+from helpers import _child
 
 __all__ = ["HostSampler", "start"]
 
@@ -56,7 +58,7 @@ def _sample_loop(pid: int, interval: float) -> list[list]:
         samples.append([now, resident * page, shared * page, size * page, *slow])
         return True
 
-    print("ready", flush=True)
+    _child.answer({"ready": True})
     tick = time.perf_counter()
     while sample():
         tick += interval
@@ -78,18 +80,18 @@ class HostSampler:
     def stop(self, timeout: float = 10) -> list[dict]:
         """End the helper and return its samples as dicts (``_FIELDS``); [] if it failed."""
         try:
-            out, _ = self._proc.communicate(b"\n", timeout=timeout)
-        except (subprocess.TimeoutExpired, BrokenPipeError, ValueError, OSError):
-            self._proc.kill()
-            self._proc.wait()
+            self._proc.stdin.write(b"\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+        result = _child.read_answer(self._proc, timeout=timeout)
+        _child.finish(self._proc, timeout=timeout)
+        if not isinstance(result.data, list):
             return []
-        for line in reversed(out.decode(errors="replace").splitlines()):
-            if line.startswith("["):
-                try:
-                    return [dict(zip(_FIELDS, s, strict=True)) for s in json.loads(line)]
-                except (ValueError, TypeError):
-                    return []
-        return []
+        try:
+            return [dict(zip(_FIELDS, s, strict=True)) for s in result.data]
+        except (ValueError, TypeError):
+            return []
 
 
 def start(interval: float, pid: int | None = None, *, timeout: float = 10) -> HostSampler | None:
@@ -99,16 +101,11 @@ def start(interval: float, pid: int | None = None, *, timeout: float = 10) -> Ho
     if not os.path.exists(f"/proc/{pid}/statm"):
         return None
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "helpers._host_sampler", str(pid),
-                                 repr(float(interval))], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        proc = _child.start_json("helpers._host_sampler", [pid, repr(float(interval))])
     except OSError:
         return None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    if not ready or proc.stdout.readline().strip() != b"ready":
-        proc.kill()
-        proc.wait()
+    if _child.read_answer(proc, timeout=timeout).data != {"ready": True}:
+        _child.finish(proc, timeout=1)
         return None
     return HostSampler(proc)
 
@@ -119,8 +116,7 @@ def main() -> int:
         os.nice(19)
     except OSError:
         pass
-    samples = _sample_loop(pid, interval)
-    print(json.dumps(samples), flush=True)
+    _child.answer(_sample_loop(pid, interval))
     return 0
 
 

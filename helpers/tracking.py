@@ -159,12 +159,12 @@ class MemoryTrace:
         with self._lock:
             return dict(self._rates)
 
-    def _merge(self, device_times: list[float], host: list[HostMemory | None],
-               host_times: list[float]) -> None:
-        """Merge the thread's device samples with the helper's host samples into one series
-        (each value held until its source's next sample)."""
+    def _merge(self, host: list[HostMemory], host_times: list[float]) -> None:
+        """Merge the thread's device samples (all samples so far) with the helper's host
+        samples into one series (each value held until its source's next sample)."""
         with self._lock:
             dev = list(self._samples)
+            device_times = [x.time for x in dev]
             events = sorted([(t, 0, i) for i, t in enumerate(device_times)]
                             + [(t, 1, i) for i, t in enumerate(host_times)])
             merged, d, h = [], dev[0], dev[0].host
@@ -238,7 +238,6 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
     helper = _host_sampler.start(interval)  # None: no /proc; the thread samples the host too
     first = snapshot(devs)
     trace._add(first)
-    device_times = [first.time]
 
     def run() -> None:
         tick = first.time
@@ -250,7 +249,6 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
                 now = time.perf_counter()
                 host = first.host if helper is not None else _host_memory()
                 trace._add(MemorySnapshot(now, _device_memory(devs), host))
-                device_times.append(now)
                 if now - tick > interval:  # fell behind (the GIL was busy): no burst
                     tick = now
         except BaseException as err:  # pragma: no cover - reported after the block
@@ -264,16 +262,14 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
     finally:
         stop.set()
         thread.join()
-        last = snapshot(devs)
-        trace._add(last)
-        device_times.append(last.time)
+        trace._add(snapshot(devs))
         host = helper.stop() if helper is not None else []
         if host:
-            trace._merge(device_times, [_host_from(s) for s in host], [s["time"] for s in host])
+            trace._merge([_host_from(s) for s in host], [s["time"] for s in host])
         else:
             with trace._lock:
-                trace._rates = {"devices and host": _rate([t - device_times[0]
-                                                           for t in device_times])}
+                trace._rates = {"devices and host": _rate(
+                    [x.time - trace._samples[0].time for x in trace._samples])}
         trace.finished = True
     if errors:  # pragma: no cover
         raise MeasurementFailed(f"memory sampler failed: {errors[0]!r}") from errors[0]
