@@ -20,6 +20,7 @@ large buffers get 2 MiB pages: hence :data:`COMPILED_MAX_BYTES`.
 from __future__ import annotations
 
 import os
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -112,6 +113,14 @@ def _windows(tokens, starts, seq_len: int):
 
 
 _jitted = None
+# (device, address) of every alias a live CompiledGather holds: memory.snapshot leaves these
+# out of a device's bytes in use, since they are the token file's own (file-backed) pages
+_BORROWED: dict[int, tuple] = {}
+
+
+def borrowed_buffers() -> set:
+    """``(device, buffer address)`` of the kit's zero-copy aliases of host memory now alive."""
+    return set(_BORROWED.values())
 
 
 class CompiledGather:
@@ -138,7 +147,10 @@ class CompiledGather:
         if alias.unsafe_buffer_pointer() != view.ctypes.data:  # copied after all: not worth it
             alias.delete()
             return None
-        return cls(alias, offset, device)
+        kernel = cls(alias, offset, device)
+        _BORROWED[id(kernel)] = (device, view.ctypes.data)
+        weakref.finalize(kernel, _BORROWED.pop, id(kernel), None)
+        return kernel
 
     def __call__(self, starts: np.ndarray, seq_len: int):
         import jax

@@ -157,10 +157,14 @@ def _live_bytes_by_device() -> dict:
     Computed from each array's sharding, never through ``shard.data``: reading that makes
     JAX cache a second Array over the same buffer, which ``jax.live_arrays()`` then lists,
     so the measurement would double-count its own artefact. Single-device arrays that alias
-    one buffer (views made by user code) are counted once, by buffer address.
+    one buffer (views made by user code) are counted once, by buffer address. The zero-copy
+    alias of a token file that an open ``datasets.batches`` holds on a CPU device is not
+    counted at all: it is the file's page cache, not memory the device allocated.
     """
+    from helpers._gather import borrowed_buffers
+
     totals: dict = {}
-    seen: set = set()
+    seen: set = borrowed_buffers()  # the feeding kernel's alias of a token file: not device bytes
     for arr in _all_live_arrays():
         try:
             if arr.is_deleted():

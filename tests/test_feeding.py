@@ -237,3 +237,23 @@ def test_benchmark_time_variant_runs_every_variant(tokens):
         assert secs > 0, v
     with pytest.raises(ValueError, match="unknown variant"):
         bench.time_variant("telepathy", tokens, 4, 64, device=jax.devices()[0], n=1)
+
+
+def test_snapshot_does_not_count_the_token_files_alias_as_device_bytes(tmp_path):
+    from helpers import memory
+
+    path = tmp_path / "big.safetensors"
+    datasets.write_tokens(path, 4 * 2**20, progress=False)  # 8 MiB, far more than a batch
+    dev = jax.devices()[0]
+
+    def used():
+        return memory.snapshot([dev]).device(dev).bytes_in_use
+
+    before = used()
+    with datasets.batches(str(path), 4, 64, device=dev, steps=2, prefetch=0) as it:
+        assert it.kernel == "compiled"  # the alias exists and jax.live_arrays() lists it
+        assert any(a.nbytes >= 8 * 2**20 for a in jax.live_arrays("cpu"))
+        batch = next(it)
+        during = used()
+    assert during - before < 2**20, (before, during)  # the batch (512 B) and nothing like 8 MiB
+    del batch
