@@ -8,7 +8,8 @@ helper process samples them at the asked rate whatever the tracked process is do
 
 Run as ``python -m helpers._host_sampler PID INTERVAL`` through :mod:`helpers._child`
 (``start_json`` / ``read_answer`` / ``finish``): it answers ``{"ready": true}``, samples until a
-line arrives on stdin, then answers every sample as one JSON list and exits. No JAX import, so
+line arrives on stdin, then answers ``{"samples": [...], "cpu_s": ...}`` (every sample, and
+the CPU seconds its sampling took) and exits. No JAX import, so
 it starts in a few tens of milliseconds.
 """
 
@@ -59,6 +60,7 @@ def _sample_loop(pid: int, interval: float) -> list[list]:
         return True
 
     _child.answer({"ready": True})
+    cpu = time.process_time()  # ns resolution (os.times counts 10 ms ticks)
     tick = time.perf_counter()
     while sample():
         tick += interval
@@ -68,7 +70,7 @@ def _sample_loop(pid: int, interval: float) -> list[list]:
         if select.select([sys.stdin], [], [], wait)[0]:
             sample(final=True)  # the end of the block: its last values, its peak
             break
-    return samples
+    return samples, time.process_time() - cpu
 
 
 class HostSampler:
@@ -76,9 +78,12 @@ class HostSampler:
 
     def __init__(self, proc: subprocess.Popen):
         self._proc = proc
+        #: CPU seconds the helper spent sampling (from ready to stop), known after stop()
+        self.cpu_s: float | None = None
 
     def stop(self, timeout: float = 10) -> list[dict]:
-        """End the helper and return its samples as dicts (``_FIELDS``); [] if it failed."""
+        """End the helper and return its samples as dicts (``_FIELDS``); [] if it failed.
+        Also sets :attr:`cpu_s`."""
         try:
             self._proc.stdin.write(b"\n")
             self._proc.stdin.flush()
@@ -86,12 +91,14 @@ class HostSampler:
             pass
         result = _child.read_answer(self._proc, timeout=timeout)
         _child.finish(self._proc, timeout=timeout)
-        if not isinstance(result.data, list):
+        if not (isinstance(result.data, dict) and isinstance(result.data.get("samples"), list)):
             return []
         try:
-            return [dict(zip(_FIELDS, s, strict=True)) for s in result.data]
+            samples = [dict(zip(_FIELDS, s, strict=True)) for s in result.data["samples"]]
         except (ValueError, TypeError):
             return []
+        self.cpu_s = float(result.data.get("cpu_s", 0.0))
+        return samples
 
 
 def start(interval: float, pid: int | None = None, *, timeout: float = 10) -> HostSampler | None:
@@ -116,7 +123,8 @@ def main() -> int:
         os.nice(19)
     except OSError:
         pass
-    _child.answer(_sample_loop(pid, interval))
+    samples, cpu_s = _sample_loop(pid, interval)
+    _child.answer({"samples": samples, "cpu_s": cpu_s})
     return 0
 
 

@@ -84,6 +84,10 @@ class MemoryTrace:
         self.finished = False
         self.host_peak_reset = False  # was the kernel's RSS high-water mark reset at start?
         self._rates: dict[str, float] = {}  # samples per second, per source (when finished)
+        #: CPU seconds the sampling itself used while the block ran, per sampler ("sampler
+        #: thread" in this process, "host helper" process): what tracking costs (when finished)
+        self.sampler_cpu_s: dict[str, float] = {}
+        self.wall_s: float | None = None  # how long the block ran (when finished)
 
     # called from the sampler thread and from user code
     def _add(self, snap: MemorySnapshot) -> None:
@@ -202,10 +206,21 @@ class MemoryTrace:
         series = self.device_bytes[device_name(device)]
         return series[-1] - series[0]
 
+    @property
+    def sampling_cpu_share(self) -> float | None:
+        """The share of this machine's CPU time during the block that sampling took (all
+        samplers' CPU seconds over the block's seconds times the cores); None before the block
+        ends. An upper bound on what tracking can slow a CPU-bound workload down by."""
+        if not self.wall_s or not self.sampler_cpu_s:
+            return None
+        return sum(self.sampler_cpu_s.values()) / (self.wall_s * (os.cpu_count() or 1))
+
     def to_dict(self) -> dict:
         """Plain data: everything a renderer needs."""
-        return samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
-                               interval=self.interval, rates=self.achieved_hz_by_source)
+        out = samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
+                              interval=self.interval, rates=self.achieved_hz_by_source)
+        out["sampler_cpu_s"] = dict(self.sampler_cpu_s)
+        return out
 
     def __repr__(self) -> str:
         return (f"MemoryTrace({len(self.samples)} samples over "
@@ -241,10 +256,12 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
 
     def run() -> None:
         tick = first.time
+        cpu = time.thread_time()
         try:
             while True:  # on a fixed grid, so the time a sample takes does not lower the rate
                 tick += interval
                 if stop.wait(max(0.0, tick - time.perf_counter())):
+                    trace.sampler_cpu_s["sampler thread"] = time.thread_time() - cpu
                     return
                 now = time.perf_counter()
                 host = first.host if helper is not None else _host_memory()
@@ -263,7 +280,10 @@ def track(interval: float = 0.01, *, devices=None) -> Iterator[MemoryTrace]:
         stop.set()
         thread.join()
         trace._add(snapshot(devs))
+        trace.wall_s = trace._samples[-1].time - first.time
         host = helper.stop() if helper is not None else []
+        if helper is not None and helper.cpu_s is not None:
+            trace.sampler_cpu_s["host helper"] = helper.cpu_s
         if host:
             trace._merge([_host_from(s) for s in host], [s["time"] for s in host])
         else:

@@ -1,3 +1,5 @@
+import sys
+
 import numpy as np
 import pytest
 from safetensors import safe_open
@@ -120,3 +122,25 @@ def test_open_tokens_other_tensors_and_errors(tmp_path):
     truncated.write_bytes((tmp_path / "full.safetensors").read_bytes()[:-10])
     with pytest.raises(FileError, match="past its end"):
         datasets.open_tokens(truncated)
+
+
+def test_write_tokens_starts_writeback_of_every_chunk_as_it_goes(tmp_path, monkeypatch):
+    calls = []
+    real = datasets._writeback_starter()
+    if sys.platform.startswith("linux"):  # sync_file_range exists and accepts a real range
+        with open(tmp_path / "probe", "wb") as f:
+            f.write(b"x" * 8192)
+            f.flush()
+            assert real(f.fileno(), 0, 8192) == 0
+
+    def starter():
+        return lambda fd, offset, nbytes: calls.append((offset, nbytes))
+
+    monkeypatch.setattr(datasets, "_writeback_starter", starter)
+    n = datasets.CHUNK_TOKENS * 2 + 1000  # three chunks, the last one short
+    info = datasets.write_tokens(tmp_path / "t.safetensors", n, progress=False)
+    assert [c[1] for c in calls] == [2 * datasets.CHUNK_TOKENS] * 2 + [2000]
+    assert calls[0][0] == info.header_bytes  # from the first data byte ...
+    assert all(a[0] + a[1] == b[0]  # ... contiguous ...
+               for a, b in zip(calls, calls[1:], strict=False))
+    assert calls[-1][0] + calls[-1][1] == info.file_bytes  # ... to the end of the file

@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 import threading
 import time
@@ -226,5 +227,23 @@ def test_the_helper_ends_with_the_block_and_reports_the_end():
     time.sleep(0.05)
     samples = sampler.stop()
     assert proc.poll() is not None  # no process left behind
+    assert sampler.cpu_s is not None and 0 <= sampler.cpu_s < 1  # its own sampling CPU time
     assert len(samples) >= 3 and samples[-1]["time"] >= samples[0]["time"]
     assert all(s["rss"] > 0 and s["peak_rss"] >= s["rss"] for s in samples)
+
+
+def test_track_reports_what_sampling_cost_in_cpu_time():
+    with memory.track(interval=0.01) as trace:
+        assert trace.sampling_cpu_share is None  # not known until the block ends
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.3:  # busy: the samplers compete for the CPU
+            pass
+    cpu = trace.sampler_cpu_s
+    assert set(cpu) >= {"sampler thread"}
+    assert cpu["sampler thread"] > 0
+    assert all(0 <= v < trace.wall_s for v in cpu.values()), cpu
+    assert 0.25 < trace.wall_s < 5
+    share = trace.sampling_cpu_share
+    assert share == sum(cpu.values()) / (trace.wall_s * (os.cpu_count() or 1))
+    assert 0 < share < 0.25
+    assert trace.to_dict()["sampler_cpu_s"] == cpu
