@@ -208,19 +208,16 @@ class MemoryTrace:
 
     @property
     def sampling_cpu_share(self) -> float | None:
-        """The share of this machine's CPU time during the block that sampling took (all
-        samplers' CPU seconds over the block's seconds times the cores); None before the block
-        ends. An upper bound on what tracking can slow a CPU-bound workload down by."""
-        if not self.wall_s or not self.sampler_cpu_s:
-            return None
-        return sum(self.sampler_cpu_s.values()) / (self.wall_s * (os.cpu_count() or 1))
+        """Samplers' CPU seconds / (block seconds x cores), None until the block ends: what
+        watching cost in CPU (not the waits for the GIL it caused the block's thread)."""
+        cores = (self.wall_s or 0) * (os.cpu_count() or 1)
+        return sum(self.sampler_cpu_s.values()) / cores if cores and self.sampler_cpu_s else None
 
     def to_dict(self) -> dict:
         """Plain data: everything a renderer needs."""
-        out = samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
-                              interval=self.interval, rates=self.achieved_hz_by_source)
-        out["sampler_cpu_s"] = dict(self.sampler_cpu_s)
-        return out
+        return {**samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
+                                  interval=self.interval, rates=self.achieved_hz_by_source),
+                "sampler_cpu_s": dict(self.sampler_cpu_s)}
 
     def __repr__(self) -> str:
         return (f"MemoryTrace({len(self.samples)} samples over "
