@@ -119,7 +119,8 @@ _BORROWED: dict[int, tuple] = {}
 
 
 def borrowed_buffers() -> set:
-    """``(device, buffer address)`` of the kit's zero-copy aliases of host memory now alive."""
+    """``(device, buffer address, shape, dtype)`` of the kit's zero-copy aliases of host memory
+    now alive."""
     return set(_BORROWED.values())
 
 
@@ -148,7 +149,7 @@ class CompiledGather:
             alias.delete()
             return None
         kernel = cls(alias, offset, device)
-        _BORROWED[id(kernel)] = (device, view.ctypes.data)
+        _BORROWED[id(kernel)] = (device, view.ctypes.data, alias.shape, str(alias.dtype))
         weakref.finalize(kernel, _BORROWED.pop, id(kernel), None)
         return kernel
 

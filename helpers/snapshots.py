@@ -157,31 +157,39 @@ def _live_bytes_by_device() -> dict:
     Computed from each array's sharding, never through ``shard.data``: reading that makes
     JAX cache a second Array over the same buffer, which ``jax.live_arrays()`` then lists,
     so the measurement would double-count its own artefact. Single-device arrays that alias
-    one buffer (views made by user code) are counted once, by buffer address. The zero-copy
-    alias of a token file that an open ``datasets.batches`` holds on a CPU device is not
-    counted at all: it is the file's page cache, not memory the device allocated.
+    one buffer (views made by user code) are counted once, by buffer address; the address is
+    asked for only where two arrays share device, shape and dtype, since asking can make JAX
+    cache such a second Array too. The zero-copy alias of a token file that an open
+    ``datasets.batches`` holds on a CPU device is not counted at all: it is the file's page
+    cache, not memory the device allocated.
     """
     from helpers._gather import borrowed_buffers
 
-    totals: dict = {}
-    seen: set = borrowed_buffers()  # the feeding kernel's alias of a token file: not device bytes
+    borrowed = borrowed_buffers()
+    seen: set = {(d, addr) for d, addr, _, _ in borrowed}
+    placed_arrays, groups = [], {}
     for arr in _all_live_arrays():
         try:
             if arr.is_deleted():
                 continue
-            sharding = arr.sharding
-            placed = sharding.addressable_devices_indices_map(arr.shape)
+            placed = arr.sharding.addressable_devices_indices_map(arr.shape)
+            placed_arrays.append((arr, placed))
             if len(placed) == 1:
-                (device,) = placed
-                try:
-                    key = (device, arr.unsafe_buffer_pointer())
-                except Exception:
-                    key = None
-                if key is not None:
-                    if key in seen:
-                        continue
-                    seen.add(key)
-            shard_bytes = math.prod(sharding.shard_shape(arr.shape)) * arr.dtype.itemsize
+                group = (next(iter(placed)), arr.shape, str(arr.dtype))
+                groups[group] = groups.get(group, 0) + 1
+        except Exception:  # an array deleted between listing and reading
+            continue
+    for d, _, shape, dtype in borrowed:
+        groups[(d, shape, dtype)] = groups.get((d, shape, dtype), 0) + 1
+    totals: dict = {}
+    for arr, placed in placed_arrays:
+        try:
+            if len(placed) == 1 and groups[(next(iter(placed)), arr.shape, str(arr.dtype))] > 1:
+                key = (next(iter(placed)), arr.unsafe_buffer_pointer())
+                if key in seen:
+                    continue
+                seen.add(key)
+            shard_bytes = math.prod(arr.sharding.shard_shape(arr.shape)) * arr.dtype.itemsize
             for device in placed:
                 totals[device] = totals.get(device, 0) + shard_bytes
         except Exception:  # an array deleted between listing and reading

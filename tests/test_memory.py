@@ -247,3 +247,16 @@ def test_track_reports_what_sampling_cost_in_cpu_time():
     assert share == sum(cpu.values()) / (trace.wall_s * (os.cpu_count() or 1))
     assert 0 < share < 0.25
     assert trace.to_dict()["sampler_cpu_s"] == cpu
+
+
+def test_a_snapshot_leaves_jax_live_arrays_as_it_found_them():
+    """Asking an array for its buffer address can make JAX cache a second Array over the same
+    buffer, which a plain jax.live_arrays() sum would then count twice; the snapshot asks only
+    where two arrays could share a buffer."""
+    y = jax.device_put(jnp.arange(4096.0) + 1, jax.devices()[0])  # a device_put result
+    count = len(jax.live_arrays("cpu"))
+    memory.snapshot()
+    assert len(jax.live_arrays("cpu")) == count
+    y.unsafe_buffer_pointer()  # what the snapshot used to do to every array
+    assert len(jax.live_arrays("cpu")) == count + 1  # the artefact this test guards against
+    del y
