@@ -116,7 +116,7 @@ def _writeback_starter():
     disk now, without waiting (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``); a no-op
     elsewhere. Without it a file smaller than the kernel's dirty-page threshold (10% of RAM
     here) is not written at all until someone syncs it: generating and writing then happen one
-    after the other instead of at the same time (benchmarks/tokens.py: 0.71 -> see README)."""
+    after the other instead of at the same time (measured in benchmarks/README.md)."""
     import ctypes
     import ctypes.util
 
