@@ -113,8 +113,8 @@ def _windows(tokens, starts, seq_len: int):
 
 
 _jitted = None
-# (device, address) of every alias a live CompiledGather holds: memory.snapshot leaves these
-# out of a device's bytes in use, since they are the token file's own (file-backed) pages
+# (device, address, shape, dtype) of every alias a live CompiledGather holds: memory.snapshot
+# leaves these out of a device's bytes in use, since they are the token file's own pages
 _BORROWED: dict[int, tuple] = {}
 
 

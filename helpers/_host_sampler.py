@@ -38,7 +38,7 @@ def _kib(text: bytes, key: bytes) -> int:
     return int(text[i + len(key):].split(None, 1)[0]) * 1024 if i >= 0 else -1
 
 
-def _sample_loop(pid: int, interval: float) -> list[list]:
+def _sample_loop(pid: int, interval: float) -> tuple[list[list], float]:
     page = os.sysconf("SC_PAGE_SIZE")
     statm = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
     status = os.open(f"/proc/{pid}/status", os.O_RDONLY)

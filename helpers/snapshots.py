@@ -173,19 +173,18 @@ def _live_bytes_by_device() -> dict:
             if arr.is_deleted():
                 continue
             placed = arr.sharding.addressable_devices_indices_map(arr.shape)
-            placed_arrays.append((arr, placed))
-            if len(placed) == 1:
-                group = (next(iter(placed)), arr.shape, str(arr.dtype))
-                groups[group] = groups.get(group, 0) + 1
+            group = (next(iter(placed)), arr.shape, str(arr.dtype)) if len(placed) == 1 else None
+            placed_arrays.append((arr, placed, group))
+            groups[group] = groups.get(group, 0) + 1
         except Exception:  # an array deleted between listing and reading
             continue
     for d, _, shape, dtype in borrowed:
         groups[(d, shape, dtype)] = groups.get((d, shape, dtype), 0) + 1
     totals: dict = {}
-    for arr, placed in placed_arrays:
+    for arr, placed, group in placed_arrays:
         try:
-            if len(placed) == 1 and groups[(next(iter(placed)), arr.shape, str(arr.dtype))] > 1:
-                key = (next(iter(placed)), arr.unsafe_buffer_pointer())
+            if group is not None and groups[group] > 1:
+                key = (group[0], arr.unsafe_buffer_pointer())
                 if key in seen:
                     continue
                 seen.add(key)
