@@ -6,6 +6,8 @@ LAB_ARGS ?=
 STAMP  := $(VENV)/.jax-device-kit-installed
 # JupyterLab refuses to start as root (containers, CI) unless told so explicitly.
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+# the unit tests and every `>>>` example in the package's docstrings
+UNIT = --doctest-modules tests helpers
 # every notebook under nbval, lax mode, stderr left out (tests/nbval_hooks.py)
 NBVAL = $(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax \
 	--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
@@ -27,9 +29,9 @@ lab: $(STAMP)
 	@echo "Starting JupyterLab on notebooks/ - open the http://127.0.0.1:... URL it prints below."
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
-## make test: unit tests, every notebook under nbval, and ruff
+## make test: unit tests and the docstring examples, every notebook under nbval, and ruff
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q $(UNIT)
 	$(NBVAL)
 	$(BIN)/ruff check helpers tests benchmarks notebooks scripts
 
@@ -46,7 +48,7 @@ $(FLOOR_STAMP): pyproject.toml
 
 test-floor: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -c "import jax; assert jax.__version__ == '$(JAX_FLOOR)', jax.__version__"
-	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider $(UNIT)
 
 ## make test-browser: JupyterLab in headless Chromium, as a learner uses it: Restart & Run All on
 ## every notebook (no error output, no stderr traceback, every cell run), the MemoryMonitor widget
@@ -70,7 +72,7 @@ test-browser: chromium-check $(BROWSER_STAMP)
 	CHROMIUM="$(CHROMIUM)" $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q $(UNIT)
 
 nbval: $(STAMP)
 	$(NBVAL)

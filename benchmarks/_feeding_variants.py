@@ -10,9 +10,9 @@ from unittest import mock
 
 import numpy as np
 
-from helpers import _gather
-from helpers._gather import aligned_empty as _aligned_empty
+from helpers import feeding
 from helpers.feeding import Batches, naive_batch, window_starts
+from helpers.feeding import aligned_empty as _aligned_empty
 
 #: What benchmarks/feeding.py compares (see :func:`time_variant`).
 VARIANTS = ("naive", "kit", "kit_no_prefetch", "kit_numpy", "bound", "bound_reused")
@@ -68,8 +68,8 @@ def time_variant(variant: str, tokens: np.ndarray, batch_size: int, seq_len: int
             jax.device_put(batch, device).block_until_ready()
         return time.perf_counter() - t0
     t0 = time.perf_counter()
-    with mock.patch.object(_gather, "COMPILED_MAX_BYTES", -1 if variant == "kit_numpy" else
-                           _gather.COMPILED_MAX_BYTES):  # read once, when Batches starts
+    with mock.patch.object(feeding, "COMPILED_MAX_BYTES", -1 if variant == "kit_numpy" else
+                           feeding.COMPILED_MAX_BYTES):  # read once, when Batches starts
         it = Batches(tokens, batch_size, seq_len, device=device, seed=seed, steps=n,
                      prefetch=0 if variant == "kit_no_prefetch" else 2)
     with it:

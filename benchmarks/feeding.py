@@ -128,7 +128,7 @@ def main(argv=None) -> dict:
         "rows": rows,
         "c_ceiling": ceiling,
     }
-    out = write("feeding", payload, fig=plotting.feeding(rows, title=(
+    out = write("feeding", payload, fig=plotting.feeding_rates(rows, title=(
         f"Feeding {device}" + (" (stand-in)" if roles.stand_in else ""))))
     print(f"goal {checks}: {'met' if payload['goal']['met'] else 'NOT met'}; load {load}  -> {out}")
     return payload

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import write  # noqa: E402
 
-from helpers import datasets, loading, plotting  # noqa: E402
+from helpers import datasets, loading, plotting, render  # noqa: E402
 from helpers.units import format_bytes  # noqa: E402
 
 
@@ -37,10 +37,10 @@ def main(argv=None) -> dict:
     payload = {"file_bytes": rows[0]["file_bytes"], "repeats": args.repeats,
                "same_checksum_everywhere": len(checksums) == 1, "medians": rows,
                "ratios": ratios, "runs": [m.to_dict() for m in runs]}
-    out = write("load_strategies", payload, fig=plotting.load_strategies(rows))
+    out = write("load_strategies", payload, fig=plotting.load_strategy_costs(rows))
     print(f"file {format_bytes(payload['file_bytes'])}, {args.repeats} interleaved rounds, "
           "medians:")
-    print(loading.table(rows))
+    print(render.load_table(rows))
     print(f"flax/memmap: time x{ratios['time_flax_ctx_over_memmap']:.1f}, peak anonymous memory "
           f"{ratios['peak_anon_flax_ctx_over_file']:.1f}x the file.  -> {out}")
     return payload

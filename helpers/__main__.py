@@ -9,13 +9,15 @@ import sys
 
 from helpers.errors import KitError
 
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 # What a user's input or machine can cause (bad file, size, path, disk, no GPU) is a KitError
 # (helpers.errors; lower-layer errors are translated where the kit calls them): one line on
 # stderr and exit 2, never a traceback.
-_USER_ERRORS = (KitError,)
+EXIT_OK = 0
+EXIT_WONT_FIT = 1  # preflight: the file will not fit
+EXIT_NOT_REPRODUCED = 1  # reproduce-oom: no RESOURCE_EXHAUSTED, or the fix failed
+EXIT_BAD_INPUT = 2
+EXIT_UNKNOWN = 3  # preflight: the device reports no free memory
+EXIT_INTERRUPTED = 130
 
 
 def _message(err: BaseException) -> str:
@@ -36,10 +38,6 @@ def _doctor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-EXIT_WONT_FIT = 1
-EXIT_UNKNOWN = 3
-
-
 def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -51,17 +49,17 @@ def _make_tokens(args: argparse.Namespace) -> int:
     if (args.size is None) == (args.tokens is None):
         return _fail("give exactly one of --size (e.g. 1GiB) or --tokens N")
     tf = datasets.write_tokens(args.path, args.tokens, size=args.size, seed=args.seed,
-                               progress=None if not args.quiet else False)
+                               progress=False if args.quiet else None)
     print(tf)
     return EXIT_OK
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    from helpers import oom
+    from helpers import preflight
 
     try:
-        result = oom.preflight(args.file, device=args.device)
-    except _USER_ERRORS as err:
+        result = preflight.preflight(args.file, device=args.device)
+    except KitError as err:
         if args.json:
             print(json.dumps({"error": _message(err)}))
         raise
@@ -82,7 +80,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     seed, fix = runs
     as_expected = (not seed.ok and "RESOURCE_EXHAUSTED" in (seed.error_message or "")
                    and fix.ok)
-    return EXIT_OK if as_expected else 1
+    return EXIT_OK if as_expected else EXIT_NOT_REPRODUCED
 
 
 def _seconds(text: str) -> float:
@@ -158,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return args.func(args)
-    except _USER_ERRORS as err:
+    except KitError as err:
         return _fail(_message(err))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

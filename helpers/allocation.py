@@ -18,14 +18,20 @@ honest way to compare them is one fresh process per setting:
 
 from __future__ import annotations
 
+import os
 import subprocess
-from dataclasses import asdict, dataclass
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from helpers import _child, gpu
-from helpers.errors import BadInputError, NoGpuError
+from helpers import gpu
+from helpers._internal import child, jaxcompat
+from helpers._internal.jaxcompat import ALLOCATOR_VARS
+from helpers._internal.records import Record
+from helpers.errors import BadInputError, ChildProcessFailed, NoGpuError
 
-__all__ = ["AllocatorMeasurement", "NoGpuError", "PoolPrediction", "SETTINGS", "STORY",
-           "measure", "measure_together", "plugin_options", "predict", "story_table"]
+__all__ = ["AllocatorMeasurement", "PoolPrediction", "SETTINGS", "STORY", "measure",
+           "measure_together", "plugin_options", "predict", "story_table"]
 
 #: The settings notebook 06 compares: name -> environment (None removes a variable).
 SETTINGS = {
@@ -39,20 +45,27 @@ SETTINGS = {
 #: The story: 10,248,871,837 uint16 tokens (19.09 GiB) loaded onto a 24 GiB RTX 3090.
 STORY = {"request_bytes": 2 * 10_248_871_837, "gpu_total_bytes": 24 * 2**30,
          "gpu": "RTX 3090 (24 GiB)"}
-_ALL_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION",
-             "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
 
 
 def _env(overrides: dict) -> dict:
-    return _child.child_env(overrides, drop=(*_ALL_VARS, "JAX_PLATFORMS"))
+    return child.child_env(overrides, drop=(*ALLOCATOR_VARS, "JAX_PLATFORMS"))
 
 
 def plugin_options(env: dict) -> dict:
     """The options jaxlib would hand the CUDA client under ``env`` (added to a clean copy of this
     process's environment), as ``{"options": {...}}`` or ``{"error": "ValueError: ..."}``.
     Reads only environment variables: no GPU needed, nothing allocated."""
-    result = _child.run_json("helpers._options_child", env=_env(env), timeout=120)
+    result = child.run(f"{__name__}:_options_child", env=_env(env), timeout=120)
     return result.require("asking jaxlib for its GPU options")
+
+
+def _options_child() -> dict:
+    """In the child of :func:`plugin_options`: jaxlib's GPU options for this environment."""
+    try:
+        generate = jaxcompat.verify("generate_pjrt_gpu_plugin_options")
+        return {"options": dict(generate())}
+    except Exception as err:  # e.g. both memory-fraction variables set: jaxlib's ValueError
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 # --- XLA's rules, applied to jaxlib's options ----------------------------------------------
@@ -76,7 +89,10 @@ _ROUND = 2 * 2**20
 
 
 @dataclass(frozen=True)
-class PoolPrediction:
+class PoolPrediction(Record):
+    """What XLA builds from jaxlib's allocator options on a GPU of a given size: the pool's
+    cap, what is taken up front, and what ``memory_stats()["bytes_limit"]`` will say."""
+
     allocator: str  # "bfc" (what "default" means), "platform", "cuda_async"
     fraction: float
     preallocate: bool
@@ -89,9 +105,6 @@ class PoolPrediction:
         """Whether one allocation of ``request_bytes`` fits under the cap (the card's total
         where XLA sets none; the CUDA context's few hundred MiB are not counted)."""
         return request_bytes <= (total_bytes if self.cap_bytes is None else self.cap_bytes)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _round_up(n: float) -> int:
@@ -140,7 +153,10 @@ def story_table(settings: dict | None = None, *, request_bytes: int | None = Non
 
 
 @dataclass(frozen=True)
-class AllocatorMeasurement:
+class AllocatorMeasurement(Record):
+    """One allocator setting measured on a real GPU in a fresh process: the allocator's
+    counters and what the driver says the process holds."""
+
     setting: str
     env: dict
     ok: bool
@@ -156,9 +172,6 @@ class AllocatorMeasurement:
     driver_used_bytes: int | None  # nvidia-smi: memory this process holds on the GPU
     driver_used_source: str | None = None  # how driver_used_bytes was read
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def _require_gpu() -> int:
     """The GPU's total memory (from the driver), or NoGpuError naming the reason and fix."""
@@ -170,26 +183,24 @@ def _require_gpu() -> int:
 
 
 def _start(setting: str, env: dict, array_bytes: int) -> subprocess.Popen:
-    return _child.start_json("helpers._alloc_child", [setting, array_bytes], env=_env(env))
+    return child.start(f"{__name__}:_alloc_child", _AllocRequest(setting, array_bytes),
+                       env=_env(env))
 
 
 def _read(proc: subprocess.Popen, setting: str, env: dict, array_bytes: int,
           total: int, timeout: float) -> AllocatorMeasurement:
-    result = _child.read_answer(proc, timeout=timeout)
-    data = result.data if isinstance(result.data, dict) else {
-        "ok": False, "error": result.describe_failure()}
+    result = child.read_answer(proc, timeout=timeout)
+    try:
+        got = result.answer(_AllocAnswer, f"the {setting} child")
+    except ChildProcessFailed as err:  # died or hung: that is this setting's result
+        got = _AllocAnswer(ok=False, error=str(err))
     return AllocatorMeasurement(
-        setting=setting, env=dict(env), ok=data.get("ok", False), error=data.get("error"),
-        device_kind=data.get("device_kind"), total_bytes=total,
-        array_bytes=array_bytes, bytes_in_use=data.get("bytes_in_use"),
-        peak_bytes_in_use=data.get("peak_bytes_in_use"), bytes_limit=data.get("bytes_limit"),
-        bytes_reserved=data.get("bytes_reserved"), pool_bytes=data.get("pool_bytes"),
-        driver_used_bytes=data.get("driver_used_bytes"),
-        driver_used_source=data.get("driver_used_source"))
-
-
-def _finish(proc: subprocess.Popen, timeout: float) -> None:
-    _child.finish(proc, timeout=timeout)
+        setting=setting, env=dict(env), ok=got.ok, error=got.error,
+        device_kind=got.device_kind, total_bytes=total, array_bytes=array_bytes,
+        bytes_in_use=got.bytes_in_use, peak_bytes_in_use=got.peak_bytes_in_use,
+        bytes_limit=got.bytes_limit, bytes_reserved=got.bytes_reserved,
+        pool_bytes=got.pool_bytes, driver_used_bytes=got.driver_used_bytes,
+        driver_used_source=got.driver_used_source)
 
 
 def measure(setting: str = "default", env: dict | None = None, *, array_bytes: int = 2**28,
@@ -202,11 +213,12 @@ def measure(setting: str = "default", env: dict | None = None, *, array_bytes: i
     try:
         return _read(proc, setting, env, array_bytes, total, timeout)
     finally:
-        _finish(proc, timeout)
+        child.finish(proc, timeout=timeout)
 
 
-def measure_together(settings=("default", "default"), *, array_bytes=2**28,
-                     timeout: float = 180) -> list[AllocatorMeasurement]:
+def measure_together(settings: Sequence[str] = ("default", "default"), *,
+                     array_bytes: int | Sequence[int] = 2**28, timeout: float = 180
+                     ) -> list[AllocatorMeasurement]:
     """Two (or more) JAX processes on one GPU at the same time: each starts, allocates, reports,
     and holds its memory until all have reported. ``array_bytes``: one size for all, or one per
     process (e.g. a second process asking for more than the card has left). Needs a GPU."""
@@ -224,5 +236,74 @@ def measure_together(settings=("default", "default"), *, array_bytes=2**28,
             out.append(_read(p, s, env, size, total, timeout))
     finally:
         for p in procs:
-            _finish(p, timeout)
+            child.finish(p, timeout=timeout)
     return out
+
+
+# --- the child: start JAX on the GPU under one setting, allocate, report, hold -------------
+@dataclass(frozen=True)
+class _AllocRequest(Record):
+    setting: str
+    array_bytes: int
+
+
+@dataclass(frozen=True)
+class _AllocAnswer(Record):
+    ok: bool
+    error: str | None = None
+    device_kind: str | None = None
+    bytes_in_use: int | None = None
+    peak_bytes_in_use: int | None = None
+    bytes_limit: int | None = None
+    bytes_reserved: int | None = None
+    pool_bytes: int | None = None
+    driver_used_bytes: int | None = None
+    driver_used_source: str | None = None
+
+
+def _held(before: int | None) -> tuple[int | None, str]:
+    """What the driver says this process holds: its per-process figure, or (where the driver
+    cannot match our PID, as in some containers) the card's used memory minus ``before``."""
+    mine = gpu.process_used_bytes(os.getpid())
+    if mine is not None:
+        return mine, "nvidia-smi: this process"
+    now = gpu.device_used_bytes()
+    if now is None or before is None:
+        return None, "unknown"
+    return now - before, "nvidia-smi: whole card, change since this process started"
+
+
+def _stats(stats: dict | None) -> dict:
+    stats = stats or {}
+    return {k: stats.get(k) for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit",
+                                      "bytes_reserved", "pool_bytes")}
+
+
+def _alloc_child(request: _AllocRequest) -> None:
+    """In the child of :func:`measure`: answer one :class:`_AllocAnswer`, then hold the memory
+    until a line arrives on stdin (so several children can be measured side by side)."""
+    report: dict = {"ok": False}
+    before = gpu.device_used_bytes()  # before JAX starts in this process
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        if jax.default_backend() != "gpu":
+            raise NoGpuError(f"JAX started on {jax.default_backend()!r}, not on a GPU")
+        dev = jax.devices()[0]
+        report["device_kind"] = dev.device_kind
+        x = jnp.ones(request.array_bytes, jnp.uint8)
+        x.block_until_ready()
+        report.update(ok=True, **_stats(dev.memory_stats()))
+        report["driver_used_bytes"], report["driver_used_source"] = _held(before)
+    except Exception as err:  # reported, not raised: the parent shows it
+        report["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+        try:  # what the allocator says after the failure (bytes_limit vs pool_bytes)
+            stats = _stats(jax.devices()[0].memory_stats())
+            report.update(bytes_limit=stats["bytes_limit"], bytes_in_use=stats["bytes_in_use"],
+                          pool_bytes=stats["pool_bytes"])
+            report["driver_used_bytes"], report["driver_used_source"] = _held(before)
+        except Exception:
+            pass
+    child.answer(_AllocAnswer(**report))
+    sys.stdin.readline()  # hold the memory until the parent says so

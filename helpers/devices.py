@@ -1,17 +1,25 @@
-"""What backends and devices exist, which one is the default, and what JAX skipped.
+"""What backends and devices exist, which one is the default, what JAX skipped, and where an
+array sits.
 
-Capture only: :func:`probe` returns plain frozen data (:class:`DeviceReport`, defined with its
-JSON form in :mod:`helpers.device_report`), rendered as text and HTML by :mod:`helpers.report`.
-This module does not import JAX until :func:`probe` runs, so a report from a child process can
-be read and shown even where ``import jax`` fails (the doctor).
+- :func:`probe` returns the doctor's report (:class:`DeviceReport`, plain frozen data with one
+  JSON form); :func:`probe_in_child` runs it in a fresh process under another environment.
+- :func:`placement` explains one array: its devices, memory kind, committed or not, bytes, and
+  what that means for the next jit call; for an array over several devices, its sharding and
+  each device's piece (:class:`Shard`), read from the public
+  ``sharding.addressable_devices_indices_map``.
+- :func:`roles` picks the accelerator and the host (a real GPU and the CPU, or two simulated CPU
+  devices as a labelled stand-in); :func:`simulate_cpu_devices` asks JAX for several CPU devices
+  before it starts.
 
-``placement``, ``roles``, ``simulate_cpu_devices``, ``Placement`` and ``Roles`` live in
-:mod:`helpers.placement` and are also reachable from here.
+This module does not import JAX until a function needs it, so a report from a child process can
+be read and shown even where ``import jax`` fails (the doctor). Rendering: :mod:`helpers.render`.
 
->>> from helpers import devices
->>> report = devices.probe()
+>>> report = probe()
 >>> report.default_backend in report.backend_names
 True
+>>> import numpy as np
+>>> placement(np.zeros(4, np.uint16)).nbytes
+8
 """
 
 from __future__ import annotations
@@ -20,44 +28,100 @@ import importlib.metadata as md
 import platform as _platform
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from helpers import _child, _jax_internals, settings
-from helpers._jax_internals import device_name  # "cpu:0" in every supported JAX
-from helpers.device_report import BackendInfo, DeviceInfo, DeviceReport, FailedBackend
-from helpers.errors import JaxAlreadyStartedError
-from helpers.unavailable import NOT_AVAILABLE
+import numpy as np
 
-__all__ = [
-    "NOT_AVAILABLE",
-    "device_name",
-    "BackendInfo",
-    "DeviceInfo",
-    "DeviceReport",
-    "FailedBackend",
-    "JaxAlreadyStartedError",
-    "Placement",
-    "Roles",
-    "placement",
-    "probe",
-    "probe_in_child",
-    "roles",
-    "simulate_cpu_devices",
-]
+from helpers import settings
+from helpers._internal import child, jaxcompat
+from helpers._internal.jaxcompat import device_name
+from helpers._internal.records import Display, Record, from_dict
+from helpers.errors import BadInputError, ChildProcessFailed, JaxAlreadyStartedError
+from helpers.settings import EnvVar, EnvWarning
+from helpers.units import NOT_AVAILABLE, NotAvailable
 
-if TYPE_CHECKING:  # at run time these come from __getattr__ below, on first use
-    from helpers.placement import Placement, Roles, placement, roles, simulate_cpu_devices
+if TYPE_CHECKING:
+    import jax
 
-_FROM_PLACEMENT = ("Placement", "Roles", "placement", "roles", "simulate_cpu_devices")
+__all__ = ["BackendInfo", "DeviceInfo", "DeviceReport", "FailedBackend", "Placement", "Roles",
+           "Shard", "device_name", "placement", "probe", "probe_in_child", "roles",
+           "simulate_cpu_devices", "versions"]
 
 
-def __getattr__(name: str):  # PEP 562: helpers.placement imports JAX, so load it on first use
-    if name in _FROM_PLACEMENT:
-        from helpers import placement
+# --- the report: plain data -----------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class DeviceInfo(Record):
+    """One device as JAX sees it: ids, kind, memory kinds, allocator statistics."""
 
-        return getattr(placement, name)
-    raise AttributeError(f"module 'helpers.devices' has no attribute {name!r}")
+    id: int
+    name: str = ""  # the kit's name for it, e.g. "cpu:0", "cuda:0"
+    platform: str
+    kind: str
+    process_index: int
+    memory_kinds: tuple[str, ...]
+    default_memory_kind: str | None
+    #: allocator statistics (bytes_in_use, peak_bytes_in_use, bytes_limit, ...) or NOT_AVAILABLE
+    memory_stats: Mapping[str, int] | NotAvailable = NOT_AVAILABLE
+
+
+@dataclass(frozen=True)
+class BackendInfo(Record):
+    """One backend that started: its platform and devices, and whether it is the default."""
+
+    name: str
+    platform: str
+    platform_version: str
+    is_default: bool
+    devices: tuple[DeviceInfo, ...]
+
+
+@dataclass(frozen=True)
+class FailedBackend(Record):
+    """A backend that did not start (or was skipped): JAX's error and what to do about it."""
+
+    name: str
+    error: str
+    hint: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceReport(Display):
+    """The doctor's report: backends, devices, defaults, failures, settings and versions. Its
+    JSON form (``to_dict``, ``to_json``; ``doctor --json``) has stable keys within a schema."""
+
+    schema: str = "jax-device-kit/doctor/1"
+    default_backend: str | None
+    default_device: str | None
+    default_device_source: str
+    platforms_requested: str | None
+    backends: tuple[BackendInfo, ...]
+    failed_backends: tuple[FailedBackend, ...]
+    environment: tuple[EnvVar, ...]
+    warnings: tuple[EnvWarning, ...]
+    versions: Mapping[str, str]
+    plugins: Mapping[str, str]
+
+    @property
+    def backend_names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.backends)
+
+    def backend(self, name: str) -> BackendInfo:
+        """The backend called ``name``; KeyError naming the backends there are."""
+        for b in self.backends:
+            if b.name == name:
+                return b
+        known = ", ".join(self.backend_names) or "none"
+        raise KeyError(f"no backend {name!r} in this report (backends: {known})")
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> DeviceReport:
+        """The inverse of ``to_dict`` (for a report made in a child process); BadInputError
+        for data that is not a doctor report."""
+        if not str(data.get("schema", "")).startswith("jax-device-kit/doctor/"):
+            raise BadInputError(f"not a doctor report: schema is {data.get('schema')!r}")
+        return from_dict(cls, data)
 
 
 # --- probing ------------------------------------------------------------------------------
@@ -84,7 +148,7 @@ def _device_info(d) -> DeviceInfo:
         memory_stats=MappingProxyType({k: int(v) for k, v in stats.items()})
         if stats
         else NOT_AVAILABLE,
-        name=_jax_internals.device_name(d),
+        name=jaxcompat.device_name(d),
     )
 
 
@@ -112,13 +176,13 @@ def _explain_start_failure(err: BaseException, requested: str | None) -> list[Fa
     if not requested:
         return [FailedBackend("(default)", text, "set JAX_PLATFORMS=cpu to skip a broken plugin")]
     out = []
-    factories = _jax_internals.backend_factories()
+    factories = jaxcompat.backend_factories()
     for name in dict.fromkeys(n.strip() for n in requested.split(",")):  # each name once
         if not name:
             out.append(FailedBackend("(empty)", text, "JAX_PLATFORMS has an empty entry: list "
                                      "platform names separated by commas, e.g. cpu or cuda,cpu"))
             continue
-        expanded = _jax_internals.expand_platform_alias(name)
+        expanded = jaxcompat.expand_platform_alias(name)
         missing = [p for p in expanded if p not in factories]
         hint = ""
         if name in ("cuda", "gpu") or "cuda" in expanded:
@@ -146,9 +210,7 @@ def probe() -> DeviceReport:
     """Everything JAX can tell about backends, devices, defaults and settings, in this process.
     Never raises for a backend that fails to start: the failure is part of the report. (For a
     report that survives JAX failing to import or XLA aborting, see :mod:`helpers.doctor`.)"""
-    from helpers import _backend_start
-
-    jax = _backend_start.import_jax()
+    jax = jaxcompat.import_jax()
     from jax.extend.backend import backends, get_default_device
 
     requested = jax.config.jax_platforms or None
@@ -159,13 +221,13 @@ def probe() -> DeviceReport:
     except Exception as err:  # e.g. JAX_PLATFORMS=cuda without a GPU
         failed.extend(_explain_start_failure(err, requested))
 
-    for name, error in sorted(_jax_internals.backend_errors().items()):
+    for name, error in sorted(jaxcompat.backend_errors().items()):
         if name == "tpu" and "libtpu" in error:
             hint = "no TPU runtime (libtpu) installed: expected on a machine without a TPU"
         else:
             hint = "JAX skipped it quietly; harmless unless you expected this backend"
         failed.append(FailedBackend(name, error, hint))
-    factories = _jax_internals.backend_factories()
+    factories = jaxcompat.backend_factories()
     if clients and "cuda" in factories and "cuda" not in clients and not requested:
         failed.append(FailedBackend("cuda", "CUDA plugin installed but no NVIDIA GPU is visible; "
                                     "JAX skipped it", "check nvidia-smi and CUDA_VISIBLE_DEVICES"))
@@ -175,7 +237,7 @@ def probe() -> DeviceReport:
     if clients:
         try:
             default_backend = jax.default_backend()
-            default_device = _jax_internals.device_name(get_default_device())
+            default_device = jaxcompat.device_name(get_default_device())
         except Exception as err:  # pragma: no cover - defensive
             failed.append(FailedBackend("(default)", f"{type(err).__name__}: {err}"))
     configured = jax.config.jax_default_device
@@ -211,13 +273,236 @@ def probe() -> DeviceReport:
 
 def probe_in_child(env: Mapping[str, str | None] | None = None, *, timeout: float = 120
                    ) -> DeviceReport:
-    """Run the probe in a fresh process and return its report.
+    """Run :func:`probe` in a fresh process and return its report.
 
     For settings that JAX reads only at start (``JAX_PLATFORMS``, the ``XLA_*`` allocator
     variables): env maps names to values; ``None`` removes a variable. Raises
-    ChildProcessFailed (with the end of the child's stderr) when the child gives no report;
-    :func:`helpers.doctor.diagnose` turns that case into a report instead.
+    ChildProcessFailed (with the end of the child's stderr, and the child's result as
+    ``err.result``) when the child gives no report; :func:`helpers.doctor.diagnose` turns that
+    case into a report instead.
     """
-    result = _child.run_json("helpers._doctor_child", env=_child.child_env(env),
-                             timeout=timeout)
-    return DeviceReport.from_dict(result.require("the child doctor"))
+    result = child.run(f"{__name__}:_probe_child", env=child.child_env(env), timeout=timeout)
+    data = result.require("the child doctor")
+    try:
+        return DeviceReport.from_dict(data)
+    except Exception as err:  # a report this version cannot read (another schema)
+        why = f"the probe's report could not be read ({type(err).__name__}: {err})"
+        unread = child.ChildResult(None, result.returncode, f"{result.stderr}\n{why}")
+        raise ChildProcessFailed(f"the child doctor: {why}", result=unread) from None
+
+
+def _probe_child() -> DeviceReport:
+    """In the child (:func:`probe_in_child`): import JAX first, so a failing import raises
+    JAX's own error here, then probe."""
+    import jax  # noqa: F401
+
+    return probe()
+
+
+# --- roles: who plays the accelerator and who plays the host -------------------------------
+@dataclass(frozen=True)
+class Roles:
+    """Who plays the accelerator and who plays host memory: the real GPU and CPU, or two
+    simulated CPU devices (``stand_in``)."""
+
+    accelerator: jax.Device
+    host: jax.Device
+    stand_in: bool
+
+    def describe(self) -> str:
+        if self.stand_in:
+            return (
+                f"STAND-IN: no accelerator here, so simulated CPU device "
+                f"{device_name(self.accelerator)} (the default device) plays the accelerator and "
+                f"{device_name(self.host)} plays host memory."
+            )
+        return (
+            f"Real hardware: {device_name(self.accelerator)} ({self.accelerator.device_kind}) is "
+            f"the accelerator and {device_name(self.host)} is host memory."
+        )
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def roles() -> Roles:
+    """The accelerator and the host: a real GPU/TPU and the CPU when present, else two
+    simulated CPU devices (needs ``simulate_cpu_devices(2)`` or more before JAX starts)."""
+    jax = jaxcompat.import_jax()
+
+    if jax.default_backend() != "cpu":
+        return Roles(jax.devices()[0], jax.devices("cpu")[0], stand_in=False)
+    cpus = jax.devices("cpu")
+    if len(cpus) < 2:
+        raise JaxAlreadyStartedError(
+            "only one CPU device and no accelerator, so there is nothing to stand in for the "
+            "accelerator. Restart the kernel and call helpers.devices.simulate_cpu_devices(4) "
+            "(or jax.config.update('jax_num_cpu_devices', 4)) before any JAX operation."
+        )
+    return Roles(cpus[0], cpus[1], stand_in=True)
+
+
+def simulate_cpu_devices(n: int) -> int:
+    """Ask JAX for ``n`` CPU devices (a stand-in for several accelerators).
+
+    Must run before JAX starts its backends. If they already started with at least ``n``
+    CPU devices this is a no-op; with fewer, it raises JaxAlreadyStartedError saying how
+    to fix it, and changes nothing. Returns the number of CPU devices JAX will have.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise BadInputError(f"simulate_cpu_devices needs a positive int, got {n!r}")
+    jax = jaxcompat.import_jax()
+
+    try:  # public API: JAX refuses the update with RuntimeError once its backends started
+        jax.config.update("jax_num_cpu_devices", n)
+        return n
+    except RuntimeError:
+        pass
+    have = len(jax.devices("cpu"))
+    if have >= n:
+        return have
+    raise JaxAlreadyStartedError(
+        f"JAX already started its backends with {have} CPU device(s); it cannot add more "
+        f"now. Restart the kernel (or the process) and call simulate_cpu_devices({n}) "
+        "before any JAX operation, e.g. in the notebook's first cell."
+    )
+
+
+# --- placement: why one array sits where it does ------------------------------------------
+@dataclass(frozen=True)
+class Shard(Record):
+    """One device's piece of an array: which elements (``index``, e.g. "[0:2, :]"), their
+    shape and their bytes on that device."""
+
+    device: str
+    index: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Placement(Display):
+    """Where one array sits and what that means for the next jit call: devices, memory kind,
+    committed or not, sharding and each device's shard."""
+
+    kind: str  # "jax.Array" or "numpy.ndarray"
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    devices: tuple[str, ...]
+    memory_kind: str | None
+    committed: bool | None  # None for NumPy arrays
+    explanation: str = field(default="")
+    sharding: str = ""  # "SingleDeviceSharding", "NamedSharding(mesh={'data': 8}, spec=P('data'))"
+    shards: tuple[Shard, ...] = ()  # one per addressable device, in device order (NumPy: none)
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes on all devices together: ``nbytes`` when sharded, N x ``nbytes`` when
+        replicated on N devices (NumPy: 0)."""
+        return sum(s.nbytes for s in self.shards)
+
+    @property
+    def replicated(self) -> bool:
+        """Every one of several devices holds the whole array."""
+        return len(self.shards) > 1 and all(s.shape == self.shape for s in self.shards)
+
+
+def placement(x: jax.Array | np.ndarray) -> Placement:
+    """Explain one array: its devices, memory kind, committed or not, bytes, and what that
+    means for the next jit call."""
+    jax = jaxcompat.import_jax()
+
+    if isinstance(x, np.ndarray):
+        from jax.extend.backend import get_default_device
+
+        default = get_default_device()
+        return Placement(
+            kind="numpy.ndarray", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
+            devices=(), memory_kind="host (NumPy)", committed=None,
+            explanation=(
+                f"a NumPy array in host memory: JAX copies it to the default device "
+                f"({device_name(default)}) every time you pass it to a JAX operation or a "
+                "jitted function"
+            ),
+        )
+    if not isinstance(x, jax.Array):
+        raise TypeError(
+            f"placement() explains jax.Array or numpy.ndarray values, got {type(x).__name__}; "
+            "convert with jnp.asarray(...) or np.asarray(...) first"
+        )
+    if x.is_deleted():
+        raise BadInputError(
+            f"this {x.dtype}{list(x.shape)} array has been deleted (or donated to a jit); "
+            "it has no placement any more"
+        )
+    shards = _shards(x)
+    names = tuple(s.device for s in shards)
+    where = names[0] if len(names) == 1 else f"{len(names)} devices ({', '.join(names)})"
+    if x.committed:
+        why = (
+            f"committed to {where}: jit runs computations that use it there, and mixing it "
+            "with an array committed to another device raises an error instead of moving it"
+        )
+    else:
+        why = (
+            f"uncommitted, on {where} (the default device when it was made): a jit with "
+            "committed inputs elsewhere will move it there"
+        )
+    memory_kind = getattr(x.sharding, "memory_kind", None)
+    why += _layout_note(x, shards) + _memory_kind_note(memory_kind)
+    return Placement(
+        kind="jax.Array", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
+        devices=names, memory_kind=memory_kind, committed=bool(x.committed), explanation=why,
+        sharding=_describe_sharding(x.sharding), shards=shards,
+    )
+
+
+def _shards(x) -> tuple[Shard, ...]:
+    """Each addressable device's piece of ``x``, from the sharding alone (never through
+    ``shard.data``, which would make JAX keep another Array over the same buffer)."""
+    itemsize = np.dtype(x.dtype).itemsize
+    out = []
+    placed = x.sharding.addressable_devices_indices_map(tuple(x.shape))
+    for device, index in sorted(placed.items(), key=lambda kv: (kv[0].platform, kv[0].id)):
+        index = tuple(index or ()) + (slice(None),) * (x.ndim - len(index or ()))
+        parts, shape = [], []
+        for sl, dim in zip(index, x.shape, strict=True):
+            start, stop, step = sl.indices(dim)
+            shape.append(len(range(start, stop, step)))
+            parts.append(":" if (start, stop, step) == (0, dim, 1) else f"{start}:{stop}")
+        shape_t = tuple(shape)
+        out.append(Shard(device_name(device), f"[{', '.join(parts)}]", shape_t,
+                         int(np.prod(shape_t, dtype=np.int64)) * itemsize))
+    return tuple(out)
+
+
+def _describe_sharding(sharding) -> str:
+    """A short, version-independent description: the class, and for a NamedSharding its mesh
+    and partition spec (jax 0.8 prints ``PartitionSpec(...)`` where 0.10 prints ``P(...)``)."""
+    name = type(sharding).__name__
+    mesh, spec = getattr(sharding, "mesh", None), getattr(sharding, "spec", None)
+    if mesh is None or spec is None:
+        return name
+    axes = ", ".join(f"{k!r}: {v}" for k, v in dict(mesh.shape).items())
+    return f"{name}(mesh={{{axes}}}, spec=P({', '.join(repr(a) for a in spec)}))"
+
+
+def _layout_note(x, shards: tuple[Shard, ...]) -> str:
+    if len(shards) < 2:
+        return ""
+    total = sum(s.nbytes for s in shards)
+    if all(s.shape == tuple(x.shape) for s in shards):
+        return (f". Replicated: each of the {len(shards)} devices holds the whole array, "
+                f"{len(shards)} x {x.nbytes:,} B = {total:,} B on devices in all")
+    return (f". Sharded: each device holds one piece (shapes "
+            f"{', '.join(sorted({str(s.shape) for s in shards}))}), {total:,} B on devices in "
+            "all; a computation on it runs on all of them, whatever jax.default_device says")
+
+
+def _memory_kind_note(kind: str | None) -> str:
+    if kind in (None, "device"):
+        return ""
+    return (f". Its bytes are in {kind} memory (host RAM the device can address), not the "
+            "device's own: computing with device-memory arrays needs a copy first, "
+            "jax.device_put(part, x.sharding.with_memory_kind('device'))")

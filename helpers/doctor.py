@@ -1,11 +1,11 @@
 """The doctor: a report of what JAX sees, under any environment, that never crashes.
 
-:func:`diagnose` probes JAX in a fresh child process (:mod:`helpers._doctor_child`). When the
-child cannot answer, because ``import jax`` raised (``JAX_NUM_CPU_DEVICES=abc``, a broken
-install), XLA aborted the process while parsing ``XLA_FLAGS``, or it hung, the failure becomes
-the report: XLA's or Python's own line is quoted, the variable or flag at fault is named, and the
-environment checks and package versions are still there. ``python -m helpers doctor`` prints it
-and exits 0.
+:func:`diagnose` probes JAX in a fresh child process (:func:`helpers.devices.probe_in_child`).
+When the child cannot answer, because ``import jax`` raised (``JAX_NUM_CPU_DEVICES=abc``, a
+broken install), XLA aborted the process while parsing ``XLA_FLAGS``, or it hung, the failure
+becomes the report: XLA's or Python's own line is quoted, the variable or flag at fault is named,
+and the environment checks and package versions are still there. ``python -m helpers doctor``
+prints it and exits 0.
 
 This process never starts a JAX backend, so nothing here can abort it.
 """
@@ -16,9 +16,10 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from helpers import _child, settings
-from helpers.device_report import DeviceReport, FailedBackend
-from helpers.devices import versions
+from helpers import devices, settings
+from helpers._internal import child
+from helpers.devices import DeviceReport, FailedBackend, versions
+from helpers.errors import ChildProcessFailed
 
 __all__ = ["diagnose", "explain_child_failure"]
 
@@ -72,7 +73,7 @@ def _python_hint(kind: str, message: str, environ: Mapping[str, str]) -> str:
     return "the line above is JAX's own error; the environment checks below may name the cause"
 
 
-def explain_child_failure(result: _child.ChildResult, environ: Mapping[str, str]
+def explain_child_failure(result: child.ChildResult, environ: Mapping[str, str]
                           ) -> FailedBackend:
     """Turn a child that gave no report into one named failure: the line XLA or Python wrote,
     and what to do."""
@@ -94,7 +95,7 @@ def explain_child_failure(result: _child.ChildResult, environ: Mapping[str, str]
                          "own output")
 
 
-def _fallback_report(result: _child.ChildResult, environ: Mapping[str, str]) -> DeviceReport:
+def _fallback_report(result: child.ChildResult, environ: Mapping[str, str]) -> DeviceReport:
     found, plugins = versions()
     return DeviceReport(
         backends=(),
@@ -115,12 +116,7 @@ def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 12
     """The doctor's report, probed in a fresh process under this environment plus ``env``
     (``None`` removes a variable). Never raises for anything JAX, XLA or the environment does:
     a child that cannot report becomes a report of why."""
-    child_env = _child.child_env(env)
-    result = _child.run_json("helpers._doctor_child", env=child_env, timeout=timeout)
-    if isinstance(result.data, dict):
-        try:
-            return DeviceReport.from_dict(result.data)
-        except Exception as err:  # a report this version cannot read (another schema)
-            result = _child.ChildResult(None, result.returncode, f"{result.stderr}\nthe probe's "
-                                        f"report could not be read ({type(err).__name__}: {err})")
-    return _fallback_report(result, child_env)
+    try:
+        return devices.probe_in_child(env, timeout=timeout)
+    except ChildProcessFailed as err:
+        return _fallback_report(err.result, child.child_env(env))

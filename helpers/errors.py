@@ -77,5 +77,10 @@ class MeasurementFailed(KitError, RuntimeError):
 
 
 class ChildProcessFailed(KitError, RuntimeError):
-    """A child process the kit started (a probe, a measurement) failed; the message quotes the
-    end of its stderr."""
+    """A child process the kit started (a probe, a measurement) failed; the message says how it
+    ended (exit code or signal) and quotes the end of its stderr."""
+
+    def __init__(self, message: str, *, result=None):
+        super().__init__(message)
+        #: the child's ``ChildResult`` (exit code, stderr, timed out), where there is one
+        self.result = result

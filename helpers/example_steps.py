@@ -1,8 +1,8 @@
 """Three small steps whose peak memory the kit predicts and then measures (notebook 09, the
-truth test in tests/test_step_preflight.py, and ``make gpu-check``).
+truth test in tests/test_preflight.py, and ``make gpu-check``).
 
 Each lives here, not in a notebook, so that a fresh child process can import it by name and
-measure it alone (:func:`helpers.step_measure.measure_example`). Each ``*_args(scale)``
+measure it alone (:func:`helpers.preflight.measure_example`). Each ``*_args(scale)``
 returns NumPy arguments (the caller puts them where it wants); ``scale`` grows every array, and
 ``mlp_sgd_step_args`` also takes a ``batch`` size (notebook 09 sizes a batch with it).
 """
@@ -16,7 +16,7 @@ import numpy as np
 __all__ = ["EXAMPLES", "matmul_chain", "mlp_sgd_step", "scan_rnn"]
 
 
-def matmul_chain(x, w):
+def matmul_chain(x: jax.Array, w: jax.Array) -> jax.Array:
     """Four matmuls in a row: each result feeds the next, so XLA needs two activations."""
     for _ in range(4):
         x = jnp.tanh(x @ w)
@@ -30,7 +30,7 @@ def matmul_chain_args(scale: int = 1):
             rng.standard_normal((n, n), np.float32) / np.float32(np.sqrt(n)))
 
 
-def mlp_sgd_step(params, x, y):
+def mlp_sgd_step(params: dict, x: jax.Array, y: jax.Array) -> tuple[dict, jax.Array]:
     """One training step of a two-layer MLP: loss, gradients, and a plain SGD update."""
     def loss(p):
         h = jnp.tanh(x @ p["w1"] + p["b1"])
@@ -51,7 +51,7 @@ def mlp_sgd_step_args(scale: int = 1, batch: int | None = None):
             rng.standard_normal((batch, out), np.float32))
 
 
-def scan_rnn(h, xs):
+def scan_rnn(h: jax.Array, xs: jax.Array) -> jax.Array:
     """A recurrent scan that keeps every step's state: the stacked outputs dominate."""
     def body(h, x):
         h = jnp.tanh(h + x)

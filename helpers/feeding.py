@@ -9,7 +9,7 @@ the accelerator. :class:`Batches` does it the way the benchmarks say is fast:
   each window straight into the batch, on XLA's threads; on a CPU device that output is the batch
   itself (no ``device_put``). Otherwise, and for batches over 16 MiB, the NumPy :func:`gather`:
   fancy indexing of a sliding-window view, 256 windows per call, on up to 4 threads, into a
-  fresh 4 KiB-aligned buffer (``kernel`` says which; see :mod:`helpers._gather` for why);
+  fresh 4 KiB-aligned buffer (``kernel`` says which; see *The two kernels* below for why);
 - **uint16 on the wire**: the batch is moved as uint16 and, if asked, converted on the device
   (half the bytes of int32);
 - **int64 window starts** on the host: 10.2 billion tokens overflow int32;
@@ -23,6 +23,24 @@ On the CPU backend an aligned buffer is handed to the device without a copy (``m
 GPU the batch is gathered on the host's CPU device and ``device_put`` copies it host→device.
 Deterministic: the same seed gives the same batches, whichever kernel gathers them.
 
+**The two kernels**: ``tokens[s:s + seq_len]`` for many ``s``.
+
+- :func:`gather` (NumPy, any array): fancy indexing of a sliding-window view, 256 windows per
+  call, on up to 4 threads, into a fresh 4 KiB-aligned buffer. Two copies per byte (the fancy
+  index builds a temporary, which is then copied into the buffer), but the temporary stays in
+  cache.
+- :class:`CompiledGather` (XLA on a CPU device): the token array is handed to the CPU client
+  without a copy (an *alias*: possible when a 64-byte-aligned address at or just before the first
+  token lies in the same buffer, which holds for every ``numpy.memmap``, whose mapping starts on a
+  page), and a jitted ``vmap`` of ``lax.dynamic_slice`` copies each window once, straight into
+  the batch, on XLA's own threads. On a CPU device that output *is* the batch: no ``device_put``.
+
+``benchmarks/feeding.py`` measured both (and the ideas that lost, listed in benchmarks/README.md):
+random 2 KiB windows of a 1 GiB file cost DRAM latency, not copies, and the compiled gather gets
+closer to that limit. Its output buffers come from XLA's allocator, which above the C library's
+32 MiB limit maps fresh 4 KiB pages for every batch (16,384 page faults per 64 MiB), where NumPy's
+large buffers get 2 MiB pages: hence :data:`COMPILED_MAX_BYTES`.
+
 >>> import numpy as np
 >>> tokens = np.arange(10_000, dtype=np.uint16)
 >>> with Batches(tokens, 4, 16, steps=2, seed=0) as it:
@@ -33,20 +51,163 @@ Deterministic: the same seed gives the same batches, whichever kernel gathers th
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from helpers import _gather
-from helpers._gather import CompiledGather, gather
-from helpers._jax_internals import device_name
+from helpers import memory
+from helpers._internal import jaxcompat
+from helpers._internal.jaxcompat import device_name
 from helpers.errors import BadInputError
 
-__all__ = ["Batches", "gather", "naive_batch", "window_starts"]
+__all__ = ["Batches", "CompiledGather", "aligned_empty", "gather", "naive_batch",
+           "window_starts"]
+
+ALIGN = 4096  # the NumPy kernel's buffers: page-aligned, so the CPU client can alias them
+XLA_ALIGN = 64  # the CPU client aliases a host buffer only at this alignment (measured, 0.10.2)
+#: batches larger than this use the NumPy kernel (see the module docstring)
+COMPILED_MAX_BYTES = 16 * 2**20
+ROWS_PER_PIECE = 256  # windows per fancy-index call: its temporary stays in cache
+_pool: ThreadPoolExecutor | None = None
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype | str) -> np.ndarray:
+    """An uninitialised array whose data starts on a 4 KiB page boundary."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(n + ALIGN, np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
+                                   thread_name_prefix="helpers-gather")
+    return _pool
+
+
+def gather(tokens: np.ndarray, starts: np.ndarray, seq_len: int, out: np.ndarray | None = None, *,
+           parallel: bool = True) -> np.ndarray:
+    """``tokens[s:s + seq_len]`` for every ``s`` in ``starts``, as one ``(len(starts), seq_len)``
+    NumPy array in a fresh 4 KiB-aligned buffer (or ``out``).
+
+    Vectorised: windows are picked by fancy indexing a sliding-window view, 256 windows per
+    call (no Python loop per window), split across up to 4 threads, since random windows are
+    bound by memory latency, which more cores hide, and NumPy releases the GIL while copying."""
+    base = tokens.view(np.ndarray) if isinstance(tokens, np.memmap) else tokens
+    windows = np.lib.stride_tricks.sliding_window_view(base, seq_len)
+    starts = np.asarray(starts, dtype=np.int64)
+    if out is None:
+        out = aligned_empty((len(starts), seq_len), base.dtype)
+
+    def piece(lo: int, hi: int) -> None:
+        for a in range(lo, hi, ROWS_PER_PIECE):
+            b = min(hi, a + ROWS_PER_PIECE)
+            out[a:b] = windows[starts[a:b]]
+
+    n = len(starts)
+    if not parallel or n <= ROWS_PER_PIECE:
+        piece(0, n)
+        return out
+    pool = _workers()
+    step = -(-n // pool._max_workers)
+    for f in [pool.submit(piece, lo, min(n, lo + step)) for lo in range(0, n, step)]:
+        f.result()
+    return out
+
+
+def _alias_view(tokens: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """A view that starts 64-byte aligned at or before ``tokens[0]`` and ends at its last token,
+    inside the same buffer, and the offset of ``tokens[0]`` in it (in tokens); None if none."""
+    if tokens.ndim != 1 or not tokens.flags.c_contiguous or tokens.size == 0:
+        return None
+    owner = tokens
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base  # a memmap's base is its mmap, which starts on a page
+    try:
+        if isinstance(owner, np.ndarray):
+            if not owner.flags.c_contiguous:
+                return None
+            region = owner.reshape(-1).view(np.uint8)
+        else:
+            region = np.frombuffer(owner, np.uint8)
+    except (TypeError, ValueError, BufferError):  # not a buffer, or a closed mmap
+        return None
+    addr, low = tokens.ctypes.data, region.ctypes.data
+    start = addr - addr % XLA_ALIGN
+    end = addr + tokens.nbytes
+    if start < low or end > low + region.nbytes or (addr - start) % tokens.itemsize:
+        return None
+    return region[start - low:end - low].view(tokens.dtype), (addr - start) // tokens.itemsize
+
+
+def _windows(tokens, starts, seq_len: int):
+    import jax
+    from jax import lax
+
+    return jax.vmap(lambda s: lax.dynamic_slice(tokens, (s,), (seq_len,)))(starts)
+
+
+_jitted = None
+
+
+class CompiledGather:
+    """The compiled kernel for one token array on one CPU device (see the module docstring).
+
+    :meth:`build` returns None where the tokens cannot be aliased; then use :func:`gather`.
+    Calling it returns a ``(len(starts), seq_len)`` ``jax.Array`` on ``device``."""
+
+    def __init__(self, alias, offset: int, device):
+        self.alias, self.offset, self.device = alias, offset, device
+
+    @classmethod
+    def build(cls, tokens: np.ndarray, device) -> CompiledGather | None:
+        import jax
+
+        found = _alias_view(tokens)
+        if found is None or getattr(device, "platform", None) != "cpu":
+            return None
+        view, offset = found
+        # zero-copy (checked below), so no transfer for the transfer guard to log or refuse;
+        # 64-bit dtypes are kept as they are (no converting copy)
+        with jax.transfer_guard("allow"), jax.enable_x64(True):
+            alias = jax.device_put(view, device, may_alias=True)
+        if alias.unsafe_buffer_pointer() != view.ctypes.data:  # copied after all: not worth it
+            alias.delete()
+            return None
+        kernel = cls(alias, offset, device)
+        # the alias is the token file's own pages: memory.snapshot must not count it
+        memory.register_borrowed(kernel, device, view.ctypes.data, alias.shape,
+                                 str(alias.dtype))
+        return kernel
+
+    def __call__(self, starts: np.ndarray, seq_len: int):
+        import jax
+
+        global _jitted
+        if _jitted is None:
+            _jitted = jax.jit(_windows, static_argnums=2)
+        starts = np.asarray(starts, dtype=np.int64) + self.offset
+        # The starts (4 or 8 B a row) reach the device as a NumPy argument of the jitted call:
+        # ~12 µs, where a device_put costs ~80 µs (jax 0.10.2), as much as a 64 KiB batch's
+        # gather. The transfer guard would call that implicit: it is the kit's own bookkeeping,
+        # so the guard neither logs nor refuses it. int32 where they fit: int64 (10.2 billion
+        # tokens overflow int32) costs ~20 µs more.
+        wide = self.alias.size > np.iinfo(np.int32).max
+        x64 = wide or self.alias.dtype.itemsize == 8  # 64-bit tokens stay 64-bit
+        with jax.transfer_guard_host_to_device("allow"), jax.enable_x64(x64):
+            return _jitted(self.alias, starts if wide else starts.astype(np.int32),
+                           int(seq_len))
+
 
 _DONE = object()
 
@@ -71,7 +232,7 @@ def window_starts(n_tokens: int, batch_size: int, seq_len: int, *, seed: int = 0
     return draw()
 
 
-def naive_batch(tokens: np.ndarray, starts, seq_len: int) -> np.ndarray:
+def naive_batch(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> np.ndarray:
     """The obvious version, for comparison: one slice per window, then ``np.stack``."""
     return np.stack([tokens[int(s):int(s) + seq_len] for s in starts])
 
@@ -140,9 +301,7 @@ class Batches:
     def __init__(self, tokens, batch_size: int, seq_len: int, *, device=None, prefetch: int = 2,
                  seed: int = 0, steps: int | None = None, dtype=None, pinned: bool = False,
                  sharding=None):
-        from helpers import _backend_start
-
-        jax = _backend_start.import_jax()
+        jax = jaxcompat.import_jax()
         tokens = np.asarray(tokens) if not isinstance(tokens, np.ndarray) else tokens
         if tokens.ndim != 1:
             raise BadInputError(f"tokens must be 1-D, got shape {tokens.shape}")
@@ -175,16 +334,20 @@ class Batches:
         # exist beyond the one in use (each a fresh buffer: fewer of them, fewer page faults)
         self._slots = threading.Semaphore(max(1, prefetch))
         self._thread = None
+        # Stop the producer when this iterator is garbage-collected unclosed: the thread holds
+        # only a weak reference to it, so dropping the last reference ends both.
+        self._finalizer = weakref.finalize(self, _wake_to_stop, self._stop, self._slots)
         if prefetch:
-            self._thread = threading.Thread(target=self._produce, name="helpers-batches",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=_produce, args=(weakref.ref(self), self._stop, self._slots, self._queue),
+                name="helpers-batches", daemon=True)
             self._thread.start()
 
     # --- producing -----------------------------------------------------------------------
     def _compiled_gather(self, jax) -> CompiledGather | None:
         """The compiled kernel where it applies: on the target itself when that is one CPU
         device (its output is then the batch), else on the first CPU device."""
-        if self.batch_size * self.seq_len * self.tokens.itemsize > _gather.COMPILED_MAX_BYTES:
+        if self.batch_size * self.seq_len * self.tokens.itemsize > COMPILED_MAX_BYTES:
             return None
         where = self.device if self.sharding is None else None
         if getattr(where, "platform", None) != "cpu":
@@ -227,18 +390,6 @@ class Batches:
     def _more(self) -> bool:
         return self.steps is None or self._made < self.steps
 
-    def _produce(self) -> None:
-        try:
-            while self._more() and not self._stop.is_set():
-                if self._slots.acquire(timeout=0.05):
-                    self._queue.put(self._one())
-        except BaseException as err:  # handed to the consumer, raised there
-            self._queue.put(err)
-            return
-        finally:
-            self._compiled = None  # no more batches: let go of the tokens' alias
-        self._queue.put(_DONE)
-
     # --- consuming -----------------------------------------------------------------------
     def __iter__(self):
         return self
@@ -261,25 +412,54 @@ class Batches:
 
     def close(self) -> None:
         """Stop the background thread (if any) and drop prefetched batches."""
-        self._stop.set()
+        self._finalizer()  # sets the stop event and wakes the producer (once)
         if self._thread is not None:
-            while self._thread.is_alive():
-                try:
-                    self._queue.get(timeout=0.05)
-                except queue.Empty:
-                    pass
             self._thread.join()
+        while True:  # drop what was prefetched, so its device memory goes now
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
         # the compiled kernel's alias of the tokens is listed by jax.live_arrays() (as bytes on
         # a CPU device, though it uses none): drop it with the iterator
         self._compiled = None
 
-    def __enter__(self):
+    def __enter__(self) -> Batches:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __del__(self):
-        stop = getattr(self, "_stop", None)  # absent when __init__ raised
-        if stop is not None:
-            stop.set()
+
+def _wake_to_stop(stop: threading.Event, slots: threading.Semaphore) -> None:
+    """Tell a producer to stop, and wake it if it waits for a free slot."""
+    stop.set()
+    slots.release()
+
+
+def _produce(ref: weakref.ref, stop: threading.Event, slots: threading.Semaphore,
+             out: queue.Queue) -> None:
+    """The prefetch thread: make batches while its :class:`Batches` lives, has more to make
+    and is not closed. It holds the iterator only while making a batch, never while waiting,
+    so an unclosed iterator can still be garbage-collected (which stops this thread)."""
+    try:
+        while True:
+            owner = ref()
+            if owner is None or stop.is_set() or not owner._more():
+                break
+            del owner
+            slots.acquire()  # a free slot, or a wake-up from close / garbage collection
+            owner = ref()
+            if owner is None or stop.is_set():
+                break
+            out.put(owner._one())
+            del owner
+    except BaseException as err:  # handed to the consumer, raised there
+        out.put(err)
+        return
+    finally:
+        owner = ref()
+        if owner is not None:
+            owner._compiled = None  # no more batches: let go of the tokens' alias
+        del owner
+    out.put(_DONE)

@@ -23,16 +23,16 @@ from importlib import metadata
 
 from helpers.errors import NoGpuError
 
-__all__ = ["GpuInfo", "NoGpuError", "cuda_plugins", "device_used_bytes", "gpus", "physical_index",
+__all__ = ["GpuInfo", "cuda_plugins", "device_used_bytes", "gpus", "physical_index",
            "process_used_bytes", "require", "total_bytes", "why_unavailable"]
 
 INSTALL_HINT = 'pip install -U "jax[cuda13]" (or "jax[cuda12]" for a CUDA 12 driver)'
 
 
-
-
 @dataclass(frozen=True)
 class GpuInfo:
+    """One NVIDIA GPU as the driver reports it (NVML or nvidia-smi), without starting JAX."""
+
     index: int  # physical index, as nvidia-smi numbers it
     name: str
     uuid: str

@@ -15,14 +15,18 @@ doing nothing.
 
 from __future__ import annotations
 
+import os
 import statistics
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
-from helpers import _child
+from helpers._internal import child
+from helpers._internal.records import Record
+from helpers.datasets import open_tokens, read_header
 from helpers.errors import BadInputError
-from helpers.safetensors_format import read_header
 
-__all__ = ["STRATEGIES", "LoadMeasurement", "measure", "measure_all", "medians", "ratios", "table"]
+__all__ = ["STRATEGIES", "LoadMeasurement", "measure", "measure_all", "medians", "ratios"]
 
 STRATEGIES = {
     "flax_ctx": "safetensors.flax.load_file under jax.default_device(host)",
@@ -33,7 +37,9 @@ STRATEGIES = {
 
 
 @dataclass(frozen=True)
-class LoadMeasurement:
+class LoadMeasurement(Record):
+    """What one way of loading the token file cost, measured in a fresh child process."""
+
     strategy: str
     description: str
     seconds: float  # wall time of load + one full read
@@ -45,24 +51,23 @@ class LoadMeasurement:
     landed_on: str  # "host (NumPy)" or a device name
     stand_in: bool
 
-    def to_dict(self) -> dict:
-        return asdict(self)
 
-
-def measure(path, strategy: str, *, timeout: float = 600) -> LoadMeasurement:
+def measure(path: str | os.PathLike, strategy: str, *, timeout: float = 600
+            ) -> LoadMeasurement:
     """Load ``path`` one way in a fresh child process and return what it cost."""
     if strategy not in STRATEGIES:
         raise BadInputError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     read_header(path)  # clear error for a bad file, before starting a child
     # No GPU preallocation in the child: it only needs a few bytes there, and the parent (a
     # notebook kernel) may already hold JAX's default 75% pool on the same GPU.
-    env = _child.child_env({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
-    result = _child.run_json("helpers._load_child", [path, strategy], env=env, timeout=timeout)
-    data = result.require(f"the {strategy} load")
-    return LoadMeasurement(description=STRATEGIES[strategy], **data)
+    env = child.child_env({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    result = child.run(f"{__name__}:_load_child", _LoadRequest(str(path), strategy), env=env,
+                       timeout=timeout)
+    return result.answer(LoadMeasurement, f"the {strategy} load")
 
 
-def measure_all(path, strategies=None, *, repeats: int = 1) -> list[LoadMeasurement]:
+def measure_all(path: str | os.PathLike, strategies: Sequence[str] | None = None, *,
+                repeats: int = 1) -> list[LoadMeasurement]:
     """Every strategy, interleaved ``repeats`` times (round-robin, so drift and the page cache
     affect all alike). Returns all measurements in run order."""
     names = list(strategies or STRATEGIES)
@@ -73,7 +78,7 @@ def measure_all(path, strategies=None, *, repeats: int = 1) -> list[LoadMeasurem
     return out
 
 
-def medians(measurements) -> list[dict]:
+def medians(measurements: Iterable[LoadMeasurement | dict]) -> list[dict]:
     """One row per strategy (in first-seen order): the median of each number over its runs,
     plus ``runs``. Input: LoadMeasurement objects or their dicts."""
     by: dict[str, list[dict]] = {}
@@ -94,7 +99,8 @@ def medians(measurements) -> list[dict]:
     return rows
 
 
-def ratios(measurements, slow: str = "flax_ctx", fast: str = "memmap") -> dict:
+def ratios(measurements: Iterable[LoadMeasurement | dict], slow: str = "flax_ctx",
+           fast: str = "memmap") -> dict:
     """Paired ratios between two strategies, the median over rounds (run i of ``slow`` with run
     i of ``fast``): time, and peak anonymous memory of ``slow`` over the file size."""
     ds = [m.to_dict() if hasattr(m, "to_dict") else dict(m) for m in measurements]
@@ -113,15 +119,62 @@ def ratios(measurements, slow: str = "flax_ctx", fast: str = "memmap") -> dict:
     }
 
 
-def table(rows) -> str:
-    """A plain-text table of :func:`medians` rows (fixed-width, for notebooks and logs)."""
-    from helpers.units import format_bytes as fb
+# --- the child: one load, measured ---------------------------------------------------------
+@dataclass(frozen=True)
+class _LoadRequest(Record):
+    path: str
+    strategy: str
 
-    lines = [f"{'strategy':<11} {'seconds':>8} {'peak anon':>11} {'x file':>7} "
-             f"{'peak file':>11} {'accelerator':>12}  lands on"]
-    for r in rows:
-        lines.append(
-            f"{r['strategy']:<11} {r['seconds']:>8.2f} {fb(r['peak_anon_bytes']):>11} "
-            f"{r['peak_anon_bytes'] / r['file_bytes']:>7.2f} {fb(r['peak_file_bytes']):>11} "
-            f"{'+' + fb(r['accelerator_bytes']):>12}  {r['landed_on']}")
-    return "\n".join(lines)
+
+def _load_child(request: _LoadRequest) -> LoadMeasurement:
+    """In the child of :func:`measure`: load the file one way, under memory.track."""
+    path, strategy = request.path, request.strategy
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)  # stand-in roles when there is no GPU
+    import numpy as np
+
+    from helpers import devices, memory
+
+    roles = devices.roles()
+    acc = roles.accelerator
+    jax.numpy.zeros(1).block_until_ready()
+    start = memory.snapshot([acc])
+    base_anon, base_file = start.host.anon or 0, start.host.file or 0
+    t0 = time.perf_counter()
+    with memory.track(interval=0.005, devices=[acc]) as trace:
+        if strategy == "flax_ctx":
+            from safetensors.flax import load_file
+
+            with jax.default_device(roles.host):
+                tokens = load_file(path)["tokens"]
+            tokens.block_until_ready()
+            after_load = memory.snapshot([acc]).devices[0].bytes_in_use
+            checksum = int(jax.numpy.sum(tokens, dtype=jax.numpy.uint32))
+            landed = ", ".join(devices.device_name(d) for d in tokens.devices())
+        else:
+            if strategy == "numpy_load":
+                from safetensors.numpy import load_file
+
+                tokens = load_file(path)["tokens"]
+            elif strategy == "safe_open":
+                from safetensors import safe_open
+
+                with safe_open(path, framework="numpy") as f:
+                    tokens = f.get_slice("tokens")[:]
+            elif strategy == "memmap":
+                tokens = open_tokens(path)
+            else:
+                raise SystemExit(f"unknown strategy {strategy!r}")
+            after_load = memory.snapshot([acc]).devices[0].bytes_in_use
+            checksum = int(np.sum(tokens, dtype=np.uint64) % 2**32)
+            landed = "host (NumPy)"
+    seconds = time.perf_counter() - t0
+    anon = [a for a in trace.host_anon if isinstance(a, int)] or [base_anon]
+    file = [f for f in trace.host_file if isinstance(f, int)] or [base_file]
+    return LoadMeasurement(
+        strategy=strategy, description=STRATEGIES[strategy], seconds=seconds,
+        peak_anon_bytes=max(anon) - base_anon, peak_file_bytes=max(file) - base_file,
+        accelerator_bytes=after_load - start.devices[0].bytes_in_use,  # the load's own
+        file_bytes=os.path.getsize(path), checksum=checksum, landed_on=landed,
+        stand_in=roles.stand_in)

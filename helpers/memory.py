@@ -1,27 +1,554 @@
-"""How many bytes each device and the host hold: now (:func:`snapshot`), over time (:func:`track`).
+"""How many bytes each device and the host hold: now (:func:`snapshot`), and over time while a
+block runs (:func:`track`).
 
-Every number says where it comes from ("allocator" counters, or "live arrays" where a backend
-keeps none) and a number nobody keeps is ``NOT_AVAILABLE``: see :mod:`helpers.snapshots`.
+Every number says where it comes from:
 
-The capture lives in :mod:`helpers.snapshots` (now) and :mod:`helpers.tracking` (over time);
-this module gathers both under one name.
+- ``"allocator"``: the device allocator's own counters (``Device.memory_stats()``; GPUs and TPUs).
+- ``"live arrays"``: the sum of the shards of live JAX arrays on that device
+  (``jax.live_arrays(platform)`` for every backend), used where the backend keeps no stats (CPU).
+  It counts arrays only, not XLA's temporary buffers, so it is a lower bound.
+- host: resident memory of this process split into anonymous (heap, NumPy arrays) and
+  file-backed (memory-mapped files, shared libraries), from ``psutil``: on Linux ``shared`` is
+  RssFile + RssShmem, so ``rss - shared`` is RssAnon; elsewhere the split is NOT_AVAILABLE.
+  ``peak_rss`` is the kernel's own high-water mark of RSS (VmHWM, Linux): a peak between two
+  samples is never lost. :func:`reset_host_peak` sets it back to the current RSS.
 
->>> from helpers import memory
->>> snap = memory.snapshot()
+A number a backend or the OS does not keep is :data:`~helpers.units.NOT_AVAILABLE` (``None``
+in the dicts that ``to_dict`` returns). :func:`track` samples devices in a thread and the host in
+a helper process (outside this process's GIL). Rendering: :mod:`helpers.render` (text) and
+:mod:`helpers.plotting` (figures).
+
+>>> snap = snapshot()
 >>> snap.host.rss > 0
+True
+>>> with track(interval=0.05) as trace:
+...     trace.mark("start")
+>>> len(trace.samples) >= 2
 True
 """
 
-from helpers.snapshots import (
-    ALLOCATOR,
-    LIVE_ARRAYS,
-    NOT_AVAILABLE,
-    DeviceMemory,
-    HostMemory,
-    MemorySnapshot,
-    snapshot,
-)
-from helpers.tracking import MemoryTrace, samples_to_dict, track
+from __future__ import annotations
 
-__all__ = ["ALLOCATOR", "LIVE_ARRAYS", "NOT_AVAILABLE", "DeviceMemory", "HostMemory",
-           "MemorySnapshot", "MemoryTrace", "samples_to_dict", "snapshot", "track"]
+import math
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import jax
+import psutil
+
+from helpers._internal import host_sampler, jaxcompat
+from helpers._internal.jaxcompat import device_name
+from helpers._internal.records import Display, Record, to_json_value
+from helpers.errors import BadInputError, MeasurementFailed
+from helpers.units import NOT_AVAILABLE, NotAvailable
+
+jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at start
+
+__all__ = ["ALLOCATOR", "LIVE_ARRAYS", "DeviceMemory", "HostMemory", "MemorySnapshot",
+           "MemoryTrace", "borrowed_buffers", "memory_stats", "register_borrowed",
+           "reset_host_peak", "samples_to_dict", "snapshot", "track"]
+
+ALLOCATOR = "allocator"
+LIVE_ARRAYS = "live arrays"
+
+
+@dataclass(frozen=True)
+class DeviceMemory(Record):
+    """Bytes in use on one device, and where the number comes from (``source``)."""
+
+    device: str  # "cpu:0", "cuda:0"
+    platform: str
+    bytes_in_use: int
+    peak_bytes: int | NotAvailable  # allocator peak; the CPU backend keeps none
+    limit_bytes: int | NotAvailable  # allocator pool limit
+    source: str  # ALLOCATOR or LIVE_ARRAYS
+
+
+@dataclass(frozen=True)
+class HostMemory(Record):
+    """This process's host memory: resident, anonymous and file-backed bytes, and the peak."""
+
+    rss: int
+    anon: int | NotAvailable  # RssAnon: heap, NumPy buffers, JAX CPU device buffers
+    file: int | NotAvailable  # RssFile + RssShmem: mmapped files (a memmapped token file), libs
+    vms: int  # virtual address space (VmSize): what RLIMIT_AS caps
+    available: int  # what the OS says it could still give (psutil.virtual_memory().available)
+    total: int
+    source: str  # "psutil"
+    peak_rss: int | NotAvailable = NOT_AVAILABLE  # VmHWM: highest RSS since start or reset
+
+
+@dataclass(frozen=True)
+class MemorySnapshot(Display):
+    """Bytes per device and on the host at one moment (:func:`snapshot`)."""
+
+    time: float  # time.perf_counter() when taken
+    devices: tuple[DeviceMemory, ...]
+    host: HostMemory
+
+    def device(self, name: str | jax.Device) -> DeviceMemory:
+        """One device's numbers, by name ("cpu:0") or Device; KeyError naming those there are."""
+        name = device_name(name)
+        for d in self.devices:
+            if d.device == name:
+                return d
+        raise KeyError(f"no device {name!r} in snapshot (devices: "
+                       f"{', '.join(d.device for d in self.devices)})")
+
+
+# --- what the kit borrowed: zero-copy aliases of host memory --------------------------------
+# (device, address, shape, dtype) of every alias a live owner holds (the feeding kernel's view
+# of a token file): snapshot leaves these out of a device's bytes in use, since they are the
+# file's own pages, not memory the device allocated.
+_BORROWED: dict[int, tuple] = {}
+
+
+def register_borrowed(owner: object, device: jax.Device, address: int,
+                      shape: tuple[int, ...], dtype: str) -> None:
+    """Tell :func:`snapshot` that ``owner`` holds a zero-copy alias of host memory at
+    ``address`` on ``device``; forgotten when ``owner`` is garbage-collected."""
+    key = id(owner)
+    _BORROWED[key] = (device, address, tuple(shape), str(dtype))
+    weakref.finalize(owner, _BORROWED.pop, key, None)
+
+
+def borrowed_buffers() -> set:
+    """``(device, buffer address, shape, dtype)`` of the zero-copy aliases now alive."""
+    return set(_BORROWED.values())
+
+
+def memory_stats(device: jax.Device) -> dict | None:
+    """``device.memory_stats()``, or None where the backend keeps none or cannot answer: the
+    kit's one reading of the allocator's counters."""
+    try:
+        return device.memory_stats()
+    except Exception:
+        return None
+
+
+# --- capture ------------------------------------------------------------------------------
+def _host_memory() -> HostMemory:
+    vm = psutil.virtual_memory()
+    info = psutil.Process().memory_info()
+    shared = getattr(info, "shared", None)  # Linux: RssFile + RssShmem
+    anon = NOT_AVAILABLE if shared is None else int(info.rss - shared)
+    return HostMemory(rss=int(info.rss), anon=anon,
+                      file=NOT_AVAILABLE if shared is None else int(shared), vms=int(info.vms),
+                      available=int(vm.available), total=int(vm.total), source="psutil",
+                      peak_rss=_peak_rss())
+
+
+_STATUS = "/proc/self/status"
+
+
+def _peak_rss() -> int | NotAvailable:
+    """VmHWM from /proc/self/status (Linux); NOT_AVAILABLE elsewhere."""
+    try:
+        with open(_STATUS, "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return NOT_AVAILABLE
+
+
+def reset_host_peak() -> bool:
+    """Set the kernel's RSS high-water mark (VmHWM) back to the current RSS, by writing 5 to
+    /proc/self/clear_refs (Linux >= 4.0). False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _all_devices() -> list:
+    from jax.extend.backend import backends
+
+    out = []
+    for client in backends().values():
+        out.extend(client.local_devices())
+    return out
+
+
+def _all_live_arrays() -> list:
+    """Live arrays of every backend: ``jax.live_arrays()`` alone lists only the default
+    backend's, so on a GPU machine the CPU (host) arrays would be missed."""
+    from jax.extend.backend import backends
+
+    out = []
+    for name in backends():
+        try:
+            out.extend(jax.live_arrays(name))
+        except Exception:  # a backend that cannot list them
+            continue
+    return out
+
+
+def _live_bytes_by_device() -> dict:
+    """Bytes of live JAX arrays per device (each shard counted on its own device).
+
+    Computed from each array's sharding, never through ``shard.data``: reading that makes
+    JAX cache a second Array over the same buffer, which ``jax.live_arrays()`` then lists,
+    so the measurement would double-count its own artefact. Single-device arrays that alias
+    one buffer (views made by user code) are counted once, by buffer address; the address is
+    asked for only where two arrays share device, shape and dtype, since asking can make JAX
+    cache such a second Array too. The zero-copy alias of a token file that an open
+    ``datasets.batches`` holds on a CPU device is not counted at all: it is the file's page
+    cache, not memory the device allocated.
+    """
+    borrowed = borrowed_buffers()
+    seen: set = {(d, addr) for d, addr, _, _ in borrowed}
+    placed_arrays, groups = [], {}
+    for arr in _all_live_arrays():
+        try:
+            if arr.is_deleted():
+                continue
+            placed = arr.sharding.addressable_devices_indices_map(arr.shape)
+            group = (next(iter(placed)), arr.shape, str(arr.dtype)) if len(placed) == 1 else None
+            placed_arrays.append((arr, placed, group))
+            groups[group] = groups.get(group, 0) + 1
+        except Exception:  # an array deleted between listing and reading
+            continue
+    for d, _, shape, dtype in borrowed:
+        groups[(d, shape, dtype)] = groups.get((d, shape, dtype), 0) + 1
+    totals: dict = {}
+    for arr, placed, group in placed_arrays:
+        try:
+            if group is not None and groups[group] > 1:
+                key = (group[0], arr.unsafe_buffer_pointer())
+                if key in seen:
+                    continue
+                seen.add(key)
+            shard_bytes = math.prod(arr.sharding.shard_shape(arr.shape)) * arr.dtype.itemsize
+            for device in placed:
+                totals[device] = totals.get(device, 0) + shard_bytes
+        except Exception:  # an array deleted between listing and reading
+            continue
+    return totals
+
+
+def _device_memory(devices) -> tuple[DeviceMemory, ...]:
+    live = None
+    out = []
+    for d in devices:
+        stats = memory_stats(d)
+        if stats and "bytes_in_use" in stats:
+            out.append(DeviceMemory(
+                device=device_name(d), platform=d.platform,
+                bytes_in_use=int(stats["bytes_in_use"]),
+                peak_bytes=_int_or_na(stats.get("peak_bytes_in_use")),
+                limit_bytes=_int_or_na(stats.get("bytes_limit")), source=ALLOCATOR,
+            ))
+        else:
+            if live is None:
+                live = _live_bytes_by_device()
+            out.append(DeviceMemory(
+                device=device_name(d), platform=d.platform, bytes_in_use=int(live.get(d, 0)),
+                peak_bytes=NOT_AVAILABLE, limit_bytes=NOT_AVAILABLE, source=LIVE_ARRAYS,
+            ))
+    return tuple(out)
+
+
+def _int_or_na(x) -> int | NotAvailable:
+    return NOT_AVAILABLE if x is None else int(x)
+
+
+def _resolve_devices(devices: jax.Device | Sequence[jax.Device] | None) -> list:
+    if devices is None:
+        return _all_devices()
+    if isinstance(devices, jax.Device):
+        return [devices]
+    out = list(devices)
+    bad = [d for d in out if not isinstance(d, jax.Device)]
+    if bad:
+        raise TypeError(
+            f"devices must be jax.Device objects (e.g. jax.devices()[0]), got {bad[0]!r}")
+    return out
+
+
+def snapshot(devices: jax.Device | Sequence[jax.Device] | None = None) -> MemorySnapshot:
+    """Bytes per device (all local devices of every backend, or the ones given) and host."""
+    devs = _resolve_devices(devices)
+    return MemorySnapshot(time=time.perf_counter(), devices=_device_memory(devs),
+                          host=_host_memory())
+
+
+# --- tracking -----------------------------------------------------------------------------
+def _rate(times) -> float:
+    """Samples per second over a series of sample times."""
+    return (len(times) - 1) / times[-1] if len(times) > 1 and times[-1] > 0 else 0.0
+
+
+def samples_to_dict(samples: Iterable[MemorySnapshot], *, t0: float | None = None,
+                    marks: Iterable[tuple[float, str]] = (), interval: float | None = None,
+                    rates: Mapping[str, float] | None = None) -> dict:
+    """Series from a sequence of snapshots, as plain data for renderers (times in seconds from
+    ``t0``, default the first sample). Used by MemoryTrace.to_dict and the live widget."""
+    samples = tuple(samples)
+    if t0 is None:
+        t0 = samples[0].time if samples else 0.0
+    times = [s.time - t0 for s in samples]
+    names = [d.device for d in samples[0].devices] if samples else []
+    last = samples[-1].devices if samples else ()
+    return {
+        "interval": interval,
+        "achieved_hz": _rate(times),
+        "times": times,
+        "devices": {n: [s.devices[i].bytes_in_use for s in samples]
+                    for i, n in enumerate(names)},
+        "device_peaks": {n: [to_json_value(s.devices[i].peak_bytes) for s in samples]
+                         for i, n in enumerate(names)},
+        "achieved_hz_by_source": dict(rates or {}),
+        "limits": {d.device: to_json_value(d.limit_bytes) for d in last},
+        "sources": {d.device: d.source for d in last},
+        "host_anon": [to_json_value(s.host.anon) for s in samples],
+        "host_file": [to_json_value(s.host.file) for s in samples],
+        "host_rss": [s.host.rss for s in samples],
+        "host_peak_rss": [to_json_value(s.host.peak_rss) for s in samples],
+        "marks": [list(m) for m in marks],
+    }
+
+
+class MemoryTrace:
+    """Samples collected by :func:`track`. Add named marks with ``trace.mark("loaded")``.
+
+    Series are plain tuples once the block has ended: ``times`` (seconds from the start),
+    ``device_bytes[name]``, ``host_anon``, ``host_file``, ``host_rss``; ``limits[name]`` and
+    ``sources[name]`` per device; ``marks`` as (time, label).
+    """
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._t0 = time.perf_counter()
+        self._lock = threading.Lock()
+        self._samples: list[MemorySnapshot] = []
+        self._marks: list[tuple[float, str]] = []
+        self.finished = False
+        self.host_peak_reset = False  # was the kernel's RSS high-water mark reset at start?
+        self._rates: dict[str, float] = {}  # samples per second, per source (when finished)
+        #: CPU seconds the sampling itself used while the block ran, per sampler ("sampler
+        #: thread" in this process, "host helper" process): what tracking costs (when finished)
+        self.sampler_cpu_s: dict[str, float] = {}
+        self.wall_s: float | None = None  # how long the block ran (when finished)
+
+    # called from the sampler thread and from user code
+    def _add(self, snap: MemorySnapshot) -> None:
+        with self._lock:
+            self._samples.append(snap)
+
+    def mark(self, label: str) -> None:
+        """Record a named moment (drawn as a vertical line on the timeline)."""
+        with self._lock:
+            self._marks.append((time.perf_counter() - self._t0, str(label)))
+
+    @property
+    def samples(self) -> tuple[MemorySnapshot, ...]:
+        with self._lock:
+            return tuple(self._samples)
+
+    @property
+    def times(self) -> tuple[float, ...]:
+        return tuple(s.time - self._t0 for s in self.samples)
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        s = self.samples
+        return tuple(d.device for d in s[0].devices) if s else ()
+
+    @property
+    def device_bytes(self) -> dict[str, tuple[int, ...]]:
+        s = self.samples
+        return {name: tuple(x.devices[i].bytes_in_use for x in s)
+                for i, name in enumerate(self.device_names)}
+
+    @property
+    def limits(self) -> dict[str, int | NotAvailable]:
+        s = self.samples
+        return {d.device: d.limit_bytes for d in s[-1].devices} if s else {}
+
+    @property
+    def sources(self) -> dict[str, str]:
+        s = self.samples
+        return {d.device: d.source for d in s[-1].devices} if s else {}
+
+    @property
+    def host_anon(self) -> tuple[int | NotAvailable, ...]:
+        return tuple(x.host.anon for x in self.samples)
+
+    @property
+    def host_file(self) -> tuple[int | NotAvailable, ...]:
+        return tuple(x.host.file for x in self.samples)
+
+    @property
+    def host_rss(self) -> tuple[int, ...]:
+        return tuple(x.host.rss for x in self.samples)
+
+    @property
+    def marks(self) -> tuple[tuple[float, str], ...]:
+        with self._lock:
+            return tuple(self._marks)
+
+    @property
+    def achieved_hz(self) -> float:
+        """Samples per second actually taken, by the slower source (see
+        :attr:`achieved_hz_by_source`): every series was refreshed at least this often."""
+        by = self.achieved_hz_by_source
+        return min(by.values()) if by else _rate(self.times)
+
+    @property
+    def achieved_hz_by_source(self) -> dict[str, float]:
+        """Samples per second per source. "host" comes from a helper process reading /proc
+        (Linux), so it keeps its rate whatever this process does; "devices" is read in this
+        process (allocator counters, or live arrays on CPU) by a thread that needs the GIL,
+        and falls behind while another thread holds it, e.g. a loop of many small CPU
+        computations. On a GPU the allocator's peak counter still catches every peak."""
+        with self._lock:
+            return dict(self._rates)
+
+    def _merge(self, host: list[HostMemory], host_times: list[float]) -> None:
+        """Merge the thread's device samples (all samples so far) with the helper's host
+        samples into one series (each value held until its source's next sample)."""
+        with self._lock:
+            dev = list(self._samples)
+            device_times = [x.time for x in dev]
+            events = sorted([(t, 0, i) for i, t in enumerate(device_times)]
+                            + [(t, 1, i) for i, t in enumerate(host_times)])
+            merged, d, h = [], dev[0], dev[0].host
+            for t, kind, i in events:
+                if kind == 0:
+                    d = dev[i]
+                else:
+                    h = host[i]
+                merged.append(MemorySnapshot(t, d.devices, h))
+            self._samples = merged
+            self._rates = {"devices": _rate([t - device_times[0] for t in device_times]),
+                           "host": _rate([t - host_times[0] for t in host_times])}
+
+    def _series(self, device: str | jax.Device) -> tuple[int, ...]:
+        series = self.device_bytes.get(device_name(device))
+        if series is None:
+            raise KeyError(f"device {device_name(device)!r} was not tracked "
+                           f"(tracked: {', '.join(self.device_names)})")
+        return series
+
+    def peak(self, device: str | jax.Device) -> int:
+        """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device)."""
+        return max(self._series(device))
+
+    @property
+    def host_peak(self) -> int | NotAvailable:
+        """Highest host RSS while the block ran, from the kernel's high-water mark (reset
+        when the block started), so a spike between two samples still counts. NOT_AVAILABLE
+        where the OS keeps no such mark (not Linux) or it could not be reset."""
+        with self._lock:
+            peaks = [s.host.peak_rss for s in self._samples]
+        if not self.host_peak_reset or any(isinstance(p, NotAvailable) for p in peaks):
+            return NOT_AVAILABLE
+        return max(peaks)
+
+    def growth(self, device: str | jax.Device) -> int:
+        """Bytes in use at the end minus at the start, on one device."""
+        series = self._series(device)
+        return series[-1] - series[0]
+
+    @property
+    def sampling_cpu_share(self) -> float | None:
+        """Samplers' CPU seconds / (block seconds x cores), None until the block ends: what
+        watching cost in CPU (not the waits for the GIL it caused the block's thread)."""
+        cores = (self.wall_s or 0) * (os.cpu_count() or 1)
+        return sum(self.sampler_cpu_s.values()) / cores if cores and self.sampler_cpu_s else None
+
+    def to_dict(self) -> dict:
+        """Plain data: everything a renderer needs."""
+        return {**samples_to_dict(self.samples, t0=self._t0, marks=self.marks,
+                                  interval=self.interval, rates=self.achieved_hz_by_source),
+                "sampler_cpu_s": dict(self.sampler_cpu_s)}
+
+    def __repr__(self) -> str:
+        return (f"MemoryTrace({len(self.samples)} samples over "
+                f"{(self.times[-1] if self.samples else 0):.2f} s, devices={self.device_names}, "
+                f"marks={[m[1] for m in self.marks]})")
+
+
+@contextmanager
+def track(interval: float = 0.01, *, devices: jax.Device | Sequence[jax.Device] | None = None
+          ) -> Iterator[MemoryTrace]:
+    """Sample device and host memory every ``interval`` seconds while the block runs.
+
+    A sample is taken at the start and at the end, so even a short block has two. The
+    sampler thread always stops, also when the block raises (the exception propagates).
+    The kernel's RSS high-water mark is reset when the block starts, so ``trace.host_peak``
+    is the true host peak of the block, not the highest sample (Linux).
+
+    >>> with track(interval=0.05) as trace:
+    ...     trace.mark("start")
+    >>> len(trace.samples) >= 2
+    True
+    """
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not (
+            0 < interval <= 60):
+        raise BadInputError(f"interval must be seconds in (0, 60], got {interval!r}")
+    devs = _resolve_devices(devices)
+    trace = MemoryTrace(float(interval))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    trace.host_peak_reset = reset_host_peak()
+    helper = host_sampler.start(interval)  # None: no /proc; the thread samples the host too
+    first = snapshot(devs)
+    trace._add(first)
+
+    def run() -> None:
+        tick = first.time
+        cpu = time.thread_time()
+        try:
+            while True:  # on a fixed grid, so the time a sample takes does not lower the rate
+                tick += interval
+                if stop.wait(max(0.0, tick - time.perf_counter())):
+                    trace.sampler_cpu_s["sampler thread"] = time.thread_time() - cpu
+                    return
+                now = time.perf_counter()
+                host = first.host if helper is not None else _host_memory()
+                trace._add(MemorySnapshot(now, _device_memory(devs), host))
+                if now - tick > interval:  # fell behind (the GIL was busy): no burst
+                    tick = now
+        except BaseException as err:  # pragma: no cover - reported after the block
+            errors.append(err)
+
+    thread = threading.Thread(target=run, name=f"helpers.memory.track-{os.getpid()}",
+                              daemon=True)
+    thread.start()
+    try:
+        yield trace
+    finally:
+        stop.set()
+        thread.join()
+        trace._add(snapshot(devs))
+        trace.wall_s = trace._samples[-1].time - first.time
+        host = helper.stop() if helper is not None else []
+        if helper is not None and helper.cpu_s is not None:
+            trace.sampler_cpu_s["host helper"] = helper.cpu_s
+        if host:
+            trace._merge([_host_from(s) for s in host], [s["time"] for s in host])
+        else:
+            with trace._lock:
+                trace._rates = {"devices and host": _rate(
+                    [x.time - trace._samples[0].time for x in trace._samples])}
+        trace.finished = True
+    if errors:  # pragma: no cover
+        raise MeasurementFailed(f"memory sampler failed: {errors[0]!r}") from errors[0]
+
+
+def _host_from(s: dict) -> HostMemory:
+    """A helper's /proc sample as HostMemory (statm's shared pages = RssFile + RssShmem)."""
+    return HostMemory(rss=s["rss"], anon=s["rss"] - s["shared"], file=s["shared"],
+                      vms=s["vms"], available=s["available"], total=s["total"],
+                      source="helper process (/proc)",
+                      peak_rss=s["peak_rss"] if s["peak_rss"] >= 0 else NOT_AVAILABLE)

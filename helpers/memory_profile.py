@@ -12,6 +12,7 @@ per (Python traceback, size, device), labels ``kind`` (``buffer`` or ``executabl
 from __future__ import annotations
 
 import gzip
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +23,15 @@ __all__ = ["ProfileEntry", "read_memory_profile", "top_entries"]
 
 @dataclass(frozen=True)
 class ProfileEntry:
+    """One entry of a device memory profile: bytes, count, kind, and the stack that made it."""
+
     bytes: int  # the "space" value: size x count
     count: int  # the "allocations" value
     kind: str  # "buffer" (an array's buffer) or "executable" (compiled code)
     device: str  # e.g. "cpu:0", "cuda:0"; "" for executables
     frames: tuple[tuple[str, str, int], ...]  # (function, file, line), innermost first
 
-    def where(self, *, skip=("/jax/", "/jaxlib/", "/helpers/")) -> str:
+    def where(self, *, skip: tuple[str, ...] = ("/jax/", "/jaxlib/", "/helpers/")) -> str:
         """The innermost frame outside JAX and the kit: the line that made the buffer."""
         for name, file, line in self.frames:
             if not any(s in file.replace("\\", "/") for s in skip):
@@ -96,7 +99,7 @@ def _message(buf: bytes) -> dict[int, list]:
     return out
 
 
-def read_memory_profile(path) -> list[ProfileEntry]:
+def read_memory_profile(path: str | os.PathLike) -> list[ProfileEntry]:
     """Every sample of the profile, largest first."""
     try:
         data = Path(path).read_bytes()
@@ -139,6 +142,7 @@ def read_memory_profile(path) -> list[ProfileEntry]:
     return sorted(entries, key=lambda e: e.bytes, reverse=True)
 
 
-def top_entries(path, n: int = 5, *, kind: str = "buffer") -> list[ProfileEntry]:
+def top_entries(path: str | os.PathLike, n: int = 5, *, kind: str = "buffer"
+                ) -> list[ProfileEntry]:
     """The ``n`` largest entries of one kind ("buffer": arrays; "executable": code)."""
     return [e for e in read_memory_profile(path) if e.kind == kind][:n]

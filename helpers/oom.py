@@ -3,47 +3,39 @@
 :func:`reproduce` runs the story's load, ``safetensors.flax.load_file(path)["tokens"]``, in a
 child process with a hard memory cap, then (with ``fixed=True``) runs it again with the fix, and
 returns plain data. On a GPU the cap is the memory-fraction variable; without one, a labelled
-CPU stand-in caps the child's address space.
-
-:func:`preflight` (will this file fit where it will land?) lives in :mod:`helpers.preflight`
-and the file format in :mod:`helpers.safetensors_format`; both are also reachable from here.
+CPU stand-in caps the child's address space. Will a file fit before you load it:
+:func:`helpers.preflight.preflight`.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import _child, _jax_internals, gpu
-from helpers._display import Display
-from helpers.datasets import write_tokens
-from helpers.errors import BadInputError, FileError, PathError
-from helpers.preflight import FIX, Preflight, TensorInfo, preflight
-from helpers.safetensors_format import DTYPE_BITS, read_header
-from helpers.step_preflight import StepPreflight, preflight_step
+from helpers import gpu
+from helpers._internal import child, jaxcompat
+from helpers._internal.child import Reply
+from helpers._internal.jaxcompat import device_name
+from helpers._internal.records import Display, Record
+from helpers.datasets import read_header, write_tokens
+from helpers.errors import BadInputError, ChildProcessFailed, FileError, NoGpuError, PathError
 from helpers.units import format_bytes, parse_size
 
-__all__ = [
-    "DTYPE_BITS",
-    "FIX",
-    "FileError",
-    "Preflight",
-    "Reproduction",
-    "StepPreflight",
-    "TensorInfo",
-    "preflight",
-    "preflight_step",
-    "read_header",
-    "reproduce",
-]
+__all__ = ["Reproduction", "reproduce"]
 
 
 # --- reproduction in a child process ------------------------------------------------------
 @dataclass(frozen=True)
 class Reproduction(Display):
+    """The story's load run in a memory-capped child: what ran, under which cap, where the data
+    landed or the error it raised (a stand-in is labelled ``stand_in``)."""
+
     attempt: str  # the code the child ran
     fixed: bool  # True for the run with the default_device fix
     stand_in: bool  # True: CPU stand-in (memory-capped child), not a real GPU
@@ -60,9 +52,6 @@ class Reproduction(Display):
     elapsed_s: float
     exit_code: int
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 # The memory-fraction variable the kit sets. jaxlib reads the documented XLA_CLIENT_MEM_FRACTION
 # and still honours the older XLA_PYTHON_CLIENT_MEM_FRACTION (jaxlib/xla_client.py,
@@ -75,18 +64,13 @@ def _gpu_mode_available() -> bool:
     """True when the GPU path can run, decided without starting JAX's GPU backend here
     (which would preallocate 75% of the card for this process) unless JAX already runs."""
     jax = sys.modules.get("jax")
-    if jax is not None and _jax_internals.backends_started():
+    if jax is not None and jaxcompat.backends_started():
         return jax.default_backend() == "gpu"
     return gpu.why_unavailable() is None
 
 
-def _run_child(args: list[str], env: dict, timeout: float) -> tuple[dict | None, int, str]:
-    result = _child.run_json("helpers._oom_child", args, env=env, timeout=timeout)
-    stderr = result.describe_failure() if result.timed_out else result.stderr
-    return result.data, result.returncode, stderr
-
-
-def _check_room(mode: str, requested: int, budget, total: int | None) -> int | None:
+def _cap_for(mode: str, requested: int, budget: str | int | None, total: int | None
+             ) -> int | None:
     """The cap for the load (default: half of it), after checking the machine can run it.
     ``total``: the GPU's memory in gpu mode."""
     if mode == "gpu":
@@ -110,8 +94,9 @@ def _check_room(mode: str, requested: int, budget, total: int | None) -> int | N
     return cap
 
 
-def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "auto",
-              budget=None, timeout: float = 300, workdir=None) -> Reproduction:
+def reproduce(path: str | os.PathLike | None = None, *, size: str | int = "256 MiB",
+              fixed: bool = False, mode: str = "auto", budget: str | int | None = None,
+              timeout: float = 300, workdir: str | os.PathLike | None = None) -> Reproduction:
     """Run ``safetensors.flax.load_file(path)["tokens"]`` in a child process under a memory
     cap, so the caller survives the OOM. With ``fixed=True`` the child wraps the load in
     ``with jax.default_device(<host device>):``.
@@ -135,7 +120,7 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
     if path is None:
         n = parse_size(size) // 2
         requested = 2 * n
-        _check_room(mode, requested, budget, total)  # before writing a file that cannot be used
+        _cap_for(mode, requested, budget, total)  # before writing a file that cannot be used
         folder = Path(workdir or tempfile.gettempdir()) / "jax-device-kit"
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -151,10 +136,10 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
                         "the reproduction loads the story's `tokens` tensor")
     start, end = header["tokens"]["data_offsets"]
     requested = end - start
-    cap = _check_room(mode, requested, budget, total)
-    env = _child.child_env({"PYTHONUNBUFFERED": "1"},
-                           drop=("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"))
-    args = [str(path), "--mode", mode] + (["--fixed"] if fixed else [])
+    cap = _cap_for(mode, requested, budget, total)
+    env = child.child_env({"PYTHONUNBUFFERED": "1"},
+                          drop=("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"))
+    child_budget = 0
     if mode == "gpu":
         fraction = max(_MIN_FRACTION, min(0.9, cap / total)) if (total and cap) else 0.05
         if total and fraction * total >= requested:
@@ -171,7 +156,7 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
     else:
         env["JAX_PLATFORMS"] = "cpu"
         env["JAX_NUM_CPU_DEVICES"] = "2"
-        args += ["--budget", str(cap)]
+        child_budget = cap
         if fixed:
             how = ("stand-in: host memory not capped (the cap models the accelerator's "
                    "memory; the fix puts the data in host memory)")
@@ -181,20 +166,96 @@ def reproduce(path=None, *, size="256 MiB", fixed: bool = False, mode: str = "au
                    f"(2 x {format_bytes(requested)}) + {format_bytes(cap)} for the device copy")
             budget_bytes = cap
     t0 = time.perf_counter()
-    result, code, stderr = _run_child(args, env, timeout)
+    result = child.run(f"{__name__}:_load_in_child",
+                       _LoadRequest(str(path), mode, fixed, child_budget), env=env,
+                       timeout=timeout)
     elapsed = time.perf_counter() - t0
-    if result is None:
-        tail = stderr.strip().splitlines()[-5:]
-        result = {"ok": False, "error_type": "ChildProcessError",
-                  "error_message": f"child exited {code} without a result: " + " | ".join(tail),
-                  "device": "?", "landed_on": None, "accelerator_bytes_added": None,
-                  "attempt": "?"}
+    try:
+        got = result.answer(_LoadAnswer, "the capped load")
+    except ChildProcessFailed as err:  # died without an answer: that is the result
+        got = _LoadAnswer(ok=False, device="?", attempt="?", error_type="ChildProcessFailed",
+                          error_message=" | ".join(str(err).splitlines())[:500])
     return Reproduction(
-        attempt=result.get("attempt", "?"), fixed=fixed, stand_in=(mode == "cpu"),
-        platform="gpu" if mode == "gpu" else "cpu (stand-in)", device=result.get("device", "?"),
-        landed_on=result.get("landed_on"), budget_bytes=budget_bytes, budget_how=how,
-        requested_bytes=requested, ok=bool(result.get("ok")),
-        error_type=result.get("error_type"), error_message=result.get("error_message"),
-        accelerator_bytes_added=result.get("accelerator_bytes_added"), elapsed_s=elapsed,
-        exit_code=code,
+        attempt=got.attempt, fixed=fixed, stand_in=(mode == "cpu"),
+        platform="gpu" if mode == "gpu" else "cpu (stand-in)", device=got.device,
+        landed_on=got.landed_on, budget_bytes=budget_bytes, budget_how=how,
+        requested_bytes=requested, ok=got.ok, error_type=got.error_type,
+        error_message=got.error_message, accelerator_bytes_added=got.accelerator_bytes_added,
+        elapsed_s=elapsed, exit_code=result.returncode,
     )
+
+
+# --- the child: the load itself, under the cap ------------------------------------------------
+@dataclass(frozen=True)
+class _LoadRequest(Record):
+    path: str
+    mode: str  # "gpu" or "cpu" (the stand-in)
+    fixed: bool
+    budget: int  # the stand-in's room for JAX's device copy
+
+
+@dataclass(frozen=True)
+class _LoadAnswer(Record):
+    ok: bool
+    device: str
+    attempt: str
+    landed_on: str | None = None
+    accelerator_bytes_added: int | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+def _vm_size() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().vms)  # VmSize: the address space RLIMIT_AS caps
+
+
+def _load_in_child(request: _LoadRequest) -> Reply:
+    """In the child of :func:`reproduce`: the story's load, under the cap. Every failure is
+    reported as data (never a hang); exit code 3 when the load failed."""
+    a = request
+    device, attempt = "?", "?"
+    try:
+        import jax
+        from safetensors.flax import load_file
+
+        from helpers import memory
+
+        def in_use(d) -> int:
+            return memory.snapshot([d]).devices[0].bytes_in_use
+
+        if a.mode == "gpu" and jax.default_backend() != "gpu":  # never a false "real GPU" label
+            raise NoGpuError(f"JAX started on {jax.default_backend()!r}, not on a GPU; "
+                             "the GPU run cannot happen here")
+        accelerator = jax.devices()[0]  # the default device: GPU, or cpu:0 in the stand-in
+        host = jax.devices("cpu")[0] if a.mode == "gpu" else jax.devices("cpu")[1]
+        device = device_name(host if a.fixed else accelerator)
+        jax.numpy.zeros(1).block_until_ready()  # start the backend and its threads first
+        before = in_use(accelerator)
+        name = os.path.basename(a.path)
+        attempt = (f"with jax.default_device({host!r}): load_file({name!r})['tokens']"
+                   if a.fixed else f"load_file({name!r})['tokens']")
+        if a.mode == "cpu" and not a.fixed:
+            # Stand-in for a small accelerator: room for safetensors' read (the file map and
+            # a NumPy copy, 2 x file) plus `budget` bytes; JAX's device copy needs the file
+            # size again, so it is JAX's allocation that fails.
+            cap = _vm_size() + 2 * os.path.getsize(a.path) + a.budget
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        if a.fixed:
+            with jax.default_device(host):
+                tokens = load_file(a.path)["tokens"]
+        else:
+            tokens = load_file(a.path)["tokens"]
+        tokens.block_until_ready()
+        return Reply(_LoadAnswer(
+            ok=True, device=device, attempt=attempt,
+            landed_on=", ".join(device_name(d) for d in tokens.devices()),
+            accelerator_bytes_added=in_use(accelerator) - before))
+    except BaseException as err:  # report every failure as data; never a hang
+        if not isinstance(err, Exception):
+            traceback.print_exc()
+        message = str(err).strip().splitlines()[0][:500] if str(err) else ""
+        return Reply(_LoadAnswer(ok=False, device=device, attempt=attempt,
+                                 error_type=f"{type(err).__module__}.{type(err).__name__}",
+                                 error_message=message), exit_code=3)

@@ -1,23 +1,47 @@
-"""Will this file fit where it will land?
+"""Will it fit? A safetensors file before it is loaded (:func:`preflight`), a step before it
+runs (:func:`preflight_step`), and the step's peak measured while it runs (:func:`measure_step`,
+:func:`measure_example`): prediction and measurement side by side.
 
-:func:`preflight` reads only a safetensors file's header (never its data) and compares the
-bytes with the free memory of the device the load would land on *right now*: the allocator's
-``bytes_limit - bytes_in_use`` on a GPU, the host's available memory on the CPU.
+- :func:`preflight` reads only a file's header (never its data) and compares the bytes with the
+  free memory of the device the load would land on *right now*: the allocator's
+  ``bytes_limit - bytes_in_use`` on a GPU, the host's available memory on the CPU.
+- :func:`preflight_step` compiles a function for the device it would run on, without running it
+  and without moving any argument, and compares XLA's own estimate
+  (``compiled.memory_analysis()``) with what is free there, computed as for files. What the step
+  needs is XLA's peak minus the argument bytes that already sit on that device.
+- :func:`measure_step` runs it once and measures its peak. On a GPU the allocator keeps a
+  high-water mark (``peak_bytes_in_use``), so no peak between two samples is lost; it only
+  rises, so in a process that already reached a higher peak the step's own peak is hidden:
+  :func:`measure_example` measures in a fresh child process. On the CPU stand-in the kernel
+  keeps one too: the RSS high-water mark (VmHWM), reset when :func:`helpers.memory.track`
+  starts; it sees XLA's temporaries, which live arrays never do. The child runs with
+  ``MALLOC_MMAP_THRESHOLD_`` set so that every large buffer is its own mapping, given back when
+  freed: RSS then follows the buffers and not the C heap's reuse. The step's peak counts its
+  arguments, as XLA's estimate does: peak - (in use before - the bytes of the arguments).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from helpers._display import Display
-from helpers._jax_internals import device_name
-from helpers.errors import BackendError, BadInputError, FileError
-from helpers.safetensors_format import read_header
-from helpers.unavailable import NOT_AVAILABLE, NotAvailable, to_json_value
-from helpers.units import format_bytes
+from helpers._internal import child, jaxcompat
+from helpers._internal.jaxcompat import device_name
+from helpers._internal.records import Display, Record
+from helpers.datasets import read_header
+from helpers.errors import BackendError, BadInputError, FileError, MeasurementFailed
+from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 
-__all__ = ["FIX", "Preflight", "TensorInfo", "preflight"]
+if TYPE_CHECKING:
+    import jax
+
+__all__ = ["ALLOCATOR_PEAK", "FIX", "HOST_PEAK", "MMAP_ENV", "Preflight", "StepMeasurement",
+           "StepPreflight", "TensorInfo", "compile_step", "judge", "measure_example",
+           "measure_step", "preflight", "preflight_step"]
 
 FIX = ("load it into host memory instead: `with jax.default_device(jax.devices('cpu')[0]): "
         "tokens = safetensors.flax.load_file(path)['tokens']`, or skip JAX for the load "
@@ -26,15 +50,31 @@ FIX = ("load it into host memory instead: `with jax.default_device(jax.devices('
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(Record):
+    """One tensor of a safetensors file, from its header: name, dtype, shape, bytes."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
 
 
+class _Verdict:
+    """What a file's and a step's verdicts share."""
+
+    verdict: str
+
+    @property
+    def fits(self) -> bool:
+        """The verdict is "fits" (tight or not)."""
+        return self.verdict == "fits"
+
+
 @dataclass(frozen=True)
-class Preflight(Display):
+class Preflight(_Verdict, Display):
+    """Will this safetensors file fit where a load would put it now: its tensors, the device,
+    the free memory there, a verdict and the fix."""
+
     path: str
     file_bytes: int
     tensors: tuple[TensorInfo, ...]
@@ -46,16 +86,6 @@ class Preflight(Display):
     verdict: str  # "fits" | "will not fit" | "unknown"
     advice: str
 
-    @property
-    def fits(self) -> bool:
-        return self.verdict == "fits"
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["tensors"] = [asdict(t) for t in self.tensors]
-        d["free_bytes"] = to_json_value(self.free_bytes)
-        return d
-
 
 # --- where would it land, and is there room ----------------------------------------------
 _DOCTOR = "run `python -m helpers doctor` to see why and how to fix it"
@@ -63,10 +93,8 @@ _DOCTOR = "run `python -m helpers doctor` to see why and how to fix it"
 
 def _jax():
     """JAX, imported; BackendError (not a traceback) when this environment cannot import it."""
-    from helpers import _backend_start
-
     try:
-        return _backend_start.import_jax()
+        return jaxcompat.import_jax()
     except Exception as err:  # e.g. JAX_NUM_CPU_DEVICES=abc raises inside `import jax`
         raise BackendError(f"JAX cannot start here ({type(err).__name__}: {err}); "
                            f"{_DOCTOR}") from None
@@ -115,10 +143,9 @@ def _backend_names() -> list[str]:
 
 
 def _free_bytes(device) -> tuple[int | NotAvailable, str]:
-    try:
-        stats = device.memory_stats()
-    except Exception:
-        stats = None
+    from helpers.memory import memory_stats  # imports JAX: only once _jax() has
+
+    stats = memory_stats(device)
     if stats and "bytes_limit" in stats:
         return (int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)),
                 "allocator: bytes_limit - bytes_in_use")
@@ -129,7 +156,8 @@ def _free_bytes(device) -> tuple[int | NotAvailable, str]:
     return NOT_AVAILABLE, f"{device.platform} keeps no memory statistics"
 
 
-def judge(needed: int, free, dev, *, fix: str, unknown: str) -> tuple[str, str]:
+def judge(needed: int, free: int | NotAvailable, dev: jax.Device, *, fix: str, unknown: str
+          ) -> tuple[str, str]:
     """Verdict and advice for ``needed`` bytes against ``free`` on ``dev`` (files and steps)."""
     if free is NOT_AVAILABLE:
         return "unknown", unknown
@@ -141,7 +169,7 @@ def judge(needed: int, free, dev, *, fix: str, unknown: str) -> tuple[str, str]:
                             f"{device_name(dev)}. {fix}")
 
 
-def preflight(path, *, device=None) -> Preflight:
+def preflight(path: str | os.PathLike, *, device: str | jax.Device | None = None) -> Preflight:
     """Dtype, shape and bytes of every tensor, the device a load would land on now, the free
     memory there, and a verdict. Reads only the header (also cross-checked by safetensors)."""
     header, _ = read_header(path)
@@ -168,3 +196,334 @@ def preflight(path, *, device=None) -> Preflight:
                             unknown="this device reports no free memory; try a smaller file")
     return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, device_name(dev),
                      why, free, source, verdict, advice)
+
+
+# --- will this step fit? ------------------------------------------------------------------
+_TRACE_ERRORS = ("ConcretizationTypeError", "TracerBoolConversionError",
+                 "TracerIntegerConversionError", "TracerArrayConversionError")
+
+
+@dataclass(frozen=True)
+class StepPreflight(_Verdict, Display):
+    """Will this step fit: XLA's sizes for the compiled step, what is in use and free on its
+    device now, a verdict and what to try."""
+
+    function: str
+    device: str  # where it would run, e.g. "cuda:0", "cpu:0"
+    device_reason: str
+    argument_bytes: int  # XLA's memory_analysis(), per device
+    output_bytes: int
+    alias_bytes: int  # outputs written into donated arguments
+    temp_bytes: int  # XLA's scratch buffers (activations, intermediates)
+    code_bytes: int  # generated code (0 on the CPU backend)
+    peak_bytes: int  # the kit's estimate: arguments + outputs - aliased + temporaries
+    xla_peak_bytes: int | NotAvailable  # memory_analysis().peak_memory_in_bytes, as XLA says
+    resident_bytes: int  # argument bytes already on that device (counted in in_use_bytes)
+    needed_bytes: int  # peak_bytes - resident_bytes: what the step adds
+    in_use_bytes: int | NotAvailable  # on that device now
+    in_use_source: str  # "allocator" or "live arrays"
+    free_bytes: int | NotAvailable
+    free_source: str
+    donated: tuple[int, ...]
+    verdict: str  # "fits" | "will not fit" | "unknown"
+    advice: str
+
+
+# --- arguments as shapes on the target device ----------------------------------------------
+def _check_donation(args, donate_argnums) -> tuple[int, ...]:
+    jax = _jax()
+    if isinstance(donate_argnums, int):
+        donate_argnums = (donate_argnums,)
+    try:
+        nums = tuple(sorted(set(donate_argnums)))
+    except TypeError:
+        raise BadInputError(f"donate_argnums must be an int or a tuple of ints, got "
+                            f"{donate_argnums!r}") from None
+    for i in nums:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(args):
+            raise BadInputError(f"donate_argnums={donate_argnums!r}: {i!r} is not the "
+                                f"position of one of the {len(args)} positional arguments")
+        for leaf in jax.tree.leaves(args[i]):
+            if not isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)):
+                raise BadInputError(
+                    f"argument {i} is donated but holds a {type(leaf).__name__}, not a "
+                    f"jax.Array: only a buffer already on the device can be donated (a NumPy "
+                    f"array or a Python number is copied for each call). Fix: "
+                    f"`jax.device_put` it first, or drop {i} from donate_argnums")
+    return nums
+
+
+def _device_of_committed(args, jax):
+    """The one device that committed array arguments pin the step to (jit runs there)."""
+    found = {d for leaf in jax.tree.leaves(args) if isinstance(leaf, jax.Array)
+             and getattr(leaf, "committed", False) for d in leaf.devices()}
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _specs(args, kwargs, device, jax):
+    """Array leaves as ShapeDtypeStructs placed on ``device`` (nothing is copied); other
+    leaves (Python numbers, None) are left as they are. Also: argument bytes already there."""
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    resident = 0
+
+    def spec(leaf):
+        nonlocal resident
+        if isinstance(leaf, jax.Array):
+            if not leaf.is_deleted() and set(leaf.devices()) == {device}:
+                resident += leaf.nbytes
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+        if isinstance(leaf, jax.ShapeDtypeStruct):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):  # NumPy arrays and scalars
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+        return leaf
+
+    return jax.tree.map(spec, args), jax.tree.map(spec, kwargs), resident
+
+
+def _user_frame(err: BaseException) -> str:
+    """file:line of the deepest frame outside JAX and the kit: where the user's code failed."""
+    where = ""
+    for frame in traceback.extract_tb(err.__traceback__):
+        path = frame.filename.replace("\\", "/")
+        if "/jax/" not in path and "/helpers/" not in path and "/jaxlib/" not in path:
+            name = path.rsplit("/", 1)[-1]  # a notebook cell's file is a temporary path
+            where = f" (at {name}:{frame.lineno}: {(frame.line or '').strip()})"
+    return where
+
+
+def _shapes(args) -> str:
+    jax = _jax()
+    return ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(a.shape)}"
+                     if hasattr(a, "shape") else repr(a) for a in jax.tree.leaves(args))
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
+                 donate_argnums: int | Sequence[int] = (), **kwargs):
+    """``(compiled, device, why, resident_bytes, donated)``: ``fn`` compiled for the device it
+    would run on, with its arguments as shapes there. Clear errors for the usual mistakes."""
+    jax = _jax()
+    if not callable(fn):
+        raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
+    donated = _check_donation(args, donate_argnums)
+    if device is None and _device_of_committed((args, kwargs), jax) is not None:
+        dev, why = _device_of_committed((args, kwargs), jax), "where its committed arguments live"
+    else:
+        dev, why = _target(device)
+    arg_specs, kw_specs, resident = _specs(args, kwargs, dev, jax)
+    jitted = fn if (hasattr(fn, "lower") and not donated) else jax.jit(fn, donate_argnums=donated)
+    name = _name(fn)
+    try:
+        lowered = jitted.lower(*arg_specs, **kw_specs)
+    except Exception as err:
+        kind = type(err).__name__
+        first = (str(err).strip().splitlines() or [kind])[0].rstrip(".")
+        if kind in _TRACE_ERRORS:
+            raise BadInputError(
+                f"{name} does not trace{_user_frame(err)}: Python control flow (if, while, "
+                f"int(), bool()) on a traced value. {kind}: {first}. Fix: jnp.where or "
+                f"jax.lax.cond/while_loop, or mark that argument static "
+                f"(jax.jit(..., static_argnums=...))") from None
+        raise BadInputError(f"{name} fails on these arguments ({_shapes((args, kwargs))})"
+                            f"{_user_frame(err)}: {kind}: {first}") from None
+    try:
+        compiled = lowered.compile()
+    except Exception as err:
+        raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
+                                f"{type(err).__name__}: {str(err)[:300]}") from None
+    return compiled, dev, why, resident, donated
+
+
+def _analysis(compiled) -> dict:
+    """XLA's sizes, and the kit's peak: every buffer the executable holds at once, at most
+    (the temporaries are one block, allocated for the whole run)."""
+    ma = compiled.memory_analysis()
+    if ma is None:
+        raise MeasurementFailed("this backend gives no memory analysis for compiled code")
+    sizes = {k: int(getattr(ma, f"{k}_size_in_bytes")) for k in
+             ("argument", "output", "alias", "temp", "generated_code")}
+    sizes["peak"] = sizes["argument"] + sizes["output"] - sizes["alias"] + sizes["temp"]
+    xla_peak = getattr(ma, "peak_memory_in_bytes", None)
+    sizes["xla_peak"] = NOT_AVAILABLE if xla_peak is None else int(xla_peak)
+    return sizes
+
+
+def _in_use(dev) -> tuple[int | NotAvailable, str]:
+    from helpers import memory  # imports JAX: only once _jax() has
+
+    try:
+        (mem,) = memory.snapshot([dev]).devices
+    except Exception:
+        return NOT_AVAILABLE, "unknown"
+    return mem.bytes_in_use, mem.source
+
+
+def _verdict(needed: int, free, dev, donated) -> tuple[str, str]:
+    tips = [] if donated else ["donate the arguments the step replaces (donate_argnums)"]
+    tips += ["a smaller batch", "jax.checkpoint on the largest activations",
+             "free arrays still held (notebook 08)"]
+    return judge(needed, free, dev, fix="Try: " + "; ".join(tips),
+                 unknown="this device reports no free memory")
+
+
+def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
+                   donate_argnums: int | Sequence[int] = (), **kwargs) -> StepPreflight:
+    """XLA's memory estimate for ``fn(*args, **kwargs)`` on ``device`` (default: where jit
+    would run it), what is in use and free there now, and a verdict. Nothing runs and no
+    argument is copied: arrays (JAX, NumPy) or ``jax.ShapeDtypeStruct`` shapes all work."""
+    compiled, dev, why, resident, donated = compile_step(
+        fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
+    a = _analysis(compiled)
+    needed = max(a["peak"] - resident, 0)
+    in_use, in_use_source = _in_use(dev)
+    free, free_source = _free_bytes(dev)
+    verdict, advice = _verdict(needed, free, dev, donated)
+    return StepPreflight(
+        function=_name(fn), device=device_name(dev),
+        device_reason=why, argument_bytes=a["argument"], output_bytes=a["output"],
+        alias_bytes=a["alias"], temp_bytes=a["temp"], code_bytes=a["generated_code"],
+        peak_bytes=a["peak"], xla_peak_bytes=a["xla_peak"], resident_bytes=resident,
+        needed_bytes=needed, in_use_bytes=in_use, in_use_source=in_use_source,
+        free_bytes=free, free_source=free_source, donated=donated, verdict=verdict,
+        advice=advice)
+
+
+# --- the step's peak, measured ---------------------------------------------------------------
+ALLOCATOR_PEAK = "allocator: peak_bytes_in_use"
+HOST_PEAK = "host RSS high-water mark (CPU stand-in)"
+MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: each buffer >= 64 KiB is an mmap
+
+
+@dataclass(frozen=True)
+class StepMeasurement(Display):
+    """A step's peak memory, measured while it ran (allocator peak, or the host RSS
+    high-water mark on the CPU stand-in)."""
+
+    function: str
+    device: str
+    argument_bytes: int  # the arguments, already on the device before the run
+    peak_bytes: int | NotAvailable  # the step's peak, arguments included
+    source: str  # ALLOCATOR_PEAK or HOST_PEAK
+    seconds: float
+    note: str
+
+
+def _allocator(dev) -> dict | None:
+    from helpers.memory import memory_stats
+
+    stats = memory_stats(dev)
+    return stats if stats and "peak_bytes_in_use" in stats else None
+
+
+def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
+                 donate_argnums: int | Sequence[int] = (), **kwargs) -> StepMeasurement:
+    """Run ``fn(*args, **kwargs)`` once (compiled as :func:`preflight_step` compiles it, after
+    one warm-up run) and measure its peak on the device: allocator peak on a GPU, the host RSS
+    high-water mark on the CPU stand-in."""
+    import time
+
+    import jax
+
+    from helpers.memory import track
+
+    compiled, dev, _, _, _ = compile_step(fn, *args, device=device,
+                                          donate_argnums=donate_argnums, **kwargs)
+    name = _name(fn)
+
+    def placed():  # fresh copies each run: a donated argument is used up by the run
+        out = jax.device_put((args, kwargs), dev, may_alias=False)
+        return jax.block_until_ready(out)
+
+    a, k = placed()
+    jax.block_until_ready(compiled(*a, **k))  # warm-up: first-run allocations are not the step
+    a, k = placed()
+    arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
+    before = _allocator(dev)
+    t0 = time.perf_counter()
+    with track(interval=0.005, devices=[dev]) as trace:
+        out = compiled(*a, **k)
+        jax.block_until_ready(out)
+    seconds = time.perf_counter() - t0
+    del out
+    after = _allocator(dev)
+    if before is not None and after is not None:
+        source = ALLOCATOR_PEAK
+        if after["peak_bytes_in_use"] > before["peak_bytes_in_use"]:
+            peak, note = (after["peak_bytes_in_use"] - before["bytes_in_use"] + arg_bytes, "")
+        else:
+            peak, note = NOT_AVAILABLE, (
+                "hidden: this process reached a higher peak earlier and the allocator's peak "
+                "only rises; measure in a fresh process (measure_example)")
+    else:
+        source = HOST_PEAK
+        host_peak = trace.host_peak
+        if host_peak is NOT_AVAILABLE:
+            peak, note = NOT_AVAILABLE, "this OS keeps no RSS high-water mark"
+        else:
+            peak = host_peak - trace.samples[0].host.rss + arg_bytes
+            note = ("" if _mmap_threshold_set() else
+                    "lower bound: the C heap may reuse freed memory without growing RSS "
+                    f"(a fresh process with {MMAP_ENV} is exact: measure_example)")
+    return StepMeasurement(name, device_name(dev), arg_bytes, peak, source, seconds, note)
+
+
+def _mmap_threshold_set() -> bool:
+    import os
+
+    return os.environ.get("MALLOC_MMAP_THRESHOLD_") == MMAP_ENV["MALLOC_MMAP_THRESHOLD_"]
+
+
+def measure_example(name: str, *, scale: int = 1, donate: bool = False, batch: int | None = None,
+                    timeout: float = 300) -> tuple[StepPreflight, StepMeasurement]:
+    """Prediction and measurement of one of :data:`helpers.example_steps.EXAMPLES`, in a
+    fresh child process (so the allocator's peak and the RSS high-water mark are the step's
+    own). ``donate`` donates the first argument; ``batch`` sets mlp_sgd_step's batch size."""
+    from helpers.example_steps import EXAMPLES
+
+    if name not in EXAMPLES:
+        raise BadInputError(f"no example step {name!r}; choose one of {', '.join(EXAMPLES)}")
+    if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= 16:
+        raise BadInputError(f"scale must be an int from 1 to 16, got {scale!r}")
+    if batch is not None and (name != "mlp_sgd_step" or not isinstance(batch, int)
+                              or isinstance(batch, bool) or batch < 1):
+        raise BadInputError(f"batch must be a positive int, and only mlp_sgd_step takes one; "
+                            f"got {name!r} with batch={batch!r}")
+    result = child.run(f"{__name__}:_measure_example_child",
+                       _ExampleRequest(name, scale, donate, batch),
+                       env=child.child_env(MMAP_ENV), timeout=timeout)
+    answer = result.answer(_ExampleAnswer, f"measuring {name} in a child process")
+    return answer.preflight, answer.measurement
+
+
+@dataclass(frozen=True)
+class _ExampleRequest(Record):
+    name: str
+    scale: int
+    donate: bool
+    batch: int | None
+
+
+@dataclass(frozen=True)
+class _ExampleAnswer(Record):
+    preflight: StepPreflight
+    measurement: StepMeasurement
+
+
+def _measure_example_child(request: _ExampleRequest) -> _ExampleAnswer:
+    """In the child of :func:`measure_example`: one example step, predicted and measured."""
+    import jax
+
+    from helpers.example_steps import EXAMPLES
+
+    fn, make_args = EXAMPLES[request.name]
+    device = jax.devices()[0]  # the default backend's first device: the GPU when there is one
+    host_args = (make_args(request.scale) if request.batch is None
+                 else make_args(request.scale, batch=request.batch))
+    args = jax.block_until_ready(jax.device_put(host_args, device))
+    donated = (0,) if request.donate else ()
+    return _ExampleAnswer(preflight_step(fn, *args, device=device, donate_argnums=donated),
+                          measure_step(fn, *args, device=device, donate_argnums=donated))

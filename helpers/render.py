@@ -1,9 +1,12 @@
-"""Text and HTML for the kit's records: preflight verdicts, OOM reproductions, memory
-snapshots, transfer logs and token files.
+"""Text (terminal) and HTML (notebooks) for every record the kit returns: the doctor's report,
+placements, preflight verdicts, OOM reproductions, memory snapshots, transfer logs, token files
+and load measurements.
 
-Pure functions of the captured data, registered with :mod:`helpers._display` so that
-``str(record)`` and Jupyter's views use them (the doctor report and placements are rendered by
-:mod:`helpers.report`; figures by :mod:`helpers.plotting`).
+Pure functions of the captured data, registered with :func:`helpers._internal.records.renders`
+by the record's name, so ``str(record)`` and Jupyter's views use them and capture modules never
+import this one (nor JAX through it). The JSON form is the record's own ``to_dict``. HTML is
+deterministic: no random ids, no scripts, no timestamps, so a notebook re-run produces the same
+markup on the same machine. Figures: :mod:`helpers.plotting`.
 """
 
 from __future__ import annotations
@@ -11,30 +14,205 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
-from helpers import _display
-from helpers.units import format_bytes as fb
+from helpers._internal import records
+from helpers.units import NOT_AVAILABLE, format_bytes
 
 if TYPE_CHECKING:  # records are registered by name below: rendering never imports JAX
     from helpers.datasets import TokenFile
+    from helpers.devices import DeviceReport, Placement
+    from helpers.memory import MemorySnapshot
     from helpers.oom import Reproduction
-    from helpers.preflight import Preflight
-    from helpers.snapshots import MemorySnapshot
-    from helpers.step_measure import StepMeasurement
-    from helpers.step_preflight import StepPreflight
+    from helpers.preflight import Preflight, StepMeasurement, StepPreflight
     from helpers.transfers import TransferLog
 
-__all__ = ["preflight_text", "reproduction_text", "snapshot_text", "step_measurement_text",
+__all__ = ["load_table", "placement_html", "placement_text", "preflight_text", "report_html",
+           "report_text", "reproduction_text", "snapshot_text", "step_measurement_text",
            "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
            "transfer_log_text"]
 
+_STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
 
+
+# --- text ---------------------------------------------------------------------------------
+def _stats_text(stats) -> str:
+    if stats is NOT_AVAILABLE:
+        return "memory stats: not available on this backend"
+    parts = [f"{k}={format_bytes(stats[k])}" for k in _STAT_KEYS if k in stats]
+    return "memory stats: " + (", ".join(parts) or f"{len(stats)} counters")
+
+
+def report_text(r: DeviceReport) -> str:
+    lines = ["JAX Device Kit - doctor", ""]
+    v = r.versions
+    lines.append(
+        f"python {v.get('python')} | jax {v.get('jax')} | jaxlib {v.get('jaxlib')} | "
+        f"numpy {v.get('numpy')} | safetensors {v.get('safetensors')}"
+    )
+    lines.append("plugins: " + (", ".join(f"{k} {x}" for k, x in r.plugins.items()) or "none"))
+    lines.append("")
+    lines.append(f"default backend: {r.default_backend or 'NONE (no backend started)'}")
+    lines.append(f"default device:  {r.default_device or 'NONE'}  ({r.default_device_source})")
+    if r.platforms_requested:
+        lines.append(f"JAX_PLATFORMS:   {r.platforms_requested}")
+    lines.append("")
+    lines.append("Backends")
+    if not r.backends:
+        lines.append("  (none started)")
+    for b in r.backends:
+        mark = "  [default]" if b.is_default else ""
+        lines.append(f"  {b.name}{mark}: {len(b.devices)} device(s)  {b.platform_version}".rstrip())
+        for d in b.devices:
+            kinds = ", ".join(d.memory_kinds) or "-"
+            lines.append(f"    {d.name or d.id}  {d.kind}  process {d.process_index}  "
+                         f"memories: {kinds}")
+            lines.append(f"      {_stats_text(d.memory_stats)}")
+    if r.failed_backends:
+        lines.append("")
+        lines.append("Backends that did not start")
+        for f in r.failed_backends:
+            lines.append(f"  {f.name}: {f.error}")
+            if f.hint:
+                lines.append(f"    -> {f.hint}")
+    lines.append("")
+    lines.append("Environment (placement and allocation)")
+    width = max(len(e.name) for e in r.environment) if r.environment else 0
+    for e in r.environment:
+        value = "(unset)" if e.value is None else repr(e.value)
+        lines.append(f"  {e.name:<{width}}  {value}")
+    lines.append("")
+    if r.warnings:
+        lines.append(f"Warnings ({len(r.warnings)})")
+        for w in r.warnings:
+            lines.append(f"  ! [{w.code}] {w.message}")
+            lines.append(f"    fix: {w.fix}")
+    else:
+        lines.append("Warnings: none")
+    return "\n".join(lines)
+
+
+# --- HTML ---------------------------------------------------------------------------------
+_CSS = (
+    "<style>.jdk-report{font-family:var(--jp-ui-font-family,sans-serif);font-size:13px}"
+    ".jdk-report table{border-collapse:collapse;margin:4px 0 10px}"
+    ".jdk-report th,.jdk-report td{border:1px solid #ccc;padding:2px 8px;text-align:left}"
+    ".jdk-report .warn{color:#a40}.jdk-report .fail{color:#b00}</style>"
+)
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def report_html(r: DeviceReport) -> str:
+    out = [_CSS, '<div class="jdk-report">']
+    out.append(
+        f"<b>default backend</b> {_e(r.default_backend or 'none')} &middot; "
+        f"<b>default device</b> {_e(r.default_device or 'none')} "
+        f"<i>({_e(r.default_device_source)})</i>"
+    )
+    out.append("<table><tr><th>backend</th><th>device</th><th>kind</th><th>process</th>"
+               "<th>memory kinds</th><th>bytes in use</th><th>bytes limit</th></tr>")
+    for b in r.backends:
+        for d in b.devices:
+            stats = d.memory_stats
+            used = format_bytes(stats.get("bytes_in_use")) if stats else "not available"
+            limit = format_bytes(stats.get("bytes_limit")) if stats else "not available"
+            name = _e(b.name) + (" (default)" if b.is_default else "")
+            out.append(
+                f"<tr><td>{name}</td><td>{_e(d.name or d.id)}</td><td>{_e(d.kind)}</td>"
+                f"<td>{d.process_index}</td><td>{_e(', '.join(d.memory_kinds))}</td>"
+                f"<td>{_e(used)}</td><td>{_e(limit)}</td></tr>"
+            )
+    out.append("</table>")
+    if r.failed_backends:
+        out.append("<b>Backends that did not start</b><ul>")
+        for f in r.failed_backends:
+            hint = f" &rarr; {_e(f.hint)}" if f.hint else ""
+            out.append(f'<li class="fail"><code>{_e(f.name)}</code>: {_e(f.error)}{hint}</li>')
+        out.append("</ul>")
+    set_vars = [e for e in r.environment if e.value is not None]
+    out.append("<b>Environment</b> ")
+    if set_vars:
+        out.append("<table>" + "".join(
+            f"<tr><td><code>{_e(e.name)}</code></td><td><code>{_e(e.value)}</code></td>"
+            f"<td>{_e(e.meaning)}</td></tr>" for e in set_vars) + "</table>")
+    else:
+        out.append("<i>none of the placement/allocation variables is set</i><br>")
+    if r.warnings:
+        out.append("<b>Warnings</b><ul>")
+        for w in r.warnings:
+            out.append(f'<li class="warn">[{_e(w.code)}] {_e(w.message)} '
+                       f"<b>Fix:</b> {_e(w.fix)}</li>")
+        out.append("</ul>")
+    v = r.versions
+    out.append(
+        f"<small>jax {_e(v.get('jax'))}, jaxlib {_e(v.get('jaxlib'))}, "
+        f"numpy {_e(v.get('numpy'))}, safetensors {_e(v.get('safetensors'))}, "
+        f"python {_e(v.get('python'))}; plugins: "
+        f"{_e(', '.join(f'{k} {x}' for k, x in r.plugins.items()) or 'none')}</small>"
+    )
+    out.append("</div>")
+    return "".join(out)
+
+
+# --- placement ----------------------------------------------------------------------------
+def _several(p: Placement) -> bool:
+    """Worth the sharding and shard lines: several devices, or a sharding that is not the
+    plain one-device kind."""
+    return len(p.shards) > 1 or p.sharding not in ("", "SingleDeviceSharding")
+
+
+def _shards_summary(p: Placement) -> str:
+    times = p.device_bytes / p.nbytes if p.nbytes else 0
+    kind = "replicated" if p.replicated else "sharded"
+    return (f"{len(p.shards)} ({kind}), {format_bytes(p.device_bytes)} on devices in all "
+            f"({times:g} x the array)")
+
+
+def placement_text(p: Placement) -> str:
+    where = ", ".join(p.devices) if p.devices else "host memory"
+    committed = {True: "committed", False: "uncommitted", None: "n/a (NumPy)"}[p.committed]
+    lines = [f"{p.kind} {p.dtype}{list(p.shape)} ({format_bytes(p.nbytes)})"]
+    if _several(p):
+        lines.append(f"  sharding:    {p.sharding}")
+    lines += [f"  devices:     {where}", f"  memory kind: {p.memory_kind}",
+              f"  committed:   {committed}"]
+    if _several(p):
+        lines.append(f"  shards:      {_shards_summary(p)}")
+        w = max(len(s.device) for s in p.shards)
+        wi = max(len(s.index) for s in p.shards)
+        lines += [f"    {s.device:<{w}}  {s.index:<{wi}}  {str(s.shape):<12} "
+                  f"{format_bytes(s.nbytes)}" for s in p.shards]
+    lines.append(f"  meaning:     {p.explanation}")
+    return "\n".join(lines)
+
+
+def placement_html(p: Placement) -> str:
+    where = ", ".join(p.devices) if p.devices else "host memory"
+    committed = {True: "committed", False: "uncommitted", None: "n/a (NumPy)"}[p.committed]
+    rows = [("devices", where), ("memory kind", p.memory_kind), ("committed", committed),
+            ("bytes", f"{format_bytes(p.nbytes)} ({p.nbytes:,})")]
+    shards = ""
+    if _several(p):
+        rows = [("sharding", p.sharding), *rows, ("shards", _shards_summary(p))]
+        shards = ("<table><tr><th>device</th><th>index</th><th>shape</th><th>bytes</th></tr>"
+                  + "".join(f"<tr><td>{_e(s.device)}</td><td><code>{_e(s.index)}</code></td>"
+                            f"<td>{_e(s.shape)}</td><td>{_e(format_bytes(s.nbytes))}</td></tr>"
+                            for s in p.shards) + "</table>")
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return (f'{_CSS}<div class="jdk-report"><b>{_e(p.kind)}</b> '
+            f"<code>{_e(p.dtype)}{_e(list(p.shape))}</code><table>{body}</table>{shards}"
+            f"{_e(p.explanation)}</div>")
+
+
+# --- the other records ---------------------------------------------------------------------
 def preflight_text(p: Preflight) -> str:
-    lines = [f"{p.path} ({fb(p.file_bytes)})"]
+    lines = [f"{p.path} ({format_bytes(p.file_bytes)})"]
     for t in p.tensors:
-        lines.append(f"  {t.name}: {t.dtype}{list(t.shape)}  {fb(t.nbytes)}")
-    lines.append(f"  total: {fb(p.total_bytes)} ({p.total_bytes:,} bytes)")
+        lines.append(f"  {t.name}: {t.dtype}{list(t.shape)}  {format_bytes(t.nbytes)}")
+    lines.append(f"  total: {format_bytes(p.total_bytes)} ({p.total_bytes:,} bytes)")
     lines.append(f"lands on: {p.device}  ({p.device_reason})")
-    lines.append(f"free there: {fb(p.free_bytes)}  ({p.free_source})")
+    lines.append(f"free there: {format_bytes(p.free_bytes)}  ({p.free_source})")
     lines.append(f"verdict: {p.verdict.upper()}")
     if p.advice:
         lines.append(f"  {p.advice}")
@@ -44,17 +222,17 @@ def preflight_text(p: Preflight) -> str:
 def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
     donated = f" (donated: {', '.join(map(str, p.donated))})" if p.donated else ""
     return [
-        ("arguments", fb(p.argument_bytes) + donated),
-        ("outputs", fb(p.output_bytes)),
-        ("aliased (outputs written into donated arguments)", fb(p.alias_bytes)),
-        ("temporaries", fb(p.temp_bytes)),
-        ("generated code", fb(p.code_bytes)),
-        ("peak: arguments + outputs - aliased + temporaries", fb(p.peak_bytes)),
-        ("XLA's own peak_memory_in_bytes", fb(p.xla_peak_bytes)),
-        ("arguments already there", fb(p.resident_bytes)),
-        ("the step adds", fb(p.needed_bytes)),
-        ("in use there now", f"{fb(p.in_use_bytes)}  ({p.in_use_source})"),
-        ("free there", f"{fb(p.free_bytes)}  ({p.free_source})"),
+        ("arguments", format_bytes(p.argument_bytes) + donated),
+        ("outputs", format_bytes(p.output_bytes)),
+        ("aliased (outputs written into donated arguments)", format_bytes(p.alias_bytes)),
+        ("temporaries", format_bytes(p.temp_bytes)),
+        ("generated code", format_bytes(p.code_bytes)),
+        ("peak: arguments + outputs - aliased + temporaries", format_bytes(p.peak_bytes)),
+        ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes)),
+        ("arguments already there", format_bytes(p.resident_bytes)),
+        ("the step adds", format_bytes(p.needed_bytes)),
+        ("in use there now", f"{format_bytes(p.in_use_bytes)}  ({p.in_use_source})"),
+        ("free there", f"{format_bytes(p.free_bytes)}  ({p.free_source})"),
     ]
 
 
@@ -78,10 +256,10 @@ def step_preflight_html(p: StepPreflight) -> str:
 
 
 def step_measurement_text(m: StepMeasurement) -> str:
-    peak = fb(m.peak_bytes) if m.peak_bytes else "not measurable"
+    peak = format_bytes(m.peak_bytes) if m.peak_bytes else "not measurable"
     note = f"\n  {m.note}" if m.note else ""
     return (f"{m.function} on {m.device}: measured peak {peak} ({m.source}); arguments "
-            f"{fb(m.argument_bytes)}; ran {m.seconds:.3f} s{note}")
+            f"{format_bytes(m.argument_bytes)}; ran {m.seconds:.3f} s{note}")
 
 
 def reproduction_text(r: Reproduction) -> str:
@@ -89,22 +267,24 @@ def reproduction_text(r: Reproduction) -> str:
     head = f"[{'fix' if r.fixed else 'seed load'}] {label}: {r.attempt}"
     if r.ok:
         body = (f"  OK: landed on {r.landed_on}; accelerator bytes added: "
-                f"{fb(r.accelerator_bytes_added)}")
+                f"{format_bytes(r.accelerator_bytes_added)}")
     else:
         body = f"  FAILED: {r.error_type}: {r.error_message}"
-    return (f"{head}\n  wanted {fb(r.requested_bytes)} on {r.device}, "
-            f"budget {fb(r.budget_bytes)} ({r.budget_how})\n{body}\n"
+    return (f"{head}\n  wanted {format_bytes(r.requested_bytes)} on {r.device}, "
+            f"budget {format_bytes(r.budget_bytes)} ({r.budget_how})\n{body}\n"
             f"  exit code {r.exit_code}, {r.elapsed_s:.2f} s")
 
 
 def snapshot_text(s: MemorySnapshot) -> str:
     lines = [f"{'device':<10} {'in use':>12} {'peak':>12} {'limit':>12}  source"]
     for d in s.devices:
-        lines.append(f"{d.device:<10} {fb(d.bytes_in_use):>12} {fb(d.peak_bytes):>12} "
-                     f"{fb(d.limit_bytes):>12}  {d.source}")
+        lines.append(f"{d.device:<10} {format_bytes(d.bytes_in_use):>12} "
+                     f"{format_bytes(d.peak_bytes):>12} {format_bytes(d.limit_bytes):>12}  "
+                     f"{d.source}")
     h = s.host
-    lines.append(f"host RSS {fb(h.rss)} (anonymous {fb(h.anon)}, file-backed {fb(h.file)}); "
-                 f"available {fb(h.available)} of {fb(h.total)}")
+    lines.append(f"host RSS {format_bytes(h.rss)} (anonymous {format_bytes(h.anon)}, "
+                 f"file-backed {format_bytes(h.file)}); "
+                 f"available {format_bytes(h.available)} of {format_bytes(h.total)}")
     return "\n".join(lines)
 
 
@@ -119,7 +299,7 @@ def transfer_log_text(log: TransferLog) -> str:
         if r["unknown_size"] == r["count"]:
             size = "?"  # logged without shapes (jit's fast path)
         else:
-            size = fb(r["bytes"]) + ("+?" if r["unknown_size"] else "")
+            size = format_bytes(r["bytes"]) + ("+?" if r["unknown_size"] else "")
         lines.append(f"{r['direction']:<15} {_KIND[r['explicit']]:<9} {r['count']:>5} "
                      f"{size:>12}")
     return "\n".join(lines)
@@ -134,7 +314,7 @@ def transfer_log_html(log: TransferLog) -> str:
     for t in log.transfers:
         shape = "?" if t.shape is None else str(list(t.shape))
         cells = (t.direction, _KIND[t.explicit], shape, t.dtype or "?",
-                 fb(t.nbytes) if t.nbytes is not None else "?",
+                 format_bytes(t.nbytes) if t.nbytes is not None else "?",
                  t.source or "?", t.destination or "?")
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
                     + "</tr>")
@@ -142,15 +322,31 @@ def transfer_log_html(log: TransferLog) -> str:
 
 
 def token_file_text(t: TokenFile) -> str:
-    return (f"{t.path}: {t.n_tokens:,} uint16 tokens, {fb(t.nbytes)} "
-            f"of data ({fb(t.file_bytes)} on disk)")
+    return (f"{t.path}: {t.n_tokens:,} uint16 tokens, {format_bytes(t.nbytes)} "
+            f"of data ({format_bytes(t.file_bytes)} on disk)")
 
 
-_display.renders("helpers.preflight.Preflight", text=preflight_text)
-_display.renders("helpers.oom.Reproduction", text=reproduction_text)
-_display.renders("helpers.step_measure.StepMeasurement", text=step_measurement_text)
-_display.renders("helpers.step_preflight.StepPreflight", text=step_preflight_text,
-                 html=step_preflight_html)
-_display.renders("helpers.snapshots.MemorySnapshot", text=snapshot_text)
-_display.renders("helpers.transfers.TransferLog", text=transfer_log_text, html=transfer_log_html)
-_display.renders("helpers.datasets.TokenFile", text=token_file_text)
+def load_table(rows: list[dict]) -> str:
+    """A plain-text table of :func:`helpers.loading.medians` rows (fixed-width)."""
+    lines = [f"{'strategy':<11} {'seconds':>8} {'peak anon':>11} {'x file':>7} "
+             f"{'peak file':>11} {'accelerator':>12}  lands on"]
+    for r in rows:
+        lines.append(
+            f"{r['strategy']:<11} {r['seconds']:>8.2f} "
+            f"{format_bytes(r['peak_anon_bytes']):>11} "
+            f"{r['peak_anon_bytes'] / r['file_bytes']:>7.2f} "
+            f"{format_bytes(r['peak_file_bytes']):>11} "
+            f"{'+' + format_bytes(r['accelerator_bytes']):>12}  {r['landed_on']}")
+    return "\n".join(lines)
+
+
+records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
+records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
+records.renders("helpers.preflight.Preflight", text=preflight_text)
+records.renders("helpers.oom.Reproduction", text=reproduction_text)
+records.renders("helpers.preflight.StepMeasurement", text=step_measurement_text)
+records.renders("helpers.preflight.StepPreflight", text=step_preflight_text,
+                html=step_preflight_html)
+records.renders("helpers.memory.MemorySnapshot", text=snapshot_text)
+records.renders("helpers.transfers.TransferLog", text=transfer_log_text, html=transfer_log_html)
+records.renders("helpers.datasets.TokenFile", text=token_file_text)

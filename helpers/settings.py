@@ -1,32 +1,33 @@
-"""The environment variables that decide where JAX puts arrays and how much memory it takes.
+"""The environment variables that decide where JAX puts arrays and how much memory it takes,
+and the known mistakes in them.
 
 Capture only: :func:`read_environment` returns plain data, :func:`check_environment` returns
-warnings for known mistakes (one rule each, in :mod:`helpers.env_rules`). Both read
-``os.environ`` and JAX's config; neither starts a backend.
+warnings for known mistakes, one small rule each (:data:`RULES`). Both read ``os.environ`` and
+JAX's config; neither starts a backend. The wording of each warning comes from what JAX and XLA
+were seen to do (JAX 0.10.2), not from guesses.
 
 What is checked comes from what JAX itself reads: ``jaxlib/xla_client.py`` reads the
 ``XLA_PYTHON_CLIENT_*`` / ``XLA_CLIENT_MEM_FRACTION`` variables once, when the GPU backend
-starts; ``jax`` reads ``JAX_PLATFORMS`` and ``JAX_DEFAULT_DEVICE`` once, at ``import jax``.
+starts (:data:`ALLOCATOR_VARS`); ``jax`` reads ``JAX_PLATFORMS`` and ``JAX_DEFAULT_DEVICE`` once,
+at ``import jax``.
+
+>>> [w.code for w in check_environment({"XLA_PYTHON_CLIENT_PREALLOCATE": "no"})]
+['preallocate-ambiguous']
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from helpers._backend_start import ALLOCATOR_VARS, backend_start_snapshot
-from helpers.env_rules import RULES, EnvWarning, check
+from helpers._internal.jaxcompat import ALLOCATOR_VARS, backend_start_snapshot
+from helpers._internal.records import Record
 
-__all__ = [
-    "ALLOCATOR_VARS",
-    "RULES",
-    "EnvVar",
-    "EnvWarning",
-    "VARIABLES",
-    "backend_start_snapshot",
-    "check_environment",
-    "read_environment",
-]
+__all__ = ["ALLOCATOR_VARS", "PROCESS_RULES", "RULES", "VARIABLES", "EnvVar", "EnvWarning",
+           "backend_start_snapshot", "check_environment", "read_environment"]
 
 #: name -> what it governs (one line, shown in the doctor report)
 VARIABLES: dict[str, str] = {
@@ -45,7 +46,9 @@ VARIABLES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class EnvVar:
+class EnvVar(Record):
+    """One environment variable: its value now (None: not set) and what it governs."""
+
     name: str
     value: str | None  # None: not set
     meaning: str
@@ -63,11 +66,285 @@ def check_environment(
     started_platforms: tuple[str, ...] = (),
     this_process: bool = True,
 ) -> tuple[EnvWarning, ...]:
-    """Known mistakes in the placement/allocation variables (see :data:`RULES`).
+    """Known mistakes in the placement/allocation variables (one rule each, :data:`RULES`).
 
     started_platforms: platforms whose backends are running in this process (used to tell
     that a variable was changed after it was read). this_process=False: ``environ`` belongs
     to another process, so only the rules that read the environment alone run.
     """
-    return check(dict(os.environ if environ is None else environ), started_platforms,
-                 this_process=this_process)
+    env = dict(os.environ if environ is None else environ)
+    rules = RULES if this_process else tuple(r for r in RULES if r not in PROCESS_RULES)
+    return tuple(w for rule in rules for w in rule(env, started_platforms))
+
+
+# --- the rules: one per known mistake ------------------------------------------------------
+_ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
+_PREALLOCATE_OFF = ("false", "False", "0")  # exactly what jaxlib compares against
+_GPU_PLATFORMS = ("cuda", "rocm", "gpu")
+
+
+@dataclass(frozen=True)
+class EnvWarning(Record):
+    """A known mistake in the environment: a stable code, what is wrong, and the fix."""
+
+    code: str  # stable identifier, e.g. "both-mem-fractions"
+    message: str  # what is wrong
+    fix: str  # what to do
+
+
+def _jax_config_value(name: str):
+    try:
+        return getattr(sys.modules["jax"].config, name)
+    except Exception:  # pragma: no cover
+        return None
+
+
+# --- checks: one rule per known mistake ---------------------------------------------------
+# Each rule takes the environment (a mapping) and the platforms whose backends are running,
+# and returns the warnings it finds (usually none). check_environment runs RULES in order.
+def _both_fractions(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    new, old = env.get("XLA_CLIENT_MEM_FRACTION"), env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    if not (new and old):
+        return []
+    return [EnvWarning(
+        "both-mem-fractions",
+        f"XLA_CLIENT_MEM_FRACTION={new} and XLA_PYTHON_CLIENT_MEM_FRACTION={old} are both "
+        "set; JAX refuses to start the GPU backend (ValueError).",
+        "unset XLA_PYTHON_CLIENT_MEM_FRACTION (the deprecated name) and keep "
+        "XLA_CLIENT_MEM_FRACTION",
+    )]
+
+
+def _fraction_values(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    out = []
+    for name in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        value = env.get(name)
+        if not value:
+            continue
+        try:
+            fraction = float(value)
+        except ValueError:
+            out.append(EnvWarning(
+                "bad-mem-fraction",
+                f"{name}={value!r} is not a number; the GPU backend will fail to start.",
+                f"set {name} to a fraction such as 0.5",
+            ))
+            continue
+        if not 0 < fraction <= 1:
+            out.append(EnvWarning(
+                "mem-fraction-out-of-range",
+                f"{name}={value} is outside (0, 1]; it is a fraction of total GPU memory.",
+                f"set {name} to a value in (0, 1], e.g. 0.5 for half the GPU",
+            ))
+    return out
+
+
+def _preallocate(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    pre = env.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+    if not pre or pre in _PREALLOCATE_OFF or pre in ("true", "True", "1"):
+        return []
+    return [EnvWarning(
+        "preallocate-ambiguous",
+        f"XLA_PYTHON_CLIENT_PREALLOCATE={pre!r} is read as TRUE: JAX turns preallocation "
+        "off only for exactly 'false', 'False' or '0'.",
+        "write XLA_PYTHON_CLIENT_PREALLOCATE=false to turn preallocation off",
+    )]
+
+
+def _allocator(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    alloc = env.get("XLA_PYTHON_CLIENT_ALLOCATOR")
+    if not alloc or alloc.lower() in _ALLOCATORS:
+        return []
+    return [EnvWarning(
+        "bad-allocator",
+        f"XLA_PYTHON_CLIENT_ALLOCATOR={alloc!r} is not one of {', '.join(_ALLOCATORS)}; "
+        "the GPU backend will fail to start.",
+        "set XLA_PYTHON_CLIENT_ALLOCATOR=platform (allocate on demand) or unset it",
+    )]
+
+
+def _no_visible_gpu(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or visible.strip() not in ("", "-1"):
+        return []
+    return [EnvWarning(
+        "no-visible-gpu",
+        f"CUDA_VISIBLE_DEVICES={visible!r} hides every NVIDIA GPU from this process.",
+        "unset CUDA_VISIBLE_DEVICES, or list the GPU ids to use (e.g. 0)",
+    )]
+
+
+def _two_cpu_counts(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    if not ("xla_force_host_platform_device_count" in env.get("XLA_FLAGS", "")
+            and env.get("JAX_NUM_CPU_DEVICES")):
+        return []
+    return [EnvWarning(
+        "two-cpu-device-counts",
+        "both XLA_FLAGS=--xla_force_host_platform_device_count and JAX_NUM_CPU_DEVICES "
+        "set the number of CPU devices.",
+        "keep JAX_NUM_CPU_DEVICES (or jax.config.update('jax_num_cpu_devices', N)) and drop "
+        "the XLA flag",
+    )]
+
+
+def _cpu_device_count(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # Observed with JAX 0.10.2: jax parses the variable with int() at `import jax`; 0 fails when
+    # the CPU backend starts; a negative count means "not set" (JAX's own default is -1).
+    value = env.get("JAX_NUM_CPU_DEVICES")
+    if value is None:
+        return []
+    fix = "set JAX_NUM_CPU_DEVICES to a whole number of devices, e.g. 4, or unset it"
+    try:
+        count = int(value)
+    except ValueError:
+        return [EnvWarning(
+            "bad-cpu-device-count",
+            f"JAX_NUM_CPU_DEVICES={value!r} is not an integer; `import jax` fails with "
+            f"ValueError: Invalid value \"{value}\" for JAX flag jax_num_cpu_devices.",
+            fix,
+        )]
+    if count == 0:
+        return [EnvWarning(
+            "bad-cpu-device-count",
+            "JAX_NUM_CPU_DEVICES=0 asks for no CPU devices; `import jax` works but the CPU "
+            "backend fails to start (RuntimeError: Unable to initialize backend 'cpu': "
+            "INVALID_ARGUMENT: Could not determine process_index for this process).",
+            fix,
+        )]
+    if count < -1:
+        return [EnvWarning(
+            "cpu-device-count-ignored",
+            f"JAX_NUM_CPU_DEVICES={value} is negative, which JAX reads as 'not set': you get "
+            "the default number of CPU devices (1, or --xla_force_host_platform_device_count "
+            "from XLA_FLAGS), without a warning.",
+            fix,
+        )]
+    return []
+
+
+def _flag_words(flags: str) -> list[str]:
+    """XLA_FLAGS split the way XLA splits it: on whitespace, keeping quoted values together."""
+    try:
+        return shlex.split(flags)
+    except ValueError:  # an unbalanced quote
+        return flags.split()
+
+
+def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # Syntax only: XLA aborts the whole process on an unknown flag name too, but the names it
+    # knows are not listed anywhere cheap to read, so they are not checked here.
+    value = env.get("XLA_FLAGS")
+    if not value:
+        return []
+    example = "e.g. XLA_FLAGS='--xla_force_host_platform_device_count=8'"
+    if not value.lstrip().startswith("--"):
+        if os.path.isfile(value):  # XLA reads the flags from this file; not checked further
+            return []
+        return [EnvWarning(
+            "malformed-xla-flags",
+            f"XLA_FLAGS={value!r} does not start with '--', so XLA takes the whole value for "
+            "the name of a file of flags; there is no such file, and XLA aborts the process "
+            "when JAX starts its first backend (\"Could not open file ... to read flags for "
+            "environment variable XLA_FLAGS\").",
+            f"write each flag as --name=value, separated by spaces, {example}",
+        )]
+    out = []
+    words = _flag_words(value)[1:]  # the first word starts with '--'
+    single = [w for w in words if w.startswith("-") and not w.startswith("--")]
+    bare = [w for w in words if not w.startswith("-")]
+    if single:
+        out.append(EnvWarning(
+            "malformed-xla-flags",
+            f"XLA_FLAGS has a flag with one dash ({', '.join(map(repr, single))}): XLA knows "
+            "only '--name=value' and aborts the process when JAX starts its first backend "
+            f"(\"Unknown flag in XLA_FLAGS: {single[0]}\").",
+            f"start every flag with two dashes, {example}",
+        ))
+    if bare:
+        out.append(EnvWarning(
+            "xla-flags-ignored",
+            f"XLA_FLAGS has words that do not start with '-' ({', '.join(map(repr, bare))}); "
+            "XLA skips them without a warning, so they have no effect.",
+            "start every flag with '--' and join a flag to its value with '=', not a space "
+            f"({example})",
+        ))
+    return out
+
+
+def _platforms_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # Set too late: JAX read JAX_PLATFORMS at import; the env now says something else.
+    if "jax" not in sys.modules:
+        return []
+    configured = _jax_config_value("jax_platforms")
+    wanted = env.get("JAX_PLATFORMS")
+    if wanted is None or (wanted or None) == (configured or None):
+        return []
+    return [EnvWarning(
+        "platforms-set-after-import",
+        f"JAX_PLATFORMS is {wanted!r} now but JAX read {configured!r} when it was "
+        "imported; the change has no effect in this process.",
+        "set JAX_PLATFORMS before `import jax` (first cell of the notebook, or in the "
+        "shell), then restart the kernel",
+    )]
+
+
+def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # Set too late: allocator variables changed after the GPU backend started.
+    gpu_started = [p for p in started_platforms if p in _GPU_PLATFORMS]
+    if not gpu_started:
+        return []
+    out = []
+    state, snapshots = backend_start_snapshot()
+    for platform in gpu_started:
+        # the hook files a CUDA/ROCm client under its platform, "gpu"; callers name "cuda"
+        then = snapshots.get(platform) or snapshots.get("gpu")
+        if then is None:
+            if state == "unavailable":
+                out.append(EnvWarning(
+                    "allocator-settings-unverified",
+                    "this JAX has no backend-start hook (only jax 0.10.2-0.10.x has one), so "
+                    "the kit cannot tell whether the allocator variables changed after the "
+                    f"{platform} backend started.",
+                    "run `python -m helpers doctor` in a fresh process to see the settings a "
+                    "new backend would start with",
+                ))
+            elif state == "late":
+                out.append(EnvWarning(
+                    "allocator-settings-unverified",
+                    f"the {platform} backend started before helpers was imported, so the kit "
+                    "cannot tell whether the allocator variables changed since.",
+                    "import helpers before running any JAX operation, or run "
+                    "`python -m helpers doctor` in a fresh process",
+                ))
+            continue
+        changed = [n for n in ALLOCATOR_VARS if env.get(n) != then.get(n)]
+        if changed:
+            detail = ", ".join(f"{n}: {then.get(n)!r} -> {env.get(n)!r}" for n in changed)
+            out.append(EnvWarning(
+                "allocator-set-after-start",
+                f"changed after the {platform} backend started, so not in effect: {detail}.",
+                "set these before the first JAX operation (restart the kernel and set them "
+                "in the first cell), or run the experiment in a child process",
+            ))
+    return out
+
+
+#: The checks check_environment runs, in this order; each is
+#: ``rule(env, started_platforms) -> list[EnvWarning]``.
+RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
+    _both_fractions,
+    _fraction_values,
+    _preallocate,
+    _allocator,
+    _no_visible_gpu,
+    _two_cpu_counts,
+    _cpu_device_count,
+    _xla_flags,
+    _platforms_after_import,
+    _allocator_after_start,
+)
+
+
+#: Rules that compare the environment with this process's JAX (what it read at import, what
+#: its backends started with): meaningless for another process's environment.
+PROCESS_RULES = (_platforms_after_import, _allocator_after_start)

@@ -6,7 +6,7 @@ transfer to the process's stderr, file descriptor 2, not to Python's ``sys.stder
 parses the guard lines, and passes every other line through to the real stderr, so nothing
 is lost. A transfer counts as **explicit** when it happened inside ``jax.device_put`` /
 ``jax.device_get`` (the kit marks JAX's own explicit-transfer scope), else **implicit**.
-Both the marking and the log's format are JAX internals (``helpers._jax_internals``): each
+Both the marking and the log's format are JAX internals (``helpers._internal.jaxcompat``): each
 process's first trace starts with one tiny explicit ``device_put`` (so it starts JAX's default
 backend if nothing has yet) and checks that it shows up as a marked transfer; if it does not,
 every transfer's ``explicit`` is ``None`` (unknown), never a guess.
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from helpers import _backend_start, _jax_internals
-from helpers._display import Display
+from helpers._internal import jaxcompat
+from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, InUseError
 
-_backend_start.ensure_hook()  # JAX is imported: record the allocator variables at start
+jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at start
 
 __all__ = ["Transfer", "TransferLog", "parse_guard_output", "trace"]
 
@@ -65,7 +65,9 @@ _active = threading.Lock()  # one trace at a time per process: fd 2 is process-w
 
 
 @dataclass(frozen=True)
-class Transfer:
+class Transfer(Record):
+    """One copy the transfer guard logged: direction, explicit or not, shape, bytes, devices."""
+
     direction: str  # "host->device", "device->device" or "device->host"
     explicit: bool | None  # None when the kit could not mark JAX's explicit scope
     shape: tuple[int, ...] | None
@@ -100,7 +102,7 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
         if line == _END:
             depth = max(0, depth - 1)
             continue
-        fields = _jax_internals.parse_guard_line(line)
+        fields = jaxcompat.parse_guard_line(line)
         if fields is None:
             if line.strip() and not line.startswith(_NOISE):
                 other.append(line)
@@ -133,10 +135,10 @@ def _split_probe(text: str) -> tuple[str, bool]:
         i, j = lines.index(_BEGIN), len(lines) - 1 - lines[::-1].index(_END)
     except ValueError:
         return rest, False
-    seen = [_jax_internals.parse_guard_line(x) for x in lines[i + 1:j]]
+    seen = [jaxcompat.parse_guard_line(x) for x in lines[i + 1:j]]
     ok = any(f is not None and f["direction"] == H2D for f in seen)
     other = [x for x in lines if x not in (_BEGIN, _END) and
-             _jax_internals.parse_guard_line(x) is None]
+             jaxcompat.parse_guard_line(x) is None]
     return "\n".join([*other, rest]), ok
 
 
@@ -160,6 +162,7 @@ class TransferLog(Display):
 
     def select(self, direction: str | None = None, *, explicit: bool | None = None
                ) -> tuple[Transfer, ...]:
+        """The transfers in ``direction`` (all if None), explicit or implicit (both if None)."""
         if direction is not None and direction not in (H2D, D2D, D2H):
             raise BadInputError(f"direction must be one of {H2D!r}, {D2D!r}, {D2H!r}; "
                                 f"got {direction!r}")
@@ -168,6 +171,7 @@ class TransferLog(Display):
                      and (explicit is None or t.explicit is explicit))
 
     def count(self, direction: str | None = None, *, explicit: bool | None = None) -> int:
+        """How many transfers :meth:`select` finds."""
         return len(self.select(direction, explicit=explicit))
 
     def bytes(self, direction: str | None = None, *, explicit: bool | None = None) -> int:
@@ -191,9 +195,9 @@ class TransferLog(Display):
                                                     True))
 
     def to_dict(self) -> dict:
-        return {"transfers": [t.__dict__.copy() for t in self._transfers],
+        """Plain data: every transfer, and the :meth:`summary` rows."""
+        return {"transfers": [t.to_dict() for t in self._transfers],
                 "summary": self.summary()}
-
 
 
 _markers_verified = False  # set once a probe showed the markers work in this process
@@ -232,8 +236,9 @@ def trace() -> Iterator[TransferLog]:
         def write(marker: str) -> None:
             os.write(2, (marker + "\n").encode())
 
+        probing = installed = False  # also when entering the guard below fails
         try:
-            with _jax_internals.explicit_scopes_marked(write, _BEGIN, _END) as installed, \
+            with jaxcompat.explicit_scopes_marked(write, _BEGIN, _END) as installed, \
                     jax.transfer_guard("log_explicit"):
                 probing = installed and not _markers_verified
                 if probing:

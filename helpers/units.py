@@ -1,20 +1,58 @@
-"""Bytes <-> human sizes ("1.5 GiB"), binary units by default.
+"""The kit's vocabulary for numbers: bytes <-> human sizes ("1.5 GiB", binary units by default),
+and the one "not available" value.
+
+A CPU device keeps no allocator statistics (``memory_stats()`` is ``None``), a backend has no
+peak counter, a platform has no anonymous/file-backed split: the kit's records say so with
+:data:`NOT_AVAILABLE` rather than ``None`` or ``0``. It is an enum member, so type checkers see
+``int | NotAvailable``; it is falsy, renders as "not available",
+and becomes ``null`` in JSON.
 
 >>> format_bytes(20_498_743_674)
 '19.09 GiB'
 >>> parse_size("1.5 GiB")
 1610612736
+>>> bool(NOT_AVAILABLE), str(NOT_AVAILABLE)
+(False, 'not available')
+>>> or_not_available(None) is NOT_AVAILABLE
+True
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import re
+from typing import TypeVar
 
 from helpers.errors import SizeError
-from helpers.unavailable import NotAvailable
 
-__all__ = ["SizeError", "format_bytes", "parse_size"]
+__all__ = ["NOT_AVAILABLE", "NotAvailable", "format_bytes", "or_not_available", "parse_size"]
+
+T = TypeVar("T")
+
+
+class NotAvailable(enum.Enum):
+    """Type of :data:`NOT_AVAILABLE` (a one-member enum: the typed sentinel idiom, PEP 484)."""
+
+    NOT_AVAILABLE = "not available"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "NOT_AVAILABLE"
+
+    def __str__(self) -> str:
+        return "not available"
+
+
+NOT_AVAILABLE = NotAvailable.NOT_AVAILABLE
+
+
+def or_not_available(value: T | None) -> T | NotAvailable:
+    """``value``, or NOT_AVAILABLE where it is None."""
+    return NOT_AVAILABLE if value is None else value
+
 
 _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 _FACTORS = {
@@ -25,8 +63,6 @@ _FACTORS = {
     "ti": 1024**4, "tib": 1024**4, "pi": 1024**5, "pib": 1024**5,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-
-
 
 
 def format_bytes(n: int | float | NotAvailable | None, *, precision: int = 2) -> str:

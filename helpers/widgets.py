@@ -15,13 +15,14 @@ import functools
 import html
 import io
 import threading
+import weakref
 from collections import deque
 
 import ipywidgets as widgets
 
 from helpers import memory
 from helpers.errors import BadInputError
-from helpers.units import format_bytes
+from helpers.units import NotAvailable, format_bytes
 
 __all__ = ["MemoryMonitor"]
 
@@ -50,8 +51,9 @@ class MemoryMonitor(widgets.VBox):
         self.table = widgets.HTML("<i>press Start</i>")
         self.image = widgets.Image(value=_placeholder_png(_BEFORE_START), format="png",
                                    layout=widgets.Layout(max_width="640px"))
-        self.start_button.on_click(lambda _b: self.start())
-        self.stop_button.on_click(lambda _b: self.stop())
+        me = weakref.ref(self)  # the buttons outlive nothing: they must not keep the monitor
+        self.start_button.on_click(lambda _b: (m := me()) is not None and m.start())
+        self.stop_button.on_click(lambda _b: (m := me()) is not None and m.stop())
         super().__init__([
             widgets.HBox([self.start_button, self.stop_button, self.interval, self.status]),
             self.table,
@@ -70,22 +72,41 @@ class MemoryMonitor(widgets.VBox):
             return tuple(self._samples)
 
     def start(self) -> None:
+        """Start refreshing every ``interval`` seconds in a background thread (no-op if it
+        runs). The thread holds the monitor only through a weak reference."""
         if self.running:
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="helpers.widgets.MemoryMonitor",
-                                        daemon=True)
+        self._stop = threading.Event()  # one event per run: an old thread never sees a new one
+        weakref.finalize(self, self._stop.set)  # garbage-collected while running: stop
+        self._thread = threading.Thread(target=_run, args=(weakref.ref(self), self._stop),
+                                        name="helpers.widgets.MemoryMonitor", daemon=True)
         self.start_button.disabled, self.stop_button.disabled = True, False
         self.status.value = "running"
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop refreshing and wait for the thread to end."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         self._thread = None
         self.start_button.disabled, self.stop_button.disabled = False, True
         self.status.value = f"stopped after {_refreshes(self.updates)}"
+
+    def close(self) -> None:
+        """Stop the thread, then close the widget and its parts (they leave the page)."""
+        if hasattr(self, "_thread"):  # absent when __init__ refused its arguments
+            self.stop()
+        for part in (self.start_button, self.stop_button, self.interval, self.status,
+                     self.table, self.image, *self.children) if hasattr(self, "image") else ():
+            part.close()
+        super().close()
+
+    def __enter__(self) -> MemoryMonitor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def update(self) -> None:
         """Take one sample and redraw (the thread calls this; tests may too)."""
@@ -101,15 +122,6 @@ class MemoryMonitor(widgets.VBox):
         if self.running:
             self.status.value = f"running: {_refreshes(self.updates)}"
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.update()
-            except Exception as err:  # keep the kernel alive; say what happened
-                self.status.value = f"stopped: {type(err).__name__}: {err}"
-                break
-            self._stop.wait(max(0.05, float(self.interval.value)))
-
     @staticmethod
     def _table_html(snap) -> str:
         rows = "".join(
@@ -117,8 +129,8 @@ class MemoryMonitor(widgets.VBox):
             f"<td>{format_bytes(d.limit_bytes)}</td><td>{html.escape(d.source)}</td></tr>"
             for d in snap.devices)
         h = snap.host
-        split = (f"anonymous {format_bytes(h.anon)}, file-backed {format_bytes(h.file)}"
-                 if h.anon is not None else "no split on this OS")
+        split = ("no split on this OS" if isinstance(h.anon, NotAvailable) else
+                 f"anonymous {format_bytes(h.anon)}, file-backed {format_bytes(h.file)}")
         return ("<table><tr><th>device</th><th>in use</th><th>limit</th><th>source</th></tr>"
                 f"{rows}</table><div>host RSS {format_bytes(h.rss)} ({split})</div>")
 
@@ -135,6 +147,22 @@ class MemoryMonitor(widgets.VBox):
         return buf.getvalue()
 
 
+def _run(ref: weakref.ref, stop: threading.Event) -> None:
+    """The refresh thread: update the monitor while it lives and is not stopped."""
+    while not stop.is_set():
+        monitor = ref()
+        if monitor is None:
+            return
+        try:
+            monitor.update()
+        except Exception as err:  # keep the kernel alive; say what happened
+            monitor.status.value = f"stopped: {type(err).__name__}: {err}"
+            return
+        wait = max(0.05, float(monitor.interval.value))
+        del monitor  # hold it only while refreshing
+        stop.wait(wait)
+
+
 _BEFORE_START = "Press Start: the timeline draws from the second sample on."
 _ONE_SAMPLE = "1 sample so far: the timeline draws from the second sample on."
 
@@ -149,10 +177,10 @@ def _placeholder_png(text: str) -> bytes:
     import matplotlib.style
     from matplotlib.patches import Rectangle
 
-    from helpers._plot_base import STYLE, _figure
+    from helpers.plotting import STYLE, figure
 
     with matplotlib.style.context(STYLE):
-        fig = _figure(figsize=(6.4, 2.6))
+        fig = figure(figsize=(6.4, 2.6))
         fig.add_artist(Rectangle((0.01, 0.02), 0.98, 0.96, transform=fig.transFigure,
                                  fill=False, edgecolor="0.85"))
         fig.text(0.5, 0.5, text, ha="center", va="center", color="0.35")

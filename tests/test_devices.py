@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import devices, report
-from helpers._jax_internals import device_name
+from helpers import devices, render
+from helpers._internal.jaxcompat import device_name
 from tests.conftest import N_SIMULATED, run_python
 
 
@@ -195,7 +195,7 @@ def test_placement_numpy():
 def test_placement_renders():
     p = devices.placement(jnp.ones(3))
     assert "uncommitted" in str(p) and "<table>" in p._repr_html_()
-    assert report.placement_html(p) == report.placement_html(p)
+    assert render.placement_html(p) == render.placement_html(p)
 
 
 def test_placement_bad_inputs():

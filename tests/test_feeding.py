@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import _gather, datasets, feeding, plotting
+from helpers import datasets, feeding, plotting
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_gather_matches_slicing_and_naive(tokens):
 
 def test_compiled_gather_aliases_the_memmap_and_matches(tokens):
     dev = jax.devices()[1]
-    kernel = _gather.CompiledGather.build(tokens, dev)
+    kernel = feeding.CompiledGather.build(tokens, dev)
     assert kernel is not None and kernel.alias.unsafe_buffer_pointer() % 64 == 0
     # zero-copy: the alias is the memmap's own bytes, a few tokens before tokens[0]
     assert kernel.alias.unsafe_buffer_pointer() + 2 * kernel.offset == tokens.ctypes.data
@@ -42,10 +42,10 @@ def test_compiled_gather_aliases_the_memmap_and_matches(tokens):
     k = (2 - np.frombuffer(raw, np.uint8).ctypes.data) % 64  # a buffer starting 2 B past 64
     unaligned = np.frombuffer(memoryview(raw)[k:k + 2000], np.uint16)
     assert unaligned.ctypes.data % 64 == 2
-    assert _gather.CompiledGather.build(unaligned, dev) is None  # no aligned start in it
+    assert feeding.CompiledGather.build(unaligned, dev) is None  # no aligned start in it
     inside = np.frombuffer(raw, np.uint8)[k:k + 2000].view(np.uint16)  # same bytes, whole owner
-    assert _gather.CompiledGather.build(inside, dev) is not None  # the owner has one before
-    assert _gather.CompiledGather.build(np.zeros((4, 4), np.uint16), dev) is None  # not 1-D
+    assert feeding.CompiledGather.build(inside, dev) is not None  # the owner has one before
+    assert feeding.CompiledGather.build(np.zeros((4, 4), np.uint16), dev) is None  # not 1-D
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
@@ -54,7 +54,7 @@ def test_both_kernels_give_the_same_batches(tokens, monkeypatch, prefetch):
     with feeding.Batches(tokens, 8, 64, device=dev, seed=3, steps=3, prefetch=prefetch) as it:
         compiled = [np.asarray(b) for b in it]
     assert it.kernel == "compiled" and it._compiled is None  # the alias is let go at the end
-    monkeypatch.setattr(_gather, "COMPILED_MAX_BYTES", 8 * 64 * 2 - 1)  # one byte too small
+    monkeypatch.setattr(feeding, "COMPILED_MAX_BYTES", 8 * 64 * 2 - 1)  # one byte too small
     with feeding.Batches(tokens, 8, 64, device=dev, seed=3, steps=3, prefetch=prefetch) as it:
         numpy_made = [np.asarray(b) for b in it]
     assert it.kernel == "numpy"
@@ -202,11 +202,11 @@ def test_int64_starts_beyond_2_31_on_a_large_sparse_file(tmp_path):
 def test_feeding_plot():
     rows = [{"batch_bytes": 2**s, "gbps": {"naive": 0.5, "kit": 2.0, "bound": 4.0}}
             for s in (16, 20, 26)]
-    fig = plotting.feeding(rows)
+    fig = plotting.feeding_rates(rows)
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["naive", "kit",
                                                                             "bound"]
     with pytest.raises(ValueError):
-        plotting.feeding([])
+        plotting.feeding_rates([])
     assert os.path.exists(plotting.STYLE)
 
 
@@ -257,3 +257,70 @@ def test_snapshot_does_not_count_the_token_files_alias_as_device_bytes(tmp_path)
         during = used()
     assert during - before < 2**20, (before, during)  # the batch (512 B) and nothing like 8 MiB
     del batch
+
+
+# --- lifecycles: the prefetch thread stops with its iterator ---------------------------------
+def batch_threads():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "helpers-batches"]
+
+
+def _wait_until(condition, seconds: float = 30) -> bool:
+    """Poll ``condition`` (a thread ending is asynchronous); True as soon as it holds."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_an_unclosed_iterator_that_is_dropped_stops_its_thread(tokens):
+    import gc
+    import weakref
+
+    before = len(batch_threads())
+    it = datasets.batches(tokens, 4, 16, prefetch=2)  # endless, never closed
+    next(it)
+    assert len(batch_threads()) == before + 1
+    gone = weakref.ref(it)
+    del it
+    # the producer holds the iterator only while it makes a batch: gone once that one is made
+    assert _wait_until(lambda: gc.collect() is not None and gone() is None), \
+        "the prefetch thread keeps the iterator alive"
+    assert _wait_until(lambda: len(batch_threads()) == before), batch_threads()
+
+
+def test_rebinding_the_name_as_a_rerun_cell_does_leaves_one_thread(tokens):
+    before = len(batch_threads())
+    for _ in range(5):  # `it = datasets.batches(...)` in a cell run five times
+        it = datasets.batches(tokens, 4, 16, prefetch=2)
+        next(it)
+    assert _wait_until(lambda: len(batch_threads()) == before + 1), batch_threads()
+    it.close()
+    assert len(batch_threads()) == before
+
+
+def test_a_waiting_producer_does_not_poll(tokens):
+    """Once its slots are full the producer sleeps on a semaphore: it makes no batch and takes
+    no CPU until the consumer takes one (the old loop woke 20 times a second)."""
+    import threading
+
+    with datasets.batches(tokens, 4, 16, prefetch=2) as it:
+        next(it)
+        assert _wait_until(lambda: it._queue.qsize() >= 2)
+        (thread,) = [t for t in batch_threads() if t is it._thread]
+        made = it._made
+        before = time.thread_time()  # this thread's, as a control the test can read
+        wakeups = []
+        orig = it._slots.acquire
+
+        def spy(*a, **k):
+            wakeups.append(threading.current_thread().name)
+            return orig(*a, **k)
+
+        it._slots.acquire = spy  # a producer polling with a timeout would call it again
+        time.sleep(0.5)
+        assert it._made == made and wakeups == [] and thread.is_alive()
+        assert time.thread_time() - before < 0.5

@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import datasets, loading, plotting
+from helpers import datasets, loading, plotting, render
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +36,14 @@ def test_memory_kinds_differ_as_documented(runs):
 
 
 def test_plot(runs):
-    fig = plotting.load_strategies(list(runs.values()))
+    fig = plotting.load_strategy_costs(list(runs.values()))
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list(runs)
     with pytest.raises(ValueError):
-        plotting.load_strategies([])
+        plotting.load_strategy_costs([])
 
 
 def test_bad_inputs(tmp_path, token_path):
-    from helpers.oom import FileError
+    from helpers.errors import FileError
 
     with pytest.raises(ValueError, match="unknown strategy"):
         loading.measure(token_path, "telepathy")
@@ -69,7 +69,7 @@ def test_medians_and_ratios_are_per_strategy_medians():
     r = loading.ratios(runs)
     assert r["time_flax_ctx_over_memmap"] == 10  # pairs: 10/1, 15, 5 -> median 10
     assert r["peak_anon_flax_ctx_over_file"] == 3.0
-    text = loading.table(rows)
+    text = render.load_table(rows)
     assert text.splitlines()[1].split()[:2] == ["flax_ctx", "20.00"]
     with pytest.raises(ValueError, match="same number"):
         loading.ratios(runs[:3])

@@ -174,7 +174,7 @@ def test_live_arrays_of_every_backend_are_counted():
 
 
 def test_host_peak_sees_a_spike_between_two_samples():
-    from helpers.snapshots import reset_host_peak
+    from helpers.memory import reset_host_peak
     if not sys.platform.startswith("linux"):
         pytest.skip("VmHWM and clear_refs are Linux's")
     assert reset_host_peak()
@@ -208,9 +208,9 @@ def test_host_is_sampled_by_a_helper_process_while_this_process_holds_the_gil():
 
 
 def test_without_the_helper_the_thread_samples_the_host(monkeypatch):
-    from helpers import _host_sampler
+    from helpers._internal import host_sampler
 
-    monkeypatch.setattr(_host_sampler, "start", lambda *a, **k: None)  # e.g. no /proc
+    monkeypatch.setattr(host_sampler, "start", lambda *a, **k: None)  # e.g. no /proc
     with memory.track(interval=0.01) as trace:
         time.sleep(0.1)
     assert set(trace.achieved_hz_by_source) == {"devices and host"}
@@ -218,11 +218,11 @@ def test_without_the_helper_the_thread_samples_the_host(monkeypatch):
 
 
 def test_the_helper_ends_with_the_block_and_reports_the_end():
-    from helpers import _host_sampler
+    from helpers._internal import host_sampler
 
-    if _host_sampler.start(0.01) is None:
+    if host_sampler.start(0.01) is None:
         pytest.skip("no helper here")
-    sampler = _host_sampler.start(0.01)
+    sampler = host_sampler.start(0.01)
     proc = sampler._proc
     time.sleep(0.05)
     samples = sampler.stop()

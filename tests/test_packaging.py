@@ -72,7 +72,7 @@ def test_ci_runs_jupyterlab_in_a_browser_after_make_test():
 
 def test_the_declared_jax_floor_is_the_tested_one():
     """pyproject's `jax>=X`, the seam's TESTED_FLOOR and the version CI tests agree."""
-    from helpers._jax_internals import TESTED_FLOOR
+    from helpers._internal.jaxcompat import TESTED_FLOOR
 
     floor = ".".join(map(str, TESTED_FLOOR))
     deps = _pyproject()["dependencies"]

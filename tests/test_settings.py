@@ -1,6 +1,7 @@
 import pytest
 
-from helpers import _backend_start, settings
+from helpers import settings
+from helpers._internal import jaxcompat
 from tests.conftest import run_python
 
 
@@ -142,8 +143,8 @@ def test_jax_platforms_set_after_import_is_flagged():
 
 
 def test_allocator_changed_after_gpu_start(monkeypatch):
-    monkeypatch.setattr(_backend_start, "_hook_state", "installed")
-    monkeypatch.setattr(_backend_start, "_at_start",
+    monkeypatch.setattr(jaxcompat, "_hook_state", "installed")
+    monkeypatch.setattr(jaxcompat, "_at_start",
                         {"cuda": {n: None for n in settings.ALLOCATOR_VARS}})
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     ws = settings.check_environment(env, started_platforms=("cpu", "cuda"))
@@ -155,8 +156,8 @@ def test_allocator_changed_after_gpu_start(monkeypatch):
 
 def test_allocator_change_found_when_the_hook_filed_cuda_under_gpu(monkeypatch):
     """JAX's CUDA client says platform "gpu"; the backend is named "cuda" (devices.probe)."""
-    monkeypatch.setattr(_backend_start, "_hook_state", "installed")
-    monkeypatch.setattr(_backend_start, "_at_start",
+    monkeypatch.setattr(jaxcompat, "_hook_state", "installed")
+    monkeypatch.setattr(jaxcompat, "_at_start",
                         {"gpu": {n: None for n in settings.ALLOCATOR_VARS}})
     ws = settings.check_environment({"XLA_CLIENT_MEM_FRACTION": "0.5"},
                                     started_platforms=("cuda",))
@@ -164,8 +165,8 @@ def test_allocator_change_found_when_the_hook_filed_cuda_under_gpu(monkeypatch):
 
 
 def test_allocator_unverifiable_without_a_hook_in_this_jax(monkeypatch):
-    monkeypatch.setattr(_backend_start, "_hook_state", "unavailable")
-    monkeypatch.setattr(_backend_start, "_at_start", {})
+    monkeypatch.setattr(jaxcompat, "_hook_state", "unavailable")
+    monkeypatch.setattr(jaxcompat, "_at_start", {})
     ws = settings.check_environment({}, started_platforms=("cuda",))
     assert codes(ws) == {"allocator-settings-unverified"} and "0.10.2" in ws[0].message
 
@@ -181,8 +182,8 @@ def test_another_processs_environment_skips_this_processs_rules():
 
 
 def test_allocator_unverifiable_when_helpers_came_late(monkeypatch):
-    monkeypatch.setattr(_backend_start, "_hook_state", "late")
-    monkeypatch.setattr(_backend_start, "_at_start", {})
+    monkeypatch.setattr(jaxcompat, "_hook_state", "late")
+    monkeypatch.setattr(jaxcompat, "_at_start", {})
     ws = settings.check_environment({}, started_platforms=("cuda",))
     assert codes(ws) == {"allocator-settings-unverified"}
 
@@ -191,12 +192,10 @@ def test_hook_recorded_the_cpu_backend_start():
     # conftest imports jax before helpers but starts no backend, so the hook is installed
     import jax
 
-    from helpers import _jax_internals
-
     jax.devices()
     state, snaps = settings.backend_start_snapshot()
-    if not _jax_internals.INTERNALS["register_backend_initialization_hook"].expected(
-            _jax_internals.jax_version_tuple()):
+    if not jaxcompat.INTERNALS["register_backend_initialization_hook"].expected(
+            jaxcompat.jax_version_tuple()):
         pytest.skip("this JAX has no backend-start hook (added in 0.10.2): the state is "
                     "'unavailable', checked in test_jax_internals")
     assert state == "installed"

@@ -14,8 +14,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
-from helpers import devices, report
-from helpers.placement import Shard
+from helpers import devices, render
+from helpers.devices import Shard
 from tests.conftest import N_SIMULATED, run_python
 
 
@@ -95,7 +95,7 @@ def test_sharded_placement_renders_text_and_html():
     assert "shards:      2 (sharded), 32 B on devices in all (1 x the array)" in text
     assert "cpu:1  [4:8]" in text
     assert html.count("<tr><td>cpu:") == 2 and "<code>[4:8]</code>" in html
-    assert report.placement_html(p) == html  # deterministic
+    assert render.placement_html(p) == html  # deterministic
 
 
 EIGHT = """

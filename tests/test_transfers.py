@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import _jax_internals, transfers
+from helpers import transfers
+from helpers._internal import jaxcompat
 from helpers.transfers import D2D, D2H, H2D
 
 
@@ -78,7 +79,7 @@ def test_summary_table_and_renderings():
         jax.device_put(np.ones(4, np.float32), jax.devices()[1])
         jnp.asarray(np.ones(2, np.float32))
     rows = log.summary()
-    expected = ([(H2D, True, 2, 24)] if _jax_internals.asarray_is_explicit()  # jax < 0.10.1
+    expected = ([(H2D, True, 2, 24)] if jaxcompat.asarray_is_explicit()  # jax < 0.10.1
                 else [(H2D, True, 1, 16), (H2D, False, 1, 8)])
     assert [(r["direction"], r["explicit"], r["count"], r["bytes"]) for r in rows] == expected
     assert "explicit" in str(log) and "<table>" in log._repr_html_()

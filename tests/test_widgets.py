@@ -64,3 +64,45 @@ def test_timeline_needs_two_samples_and_the_status_counts_refreshes():
 def test_bad_interval():
     with pytest.raises(ValueError, match="interval"):
         MemoryMonitor(interval=0)
+
+
+def test_close_stops_the_thread_and_the_widget():
+    m = MemoryMonitor(interval=0.05, autostart=True)
+    assert m.running and len(monitor_threads()) == 1
+    m.close()
+    assert not m.running and monitor_threads() == []
+    assert m.comm is None  # ipywidgets: closed
+
+
+def test_a_context_manager_closes_it():
+    with MemoryMonitor(interval=0.05, autostart=True) as m:
+        assert m.running
+    assert monitor_threads() == [] and m.comm is None
+
+
+def test_a_monitor_garbage_collected_while_running_stops_its_thread():
+    import gc
+    import weakref
+
+    import ipywidgets
+
+    m = MemoryMonitor(interval=0.05, autostart=True)
+    ipywidgets.Widget.close(m)  # leaves ipywidgets' registry without stopping the thread
+    gone = weakref.ref(m)
+    del m
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while monitor_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert gone() is None and monitor_threads() == []
+
+
+def test_the_table_says_when_the_os_has_no_anonymous_split(monkeypatch):
+    from helpers import memory
+    from helpers.units import NOT_AVAILABLE
+
+    snap = memory.snapshot()
+    host = type(snap.host)(**{**snap.host.__dict__, "anon": NOT_AVAILABLE,
+                              "file": NOT_AVAILABLE})
+    html = MemoryMonitor._table_html(type(snap)(snap.time, snap.devices, host))
+    assert "no split on this OS" in html and "not available" not in html

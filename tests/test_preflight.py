@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import oom, step_measure, step_preflight
+from helpers import preflight
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
-from helpers.unavailable import NOT_AVAILABLE
+from helpers.units import NOT_AVAILABLE
 
 MiB = 2**20
 
@@ -19,14 +19,9 @@ def _sum(p):
     return p.argument_bytes + p.output_bytes - p.alias_bytes + p.temp_bytes
 
 
-def test_reachable_from_oom_as_the_issue_names_it():
-    assert oom.preflight_step is step_preflight.preflight_step
-    assert oom.StepPreflight is step_preflight.StepPreflight
-
-
 def test_sizes_come_from_xla_and_add_up():
     x, w = EXAMPLES["matmul_chain"][1](1)
-    p = step_preflight.preflight_step(matmul_chain, x, w)
+    p = preflight.preflight_step(matmul_chain, x, w)
     assert p.argument_bytes == x.nbytes + w.nbytes
     assert p.output_bytes == x.nbytes
     assert p.alias_bytes == 0 and p.donated == ()
@@ -45,7 +40,7 @@ def test_nothing_runs_and_nothing_is_copied():
         return x * 2
 
     before = len(jax.live_arrays())
-    p = step_preflight.preflight_step(f, jax.ShapeDtypeStruct((1024, 1024), jnp.float32))
+    p = preflight.preflight_step(f, jax.ShapeDtypeStruct((1024, 1024), jnp.float32))
     assert calls == [1]
     assert len(jax.live_arrays()) == before  # no argument or output was materialised
     assert p.argument_bytes == 4 * MiB
@@ -55,8 +50,8 @@ def test_donation_aliases_the_update_and_resident_arguments_are_not_counted_twic
     params = jnp.ones((512, 512))
     grads = jnp.ones((512, 512))
     update = lambda p, g: p - 0.1 * g  # noqa: E731
-    plain = step_preflight.preflight_step(update, params, grads)
-    donated = step_preflight.preflight_step(update, params, grads, donate_argnums=0)
+    plain = preflight.preflight_step(update, params, grads)
+    donated = preflight.preflight_step(update, params, grads, donate_argnums=0)
     assert plain.alias_bytes == 0
     assert donated.alias_bytes == params.nbytes == donated.output_bytes
     assert donated.peak_bytes == plain.peak_bytes - params.nbytes
@@ -67,30 +62,30 @@ def test_donation_aliases_the_update_and_resident_arguments_are_not_counted_twic
 
 def test_a_jitted_function_and_keyword_arguments_work():
     f = jax.jit(lambda x, *, scale: x * scale)
-    p = step_preflight.preflight_step(f, np.ones((256, 256), np.float32), scale=3.0)
+    p = preflight.preflight_step(f, np.ones((256, 256), np.float32), scale=3.0)
     assert p.argument_bytes == 256 * 256 * 4 + 4  # the float keyword is traced: 4 bytes
     # donation asked for a function that is jitted already: wrapped again, honoured
-    q = step_preflight.preflight_step(jax.jit(lambda a: a + 1), jnp.ones(1024),
+    q = preflight.preflight_step(jax.jit(lambda a: a + 1), jnp.ones(1024),
                                       donate_argnums=0)
     assert q.alias_bytes == 4096
 
 
 def test_a_huge_step_will_not_fit_and_says_what_to_try():
     big = jax.ShapeDtypeStruct((200_000, 200_000), jnp.float32)  # 149 GiB, never allocated
-    p = step_preflight.preflight_step(lambda a: a + 1, big)
+    p = preflight.preflight_step(lambda a: a + 1, big)
     assert p.verdict == "will not fit" and not p.fits
     assert "donate" in p.advice and "smaller batch" in p.advice
 
 
 def test_unknown_without_free_memory(monkeypatch):
-    monkeypatch.setattr(step_preflight, "_free_bytes", lambda dev: (NOT_AVAILABLE, "none"))
-    p = step_preflight.preflight_step(lambda a: a + 1, jnp.ones(8))
+    monkeypatch.setattr(preflight, "_free_bytes", lambda dev: (NOT_AVAILABLE, "none"))
+    p = preflight.preflight_step(lambda a: a + 1, jnp.ones(8))
     assert p.verdict == "unknown" and p.free_bytes is NOT_AVAILABLE
     assert json.loads(json.dumps(p.to_dict()))["free_bytes"] is None
 
 
 def test_renders_as_text_html_and_json():
-    p = step_preflight.preflight_step(matmul_chain, *EXAMPLES["matmul_chain"][1](1))
+    p = preflight.preflight_step(matmul_chain, *EXAMPLES["matmul_chain"][1](1))
     text = str(p)
     assert "matmul_chain on cpu:0" in text and "verdict: FITS" in text
     assert "temporaries" in text and "<table>" in p._repr_html_()
@@ -106,41 +101,41 @@ def test_python_control_flow_on_a_tracer():
         return -x
 
     with pytest.raises(BadInputError, match=r"step does not trace .*x.sum\(\) > 0.*jnp.where"):
-        step_preflight.preflight_step(step, np.ones(3))
+        preflight.preflight_step(step, np.ones(3))
 
 
 def test_arguments_of_the_wrong_shape():
     with pytest.raises(BadInputError, match=r"matmul_chain fails on these arguments "
                                             r"\(float32\[3, 4\], float32\[5, 5\]\).*dot_general"):
-        step_preflight.preflight_step(matmul_chain, np.ones((3, 4), np.float32),
+        preflight.preflight_step(matmul_chain, np.ones((3, 4), np.float32),
                                       np.ones((5, 5), np.float32))
 
 
 def test_a_device_that_does_not_exist():
     with pytest.raises(BadInputError, match="no 'gpu' backend on this machine"):
-        step_preflight.preflight_step(matmul_chain, np.ones((2, 2)), np.ones((2, 2)),
+        preflight.preflight_step(matmul_chain, np.ones((2, 2)), np.ones((2, 2)),
                                       device="gpu")
     with pytest.raises(BadInputError, match="device must be"):
-        step_preflight.preflight_step(matmul_chain, np.ones((2, 2)), np.ones((2, 2)),
+        preflight.preflight_step(matmul_chain, np.ones((2, 2)), np.ones((2, 2)),
                                       device="npu")
 
 
 @pytest.mark.parametrize("arg, kind", [(np.ones(4, np.float32), "ndarray"), (0.5, "float")])
 def test_donating_something_that_is_not_an_array(arg, kind):
     with pytest.raises(BadInputError, match=f"argument 1 is donated but holds a {kind}"):
-        step_preflight.preflight_step(lambda p, lr: p * lr, jnp.ones(4), arg,
+        preflight.preflight_step(lambda p, lr: p * lr, jnp.ones(4), arg,
                                       donate_argnums=1)
 
 
 @pytest.mark.parametrize("nums", [5, (0, -1), "0"])
 def test_donate_argnums_that_name_no_argument(nums):
     with pytest.raises(BadInputError, match="donate_argnums"):
-        step_preflight.preflight_step(lambda p: p, jnp.ones(4), donate_argnums=nums)
+        preflight.preflight_step(lambda p: p, jnp.ones(4), donate_argnums=nums)
 
 
 def test_not_a_function():
     with pytest.raises(BadInputError, match="fn must be a function"):
-        step_preflight.preflight_step(jnp.ones(3), jnp.ones(3))
+        preflight.preflight_step(jnp.ones(3), jnp.ones(3))
 
 
 # --- the truth test: prediction against a measured peak, in fresh children ----------------------
@@ -150,8 +145,8 @@ TOLERANCE = 0.10  # measured within 10% of the prediction, plus 8 MiB for the pr
 @pytest.mark.parametrize("name, scale", [("matmul_chain", 2), ("mlp_sgd_step", 2),
                                          ("scan_rnn", 1)])
 def test_measured_peak_matches_the_prediction(name, scale):
-    predicted, measured = step_measure.measure_example(name, scale=scale)
-    assert measured.source == step_measure.HOST_PEAK  # the CPU stand-in in this suite
+    predicted, measured = preflight.measure_example(name, scale=scale)
+    assert measured.source == preflight.HOST_PEAK  # the CPU stand-in in this suite
     assert measured.note == ""  # exact mode: the child ran with the mmap threshold set
     assert measured.argument_bytes == predicted.argument_bytes
     assert abs(measured.peak_bytes - predicted.peak_bytes) <= (
@@ -159,8 +154,8 @@ def test_measured_peak_matches_the_prediction(name, scale):
 
 
 def test_donation_lowers_the_measured_peak():
-    plain = step_measure.measure_example("mlp_sgd_step", scale=2)
-    donated = step_measure.measure_example("mlp_sgd_step", scale=2, donate=True)
+    plain = preflight.measure_example("mlp_sgd_step", scale=2)
+    donated = preflight.measure_example("mlp_sgd_step", scale=2, donate=True)
     # every parameter is written in place (the output's tuple index table is not aliased)
     assert 0 < donated[0].output_bytes - donated[0].alias_bytes < 1024
     saved = plain[1].peak_bytes - donated[1].peak_bytes
@@ -168,21 +163,21 @@ def test_donation_lowers_the_measured_peak():
 
 
 def test_in_process_measurement_on_the_stand_in_is_labelled():
-    m = step_measure.measure_step(mlp_sgd_step, *EXAMPLES["mlp_sgd_step"][1](1))
-    assert m.source == step_measure.HOST_PEAK and m.peak_bytes >= m.argument_bytes
+    m = preflight.measure_step(mlp_sgd_step, *EXAMPLES["mlp_sgd_step"][1](1))
+    assert m.source == preflight.HOST_PEAK and m.peak_bytes >= m.argument_bytes
     assert "lower bound" in m.note  # this process did not set the mmap threshold
     assert "measured peak" in str(m)
 
 
 def test_measure_example_rejects_bad_input():
     with pytest.raises(BadInputError, match="no example step 'nope'"):
-        step_measure.measure_example("nope")
+        preflight.measure_example("nope")
     with pytest.raises(BadInputError, match="scale"):
-        step_measure.measure_example("scan_rnn", scale=0)
+        preflight.measure_example("scan_rnn", scale=0)
 
 
 def test_a_failed_child_is_reported(monkeypatch):
-    monkeypatch.setattr(step_measure._child, "run_json", lambda *a, **k:
-                        step_measure._child.ChildResult(None, 1, "boom"))
+    monkeypatch.setattr(preflight.child, "run", lambda *a, **k:
+                        preflight.child.ChildResult(None, 1, "boom"))
     with pytest.raises(ChildProcessFailed, match="(?s)measuring scan_rnn.*boom"):
-        step_measure.measure_example("scan_rnn")
+        preflight.measure_example("scan_rnn")

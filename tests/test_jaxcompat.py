@@ -1,5 +1,5 @@
 """Every JAX internal the kit uses, checked against the installed JAX: when one moves, the
-failure names the JAX version and what the kit used it for (helpers/_jax_internals.py)."""
+failure names the JAX version and what the kit used it for (helpers/jaxcompat.py)."""
 
 import contextlib
 import json
@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import _jax_internals as internals
 from helpers import transfers
+from helpers._internal import jaxcompat as internals
 from tests.conftest import run_python
 
 
@@ -25,9 +25,9 @@ def test_internal_still_exists(name):
 
 
 def test_the_hook_degrades_where_jax_has_none():
-    from helpers import _backend_start
+    from helpers._internal import jaxcompat
 
-    state, _ = _backend_start.backend_start_snapshot()
+    state, _ = jaxcompat.backend_start_snapshot()
     has_hook = internals.INTERNALS["register_backend_initialization_hook"].expected(
         internals.jax_version_tuple())
     assert state == ("installed" if has_hook else "unavailable")

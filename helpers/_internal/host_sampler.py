@@ -1,16 +1,15 @@
 """Host memory of a process, sampled by a helper process: outside that process's GIL.
 
 A Python thread cannot sample while the thread dispatching JAX work holds the GIL, so the
-in-process sampler of :func:`helpers.tracking.track` falls far below its rate in a loop of small
+in-process sampler of :func:`helpers.memory.track` falls far below its rate in a loop of small
 computations. The host's numbers live in ``/proc/PID`` and any process may read them, so a
 helper process samples them at the asked rate whatever the tracked process is doing. Linux only
 (elsewhere :func:`start` returns None and the thread samples the host as before).
 
-Run as ``python -m helpers._host_sampler PID INTERVAL`` through :mod:`helpers._child`
-(``start_json`` / ``read_answer`` / ``finish``): it answers ``{"ready": true}``, samples until a
-line arrives on stdin, then answers ``{"samples": [...], "cpu_s": ...}`` (every sample, and
-the CPU seconds its sampling took) and exits. No JAX import, so
-it starts in a few tens of milliseconds.
+The helper is the child function :func:`sample_in_child` (:mod:`helpers._internal.child`):
+asked with a :class:`SampleRequest`, it answers ``{"ready": true}``, samples until a line
+arrives on stdin, then answers a :class:`HostSamples` (every sample, and the CPU seconds its
+sampling took) and exits. No JAX import, so it starts in a few tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -20,10 +19,30 @@ import select
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
-from helpers import _child
+from helpers._internal import child
+from helpers._internal.records import Record
+from helpers.errors import ChildProcessFailed
 
-__all__ = ["HostSampler", "start"]
+__all__ = ["HostSampler", "HostSamples", "SampleRequest", "start"]
+
+
+@dataclass(frozen=True)
+class SampleRequest(Record):
+    """What the helper samples: a process id, every ``interval`` seconds."""
+
+    pid: int
+    interval: float
+
+
+@dataclass(frozen=True)
+class HostSamples(Record):
+    """The helper's answer: one row per sample (``_FIELDS``), and its own CPU seconds."""
+
+    samples: list
+    cpu_s: float
+
 
 _FIELDS = ("time", "rss", "shared", "vms", "peak_rss", "available", "total")
 SLOW_EVERY = 10  # the high-water mark only rises, and its last value is read at the end
@@ -59,7 +78,7 @@ def _sample_loop(pid: int, interval: float) -> tuple[list[list], float]:
         samples.append([now, resident * page, shared * page, size * page, *slow])
         return True
 
-    _child.answer({"ready": True})
+    child.answer({"ready": True})
     cpu = time.process_time()  # ns resolution (os.times counts 10 ms ticks)
     tick = time.perf_counter()
     while sample():
@@ -89,15 +108,14 @@ class HostSampler:
             self._proc.stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass
-        result = _child.read_answer(self._proc, timeout=timeout)
-        _child.finish(self._proc, timeout=timeout)
-        if not (isinstance(result.data, dict) and isinstance(result.data.get("samples"), list)):
-            return []
+        result = child.read_answer(self._proc, timeout=timeout)
+        child.finish(self._proc, timeout=timeout)
         try:
-            samples = [dict(zip(_FIELDS, s, strict=True)) for s in result.data["samples"]]
-        except (ValueError, TypeError):
+            answer = result.answer(HostSamples, "the host-memory sampler")
+            samples = [dict(zip(_FIELDS, s, strict=True)) for s in answer.samples]
+        except (ChildProcessFailed, ValueError, TypeError):
             return []
-        self.cpu_s = float(result.data.get("cpu_s", 0.0))
+        self.cpu_s = float(answer.cpu_s)
         return samples
 
 
@@ -108,25 +126,20 @@ def start(interval: float, pid: int | None = None, *, timeout: float = 10) -> Ho
     if not os.path.exists(f"/proc/{pid}/statm"):
         return None
     try:
-        proc = _child.start_json("helpers._host_sampler", [pid, repr(float(interval))])
+        proc = child.start(f"{__name__}:sample_in_child", SampleRequest(pid, float(interval)))
     except OSError:
         return None
-    if _child.read_answer(proc, timeout=timeout).data != {"ready": True}:
-        _child.finish(proc, timeout=1)
+    if child.read_answer(proc, timeout=timeout).data != {"ready": True}:
+        child.finish(proc, timeout=1)
         return None
     return HostSampler(proc)
 
 
-def main() -> int:
-    pid, interval = int(sys.argv[1]), float(sys.argv[2])
+def sample_in_child(request: SampleRequest) -> HostSamples:
+    """The helper (run by :func:`start`, never directly): sample until told to stop."""
     try:  # yield to the workload: it needs ~1% of a core and must not preempt compute threads
         os.nice(19)
     except OSError:
         pass
-    samples, cpu_s = _sample_loop(pid, interval)
-    _child.answer({"samples": samples, "cpu_s": cpu_s})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    samples, cpu_s = _sample_loop(request.pid, request.interval)
+    return HostSamples(samples, cpu_s)

@@ -1,27 +1,35 @@
-"""The kit's one seam into JAX's private internals.
+"""The kit's one seam into JAX's private internals, and the backend-start hook.
 
 Every access to ``jax._src``, to jaxlib's non-public helpers, or to a format JAX does not document
 (the transfer guard's log lines) lives here, with why the kit needs it and the public alternative
 where one exists; so do the differences between JAX versions. Tests check that every internal
 still exists where expected (naming the JAX version when one moved) and that nothing else reaches
 past this seam. Every function degrades instead of raising when JAX moved something.
+
+The hook: jaxlib reads the ``XLA_PYTHON_CLIENT_*`` / ``XLA_CLIENT_MEM_FRACTION`` variables once,
+when the GPU backend starts; a value changed later has no effect. :func:`ensure_hook` (called by
+:func:`import_jax`, the one way a kit module imports JAX) records them at that moment, so
+:mod:`helpers.settings` can tell a user that a change came too late.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Any
 
-__all__ = ["GUARD_LINE", "INTERNALS", "TESTED_FLOOR", "Internal", "InternalMoved",
-           "asarray_is_explicit", "backend_errors", "backend_factories", "backends_started",
-           "device_name", "expand_platform_alias", "explicit_scopes_marked", "jax_version",
+__all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "TESTED_FLOOR", "Internal",
+           "InternalMoved", "asarray_is_explicit", "backend_errors", "backend_factories",
+           "backend_start_snapshot", "backends_started", "device_name", "ensure_hook",
+           "expand_platform_alias", "explicit_scopes_marked", "import_jax", "jax_version",
            "jax_version_tuple", "on_backend_start", "parse_guard_line", "verify"]
-
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -59,7 +67,7 @@ INTERNALS: dict[str, Internal] = {
         "ask 'has JAX started its backends?' without starting them (starting the GPU backend "
         "would take 75% of the card)",
         "for jax_num_cpu_devices only: jax.config.update raises RuntimeError after start "
-        "(helpers.placement.simulate_cpu_devices uses that)"),
+        "(helpers.devices.simulate_cpu_devices uses that)"),
     "register_backend_initialization_hook": Internal(
         "jax._src.xla_bridge:register_backend_initialization_hook",
         "record the allocator variables at the moment the GPU backend starts, to catch ones "
@@ -135,7 +143,7 @@ def verify(name: str):
         raise InternalMoved(
             f"{INTERNALS[name].where} is not available in {jax_version()} "
             f"({type(err).__name__}: {err}); the kit uses it to {INTERNALS[name].why}. "
-            "Update helpers/_jax_internals.py for this JAX version.") from err
+            "Update helpers/_internal/jaxcompat.py for this JAX version.") from err
 
 
 def _get(name: str, default=None):
@@ -212,7 +220,7 @@ _TFRT_NAME = re.compile(r"TFRT_([A-Za-z]+)_(\d+)")  # jax <= 0.9: str(CpuDevice)
 _REPR_NAME = re.compile(r"([A-Za-z]+?)(?:Device)?\(id=(\d+)\)")  # e.g. "CudaDevice(id=0)"
 
 
-def device_name(device) -> str:
+def device_name(device: Any) -> str:
     """The kit's name for a device, the same in every JAX version: "cpu:0", "cuda:1".
     ``str(device)`` is that from jax 0.10 on; jax 0.9 and older print "TFRT_CPU_0". A string
     is returned unchanged (names are accepted wherever devices are)."""
@@ -297,3 +305,59 @@ def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str
     finally:
         for name, original in originals.items():
             setattr(config, name, original)
+
+
+# --- what the allocator variables were when each backend started --------------------------
+#: Read by jaxlib when the GPU backend starts; changing them later has no effect.
+ALLOCATOR_VARS = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
+
+# Filled by a JAX backend-initialisation hook installed when helpers is imported before any
+# backend starts. If helpers came later, we cannot know, and say so.
+_lock = threading.Lock()
+_at_start: dict[str, dict[str, str | None]] = {}
+_hook_state = "not installed"
+
+
+def _on_backend_start(client) -> None:  # called by JAX with the new client
+    snapshot = {name: os.environ.get(name) for name in ALLOCATOR_VARS}
+    with _lock:
+        _at_start.setdefault(str(client.platform), snapshot)
+
+
+def ensure_hook() -> None:
+    """Install the hook once, if JAX is imported (never importing it: the doctor's parent and
+    the CLI must work where ``import jax`` fails). Every kit module that imports JAX calls
+    this right after, so the hook is in place before the user's first JAX operation."""
+    global _hook_state
+    with _lock:
+        if _hook_state == "not installed" and "jax" in sys.modules:
+            _hook_state = on_backend_start(_on_backend_start)
+
+
+def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
+    """(state, {platform: {var: value at backend start}}).
+
+    state is "installed" (values are exact), "late" (helpers was imported after JAX started
+    its backends, values unknown), "unavailable" (this JAX has no hook: before 0.10.2) or
+    "not installed" (JAX is not imported).
+    """
+    ensure_hook()
+    with _lock:
+        return _hook_state, {k: dict(v) for k, v in _at_start.items()}
+
+
+def import_jax():
+    """``import jax`` for a kit module that imports it late (inside a function), with the hook
+    in place before the caller's first JAX operation can start a backend."""
+    import jax
+
+    ensure_hook()
+    return jax
+
+
+ensure_hook()
