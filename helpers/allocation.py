@@ -29,6 +29,7 @@ from helpers._internal import child, jaxcompat
 from helpers._internal.jaxcompat import ALLOCATOR_VARS
 from helpers._internal.records import Record
 from helpers.errors import BadInputError, ChildProcessFailed, NoGpuError
+from helpers.units import NOT_AVAILABLE, NotAvailable
 
 __all__ = ["AllocatorMeasurement", "PoolPrediction", "SETTINGS", "STORY", "measure",
            "measure_together", "plugin_options", "predict", "story_table"]
@@ -162,14 +163,14 @@ class AllocatorMeasurement(Record):
     ok: bool
     error: str | None
     device_kind: str | None
-    total_bytes: int | None  # the GPU's memory (nvidia-smi)
+    total_bytes: int | NotAvailable  # the GPU's memory (nvidia-smi)
     array_bytes: int  # what the child allocated on purpose
-    bytes_in_use: int | None  # allocator: live buffers
-    peak_bytes_in_use: int | None
-    bytes_limit: int | None  # allocator: the most it will hand out
-    bytes_reserved: int | None  # allocator: reserved from the driver, where reported
-    pool_bytes: int | None  # BFC: what its regions really got from the driver
-    driver_used_bytes: int | None  # nvidia-smi: memory this process holds on the GPU
+    bytes_in_use: int | NotAvailable  # allocator: live buffers
+    peak_bytes_in_use: int | NotAvailable
+    bytes_limit: int | NotAvailable  # allocator: the most it will hand out
+    bytes_reserved: int | NotAvailable  # allocator: reserved from the driver, where reported
+    pool_bytes: int | NotAvailable  # BFC: what its regions really got from the driver
+    driver_used_bytes: int | NotAvailable  # nvidia-smi: memory this process holds on the GPU
     driver_used_source: str | None = None  # how driver_used_bytes was read
 
 
@@ -252,16 +253,16 @@ class _AllocAnswer(Record):
     ok: bool
     error: str | None = None
     device_kind: str | None = None
-    bytes_in_use: int | None = None
-    peak_bytes_in_use: int | None = None
-    bytes_limit: int | None = None
-    bytes_reserved: int | None = None
-    pool_bytes: int | None = None
-    driver_used_bytes: int | None = None
+    bytes_in_use: int | NotAvailable = NOT_AVAILABLE
+    peak_bytes_in_use: int | NotAvailable = NOT_AVAILABLE
+    bytes_limit: int | NotAvailable = NOT_AVAILABLE
+    bytes_reserved: int | NotAvailable = NOT_AVAILABLE
+    pool_bytes: int | NotAvailable = NOT_AVAILABLE
+    driver_used_bytes: int | NotAvailable = NOT_AVAILABLE
     driver_used_source: str | None = None
 
 
-def _held(before: int | None) -> tuple[int | None, str]:
+def _held(before: int | None) -> tuple[int | NotAvailable, str]:
     """What the driver says this process holds: its per-process figure, or (where the driver
     cannot match our PID, as in some containers) the card's used memory minus ``before``."""
     mine = gpu.process_used_bytes(os.getpid())
@@ -269,14 +270,14 @@ def _held(before: int | None) -> tuple[int | None, str]:
         return mine, "nvidia-smi: this process"
     now = gpu.device_used_bytes()
     if now is None or before is None:
-        return None, "unknown"
+        return NOT_AVAILABLE, "unknown"
     return now - before, "nvidia-smi: whole card, change since this process started"
 
 
 def _stats(stats: dict | None) -> dict:
     stats = stats or {}
-    return {k: stats.get(k) for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit",
-                                      "bytes_reserved", "pool_bytes")}
+    return {k: stats.get(k, NOT_AVAILABLE) for k in (
+        "bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved", "pool_bytes")}
 
 
 def _alloc_child(request: _AllocRequest) -> None:
@@ -288,18 +289,20 @@ def _alloc_child(request: _AllocRequest) -> None:
         import jax
         import jax.numpy as jnp
 
+        from helpers.memory import memory_stats
+
         if jax.default_backend() != "gpu":
             raise NoGpuError(f"JAX started on {jax.default_backend()!r}, not on a GPU")
         dev = jax.devices()[0]
         report["device_kind"] = dev.device_kind
         x = jnp.ones(request.array_bytes, jnp.uint8)
         x.block_until_ready()
-        report.update(ok=True, **_stats(dev.memory_stats()))
+        report.update(ok=True, **_stats(memory_stats(dev)))
         report["driver_used_bytes"], report["driver_used_source"] = _held(before)
     except Exception as err:  # reported, not raised: the parent shows it
         report["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
         try:  # what the allocator says after the failure (bytes_limit vs pool_bytes)
-            stats = _stats(jax.devices()[0].memory_stats())
+            stats = _stats(memory_stats(jax.devices()[0]))
             report.update(bytes_limit=stats["bytes_limit"], bytes_in_use=stats["bytes_in_use"],
                           pool_bytes=stats["pool_bytes"])
             report["driver_used_bytes"], report["driver_used_source"] = _held(before)

@@ -134,10 +134,9 @@ def _device_info(d) -> DeviceInfo:
         default_kind = d.default_memory().kind
     except Exception:
         default_kind = None
-    try:
-        stats = d.memory_stats()
-    except Exception:
-        stats = None
+    from helpers.memory import memory_stats  # imports JAX: the probe already has
+
+    stats = memory_stats(d)
     return DeviceInfo(
         id=int(d.id),
         platform=str(d.platform),

@@ -25,7 +25,7 @@ from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header, write_tokens
 from helpers.errors import BadInputError, ChildProcessFailed, FileError, NoGpuError, PathError
-from helpers.units import format_bytes, parse_size
+from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
 
 __all__ = ["Reproduction", "reproduce"]
 
@@ -48,7 +48,7 @@ class Reproduction(Display):
     ok: bool
     error_type: str | None  # e.g. "jax.errors.JaxRuntimeError"
     error_message: str | None
-    accelerator_bytes_added: int | None  # bytes in use on the accelerator, after - before
+    accelerator_bytes_added: int | NotAvailable  # on the accelerator, after - before
     elapsed_s: float
     exit_code: int
 
@@ -200,7 +200,7 @@ class _LoadAnswer(Record):
     device: str
     attempt: str
     landed_on: str | None = None
-    accelerator_bytes_added: int | None = None
+    accelerator_bytes_added: int | NotAvailable = NOT_AVAILABLE
     error_type: str | None = None
     error_message: str | None = None
 

@@ -256,7 +256,7 @@ def step_preflight_html(p: StepPreflight) -> str:
 
 
 def step_measurement_text(m: StepMeasurement) -> str:
-    peak = format_bytes(m.peak_bytes) if m.peak_bytes else "not measurable"
+    peak = format_bytes(m.peak_bytes)
     note = f"\n  {m.note}" if m.note else ""
     return (f"{m.function} on {m.device}: measured peak {peak} ({m.source}); arguments "
             f"{format_bytes(m.argument_bytes)}; ran {m.seconds:.3f} s{note}")
@@ -271,15 +271,16 @@ def reproduction_text(r: Reproduction) -> str:
     else:
         body = f"  FAILED: {r.error_type}: {r.error_message}"
     return (f"{head}\n  wanted {format_bytes(r.requested_bytes)} on {r.device}, "
-            f"budget {format_bytes(r.budget_bytes)} ({r.budget_how})\n{body}\n"
+            f"budget {'none' if r.budget_bytes is None else format_bytes(r.budget_bytes)} "
+            f"({r.budget_how})\n{body}\n"
             f"  exit code {r.exit_code}, {r.elapsed_s:.2f} s")
 
 
 def snapshot_text(s: MemorySnapshot) -> str:
-    lines = [f"{'device':<10} {'in use':>12} {'peak':>12} {'limit':>12}  source"]
+    lines = [f"{'device':<10} {'in use':>13} {'peak':>13} {'limit':>13}  source"]
     for d in s.devices:
-        lines.append(f"{d.device:<10} {format_bytes(d.bytes_in_use):>12} "
-                     f"{format_bytes(d.peak_bytes):>12} {format_bytes(d.limit_bytes):>12}  "
+        lines.append(f"{d.device:<10} {format_bytes(d.bytes_in_use):>13} "
+                     f"{format_bytes(d.peak_bytes):>13} {format_bytes(d.limit_bytes):>13}  "
                      f"{d.source}")
     h = s.host
     lines.append(f"host RSS {format_bytes(h.rss)} (anonymous {format_bytes(h.anon)}, "
@@ -314,7 +315,7 @@ def transfer_log_html(log: TransferLog) -> str:
     for t in log.transfers:
         shape = "?" if t.shape is None else str(list(t.shape))
         cells = (t.direction, _KIND[t.explicit], shape, t.dtype or "?",
-                 format_bytes(t.nbytes) if t.nbytes is not None else "?",
+                 format_bytes(t.nbytes),
                  t.source or "?", t.destination or "?")
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
                     + "</tr>")

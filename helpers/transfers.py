@@ -51,6 +51,7 @@ import numpy as np
 from helpers._internal import jaxcompat
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, InUseError
+from helpers.units import NOT_AVAILABLE, NotAvailable
 
 jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at start
 
@@ -72,7 +73,7 @@ class Transfer(Record):
     explicit: bool | None  # None when the kit could not mark JAX's explicit scope
     shape: tuple[int, ...] | None
     dtype: str | None
-    nbytes: int | None  # None when JAX logged no shape (jit's C++ fast path)
+    nbytes: int | NotAvailable  # NOT_AVAILABLE: JAX logged no shape (jit's C++ fast path)
     source: str | None  # "host" or a device name like "cpu:0"; None when not logged
     destination: str | None  # device name; "host" for device->host
     raw: str  # the guard's own text
@@ -108,10 +109,10 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
                 other.append(line)
             continue
         direction, shape, dtype = fields["direction"], fields["shape"], fields["dtype"]
-        nbytes = None
+        nbytes = NOT_AVAILABLE
         if shape is not None:
             size = _itemsize(dtype)
-            nbytes = None if size is None else size * math.prod(shape)
+            nbytes = NOT_AVAILABLE if size is None else size * math.prod(shape)
         src, dst = fields["source"], fields["destination"]
         if direction == H2D:
             src = "host"
@@ -186,7 +187,7 @@ class TransferLog(Display):
             row = rows.setdefault(key, {"direction": t.direction, "explicit": t.explicit,
                                         "count": 0, "bytes": 0, "unknown_size": 0})
             row["count"] += 1
-            if t.nbytes is None:
+            if t.nbytes is NOT_AVAILABLE:
                 row["unknown_size"] += 1
             else:
                 row["bytes"] += t.nbytes

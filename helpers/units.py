@@ -4,15 +4,15 @@ and the one "not available" value.
 A CPU device keeps no allocator statistics (``memory_stats()`` is ``None``), a backend has no
 peak counter, a platform has no anonymous/file-backed split: the kit's records say so with
 :data:`NOT_AVAILABLE` rather than ``None`` or ``0``. It is an enum member, so type checkers see
-``int | NotAvailable``; it is falsy, renders as "not available",
+``int | NotAvailable``; it is falsy, renders as "not available" (also in :func:`format_bytes`),
 and becomes ``null`` in JSON.
 
 >>> format_bytes(20_498_743_674)
 '19.09 GiB'
 >>> parse_size("1.5 GiB")
 1610612736
->>> bool(NOT_AVAILABLE), str(NOT_AVAILABLE)
-(False, 'not available')
+>>> bool(NOT_AVAILABLE), str(NOT_AVAILABLE), format_bytes(NOT_AVAILABLE)
+(False, 'not available', 'not available')
 >>> or_not_available(None) is NOT_AVAILABLE
 True
 """
@@ -66,10 +66,10 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\
 
 
 def format_bytes(n: int | float | NotAvailable | None, *, precision: int = 2) -> str:
-    """Format a byte count with binary units: 1536 -> '1.50 KiB'. None or NOT_AVAILABLE ->
-    'n/a'."""
+    """Format a byte count with binary units: 1536 -> '1.50 KiB'. NOT_AVAILABLE (or None) ->
+    'not available', the one spelling of a number nobody measured."""
     if n is None or isinstance(n, NotAvailable):
-        return "n/a"
+        return str(NOT_AVAILABLE)
     if isinstance(n, float) and not math.isfinite(n):
         raise SizeError(f"cannot format {n!r} as bytes")
     sign = "-" if n < 0 else ""

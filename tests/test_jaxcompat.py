@@ -50,7 +50,7 @@ def test_every_internal_says_why_and_what_is_public():
 
 def test_backends_started_never_starts_or_imports_jax():
     out = run_python(
-        "import sys; from helpers import _jax_internals as i; "
+        "import sys; from helpers._internal import jaxcompat as i; "
         "a = i.backends_started(); b = 'jax' in sys.modules; "
         "import jax; c = i.backends_started(); jax.devices(); d = i.backends_started(); "
         "print(a, b, c, d)", env={"JAX_PLATFORMS": "cpu"})

@@ -197,7 +197,7 @@ def test_hook_recorded_the_cpu_backend_start():
     if not jaxcompat.INTERNALS["register_backend_initialization_hook"].expected(
             jaxcompat.jax_version_tuple()):
         pytest.skip("this JAX has no backend-start hook (added in 0.10.2): the state is "
-                    "'unavailable', checked in test_jax_internals")
+                    "'unavailable', checked in test_jaxcompat")
     assert state == "installed"
     assert "cpu" in snaps and set(snaps["cpu"]) == set(settings.ALLOCATOR_VARS)
 

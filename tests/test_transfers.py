@@ -10,6 +10,7 @@ import pytest
 from helpers import transfers
 from helpers._internal import jaxcompat
 from helpers.transfers import D2D, D2H, H2D
+from helpers.units import NOT_AVAILABLE
 
 
 def test_jit_with_two_numpy_inputs_is_two_implicit_host_to_device():
@@ -121,7 +122,7 @@ def test_other_stderr_lines_pass_through():
 
 @pytest.mark.parametrize("line, expect", [
     ("W1121 10:23:48.1 4777 guard_lib.cc:125] host-to-device transfer: ",
-     (H2D, None, None, "host", None)),
+     (H2D, None, NOT_AVAILABLE, "host", None)),
     ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(bfloat16[2,3]), "
      "dst_sharding=SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)",
      (H2D, (2, 3), 12, "host", "cuda:0")),
@@ -133,7 +134,7 @@ def test_other_stderr_lines_pass_through():
      "sharding=SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)",
      (D2H, (), 2, "cuda:0", "host")),
     ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(weird7[3])",
-     (H2D, (3,), None, "host", None)),
+     (H2D, (3,), NOT_AVAILABLE, "host", None)),
 ])
 def test_parser(line, expect):
     (t,), other = transfers.parse_guard_output(line + "\nunrelated line\n", marked=False)

@@ -5,7 +5,7 @@ from helpers.units import SizeError, format_bytes, parse_size
 
 @pytest.mark.parametrize("n, text", [
     (0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"),
-    (20_497_743_674, "19.09 GiB"), (-2048, "-2.00 KiB"), (None, "n/a"),
+    (20_497_743_674, "19.09 GiB"), (-2048, "-2.00 KiB"), (None, "not available"),
 ])
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
