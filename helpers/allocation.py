@@ -114,11 +114,15 @@ def _round_up(n: float) -> int:
 
 def predict(options: dict, total_bytes: int) -> PoolPrediction:
     """What XLA builds from jaxlib's ``options`` (``plugin_options(env)["options"]``) on a GPU
-    of ``total_bytes``. Raises BadInputError (a ValueError) for an allocator whose rules the
-    kit does not model."""
+    of ``total_bytes``. Raises BadInputError (a ValueError) for a fraction outside (0, 1] and
+    for an allocator whose rules the kit does not model."""
     allocator = {"default": "bfc", "address": "platform"}.get(options.get("allocator", "default"),
                                                               options.get("allocator"))
     fraction = float(options.get("memory_fraction", _DEFAULT_FRACTION))
+    if not 0 < fraction <= 1:
+        raise BadInputError(f"memory_fraction {fraction:g} is outside (0, 1]: it is a fraction "
+                            "of the GPU's memory (0.75 is JAX's default, 75%); jaxlib passes it "
+                            "on unchecked (jaxlib/xla_client.py), so check the variable")
     preallocate = bool(options.get("preallocate", True))
     if allocator == "bfc":
         cap = _round_up(total_bytes * fraction)

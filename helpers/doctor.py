@@ -12,14 +12,16 @@ This process never starts a JAX backend, so nothing here can abort it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from helpers import devices, settings
-from helpers._internal import child
+from helpers._internal import child, jaxcompat
 from helpers.devices import DeviceReport, FailedBackend, versions
 from helpers.errors import ChildProcessFailed
+from helpers.settings import EnvWarning
 
 __all__ = ["diagnose", "explain_child_failure"]
 
@@ -117,6 +119,41 @@ def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 12
     (``None`` removes a variable). Never raises for anything JAX, XLA or the environment does:
     a child that cannot report becomes a report of why."""
     try:
-        return devices.probe_in_child(env, timeout=timeout)
+        report = devices.probe_in_child(env, timeout=timeout)
     except ChildProcessFailed as err:
         return _fallback_report(err.result, child.child_env(env))
+    differs = _caller_differs(report)
+    if differs is None:
+        return report
+    return dataclasses.replace(report, warnings=(*report.warnings, differs))
+
+
+def _caller_differs(report: DeviceReport) -> EnvWarning | None:
+    """A warning when the process that asked has started JAX with other devices than the
+    fresh child saw (``jax_num_cpu_devices`` set in code, the environment changed since it
+    started): the report describes a new process, not this one. None when they agree, or when
+    JAX has not started here (the CLI)."""
+    if not jaxcompat.backends_started():
+        return None
+    from jax.extend.backend import backends
+
+    try:
+        here = {name: len(client.devices()) for name, client in backends().items()}
+    except Exception:  # pragma: no cover - backends started, so they answer
+        return None
+    there = {b.name: len(b.devices) for b in report.backends}
+    if here == there:
+        return None
+
+    def say(counts: Mapping[str, int]) -> str:
+        return ", ".join(f"{n} {name} device{'s' if n != 1 else ''}"
+                         for name, n in sorted(counts.items())) or "no backend"
+
+    return EnvWarning(
+        "caller-differs",
+        f"this report describes a fresh process started with the environment as it is now: it has "
+        f"{say(there)}; the process that called the doctor has {say(here)}, set when its JAX "
+        "started (jax.config in code, or variables changed since).",
+        "to see this process, call helpers.devices.probe() in it; for a new process to match, "
+        "set the variables before Python starts",
+    )

@@ -261,21 +261,41 @@ def _int_or_na(x) -> int | NotAvailable:
     return NOT_AVAILABLE if x is None else int(x)
 
 
-def _resolve_devices(devices: jax.Device | Sequence[jax.Device] | None) -> list:
+def _resolve_devices(devices: str | jax.Device | Sequence[str | jax.Device] | None) -> list:
+    """Devices from Devices, device names ("cpu:1") or platform names ("cpu", "gpu")."""
     if devices is None:
         return _all_devices()
-    if isinstance(devices, jax.Device):
-        return [devices]
-    out = list(devices)
-    bad = [d for d in out if not isinstance(d, jax.Device)]
-    if bad:
-        raise TypeError(
-            f"devices must be jax.Device objects (e.g. jax.devices()[0]), got {bad[0]!r}")
+    if isinstance(devices, (str, jax.Device)):
+        devices = [devices]
+    out = []
+    for d in devices:
+        if isinstance(d, jax.Device):
+            out.append(d)
+        elif isinstance(d, str):
+            out.extend(_named(d))
+        else:
+            raise TypeError(f"devices must be jax.Device objects, device names like 'cpu:0' or "
+                            f"platform names like 'cpu', got {d!r}")
     return out
 
 
-def snapshot(devices: jax.Device | Sequence[jax.Device] | None = None) -> MemorySnapshot:
-    """Bytes per device (all local devices of every backend, or the ones given) and host."""
+def _named(name: str) -> list:
+    every = _all_devices()
+    found = [d for d in every if device_name(d) == name]
+    if found:
+        return found
+    try:
+        return list(jax.devices(name))
+    except RuntimeError:
+        known = ", ".join(device_name(d) for d in every)
+        raise BadInputError(f"no device or platform {name!r} here; devices: {known}, or a "
+                            "platform name such as 'cpu'") from None
+
+
+def snapshot(devices: str | jax.Device | Sequence[str | jax.Device] | None = None
+             ) -> MemorySnapshot:
+    """Bytes per device (all local devices of every backend, or the ones given: Devices, names
+    like "cpu:0" or a platform like "cpu") and host."""
     devs = _resolve_devices(devices)
     return MemorySnapshot(time=time.perf_counter(), devices=_device_memory(devs),
                           host=_host_memory())
@@ -479,7 +499,8 @@ class MemoryTrace:
 
 
 @contextmanager
-def track(interval: float = 0.01, *, devices: jax.Device | Sequence[jax.Device] | None = None
+def track(interval: float = 0.01, *,
+          devices: str | jax.Device | Sequence[str | jax.Device] | None = None
           ) -> Iterator[MemoryTrace]:
     """Sample device and host memory every ``interval`` seconds while the block runs.
 

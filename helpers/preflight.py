@@ -27,7 +27,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from helpers._internal import child, jaxcompat
 from helpers._internal.jaxcompat import device_name
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     import jax
 
 __all__ = ["ALLOCATOR_PEAK", "FIX", "HOST_PEAK", "MMAP_ENV", "Preflight", "StepMeasurement",
-           "StepPreflight", "TensorInfo", "compile_step", "judge", "measure_example",
-           "measure_step", "preflight", "preflight_step"]
+           "StepPreflight", "TensorInfo", "judge", "measure_example", "measure_step",
+           "preflight", "preflight_step"]
 
 FIX = ("load it into host memory instead: `with jax.default_device(jax.devices('cpu')[0]): "
         "tokens = safetensors.flax.load_file(path)['tokens']`, or skip JAX for the load "
@@ -225,8 +225,10 @@ class StepPreflight(_Verdict, Display):
     free_bytes: int | NotAvailable
     free_source: str
     donated: tuple[int, ...]
-    verdict: str  # "fits" | "will not fit" | "unknown"
+    verdict: str  # "fits" | "will not fit" | "will fail" | "unknown"
     advice: str
+    #: arguments XLA dropped because the step never reads them: on the device, not in its peak
+    dropped_bytes: int = 0
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -262,23 +264,57 @@ def _device_of_committed(args, jax):
 
 def _specs(args, kwargs, device, jax):
     """Array leaves as ShapeDtypeStructs placed on ``device`` (nothing is copied); other
-    leaves (Python numbers, None) are left as they are. Also: argument bytes already there."""
+    leaves (Python numbers, None) are left as they are."""
     sharding = jax.sharding.SingleDeviceSharding(device)
-    resident = 0
 
     def spec(leaf):
-        nonlocal resident
-        if isinstance(leaf, jax.Array):
-            if not leaf.is_deleted() and set(leaf.devices()) == {device}:
-                resident += leaf.nbytes
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
-        if isinstance(leaf, jax.ShapeDtypeStruct):
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
-        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):  # NumPy arrays and scalars
+        if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)) or (
+                hasattr(leaf, "shape") and hasattr(leaf, "dtype")):  # NumPy arrays and scalars
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
         return leaf
 
-    return jax.tree.map(spec, args), jax.tree.map(spec, kwargs), resident
+    return jax.tree.map(spec, args), jax.tree.map(spec, kwargs)
+
+
+def _kept(compiled, n_leaves: int, jax) -> list[bool] | None:
+    """Which argument leaves the executable takes (jit drops the ones the step never reads:
+    their input sharding is None); None when this JAX does not say."""
+    try:
+        shardings = jax.tree.leaves(compiled.input_shardings, is_leaf=lambda x: x is None)
+    except Exception:
+        return None
+    return [s is not None for s in shardings] if len(shardings) == n_leaves else None
+
+
+def _same_buffer(a, b) -> bool:
+    if a is b:
+        return True
+    try:
+        return (a.devices() == b.devices()
+                and a.unsafe_buffer_pointer() == b.unsafe_buffer_pointer())
+    except Exception:  # sharded, deleted, or not an array
+        return False
+
+
+def _donation_conflict(args, kwargs, donated, jax) -> str:
+    """Why the call will fail, when a donated buffer is also passed again in the same call
+    (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
+    donated"); "" when none is."""
+    leaves = [(i, leaf) for i, a in enumerate(args) for leaf in jax.tree.leaves(a)]
+    leaves += [(k, leaf) for k, v in kwargs.items() for leaf in jax.tree.leaves(v)]
+    for n, (i, leaf) in enumerate(leaves):
+        if i not in donated or not isinstance(leaf, jax.Array):
+            continue
+        others = [w for m, (w, x) in enumerate(leaves)
+                  if m != n and isinstance(x, jax.Array) and _same_buffer(leaf, x)]
+        if others:
+            where = ", ".join(f"argument {w!r}" if isinstance(w, str) else f"argument {w}"
+                              for w in dict.fromkeys(others))
+            return (f"argument {i} is donated and the same buffer is passed again as "
+                    f"{where}: the call fails (XLA: INVALID_ARGUMENT, \"Attempt to donate "
+                    "the same buffer twice\"). Fix: pass a copy (jnp.copy(x)) where it is "
+                    "not the donated one, or donate it in one place only")
+    return ""
 
 
 def _user_frame(err: BaseException) -> str:
@@ -302,10 +338,10 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
-def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
+def _compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  donate_argnums: int | Sequence[int] = (), **kwargs):
-    """``(compiled, device, why, resident_bytes, donated)``: ``fn`` compiled for the device it
-    would run on, with its arguments as shapes there. Clear errors for the usual mistakes."""
+    """``fn`` compiled for the device it would run on, with its arguments as shapes there
+    (:class:`_Compiled`). Clear errors for the usual mistakes."""
     jax = _jax()
     if not callable(fn):
         raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
@@ -314,7 +350,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         dev, why = _device_of_committed((args, kwargs), jax), "where its committed arguments live"
     else:
         dev, why = _target(device)
-    arg_specs, kw_specs, resident = _specs(args, kwargs, dev, jax)
+    arg_specs, kw_specs = _specs(args, kwargs, dev, jax)
     jitted = fn if (hasattr(fn, "lower") and not donated) else jax.jit(fn, donate_argnums=donated)
     name = _name(fn)
     try:
@@ -335,7 +371,43 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     except Exception as err:
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None
-    return compiled, dev, why, resident, donated
+    return _Compiled(compiled, dev, why, donated, *_residency(compiled, args, kwargs, dev, jax),
+                     _donation_conflict(args, kwargs, donated, jax))
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """What :func:`_compile_step` found: the executable, where it runs and why, what it
+    donates, argument bytes already on the device (each buffer once; only the arguments the
+    executable takes), the bytes of arguments it drops, and why the call would fail."""
+
+    executable: Any
+    device: Any
+    why: str
+    donated: tuple[int, ...]
+    resident: int
+    dropped: int
+    conflict: str
+
+
+def _residency(compiled, args, kwargs, dev, jax) -> tuple[int, int]:
+    """(bytes of kept arguments already on ``dev``, each buffer once; bytes of dropped ones)."""
+    leaves = jax.tree.leaves((args, kwargs))
+    kept = _kept(compiled, len(leaves), jax) or [True] * len(leaves)
+    resident = dropped = 0
+    seen: list = []
+    for leaf, used in zip(leaves, kept, strict=True):
+        if not hasattr(leaf, "nbytes") or not hasattr(leaf, "shape"):
+            continue
+        if not used:
+            dropped += int(leaf.nbytes)
+            continue
+        if (isinstance(leaf, jax.Array) and not leaf.is_deleted()
+                and set(leaf.devices()) == {dev}
+                and not any(_same_buffer(leaf, other) for other in seen)):
+            seen.append(leaf)
+            resident += leaf.nbytes
+    return resident, dropped
 
 
 def _analysis(compiled) -> dict:
@@ -375,21 +447,28 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     """XLA's memory estimate for ``fn(*args, **kwargs)`` on ``device`` (default: where jit
     would run it), what is in use and free there now, and a verdict. Nothing runs and no
     argument is copied: arrays (JAX, NumPy) or ``jax.ShapeDtypeStruct`` shapes all work."""
-    compiled, dev, why, resident, donated = compile_step(
-        fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
-    a = _analysis(compiled)
-    needed = max(a["peak"] - resident, 0)
+    c = _compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
+    dev = c.device
+    a = _analysis(c.executable)
+    needed = max(a["peak"] - c.resident, 0)
     in_use, in_use_source = _in_use(dev)
     free, free_source = _free_bytes(dev)
-    verdict, advice = _verdict(needed, free, dev, donated)
+    if c.conflict:
+        verdict, advice = "will fail", c.conflict
+    else:
+        verdict, advice = _verdict(needed, free, dev, c.donated)
+    if c.dropped:
+        advice = (f"{advice} " if advice else "") + (
+            f"Not counted: {format_bytes(c.dropped)} of arguments the step never reads (XLA "
+            "drops them); they stay on the device while you hold them.")
     return StepPreflight(
         function=_name(fn), device=device_name(dev),
-        device_reason=why, argument_bytes=a["argument"], output_bytes=a["output"],
+        device_reason=c.why, argument_bytes=a["argument"], output_bytes=a["output"],
         alias_bytes=a["alias"], temp_bytes=a["temp"], code_bytes=a["generated_code"],
-        peak_bytes=a["peak"], xla_peak_bytes=a["xla_peak"], resident_bytes=resident,
+        peak_bytes=a["peak"], xla_peak_bytes=a["xla_peak"], resident_bytes=c.resident,
         needed_bytes=needed, in_use_bytes=in_use, in_use_source=in_use_source,
-        free_bytes=free, free_source=free_source, donated=donated, verdict=verdict,
-        advice=advice)
+        free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
+        advice=advice, dropped_bytes=c.dropped)
 
 
 # --- the step's peak, measured ---------------------------------------------------------------
@@ -430,8 +509,8 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
 
     from helpers.memory import track
 
-    compiled, dev, _, _, _ = compile_step(fn, *args, device=device,
-                                          donate_argnums=donate_argnums, **kwargs)
+    c = _compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
+    compiled, dev = c.executable, c.device
     name = _name(fn)
 
     def placed():  # fresh copies each run: a donated argument is used up by the run

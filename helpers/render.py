@@ -229,7 +229,9 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         ("generated code", format_bytes(p.code_bytes)),
         ("peak: arguments + outputs - aliased + temporaries", format_bytes(p.peak_bytes)),
         ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes)),
-        ("arguments already there", format_bytes(p.resident_bytes)),
+        ("arguments already there (counted in the peak)", format_bytes(p.resident_bytes)),
+        *([("arguments XLA dropped (never read; not counted)", format_bytes(p.dropped_bytes))]
+          if p.dropped_bytes else []),
         ("the step adds", format_bytes(p.needed_bytes)),
         ("in use there now", f"{format_bytes(p.in_use_bytes)}  ({p.in_use_source})"),
         ("free there", f"{format_bytes(p.free_bytes)}  ({p.free_source})"),
@@ -246,7 +248,8 @@ def step_preflight_text(p: StepPreflight) -> str:
 
 
 def step_preflight_html(p: StepPreflight) -> str:
-    colour = {"fits": "#1a7f37", "will not fit": "#cf222e"}.get(p.verdict, "#9a6700")
+    colour = {"fits": "#1a7f37", "will not fit": "#cf222e", "will fail": "#cf222e"}.get(
+        p.verdict, "#9a6700")
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
                    for k, v in _step_rows(p))
     advice = f"<br>{html.escape(p.advice)}" if p.advice else ""
@@ -277,10 +280,10 @@ def reproduction_text(r: Reproduction) -> str:
 
 
 def snapshot_text(s: MemorySnapshot) -> str:
-    lines = [f"{'device':<10} {'in use':>13} {'peak':>13} {'limit':>13}  source"]
+    lines = [f"{'device':<10} {'in use':>14} {'peak':>14} {'limit':>14}  source"]
     for d in s.devices:
-        lines.append(f"{d.device:<10} {format_bytes(d.bytes_in_use):>13} "
-                     f"{format_bytes(d.peak_bytes):>13} {format_bytes(d.limit_bytes):>13}  "
+        lines.append(f"{d.device:<10} {format_bytes(d.bytes_in_use):>14} "
+                     f"{format_bytes(d.peak_bytes):>14} {format_bytes(d.limit_bytes):>14}  "
                      f"{d.source}")
     h = s.host
     lines.append(f"host RSS {format_bytes(h.rss)} (anonymous {format_bytes(h.anon)}, "

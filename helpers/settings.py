@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -231,25 +232,27 @@ def _flag_words(flags: str) -> list[str]:
 
 
 def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
-    # Syntax only: XLA aborts the whole process on an unknown flag name too, but the names it
-    # knows are not listed anywhere cheap to read, so they are not checked here.
+    # Syntax only, as XLA reads it (xla/parse_flags_from_env.h): a value whose first
+    # non-whitespace character is '-' is flags, anything else is the name of a file of flags.
+    # XLA aborts the whole process on an unknown flag name too, but the names it knows are not
+    # listed anywhere cheap to read, so they are not checked here.
     value = env.get("XLA_FLAGS")
     if not value:
         return []
     example = "e.g. XLA_FLAGS='--xla_force_host_platform_device_count=8'"
-    if not value.lstrip().startswith("--"):
+    out = _xla_flags_look_alike(value)
+    if not value.lstrip().startswith("-"):
         if os.path.isfile(value):  # XLA reads the flags from this file; not checked further
-            return []
-        return [EnvWarning(
+            return out
+        return [*out, EnvWarning(
             "malformed-xla-flags",
-            f"XLA_FLAGS={value!r} does not start with '--', so XLA takes the whole value for "
+            f"XLA_FLAGS={value!r} does not start with '-', so XLA takes the whole value for "
             "the name of a file of flags; there is no such file, and XLA aborts the process "
             "when JAX starts its first backend (\"Could not open file ... to read flags for "
             "environment variable XLA_FLAGS\").",
             f"write each flag as --name=value, separated by spaces, {example}",
         )]
-    out = []
-    words = _flag_words(value)[1:]  # the first word starts with '--'
+    words = _flag_words(value)
     single = [w for w in words if w.startswith("-") and not w.startswith("--")]
     bare = [w for w in words if not w.startswith("-")]
     if single:
@@ -269,6 +272,28 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
             f"({example})",
         ))
     return out
+
+
+#: characters that look like ASCII in a flag but are not (pasted from a web page or a word
+#: processor): XLA sees another character and the flag is not the one meant
+_LOOK_ALIKE = {"\u2013": "-", "\u2014": "-", "\u2212": "-", "\u2010": "-", "\u2011": "-",
+               "\u00a0": " ", "\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"}
+
+
+def _xla_flags_look_alike(value: str) -> list[EnvWarning]:
+    odd = sorted({c for c in value if ord(c) > 127})
+    if not odd:
+        return []
+    named = ", ".join(f"{c!r} (U+{ord(c):04X} {unicodedata.name(c, 'unnamed')})" for c in odd)
+    fixed = "".join(_LOOK_ALIKE.get(c, c) for c in value)
+    return [EnvWarning(
+        "non-ascii-xla-flags",
+        f"XLA_FLAGS contains {named}, not plain ASCII: a dash or quote pasted from a web page "
+        "or a word processor is another character to XLA, so the flag is not the one meant "
+        "(a flag that does not start with '-' makes XLA read a file of that name instead).",
+        f"retype it in ASCII: XLA_FLAGS={fixed!r}" if fixed != value else
+        "retype XLA_FLAGS in plain ASCII",
+    )]
 
 
 def _platforms_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:

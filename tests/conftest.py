@@ -11,6 +11,8 @@ import sys
 import jax
 import pytest
 
+from helpers._internal.child import child_env as _child_env
+
 N_SIMULATED = 4
 jax.config.update("jax_num_cpu_devices", N_SIMULATED)
 
@@ -20,17 +22,6 @@ jax.config.update("jax_num_cpu_devices", N_SIMULATED)
 collect_ignore = ["browser"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _child_env(env: dict | None) -> dict:
-    """os.environ with overrides; a value of None removes the variable."""
-    child_env = dict(os.environ)
-    for k, v in (env or {}).items():
-        if v is None:
-            child_env.pop(k, None)
-        else:
-            child_env[k] = v
-    return child_env
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 120):

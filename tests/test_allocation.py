@@ -1,6 +1,7 @@
 import pytest
 
 from helpers import allocation, gpu, plotting
+from helpers.errors import BadInputError
 from helpers.units import NOT_AVAILABLE
 
 
@@ -112,3 +113,10 @@ def test_measured_limits_match_the_prediction():
                                m.total_bytes)
         assert abs(m.bytes_limit - p.reported_limit) <= 0.02 * m.total_bytes, (name, m, p)
     assert allocation.measure("ALLOCATOR=platform").bytes_limit is NOT_AVAILABLE  # no stats
+
+
+@pytest.mark.parametrize("fraction", [100, 0, -0.5, 1.5])
+def test_a_fraction_outside_0_1_is_refused(fraction):
+    with pytest.raises(BadInputError, match=r"outside \(0, 1\]"):
+        allocation.predict({"memory_fraction": fraction}, 24 * 2**30)
+    assert allocation.predict({"memory_fraction": 1.0}, 24 * 2**30).cap_bytes == 24 * 2**30

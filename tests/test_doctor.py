@@ -88,3 +88,19 @@ def test_doctor_json_when_jax_fails():
     data = json.loads(out)
     assert data["backends"] == [] and data["default_backend"] is None
     assert "jax_num_cpu_devices" in data["failed_backends"][0]["error"]
+
+
+def test_the_doctor_says_when_its_child_differs_from_the_caller():
+    """This test process started JAX with 4 CPU devices (conftest); a fresh child started
+    without that setting has 1. The report must not pass the child's view off as ours."""
+    import jax
+
+    from helpers import doctor
+
+    here = len(jax.devices("cpu"))
+    r = doctor.diagnose({"JAX_NUM_CPU_DEVICES": None, "JAX_PLATFORMS": "cpu"})
+    (w,) = [w for w in r.warnings if w.code == "caller-differs"]
+    assert "it has 1 cpu device;" in w.message and f"has {here} cpu devices" in w.message
+    assert "devices.probe()" in w.fix
+    same = doctor.diagnose({"JAX_NUM_CPU_DEVICES": str(here), "JAX_PLATFORMS": "cpu"})
+    assert "caller-differs" not in {w.code for w in same.warnings}

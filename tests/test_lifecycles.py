@@ -8,6 +8,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from helpers._internal import jaxcompat
+
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 
 COUNT = """
@@ -41,5 +43,8 @@ def _run_twice_then_count(name: str, tmp_path) -> dict:
 # measure "what this array added" count the array of the previous run going away.)
 @pytest.mark.parametrize("name", ["07_feeding_the_accelerator.ipynb"])
 def test_a_notebook_run_twice_in_one_kernel_leaves_no_thread_or_child(name, tmp_path):
+    if jaxcompat.jax_version_tuple() < (0, 10):  # make test-floor: unit tests only
+        pytest.skip("notebooks run on the newest jax only; jax 0.8 refuses the setup cell's "
+                    "jax_num_cpu_devices once the first run started the backend")
     left = _run_twice_then_count(name, tmp_path)
     assert left == {"threads": [], "children": []}

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import memory
+from helpers.errors import BadInputError
 from tests.conftest import N_SIMULATED, run_python
 
 
@@ -65,7 +66,7 @@ def test_snapshot_of_chosen_devices_and_bad_input():
     snap = memory.snapshot(jax.devices()[1])
     assert [d.device for d in snap.devices] == ["cpu:1"]
     with pytest.raises(TypeError, match="jax.Device"):
-        memory.snapshot(["cpu:0"])
+        memory.snapshot([0])
     with pytest.raises(KeyError, match="cpu:1"):
         snap.device("cuda:0")
 
@@ -258,3 +259,11 @@ def test_a_snapshot_leaves_jax_live_arrays_as_it_found_them():
     y.unsafe_buffer_pointer()  # what the snapshot used to do to every array
     assert len(jax.live_arrays("cpu")) == count + 1  # the artefact this test guards against
     del y
+
+
+def test_snapshot_takes_platform_and_device_names():
+    cpus = jax.devices("cpu")
+    assert [d.device for d in memory.snapshot("cpu").devices] == [f"cpu:{d.id}" for d in cpus]
+    assert [d.device for d in memory.snapshot(["cpu:1", cpus[0]]).devices] == ["cpu:1", "cpu:0"]
+    with pytest.raises(BadInputError, match="no device or platform 'moon'.*cpu:0"):
+        memory.snapshot("moon")

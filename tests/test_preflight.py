@@ -181,3 +181,28 @@ def test_a_failed_child_is_reported(monkeypatch):
                         preflight.child.ChildResult(None, 1, "boom"))
     with pytest.raises(ChildProcessFailed, match="(?s)measuring scan_rnn.*boom"):
         preflight.measure_example("scan_rnn")
+
+
+# --- donation and arguments XLA drops --------------------------------------------------------
+def test_donating_a_buffer_that_is_passed_twice_will_fail_and_counts_it_once():
+    x = jnp.ones(100)
+    both = jax.jit(lambda a, b: (a + 1, b + 1), donate_argnums=(0,))
+    p = preflight.preflight_step(lambda a, b: (a + 1, b + 1), x, x, donate_argnums=(0,))
+    assert p.verdict == "will fail" and not p.fits
+    assert "argument 0 is donated" in p.advice and "argument 1" in p.advice
+    assert "jnp.copy" in p.advice and "WILL FAIL" in str(p)
+    assert p.resident_bytes == x.nbytes  # one buffer, counted once
+    with pytest.raises(Exception, match="INVALID_ARGUMENT"):  # what the kit predicts
+        both(x, x)
+    y = jnp.ones(100)
+    assert preflight.preflight_step(lambda a, b: (a + 1, b + 1), y, jnp.copy(y),
+                                    donate_argnums=(0,)).verdict == "fits"
+
+
+def test_an_argument_xla_drops_is_named_and_not_subtracted():
+    x, unused = jnp.ones(100), jnp.ones(100)
+    p = preflight.preflight_step(lambda a, b: a * 2, x, unused)
+    assert p.argument_bytes == x.nbytes and p.dropped_bytes == unused.nbytes
+    assert p.resident_bytes == x.nbytes  # only what the executable takes
+    assert p.needed_bytes == p.output_bytes == x.nbytes  # the output still needs room
+    assert "never reads" in p.advice and "dropped" in str(p)

@@ -207,3 +207,34 @@ def test_read_environment_lists_every_variable():
     names = [e.name for e in env]
     assert names == list(settings.VARIABLES)
     assert dict((e.name, e.value) for e in env)["XLA_FLAGS"] == "--foo"
+
+
+# --- XLA_FLAGS as XLA reads it (xla/parse_flags_from_env.h: a first '-' means flags) ---------
+def test_a_one_dash_flag_is_an_unknown_flag_not_a_file_name():
+    (w,) = settings.check_environment({"XLA_FLAGS": "-bad"}, this_process=False)
+    assert w.code == "malformed-xla-flags"
+    assert "Unknown flag in XLA_FLAGS: -bad" in w.message and "file" not in w.message
+
+
+def test_a_value_without_a_dash_is_read_as_a_file_name():
+    (w,) = settings.check_environment({"XLA_FLAGS": "nonsense"}, this_process=False)
+    assert "name of a file" in w.message and "Could not open file" in w.message
+
+
+def test_an_en_dash_is_named_with_its_code_point_and_retyped():
+    env = {"XLA_FLAGS": "\u2013\u2013xla_force_host_platform_device_count=8"}
+    ws = {w.code: w for w in settings.check_environment(env, this_process=False)}
+    assert "U+2013 EN DASH" in ws["non-ascii-xla-flags"].message
+    assert "'--xla_force_host_platform_device_count=8'" in ws["non-ascii-xla-flags"].fix
+    assert "malformed-xla-flags" in ws  # XLA would look for a file of that name
+
+
+def test_the_doctor_quotes_the_same_error_as_xla():
+    """The report's own warning and XLA's line (from the child) say the same thing."""
+    from helpers import doctor
+
+    r = doctor.diagnose({"XLA_FLAGS": "-bad"})
+    (failed,) = r.failed_backends
+    (warning,) = [w for w in r.warnings if w.code == "malformed-xla-flags"]
+    assert "Unknown flag in XLA_FLAGS: -bad" in failed.error
+    assert "Unknown flag in XLA_FLAGS: -bad" in warning.message
