@@ -45,9 +45,9 @@ from helpers.units import NOT_AVAILABLE, NotAvailable
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["BackendInfo", "DeviceInfo", "DeviceReport", "FailedBackend", "Placement", "Roles",
-           "Shard", "device_name", "placement", "probe", "probe_in_child", "roles",
-           "simulate_cpu_devices", "versions"]
+__all__ = ["BackendInfo", "DeviceInfo", "DeviceReport", "FailedBackend", "LeafPlacement",
+           "Placement", "Roles", "Shard", "TreePlacement", "device_name", "placement", "probe",
+           "probe_in_child", "roles", "simulate_cpu_devices", "tree_placement", "versions"]
 
 
 # --- the report: plain data -----------------------------------------------------------------
@@ -505,3 +505,126 @@ def _memory_kind_note(kind: str | None) -> str:
     return (f". Its bytes are in {kind} memory (host RAM the device can address), not the "
             "device's own: computing with device-memory arrays needs a copy first, "
             "jax.device_put(part, x.sharding.with_memory_kind('device'))")
+
+
+# --- placement of a pytree: where every leaf of a params dict or an optimizer state sits -----
+@dataclass(frozen=True)
+class LeafPlacement(Record):
+    """One leaf of a pytree: its path, kind, devices, memory kind, committed or not, bytes."""
+
+    path: str  # e.g. "['layer1']['w']"
+    kind: str  # "jax.Array", "numpy.ndarray", or the Python type's name
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    devices: tuple[str, ...]  # () for NumPy and Python values
+    memory_kind: str | None
+    committed: bool | None  # None for NumPy and Python values
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class TreePlacement(Display):
+    """Where every leaf of a pytree sits, bytes per place, and what would go wrong in a jit
+    over the whole tree, with the fix (``problems``: one or two sentences each)."""
+
+    leaves: tuple[LeafPlacement, ...]
+    bytes_by_place: Mapping[str, int]  # "cpu:0", "cuda:0 (pinned_host)", "host (NumPy)"
+    problems: tuple[str, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all leaves (each device's copy of a replicated leaf counted once)."""
+        return sum(leaf.nbytes for leaf in self.leaves)
+
+
+def tree_placement(tree: Any) -> TreePlacement:
+    """Explain a pytree (a params dict, an optimizer state, a Flax NNX state): one row per leaf
+    (device, memory kind, committed, bytes), bytes per place, and the problems a jit over the
+    whole tree would meet: committed leaves on different devices (it raises), NumPy leaves
+    (copied on every call), host-memory leaves mixed with device ones, deleted leaves."""
+    jax = jaxcompat.import_jax()
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    leaves = tuple(_leaf(jax.tree_util.keystr(path) or "(root)", leaf, jax)
+                   for path, leaf in flat)
+    places: dict[str, int] = {}
+    for leaf in leaves:
+        where = _place(leaf)
+        places[where] = places.get(where, 0) + leaf.nbytes
+    return TreePlacement(leaves, MappingProxyType(places), _tree_problems(leaves))
+
+
+def _leaf(path: str, x: Any, jax) -> LeafPlacement:
+    if isinstance(x, jax.Array):
+        if x.is_deleted():
+            return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), 0, (), None,
+                                 None, deleted=True)
+        names = tuple(s.device for s in _shards(x))
+        return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), int(x.nbytes),
+                             names, getattr(x.sharding, "memory_kind", None),
+                             bool(x.committed))
+    if isinstance(x, np.ndarray):
+        return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
+                             int(x.nbytes), (), None, None)
+    # a Python number (weakly typed to JAX, passed anew on every call) or another object
+    return LeafPlacement(path, type(x).__name__, (), "", 0, (), None, None)
+
+
+def _place(leaf: LeafPlacement) -> str:
+    if leaf.deleted:
+        return "deleted"
+    if not leaf.devices:
+        return "host (NumPy)" if leaf.kind == "numpy.ndarray" else "Python values"
+    where = ", ".join(leaf.devices)
+    kind = leaf.memory_kind
+    return where if kind in (None, "device") else f"{where} ({kind})"
+
+
+def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
+    out = []
+    deleted = [leaf.path for leaf in leaves if leaf.deleted]
+    if deleted:
+        out.append(f"{_some(deleted)} deleted (donated to a jit, or .delete()): using the tree "
+                   "raises. Fix: use the outputs of the call that took them instead.")
+    committed = {}
+    for leaf in leaves:
+        if leaf.committed:
+            committed.setdefault(leaf.devices, []).append(leaf.path)
+    if len(committed) > 1:
+        groups = "; ".join(f"{', '.join(devs)}: {_paths(paths)}"
+                           for devs, paths in committed.items())
+        out.append(f"committed leaves sit on different devices ({groups}): a jit over the whole "
+                   "tree raises 'Received incompatible devices for jitted computation'. Fix: "
+                   "jax.device_put(tree, device) to put every leaf in one place first.")
+    moved = [leaf.path for leaf in leaves if leaf.committed is False and committed
+             and all(leaf.devices != devs for devs in committed)]
+    if len(committed) == 1 and moved:
+        (target,) = committed
+        out.append(f"{_some(moved)} uncommitted elsewhere: a jit over the tree copies them to "
+                   f"{', '.join(target)} on every call. Fix: jax.device_put(tree, device) once.")
+    numpy = [leaf for leaf in leaves if leaf.kind == "numpy.ndarray"]
+    if numpy:
+        total = sum(leaf.nbytes for leaf in numpy)
+        out.append(f"{_some([leaf.path for leaf in numpy])} NumPy ({total:,} B): a jit copies "
+                   "them host to device on every call. Fix: jax.device_put(tree) once, and "
+                   "keep the result.")
+    kinds = {leaf.memory_kind or "device" for leaf in leaves if leaf.devices}
+    if len(kinds) > 1:
+        host = [leaf.path for leaf in leaves if leaf.devices
+                and (leaf.memory_kind or "device") != "device"]
+        out.append(f"{_some(host)} in host memory ({', '.join(sorted(kinds - {'device'}))}) "
+                   "beside device-memory leaves: computing with both needs a copy first. Fix: "
+                   "jax.device_put(leaf, leaf.sharding.with_memory_kind('device')), or "
+                   "jax.memory.Space.Device inside jit.")
+    return tuple(out)
+
+
+def _paths(paths: list[str], most: int = 3) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most
+                                      else "")
+
+
+def _some(paths: list[str]) -> str:
+    """ "1 leaf (['w']) is" / "3 leaves (['a'], ['b'], ['c']) are": the subject of a problem."""
+    return (f"1 leaf ({_paths(paths)}) is" if len(paths) == 1
+            else f"{len(paths)} leaves ({_paths(paths)}) are")

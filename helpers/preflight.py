@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,8 @@ from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["ALLOCATOR_PEAK", "FIX", "HOST_PEAK", "MMAP_ENV", "Preflight", "StepMeasurement",
+__all__ = ["ALLOCATOR_PEAK", "FIX", "HOST_PEAK", "MMAP_ENV", "DonatedArgument", "Preflight",
+           "StepMeasurement",
            "StepPreflight", "TensorInfo", "judge", "measure_example", "measure_step",
            "preflight", "preflight_step"]
 
@@ -204,6 +206,18 @@ _TRACE_ERRORS = ("ConcretizationTypeError", "TracerBoolConversionError",
 
 
 @dataclass(frozen=True)
+class DonatedArgument(Record):
+    """One donated array: whether XLA writes an output into its buffer, and why not."""
+
+    argument: str  # where it is among the arguments, e.g. "0" or "0['w']"
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    reused: bool
+    why: str  # "" when reused
+
+
+@dataclass(frozen=True)
 class StepPreflight(_Verdict, Display):
     """Will this step fit: XLA's sizes for the compiled step, what is in use and free on its
     device now, a verdict and what to try."""
@@ -216,7 +230,7 @@ class StepPreflight(_Verdict, Display):
     alias_bytes: int  # outputs written into donated arguments
     temp_bytes: int  # XLA's scratch buffers (activations, intermediates)
     code_bytes: int  # generated code (0 on the CPU backend)
-    peak_bytes: int  # the kit's estimate: arguments + outputs - aliased + temporaries
+    peak_bytes: int  # the kit's: arguments + outputs - aliased + temporaries + constants
     xla_peak_bytes: int | NotAvailable  # memory_analysis().peak_memory_in_bytes, as XLA says
     resident_bytes: int  # argument bytes already on that device (counted in in_use_bytes)
     needed_bytes: int  # peak_bytes - resident_bytes: what the step adds
@@ -229,6 +243,11 @@ class StepPreflight(_Verdict, Display):
     advice: str
     #: arguments XLA dropped because the step never reads them: on the device, not in its peak
     dropped_bytes: int = 0
+    #: arrays the function closes over, baked into the compiled program as constants: counted
+    #: in the peak (on CPU XLA's memory_analysis leaves them out: checked; GPU: not yet run)
+    constant_bytes: int = 0
+    #: each donated array: reused by an output or not, and why not
+    donations: tuple[DonatedArgument, ...] = ()
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -354,7 +373,9 @@ def _compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     jitted = fn if (hasattr(fn, "lower") and not donated) else jax.jit(fn, donate_argnums=donated)
     name = _name(fn)
     try:
-        lowered = jitted.lower(*arg_specs, **kw_specs)
+        with warnings.catch_warnings():  # "Some donated buffers were not usable": see donations
+            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+            lowered = jitted.lower(*arg_specs, **kw_specs)
     except Exception as err:
         kind = type(err).__name__
         first = (str(err).strip().splitlines() or [kind])[0].rstrip(".")
@@ -372,7 +393,9 @@ def _compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None
     return _Compiled(compiled, dev, why, donated, *_residency(compiled, args, kwargs, dev, jax),
-                     _donation_conflict(args, kwargs, donated, jax))
+                     _donation_conflict(args, kwargs, donated, jax),
+                     _constant_bytes(jitted, arg_specs, kw_specs, jax),
+                     _donations(compiled, args, kwargs, donated, jax))
 
 
 @dataclass(frozen=True)
@@ -388,6 +411,73 @@ class _Compiled:
     resident: int
     dropped: int
     conflict: str
+    constants: int
+    donations: tuple[DonatedArgument, ...]
+
+
+def _constant_bytes(jitted, arg_specs, kw_specs, jax) -> int:
+    """Bytes of the arrays the function closes over (constants of its jaxpr, nested jaxprs
+    included, each array once); 0 where this JAX cannot trace it apart from lowering."""
+    from jax.extend import core
+
+    try:
+        closed = jitted.trace(*arg_specs, **kw_specs).jaxpr
+    except Exception:
+        return 0
+    seen: dict[int, int] = {}
+
+    def walk(j) -> None:
+        if isinstance(j, core.ClosedJaxpr):
+            for c in j.consts:
+                if hasattr(c, "nbytes"):
+                    seen.setdefault(id(c), int(c.nbytes))
+            j = j.jaxpr
+        for eqn in getattr(j, "eqns", ()):
+            for v in eqn.params.values():
+                for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                    if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr)):
+                        walk(sub)
+
+    walk(closed)
+    return sum(seen.values())
+
+
+def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, ...]:
+    """Each donated array leaf, and whether XLA writes an output into it (its alias table)."""
+    if not donated:
+        return ()
+    flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    kept = _kept(compiled, len(flat), jax) or [True] * len(flat)
+    try:
+        aliased = jaxcompat.aliased_parameters(compiled.as_text())
+        outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree.leaves(compiled.out_info)]
+    except Exception:
+        aliased, outputs = None, []
+    free_outputs = list(outputs)
+    out, param = [], 0
+    for (path, leaf), used in zip(flat, kept, strict=True):
+        number = param
+        param += int(used)
+        if path[0].idx != 0 or path[1].idx not in donated or not hasattr(leaf, "shape"):
+            continue  # positional arguments only: donate_argnums names positions
+        where = jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1)
+        shape, dtype = tuple(leaf.shape), str(leaf.dtype)
+        if not used:
+            reused, why = False, "XLA dropped it: the step never reads it"
+        elif aliased is None:
+            reused, why = False, "unknown: this XLA's program text has no alias table the kit reads"
+        elif number in aliased:
+            reused, why = True, ""
+            if (shape, dtype) in free_outputs:
+                free_outputs.remove((shape, dtype))
+        elif (shape, dtype) not in outputs:
+            reused, why = False, (f"no output is a {dtype}{list(shape)}: XLA reuses a donated "
+                                  "buffer only for an output of the same shape and dtype")
+        else:
+            reused, why = False, (f"every {dtype}{list(shape)} output is already written into "
+                                  "another donated argument")
+        out.append(DonatedArgument(where, shape, dtype, int(leaf.nbytes), reused, why))
+    return tuple(out)
 
 
 def _residency(compiled, args, kwargs, dev, jax) -> tuple[int, int]:
@@ -450,25 +540,37 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     c = _compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
     dev = c.device
     a = _analysis(c.executable)
-    needed = max(a["peak"] - c.resident, 0)
+    peak = a["peak"] + c.constants
+    needed = max(peak - c.resident, 0)
     in_use, in_use_source = _in_use(dev)
     free, free_source = _free_bytes(dev)
     if c.conflict:
         verdict, advice = "will fail", c.conflict
     else:
         verdict, advice = _verdict(needed, free, dev, c.donated)
+    notes = []
+    if c.constants:
+        notes.append(f"{format_bytes(c.constants)} of arrays the function closes over are baked "
+                     "into the compiled program as constants, a copy the program holds: pass "
+                     "them as arguments instead.")
+    unused = [d for d in c.donations if not d.reused]
+    if unused:
+        notes.append("Donated but not reused: " + "; ".join(
+            f"argument {d.argument} ({format_bytes(d.nbytes)}): {d.why}" for d in unused)
+            + ".")
     if c.dropped:
-        advice = (f"{advice} " if advice else "") + (
-            f"Not counted: {format_bytes(c.dropped)} of arguments the step never reads (XLA "
-            "drops them); they stay on the device while you hold them.")
+        notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
+                     "reads (XLA drops them); they stay on the device while you hold them.")
+    advice = " ".join([advice, *notes]).strip()
     return StepPreflight(
         function=_name(fn), device=device_name(dev),
         device_reason=c.why, argument_bytes=a["argument"], output_bytes=a["output"],
         alias_bytes=a["alias"], temp_bytes=a["temp"], code_bytes=a["generated_code"],
-        peak_bytes=a["peak"], xla_peak_bytes=a["xla_peak"], resident_bytes=c.resident,
+        peak_bytes=peak, xla_peak_bytes=a["xla_peak"], resident_bytes=c.resident,
         needed_bytes=needed, in_use_bytes=in_use, in_use_source=in_use_source,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
-        advice=advice, dropped_bytes=c.dropped)
+        advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
+        donations=c.donations)
 
 
 # --- the step's peak, measured ---------------------------------------------------------------

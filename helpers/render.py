@@ -19,7 +19,7 @@ from helpers.units import NOT_AVAILABLE, format_bytes
 
 if TYPE_CHECKING:  # records are registered by name below: rendering never imports JAX
     from helpers.datasets import TokenFile
-    from helpers.devices import DeviceReport, Placement
+    from helpers.devices import DeviceReport, Placement, TreePlacement
     from helpers.memory import MemorySnapshot
     from helpers.oom import Reproduction
     from helpers.preflight import Preflight, StepMeasurement, StepPreflight
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
 __all__ = ["load_table", "placement_html", "placement_text", "preflight_text", "report_html",
            "report_text", "reproduction_text", "snapshot_text", "step_measurement_text",
            "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
-           "transfer_log_text"]
+           "transfer_log_text", "tree_placement_html", "tree_placement_text"]
 
 _STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
 
@@ -205,6 +205,41 @@ def placement_html(p: Placement) -> str:
             f"{_e(p.explanation)}</div>")
 
 
+def _leaf_row(leaf) -> tuple[str, ...]:
+    committed = {True: "committed", False: "uncommitted", None: ""}[leaf.committed]
+    where = "deleted" if leaf.deleted else (", ".join(leaf.devices) or (
+        "host (NumPy)" if leaf.kind == "numpy.ndarray" else "Python value"))
+    kind = "" if leaf.memory_kind in (None, "device") else leaf.memory_kind
+    array = f"{leaf.dtype}{list(leaf.shape)}" if leaf.dtype else leaf.kind
+    return (leaf.path, array, where, kind, committed,
+            format_bytes(leaf.nbytes))
+
+
+_LEAF_HEAD = ("leaf", "array", "where", "memory kind", "committed", "bytes")
+
+
+def tree_placement_text(t: TreePlacement) -> str:
+    rows = [_LEAF_HEAD, *map(_leaf_row, t.leaves)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_LEAF_HEAD))]
+    lines = ["  ".join(c.ljust(w) if i < 5 else c.rjust(w) for i, (c, w) in
+                       enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+    lines.append("bytes by place: " + ", ".join(f"{k} {format_bytes(v)}"
+                                                 for k, v in t.bytes_by_place.items()))
+    lines += [f"! {problem}" for problem in t.problems] or ["no problem for a jit over it"]
+    return "\n".join(lines)
+
+
+def tree_placement_html(t: TreePlacement) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in _LEAF_HEAD)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in _leaf_row(leaf)) + "</tr>"
+                   for leaf in t.leaves)
+    places = ", ".join(f"{_e(k)} {_e(format_bytes(v))}" for k, v in t.bytes_by_place.items())
+    problems = "".join(f"<li>{_e(x)}</li>" for x in t.problems)
+    verdict = f"<ul>{problems}</ul>" if problems else "<p>no problem for a jit over it</p>"
+    return (f'{_CSS}<div class="jdk-report"><table><tr>{head}</tr>{body}</table>'
+            f"<p>bytes by place: {places}</p>{verdict}</div>")
+
+
 # --- the other records ---------------------------------------------------------------------
 def preflight_text(p: Preflight) -> str:
     lines = [f"{p.path} ({format_bytes(p.file_bytes)})"]
@@ -221,13 +256,20 @@ def preflight_text(p: Preflight) -> str:
 
 def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
     donated = f" (donated: {', '.join(map(str, p.donated))})" if p.donated else ""
+    reuse = [(f"donated argument {d.argument}", f"{format_bytes(d.nbytes)}, "
+              + ("reused by an output" if d.reused else f"NOT reused: {d.why}"))
+             for d in p.donations]
     return [
         ("arguments", format_bytes(p.argument_bytes) + donated),
         ("outputs", format_bytes(p.output_bytes)),
         ("aliased (outputs written into donated arguments)", format_bytes(p.alias_bytes)),
+        *reuse,
         ("temporaries", format_bytes(p.temp_bytes)),
         ("generated code", format_bytes(p.code_bytes)),
-        ("peak: arguments + outputs - aliased + temporaries", format_bytes(p.peak_bytes)),
+        *([("constants baked into the program (closed-over arrays)",
+            format_bytes(p.constant_bytes))] if p.constant_bytes else []),
+        ("peak: arguments + outputs - aliased + temporaries"
+         + (" + constants" if p.constant_bytes else ""), format_bytes(p.peak_bytes)),
         ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes)),
         ("arguments already there (counted in the peak)", format_bytes(p.resident_bytes)),
         *([("arguments XLA dropped (never read; not counted)", format_bytes(p.dropped_bytes))]
@@ -240,7 +282,9 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
 
 def step_preflight_text(p: StepPreflight) -> str:
     lines = [f"{p.function} on {p.device}  ({p.device_reason})"]
-    lines += [f"  {k + ':':<50} {v}" for k, v in _step_rows(p)]
+    rows = _step_rows(p)
+    width = max(len(k) for k, _ in rows) + 1
+    lines += [f"  {k + ':':<{width}} {v}" for k, v in rows]
     lines.append(f"verdict: {p.verdict.upper()}")
     if p.advice:
         lines.append(f"  {p.advice}")
@@ -346,6 +390,8 @@ def load_table(rows: list[dict]) -> str:
 
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
+records.renders("helpers.devices.TreePlacement", text=tree_placement_text,
+                html=tree_placement_html)
 records.renders("helpers.preflight.Preflight", text=preflight_text)
 records.renders("helpers.oom.Reproduction", text=reproduction_text)
 records.renders("helpers.preflight.StepMeasurement", text=step_measurement_text)

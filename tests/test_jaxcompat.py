@@ -119,3 +119,15 @@ def test_trace_marks_explicit_transfers_when_the_markers_work():
         jax.device_put(np.ones(4, np.float32), jax.devices()[1]).block_until_ready()
     assert log.explicit_marked
     assert log.count(explicit=True) == 1 and log.count(explicit=False) == 0
+
+
+def test_the_alias_table_of_a_compiled_program_still_parses():
+    """XLA's HLO text is not an API: this fails, naming the JAX version, when it changes."""
+    import jax.numpy as jnp
+
+    f = jax.jit(lambda a, b: (a * 2, b + 1), donate_argnums=(0, 1))
+    text = f.lower(jnp.ones(4), jnp.ones(3)).compile().as_text()
+    assert internals.aliased_parameters(text) == {0, 1}, (jax.__version__, text[:300])
+    plain = jax.jit(lambda a: a * 2).lower(jnp.ones(4)).compile().as_text()
+    assert internals.aliased_parameters(plain) == set()
+    assert internals.aliased_parameters("not HLO") is None

@@ -16,7 +16,8 @@ MiB = 2**20
 
 
 def _sum(p):
-    return p.argument_bytes + p.output_bytes - p.alias_bytes + p.temp_bytes
+    return (p.argument_bytes + p.output_bytes - p.alias_bytes + p.temp_bytes
+            + p.constant_bytes)
 
 
 def test_sizes_come_from_xla_and_add_up():
@@ -206,3 +207,48 @@ def test_an_argument_xla_drops_is_named_and_not_subtracted():
     assert p.resident_bytes == x.nbytes  # only what the executable takes
     assert p.needed_bytes == p.output_bytes == x.nbytes  # the output still needs room
     assert "never reads" in p.advice and "dropped" in str(p)
+
+
+# --- where a step's memory goes: constants, donations, and a breakdown that adds up ----------
+def test_a_closed_over_array_is_a_constant_counted_in_the_peak():
+    big = jnp.ones((512, 512))  # 1 MiB the function closes over
+    x = jnp.ones((512, 512))
+    p = preflight.preflight_step(lambda a: a + big, x)
+    assert p.constant_bytes == big.nbytes
+    assert p.peak_bytes == _sum(p) == x.nbytes + p.output_bytes + big.nbytes + p.temp_bytes
+    assert "closes over" in p.advice and "pass them as arguments" in p.advice
+    passed = preflight.preflight_step(lambda a, b: a + b, x, big)  # the fix: an argument
+    assert passed.constant_bytes == 0 and "closes over" not in passed.advice
+
+
+def test_each_donated_argument_says_whether_it_is_reused_and_why_not():
+    x, n, z = jnp.ones(100), jnp.ones(50, jnp.int32), jnp.ones(100)
+    p = preflight.preflight_step(lambda a, b, c: (a * 2, c.sum()), x, n, z,
+                                 donate_argnums=(0, 1, 2))
+    by = {d.argument: d for d in p.donations}
+    assert by["0"].reused and by["0"].why == ""
+    assert not by["1"].reused and "never reads" in by["1"].why
+    assert not by["2"].reused and "already written into another" in by["2"].why
+    assert p.alias_bytes == sum(d.nbytes for d in p.donations if d.reused)
+    odd = preflight.preflight_step(lambda a: a.sum(), jnp.ones(8), donate_argnums=0)
+    (d,) = odd.donations
+    assert not d.reused and "no output is a float32[8]" in d.why
+    assert "Donated but not reused" in odd.advice
+
+
+def test_donations_inside_a_pytree_are_named_by_their_path():
+    x, b = jnp.ones(100), jnp.ones(100)
+    p = preflight.preflight_step(lambda d: {"w": d["w"] * 2}, {"w": x, "b": b},
+                                 donate_argnums=0)
+    assert {(d.argument, d.reused) for d in p.donations} == {("0['w']", True),
+                                                             ("0['b']", False)}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_the_breakdown_adds_up_on_every_example(name):
+    args = EXAMPLES[name][1](1)
+    for donate in ((), (0,)):
+        p = preflight.preflight_step(EXAMPLES[name][0], *jax.device_put(args),
+                                     donate_argnums=donate)
+        assert _sum(p) == p.peak_bytes and p.needed_bytes == max(p.peak_bytes - p.resident_bytes,
+                                                                 0)

@@ -26,10 +26,10 @@ from importlib import metadata
 from typing import Any
 
 __all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "TESTED_FLOOR", "Internal",
-           "InternalMoved", "asarray_is_explicit", "backend_errors", "backend_factories",
-           "backend_start_snapshot", "backends_started", "device_name", "ensure_hook",
-           "expand_platform_alias", "explicit_scopes_marked", "import_jax", "jax_version",
-           "jax_version_tuple", "on_backend_start", "parse_guard_line", "verify"]
+           "InternalMoved", "aliased_parameters", "asarray_is_explicit", "backend_errors",
+           "backend_factories", "backend_start_snapshot", "backends_started", "device_name",
+           "ensure_hook", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
+           "jax_version", "jax_version_tuple", "on_backend_start", "parse_guard_line", "verify"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -238,6 +238,26 @@ def device_name(device: Any) -> str:
         version = str(getattr(getattr(device, "client", None), "platform_version", "")).lower()
         platform = "rocm" if "rocm" in version else "cuda"
     return f"{platform}:{device.id}"
+
+
+# --- compiled programs: what the HLO text says that no public API does ---------------------
+#: The alias table in the first line of an executable's HLO text (``compiled.as_text()``), e.g.
+#: "input_output_alias={ {0}: (0, {}, may-alias), {1}: (2, {}, must-alias) }": which parameter
+#: each output is written into. XLA's text format, not a documented API: tests check it still
+#: parses (the public ``memory_analysis().alias_size_in_bytes`` gives only the total).
+_ALIAS_TABLE = re.compile(r"input_output_alias=\{(.*?)\}\s*,\s*\w+=")
+_ALIAS_ENTRY = re.compile(r"\{[\d,\s]*\}\s*:\s*\(\s*(\d+)\s*,")
+
+
+def aliased_parameters(hlo_text: str) -> set[int] | None:
+    """The parameter numbers whose buffers an executable writes an output into (donation that
+    XLA used): ``set()`` when none; None when the text has no readable alias table and says
+    nothing else either (then the kit cannot tell)."""
+    head = hlo_text.split("\n", 1)[0]
+    m = _ALIAS_TABLE.search(head)
+    if m is None:
+        return set() if head.startswith("HloModule") else None
+    return {int(n) for n in _ALIAS_ENTRY.findall(m.group(1))}
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------

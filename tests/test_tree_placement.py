@@ -1,0 +1,78 @@
+"""devices.tree_placement: where every leaf of a pytree sits, and what a jit over the whole tree
+would meet. Each problem it names is checked against what JAX really does."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import devices
+
+
+@pytest.fixture()
+def two():
+    return jax.devices()[0], jax.devices()[1]
+
+
+def add(t):
+    return t["w"] + t["b"]
+
+
+def test_one_row_per_leaf_with_bytes_by_place(two):
+    d0, _ = two
+    tree = {"w": jax.device_put(jnp.ones((3, 4)), d0), "b": jnp.ones(4), "lr": 0.1}
+    t = devices.tree_placement(tree)
+    assert [leaf.path for leaf in t.leaves] == ["['b']", "['lr']", "['w']"]
+    w = t.leaves[2]
+    assert (w.kind, w.shape, w.dtype, w.nbytes, w.devices, w.committed) == (
+        "jax.Array", (3, 4), "float32", 48, ("cpu:0",), True)
+    assert t.leaves[1].kind == "float" and t.leaves[1].nbytes == 0
+    assert dict(t.bytes_by_place) == {"cpu:0": 48 + 16, "Python values": 0}
+    assert t.problems == () and "no problem" in str(t)
+    assert t.nbytes == 64 and "<table>" in t._repr_html_()
+
+
+def test_committed_leaves_on_two_devices_are_flagged_as_jax_raises(two):
+    d0, d1 = two
+    tree = {"w": jax.device_put(jnp.ones(3), d0), "b": jax.device_put(jnp.ones(3), d1)}
+    (problem,) = devices.tree_placement(tree).problems
+    assert "incompatible devices" in problem and "jax.device_put(tree, device)" in problem
+    with pytest.raises(ValueError, match="incompatible devices"):  # what the kit says
+        jax.jit(add)(tree)
+    fixed = jax.device_put(tree, d0)
+    assert devices.tree_placement(fixed).problems == ()
+    jax.jit(add)(fixed).block_until_ready()
+
+
+def test_uncommitted_leaves_elsewhere_are_copied_on_every_call(two):
+    _, d1 = two
+    tree = {"w": jax.device_put(jnp.ones(3), d1), "b": jnp.ones(3)}  # b: uncommitted, cpu:0
+    (problem,) = devices.tree_placement(tree).problems
+    assert "uncommitted" in problem and "copies them to cpu:1" in problem
+    assert jax.jit(add)(tree).devices() == {d1}  # JAX moved b: the copy the kit names
+
+
+def test_numpy_leaves_are_copied_host_to_device(two):
+    tree = {"w": jnp.ones(3), "b": np.ones(3, np.float32)}
+    (problem,) = devices.tree_placement(tree).problems
+    assert "1 leaf (['b']) is NumPy (12 B)" in problem and "every call" in problem
+    assert dict(devices.tree_placement(tree).bytes_by_place)["host (NumPy)"] == 12
+
+
+def test_donated_leaves_are_named_as_deleted(two):
+    x = jnp.ones(3)
+    jax.jit(lambda a: a * 2, donate_argnums=0)(x)
+    t = devices.tree_placement({"x": x, "y": jnp.ones(3)})
+    assert t.leaves[0].deleted and any("deleted" in p for p in t.problems)
+    assert "deleted" in str(t)
+
+
+def test_host_memory_leaves_beside_device_ones(two):
+    d0, _ = two
+    if "pinned_host" not in {m.kind for m in d0.addressable_memories()}:
+        pytest.skip("this backend has no pinned_host memory")
+    s = jax.sharding.SingleDeviceSharding(d0, memory_kind="pinned_host")
+    tree = {"w": jax.device_put(jnp.ones(3), d0), "opt": jax.device_put(jnp.ones(3), s)}
+    t = devices.tree_placement(tree)
+    assert "cpu:0 (pinned_host)" in t.bytes_by_place
+    assert any("host memory (pinned_host)" in p for p in t.problems)
