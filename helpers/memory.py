@@ -50,7 +50,7 @@ from helpers.units import NOT_AVAILABLE, NotAvailable
 jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at start
 
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "DeviceMemory", "HostMemory", "MemorySnapshot",
-           "MemoryTrace", "borrowed_buffers", "memory_stats", "register_borrowed",
+           "MemoryTrace", "borrowed_buffers", "live_arrays", "memory_stats", "register_borrowed",
            "reset_host_peak", "samples_to_dict", "snapshot", "track"]
 
 ALLOCATOR = "allocator"
@@ -178,7 +178,7 @@ def _all_devices() -> list:
     return out
 
 
-def _all_live_arrays() -> list:
+def live_arrays() -> list:
     """Live arrays of every backend: ``jax.live_arrays()`` alone lists only the default
     backend's, so on a GPU machine the CPU (host) arrays would be missed."""
     from jax.extend.backend import backends
@@ -207,7 +207,7 @@ def _live_bytes_by_device() -> dict:
     borrowed = borrowed_buffers()
     seen: set = {(d, addr) for d, addr, _, _ in borrowed}
     placed_arrays, groups = [], {}
-    for arr in _all_live_arrays():
+    for arr in live_arrays():
         try:
             if arr.is_deleted():
                 continue

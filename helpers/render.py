@@ -20,13 +20,15 @@ from helpers.units import NOT_AVAILABLE, format_bytes
 if TYPE_CHECKING:  # records are registered by name below: rendering never imports JAX
     from helpers.datasets import TokenFile
     from helpers.devices import DeviceReport, Placement, TreePlacement
+    from helpers.holders import Holders
     from helpers.memory import MemorySnapshot
     from helpers.oom import Reproduction
     from helpers.preflight import Preflight, StepMeasurement, StepPreflight
     from helpers.transfers import TransferLog
 
-__all__ = ["load_table", "placement_html", "placement_text", "preflight_text", "report_html",
-           "report_text", "reproduction_text", "snapshot_text", "step_measurement_text",
+__all__ = ["holders_text", "load_table", "placement_html", "placement_text", "preflight_text",
+           "report_html", "report_text", "reproduction_text", "snapshot_text",
+           "step_measurement_text",
            "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
            "transfer_log_text", "tree_placement_html", "tree_placement_text"]
 
@@ -240,6 +242,23 @@ def tree_placement_html(t: TreePlacement) -> str:
             f"<p>bytes by place: {places}</p>{verdict}</div>")
 
 
+def holders_text(h: Holders) -> str:
+    lines = [f"{h.live_arrays} live arrays, {format_bytes(h.live_bytes)}; the largest "
+             f"{len(h.arrays)}: {format_bytes(h.user_bytes)} held by your code, "
+             f"{format_bytes(h.jax_bytes)} by JAX alone"]
+    for a in h.arrays:
+        lines.append(f"  {format_bytes(a.nbytes):>10}  {a.array}")
+        lines += [f"              held by {who}" for who in a.held_by] or [
+            "              held by JAX alone"]
+        if a.fix:
+            lines.append(f"              -> {a.fix}")
+    lines.append(f"compiled programs loaded: {h.executables} (generated code "
+                 f"{format_bytes(h.executable_code_bytes)})")
+    if not h.complete:
+        lines.append(f"(stopped after {h.seconds:.1f} s: the time budget ran out)")
+    return "\n".join(lines)
+
+
 # --- the other records ---------------------------------------------------------------------
 def preflight_text(p: Preflight) -> str:
     lines = [f"{p.path} ({format_bytes(p.file_bytes)})"]
@@ -390,6 +409,7 @@ def load_table(rows: list[dict]) -> str:
 
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
+records.renders("helpers.holders.Holders", text=holders_text)
 records.renders("helpers.devices.TreePlacement", text=tree_placement_text,
                 html=tree_placement_html)
 records.renders("helpers.preflight.Preflight", text=preflight_text)

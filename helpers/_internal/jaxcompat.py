@@ -29,7 +29,8 @@ __all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "TESTED_FLOOR", "Interna
            "InternalMoved", "aliased_parameters", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "device_name",
            "ensure_hook", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
-           "jax_version", "jax_version_tuple", "on_backend_start", "parse_guard_line", "verify"]
+           "jax_version", "jax_version_tuple", "live_executables", "on_backend_start",
+           "parse_guard_line", "verify"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -238,6 +239,18 @@ def device_name(device: Any) -> str:
         version = str(getattr(getattr(device, "client", None), "platform_version", "")).lower()
         platform = "rocm" if "rocm" in version else "cuda"
     return f"{platform}:{device.id}"
+
+
+def live_executables() -> list | None:
+    """The compiled programs JAX keeps loaded, on every backend (jaxlib's
+    ``Client.live_executables()``: reachable through ``jax.extend.backend`` but not documented);
+    None where this jaxlib has no such method."""
+    try:
+        from jax.extend.backend import backends
+
+        return [e for client in backends().values() for e in client.live_executables()]
+    except Exception:
+        return None
 
 
 # --- compiled programs: what the HLO text says that no public API does ---------------------

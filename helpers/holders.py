@@ -1,0 +1,275 @@
+"""Who holds memory: what keeps the largest live arrays alive.
+
+:func:`largest` takes the ``n`` largest live JAX arrays (every backend) and, for each, what
+refers to it, found with :func:`gc.get_referrers` one or two steps up: a variable in the
+notebook (by name), IPython's output history (``Out``, ``_``), a saved traceback
+(``sys.last_traceback``), a list or dict in the notebook, a closure. Each comes with how to let
+it go. An array nothing outside JAX refers to is counted as JAX's own (a pending computation, a
+jit's cache). It also counts the compiled programs JAX keeps loaded. The search is bounded in
+time and keeps no reference to any array once it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from helpers._internal import jaxcompat
+from helpers._internal.jaxcompat import device_name
+from helpers._internal.records import Display, Record
+from helpers.errors import BadInputError
+from helpers.memory import live_arrays
+from helpers.units import NOT_AVAILABLE, NotAvailable
+
+__all__ = ["HeldArray", "Holders", "largest"]
+
+
+@dataclass(frozen=True)
+class HeldArray(Record):
+    """One live array and what keeps it alive: names in the notebook, IPython's output history,
+    a saved traceback, a container or a closure (``held_by``), and how to let it go."""
+
+    array: str  # "float32[1024, 1024] on cpu:0"
+    nbytes: int
+    held_by: tuple[str, ...]  # one line each; () when only JAX itself holds it
+    fix: str
+
+
+@dataclass(frozen=True)
+class Holders(Display):
+    """Who holds device memory now: the largest live arrays and what keeps each alive, the
+    compiled programs JAX keeps loaded, and bytes the user holds versus JAX alone."""
+
+    arrays: tuple[HeldArray, ...]  # largest first
+    live_arrays: int  # how many live arrays there are in all
+    live_bytes: int
+    user_bytes: int  # of the arrays looked at: held by something outside JAX
+    jax_bytes: int  # of the arrays looked at: no reference outside JAX and the kit
+    executables: int | NotAvailable  # compiled programs loaded
+    executable_code_bytes: int | NotAvailable  # their generated code (0 on the CPU backend)
+    seconds: float  # how long the search took
+    complete: bool  # False: the time budget ran out before every array was looked at
+
+
+def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
+    """What keeps the ``n`` largest live arrays alive, found with :func:`gc.get_referrers`
+    (bounded by ``seconds``; no reference is kept afterwards). ``namespace``: where to find
+    variable names, default the notebook's (``__main__``, IPython's ``user_ns``).
+
+    >>> h = largest(2)
+    >>> h.live_arrays >= len(h.arrays)
+    True
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise BadInputError(f"n must be a positive int, got {n!r}")
+    t0 = time.perf_counter()
+    names = _namespaces(namespace)
+    arrays = _largest_arrays(n)
+    live = live_arrays()
+    count, total = len(live), sum(_nbytes(a) for a in live)
+    del live
+    found, complete = [], True
+    mine = {id(arrays)}
+    try:
+        for arr in arrays:
+            if time.perf_counter() - t0 > seconds:
+                complete = False
+                break
+            found.append(_held(arr, names, mine))
+    finally:
+        del arrays  # the search holds nothing once it returns
+    execs = jaxcompat.live_executables()
+    code: int | NotAvailable = NOT_AVAILABLE
+    if execs is not None:
+        try:
+            code = sum(int(e.get_compiled_memory_stats().generated_code_size_in_bytes)
+                       for e in execs)
+        except Exception:
+            code = NOT_AVAILABLE
+    user = sum(h.nbytes for h in found if h.held_by)
+    return Holders(tuple(found), count, total, user, sum(h.nbytes for h in found) - user,
+                   NOT_AVAILABLE if execs is None else len(execs), code,
+                   time.perf_counter() - t0, complete)
+
+
+def _nbytes(a) -> int:
+    try:
+        return int(a.nbytes)
+    except Exception:  # deleted meanwhile
+        return 0
+
+
+def _largest_arrays(n: int) -> list:
+    seen, out = set(), []
+    for a in sorted(live_arrays(), key=_nbytes, reverse=True):
+        try:
+            key = (tuple(a.devices()), a.unsafe_buffer_pointer()) if len(a.devices()) == 1 \
+                else id(a)
+        except Exception:
+            key = id(a)
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
+        if len(out) == n:
+            break
+    return out
+
+
+def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
+    """(label, dict) pairs where a name can hold an array: the notebook's namespace, and
+    IPython's output history inside it."""
+    import sys
+
+    spaces = []
+    if namespace is not None:
+        spaces.append(("", namespace))
+    else:
+        try:
+            from IPython import get_ipython
+
+            ip = get_ipython()
+        except ImportError:
+            ip = None
+        if ip is not None:
+            spaces.append(("", ip.user_ns))
+        main = sys.modules.get("__main__")
+        if main is not None and all(d is not vars(main) for _, d in spaces):
+            spaces.append(("", vars(main)))
+    for _, ns in list(spaces):
+        out = ns.get("Out")
+        if isinstance(out, dict):
+            spaces.append(("Out", out))
+    return spaces
+
+
+_HISTORY = {"_", "__", "___"}
+_FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` (or "
+            "`%reset -f out`) let it go, and ending a cell with `;` displays nothing")
+
+
+def _held(arr, names: list[tuple[str, Mapping]], mine: set[int]) -> HeldArray:
+    """What refers to ``arr``, one or two steps up, described for a person."""
+    import gc
+    import sys
+    import types
+
+    here = sys._getframe()
+    what = f"{arr.dtype}{list(arr.shape)} on " + ", ".join(device_name(d)
+                                                          for d in arr.devices())
+    held, fixes = [], []
+    tb_frames = _traceback_frames()
+    refs = [r for r in gc.get_referrers(arr) if id(r) not in mine and r is not here
+            and not (isinstance(r, types.FrameType) and _is_kit_frame(r))]
+    for r in refs:
+        line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)})
+        if line:
+            held.append(line)
+            if fix and fix not in fixes:
+                fixes.append(fix)
+    del refs
+    if not held:
+        fixes.append("nothing outside JAX refers to it: JAX frees it when its own last "
+                     "reference goes (a pending computation, a jit's cache of constants)")
+    return HeldArray(what, _nbytes(arr), tuple(dict.fromkeys(held)), "; ".join(fixes))
+
+
+def _is_kit_frame(frame) -> bool:
+    return frame.f_code.co_filename.startswith(os.path.dirname(__file__))
+
+
+def _traceback_frames() -> dict[int, str]:
+    """id(frame) -> where it came from, for the frames a saved traceback keeps alive."""
+    import sys
+
+    out = {}
+    for label in ("last_traceback", "last_exc"):
+        tb = getattr(sys, label, None)
+        if label == "last_exc":
+            tb = getattr(tb, "__traceback__", None)
+        while tb is not None:
+            out[id(tb.tb_frame)] = f"sys.{label}"
+            tb = tb.tb_next
+    return out
+
+
+def _name_in(container, names: list[tuple[str, Mapping]]) -> str | None:
+    for label, ns in names:
+        if container is ns:
+            return label or "the notebook"
+    return None
+
+
+def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
+    """One line for one referrer, and its fix ("", "") when it is the kit's own."""
+    import gc
+    import types
+
+    for label, ns in names:
+        if ref is ns:
+            keys = [k for k, v in ns.items() if v is arr]
+            if label == "Out":
+                return (f"IPython's output history: Out[{', '.join(map(str, keys))}]",
+                        _FIX_OUT)
+            history = [k for k in keys if k in _HISTORY or (k.startswith("_") and
+                                                           k[1:].isdigit())]
+            plain = [k for k in keys if k not in history]
+            if plain:
+                return (f"the variable{'s' if len(plain) > 1 else ''} "
+                        f"{', '.join(map(repr, plain))} in the notebook",
+                        f"`del {', '.join(plain)}` (or assign None) when you are done")
+            return (f"IPython's last results: {', '.join(history)}", _FIX_OUT)
+    if isinstance(ref, types.FrameType):
+        where = f"{ref.f_code.co_name} ({os.path.basename(ref.f_code.co_filename)}:" \
+                f"{ref.f_lineno})"
+        local = [k for k, v in ref.f_locals.items() if v is arr]
+        if id(ref) in tb_frames:
+            return (f"a saved traceback ({tb_frames[id(ref)]}): the frame of {where}, local "
+                    f"{', '.join(map(repr, local)) or 'value'}",
+                    f"clear it: `{tb_frames[id(ref)]} = None` (Python keeps the last error's "
+                    "frames and their locals)")
+        return (f"a running function's local {', '.join(map(repr, local)) or 'value'} in "
+                f"{where}", "")
+    if isinstance(ref, (list, tuple, set, dict)):
+        inside = _index_of(ref, arr)
+        owners = [o for o in gc.get_referrers(ref) if id(o) not in mine]
+        for o in owners:
+            for _, ns in names:
+                found = [k for k, v in ns.items() if v is ref] if o is ns else []
+                if found:
+                    return (f"{type(ref).__name__} {found[0]!r}{inside} in "
+                            f"{_name_in(ns, names)}",
+                            f"remove it from {found[0]} (or `del {found[0]}`)")
+        if isinstance(ref, tuple) and any(isinstance(o, types.FunctionType) for o in owners):
+            return ("a function's default arguments", "")
+        if owners and all(_is_jax_owned(o) for o in owners):
+            return ("", "")
+        return (f"a {type(ref).__name__}{inside} not named in the notebook",
+                "find and clear the container that holds it")
+    if type(ref).__name__ == "cell":
+        fns = [o for t in gc.get_referrers(ref) if isinstance(t, tuple)
+               for o in gc.get_referrers(t) if isinstance(o, types.FunctionType)]
+        name = fns[0].__qualname__ if fns else "a function"
+        return (f"a closure: the function {name}",
+                f"delete or redefine {name} (a closed-over array also becomes a constant of "
+                "any jit of it)")
+    if isinstance(ref, BaseException):
+        return (f"an exception object ({type(ref).__name__}) refers to it", "")
+    if _is_jax_owned(ref):
+        return ("", "")
+    return (f"a {type(ref).__module__}.{type(ref).__qualname__} object", "")
+
+
+def _index_of(container, arr) -> str:
+    if isinstance(container, dict):
+        keys = [k for k, v in container.items() if v is arr]
+        return f"[{keys[0]!r}]" if keys else ""
+    if isinstance(container, (list, tuple)):
+        return next((f"[{i}]" for i, v in enumerate(container) if v is arr), "")
+    return ""
+
+
+def _is_jax_owned(obj) -> bool:
+    module = type(obj).__module__ or ""
+    return module.split(".")[0] in ("jax", "jaxlib", "helpers")

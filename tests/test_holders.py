@@ -1,0 +1,98 @@
+"""holders.largest: what keeps the largest live arrays alive, and how to let each go. Each case
+also checks the fix it names really frees the array (a weak reference dies)."""
+
+import gc
+import sys
+import weakref
+
+import jax.numpy as jnp
+import pytest
+
+from helpers import holders
+
+MiB = 2**20
+
+
+def big(mib: int):
+    """An array larger than anything else the test session keeps (so it is among the largest)."""
+    return jnp.zeros(mib * MiB // 4, jnp.float32) + mib
+
+
+def _find(h, nbytes):
+    (a,) = [a for a in h.arrays if a.nbytes == nbytes]
+    return a
+
+
+def test_a_variable_in_the_notebook_is_named_and_del_frees_it():
+    ns = {"weights": big(96)}
+    gone = weakref.ref(ns["weights"])
+    a = _find(holders.largest(3, namespace=ns), 96 * MiB)
+    assert a.held_by == ("the variable 'weights' in the notebook",)
+    assert "`del weights`" in a.fix and a.array == "float32[25165824] on cpu:0"
+    del ns["weights"]  # the fix
+    gc.collect()
+    assert gone() is None, "the search itself kept a reference"
+
+
+def test_ipython_output_history_is_named():
+    x = big(90)
+    ns = {"Out": {12: x}, "_": x}
+    x = None
+    a = _find(holders.largest(3, namespace=ns), 90 * MiB)
+    assert "IPython's output history: Out[12]" in a.held_by
+    assert "IPython's last results: _" in a.held_by and "Out.clear()" in a.fix
+
+
+def test_a_list_and_a_closure_in_the_notebook():
+    def make():
+        kept = big(84)
+
+        def loss():
+            return kept
+
+        return loss
+
+    ns = {"history": [big(88)], "loss": make()}
+    h = holders.largest(4, namespace=ns)
+    assert _find(h, 88 * MiB).held_by == ("list 'history'[0] in the notebook",)
+    (closure,) = _find(h, 84 * MiB).held_by
+    assert closure.startswith("a closure: the function") and "make.<locals>.loss" in closure
+
+
+def test_a_saved_traceback_keeps_a_frame_and_its_locals():
+    def step():
+        activations = big(80)  # noqa: F841  (kept alive by the traceback only)
+        raise RuntimeError("RESOURCE_EXHAUSTED (pretend)")
+
+    saved = getattr(sys, "last_traceback", None)
+    try:
+        step()
+    except RuntimeError:
+        sys.last_traceback = sys.exc_info()[2]
+    try:
+        a = _find(holders.largest(3, namespace={}), 80 * MiB)
+        (line,) = a.held_by
+        assert "sys.last_traceback" in line and "step (" in line and "'activations'" in line
+        assert "sys.last_traceback = None" in a.fix
+    finally:
+        sys.last_traceback = saved
+    gc.collect()
+    assert all(x.nbytes != 80 * MiB for x in holders.largest(3, namespace={}).arrays)
+
+
+def test_an_array_only_jax_holds_and_the_totals():
+    ns = {"x": big(76)}
+    h = holders.largest(2, namespace=ns)
+    assert h.live_arrays >= 1 and h.live_bytes >= 76 * MiB
+    assert h.user_bytes + h.jax_bytes == sum(a.nbytes for a in h.arrays)
+    assert h.complete and h.seconds >= 0 and isinstance(h.executables, int)
+    text = str(h)
+    assert "held by the variable 'x'" in text and "compiled programs loaded" in text
+
+
+def test_the_search_is_bounded_in_time_and_checks_its_input():
+    ns = {"x": big(4)}
+    h = holders.largest(3, namespace=ns, seconds=0)
+    assert not h.complete and h.arrays == () and "time budget ran out" in str(h)
+    with pytest.raises(ValueError, match="positive int"):
+        holders.largest(0)
