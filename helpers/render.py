@@ -24,10 +24,12 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.memory import MemorySnapshot
     from helpers.oom import Reproduction
     from helpers.preflight import Preflight, StepMeasurement, StepPreflight
+    from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
 __all__ = ["holders_text", "load_table", "placement_html", "placement_text", "preflight_text",
-           "report_html", "report_text", "reproduction_text", "snapshot_text",
+           "process_check_text", "report_html", "report_text", "reproduction_text",
+           "snapshot_text",
            "step_measurement_text",
            "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
            "transfer_log_text", "tree_placement_html", "tree_placement_text"]
@@ -259,6 +261,25 @@ def holders_text(h: Holders) -> str:
     return "\n".join(lines)
 
 
+def process_check_text(c: ProcessCheck) -> str:
+    if not c.platforms:
+        lines = ["JAX has not started a backend in this process: only the environment is checked"]
+    else:
+        lines = ["this process: " + ", ".join(f"{p} ({c.devices[p]} device"
+                                               f"{'s' if c.devices[p] != 1 else ''})"
+                                               for p in c.platforms)]
+        for platform, values in c.started_with.items():
+            set_ = {k: v for k, v in values.items() if v is not None}
+            lines.append(f"  {platform} started with: "
+                         + (", ".join(f"{k}={v}" for k, v in set_.items()) or "none of the "
+                            "variables set"))
+        if not c.started_with:
+            lines.append(f"  what the backends started with: unknown (hook {c.hook})")
+    lines += [f"! [{w.code}] {w.message}\n    fix: {w.fix}" for w in c.warnings] or [
+        "no known mistake"]
+    return "\n".join(lines)
+
+
 # --- the other records ---------------------------------------------------------------------
 def preflight_text(p: Preflight) -> str:
     lines = [f"{p.path} ({format_bytes(p.file_bytes)})"]
@@ -410,6 +431,7 @@ def load_table(rows: list[dict]) -> str:
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
+records.renders("helpers.settings.ProcessCheck", text=process_check_text)
 records.renders("helpers.devices.TreePlacement", text=tree_placement_text,
                 html=tree_placement_html)
 records.renders("helpers.preflight.Preflight", text=preflight_text)

@@ -18,17 +18,20 @@ at ``import jax``.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from helpers._internal.jaxcompat import ALLOCATOR_VARS, backend_start_snapshot
-from helpers._internal.records import Record
+from helpers._internal.jaxcompat import ALLOCATOR_VARS, backend_start_snapshot, backends_started
+from helpers._internal.records import Display, Record
 
 __all__ = ["ALLOCATOR_VARS", "PROCESS_RULES", "RULES", "VARIABLES", "EnvVar", "EnvWarning",
-           "backend_start_snapshot", "check_environment", "read_environment"]
+           "ProcessCheck", "backend_start_snapshot", "check_environment", "check_process",
+           "read_environment"]
 
 #: name -> what it governs (one line, shown in the doctor report)
 VARIABLES: dict[str, str] = {
@@ -76,6 +79,47 @@ def check_environment(
     env = dict(os.environ if environ is None else environ)
     rules = RULES if this_process else tuple(r for r in RULES if r not in PROCESS_RULES)
     return tuple(w for rule in rules for w in rule(env, started_platforms))
+
+
+@dataclass(frozen=True)
+class ProcessCheck(Display):
+    """This running process, not a fresh one: the backends it started, their devices, the
+    variables as they were when they started (where the kit saw it), and what is wrong now."""
+
+    platforms: tuple[str, ...]  # backends started in this process
+    devices: Mapping[str, int]  # platform -> number of devices
+    started_with: Mapping[str, Mapping[str, str | None]]  # platform -> {variable: value}
+    hook: str  # "installed", "late", "unavailable", "not installed": how started_with is known
+    warnings: tuple[EnvWarning, ...]
+
+
+def check_process() -> ProcessCheck:
+    """The checks of :func:`check_environment` for the process that calls it: what its JAX
+    backends started with against the environment now, settings that are JAX's defaults,
+    ``jax.default_device`` assigned instead of used in ``with``, a GPU backend that holds its
+    pool while every array is on the CPU. Starts no backend: before JAX started, only the
+    environment is checked.
+
+    >>> c = check_process()
+    >>> all(w.message and w.fix for w in c.warnings)  # each names the cause and the fix
+    True
+    """
+    platforms: tuple[str, ...] = ()
+    counts: dict[str, int] = {}
+    if backends_started():
+        from jax.extend.backend import backends
+
+        for name, client in backends().items():
+            counts[name] = len(client.devices())
+        platforms = tuple(counts)
+    state, _ = backend_start_snapshot()
+    started = {}
+    for platform in platforms:
+        then = _started_with(platform)
+        if then:
+            started[platform] = MappingProxyType(dict(then))
+    return ProcessCheck(platforms, MappingProxyType(counts), MappingProxyType(started), state,
+                        check_environment(started_platforms=platforms))
 
 
 # --- the rules: one per known mistake ------------------------------------------------------
@@ -354,6 +398,123 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
     return out
 
 
+def _equal_to_default(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # What jaxlib does with no variable at all (jaxlib/xla_client.py and XLA's
+    # GpuAllocatorConfig: fraction 0.75, preallocate true, the BFC allocator).
+    same = []
+    for name in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        try:
+            if name in env and float(env[name]) == 0.75:
+                same.append(f"{name}={env[name]}")
+        except ValueError:
+            pass
+    if env.get("XLA_PYTHON_CLIENT_PREALLOCATE") in ("true", "True", "1"):
+        same.append(f"XLA_PYTHON_CLIENT_PREALLOCATE={env['XLA_PYTHON_CLIENT_PREALLOCATE']}")
+    if (env.get("XLA_PYTHON_CLIENT_ALLOCATOR") or "").lower() in ("default", "bfc"):
+        same.append(f"XLA_PYTHON_CLIENT_ALLOCATOR={env['XLA_PYTHON_CLIENT_ALLOCATOR']}")
+    if not same:
+        return []
+    return [EnvWarning(
+        "setting-is-default",
+        f"{', '.join(same)} {'is' if len(same) == 1 else 'are'} what JAX does anyway (a pool "
+        "of 75% of the GPU, taken at the first allocation, BFC allocator): no effect.",
+        "remove it, or set what you mean: XLA_PYTHON_CLIENT_PREALLOCATE=false to take memory "
+        "on demand, XLA_CLIENT_MEM_FRACTION=0.5 for a smaller pool",
+    )]
+
+
+def _started_with(platform: str) -> dict[str, str | None] | None:
+    """The variables as they were when ``platform``'s backend started, where the hook saw it."""
+    _, snapshots = backend_start_snapshot()
+    then = snapshots.get(platform) or (snapshots.get("gpu") if platform in _GPU_PLATFORMS
+                                      else None)
+    return then
+
+
+def _xla_flags_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # XLA parses XLA_FLAGS once per process, when the first backend starts.
+    for platform in started_platforms:
+        then = _started_with(platform)
+        if then is None or "XLA_FLAGS" not in then:
+            continue
+        if (env.get("XLA_FLAGS") or None) != (then["XLA_FLAGS"] or None):
+            return [EnvWarning(
+                "xla-flags-set-after-start",
+                f"XLA_FLAGS is {env.get('XLA_FLAGS')!r} now but was {then['XLA_FLAGS']!r} when "
+                f"the {platform} backend started; XLA reads it once, so the change has no "
+                "effect in this process.",
+                "set XLA_FLAGS before the first JAX operation (restart the kernel, set it in "
+                "the first cell), or run the experiment in a child process",
+            )]
+    return []
+
+
+def _cpu_devices_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # The CPU device count is read once, when the CPU backend starts.
+    if "cpu" not in started_platforms or "jax" not in sys.modules:
+        return []
+    asked = env.get("JAX_NUM_CPU_DEVICES")
+    try:
+        want = int(asked) if asked is not None else None
+    except ValueError:
+        return []  # _cpu_device_count names it
+    if want is None:
+        m = re.search(r"--xla_force_host_platform_device_count=(\d+)", env.get("XLA_FLAGS", ""))
+        want, asked = (int(m.group(1)), f"--xla_force_host_platform_device_count={m.group(1)}"
+                       ) if m else (None, None)
+    else:
+        asked = f"JAX_NUM_CPU_DEVICES={asked}"
+    try:
+        have = len(sys.modules["jax"].devices("cpu"))
+    except Exception:
+        return []
+    if want is None or want < 1 or want == have:
+        return []
+    return [EnvWarning(
+        "cpu-devices-set-after-start",
+        f"{asked} asks for {want} CPU devices, but this process's CPU backend started with "
+        f"{have}: the count is read once, when the backend starts (or set in code with "
+        "jax.config.update('jax_num_cpu_devices', ...), which wins).",
+        "restart the kernel and set it before any JAX operation, e.g. "
+        f"jax.config.update('jax_num_cpu_devices', {want}) right after `import jax`",
+    )]
+
+
+def _default_device_assigned(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # `jax.default_device = device` replaces JAX's context manager with a device: nothing moves.
+    jax = sys.modules.get("jax")
+    value = getattr(jax, "default_device", None) if jax is not None else None
+    if value is None or callable(value):
+        return []
+    return [EnvWarning(
+        "default-device-assigned",
+        f"jax.default_device was assigned ({value!r}): it is a context manager, so this only "
+        "replaced it in the module, and arrays still land on the default device.",
+        "restart the kernel, then write `with jax.default_device(device):` around the code, "
+        "or jax.config.update('jax_default_device', device) for the whole process",
+    )]
+
+
+def _gpu_backend_unused(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # A GPU backend takes its pool (75% of the card by default) at the first allocation on it;
+    # a process that keeps everything on the CPU pays for it without using it.
+    gpu = [p for p in started_platforms if p in _GPU_PLATFORMS]
+    if not gpu or "jax" not in sys.modules or "cpu" not in started_platforms:
+        return []
+    from helpers import memory  # JAX is imported and its backends run
+
+    arrays = memory.live_arrays()
+    if not arrays or any(d.platform != "cpu" for a in arrays for d in a.devices()):
+        return []
+    return [EnvWarning(
+        "gpu-backend-unused",
+        f"the {gpu[0]} backend started in this process but every live array "
+        f"({len(arrays)}) is on the CPU: its memory pool (75% of the card unless set "
+        "otherwise) serves nothing, and other processes cannot have it.",
+        "if this process should not use the GPU, set JAX_PLATFORMS=cpu before `import jax`",
+    )]
+
+
 #: The checks check_environment runs, in this order; each is
 #: ``rule(env, started_platforms) -> list[EnvWarning]``.
 RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
@@ -365,11 +526,17 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _two_cpu_counts,
     _cpu_device_count,
     _xla_flags,
+    _equal_to_default,
     _platforms_after_import,
     _allocator_after_start,
+    _xla_flags_after_start,
+    _cpu_devices_after_start,
+    _default_device_assigned,
+    _gpu_backend_unused,
 )
 
 
 #: Rules that compare the environment with this process's JAX (what it read at import, what
 #: its backends started with): meaningless for another process's environment.
-PROCESS_RULES = (_platforms_after_import, _allocator_after_start)
+PROCESS_RULES = (_platforms_after_import, _allocator_after_start, _xla_flags_after_start,
+                 _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused)

@@ -32,7 +32,7 @@ def test_fraction_outside_unit_interval(name, value, code):
     assert name in ws[0].message
 
 
-@pytest.mark.parametrize("value", ["0.75", "1", "0.1"])
+@pytest.mark.parametrize("value", ["0.5", "1", "0.1"])  # 0.75: setting-is-default, below
 def test_valid_fraction_is_quiet(value):
     assert settings.check_environment({"XLA_CLIENT_MEM_FRACTION": value}) == ()
 
@@ -199,7 +199,8 @@ def test_hook_recorded_the_cpu_backend_start():
         pytest.skip("this JAX has no backend-start hook (added in 0.10.2): the state is "
                     "'unavailable', checked in test_jaxcompat")
     assert state == "installed"
-    assert "cpu" in snaps and set(snaps["cpu"]) == set(settings.ALLOCATOR_VARS)
+    assert "cpu" in snaps and set(snaps["cpu"]) == set(jaxcompat.STARTUP_VARS)
+    assert set(settings.ALLOCATOR_VARS) < set(jaxcompat.STARTUP_VARS)
 
 
 def test_read_environment_lists_every_variable():
@@ -238,3 +239,72 @@ def test_the_doctor_quotes_the_same_error_as_xla():
     (warning,) = [w for w in r.warnings if w.code == "malformed-xla-flags"]
     assert "Unknown flag in XLA_FLAGS: -bad" in failed.error
     assert "Unknown flag in XLA_FLAGS: -bad" in warning.message
+
+
+# --- the running process (settings.check_process) ------------------------------------------
+def test_a_setting_equal_to_jaxs_default_has_no_effect():
+    env = {"XLA_CLIENT_MEM_FRACTION": ".75", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
+    (w,) = settings.check_environment(env, this_process=False)
+    assert w.code == "setting-is-default" and "no effect" in w.message
+    assert "XLA_CLIENT_MEM_FRACTION=.75" in w.message and "PREALLOCATE=true" in w.message
+    assert settings.check_environment({"XLA_CLIENT_MEM_FRACTION": "0.5"},
+                                      this_process=False) == ()
+
+
+def test_assigning_jax_default_device_is_named_and_moves_nothing(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+
+    monkeypatch.setattr(jax, "default_device", jax.devices()[2])  # the mistake, undone after
+    c = settings.check_process()
+    assert "default-device-assigned" in codes(c.warnings)
+    assert jnp.ones(3).devices() == {jax.devices()[0]}  # what the warning says: nothing moved
+    assert "with jax.default_device(device):" in str(c)
+
+
+def test_a_cpu_device_count_set_after_start(monkeypatch):
+    import jax
+
+    have = len(jax.devices("cpu"))
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", str(have + 4))
+    c = settings.check_process()
+    (w,) = [w for w in c.warnings if w.code == "cpu-devices-set-after-start"]
+    assert f"started with {have}" in w.message and c.devices["cpu"] == have
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", str(have))
+    assert "cpu-devices-set-after-start" not in codes(settings.check_process().warnings)
+
+
+def test_xla_flags_changed_after_start_in_a_real_process():
+    from tests.conftest import run_python
+
+    out = run_python(
+        "import os, jax\nfrom helpers import settings\njax.numpy.ones(1)\n"
+        "print(sorted(w.code for w in settings.check_process().warnings))\n"
+        "os.environ['XLA_FLAGS'] = '--xla_cpu_enable_fast_math=false'\n"
+        "print(sorted(w.code for w in settings.check_process().warnings))\n"
+        "print(settings.check_process().hook)", env={"XLA_FLAGS": None, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr
+    before, after, hook = out.stdout.strip().splitlines()[-3:]
+    assert "xla-flags-set-after-start" not in before
+    if hook == "installed":  # jax 0.10.2-0.10.x: the hook saw the start
+        assert "xla-flags-set-after-start" in after
+    else:
+        assert hook == "unavailable"
+
+
+def test_a_gpu_backend_that_holds_no_array_is_named():
+    import jax.numpy as jnp
+
+    kept = jnp.ones(3)  # every live array is on the CPU here
+    ws = settings.check_environment({}, started_platforms=("cpu", "cuda"))
+    (w,) = [w for w in ws if w.code == "gpu-backend-unused"]
+    assert "JAX_PLATFORMS=cpu" in w.fix and kept.devices()
+
+
+def test_check_process_before_jax_starts():
+    from tests.conftest import run_python
+
+    out = run_python("import sys\nfrom helpers import settings\nc = settings.check_process()\n"
+                     "print(c.platforms, 'jax' in sys.modules)")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["()", "False"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-__all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "TESTED_FLOOR", "Internal",
+__all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "STARTUP_VARS", "TESTED_FLOOR", "Internal",
            "InternalMoved", "aliased_parameters", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "device_name",
            "ensure_hook", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
@@ -356,8 +356,13 @@ _at_start: dict[str, dict[str, str | None]] = {}
 _hook_state = "not installed"
 
 
+#: What the hook records when a backend starts: the allocator variables, and the other
+#: variables read once at start (XLA's flags, the number of CPU devices).
+STARTUP_VARS = (*ALLOCATOR_VARS, "XLA_FLAGS", "JAX_NUM_CPU_DEVICES")
+
+
 def _on_backend_start(client) -> None:  # called by JAX with the new client
-    snapshot = {name: os.environ.get(name) for name in ALLOCATOR_VARS}
+    snapshot = {name: os.environ.get(name) for name in STARTUP_VARS}
     with _lock:
         _at_start.setdefault(str(client.platform), snapshot)
 
