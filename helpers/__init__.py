@@ -11,7 +11,23 @@ exception tree, ``KitError``). Infrastructure no learner calls lives in ``helper
 Capture returns plain records; rendering is separate. The CLI is ``python -m helpers``.
 
 Importing ``helpers`` does not start any JAX backend, so it is safe in a notebook's first cell
-before ``jax.config.update("jax_num_cpu_devices", ...)``.
+before ``jax.config.update("jax_num_cpu_devices", ...)``. In IPython or Jupyter,
+``%load_ext helpers`` explains a cell's RESOURCE_EXHAUSTED and adds ``%%memory``
+(:mod:`helpers.ipython`).
 """
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext helpers``: see :mod:`helpers.ipython`."""
+    from helpers import ipython as extension
+
+    extension.load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext helpers``."""
+    from helpers import ipython as extension
+
+    extension.unload(ipython)

@@ -20,7 +20,6 @@ from helpers._internal import jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError
-from helpers.memory import live_arrays
 from helpers.units import NOT_AVAILABLE, NotAvailable
 
 __all__ = ["HeldArray", "Holders", "largest"]
@@ -64,6 +63,8 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise BadInputError(f"n must be a positive int, got {n!r}")
+    from helpers.memory import live_arrays  # imports JAX: only when asked
+
     t0 = time.perf_counter()
     names = _namespaces(namespace)
     arrays = _largest_arrays(n)
@@ -102,6 +103,8 @@ def _nbytes(a) -> int:
 
 
 def _largest_arrays(n: int) -> list:
+    from helpers.memory import live_arrays
+
     seen, out = set(), []
     for a in sorted(live_arrays(), key=_nbytes, reverse=True):
         try:

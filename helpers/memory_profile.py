@@ -99,10 +99,13 @@ def _message(buf: bytes) -> dict[int, list]:
     return out
 
 
-def read_memory_profile(path: str | os.PathLike) -> list[ProfileEntry]:
-    """Every sample of the profile, largest first."""
+def read_memory_profile(source: str | os.PathLike | bytes) -> list[ProfileEntry]:
+    """Every sample of the profile, largest first. ``source``: a file written by
+    ``jax.profiler.save_device_memory_profile``, or the bytes of
+    ``jax.profiler.device_memory_profile()``."""
+    path = "device_memory_profile() bytes" if isinstance(source, bytes) else source
     try:
-        data = Path(path).read_bytes()
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
     except OSError as err:
         raise FileError(path, f"cannot read it: {err.strerror or err}") from None
     try:
@@ -142,7 +145,8 @@ def read_memory_profile(path: str | os.PathLike) -> list[ProfileEntry]:
     return sorted(entries, key=lambda e: e.bytes, reverse=True)
 
 
-def top_entries(path: str | os.PathLike, n: int = 5, *, kind: str = "buffer"
+def top_entries(source: str | os.PathLike | bytes, n: int = 5, *, kind: str = "buffer"
                 ) -> list[ProfileEntry]:
-    """The ``n`` largest entries of one kind ("buffer": arrays; "executable": code)."""
-    return [e for e in read_memory_profile(path) if e.kind == kind][:n]
+    """The ``n`` largest entries of one kind ("buffer": arrays; "executable": code), from a
+    profile file or the bytes of ``jax.profiler.device_memory_profile()``."""
+    return [e for e in read_memory_profile(source) if e.kind == kind][:n]

@@ -3,18 +3,23 @@
 :func:`reproduce` runs the story's load, ``safetensors.flax.load_file(path)["tokens"]``, in a
 child process with a hard memory cap, then (with ``fixed=True``) runs it again with the fix, and
 returns plain data. On a GPU the cap is the memory-fraction variable; without one, a labelled
-CPU stand-in caps the child's address space. Will a file fit before you load it:
+CPU stand-in caps the child's address space. :func:`explain` reads your own RESOURCE_EXHAUSTED
+while its arrays are still alive (the IPython extension, ``%load_ext helpers``, calls it when a
+cell fails). Will a file fit before you load it:
 :func:`helpers.preflight.preflight`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import resource
 import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +30,10 @@ from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header, write_tokens
 from helpers.errors import BadInputError, ChildProcessFailed, FileError, NoGpuError, PathError
+from helpers.holders import Holders
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
 
-__all__ = ["Reproduction", "reproduce"]
+__all__ = ["OomReport", "Reproduction", "explain", "is_out_of_memory", "reproduce"]
 
 
 # --- reproduction in a child process ------------------------------------------------------
@@ -259,3 +265,115 @@ def _load_in_child(request: _LoadRequest) -> Reply:
         return Reply(_LoadAnswer(ok=False, device=device, attempt=attempt,
                                  error_type=f"{type(err).__module__}.{type(err).__name__}",
                                  error_message=message), exit_code=3)
+
+
+# --- your own OOM, explained ----------------------------------------------------------------
+_REQUEST = (re.compile(r"allocat\w*\s+(\d+)\s*bytes", re.I), re.compile(r"\((\d+)B\)"))
+
+
+@dataclass(frozen=True)
+class OomReport(Display):
+    """A RESOURCE_EXHAUSTED error explained: what was asked, what the pool had, what holds the
+    memory and where it was made, another process on the card, and the likely fixes, ranked."""
+
+    error: str  # the error's first line
+    device: str
+    requested_bytes: int | NotAvailable  # parsed from the error's text
+    limit_bytes: int | NotAvailable  # the allocator's pool cap (memory_stats)
+    in_use_bytes: int | NotAvailable
+    largest_free_block_bytes: int | NotAvailable
+    other_processes_bytes: int | NotAvailable  # what the driver says others hold on the card
+    held: Holders  # the largest live arrays and what keeps each alive
+    made_at: tuple[str, ...]  # the largest buffers and the line that made each (device profile)
+    fixes: tuple[str, ...]  # most likely first
+    stand_in: bool  # the CPU backend: no pool, so the numbers are the stand-in's
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is XLA's out-of-memory error (RESOURCE_EXHAUSTED)."""
+    return "RESOURCE_EXHAUSTED" in str(error)
+
+
+def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomReport:
+    """Why this RESOURCE_EXHAUSTED happened, read while the arrays are still alive: the request
+    (from the error), the pool (``memory_stats``), who holds the largest arrays
+    (:func:`helpers.holders.largest`), where the largest buffers were made
+    (``jax.profiler.device_memory_profile``), other processes on the card, ranked fixes.
+
+    >>> report = explain(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 64 bytes."))
+    >>> report.requested_bytes
+    64
+    """
+    import jax
+
+    from helpers import holders, memory, memory_profile
+
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    requested: int | NotAvailable = NOT_AVAILABLE
+    for pattern in _REQUEST:
+        m = pattern.search(text)
+        if m:
+            requested = int(m.group(1))
+            break
+    dev = jax.devices()[0]
+    stats = memory.memory_stats(dev) or {}
+
+    def stat(key: str) -> int | NotAvailable:
+        return int(stats[key]) if key in stats else NOT_AVAILABLE
+
+    held = holders.largest(5, namespace=namespace)
+    try:
+        made = tuple(f"{format_bytes(e.bytes)} on {e.device}: {e.where()}"
+                     for e in memory_profile.top_entries(jax.profiler.device_memory_profile(), 3))
+    except Exception:  # a backend without a memory profile
+        made = ()
+    others = _other_processes(dev)
+    report = OomReport(first, device_name(dev), requested, stat("bytes_limit"),
+                       stat("bytes_in_use"), stat("largest_free_block_bytes"), others, held,
+                       made, (), dev.platform == "cpu")
+    return dataclasses.replace(report, fixes=_fixes(report))
+
+
+def _other_processes(dev) -> int | NotAvailable:
+    if dev.platform != "gpu":
+        return NOT_AVAILABLE
+    total = gpu.device_used_bytes()
+    mine = gpu.process_used_bytes(os.getpid())
+    if total is None or mine is None:
+        return NOT_AVAILABLE
+    return max(total - mine, 0)
+
+
+def _fixes(r: OomReport) -> tuple[str, ...]:
+    """The likely fixes, most likely first, each with its numbers."""
+    fixes = []
+    req, limit, used = r.requested_bytes, r.limit_bytes, r.in_use_bytes
+    if isinstance(req, int) and isinstance(limit, int) and req > limit:
+        fixes.append(f"The request alone ({format_bytes(req)}) is larger than the whole pool "
+                     f"({format_bytes(limit)}), so freeing nothing helps: keep the data in host "
+                     "memory (with jax.default_device(jax.devices('cpu')[0]): or a NumPy "
+                     "memmap) and move it in batches, make the batch smaller "
+                     "(helpers.preflight.preflight_step sizes it before it runs), or raise "
+                     "XLA_CLIENT_MEM_FRACTION before JAX starts.")
+    if r.held.user_bytes:
+        names = [a.held_by[0] for a in r.held.arrays if a.held_by][:3]
+        fixes.append(f"Your code holds {format_bytes(r.held.user_bytes)} in its largest arrays "
+                     f"({'; '.join(names)}): del what you no longer need (the list above says "
+                     "how for each).")
+    free_in_all = used if not isinstance(limit, int) or not isinstance(used, int) else \
+        limit - used
+    block = r.largest_free_block_bytes
+    if (isinstance(req, int) and isinstance(free_in_all, int) and isinstance(block, int)
+            and block < req <= free_in_all):
+        fixes.append(f"{format_bytes(free_in_all)} are free in all but the largest free block "
+                     f"is {format_bytes(block)}: the pool is fragmented. Allocate the large "
+                     "arrays first, or try XLA_PYTHON_CLIENT_ALLOCATOR=platform.")
+    if isinstance(r.other_processes_bytes, int) and r.other_processes_bytes > 0:
+        fixes.append(f"Other processes hold {format_bytes(r.other_processes_bytes)} on this "
+                     "card: each JAX process takes 75% at its first allocation unless "
+                     "XLA_PYTHON_CLIENT_PREALLOCATE=false (set it in every one of them).")
+    fixes.append("In a training step: donate the arguments the step replaces "
+                 "(jax.jit(step, donate_argnums=...)), and wrap the largest activations in "
+                 "jax.checkpoint; helpers.preflight.preflight_step shows where its memory goes.")
+    return tuple(fixes)

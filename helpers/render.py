@@ -21,18 +21,18 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.datasets import TokenFile
     from helpers.devices import DeviceReport, Placement, TreePlacement
     from helpers.holders import Holders
+    from helpers.ipython import CellMemory
     from helpers.memory import MemorySnapshot
-    from helpers.oom import Reproduction
+    from helpers.oom import OomReport, Reproduction
     from helpers.preflight import Preflight, StepMeasurement, StepPreflight
     from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
-__all__ = ["holders_text", "load_table", "placement_html", "placement_text", "preflight_text",
-           "process_check_text", "report_html", "report_text", "reproduction_text",
-           "snapshot_text",
-           "step_measurement_text",
-           "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
-           "transfer_log_text", "tree_placement_html", "tree_placement_text"]
+__all__ = ["cell_memory_text", "holders_text", "load_table", "oom_report_text", "placement_html",
+           "placement_text", "preflight_text", "process_check_text", "report_html", "report_text",
+           "reproduction_text", "snapshot_text", "step_measurement_text", "step_preflight_html",
+           "step_preflight_text", "token_file_text", "transfer_log_html", "transfer_log_text",
+           "tree_placement_html", "tree_placement_text"]
 
 _STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
 
@@ -280,6 +280,41 @@ def process_check_text(c: ProcessCheck) -> str:
     return "\n".join(lines)
 
 
+def oom_report_text(r: OomReport) -> str:
+    label = " (CPU: no allocator pool, so no pool numbers)" if r.stand_in else ""
+    lines = [f"Out of memory on {r.device}{label}: {r.error}",
+             f"  asked for {format_bytes(r.requested_bytes)}; pool limit "
+             f"{format_bytes(r.limit_bytes)}, in use {format_bytes(r.in_use_bytes)}, largest free "
+             f"block {format_bytes(r.largest_free_block_bytes)}"]
+    if r.other_processes_bytes:
+        lines.append(f"  other processes on the card: {format_bytes(r.other_processes_bytes)}")
+    lines.append("Who holds memory:")
+    lines += ["  " + line for line in holders_text(r.held).splitlines()]
+    if r.made_at:
+        lines.append("Where the largest buffers were made (device memory profile):")
+        lines += [f"  {m}" for m in r.made_at]
+    lines.append("What to change, most likely first:")
+    lines += [f"  {i}. {f}" for i, f in enumerate(r.fixes, 1)]
+    return "\n".join(lines)
+
+
+def cell_memory_text(c: CellMemory) -> str:
+    lines = [f"{'device':<10} {'before':>14} {'after':>14} {'peak':>14}  source"]
+    for d in c.devices:
+        lines.append(f"{d.device:<10} {format_bytes(d.before):>14} {format_bytes(d.after):>14} "
+                     f"{format_bytes(d.peak):>14}  {d.source}")
+    lines.append(f"{'host RSS':<10} {format_bytes(c.host_before):>14} "
+                 f"{format_bytes(c.host_after):>14} {format_bytes(c.host_peak):>14}  "
+                 "high-water mark")
+    moved = ", ".join(f"{r['count']} {r['direction']} "
+                      f"({'explicit' if r['explicit'] else 'implicit'}"
+                      f"{', ' + format_bytes(r['bytes']) if r['bytes'] else ''})"
+                      for r in c.transfers) or "none seen"
+    lines.append(f"copies: {moved}; {c.seconds:.2f} s" + (" (the cell raised)" if c.failed
+                                                          else ""))
+    return "\n".join(lines)
+
+
 # --- the other records ---------------------------------------------------------------------
 def preflight_text(p: Preflight) -> str:
     lines = [f"{p.path} ({format_bytes(p.file_bytes)})"]
@@ -431,6 +466,8 @@ def load_table(rows: list[dict]) -> str:
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
+records.renders("helpers.ipython.CellMemory", text=cell_memory_text)
+records.renders("helpers.oom.OomReport", text=oom_report_text)
 records.renders("helpers.settings.ProcessCheck", text=process_check_text)
 records.renders("helpers.devices.TreePlacement", text=tree_placement_text,
                 html=tree_placement_html)

@@ -1,0 +1,112 @@
+"""The kit inside IPython and Jupyter: ``%load_ext helpers``.
+
+- **Your own OOM, explained**: when a cell raises XLA's RESOURCE_EXHAUSTED, the usual traceback
+  is followed by :func:`helpers.oom.explain`'s answer, read while the arrays are still alive:
+  the request, the pool, who holds the largest arrays (by name), where they were made, and the
+  likely fixes, ranked. Other errors are shown as usual.
+- ``%%memory``: runs the cell and shows, per device and for the host, the bytes before, after
+  and at the peak, and the copies the cell made (:class:`CellMemory`).
+
+``%unload_ext helpers`` takes both away again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from helpers._internal.records import Display, Record
+from helpers.units import NotAvailable
+
+__all__ = ["CellDevice", "CellMemory", "load", "unload"]
+
+
+@dataclass(frozen=True)
+class CellDevice(Record):
+    """One device's bytes in use around a cell: before, after, and the highest sampled."""
+
+    device: str
+    before: int
+    after: int
+    peak: int  # the highest sample (on a GPU the allocator's counter keeps it exact)
+    source: str  # "allocator" or "live arrays"
+
+
+@dataclass(frozen=True)
+class CellMemory(Display):
+    """What one cell did to memory (``%%memory``): per device and for the host, before, after
+    and peak, and the copies it made (the transfer guard's log, summed)."""
+
+    devices: tuple[CellDevice, ...]
+    host_before: int
+    host_after: int
+    host_peak: int | NotAvailable  # the kernel's RSS high-water mark over the cell (Linux)
+    transfers: tuple[Mapping[str, Any], ...]  # TransferLog.summary() rows
+    seconds: float
+    failed: bool  # the cell raised
+
+
+def load(ip: Any) -> None:
+    """Register the OOM explanation and ``%%memory`` with an IPython shell."""
+    import jax
+    from IPython.core.magic import Magics, cell_magic, magics_class
+
+    ip.set_custom_exc((jax.errors.JaxRuntimeError,), _on_jax_error)
+
+    @magics_class
+    class MemoryMagics(Magics):
+        @cell_magic
+        def memory(self, line: str, cell: str) -> CellMemory:
+            """%%memory: the cell's device and host bytes before, after and at the peak, and
+            the copies it made."""
+            return _run_measured(self.shell, cell)
+
+    ip.register_magics(MemoryMagics)
+
+
+def unload(ip: Any) -> None:
+    """Take the handler and the magic away again."""
+    ip.set_custom_exc((), None)
+    ip.magics_manager.magics["cell"].pop("memory", None)
+
+
+def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
+    """IPython's custom exception handler: the usual traceback (shown, and kept in
+    ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED, the
+    explanation. Never raises (IPython would unregister it)."""
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    from helpers import oom
+
+    if not oom.is_out_of_memory(value):
+        return None
+    try:
+        report = oom.explain(value, namespace=shell.user_ns)
+    except Exception as err:  # the explanation must never hide the error itself
+        print(f"(the kit could not explain this OOM: {type(err).__name__}: {err})")
+        return None
+    from IPython.display import display
+
+    print("JAX Device Kit: why this cell ran out of memory")
+    display(report)
+    return None
+
+
+def _run_measured(shell, cell: str) -> CellMemory:
+    import time
+
+    from helpers import memory, transfers
+
+    before = memory.snapshot()
+    t0 = time.perf_counter()
+    with transfers.trace() as log, memory.track(interval=0.01) as trace:
+        result = shell.run_cell(cell)
+    after = memory.snapshot()
+    rows = tuple(
+        CellDevice(d.device, d.bytes_in_use, after.device(d.device).bytes_in_use,
+                   max(trace.peak(d.device), d.bytes_in_use), d.source)
+        for d in before.devices)
+    return CellMemory(rows, before.host.rss, after.host.rss, trace.host_peak,
+                      tuple(log.summary()), time.perf_counter() - t0,
+                      not result.success)
+

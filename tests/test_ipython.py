@@ -1,0 +1,83 @@
+"""%load_ext helpers: a cell's RESOURCE_EXHAUSTED explained while its arrays are alive, and
+%%memory. A real OOM runs in a memory-capped child (the CPU stand-in), so this process lives."""
+
+import textwrap
+
+import jax
+import pytest
+
+from tests.conftest import run_python
+
+IPython = pytest.importorskip("IPython")
+
+
+@pytest.fixture()
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_cell("import jax, jax.numpy as jnp")
+    ip.run_line_magic("load_ext", "helpers")
+    yield ip
+    ip.run_line_magic("unload_ext", "helpers")
+    ip.run_cell("big = None")
+
+
+def test_the_extension_registers_and_unregisters(shell):
+    assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,)
+    assert "memory" in shell.magics_manager.magics["cell"]
+    shell.run_line_magic("unload_ext", "helpers")
+    assert shell.custom_exceptions == () and "memory" not in shell.magics_manager.magics["cell"]
+    shell.run_line_magic("load_ext", "helpers")
+
+
+def test_an_oom_in_a_cell_is_explained_with_the_names_that_hold_memory(shell, capsys):
+    shell.run_cell("big = jnp.ones((1024, 1024))")
+    r = shell.run_cell("raise jax.errors.JaxRuntimeError("
+                       "'RESOURCE_EXHAUSTED: Out of memory allocating 67108864 bytes.')")
+    out = capsys.readouterr().out
+    assert not r.success and "RESOURCE_EXHAUSTED" in out  # the usual traceback first
+    assert "why this cell ran out of memory" in out and "asked for 64.00 MiB" in out
+    assert "the variable 'big' in the notebook" in out and "`del big`" in out
+    assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
+
+
+def test_other_jax_errors_are_shown_as_usual(shell, capsys):
+    r = shell.run_cell("raise jax.errors.JaxRuntimeError('INVALID_ARGUMENT: not memory')")
+    out = capsys.readouterr().out
+    assert not r.success and "INVALID_ARGUMENT" in out and "ran out of memory" not in out
+
+
+def test_percent_percent_memory_measures_the_cell(shell, capsys):
+    cell = textwrap.dedent("""
+        big = jax.device_put(jnp.zeros(2**20, jnp.float32), jax.devices()[0])  # 4 MiB
+        small = jnp.asarray(__import__("numpy").ones(8, "float32"))
+    """)
+    c = shell.run_cell_magic("memory", "", cell)
+    (dev0,) = [d for d in c.devices if d.device == "cpu:0"]
+    assert dev0.after - dev0.before >= 4 * 2**20 and dev0.peak >= dev0.after
+    assert not c.failed and any(r["direction"] == "host->device" for r in c.transfers)
+    assert "cpu:0" in str(c) and "copies:" in str(c)
+
+
+def test_a_real_oom_in_a_capped_child_is_explained_and_the_shell_lives():
+    """CPU stand-in: RLIMIT_AS caps the child's address space, so XLA's own allocation fails
+    with RESOURCE_EXHAUSTED, as the CUDA allocator's does on a GPU."""
+    code = textwrap.dedent("""
+        import resource, psutil
+        from IPython.core.interactiveshell import InteractiveShell
+        ip = InteractiveShell.instance()
+        ip.run_cell("import jax, jax.numpy as jnp; jnp.zeros(1).block_until_ready()")
+        ip.run_line_magic("load_ext", "helpers")
+        ip.run_cell("keep = jnp.ones(2**22)")
+        cap = psutil.Process().memory_info().vms + 256 * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        r = ip.run_cell("huge = jnp.ones(2**31, jnp.uint8)")
+        print("FAILED" if not r.success else "RAN")
+        print("NEXT", ip.run_cell("1 + 1").result)
+    """)
+    out = run_python(code, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert "RESOURCE_EXHAUSTED" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "why this cell ran out of memory" in out.stdout
+    assert "asked for 2.00 GiB" in out.stdout and "the variable 'keep'" in out.stdout
+    assert "FAILED" in out.stdout and "NEXT 2" in out.stdout
