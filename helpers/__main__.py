@@ -58,7 +58,14 @@ def _preflight(args: argparse.Namespace) -> int:
     from helpers import preflight
 
     try:
-        result = preflight.preflight(args.file, device=args.device)
+        target = None
+        if args.target is not None:
+            from helpers import allocation
+
+            target = allocation.target(args.target, fraction=args.fraction,
+                                       preallocate=not args.no_preallocate,
+                                       processes=args.processes)
+        result = preflight.preflight(args.file, device=args.device, target=target)
     except KitError as err:
         if args.json:
             print(json.dumps({"error": _message(err)}))
@@ -129,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("file")
     pf.add_argument("--device", default="default", choices=["default", "cpu", "gpu"])
     pf.add_argument("--json", action="store_true")
+    pf.add_argument("--target", metavar="CARD", help="judge against a card you are not on: a "
+                    "name (H100, RTX 3090, A100 80GB, ...) or a size (24GiB)")
+    pf.add_argument("--fraction", type=float, default=0.75,
+                    help="with --target: XLA_CLIENT_MEM_FRACTION to assume (default 0.75)")
+    pf.add_argument("--no-preallocate", action="store_true",
+                    help="with --target: assume XLA_PYTHON_CLIENT_PREALLOCATE=false")
+    pf.add_argument("--processes", type=int, default=1,
+                    help="with --target: JAX processes sharing the card (default 1)")
     pf.set_defaults(func=_preflight)
 
     ro = sub.add_parser("reproduce-oom", help="reproduce the safetensors CUDA OOM in a child "

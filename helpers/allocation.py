@@ -21,18 +21,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from helpers import gpu
 from helpers._internal import child, jaxcompat
 from helpers._internal.jaxcompat import ALLOCATOR_VARS
 from helpers._internal.records import Record
-from helpers.errors import BadInputError, ChildProcessFailed, NoGpuError
-from helpers.units import NOT_AVAILABLE, NotAvailable
+from helpers.errors import BadInputError, ChildProcessFailed, NoGpuError, SizeError
+from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
 
-__all__ = ["AllocatorMeasurement", "PoolPrediction", "SETTINGS", "STORY", "measure",
-           "measure_together", "plugin_options", "predict", "story_table"]
+__all__ = ["CARDS", "AllocatorMeasurement", "Card", "PoolPrediction", "SETTINGS", "STORY",
+           "Target", "card", "measure", "measure_together", "plugin_options", "predict",
+           "story_table", "target"]
 
 #: The settings notebook 06 compares: name -> environment (None removes a variable).
 SETTINGS = {
@@ -139,6 +141,105 @@ def predict(options: dict, total_bytes: int) -> PoolPrediction:
                               "it reserves up front")
     raise BadInputError(f"the kit does not model allocator {options.get('allocator')!r} "
                      "(known: default, bfc, platform, cuda_async)")
+
+
+# --- the card you will run on ------------------------------------------------------------------
+_H100_RUN = "docs/gpu-runs/2026-11-22-nvidia-h100-80gb-hbm3"
+
+
+@dataclass(frozen=True)
+class Card(Record):
+    """A GPU's memory: its name, total bytes, and where the number comes from."""
+
+    name: str
+    total_bytes: int
+    source: str  # "vendor spec (nominal)", "measured: <record>" or "given"
+
+
+def _spec(name: str, gib: int) -> Card:
+    return Card(name, gib * 2**30, "vendor spec (nominal GiB; the driver reports a little less, "
+                f"e.g. 79.65 of 80 on an H100: {_H100_RUN})")
+
+
+#: Common NVIDIA cards. Totals are the vendors' nominal sizes except where a run measured the
+#: driver's figure.
+CARDS: Mapping[str, Card] = MappingProxyType({c.name: c for c in (
+    _spec("T4 16GB", 16), _spec("V100 16GB", 16), _spec("V100 32GB", 32),
+    _spec("A10 24GB", 24), _spec("L4 24GB", 24), _spec("RTX 3090 24GB", 24),
+    _spec("RTX 4090 24GB", 24), _spec("A100 40GB", 40), _spec("A100 80GB", 80),
+    _spec("L40S 48GB", 48), _spec("RTX A6000 48GB", 48),
+    Card("H100 80GB", 85_520_809_984, f"measured: nvidia-smi total, {_H100_RUN}"),
+    _spec("H200 141GB", 141),
+)})
+
+
+def _key(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def card(which: str | int) -> Card:
+    """A card by name ("H100", "rtx 3090", "A100 80GB"; see :data:`CARDS`) or by its size
+    (bytes, or text like "24 GiB"). BadInputError lists the names for an unknown one."""
+    if isinstance(which, int) and not isinstance(which, bool):
+        return Card(f"{format_bytes(which)} card", parse_size(which), "given")
+    if not isinstance(which, str):
+        raise BadInputError(f"a card is a name or a size, got {which!r}")
+    key = _key(which)
+    exact = [c for c in CARDS.values() if _key(c.name) == key]
+    starts = [c for c in CARDS.values() if _key(c.name).startswith(key)]
+    found = exact or starts
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise BadInputError(f"{which!r} names several cards ({', '.join(c.name for c in found)})"
+                            "; say which")
+    try:
+        size = parse_size(which)
+    except SizeError:
+        raise BadInputError(f"no card {which!r}; known: {', '.join(CARDS)}, or a size such as "
+                            "'24 GiB'") from None
+    return Card(f"{format_bytes(size)} card", size, "given")
+
+
+@dataclass(frozen=True)
+class Target(Record):
+    """The card a step or a file will run on, under given allocator settings and with other
+    processes on it: the pool XLA builds there and the budget this process gets."""
+
+    card: Card
+    pool: PoolPrediction
+    processes: int
+    budget_bytes: int  # what this process can use on that card
+    note: str  # how the budget was worked out, in one sentence
+
+
+def target(which: str | int | Card, *, fraction: float = _DEFAULT_FRACTION,
+           preallocate: bool = True, allocator: str = "default", processes: int = 1
+           ) -> Target:
+    """The budget on a card you are not on: XLA's pool for these settings (:func:`predict`),
+    shared with ``processes - 1`` other JAX processes (with preallocation each takes its whole
+    pool at its first allocation; without, an equal share is assumed)."""
+    c = which if isinstance(which, Card) else card(which)
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise BadInputError(f"processes must be a positive int, got {processes!r}")
+    pool = predict({"memory_fraction": fraction, "preallocate": preallocate,
+                    "allocator": allocator}, c.total_bytes)
+    cap = c.total_bytes if pool.cap_bytes is None else pool.cap_bytes
+    settings = (f"{pool.allocator} pool {format_bytes(cap)} ({pool.fraction:g} of "
+                f"{format_bytes(c.total_bytes)}, {'preallocated' if preallocate else 'on demand'})")
+    if processes == 1:
+        return Target(c, pool, 1, cap, settings)
+    if preallocate and pool.allocator == "bfc":
+        left = c.total_bytes - (processes - 1) * cap
+        budget = max(0, min(cap, left))
+        note = (f"{settings}; the other {processes - 1} process(es) take {format_bytes(cap)} "
+                f"each at their first allocation, leaving {format_bytes(max(left, 0))}"
+                + ("" if left >= cap else ": set XLA_PYTHON_CLIENT_PREALLOCATE=false, or "
+                   f"XLA_CLIENT_MEM_FRACTION <= {1 / processes:.2f}, in every process"))
+        return Target(c, pool, processes, budget, note)
+    share = c.total_bytes // processes
+    return Target(c, pool, processes, min(cap, share),
+                  f"{settings}; {processes} processes assumed to share the card equally")
 
 
 def story_table(settings: dict | None = None, *, request_bytes: int | None = None,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from helpers import allocation
 from helpers._internal import child, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
@@ -158,9 +159,10 @@ def _free_bytes(device) -> tuple[int | NotAvailable, str]:
     return NOT_AVAILABLE, f"{device.platform} keeps no memory statistics"
 
 
-def judge(needed: int, free: int | NotAvailable, dev: jax.Device, *, fix: str, unknown: str
-          ) -> tuple[str, str]:
-    """Verdict and advice for ``needed`` bytes against ``free`` on ``dev`` (files and steps)."""
+def judge(needed: int, free: int | NotAvailable, dev: jax.Device | str, *, fix: str,
+          unknown: str) -> tuple[str, str]:
+    """Verdict and advice for ``needed`` bytes against ``free`` on ``dev`` (a device, or the
+    name of a target card) (files and steps)."""
     if free is NOT_AVAILABLE:
         return "unknown", unknown
     if needed <= free:
@@ -171,9 +173,14 @@ def judge(needed: int, free: int | NotAvailable, dev: jax.Device, *, fix: str, u
                             f"{device_name(dev)}. {fix}")
 
 
-def preflight(path: str | os.PathLike, *, device: str | jax.Device | None = None) -> Preflight:
+def preflight(path: str | os.PathLike, *, device: str | jax.Device | None = None,
+              target: str | int | allocation.Target | None = None) -> Preflight:
     """Dtype, shape and bytes of every tensor, the device a load would land on now, the free
-    memory there, and a verdict. Reads only the header (also cross-checked by safetensors)."""
+    memory there, and a verdict. Reads only the header (also cross-checked by safetensors).
+
+    ``target``: judge against a card you are not on instead (a name from
+    :data:`helpers.allocation.CARDS`, a size, or :func:`helpers.allocation.target` with the
+    allocator settings and the processes sharing it): its pool, not this machine's memory."""
     header, _ = read_header(path)
     try:  # cross-check with the library the load will use
         from safetensors import safe_open
@@ -192,12 +199,22 @@ def preflight(path: str | os.PathLike, *, device: str | jax.Device | None = None
         tensors.append(TensorInfo(name, e["dtype"], tuple(e["shape"]),
                                   e["data_offsets"][1] - e["data_offsets"][0]))
     total = sum(t.nbytes for t in tensors)
-    dev, why = _target(device)
-    free, source = _free_bytes(dev)
-    verdict, advice = judge(total, free, dev, fix="Fix: " + FIX,
+    if target is not None:
+        t = _as_target(target)
+        where, why = t.card.name, "the target card (nothing loaded there yet)"
+        free, source = t.budget_bytes, f"target: {t.note}"
+    else:
+        dev, why = _target(device)
+        where = device_name(dev)
+        free, source = _free_bytes(dev)
+    verdict, advice = judge(total, free, where, fix="Fix: " + FIX,
                             unknown="this device reports no free memory; try a smaller file")
-    return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, device_name(dev),
+    return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, where,
                      why, free, source, verdict, advice)
+
+
+def _as_target(target: str | int | allocation.Target) -> allocation.Target:
+    return target if isinstance(target, allocation.Target) else allocation.target(target)
 
 
 # --- will this step fit? ------------------------------------------------------------------
@@ -533,21 +550,38 @@ def _verdict(needed: int, free, dev, donated) -> tuple[str, str]:
 
 
 def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
-                   donate_argnums: int | Sequence[int] = (), **kwargs) -> StepPreflight:
+                   donate_argnums: int | Sequence[int] = (),
+                   target: str | int | allocation.Target | None = None,
+                   **kwargs) -> StepPreflight:
     """XLA's memory estimate for ``fn(*args, **kwargs)`` on ``device`` (default: where jit
     would run it), what is in use and free there now, and a verdict. Nothing runs and no
-    argument is copied: arrays (JAX, NumPy) or ``jax.ShapeDtypeStruct`` shapes all work."""
+    argument is copied: arrays (JAX, NumPy) or ``jax.ShapeDtypeStruct`` shapes all work.
+
+    ``target``: judge against a card you are not on (a name from
+    :data:`helpers.allocation.CARDS`, a size, or :func:`helpers.allocation.target` with the
+    allocator settings and the processes sharing it): the whole peak against its budget,
+    labelled "sized for the target, compiled here" (XLA's sizes are this backend's)."""
     c = _compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
     dev = c.device
     a = _analysis(c.executable)
     peak = a["peak"] + c.constants
-    needed = max(peak - c.resident, 0)
-    in_use, in_use_source = _in_use(dev)
-    free, free_source = _free_bytes(dev)
+    if target is not None:
+        t = _as_target(target)
+        resident, needed, where = 0, peak, t.card.name
+        reason = f"the target card, compiled on {device_name(dev)}"
+        in_use, in_use_source = NOT_AVAILABLE, "target card: nothing there yet"
+        free = t.budget_bytes
+        free_source = (f"target: {t.note}; sized for the target, compiled here "
+                       f"({device_name(dev)}: XLA's sizes are this backend's)")
+    else:
+        resident, needed, where = c.resident, max(peak - c.resident, 0), dev
+        reason = c.why
+        in_use, in_use_source = _in_use(dev)
+        free, free_source = _free_bytes(dev)
     if c.conflict:
         verdict, advice = "will fail", c.conflict
     else:
-        verdict, advice = _verdict(needed, free, dev, c.donated)
+        verdict, advice = _verdict(needed, free, where, c.donated)
     notes = []
     if c.constants:
         notes.append(f"{format_bytes(c.constants)} of arrays the function closes over are baked "
@@ -563,10 +597,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "reads (XLA drops them); they stay on the device while you hold them.")
     advice = " ".join([advice, *notes]).strip()
     return StepPreflight(
-        function=_name(fn), device=device_name(dev),
-        device_reason=c.why, argument_bytes=a["argument"], output_bytes=a["output"],
+        function=_name(fn), device=device_name(where),
+        device_reason=reason, argument_bytes=a["argument"], output_bytes=a["output"],
         alias_bytes=a["alias"], temp_bytes=a["temp"], code_bytes=a["generated_code"],
-        peak_bytes=peak, xla_peak_bytes=a["xla_peak"], resident_bytes=c.resident,
+        peak_bytes=peak, xla_peak_bytes=a["xla_peak"], resident_bytes=resident,
         needed_bytes=needed, in_use_bytes=in_use, in_use_source=in_use_source,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,

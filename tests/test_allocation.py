@@ -120,3 +120,35 @@ def test_a_fraction_outside_0_1_is_refused(fraction):
     with pytest.raises(BadInputError, match=r"outside \(0, 1\]"):
         allocation.predict({"memory_fraction": fraction}, 24 * 2**30)
     assert allocation.predict({"memory_fraction": 1.0}, 24 * 2**30).cap_bytes == 24 * 2**30
+
+
+# --- the card you will run on ------------------------------------------------------------------
+def test_cards_by_name_or_size():
+    assert allocation.card("h100").name == "H100 80GB"
+    assert allocation.card("RTX-3090").total_bytes == 24 * 2**30
+    assert allocation.card("24 GiB").total_bytes == allocation.card(24 * 2**30).total_bytes
+    with pytest.raises(BadInputError, match="names several cards"):
+        allocation.card("a100")
+    with pytest.raises(BadInputError, match="no card 'moon'; known: T4"):
+        allocation.card("moon")
+
+
+def test_the_storys_card_and_pool():
+    """The seed: 19.09 GiB of tokens against the default pool of a 24 GiB RTX 3090."""
+    t = allocation.target("RTX 3090")
+    assert t.budget_bytes == 18 * 2**30 < allocation.STORY["request_bytes"]
+    roomy = allocation.target("RTX 3090", fraction=0.9)
+    assert roomy.budget_bytes > allocation.STORY["request_bytes"]
+
+
+def test_processes_sharing_a_card():
+    one = allocation.target("A100 80GB")
+    two = allocation.target("A100 80GB", processes=2)
+    assert two.budget_bytes == 80 * 2**30 - one.budget_bytes  # the other took its pool
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in two.note
+    lazy = allocation.target("A100 80GB", preallocate=False, processes=2)
+    assert lazy.budget_bytes == 40 * 2**30 and "equally" in lazy.note
+    three = allocation.target("A100 80GB", processes=3)
+    assert three.budget_bytes == 0  # 3 x 75% does not fit: this process gets nothing
+    with pytest.raises(BadInputError, match="processes"):
+        allocation.target("A100 80GB", processes=0)

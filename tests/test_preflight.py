@@ -252,3 +252,15 @@ def test_the_breakdown_adds_up_on_every_example(name):
                                      donate_argnums=donate)
         assert _sum(p) == p.peak_bytes and p.needed_bytes == max(p.peak_bytes - p.resident_bytes,
                                                                  0)
+
+
+# --- a card you are not on --------------------------------------------------------------------
+def test_a_step_judged_for_a_target_card():
+    x = jnp.ones((1024, 1024))  # 4 MiB
+    here = preflight.preflight_step(lambda a: a @ a, x)
+    small = preflight.preflight_step(lambda a: a @ a, x, target=6 * MiB)
+    assert small.needed_bytes == small.peak_bytes == here.peak_bytes  # nothing resident there
+    assert small.resident_bytes == 0 and small.device == "6.00 MiB card"
+    assert small.verdict == "will not fit" and "sized for the target, compiled here" in \
+        small.free_source
+    assert preflight.preflight_step(lambda a: a @ a, x, target="H100").verdict == "fits"

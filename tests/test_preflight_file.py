@@ -184,3 +184,16 @@ def test_cli_preflight_exit_codes(tokens, tmp_path):
     assert "jax.default_device" in wont.stdout
     bad = run_cli("preflight", str(tmp_path / "nope"))
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_file_judged_for_a_target_card(tokens):
+    from helpers import allocation
+
+    shared = allocation.target("2 MiB", processes=2)  # XLA rounds a pool up to 2 MiB
+    r = preflight_module.preflight(tokens, target=shared)
+    assert r.verdict == "will not fit" and r.device == "2.00 MiB card" and r.free_bytes == 0
+    assert preflight_module.preflight(tokens, target="RTX 3090").verdict == "fits"
+    cli = run_cli("preflight", str(tokens), "--target", "2MiB", "--processes", "2")
+    assert cli.returncode == 1 and "WILL NOT FIT" in cli.stdout
+    bad = run_cli("preflight", str(tokens), "--target", "moon")
+    assert bad.returncode == 2 and "no card 'moon'" in bad.stderr
