@@ -425,6 +425,11 @@ def transfer_log_text(log: TransferLog) -> str:
             size = format_bytes(r["bytes"]) + ("+?" if r["unknown_size"] else "")
         lines.append(f"{r['direction']:<15} {_KIND[r['explicit']]:<9} {r['count']:>5} "
                      f"{size:>12}")
+    by_line = [r for r in log.by_line() if r["line"] != "(line not known)"]
+    if by_line:
+        lines.append("made by:")
+        lines += [f"  {r['count']:>3} x {r['line']}\n        {'; '.join(r['reasons'])}"
+                  for r in by_line]
     return "\n".join(lines)
 
 
@@ -432,13 +437,13 @@ def transfer_log_html(log: TransferLog) -> str:
     if not log.transfers:
         return "<i>no transfers</i>"
     head = ("<table><tr><th>direction</th><th>kind</th><th>shape</th><th>dtype</th>"
-            "<th>bytes</th><th>from</th><th>to</th></tr>")
+            "<th>bytes</th><th>from</th><th>to</th><th>line</th><th>why</th></tr>")
     rows = []
     for t in log.transfers:
         shape = "?" if t.shape is None else str(list(t.shape))
         cells = (t.direction, _KIND[t.explicit], shape, t.dtype or "?",
                  format_bytes(t.nbytes),
-                 t.source or "?", t.destination or "?")
+                 t.source or "?", t.destination or "?", t.line or "?", t.reason)
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
                     + "</tr>")
     return head + "".join(rows) + "</table>"

@@ -37,12 +37,14 @@ Limitations (also in the README):
 from __future__ import annotations
 
 import contextlib
+import linecache
 import math
 import os
 import sys
+import sysconfig
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import jax
@@ -61,6 +63,7 @@ H2D, D2D, D2H = "host->device", "device->device", "device->host"
 _BEGIN = "<<helpers.transfers explicit begin>>"
 _END = "<<helpers.transfers explicit end>>"
 _PROBED = "<<helpers.transfers probe done>>"
+_LINE = "<<helpers.transfers line "  # + "file:line: source>>"
 _NOISE = ("WARNING: All log messages before absl::InitializeLog() is called",)
 _active = threading.Lock()  # one trace at a time per process: fd 2 is process-wide
 
@@ -77,6 +80,8 @@ class Transfer(Record):
     source: str | None  # "host" or a device name like "cpu:0"; None when not logged
     destination: str | None  # device name; "host" for device->host
     raw: str  # the guard's own text
+    line: str = ""  # the user's line that made it ("cell.py:3: y = f(x)"); "" when not known
+    reason: str = ""  # why a copy happened, from the transfer and its line (see _reason)
 
 
 def _itemsize(dtype: str) -> int | None:
@@ -96,12 +101,16 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
     transfers: list[Transfer] = []
     other: list[str] = []
     depth = 0
+    where = ""
     for line in text.splitlines():
         if line == _BEGIN:
             depth += 1
             continue
         if line == _END:
             depth = max(0, depth - 1)
+            continue
+        if line.startswith(_LINE):
+            where = line[len(_LINE):].removesuffix(">>")
             continue
         fields = jaxcompat.parse_guard_line(line)
         if fields is None:
@@ -120,8 +129,29 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
             dst = "host"
         explicit = (depth > 0) if marked else None
         transfers.append(Transfer(direction, explicit, shape, dtype, nbytes, src, dst,
-                                  fields["raw"]))
+                                  fields["raw"], where,
+                                  _reason(direction, explicit, shape, dtype, where)))
     return transfers, other
+
+
+def _reason(direction: str, explicit: bool | None, shape, dtype, where: str) -> str:
+    """Why the copy happened, in a few words, from what the guard logged and the user's line."""
+    source = where.split(": ", 1)[-1] if where else ""
+    if direction == D2D:
+        return "an array on another device moved to where the computation runs"
+    if direction == D2H:
+        return ("jax.device_get" if explicit else
+                "reading a value back (np.asarray, float(), print, .item(), a Python if)")
+    if explicit:
+        return "jax.device_put"
+    if shape is None:
+        return ("an argument of a jitted call: a NumPy array or a Python number, copied on "
+                "every call (jit's fast path logs no shape)")
+    if shape == ():
+        if "[" in source and dtype and "int" in dtype:
+            return "a Python int used as an index or slice bound"
+        return "a Python scalar turned into an array"
+    return "a NumPy array passed to a JAX operation or a jit: copied on every call"
 
 
 def _split_probe(text: str) -> tuple[str, bool]:
@@ -195,10 +225,84 @@ class TransferLog(Display):
         return sorted(rows.values(), key=lambda r: (order[r["direction"]], r["explicit"] is not
                                                     True))
 
+    def by_line(self) -> list[dict]:
+        """One row per user line that made copies, most copies first: the line, count, known
+        bytes, and the reasons."""
+        rows: dict[str, dict] = {}
+        for t in self._transfers:
+            row = rows.setdefault(t.line or "(line not known)", {
+                "line": t.line or "(line not known)", "count": 0, "bytes": 0, "reasons": []})
+            row["count"] += 1
+            row["bytes"] += t.nbytes or 0
+            if t.reason not in row["reasons"]:
+                row["reasons"].append(t.reason)
+        return sorted(rows.values(), key=lambda r: -r["count"])
+
     def to_dict(self) -> dict:
-        """Plain data: every transfer, and the :meth:`summary` rows."""
+        """Plain data: every transfer, and the :meth:`summary` and :meth:`by_line` rows."""
         return {"transfers": [t.to_dict() for t in self._transfers],
-                "summary": self.summary()}
+                "summary": self.summary(), "by_line": self.by_line()}
+
+
+# --- which line of the user's code made a copy ----------------------------------------------
+_LIBRARIES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib",
+                                                               "purelib", "platlib")}))
+_KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the helpers package's root
+
+
+def _is_user_code(frame) -> bool:
+    """Code the user wrote: not the standard library, not an installed package, not the kit;
+    code without a file ("<string>": generated, or ``python -c``) only in ``__main__``."""
+    filename = frame.f_code.co_filename
+    if filename.startswith("<"):
+        return frame.f_globals.get("__name__") == "__main__"
+    return not (filename.startswith(_LIBRARIES) or filename.startswith(os.path.join(_KIT,
+                                                                                    "helpers")))
+
+
+def _label(frame) -> str:
+    """ "file.py:12: source", or "cell, line 3: source" for a notebook cell (whose file is a
+    temporary one named after a hash of the cell)."""
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    source = linecache.getline(filename, lineno).strip()
+    folder = os.path.basename(os.path.dirname(filename))
+    if folder.startswith("ipykernel_") or filename.startswith("<ipython-input"):
+        where = f"cell, line {lineno}"
+    else:
+        where = f"{os.path.basename(filename)}:{lineno}"
+    return f"{where}: {source}" if source else where
+
+
+@contextlib.contextmanager
+def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
+    """While active, each line of user code that runs in this thread writes a marker to the
+    log first, so the guard's lines that follow belong to it. Does nothing while another
+    tracer (a debugger, coverage) is installed: the kit never displaces it."""
+    if sys.gettrace() is not None:
+        yield
+        return
+
+    def local(frame, event, arg):
+        if event == "line":
+            write(f"{_LINE}{_label(frame)}>>")
+        return local
+
+    def calls(frame, event, arg):
+        return local if event == "call" and _is_user_code(frame) else None
+
+    caller = sys._getframe(1)
+    while caller is not None and not _is_user_code(caller):
+        caller = caller.f_back  # the frame that runs the `with` block: traced from now on
+    sys.settrace(calls)
+    if caller is not None:
+        caller.f_trace_lines = True
+        caller.f_trace = local
+    try:
+        yield
+    finally:
+        sys.settrace(None)
+        if caller is not None:
+            caller.f_trace = None
 
 
 _markers_verified = False  # set once a probe showed the markers work in this process
@@ -218,11 +322,13 @@ def _remember(ok: bool) -> None:
 
 
 @contextlib.contextmanager
-def trace() -> Iterator[TransferLog]:
+def trace(*, lines: bool = True) -> Iterator[TransferLog]:
     """Record the transfers the block makes; the log is filled when the block ends.
 
-    Exceptions from the block propagate; stderr and JAX's transfer-guard setting are
-    restored either way.
+    ``lines``: also note which line of your code made each copy (a line tracer marks the log
+    as your code runs; it slows pure-Python code in the block, and is skipped while a debugger
+    or coverage tool traces this thread). Exceptions from the block propagate; stderr, JAX's
+    transfer-guard setting and the tracer are restored either way.
     """
     if not _active.acquire(blocking=False):
         raise InUseError("transfers.trace() is already active in this process; "
@@ -245,7 +351,8 @@ def trace() -> Iterator[TransferLog]:
                 if probing:
                     _probe()
                     write(_PROBED)
-                yield log
+                with _lines_marked(write) if lines else contextlib.nullcontext():
+                    yield log
         finally:
             try:
                 sys.stderr.flush()

@@ -145,3 +145,45 @@ def test_parser(line, expect):
 def test_select_rejects_unknown_direction():
     with pytest.raises(ValueError, match="direction"):
         transfers.TransferLog().count("sideways")
+
+
+# --- which line made a copy, and why ---------------------------------------------------------
+def _helper_that_copies(v):
+    return jnp.asarray(v) * 2  # a NumPy array into a JAX operation
+
+
+def test_each_copy_names_the_users_line_and_a_reason():
+    import sys
+
+    if sys.gettrace() is not None:
+        pytest.skip("a tracer (coverage, a debugger) runs: the kit leaves lines unknown")
+    f = jax.jit(lambda a, b: a + b)
+    x = np.ones(3, np.float32)
+    f(x, x)  # compiled first, so the calls take the fast path
+    with transfers.trace() as log:
+        f(x, x)
+        jax.device_put(x)
+        _helper_that_copies(np.ones(5, np.float32))
+        jnp.arange(10)[3]
+    by = {r["line"].split(": ", 1)[-1]: r for r in log.by_line()}
+    assert by["f(x, x)"]["count"] == 2 and "jitted call" in by["f(x, x)"]["reasons"][0]
+    assert by["jax.device_put(x)"]["reasons"] == ["jax.device_put"]
+    inner = by["return jnp.asarray(v) * 2  # a NumPy array into a JAX operation"]
+    expected = ("jax.device_put" if jaxcompat.asarray_is_explicit()  # jax < 0.10.1
+                else "a NumPy array passed to a JAX operation")
+    assert expected in inner["reasons"][0]  # the innermost line of user code
+    assert by["jnp.arange(10)[3]"]["reasons"] == ["a Python int used as an index or slice bound"]
+    assert all(r["line"].startswith("test_transfers.py:") for r in log.by_line())
+    assert "made by:" in str(log) and "<th>why</th>" in log._repr_html_()
+
+
+def test_lines_can_be_left_out_and_the_tracer_is_restored():
+    import sys
+
+    before = sys.gettrace()
+    with transfers.trace(lines=False) as log:
+        jax.device_put(np.ones(2))
+    assert [t.line for t in log] == [""] and "made by" not in str(log)
+    with transfers.trace() as log:
+        jax.device_put(np.ones(2))
+    assert sys.gettrace() is before
