@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from helpers import allocation
 from helpers._internal import child, jaxcompat
 from helpers._internal.jaxcompat import device_name
@@ -42,9 +44,8 @@ if TYPE_CHECKING:
     import jax
 
 __all__ = ["ALLOCATOR_PEAK", "FIX", "HOST_PEAK", "MMAP_ENV", "DonatedArgument", "Preflight",
-           "StepMeasurement",
-           "StepPreflight", "TensorInfo", "judge", "measure_example", "measure_step",
-           "preflight", "preflight_step"]
+           "Residual", "Residuals", "StepMeasurement", "StepPreflight", "TensorInfo", "judge",
+           "measure_example", "measure_step", "preflight", "preflight_step", "residuals"]
 
 FIX = ("load it into host memory instead: `with jax.default_device(jax.devices('cpu')[0]): "
         "tokens = safetensors.flax.load_file(path)['tokens']`, or skip JAX for the load "
@@ -605,6 +606,78 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
         donations=c.donations)
+
+
+# --- what a gradient keeps for the backward pass ------------------------------------------------
+@dataclass(frozen=True)
+class Residual(Record):
+    """One array a gradient keeps from the forward pass for the backward pass."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    source: str  # JAX's words: "from the argument x", "output of scan from model.py:12 (f)"
+    is_argument: bool  # an argument itself: kept anyway, costs nothing extra
+
+
+@dataclass(frozen=True)
+class Residuals(Display):
+    """What ``jax.grad`` of a function keeps between its forward and backward pass: the arrays,
+    how many bytes beyond the arguments, the part a scan multiplies by its length, and the fix."""
+
+    function: str
+    residuals: tuple[Residual, ...]  # largest first
+    saved_bytes: int  # beyond the arguments: memory held from the forward to the backward pass
+    scan_bytes: int  # of which stacked scan outputs (one slice per scan step or layer)
+    scan_lengths: tuple[int, ...]  # the lengths that multiply them
+    advice: str
+
+
+def residuals(fn: Callable, *args, **kwargs) -> Residuals:
+    """What ``jax.grad(fn)`` keeps from the forward pass, from JAX's own list
+    (``jax.ad_checkpoint.print_saved_residuals``): each array, its size and where it was made.
+    Arrays or ``jax.ShapeDtypeStruct`` shapes; nothing runs. ``fn`` is the function whose
+    gradient is taken (the loss), not the whole training step.
+
+    >>> import jax.numpy as jnp
+    >>> r = residuals(lambda w, x: jnp.sum(jnp.sin(x @ w)), jnp.ones((3, 3)), jnp.ones((5, 3)))
+    >>> r.saved_bytes  # cos(x @ w), a 5x3 float32 array, kept for the backward pass
+    60
+    """
+    _jax()  # JAX can start here, or a BackendError says why
+    if not callable(fn):
+        raise BadInputError(f"fn must be a function, got {fn!r}")
+    saved = jaxcompat.verify("saved_residuals")
+    try:
+        found = saved(fn, *args, **kwargs)
+    except Exception as err:
+        raise BadInputError(f"{_name(fn)} could not be differentiated on these arguments "
+                            f"({_shapes((args, kwargs))}){_user_frame(err)}: "
+                            f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+    out = []
+    for aval, source in found:
+        nbytes = int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+        out.append(Residual(tuple(aval.shape), str(aval.dtype), nbytes, str(source),
+                            str(source).startswith("from the argument")))
+    out.sort(key=lambda r: -r.nbytes)
+    extra = [r for r in out if not r.is_argument]
+    scans = [r for r in extra if r.source.startswith("output of scan") and r.shape]
+    saved_bytes, scan_bytes = sum(r.nbytes for r in extra), sum(r.nbytes for r in scans)
+    lengths = tuple(sorted({r.shape[0] for r in scans}))
+    advice = ""
+    if scan_bytes:
+        advice = (f"{format_bytes(scan_bytes)} of the {format_bytes(saved_bytes)} kept are "
+                  f"scan outputs stacked over {', '.join(map(str, lengths))} steps, so they "
+                  "grow with the length. If the scan's body is not wrapped in jax.checkpoint "
+                  "yet, wrapping it keeps only each step's carry and recomputes the rest in "
+                  "the backward pass; if it is, a shorter scan (or fewer layers) is what "
+                  "shrinks it.")
+    elif saved_bytes:
+        advice = (f"{format_bytes(saved_bytes)} is kept between the forward and backward pass: "
+                  "jax.checkpoint on the largest layer (or a policy such as "
+                  "jax.checkpoint_policies.dots_with_no_batch_dims_saveable) trades it for "
+                  "recomputation.")
+    return Residuals(_name(fn), tuple(out), saved_bytes, scan_bytes, lengths, advice)
 
 
 # --- the step's peak, measured ---------------------------------------------------------------

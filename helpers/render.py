@@ -24,15 +24,15 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.ipython import CellMemory
     from helpers.memory import MemorySnapshot
     from helpers.oom import OomReport, Reproduction
-    from helpers.preflight import Preflight, StepMeasurement, StepPreflight
+    from helpers.preflight import Preflight, Residuals, StepMeasurement, StepPreflight
     from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
 __all__ = ["cell_memory_text", "holders_text", "load_table", "oom_report_text", "placement_html",
            "placement_text", "preflight_text", "process_check_text", "report_html", "report_text",
-           "reproduction_text", "snapshot_text", "step_measurement_text", "step_preflight_html",
-           "step_preflight_text", "token_file_text", "transfer_log_html", "transfer_log_text",
-           "tree_placement_html", "tree_placement_text"]
+           "reproduction_text", "residuals_text", "snapshot_text", "step_measurement_text",
+           "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
+           "transfer_log_text", "tree_placement_html", "tree_placement_text"]
 
 _STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
 
@@ -315,6 +315,20 @@ def cell_memory_text(c: CellMemory) -> str:
     return "\n".join(lines)
 
 
+def residuals_text(r: Residuals) -> str:
+    lines = [f"jax.grad({r.function}) keeps {format_bytes(r.saved_bytes)} from the forward pass "
+             "beyond its arguments"]
+    for x in r.residuals[:8]:
+        kind = "argument" if x.is_argument else "kept"
+        lines.append(f"  {format_bytes(x.nbytes):>10}  {x.dtype}{list(x.shape)}  [{kind}] "
+                     f"{x.source}")
+    if len(r.residuals) > 8:
+        lines.append(f"  ... and {len(r.residuals) - 8} more")
+    if r.advice:
+        lines.append(r.advice)
+    return "\n".join(lines)
+
+
 # --- the other records ---------------------------------------------------------------------
 def preflight_text(p: Preflight) -> str:
     lines = [f"{p.path} ({format_bytes(p.file_bytes)})"]
@@ -471,6 +485,7 @@ def load_table(rows: list[dict]) -> str:
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
+records.renders("helpers.preflight.Residuals", text=residuals_text)
 records.renders("helpers.ipython.CellMemory", text=cell_memory_text)
 records.renders("helpers.oom.OomReport", text=oom_report_text)
 records.renders("helpers.settings.ProcessCheck", text=process_check_text)

@@ -264,3 +264,34 @@ def test_a_step_judged_for_a_target_card():
     assert small.verdict == "will not fit" and "sized for the target, compiled here" in \
         small.free_source
     assert preflight.preflight_step(lambda a: a @ a, x, target="H100").verdict == "fits"
+
+
+# --- what a gradient keeps for the backward pass ------------------------------------------------
+def _scan_loss(remat: bool):
+    def loss(w, x):
+        def body(h, xi):
+            return jnp.tanh(h @ w + xi), None
+
+        h, _ = jax.lax.scan(jax.checkpoint(body) if remat else body, jnp.zeros(64), x)
+        return h.sum()
+
+    return loss
+
+
+def test_residuals_of_a_scan_grow_with_its_length_and_remat_shrinks_them():
+    w = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    short, long_ = (jax.ShapeDtypeStruct((n, 64), jnp.float32) for n in (50, 100))
+    plain = preflight.residuals(_scan_loss(False), w, long_)
+    assert plain.scan_lengths == (100,) and plain.scan_bytes == plain.saved_bytes > 0
+    assert preflight.residuals(_scan_loss(False), w, short).saved_bytes * 2 == plain.saved_bytes
+    remat = preflight.residuals(_scan_loss(True), w, long_)
+    assert remat.saved_bytes < plain.saved_bytes  # what the advice says jax.checkpoint does
+    assert "jax.checkpoint" in plain.advice and "test_preflight.py" in plain.residuals[0].source
+    arguments = [r for r in plain.residuals if r.is_argument]
+    assert arguments and all(r.source.startswith("from the argument") for r in arguments)
+    assert "keeps" in str(plain)
+
+
+def test_residuals_of_something_that_cannot_be_traced():
+    with pytest.raises(BadInputError, match="could not be differentiated.*float32\\[3\\]"):
+        preflight.residuals(lambda x: x.no_such_method(), jnp.ones(3))

@@ -84,6 +84,11 @@ INTERNALS: dict[str, Internal] = {
         "jax._src.config:explicit_device_get_scope",
         "the same for jax.device_get",
         "none"),
+    "saved_residuals": Internal(
+        "jax._src.ad_checkpoint:saved_residuals",
+        "list what a function's gradient keeps from the forward pass (shape, and where each "
+        "came from), to size it and point at jax.checkpoint",
+        "jax.ad_checkpoint.print_saved_residuals prints the same list and returns nothing"),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
