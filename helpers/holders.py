@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from helpers._internal import jaxcompat
+from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError
@@ -112,6 +112,8 @@ def _largest_arrays(n: int) -> list:
                 else id(a)
         except Exception:
             key = id(a)
+        if out and _nbytes(a) * 1000 < _nbytes(out[0]):
+            break  # a thousandth of the largest: not where the memory went
         if key not in seen:
             seen.add(key)
             out.append(a)
@@ -148,6 +150,7 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
 
 
 _HISTORY = {"_", "__", "___"}
+_VAGUE = "a container: "  # what a list, dict or tuple nobody names is called
 _FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` (or "
             "`%reset -f out`) let it go, and ending a cell with `;` displays nothing")
 
@@ -161,17 +164,19 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int]) -> HeldArray:
     here = sys._getframe()
     what = f"{arr.dtype}{list(arr.shape)} on " + ", ".join(device_name(d)
                                                           for d in arr.devices())
-    held, fixes = [], []
+    held, fixes, vague = [], [], []
     tb_frames = _traceback_frames()
     refs = [r for r in gc.get_referrers(arr) if id(r) not in mine and r is not here
             and not (isinstance(r, types.FrameType) and _is_kit_frame(r))]
     for r in refs:
         line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)})
         if line:
-            held.append(line)
-            if fix and fix not in fixes:
-                fixes.append(fix)
+            (vague if line.startswith(_VAGUE) else held).append((line, fix))
     del refs
+    for _line, fix in held or vague[:1]:  # a container nobody names, only if nothing better
+        if fix and fix not in fixes:
+            fixes.append(fix)
+    held = [line for line, _ in held or vague[:1]]
     if not held:
         fixes.append("nothing outside JAX refers to it: JAX frees it when its own last "
                      "reference goes (a pending computation, a jit's cache of constants)")
@@ -224,9 +229,11 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
                         f"`del {', '.join(plain)}` (or assign None) when you are done")
             return (f"IPython's last results: {', '.join(history)}", _FIX_OUT)
     if isinstance(ref, types.FrameType):
-        where = f"{ref.f_code.co_name} ({os.path.basename(ref.f_code.co_filename)}:" \
-                f"{ref.f_lineno})"
+        where = f"{ref.f_code.co_name} ({frames.where(ref.f_code.co_filename, ref.f_lineno)})"
         local = [k for k, v in ref.f_locals.items() if v is arr]
+        if id(ref) in tb_frames and not frames.is_user_frame(ref):
+            return (f"a saved traceback ({tb_frames[id(ref)]}), in JAX's own frames",
+                    f"clear it: `{tb_frames[id(ref)]} = None`")
         if id(ref) in tb_frames:
             return (f"a saved traceback ({tb_frames[id(ref)]}): the frame of {where}, local "
                     f"{', '.join(map(repr, local)) or 'value'}",
@@ -248,7 +255,7 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
             return ("a function's default arguments", "")
         if owners and all(_is_jax_owned(o) for o in owners):
             return ("", "")
-        return (f"a {type(ref).__name__}{inside} not named in the notebook",
+        return (f"{_VAGUE}{type(ref).__name__}{inside} not named in the notebook",
                 "find and clear the container that holds it")
     if type(ref).__name__ == "cell":
         fns = [o for t in gc.get_referrers(ref) if isinstance(t, tuple)

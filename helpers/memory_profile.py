@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers._internal import frames
 from helpers.errors import FileError
 
 __all__ = ["ProfileEntry", "read_memory_profile", "top_entries"]
@@ -31,11 +32,11 @@ class ProfileEntry:
     device: str  # e.g. "cpu:0", "cuda:0"; "" for executables
     frames: tuple[tuple[str, str, int], ...]  # (function, file, line), innermost first
 
-    def where(self, *, skip: tuple[str, ...] = ("/jax/", "/jaxlib/", "/helpers/")) -> str:
-        """The innermost frame outside JAX and the kit: the line that made the buffer."""
+    def where(self) -> str:
+        """The innermost frame of the user's code: the line that made the buffer."""
         for name, file, line in self.frames:
-            if not any(s in file.replace("\\", "/") for s in skip):
-                return f"{name} ({Path(file).name}:{line})"
+            if frames.is_user_file(file):
+                return f"{name} ({frames.where(file, line)})"
         return "?"
 
 

@@ -33,7 +33,8 @@ from helpers.errors import BadInputError, ChildProcessFailed, FileError, NoGpuEr
 from helpers.holders import Holders
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
 
-__all__ = ["OomReport", "Reproduction", "explain", "is_out_of_memory", "reproduce"]
+__all__ = ["CappedCell", "OomReport", "Reproduction", "explain", "is_out_of_memory",
+           "reproduce", "run_cells_capped"]
 
 
 # --- reproduction in a child process ------------------------------------------------------
@@ -324,8 +325,9 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
 
     held = holders.largest(5, namespace=namespace)
     try:
-        made = tuple(f"{format_bytes(e.bytes)} on {e.device}: {e.where()}"
-                     for e in memory_profile.top_entries(jax.profiler.device_memory_profile(), 3))
+        top = memory_profile.top_entries(jax.profiler.device_memory_profile(), 3)
+        made = tuple(f"{format_bytes(e.bytes)} on {e.device}: {e.where()}" for e in top
+                     if e.bytes * 1000 >= top[0].bytes)
     except Exception:  # a backend without a memory profile
         made = ()
     others = _other_processes(dev)
@@ -377,3 +379,77 @@ def _fixes(r: OomReport) -> tuple[str, ...]:
                  "(jax.jit(step, donate_argnums=...)), and wrap the largest activations in "
                  "jax.checkpoint; helpers.preflight.preflight_step shows where its memory goes.")
     return tuple(fixes)
+
+
+# --- a cell that runs out of memory, in a capped child with the extension loaded ---------------
+@dataclass(frozen=True)
+class CappedCell(Display):
+    """What an IPython shell with ``%load_ext helpers`` printed when it ran cells under a
+    memory cap in a child process (a labelled stand-in on the CPU)."""
+
+    cells: tuple[str, ...]
+    output: str  # everything the shell printed: tracebacks and the kit's explanations
+    failed: tuple[bool, ...]  # per cell: did it raise
+    stand_in: bool
+    cap: str  # how the cap was applied
+
+
+@dataclass(frozen=True)
+class _CellsRequest(Record):
+    cells: tuple[str, ...]
+    cap_bytes: int  # CPU stand-in: room above the child's address space after start-up
+    mode: str  # "gpu" or "cpu"
+
+
+@dataclass(frozen=True)
+class _CellsAnswer(Record):
+    output: str
+    failed: tuple[bool, ...]
+
+
+def run_cells_capped(*cells: str, budget: str | int = "256 MiB", timeout: float = 300
+                     ) -> CappedCell:
+    """Run ``cells`` in a fresh IPython shell (``%load_ext helpers`` loaded) in a child
+    process whose memory is capped, and return what it printed: a real RESOURCE_EXHAUSTED and
+    the kit's explanation of it, while this kernel stays safe. On a GPU the cap is the pool
+    (XLA_CLIENT_MEM_FRACTION about ``budget``); without one, a labelled CPU stand-in caps the
+    child's address space ``budget`` above what it uses once JAX has started."""
+    if not cells:
+        raise BadInputError("give at least one cell to run")
+    cap = parse_size(budget)
+    mode = "gpu" if _gpu_mode_available() else "cpu"
+    env = child.child_env({"PYTHONUNBUFFERED": "1"},
+                          drop=("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"))
+    if mode == "gpu":
+        total = gpu.total_bytes() or cap * 4
+        env["XLA_CLIENT_MEM_FRACTION"] = f"{max(_MIN_FRACTION, min(0.9, cap / total)):.4f}"
+        how = f"XLA_CLIENT_MEM_FRACTION={env['XLA_CLIENT_MEM_FRACTION']} of {format_bytes(total)}"
+    else:
+        env["JAX_PLATFORMS"] = "cpu"
+        how = (f"stand-in: RLIMIT_AS = the child's address space after start-up + "
+               f"{format_bytes(cap)}")
+    result = child.run(f"{__name__}:_cells_child", _CellsRequest(tuple(cells), cap, mode),
+                       env=env, timeout=timeout)
+    got = result.answer(_CellsAnswer, "the capped IPython shell")
+    return CappedCell(tuple(cells), got.output, got.failed, mode == "cpu", how)
+
+
+def _cells_child(request: _CellsRequest) -> _CellsAnswer:
+    """In the child of :func:`run_cells_capped`: an IPython shell, the extension, the cap."""
+    import contextlib
+    import io
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance(colors="NoColor")
+    out = io.StringIO()
+    failed = []
+    with contextlib.redirect_stdout(out):
+        shell.run_cell("import jax, jax.numpy as jnp\njnp.zeros(1).block_until_ready()")
+        shell.run_line_magic("load_ext", "helpers")
+        if request.mode == "cpu":
+            cap = _vm_size() + request.cap_bytes
+            resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
+        for cell in request.cells:
+            failed.append(not shell.run_cell(cell).success)
+    return _CellsAnswer(out.getvalue(), tuple(failed))

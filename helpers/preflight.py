@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import allocation
-from helpers._internal import child, jaxcompat
+from helpers._internal import child, frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header
@@ -356,13 +356,12 @@ def _donation_conflict(args, kwargs, donated, jax) -> str:
 
 def _user_frame(err: BaseException) -> str:
     """file:line of the deepest frame outside JAX and the kit: where the user's code failed."""
-    where = ""
+    at = ""
     for frame in traceback.extract_tb(err.__traceback__):
-        path = frame.filename.replace("\\", "/")
-        if "/jax/" not in path and "/helpers/" not in path and "/jaxlib/" not in path:
-            name = path.rsplit("/", 1)[-1]  # a notebook cell's file is a temporary path
-            where = f" (at {name}:{frame.lineno}: {(frame.line or '').strip()})"
-    return where
+        if frames.is_user_file(frame.filename):
+            at = (f" (at {frames.where(frame.filename, frame.lineno)}: "
+                  f"{(frame.line or '').strip()})")
+    return at
 
 
 def _shapes(args) -> str:

@@ -23,16 +23,17 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.holders import Holders
     from helpers.ipython import CellMemory
     from helpers.memory import MemorySnapshot
-    from helpers.oom import OomReport, Reproduction
+    from helpers.oom import CappedCell, OomReport, Reproduction
     from helpers.preflight import Preflight, Residuals, StepMeasurement, StepPreflight
     from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
-__all__ = ["cell_memory_text", "holders_text", "load_table", "oom_report_text", "placement_html",
-           "placement_text", "preflight_text", "process_check_text", "report_html", "report_text",
-           "reproduction_text", "residuals_text", "snapshot_text", "step_measurement_text",
-           "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
-           "transfer_log_text", "tree_placement_html", "tree_placement_text"]
+__all__ = ["capped_cell_text", "cell_memory_text", "holders_text", "load_table",
+           "oom_report_text", "placement_html", "placement_text", "preflight_text",
+           "process_check_text", "report_html", "report_text", "reproduction_text",
+           "residuals_text", "snapshot_text", "step_measurement_text", "step_preflight_html",
+           "step_preflight_text", "token_file_text", "transfer_log_html", "transfer_log_text",
+           "tree_placement_html", "tree_placement_text"]
 
 _STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
 
@@ -329,6 +330,11 @@ def residuals_text(r: Residuals) -> str:
     return "\n".join(lines)
 
 
+def capped_cell_text(c: CappedCell) -> str:
+    label = "STAND-IN (CPU, memory-capped child)" if c.stand_in else "real GPU, capped pool"
+    return f"[{label}: {c.cap}]\n{c.output.rstrip()}"
+
+
 # --- the other records ---------------------------------------------------------------------
 def preflight_text(p: Preflight) -> str:
     lines = [f"{p.path} ({format_bytes(p.file_bytes)})"]
@@ -488,6 +494,7 @@ records.renders("helpers.holders.Holders", text=holders_text)
 records.renders("helpers.preflight.Residuals", text=residuals_text)
 records.renders("helpers.ipython.CellMemory", text=cell_memory_text)
 records.renders("helpers.oom.OomReport", text=oom_report_text)
+records.renders("helpers.oom.CappedCell", text=capped_cell_text)
 records.renders("helpers.settings.ProcessCheck", text=process_check_text)
 records.renders("helpers.devices.TreePlacement", text=tree_placement_text,
                 html=tree_placement_html)

@@ -41,7 +41,6 @@ import linecache
 import math
 import os
 import sys
-import sysconfig
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -50,7 +49,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from helpers._internal import jaxcompat
+from helpers._internal import frames, jaxcompat
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, InUseError
 from helpers.units import NOT_AVAILABLE, NotAvailable
@@ -245,32 +244,12 @@ class TransferLog(Display):
 
 
 # --- which line of the user's code made a copy ----------------------------------------------
-_LIBRARIES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib",
-                                                               "purelib", "platlib")}))
-_KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the helpers package's root
-
-
-def _is_user_code(frame) -> bool:
-    """Code the user wrote: not the standard library, not an installed package, not the kit;
-    code without a file ("<string>": generated, or ``python -c``) only in ``__main__``."""
-    filename = frame.f_code.co_filename
-    if filename.startswith("<"):
-        return frame.f_globals.get("__name__") == "__main__"
-    return not (filename.startswith(_LIBRARIES) or filename.startswith(os.path.join(_KIT,
-                                                                                    "helpers")))
-
-
 def _label(frame) -> str:
-    """ "file.py:12: source", or "cell, line 3: source" for a notebook cell (whose file is a
-    temporary one named after a hash of the cell)."""
+    """ "file.py:12: source", or "cell, line 3: source" for a notebook cell."""
     filename, lineno = frame.f_code.co_filename, frame.f_lineno
     source = linecache.getline(filename, lineno).strip()
-    folder = os.path.basename(os.path.dirname(filename))
-    if folder.startswith("ipykernel_") or filename.startswith("<ipython-input"):
-        where = f"cell, line {lineno}"
-    else:
-        where = f"{os.path.basename(filename)}:{lineno}"
-    return f"{where}: {source}" if source else where
+    at = frames.where(filename, lineno)
+    return f"{at}: {source}" if source else at
 
 
 @contextlib.contextmanager
@@ -288,10 +267,10 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
         return local
 
     def calls(frame, event, arg):
-        return local if event == "call" and _is_user_code(frame) else None
+        return local if event == "call" and frames.is_user_frame(frame) else None
 
     caller = sys._getframe(1)
-    while caller is not None and not _is_user_code(caller):
+    while caller is not None and not frames.is_user_frame(caller):
         caller = caller.f_back  # the frame that runs the `with` block: traced from now on
     sys.settrace(calls)
     if caller is not None:

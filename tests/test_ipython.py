@@ -81,3 +81,14 @@ def test_a_real_oom_in_a_capped_child_is_explained_and_the_shell_lives():
     assert "why this cell ran out of memory" in out.stdout
     assert "asked for 2.00 GiB" in out.stdout and "the variable 'keep'" in out.stdout
     assert "FAILED" in out.stdout and "NEXT 2" in out.stdout
+
+
+def test_run_cells_capped_shows_a_real_oom_explained_in_a_child():
+    from helpers import oom
+
+    r = oom.run_cells_capped("keep = jnp.ones(2**22)", "huge = jnp.ones(2**31, jnp.uint8)",
+                             "print('after', 1 + 1)")
+    assert r.failed == (False, True, False) and r.stand_in and "RLIMIT_AS" in r.cap
+    assert "RESOURCE_EXHAUSTED" in r.output and "asked for 2.00 GiB" in r.output
+    assert "the variable 'keep'" in r.output and "after 2" in r.output
+    assert str(r).startswith("[STAND-IN (CPU, memory-capped child)")
