@@ -73,12 +73,14 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     del live
     found, complete = [], True
     mine = {id(arrays)}
+    for group in arrays:
+        mine.add(id(group))
     try:
-        for arr in arrays:
+        for group in arrays:
             if time.perf_counter() - t0 > seconds:
                 complete = False
                 break
-            found.append(_held(arr, names, mine))
+            found.append(_merge([_held(arr, names, mine) for arr in group]))
     finally:
         del arrays  # the search holds nothing once it returns
     execs = jaxcompat.live_executables()
@@ -95,6 +97,13 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                    time.perf_counter() - t0, complete)
 
 
+def _merge(views: list[HeldArray]) -> HeldArray:
+    """One buffer seen through several Arrays: what holds any of them holds the buffer."""
+    held = tuple(dict.fromkeys(x for v in views for x in v.held_by))
+    fixes = [v.fix for v in views if v.held_by] or [views[0].fix]
+    return HeldArray(views[0].array, views[0].nbytes, held, "; ".join(dict.fromkeys(fixes)))
+
+
 def _nbytes(a) -> int:
     try:
         return int(a.nbytes)
@@ -102,24 +111,26 @@ def _nbytes(a) -> int:
         return 0
 
 
-def _largest_arrays(n: int) -> list:
+def _largest_arrays(n: int) -> list[list]:
+    """The ``n`` largest buffers, each as the list of live Arrays over it (JAX may keep its own
+    Array over a buffer the user's variable holds, e.g. a jit's copy of a constant)."""
     from helpers.memory import live_arrays
 
-    seen, out = set(), []
+    groups: dict = {}
     for a in sorted(live_arrays(), key=_nbytes, reverse=True):
         try:
             key = (tuple(a.devices()), a.unsafe_buffer_pointer()) if len(a.devices()) == 1 \
                 else id(a)
         except Exception:
             key = id(a)
-        if out and _nbytes(a) * 1000 < _nbytes(out[0]):
-            break  # a thousandth of the largest: not where the memory went
-        if key not in seen:
-            seen.add(key)
-            out.append(a)
-        if len(out) == n:
-            break
-    return out
+        if key in groups:
+            groups[key].append(a)
+            continue
+        first = next(iter(groups.values()), None)
+        if len(groups) == n or (first and _nbytes(a) * 1000 < _nbytes(first[0])):
+            continue  # a thousandth of the largest is not where the memory went
+        groups[key] = [a]
+    return list(groups.values())
 
 
 def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:

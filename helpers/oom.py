@@ -445,11 +445,14 @@ def _cells_child(request: _CellsRequest) -> _CellsAnswer:
     out = io.StringIO()
     failed = []
     with contextlib.redirect_stdout(out):
-        shell.run_cell("import jax, jax.numpy as jnp\njnp.zeros(1).block_until_ready()")
+        shell.run_line_magic("xmode", "minimal")  # the error itself, not JAX's frames
+        shell.run_cell("import jax, jax.numpy as jnp\njnp.zeros(1).block_until_ready();",
+                       store_history=True)
         shell.run_line_magic("load_ext", "helpers")
         if request.mode == "cpu":
             cap = _vm_size() + request.cap_bytes
             resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
         for cell in request.cells:
-            failed.append(not shell.run_cell(cell).success)
-    return _CellsAnswer(out.getvalue(), tuple(failed))
+            failed.append(not shell.run_cell(cell, store_history=True).success)
+    text = out.getvalue().replace("Exception reporting mode: Minimal\n", "")
+    return _CellsAnswer(text, tuple(failed))

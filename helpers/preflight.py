@@ -23,6 +23,7 @@ runs (:func:`preflight_step`), and the step's peak measured while it runs (:func
 from __future__ import annotations
 
 import os
+import re
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -632,6 +633,16 @@ class Residuals(Display):
     advice: str
 
 
+_SOURCE_LINE = re.compile(r"from (\S+?):(\d+)(?::\d+)? ")
+
+
+def _short(source: str) -> str:
+    """JAX's "output of scan from /tmp/ipykernel_1/94.py:5:11 (f)" with the file named as the
+    kit names lines ("cell, line 5"), without a machine's paths."""
+    return _SOURCE_LINE.sub(lambda m: f"from {frames.where(m.group(1), int(m.group(2)))} ",
+                            source, count=1)
+
+
 def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     """What ``jax.grad(fn)`` keeps from the forward pass, from JAX's own list
     (``jax.ad_checkpoint.print_saved_residuals``): each array, its size and where it was made.
@@ -656,7 +667,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     out = []
     for aval, source in found:
         nbytes = int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
-        out.append(Residual(tuple(aval.shape), str(aval.dtype), nbytes, str(source),
+        out.append(Residual(tuple(aval.shape), str(aval.dtype), nbytes, _short(str(source)),
                             str(source).startswith("from the argument")))
     out.sort(key=lambda r: -r.nbytes)
     extra = [r for r in out if not r.is_argument]
