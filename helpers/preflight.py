@@ -45,8 +45,9 @@ if TYPE_CHECKING:
     import jax
 
 __all__ = ["ALLOCATOR_PEAK", "FIX", "HOST_PEAK", "MMAP_ENV", "DonatedArgument", "Preflight",
-           "Residual", "Residuals", "StepMeasurement", "StepPreflight", "TensorInfo", "judge",
-           "measure_example", "measure_step", "preflight", "preflight_step", "residuals"]
+           "Residual", "Residuals", "StepMeasurement", "StepPreflight", "Temporary",
+           "TensorInfo", "judge", "measure_example", "measure_step", "preflight",
+           "preflight_step", "residuals"]
 
 FIX = ("load it into host memory instead: `with jax.default_device(jax.devices('cpu')[0]): "
         "tokens = safetensors.flax.load_file(path)['tokens']`, or skip JAX for the load "
@@ -237,6 +238,18 @@ class DonatedArgument(Record):
 
 
 @dataclass(frozen=True)
+class Temporary(Record):
+    """A value the compiled step materializes between its top-level operations: one of the
+    candidates for XLA's temporary buffers (which it reuses, so they need not add up)."""
+
+    op: str  # the JAX operation, e.g. "dot_general", "tanh"
+    dtype: str  # XLA's name, e.g. "f32"
+    shape: tuple[int, ...]
+    nbytes: int
+    line: str  # the user's line that made it ("cell, line 3: h = ..."), "" where not recorded
+
+
+@dataclass(frozen=True)
 class StepPreflight(_Verdict, Display):
     """Will this step fit: XLA's sizes for the compiled step, what is in use and free on its
     device now, a verdict and what to try."""
@@ -267,6 +280,8 @@ class StepPreflight(_Verdict, Display):
     constant_bytes: int = 0
     #: each donated array: reused by an output or not, and why not
     donations: tuple[DonatedArgument, ...] = ()
+    #: the largest values the step materializes, with the op and the line (XLA's program text)
+    largest_temporaries: tuple[Temporary, ...] = ()
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -605,7 +620,27 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         needed_bytes=needed, in_use_bytes=in_use, in_use_source=in_use_source,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
-        donations=c.donations)
+        donations=c.donations, largest_temporaries=_temporaries(c.executable))
+
+
+def _temporaries(compiled, most: int = 3) -> tuple[Temporary, ...]:
+    """The largest values XLA materializes between the step's operations, with their lines."""
+    import linecache
+
+    try:
+        values = jaxcompat.entry_values(compiled.as_text(), frames.is_user_file)
+    except Exception:  # a backend without program text
+        return ()
+    out = []
+    for v in values[:most]:
+        line = ""
+        if v["source"]:
+            file, number = v["source"]
+            code = linecache.getline(file, number).strip()
+            line = frames.where(file, number) + (f": {code}" if code else "")
+        out.append(Temporary(v["op"].rsplit("/", 1)[-1], v["dtype"], v["shape"], v["nbytes"],
+                             line))
+    return tuple(out)
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -360,6 +360,8 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         ("aliased (outputs written into donated arguments)", format_bytes(p.alias_bytes)),
         *reuse,
         ("temporaries", format_bytes(p.temp_bytes)),
+        *[(f"  a large one: {t.op} {t.dtype}{list(t.shape)}", format_bytes(t.nbytes)
+           + (f", {t.line}" if t.line else "")) for t in p.largest_temporaries],
         ("generated code", format_bytes(p.code_bytes)),
         *([("constants baked into the program (closed-over arrays)",
             format_bytes(p.constant_bytes))] if p.constant_bytes else []),

@@ -131,3 +131,21 @@ def test_the_alias_table_of_a_compiled_program_still_parses():
     plain = jax.jit(lambda a: a * 2).lower(jnp.ones(4)).compile().as_text()
     assert internals.aliased_parameters(plain) == set()
     assert internals.aliased_parameters("not HLO") is None
+
+
+def test_the_program_text_still_names_values_and_their_lines():
+    """XLA's HLO text (the ENTRY computation, op_name, stack frames) is not an API: this fails,
+    naming the JAX version, when it changes."""
+    import jax.numpy as jnp
+
+    from helpers._internal import frames
+
+    def f(x, w):
+        return jnp.tanh(x @ w).sum(axis=0) * jnp.sin(x @ w).sum(axis=0)
+
+    text = jax.jit(f).lower(jnp.ones((512, 256)), jnp.ones((256, 256))).compile().as_text()
+    values = internals.entry_values(text, frames.is_user_file)
+    assert values and values[0]["nbytes"] >= 512 * 256 * 4, (jax.__version__, text[:400])
+    assert any(v["source"] and v["source"][0].endswith("test_jaxcompat.py") for v in values), (
+        jax.__version__, values)
+    assert internals.entry_values("not HLO", frames.is_user_file) == []

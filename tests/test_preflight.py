@@ -295,3 +295,26 @@ def test_residuals_of_a_scan_grow_with_its_length_and_remat_shrinks_them():
 def test_residuals_of_something_that_cannot_be_traced():
     with pytest.raises(BadInputError, match="could not be differentiated.*float32\\[3\\]"):
         preflight.residuals(lambda x: x.no_such_method(), jnp.ones(3))
+
+
+# --- the largest temporaries, with the op and the user's line -----------------------------------
+def _two_layers(x, w):
+    h = jnp.tanh(x @ w)  # LINE-H: an 8 MiB intermediate
+    return (jnp.sin(h @ w.T) * h).sum()
+
+
+def test_the_largest_temporaries_name_the_op_and_the_line():
+    import inspect
+
+    x, w = jnp.ones((2048, 1024)), jnp.ones((1024, 1024))
+    p = preflight.preflight_step(_two_layers, x, w)
+    assert p.temp_bytes > 0 and p.largest_temporaries
+    top = p.largest_temporaries[0]
+    assert top.nbytes == 2048 * 1024 * 4 and top.shape == (2048, 1024) and top.dtype == "f32"
+    source, first = inspect.getsourcelines(_two_layers)
+    lines = {first + i for i, text in enumerate(source) if "h" in text.split("=")[0]
+             or "sin" in text}
+    numbers = {int(t.line.split(":")[1]) for t in p.largest_temporaries if t.line}
+    assert numbers and numbers <= lines, (numbers, lines)  # lines inside _two_layers
+    assert all(t.line.startswith("test_preflight.py:") for t in p.largest_temporaries if t.line)
+    assert "a large one:" in str(p)

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-__all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "STARTUP_VARS", "TESTED_FLOOR", "Internal",
-           "InternalMoved", "aliased_parameters", "asarray_is_explicit", "backend_errors",
-           "backend_factories", "backend_start_snapshot", "backends_started", "device_name",
-           "ensure_hook", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
-           "jax_version", "jax_version_tuple", "live_executables", "on_backend_start",
-           "parse_guard_line", "verify"]
+__all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved",
+           "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters", "asarray_is_explicit",
+           "backend_errors", "backend_factories", "backend_start_snapshot", "backends_started",
+           "device_name", "ensure_hook", "entry_values", "expand_platform_alias",
+           "explicit_scopes_marked", "import_jax", "jax_version", "jax_version_tuple",
+           "live_executables", "on_backend_start", "parse_guard_line", "verify"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -276,6 +276,91 @@ def aliased_parameters(hlo_text: str) -> set[int] | None:
     if m is None:
         return set() if head.startswith("HloModule") else None
     return {int(n) for n in _ALIAS_ENTRY.findall(m.group(1))}
+
+
+#: Bytes per element of XLA's primitive types, as its HLO text names them.
+_HLO_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
+              "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+              "f8e4m3fn": 1, "f8e5m2": 1}
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+) = (\w+)\[([\d,]*)\]\S*\s+(\w[\w-]*)\(")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
+_SOURCE = re.compile(r'source_file="([^"]*)" source_line=(\d+)')
+
+
+def _tables(lines: list[str]) -> tuple[dict, dict, dict]:
+    """The module's FileNames, FileLocations and StackFrames tables (XLA's text format)."""
+    files, locations, frames_ = {}, {}, {}
+    section = None
+    for line in lines:
+        head = line.strip()
+        if head in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            section = head
+            continue
+        if not head or head.startswith(("%", "ENTRY", "HloModule", "}", "ROOT")):
+            section = None if not head or not head[0].isdigit() else section
+            continue
+        if section == "FileNames" and (m := re.match(r'(\d+) "(.*)"', head)):
+            files[int(m.group(1))] = m.group(2)
+        elif section == "FileLocations" and (m := re.match(
+                r"(\d+) \{file_name_id=(\d+) function_name_id=\d+ line=(\d+)", head)):
+            locations[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+        elif section == "StackFrames" and (m := re.match(
+                r"(\d+) \{file_location_id=(\d+) parent_frame_id=(\d+)", head)):
+            frames_[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+    return files, locations, frames_
+
+
+def _source(meta: str, tables: tuple[dict, dict, dict],
+            is_user: Callable[[str], bool]) -> tuple[str, int] | None:
+    """(file, line) of the innermost user frame that made an instruction, where XLA kept it."""
+    m = _SOURCE.search(meta)
+    if m:
+        return m.group(1), int(m.group(2))
+    m = _FRAME_ID.search(meta)
+    files, locations, stack = tables
+    frame, seen = int(m.group(1)) if m else 0, set()
+    while frame in stack and frame not in seen:
+        seen.add(frame)
+        location, parent = stack[frame]
+        file_id, line = locations.get(location, (0, 0))
+        if file_id in files and is_user(files[file_id]):
+            return files[file_id], line
+        frame = parent
+    return None
+
+
+def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
+    """The values an optimized executable materializes between its top-level instructions
+    (its candidates for temporary buffers), largest first: name, dtype, shape, bytes, XLA's
+    op_name, and the user's (file, line) where the program text records it. Parameters and
+    the result are left out. XLA's text format is not an API: tests check it still parses."""
+    lines = hlo_text.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("ENTRY"))
+    except StopIteration:
+        return []
+    tables = _tables(lines)
+    out = []
+    for line in lines[start + 1:]:
+        if line.startswith("}"):
+            break
+        m = _INSTRUCTION.match(line)
+        if not m or m.group(1) or m.group(5) in ("parameter", "constant", "tuple",
+                                                 "get-tuple-element", "bitcast"):
+            continue
+        dtype, dims = m.group(3), [int(d) for d in m.group(4).split(",") if d]
+        size = _HLO_BYTES.get(dtype)
+        if size is None:
+            continue
+        n = 1
+        for d in dims:
+            n *= d
+        op = _OP_NAME.search(line)
+        out.append({"name": m.group(2), "dtype": dtype, "shape": tuple(dims),
+                    "nbytes": n * size, "op": op.group(1) if op else m.group(5),
+                    "source": _source(line, tables, is_user)})
+    return sorted(out, key=lambda v: -v["nbytes"])
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------
