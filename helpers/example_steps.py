@@ -2,7 +2,7 @@
 truth test in tests/test_preflight.py, and ``make gpu-check``).
 
 Each lives here, not in a notebook, so that a fresh child process can import it by name and
-measure it alone (:func:`helpers.preflight.measure_example`). Each ``*_args(scale)``
+measure it alone (:func:`helpers.measure.measure_example`). Each ``*_args(scale)``
 returns NumPy arguments (the caller puts them where it wants); ``scale`` grows every array, and
 ``mlp_sgd_step_args`` also takes a ``batch`` size (notebook 09 sizes a batch with it).
 """

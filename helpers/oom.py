@@ -280,7 +280,8 @@ class OomReport(Display):
     error: str  # the error's first line
     device: str
     requested_bytes: int | NotAvailable  # parsed from the error's text
-    limit_bytes: int | NotAvailable  # the allocator's pool cap (memory_stats)
+    limit_bytes: int | NotAvailable  # the allocator's pool cap (memory_stats); on the CPU
+    #: stand-in, the room its address-space cap leaves
     in_use_bytes: int | NotAvailable
     largest_free_block_bytes: int | NotAvailable
     other_processes_bytes: int | NotAvailable  # what the driver says others hold on the card
@@ -324,6 +325,11 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
         return int(stats[key]) if key in stats else NOT_AVAILABLE
 
     held = holders.largest(5, namespace=namespace)
+    limit, in_use = stat("bytes_limit"), stat("bytes_in_use")
+    room = _stand_in_room() if dev.platform == "cpu" else NOT_AVAILABLE
+    if isinstance(room, int):  # the stand-in: its cap plays the pool; live arrays are in use
+        in_use = held.live_bytes
+        limit = room + in_use
     try:
         top = memory_profile.top_entries(jax.profiler.device_memory_profile(), 3)
         made = tuple(f"{format_bytes(e.bytes)} on {e.device}: {e.where()}" for e in top
@@ -331,10 +337,19 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
     except Exception:  # a backend without a memory profile
         made = ()
     others = _other_processes(dev)
-    report = OomReport(first, device_name(dev), requested, stat("bytes_limit"),
-                       stat("bytes_in_use"), stat("largest_free_block_bytes"), others, held,
-                       made, (), dev.platform == "cpu")
+    report = OomReport(first, device_name(dev), requested, limit, in_use,
+                       stat("largest_free_block_bytes"), others, held, made, (),
+                       dev.platform == "cpu")
     return dataclasses.replace(report, fixes=_fixes(report))
+
+
+def _stand_in_room() -> int | NotAvailable:
+    """On the CPU stand-in, the room the address-space cap (RLIMIT_AS) leaves this process:
+    what plays the GPU's pool limit. NOT_AVAILABLE without a cap."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return NOT_AVAILABLE
+    return max(0, soft - _vm_size())
 
 
 def _other_processes(dev) -> int | NotAvailable:
@@ -352,19 +367,20 @@ def _fixes(r: OomReport) -> tuple[str, ...]:
     fixes = []
     req, limit, used = r.requested_bytes, r.limit_bytes, r.in_use_bytes
     if isinstance(req, int) and isinstance(limit, int) and req > limit:
-        fixes.append(f"The request alone ({format_bytes(req)}) is larger than the whole pool "
-                     f"({format_bytes(limit)}), so freeing nothing helps: keep the data in host "
+        fixes.append(f"The request alone ({format_bytes(req)}) is larger than all the room "
+                     f"there is ({format_bytes(limit)}), so freeing arrays cannot help: keep "
+                     "the data in host "
                      "memory (with jax.default_device(jax.devices('cpu')[0]): or a NumPy "
                      "memmap) and move it in batches, make the batch smaller "
                      "(helpers.preflight.preflight_step sizes it before it runs), or raise "
                      "XLA_CLIENT_MEM_FRACTION before JAX starts.")
-    if r.held.user_bytes:
+    too_big = bool(fixes)
+    if r.held.user_bytes and not too_big:
         names = [a.held_by[0] for a in r.held.arrays if a.held_by][:3]
         fixes.append(f"Your code holds {format_bytes(r.held.user_bytes)} in its largest arrays "
                      f"({'; '.join(names)}): del what you no longer need (the list above says "
                      "how for each).")
-    free_in_all = used if not isinstance(limit, int) or not isinstance(used, int) else \
-        limit - used
+    free_in_all = limit - used if isinstance(limit, int) and isinstance(used, int) else None
     block = r.largest_free_block_bytes
     if (isinstance(req, int) and isinstance(free_in_all, int) and isinstance(block, int)
             and block < req <= free_in_all):

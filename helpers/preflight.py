@@ -1,6 +1,7 @@
 """Will it fit? A safetensors file before it is loaded (:func:`preflight`), a step before it
-runs (:func:`preflight_step`), and the step's peak measured while it runs (:func:`measure_step`,
-:func:`measure_example`): prediction and measurement side by side.
+runs (:func:`preflight_step`), on this machine or on a card you are not on (``target=``), and
+what a gradient keeps for the backward pass (:func:`residuals`). The step's peak measured while
+it runs: :mod:`helpers.measure`.
 
 - :func:`preflight` reads only a file's header (never its data) and compares the bytes with the
   free memory of the device the load would land on *right now*: the allocator's
@@ -8,16 +9,8 @@ runs (:func:`preflight_step`), and the step's peak measured while it runs (:func
 - :func:`preflight_step` compiles a function for the device it would run on, without running it
   and without moving any argument, and compares XLA's own estimate
   (``compiled.memory_analysis()``) with what is free there, computed as for files. What the step
-  needs is XLA's peak minus the argument bytes that already sit on that device.
-- :func:`measure_step` runs it once and measures its peak. On a GPU the allocator keeps a
-  high-water mark (``peak_bytes_in_use``), so no peak between two samples is lost; it only
-  rises, so in a process that already reached a higher peak the step's own peak is hidden:
-  :func:`measure_example` measures in a fresh child process. On the CPU stand-in the kernel
-  keeps one too: the RSS high-water mark (VmHWM), reset when :func:`helpers.memory.track`
-  starts; it sees XLA's temporaries, which live arrays never do. The child runs with
-  ``MALLOC_MMAP_THRESHOLD_`` set so that every large buffer is its own mapping, given back when
-  freed: RSS then follows the buffers and not the C heap's reuse. The step's peak counts its
-  arguments, as XLA's estimate does: peak - (in use before - the bytes of the arguments).
+  needs is XLA's peak minus the argument bytes that already sit on that device; where that memory
+  goes (constants, donations, the largest temporaries and their lines) is in the record.
 """
 
 from __future__ import annotations
@@ -34,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import allocation
-from helpers._internal import child, frames, jaxcompat
+from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header
@@ -44,9 +37,8 @@ from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["ALLOCATOR_PEAK", "FIX", "HOST_PEAK", "MMAP_ENV", "DonatedArgument", "Preflight",
-           "Residual", "Residuals", "StepMeasurement", "StepPreflight", "Temporary",
-           "TensorInfo", "judge", "measure_example", "measure_step", "preflight",
+__all__ = ["CompiledStep", "DonatedArgument", "FIX", "Preflight", "Residual", "Residuals",
+           "StepPreflight", "Temporary", "TensorInfo", "compile_step", "judge", "preflight",
            "preflight_step", "residuals"]
 
 FIX = ("load it into host memory instead: `with jax.default_device(jax.devices('cpu')[0]): "
@@ -390,10 +382,10 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
-def _compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
-                 donate_argnums: int | Sequence[int] = (), **kwargs):
+def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
+                 donate_argnums: int | Sequence[int] = (), **kwargs) -> CompiledStep:
     """``fn`` compiled for the device it would run on, with its arguments as shapes there
-    (:class:`_Compiled`). Clear errors for the usual mistakes."""
+    (:class:`CompiledStep`). Clear errors for the usual mistakes."""
     jax = _jax()
     if not callable(fn):
         raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
@@ -425,17 +417,19 @@ def _compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     except Exception as err:
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None
-    return _Compiled(compiled, dev, why, donated, *_residency(compiled, args, kwargs, dev, jax),
-                     _donation_conflict(args, kwargs, donated, jax),
-                     _constant_bytes(jitted, arg_specs, kw_specs, jax),
-                     _donations(compiled, args, kwargs, donated, jax))
+    return CompiledStep(compiled, dev, why, donated,
+                        *_residency(compiled, args, kwargs, dev, jax),
+                        _donation_conflict(args, kwargs, donated, jax),
+                        _constant_bytes(jitted, arg_specs, kw_specs, jax),
+                        _donations(compiled, args, kwargs, donated, jax), name)
 
 
 @dataclass(frozen=True)
-class _Compiled:
-    """What :func:`_compile_step` found: the executable, where it runs and why, what it
-    donates, argument bytes already on the device (each buffer once; only the arguments the
-    executable takes), the bytes of arguments it drops, and why the call would fail."""
+class CompiledStep:
+    """A step compiled for the device it would run on (:func:`compile_step`): the executable,
+    where it runs and why, what it donates, argument bytes already there (each buffer once;
+    only the arguments the executable takes), bytes of arguments it drops, why the call would
+    fail, constants, donations, and the function's name."""
 
     executable: Any
     device: Any
@@ -446,11 +440,24 @@ class _Compiled:
     conflict: str
     constants: int
     donations: tuple[DonatedArgument, ...]
+    function: str = ""
+
+
+def _uniform(c) -> bool:
+    """An array of one repeated value: XLA makes such a constant a broadcast of a scalar, so
+    the program holds no copy of it (seen with jax 0.10.2 on CPU: peak_memory_in_bytes)."""
+    try:
+        flat = np.asarray(c).reshape(-1)
+        return flat.size > 1 and bool((flat == flat[0]).all())
+    except Exception:  # an array that cannot be read here: count it
+        return False
 
 
 def _constant_bytes(jitted, arg_specs, kw_specs, jax) -> int:
     """Bytes of the arrays the function closes over (constants of its jaxpr, nested jaxprs
-    included, each array once); 0 where this JAX cannot trace it apart from lowering."""
+    included, each array once; an array of one repeated value costs nothing); 0 where this
+    JAX cannot trace it apart from lowering. With jax's default settings (0.10): a flag,
+    ``jax_use_simplified_jaxpr_constants``, makes them arguments instead."""
     from jax.extend import core
 
     try:
@@ -462,8 +469,8 @@ def _constant_bytes(jitted, arg_specs, kw_specs, jax) -> int:
     def walk(j) -> None:
         if isinstance(j, core.ClosedJaxpr):
             for c in j.consts:
-                if hasattr(c, "nbytes"):
-                    seen.setdefault(id(c), int(c.nbytes))
+                if hasattr(c, "nbytes") and id(c) not in seen:
+                    seen[id(c)] = 0 if _uniform(c) else int(c.nbytes)
             j = j.jaxpr
         for eqn in getattr(j, "eqns", ()):
             for v in eqn.params.values():
@@ -577,7 +584,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     :data:`helpers.allocation.CARDS`, a size, or :func:`helpers.allocation.target` with the
     allocator settings and the processes sharing it): the whole peak against its budget,
     labelled "sized for the target, compiled here" (XLA's sizes are this backend's)."""
-    c = _compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
+    c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
     dev = c.device
     a = _analysis(c.executable)
     peak = a["peak"] + c.constants
@@ -601,8 +608,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     notes = []
     if c.constants:
         notes.append(f"{format_bytes(c.constants)} of arrays the function closes over are baked "
-                     "into the compiled program as constants, a copy the program holds: pass "
-                     "them as arguments instead.")
+                     "into the compiled program as constants, a copy the program holds (XLA's "
+                     "peak_memory_in_bytes counts it; its argument, output and temporary sizes "
+                     "do not): pass them as arguments instead.")
     unused = [d for d in c.donations if not d.reused]
     if unused:
         notes.append("Donated but not reused: " + "; ".join(
@@ -723,140 +731,3 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                   "jax.checkpoint_policies.dots_with_no_batch_dims_saveable) trades it for "
                   "recomputation.")
     return Residuals(_name(fn), tuple(out), saved_bytes, scan_bytes, lengths, advice)
-
-
-# --- the step's peak, measured ---------------------------------------------------------------
-ALLOCATOR_PEAK = "allocator: peak_bytes_in_use"
-HOST_PEAK = "host RSS high-water mark (CPU stand-in)"
-MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: each buffer >= 64 KiB is an mmap
-
-
-@dataclass(frozen=True)
-class StepMeasurement(Display):
-    """A step's peak memory, measured while it ran (allocator peak, or the host RSS
-    high-water mark on the CPU stand-in)."""
-
-    function: str
-    device: str
-    argument_bytes: int  # the arguments, already on the device before the run
-    peak_bytes: int | NotAvailable  # the step's peak, arguments included
-    source: str  # ALLOCATOR_PEAK or HOST_PEAK
-    seconds: float
-    note: str
-
-
-def _allocator(dev) -> dict | None:
-    from helpers.memory import memory_stats
-
-    stats = memory_stats(dev)
-    return stats if stats and "peak_bytes_in_use" in stats else None
-
-
-def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
-                 donate_argnums: int | Sequence[int] = (), **kwargs) -> StepMeasurement:
-    """Run ``fn(*args, **kwargs)`` once (compiled as :func:`preflight_step` compiles it, after
-    one warm-up run) and measure its peak on the device: allocator peak on a GPU, the host RSS
-    high-water mark on the CPU stand-in."""
-    import time
-
-    import jax
-
-    from helpers.memory import track
-
-    c = _compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
-    compiled, dev = c.executable, c.device
-    name = _name(fn)
-
-    def placed():  # fresh copies each run: a donated argument is used up by the run
-        out = jax.device_put((args, kwargs), dev, may_alias=False)
-        return jax.block_until_ready(out)
-
-    a, k = placed()
-    jax.block_until_ready(compiled(*a, **k))  # warm-up: first-run allocations are not the step
-    a, k = placed()
-    arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
-    before = _allocator(dev)
-    t0 = time.perf_counter()
-    with track(interval=0.005, devices=[dev]) as trace:
-        out = compiled(*a, **k)
-        jax.block_until_ready(out)
-    seconds = time.perf_counter() - t0
-    del out
-    after = _allocator(dev)
-    if before is not None and after is not None:
-        source = ALLOCATOR_PEAK
-        if after["peak_bytes_in_use"] > before["peak_bytes_in_use"]:
-            peak, note = (after["peak_bytes_in_use"] - before["bytes_in_use"] + arg_bytes, "")
-        else:
-            peak, note = NOT_AVAILABLE, (
-                "hidden: this process reached a higher peak earlier and the allocator's peak "
-                "only rises; measure in a fresh process (measure_example)")
-    else:
-        source = HOST_PEAK
-        host_peak = trace.host_peak
-        if host_peak is NOT_AVAILABLE:
-            peak, note = NOT_AVAILABLE, "this OS keeps no RSS high-water mark"
-        else:
-            peak = host_peak - trace.samples[0].host.rss + arg_bytes
-            note = ("" if _mmap_threshold_set() else
-                    "lower bound: the C heap may reuse freed memory without growing RSS "
-                    f"(a fresh process with {MMAP_ENV} is exact: measure_example)")
-    return StepMeasurement(name, device_name(dev), arg_bytes, peak, source, seconds, note)
-
-
-def _mmap_threshold_set() -> bool:
-    import os
-
-    return os.environ.get("MALLOC_MMAP_THRESHOLD_") == MMAP_ENV["MALLOC_MMAP_THRESHOLD_"]
-
-
-def measure_example(name: str, *, scale: int = 1, donate: bool = False, batch: int | None = None,
-                    timeout: float = 300) -> tuple[StepPreflight, StepMeasurement]:
-    """Prediction and measurement of one of :data:`helpers.example_steps.EXAMPLES`, in a
-    fresh child process (so the allocator's peak and the RSS high-water mark are the step's
-    own). ``donate`` donates the first argument; ``batch`` sets mlp_sgd_step's batch size."""
-    from helpers.example_steps import EXAMPLES
-
-    if name not in EXAMPLES:
-        raise BadInputError(f"no example step {name!r}; choose one of {', '.join(EXAMPLES)}")
-    if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= 16:
-        raise BadInputError(f"scale must be an int from 1 to 16, got {scale!r}")
-    if batch is not None and (name != "mlp_sgd_step" or not isinstance(batch, int)
-                              or isinstance(batch, bool) or batch < 1):
-        raise BadInputError(f"batch must be a positive int, and only mlp_sgd_step takes one; "
-                            f"got {name!r} with batch={batch!r}")
-    result = child.run(f"{__name__}:_measure_example_child",
-                       _ExampleRequest(name, scale, donate, batch),
-                       env=child.child_env(MMAP_ENV), timeout=timeout)
-    answer = result.answer(_ExampleAnswer, f"measuring {name} in a child process")
-    return answer.preflight, answer.measurement
-
-
-@dataclass(frozen=True)
-class _ExampleRequest(Record):
-    name: str
-    scale: int
-    donate: bool
-    batch: int | None
-
-
-@dataclass(frozen=True)
-class _ExampleAnswer(Record):
-    preflight: StepPreflight
-    measurement: StepMeasurement
-
-
-def _measure_example_child(request: _ExampleRequest) -> _ExampleAnswer:
-    """In the child of :func:`measure_example`: one example step, predicted and measured."""
-    import jax
-
-    from helpers.example_steps import EXAMPLES
-
-    fn, make_args = EXAMPLES[request.name]
-    device = jax.devices()[0]  # the default backend's first device: the GPU when there is one
-    host_args = (make_args(request.scale) if request.batch is None
-                 else make_args(request.scale, batch=request.batch))
-    args = jax.block_until_ready(jax.device_put(host_args, device))
-    donated = (0,) if request.donate else ()
-    return _ExampleAnswer(preflight_step(fn, *args, device=device, donate_argnums=donated),
-                          measure_step(fn, *args, device=device, donate_argnums=donated))

@@ -22,9 +22,10 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.devices import DeviceReport, Placement, TreePlacement
     from helpers.holders import Holders
     from helpers.ipython import CellMemory
+    from helpers.measure import StepMeasurement
     from helpers.memory import MemorySnapshot
     from helpers.oom import CappedCell, OomReport, Reproduction
-    from helpers.preflight import Preflight, Residuals, StepMeasurement, StepPreflight
+    from helpers.preflight import Preflight, Residuals, StepPreflight
     from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
@@ -282,11 +283,16 @@ def process_check_text(c: ProcessCheck) -> str:
 
 
 def oom_report_text(r: OomReport) -> str:
-    label = " (CPU: no allocator pool, so no pool numbers)" if r.stand_in else ""
-    lines = [f"Out of memory on {r.device}{label}: {r.error}",
-             f"  asked for {format_bytes(r.requested_bytes)}; pool limit "
-             f"{format_bytes(r.limit_bytes)}, in use {format_bytes(r.in_use_bytes)}, largest free "
-             f"block {format_bytes(r.largest_free_block_bytes)}"]
+    lines = [f"Out of memory on {r.device}: {r.error}"]
+    if r.stand_in:
+        lines.append(f"  asked for {format_bytes(r.requested_bytes)}; the CPU stand-in's cap "
+                     f"(RLIMIT_AS) leaves room for {format_bytes(r.limit_bytes)}, of which live "
+                     f"arrays use {format_bytes(r.in_use_bytes)} (the CPU has no allocator "
+                     "pool)")
+    else:
+        lines.append(f"  asked for {format_bytes(r.requested_bytes)}; pool limit "
+                     f"{format_bytes(r.limit_bytes)}, in use {format_bytes(r.in_use_bytes)}, "
+                     f"largest free block {format_bytes(r.largest_free_block_bytes)}")
     if r.other_processes_bytes:
         lines.append(f"  other processes on the card: {format_bytes(r.other_processes_bytes)}")
     lines.append("Who holds memory:")
@@ -502,7 +508,7 @@ records.renders("helpers.devices.TreePlacement", text=tree_placement_text,
                 html=tree_placement_html)
 records.renders("helpers.preflight.Preflight", text=preflight_text)
 records.renders("helpers.oom.Reproduction", text=reproduction_text)
-records.renders("helpers.preflight.StepMeasurement", text=step_measurement_text)
+records.renders("helpers.measure.StepMeasurement", text=step_measurement_text)
 records.renders("helpers.preflight.StepPreflight", text=step_preflight_text,
                 html=step_preflight_html)
 records.renders("helpers.memory.MemorySnapshot", text=snapshot_text)

@@ -473,8 +473,9 @@ def _cpu_devices_after_start(env: Mapping[str, str], started_platforms=()) -> li
     return [EnvWarning(
         "cpu-devices-set-after-start",
         f"{asked} asks for {want} CPU devices, but this process's CPU backend started with "
-        f"{have}: the count is read once, when the backend starts (or set in code with "
-        "jax.config.update('jax_num_cpu_devices', ...), which wins).",
+        f"{have}: JAX reads the variable once, at `import jax`, and the backend keeps the "
+        "count it started with (jax.config.update('jax_num_cpu_devices', ...) before the first "
+        "operation wins over the variable).",
         "restart the kernel and set it before any JAX operation, e.g. "
         f"jax.config.update('jax_num_cpu_devices', {want}) right after `import jax`",
     )]

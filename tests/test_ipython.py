@@ -91,4 +91,7 @@ def test_run_cells_capped_shows_a_real_oom_explained_in_a_child():
     assert r.failed == (False, True, False) and r.stand_in and "RLIMIT_AS" in r.cap
     assert "RESOURCE_EXHAUSTED" in r.output and "asked for 2.00 GiB" in r.output
     assert "the variable 'keep'" in r.output and "after 2" in r.output
+    fixes = r.output.split("most likely first:")[1]  # 2 GiB under a 256 MiB cap: no del helps
+    assert fixes.strip().startswith("1. The request alone (2.00 GiB) is larger than all")
+    assert "Your code holds" not in fixes
     assert str(r).startswith("[STAND-IN (CPU, memory-capped child)")

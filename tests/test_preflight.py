@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import preflight
+from helpers import measure, preflight
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
 from helpers.units import NOT_AVAILABLE
@@ -146,8 +146,8 @@ TOLERANCE = 0.10  # measured within 10% of the prediction, plus 8 MiB for the pr
 @pytest.mark.parametrize("name, scale", [("matmul_chain", 2), ("mlp_sgd_step", 2),
                                          ("scan_rnn", 1)])
 def test_measured_peak_matches_the_prediction(name, scale):
-    predicted, measured = preflight.measure_example(name, scale=scale)
-    assert measured.source == preflight.HOST_PEAK  # the CPU stand-in in this suite
+    predicted, measured = measure.measure_example(name, scale=scale)
+    assert measured.source == measure.HOST_PEAK  # the CPU stand-in in this suite
     assert measured.note == ""  # exact mode: the child ran with the mmap threshold set
     assert measured.argument_bytes == predicted.argument_bytes
     assert abs(measured.peak_bytes - predicted.peak_bytes) <= (
@@ -155,8 +155,8 @@ def test_measured_peak_matches_the_prediction(name, scale):
 
 
 def test_donation_lowers_the_measured_peak():
-    plain = preflight.measure_example("mlp_sgd_step", scale=2)
-    donated = preflight.measure_example("mlp_sgd_step", scale=2, donate=True)
+    plain = measure.measure_example("mlp_sgd_step", scale=2)
+    donated = measure.measure_example("mlp_sgd_step", scale=2, donate=True)
     # every parameter is written in place (the output's tuple index table is not aliased)
     assert 0 < donated[0].output_bytes - donated[0].alias_bytes < 1024
     saved = plain[1].peak_bytes - donated[1].peak_bytes
@@ -164,24 +164,24 @@ def test_donation_lowers_the_measured_peak():
 
 
 def test_in_process_measurement_on_the_stand_in_is_labelled():
-    m = preflight.measure_step(mlp_sgd_step, *EXAMPLES["mlp_sgd_step"][1](1))
-    assert m.source == preflight.HOST_PEAK and m.peak_bytes >= m.argument_bytes
+    m = measure.measure_step(mlp_sgd_step, *EXAMPLES["mlp_sgd_step"][1](1))
+    assert m.source == measure.HOST_PEAK and m.peak_bytes >= m.argument_bytes
     assert "lower bound" in m.note  # this process did not set the mmap threshold
     assert "measured peak" in str(m)
 
 
 def test_measure_example_rejects_bad_input():
     with pytest.raises(BadInputError, match="no example step 'nope'"):
-        preflight.measure_example("nope")
+        measure.measure_example("nope")
     with pytest.raises(BadInputError, match="scale"):
-        preflight.measure_example("scan_rnn", scale=0)
+        measure.measure_example("scan_rnn", scale=0)
 
 
 def test_a_failed_child_is_reported(monkeypatch):
-    monkeypatch.setattr(preflight.child, "run", lambda *a, **k:
-                        preflight.child.ChildResult(None, 1, "boom"))
+    monkeypatch.setattr(measure.child, "run", lambda *a, **k:
+                        measure.child.ChildResult(None, 1, "boom"))
     with pytest.raises(ChildProcessFailed, match="(?s)measuring scan_rnn.*boom"):
-        preflight.measure_example("scan_rnn")
+        measure.measure_example("scan_rnn")
 
 
 # --- donation and arguments XLA drops --------------------------------------------------------
@@ -211,14 +211,18 @@ def test_an_argument_xla_drops_is_named_and_not_subtracted():
 
 # --- where a step's memory goes: constants, donations, and a breakdown that adds up ----------
 def test_a_closed_over_array_is_a_constant_counted_in_the_peak():
-    big = jnp.ones((512, 512))  # 1 MiB the function closes over
+    big = jnp.arange(512 * 512, dtype=jnp.float32).reshape(512, 512)  # 1 MiB, closed over
     x = jnp.ones((512, 512))
     p = preflight.preflight_step(lambda a: a + big, x)
     assert p.constant_bytes == big.nbytes
     assert p.peak_bytes == _sum(p) == x.nbytes + p.output_bytes + big.nbytes + p.temp_bytes
+    assert p.peak_bytes == p.xla_peak_bytes  # XLA's own peak counts the constant too (CPU)
     assert "closes over" in p.advice and "pass them as arguments" in p.advice
     passed = preflight.preflight_step(lambda a, b: a + b, x, big)  # the fix: an argument
     assert passed.constant_bytes == 0 and "closes over" not in passed.advice
+    ones = jnp.ones((512, 512))  # one repeated value: XLA broadcasts a scalar, holds no copy
+    splat = preflight.preflight_step(lambda a: a + ones, x)
+    assert splat.constant_bytes == 0 and splat.xla_peak_bytes == x.nbytes + splat.output_bytes
 
 
 def test_each_donated_argument_says_whether_it_is_reused_and_why_not():

@@ -1,0 +1,169 @@
+"""A step's peak memory, measured while it runs: the other column of the truth table beside
+:func:`helpers.preflight.preflight_step`'s prediction.
+
+- On a GPU the allocator keeps a high-water mark (``peak_bytes_in_use``), so no peak between two
+  samples is lost. It only rises, so in a process that already reached a higher peak the step's
+  own peak is hidden: :func:`measure_example` measures in a fresh child process.
+- On the CPU stand-in the kernel keeps one too: the RSS high-water mark (VmHWM), reset when
+  :func:`helpers.memory.track` starts; it sees XLA's temporaries, which live arrays never do.
+  The child runs with ``MALLOC_MMAP_THRESHOLD_`` set so that every large buffer is its own
+  mapping, given back when freed: RSS then follows the buffers and not the C heap's reuse.
+
+The step's peak counts its arguments, as XLA's estimate does: peak - (in use before - the bytes
+of the arguments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from helpers._internal import child
+from helpers._internal.jaxcompat import device_name
+from helpers._internal.records import Display, Record
+from helpers.errors import BadInputError
+from helpers.preflight import StepPreflight, compile_step, preflight_step
+from helpers.units import NOT_AVAILABLE, NotAvailable
+
+if TYPE_CHECKING:
+    import jax
+
+__all__ = ["ALLOCATOR_PEAK", "HOST_PEAK", "MMAP_ENV", "StepMeasurement", "measure_example",
+           "measure_step"]
+
+
+ALLOCATOR_PEAK = "allocator: peak_bytes_in_use"
+HOST_PEAK = "host RSS high-water mark (CPU stand-in)"
+MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: each buffer >= 64 KiB is an mmap
+
+
+@dataclass(frozen=True)
+class StepMeasurement(Display):
+    """A step's peak memory, measured while it ran (allocator peak, or the host RSS
+    high-water mark on the CPU stand-in)."""
+
+    function: str
+    device: str
+    argument_bytes: int  # the arguments, already on the device before the run
+    peak_bytes: int | NotAvailable  # the step's peak, arguments included
+    source: str  # ALLOCATOR_PEAK or HOST_PEAK
+    seconds: float
+    note: str
+
+
+def _allocator(dev) -> dict | None:
+    from helpers.memory import memory_stats
+
+    stats = memory_stats(dev)
+    return stats if stats and "peak_bytes_in_use" in stats else None
+
+
+def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
+                 donate_argnums: int | Sequence[int] = (), **kwargs) -> StepMeasurement:
+    """Run ``fn(*args, **kwargs)`` once (compiled as :func:`preflight_step` compiles it, after
+    one warm-up run) and measure its peak on the device: allocator peak on a GPU, the host RSS
+    high-water mark on the CPU stand-in."""
+    import time
+
+    import jax
+
+    from helpers.memory import track
+
+    c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
+    compiled, dev = c.executable, c.device
+    name = c.function
+
+    def placed():  # fresh copies each run: a donated argument is used up by the run
+        out = jax.device_put((args, kwargs), dev, may_alias=False)
+        return jax.block_until_ready(out)
+
+    a, k = placed()
+    jax.block_until_ready(compiled(*a, **k))  # warm-up: first-run allocations are not the step
+    a, k = placed()
+    arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
+    before = _allocator(dev)
+    t0 = time.perf_counter()
+    with track(interval=0.005, devices=[dev]) as trace:
+        out = compiled(*a, **k)
+        jax.block_until_ready(out)
+    seconds = time.perf_counter() - t0
+    del out
+    after = _allocator(dev)
+    if before is not None and after is not None:
+        source = ALLOCATOR_PEAK
+        if after["peak_bytes_in_use"] > before["peak_bytes_in_use"]:
+            peak, note = (after["peak_bytes_in_use"] - before["bytes_in_use"] + arg_bytes, "")
+        else:
+            peak, note = NOT_AVAILABLE, (
+                "hidden: this process reached a higher peak earlier and the allocator's peak "
+                "only rises; measure in a fresh process (measure_example)")
+    else:
+        source = HOST_PEAK
+        host_peak = trace.host_peak
+        if host_peak is NOT_AVAILABLE:
+            peak, note = NOT_AVAILABLE, "this OS keeps no RSS high-water mark"
+        else:
+            peak = host_peak - trace.samples[0].host.rss + arg_bytes
+            note = ("" if _mmap_threshold_set() else
+                    "lower bound: the C heap may reuse freed memory without growing RSS "
+                    f"(a fresh process with {MMAP_ENV} is exact: measure_example)")
+    return StepMeasurement(name, device_name(dev), arg_bytes, peak, source, seconds, note)
+
+
+def _mmap_threshold_set() -> bool:
+    import os
+
+    return os.environ.get("MALLOC_MMAP_THRESHOLD_") == MMAP_ENV["MALLOC_MMAP_THRESHOLD_"]
+
+
+def measure_example(name: str, *, scale: int = 1, donate: bool = False, batch: int | None = None,
+                    timeout: float = 300) -> tuple[StepPreflight, StepMeasurement]:
+    """Prediction and measurement of one of :data:`helpers.example_steps.EXAMPLES`, in a
+    fresh child process (so the allocator's peak and the RSS high-water mark are the step's
+    own). ``donate`` donates the first argument; ``batch`` sets mlp_sgd_step's batch size."""
+    from helpers.example_steps import EXAMPLES
+
+    if name not in EXAMPLES:
+        raise BadInputError(f"no example step {name!r}; choose one of {', '.join(EXAMPLES)}")
+    if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= 16:
+        raise BadInputError(f"scale must be an int from 1 to 16, got {scale!r}")
+    if batch is not None and (name != "mlp_sgd_step" or not isinstance(batch, int)
+                              or isinstance(batch, bool) or batch < 1):
+        raise BadInputError(f"batch must be a positive int, and only mlp_sgd_step takes one; "
+                            f"got {name!r} with batch={batch!r}")
+    result = child.run(f"{__name__}:_measure_example_child",
+                       _ExampleRequest(name, scale, donate, batch),
+                       env=child.child_env(MMAP_ENV), timeout=timeout)
+    answer = result.answer(_ExampleAnswer, f"measuring {name} in a child process")
+    return answer.preflight, answer.measurement
+
+
+@dataclass(frozen=True)
+class _ExampleRequest(Record):
+    name: str
+    scale: int
+    donate: bool
+    batch: int | None
+
+
+@dataclass(frozen=True)
+class _ExampleAnswer(Record):
+    preflight: StepPreflight
+    measurement: StepMeasurement
+
+
+def _measure_example_child(request: _ExampleRequest) -> _ExampleAnswer:
+    """In the child of :func:`measure_example`: one example step, predicted and measured."""
+    import jax
+
+    from helpers.example_steps import EXAMPLES
+
+    fn, make_args = EXAMPLES[request.name]
+    device = jax.devices()[0]  # the default backend's first device: the GPU when there is one
+    host_args = (make_args(request.scale) if request.batch is None
+                 else make_args(request.scale, batch=request.batch))
+    args = jax.block_until_ready(jax.device_put(host_args, device))
+    donated = (0,) if request.donate else ()
+    return _ExampleAnswer(preflight_step(fn, *args, device=device, donate_argnums=donated),
+                          measure_step(fn, *args, device=device, donate_argnums=donated))
