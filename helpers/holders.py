@@ -67,10 +67,10 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
 
     t0 = time.perf_counter()
     names = _namespaces(namespace)
-    arrays = _largest_arrays(n)
     live = live_arrays()
     count, total = len(live), sum(_nbytes(a) for a in live)
-    del live
+    arrays = _largest_arrays(live, n)
+    del live  # a referrer of every array: gone before the search
     found, complete = [], True
     mine = {id(arrays)}
     for group in arrays:
@@ -111,13 +111,11 @@ def _nbytes(a) -> int:
         return 0
 
 
-def _largest_arrays(n: int) -> list[list]:
-    """The ``n`` largest buffers, each as the list of live Arrays over it (JAX may keep its own
-    Array over a buffer the user's variable holds, e.g. a jit's copy of a constant)."""
-    from helpers.memory import live_arrays
-
+def _largest_arrays(live: list, n: int) -> list[list]:
+    """The ``n`` largest buffers among ``live``, each as the list of live Arrays over it (JAX
+    may keep its own Array over a buffer the user's variable holds)."""
     groups: dict = {}
-    for a in sorted(live_arrays(), key=_nbytes, reverse=True):
+    for a in sorted(live, key=_nbytes, reverse=True):
         try:
             key = (tuple(a.devices()), a.unsafe_buffer_pointer()) if len(a.devices()) == 1 \
                 else id(a)

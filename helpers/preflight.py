@@ -633,19 +633,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
 
 def _temporaries(compiled, most: int = 3) -> tuple[Temporary, ...]:
     """The largest values XLA materializes between the step's operations, with their lines."""
-    import linecache
-
     try:
         values = jaxcompat.entry_values(compiled.as_text(), frames.is_user_file)
     except Exception:  # a backend without program text
         return ()
     out = []
     for v in values[:most]:
-        line = ""
-        if v["source"]:
-            file, number = v["source"]
-            code = linecache.getline(file, number).strip()
-            line = frames.where(file, number) + (f": {code}" if code else "")
+        line = frames.line(*v["source"]) if v["source"] else ""
         out.append(Temporary(v["op"].rsplit("/", 1)[-1], v["dtype"], v["shape"], v["nbytes"],
                              line))
     return tuple(out)

@@ -363,10 +363,9 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
     if not gpu_started:
         return []
     out = []
-    state, snapshots = backend_start_snapshot()
+    state, _ = backend_start_snapshot()
     for platform in gpu_started:
-        # the hook files a CUDA/ROCm client under its platform, "gpu"; callers name "cuda"
-        then = snapshots.get(platform) or snapshots.get("gpu")
+        then = _started_with(platform)
         if then is None:
             if state == "unavailable":
                 out.append(EnvWarning(
@@ -424,7 +423,8 @@ def _equal_to_default(env: Mapping[str, str], started_platforms=()) -> list[EnvW
 
 
 def _started_with(platform: str) -> dict[str, str | None] | None:
-    """The variables as they were when ``platform``'s backend started, where the hook saw it."""
+    """The variables as they were when ``platform``'s backend started, where the hook saw it
+    (it files a CUDA/ROCm client under its platform, "gpu"; callers name "cuda")."""
     _, snapshots = backend_start_snapshot()
     then = snapshots.get(platform) or (snapshots.get("gpu") if platform in _GPU_PLATFORMS
                                       else None)

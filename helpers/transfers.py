@@ -37,7 +37,6 @@ Limitations (also in the README):
 from __future__ import annotations
 
 import contextlib
-import linecache
 import math
 import os
 import sys
@@ -246,10 +245,7 @@ class TransferLog(Display):
 # --- which line of the user's code made a copy ----------------------------------------------
 def _label(frame) -> str:
     """ "file.py:12: source", or "cell, line 3: source" for a notebook cell."""
-    filename, lineno = frame.f_code.co_filename, frame.f_lineno
-    source = linecache.getline(filename, lineno).strip()
-    at = frames.where(filename, lineno)
-    return f"{at}: {source}" if source else at
+    return frames.line(frame.f_code.co_filename, frame.f_lineno)
 
 
 @contextlib.contextmanager

@@ -8,10 +8,11 @@ temporary one (``/tmp/ipykernel_*/<hash>.py``), shown as "cell, line N".
 
 from __future__ import annotations
 
+import linecache
 import os
 import sysconfig
 
-__all__ = ["is_user_file", "is_user_frame", "where"]
+__all__ = ["is_user_file", "is_user_frame", "line", "where"]
 
 _LIBRARIES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib",
                                                                "purelib", "platlib")}))
@@ -42,3 +43,11 @@ def where(filename: str, lineno: int) -> str:
     if folder.startswith("ipykernel_") or filename.startswith("<ipython-input"):
         return f"cell, line {lineno}"
     return f"{os.path.basename(filename)}:{lineno}"
+
+
+def line(filename: str, lineno: int) -> str:
+    """ "file.py:12: source" ("cell, line 3: source" in a notebook); without the source where
+    it cannot be read."""
+    source = linecache.getline(filename, lineno).strip()
+    at = where(filename, lineno)
+    return f"{at}: {source}" if source else at
