@@ -29,6 +29,7 @@ True
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import threading
@@ -358,16 +359,24 @@ class MemoryTrace:
         #: thread" in this process, "host helper" process): what tracking costs (when finished)
         self.sampler_cpu_s: dict[str, float] = {}
         self.wall_s: float | None = None  # how long the block ran (when finished)
+        self._sample_now = None  # set by track(): takes one sample on the caller's thread
 
     # called from the sampler thread and from user code
     def _add(self, snap: MemorySnapshot) -> None:
         with self._lock:
-            self._samples.append(snap)
+            bisect.insort(self._samples, snap, key=lambda s: s.time)
 
     def mark(self, label: str) -> None:
-        """Record a named moment (drawn as a vertical line on the timeline)."""
+        """Record a named moment (drawn as a vertical line on the timeline), and take a sample
+        there on this thread, so what was in use at each mark is always in the series, however
+        the background sampler was scheduled."""
+        now = time.perf_counter()
+        if self._sample_now is not None and not self.finished:
+            snap = self._sample_now()
+            self._add(snap)
+            now = snap.time  # the mark sits on its own sample
         with self._lock:
-            self._marks.append((time.perf_counter() - self._t0, str(label)))
+            self._marks.append((now - self._t0, str(label)))
 
     @property
     def samples(self) -> tuple[MemorySnapshot, ...]:
@@ -429,7 +438,9 @@ class MemoryTrace:
         (Linux), so it keeps its rate whatever this process does; "devices" is read in this
         process (allocator counters, or live arrays on CPU) by a thread that needs the GIL,
         and falls behind while another thread holds it, e.g. a loop of many small CPU
-        computations. On a GPU the allocator's peak counter still catches every peak."""
+        computations. A peak shorter than the gap between two samples can be missed; the
+        allocator's ``peak_bytes_in_use`` is no help there: it is the process's high-water mark
+        since the backend started, which JAX cannot reset. ``mark()`` always samples."""
         with self._lock:
             return dict(self._rates)
 
@@ -525,6 +536,9 @@ def track(interval: float = 0.01, *,
     helper = host_sampler.start(interval)  # None: no /proc; the thread samples the host too
     first = snapshot(devs)
     trace._add(first)
+    trace._sample_now = lambda: MemorySnapshot(
+        time.perf_counter(), _device_memory(devs),
+        first.host if helper is not None else _host_memory())
 
     def run() -> None:
         tick = first.time
@@ -563,6 +577,7 @@ def track(interval: float = 0.01, *,
                 trace._rates = {"devices and host": _rate(
                     [x.time - trace._samples[0].time for x in trace._samples])}
         trace.finished = True
+        trace._sample_now = None
     if errors:  # pragma: no cover
         raise MeasurementFailed(f"memory sampler failed: {errors[0]!r}") from errors[0]
 

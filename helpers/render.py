@@ -496,6 +496,27 @@ def load_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+
+# --- recorded GPU runs ----------------------------------------------------------------------
+def gpu_run_text(run) -> str:
+    return f"{run.label} ({len(run.notebooks)} notebook copies)"
+
+
+def recorded_cell_text(c) -> str:
+    note = "" if c.same_code else " (this cell's code has changed since that run)"
+    body = "\n".join("  " + line for line in (c.text or "(no output)").splitlines())
+    return f"{c.run.label}{note}:\n{body}"
+
+
+def staleness_text(s) -> str:
+    if s.run is None:
+        return f"{s.notebook}: no GPU-executed copy"
+    if s.current:
+        return f"{s.notebook}: current ({s.same} code cells, as run on {s.run})"
+    total = s.same + len(s.changed) + len(s.missing)
+    return (f"{s.notebook}: stale, {len(s.changed) + len(s.missing)} of {total} code cells "
+            f"changed or new since {s.run}")
+
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
@@ -514,3 +535,6 @@ records.renders("helpers.preflight.StepPreflight", text=step_preflight_text,
 records.renders("helpers.memory.MemorySnapshot", text=snapshot_text)
 records.renders("helpers.transfers.TransferLog", text=transfer_log_text, html=transfer_log_html)
 records.renders("helpers.datasets.TokenFile", text=token_file_text)
+records.renders("helpers.recorded.GpuRun", text=gpu_run_text)
+records.renders("helpers.recorded.RecordedCell", text=recorded_cell_text)
+records.renders("helpers.recorded.Staleness", text=staleness_text)

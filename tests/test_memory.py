@@ -103,6 +103,22 @@ def test_track_samples_marks_and_series():
         trace.peak("cuda:0")
 
 
+def test_mark_takes_a_sample_whatever_the_sampler_does():
+    # a 60 s interval: the background thread never samples inside this block, so the only
+    # device samples are the start, the mark and the end (host samples from the helper
+    # process are merged in between); the mark's must show the array alive
+    with memory.track(interval=60) as trace:
+        x = jax.device_put(np.ones(250_000, np.float32), jax.devices()[3]).block_until_ready()
+        trace.mark("made")
+        del x
+    assert list(trace.times) == sorted(trace.times)
+    series = trace.device_bytes["cpu:3"]
+    assert trace.peak("cpu:3") - series[0] == 1_000_000 and series[-1] == series[0]
+    kept = len(trace.samples)
+    trace.mark("after the block")  # no sample once finished
+    assert len(trace.samples) == kept and len(trace.marks) == 2
+
+
 def test_track_thread_stops_and_exception_propagates():
     with pytest.raises(ZeroDivisionError):
         with memory.track(interval=0.01) as trace:

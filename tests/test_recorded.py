@@ -1,0 +1,71 @@
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import recorded
+from helpers.errors import BadInputError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _notebook(cells):
+    return {"cells": [{"cell_type": "code", "id": i, "source": [src], "outputs": out,
+                       "metadata": {}, "execution_count": None} for i, src, out in cells],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A fake repository: one GPU run with a copy of nb "01_x", today's 01_x and 02_y."""
+    runs, nbs = tmp_path / "docs" / "gpu-runs", tmp_path / "notebooks"
+    (runs / "2026-01-02-gpu").mkdir(parents=True)
+    nbs.mkdir()
+    (runs / "2026-01-02-gpu.json").write_text(json.dumps(
+        {"date": "2026-01-02", "gpu": {"name": "NVIDIA Fake 8GB", "driver": "1"},
+         "versions": {"jax": "9.9"}}))
+    said = [{"output_type": "stream", "name": "stdout", "text": ["fast: 50 GB/s\n"]}]
+    (runs / "2026-01-02-gpu" / "01_x.ipynb").write_text(json.dumps(_notebook(
+        [("a", "print('fast')", said), ("b", "x = 1", [])])))
+    (nbs / "01_x.ipynb").write_text(json.dumps(_notebook(
+        [("a", "print('fast')", []), ("b", "x = 2", []), ("c", "new", [])])))
+    (nbs / "02_y.ipynb").write_text(json.dumps(_notebook([("a", "y", [])])))
+    return runs, nbs
+
+
+def test_a_recorded_cell_is_labelled_and_says_whether_its_code_changed(tree):
+    runs, nbs = tree
+    got = recorded.cell("01_x", "a", folder=runs, notebooks=nbs)
+    assert got.text == "fast: 50 GB/s" and got.same_code
+    assert str(got).startswith("recorded on NVIDIA Fake 8GB, 2026-01-02, jax 9.9:")
+    changed = recorded.cell("01_x", "b", folder=runs, notebooks=nbs)
+    assert not changed.same_code and "has changed since" in str(changed)
+    assert recorded.cell("01_x", "zz", folder=runs, notebooks=nbs) is None
+    assert recorded.cell("02_y", "a", folder=runs, notebooks=nbs) is None  # no copy
+
+
+def test_staleness_counts_changed_and_new_cells(tree):
+    runs, nbs = tree
+    rows = {s.notebook: s for s in recorded.staleness(runs, nbs)}
+    assert rows["01_x"].changed == ("b",) and rows["01_x"].missing == ("c",)
+    assert rows["01_x"].same == 1 and not rows["01_x"].current
+    assert rows["02_y"].run is None and "no GPU-executed copy" in str(rows["02_y"])
+
+
+def test_no_runs_folder_means_no_runs(tmp_path):
+    assert recorded.runs(tmp_path / "absent") == () and recorded.latest_run(tmp_path) is None
+
+
+def test_a_corrupt_record_is_a_clear_error(tmp_path):
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(BadInputError, match="cannot read the GPU run record broken.json"):
+        recorded.runs(tmp_path)
+
+
+def test_the_readme_says_which_gpu_copies_are_current():
+    line = re.search(r"\*\*GPU copies current:\*\* ([^.]+)\.", (ROOT / "README.md").read_text())
+    assert line, "README.md lost its 'GPU copies current:' line"
+    said = set() if line.group(1) == "none" else {
+        n.strip() for n in line.group(1).split(",")}
+    assert said == {s.notebook for s in recorded.staleness() if s.current}
