@@ -2,8 +2,12 @@
 :func:`helpers.preflight.preflight_step`'s prediction.
 
 - On a GPU the allocator keeps a high-water mark (``peak_bytes_in_use``), so no peak between two
-  samples is lost. It only rises, so in a process that already reached a higher peak the step's
-  own peak is hidden: :func:`measure_example` measures in a fresh child process.
+  samples is lost. It is the process's mark since the backend started, and JAX cannot reset it:
+  a run only shows its peak if it goes above every earlier one. So on a GPU the **first** run is
+  measured (a warm-up run would reach the same mark first and hide the measured one), and
+  :func:`measure_example` measures in a fresh child process that compiles the step before its
+  arguments are placed (compile-time autotuning allocates scratch from the same pool: without
+  the arguments beside it, that scratch stays below the run's own peak).
 - On the CPU stand-in the kernel keeps one too: the RSS high-water mark (VmHWM), reset when
   :func:`helpers.memory.track` starts; it sees XLA's temporaries, which live arrays never do.
   The child runs with ``MALLOC_MMAP_THRESHOLD_`` set so that every large buffer is its own
@@ -79,10 +83,12 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
         return jax.block_until_ready(out)
 
     a, k = placed()
-    jax.block_until_ready(compiled(*a, **k))  # warm-up: first-run allocations are not the step
-    a, k = placed()
-    arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
     before = _allocator(dev)
+    if before is None:  # host RSS: its mark is reset per block, so a warm-up run hides nothing
+        jax.block_until_ready(compiled(*a, **k))  # first-run allocations are not the step
+        a, k = placed()
+    # with an allocator, the first run is measured: its peak counter cannot be reset
+    arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
     t0 = time.perf_counter()
     with track(interval=0.005, devices=[dev]) as trace:
         out = compiled(*a, **k)
@@ -96,8 +102,9 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
             peak, note = (after["peak_bytes_in_use"] - before["bytes_in_use"] + arg_bytes, "")
         else:
             peak, note = NOT_AVAILABLE, (
-                "hidden: this process reached a higher peak earlier and the allocator's peak "
-                "only rises; measure in a fresh process (measure_example)")
+                "hidden: this process reached a higher peak earlier (an earlier step, or "
+                "compile-time autotuning) and the allocator's peak only rises; measure in a "
+                "fresh process (measure_example)")
     else:
         source = HOST_PEAK
         host_peak = trace.host_peak
@@ -163,7 +170,11 @@ def _measure_example_child(request: _ExampleRequest) -> _ExampleAnswer:
     device = jax.devices()[0]  # the default backend's first device: the GPU when there is one
     host_args = (make_args(request.scale) if request.batch is None
                  else make_args(request.scale, batch=request.batch))
-    args = jax.block_until_ready(jax.device_put(host_args, device))
     donated = (0,) if request.donate else ()
-    return _ExampleAnswer(preflight_step(fn, *args, device=device, donate_argnums=donated),
-                          measure_step(fn, *args, device=device, donate_argnums=donated))
+    # compiled first, from shapes only: any compile-time scratch comes and goes before the
+    # arguments arrive, so it stays under the run's own peak (see the module docstring)
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), host_args)
+    predicted = preflight_step(fn, *shapes, device=device, donate_argnums=donated)
+    args = jax.block_until_ready(jax.device_put(host_args, device))
+    measured = measure_step(fn, *args, device=device, donate_argnums=donated)
+    return _ExampleAnswer(predicted, measured)

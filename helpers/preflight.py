@@ -15,6 +15,7 @@ it runs: :mod:`helpers.measure`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import traceback
@@ -516,7 +517,8 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
         else:
             reused, why = False, (f"every {dtype}{list(shape)} output is already written into "
                                   "another donated argument")
-        out.append(DonatedArgument(where, shape, dtype, int(leaf.nbytes), reused, why))
+        nbytes = math.prod(shape) * np.dtype(leaf.dtype).itemsize  # a shape has no .nbytes
+        out.append(DonatedArgument(where, shape, dtype, int(nbytes), reused, why))
     return tuple(out)
 
 

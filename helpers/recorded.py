@@ -21,7 +21,7 @@ from pathlib import Path
 from helpers._internal.records import Display
 from helpers.errors import BadInputError
 
-__all__ = ["GpuRun", "RecordedCell", "Staleness", "cell", "latest_run", "runs", "staleness"]
+__all__ = ["GpuRun", "RecordedCell", "Staleness", "cell", "latest_run", "runs", "staleness", "step"]
 
 #: the repository's folder of recorded GPU runs (the kit is used from its repository)
 RUNS_DIR = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
@@ -101,6 +101,17 @@ def latest_run(folder: Path | str | None = None) -> GpuRun | None:
     """The newest recorded GPU run, or None."""
     found = runs(folder)
     return found[0] if found else None
+
+
+def step(name: str, *, folder: Path | str | None = None) -> tuple[GpuRun, dict] | None:
+    """The data a step of ``make gpu-check`` recorded (e.g. "allocation": every allocator
+    setting measured), from the newest run that has it, with that run; None if none has."""
+    folder = Path(folder) if folder is not None else RUNS_DIR
+    for run in runs(folder):
+        data = _read(folder / f"{run.name}.json").get("steps", {}).get(name, {}).get("data")
+        if data is not None:
+            return run, data
+    return None
 
 
 def _cells(path: Path) -> dict[str, dict]:

@@ -170,6 +170,45 @@ def test_in_process_measurement_on_the_stand_in_is_labelled():
     assert "measured peak" in str(m)
 
 
+def _fake_allocator(monkeypatch, peaks):
+    """measure_step against a fake GPU allocator: each read returns the next stats; count runs."""
+    import dataclasses
+
+    reads, runs = iter(peaks), []
+    monkeypatch.setattr(measure, "_allocator", lambda dev: next(reads))
+    real = measure.compile_step
+
+    def counting(*a, **k):
+        c = real(*a, **k)
+        run = c.executable
+        return dataclasses.replace(c, executable=lambda *x, **y: (runs.append(1), run(*x, **y))[1])
+
+    monkeypatch.setattr(measure, "compile_step", counting)
+    return runs
+
+
+def test_with_an_allocator_the_first_run_is_measured(monkeypatch):
+    # a warm-up would reach the same high-water mark first and hide the measured run
+    runs = _fake_allocator(monkeypatch, [{"bytes_in_use": 1000, "peak_bytes_in_use": 5000},
+                                         {"bytes_in_use": 1000, "peak_bytes_in_use": 9000}])
+    m = measure.measure_step(mlp_sgd_step, *EXAMPLES["mlp_sgd_step"][1](1))
+    assert len(runs) == 1 and m.source == measure.ALLOCATOR_PEAK
+    assert m.peak_bytes == 9000 - 1000 + m.argument_bytes and m.note == ""
+
+
+def test_an_allocator_peak_that_did_not_rise_is_hidden_not_zero(monkeypatch):
+    _fake_allocator(monkeypatch, [{"bytes_in_use": 1000, "peak_bytes_in_use": 9000},
+                                  {"bytes_in_use": 1000, "peak_bytes_in_use": 9000}])
+    m = measure.measure_step(mlp_sgd_step, *EXAMPLES["mlp_sgd_step"][1](1))
+    assert m.peak_bytes is measure.NOT_AVAILABLE and m.note.startswith("hidden")
+
+
+def test_on_the_host_a_warm_up_run_comes_first(monkeypatch):
+    runs = _fake_allocator(monkeypatch, [None, None])
+    measure.measure_step(mlp_sgd_step, *EXAMPLES["mlp_sgd_step"][1](1))
+    assert len(runs) == 2
+
+
 def test_measure_example_rejects_bad_input():
     with pytest.raises(BadInputError, match="no example step 'nope'"):
         measure.measure_example("nope")
@@ -238,6 +277,13 @@ def test_each_donated_argument_says_whether_it_is_reused_and_why_not():
     (d,) = odd.donations
     assert not d.reused and "no output is a float32[8]" in d.why
     assert "Donated but not reused" in odd.advice
+
+
+def test_a_donated_shape_is_priced_like_the_array_it_stands_for():
+    shape = jax.ShapeDtypeStruct((256, 4), jnp.float32)
+    p = preflight.preflight_step(lambda a: a * 2, shape, donate_argnums=0)
+    (d,) = p.donations
+    assert d.reused and d.nbytes == 256 * 4 * 4 == p.alias_bytes
 
 
 def test_donations_inside_a_pytree_are_named_by_their_path():

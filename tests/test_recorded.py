@@ -24,7 +24,7 @@ def tree(tmp_path):
     nbs.mkdir()
     (runs / "2026-01-02-gpu.json").write_text(json.dumps(
         {"date": "2026-01-02", "gpu": {"name": "NVIDIA Fake 8GB", "driver": "1"},
-         "versions": {"jax": "9.9"}}))
+         "versions": {"jax": "9.9"}, "steps": {"allocation": {"data": {"total_bytes": 8}}}}))
     said = [{"output_type": "stream", "name": "stdout", "text": ["fast: 50 GB/s\n"]}]
     (runs / "2026-01-02-gpu" / "01_x.ipynb").write_text(json.dumps(_notebook(
         [("a", "print('fast')", said), ("b", "x = 1", [])])))
@@ -43,6 +43,13 @@ def test_a_recorded_cell_is_labelled_and_says_whether_its_code_changed(tree):
     assert not changed.same_code and "has changed since" in str(changed)
     assert recorded.cell("01_x", "zz", folder=runs, notebooks=nbs) is None
     assert recorded.cell("02_y", "a", folder=runs, notebooks=nbs) is None  # no copy
+
+
+def test_a_recorded_step_comes_with_its_run(tree):
+    runs, _ = tree
+    run, data = recorded.step("allocation", folder=runs)
+    assert data == {"total_bytes": 8} and run.gpu == "NVIDIA Fake 8GB"
+    assert recorded.step("never-run", folder=runs) is None
 
 
 def test_staleness_counts_changed_and_new_cells(tree):
