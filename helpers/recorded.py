@@ -21,11 +21,14 @@ from pathlib import Path
 from helpers._internal.records import Display
 from helpers.errors import BadInputError
 
-__all__ = ["GpuRun", "RecordedCell", "Staleness", "cell", "latest_run", "runs", "staleness", "step"]
+__all__ = ["GpuRun", "RecordedCell", "Staleness", "benchmark", "cell", "latest_run", "runs",
+           "staleness", "step"]
 
 #: the repository's folder of recorded GPU runs (the kit is used from its repository)
 RUNS_DIR = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+#: the repository's recorded benchmark results (``make bench``)
+BENCHMARKS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,16 @@ def latest_run(folder: Path | str | None = None) -> GpuRun | None:
     """The newest recorded GPU run, or None."""
     found = runs(folder)
     return found[0] if found else None
+
+
+def benchmark(name: str, *, folder: Path | str | None = None) -> dict:
+    """The recorded result of ``benchmarks/<name>.py`` (``benchmarks/results/<name>.json``):
+    medians measured side by side, with the machine and the date, wherever the caller runs."""
+    folder = Path(folder) if folder is not None else BENCHMARKS_DIR
+    path = folder / f"{name}.json"
+    if not path.exists():
+        raise BadInputError(f"no recorded benchmark {name!r} in {folder.name}/ (run `make bench`)")
+    return _read(path)
 
 
 def step(name: str, *, folder: Path | str | None = None) -> tuple[GpuRun, dict] | None:

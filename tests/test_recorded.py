@@ -60,6 +60,14 @@ def test_staleness_counts_changed_and_new_cells(tree):
     assert rows["02_y"].run is None and "no GPU-executed copy" in str(rows["02_y"])
 
 
+def test_a_recorded_benchmark_is_read_wherever_the_caller_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a kernel started elsewhere (JupyterLab, a test's copy)
+    result = recorded.benchmark("feeding")
+    assert result["benchmark"] == "feeding" and result["rows"]
+    with pytest.raises(BadInputError, match="no recorded benchmark 'nope'"):
+        recorded.benchmark("nope")
+
+
 def test_no_runs_folder_means_no_runs(tmp_path):
     assert recorded.runs(tmp_path / "absent") == () and recorded.latest_run(tmp_path) is None
 
