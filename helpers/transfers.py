@@ -260,6 +260,14 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
     def local(frame, event, arg):
         if event == "line":
             write(f"{_LINE}{_label(frame)}>>")
+        elif event == "return":  # back to the innermost user frame still running: its line again
+            # (a jitted function traced, or a callback of the user's, has returned: a copy that
+            # follows belongs to the line that called into JAX, not to the last line that ran)
+            back = frame.f_back
+            while back is not None and not frames.is_user_frame(back):
+                back = back.f_back
+            if back is not None:
+                write(f"{_LINE}{_label(back)}>>")
         return local
 
     def calls(frame, event, arg):

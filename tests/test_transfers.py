@@ -177,6 +177,23 @@ def test_each_copy_names_the_users_line_and_a_reason():
     assert "made by:" in str(log) and "<th>why</th>" in log._repr_html_()
 
 
+def test_a_copy_after_user_code_returned_names_the_calling_line():
+    import sys
+
+    if sys.gettrace() is not None:
+        pytest.skip("a tracer (coverage, a debugger) runs: the kit leaves lines unknown")
+
+    def body(a, b):
+        return a + b  # traced on the first call, then returns before the arguments are copied
+
+    f = jax.jit(body)
+    x = np.ones(7, np.float32)
+    with transfers.trace() as log:
+        f(x, x)  # the call that copies
+    lines = {r["line"].split(": ", 1)[-1] for r in log.by_line()}
+    assert lines == {"f(x, x)  # the call that copies"}, lines
+
+
 def test_lines_can_be_left_out_and_the_tracer_is_restored():
     import sys
 
