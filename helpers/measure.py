@@ -65,9 +65,10 @@ def _allocator(dev) -> dict | None:
 
 def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  donate_argnums: int | Sequence[int] = (), **kwargs) -> StepMeasurement:
-    """Run ``fn(*args, **kwargs)`` once (compiled as :func:`preflight_step` compiles it, after
-    one warm-up run) and measure its peak on the device: allocator peak on a GPU, the host RSS
-    high-water mark on the CPU stand-in."""
+    """Run ``fn(*args, **kwargs)`` once, compiled as :func:`preflight_step` compiles it, and
+    measure its peak on the device: the allocator's peak on a GPU (the first run: a warm-up
+    would reach the same high-water mark and hide it), the host RSS high-water mark on the CPU
+    stand-in (after one warm-up run, since that mark is reset for the measured run)."""
     import time
 
     import jax

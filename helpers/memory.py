@@ -360,6 +360,8 @@ class MemoryTrace:
         self.sampler_cpu_s: dict[str, float] = {}
         self.wall_s: float | None = None  # how long the block ran (when finished)
         self._sample_now = None  # set by track(): takes one sample on the caller's thread
+        self._closing = False  # set under the lock when the block ends: no more mark samples
+        self._mark_sample_times: set[float] = set()  # left out of the sampler's rate
 
     # called from the sampler thread and from user code
     def _add(self, snap: MemorySnapshot) -> None:
@@ -368,14 +370,17 @@ class MemoryTrace:
 
     def mark(self, label: str) -> None:
         """Record a named moment (drawn as a vertical line on the timeline), and take a sample
-        there on this thread, so what was in use at each mark is always in the series, however
-        the background sampler was scheduled."""
+        of **device** memory there on this thread, so what the devices held at each mark is
+        always in the series, however the background sampler was scheduled. (Host memory at a
+        mark is the helper process's latest reading; ``host_peak`` catches a host spike.)"""
         now = time.perf_counter()
-        if self._sample_now is not None and not self.finished:
-            snap = self._sample_now()
-            self._add(snap)
-            now = snap.time  # the mark sits on its own sample
+        sample_now = self._sample_now  # read once: the block may end meanwhile
+        snap = sample_now() if sample_now is not None else None
         with self._lock:
+            if snap is not None and not self._closing:  # a mark after the end takes no sample
+                bisect.insort(self._samples, snap, key=lambda s: s.time)
+                self._mark_sample_times.add(snap.time)
+                now = snap.time  # the mark sits on its own sample
             self._marks.append((now - self._t0, str(label)))
 
     @property
@@ -460,7 +465,8 @@ class MemoryTrace:
                     h = host[i]
                 merged.append(MemorySnapshot(t, d.devices, h))
             self._samples = merged
-            self._rates = {"devices": _rate([t - device_times[0] for t in device_times]),
+            sampled = [t for t in device_times if t not in self._mark_sample_times]
+            self._rates = {"devices": _rate([t - sampled[0] for t in sampled]),
                            "host": _rate([t - host_times[0] for t in host_times])}
 
     def _series(self, device: str | jax.Device) -> tuple[int, ...]:
@@ -563,6 +569,8 @@ def track(interval: float = 0.01, *,
     try:
         yield trace
     finally:
+        with trace._lock:
+            trace._closing = True  # from here on, a mark (from any thread) adds no sample
         stop.set()
         thread.join()
         trace._add(snapshot(devs))
@@ -574,8 +582,8 @@ def track(interval: float = 0.01, *,
             trace._merge([_host_from(s) for s in host], [s["time"] for s in host])
         else:
             with trace._lock:
-                trace._rates = {"devices and host": _rate(
-                    [x.time - trace._samples[0].time for x in trace._samples])}
+                own = [x.time for x in trace._samples if x.time not in trace._mark_sample_times]
+                trace._rates = {"devices and host": _rate([t - own[0] for t in own])}
         trace.finished = True
         trace._sample_now = None
     if errors:  # pragma: no cover

@@ -517,7 +517,7 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
         else:
             reused, why = False, (f"every {dtype}{list(shape)} output is already written into "
                                   "another donated argument")
-        nbytes = math.prod(shape) * np.dtype(leaf.dtype).itemsize  # a shape has no .nbytes
+        nbytes = math.prod(shape) * leaf.dtype.itemsize  # a shape has no .nbytes (keys: 8 B)
         out.append(DonatedArgument(where, shape, dtype, int(nbytes), reused, why))
     return tuple(out)
 

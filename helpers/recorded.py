@@ -76,11 +76,24 @@ class Staleness(Display):
         return self.run is not None and not self.changed and not self.missing
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path, *, needs: str | None = None) -> dict:
+    """A JSON object from ``path`` (with the key ``needs``, if given), or a clear error."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise BadInputError(f"cannot read the GPU run record {path.name}: {err}") from err
+        raise BadInputError(f"cannot read {path.parent.name}/{path.name}: {err}") from err
+    if not isinstance(data, dict) or (needs is not None and not isinstance(data.get(needs), list)):
+        what = f"a JSON object with a list {needs!r}" if needs else "a JSON object"
+        raise BadInputError(f"{path.parent.name}/{path.name} is not {what}: is it a GPU run "
+                            "record (make gpu-check) or a notebook?")
+    return data
+
+
+def _field(data: dict, *keys: str) -> object:
+    """data[k1][k2]...; None where a level is missing or not an object (a hand-edited file)."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
 
 
 def runs(folder: Path | str | None = None) -> tuple[GpuRun, ...]:
@@ -92,10 +105,10 @@ def runs(folder: Path | str | None = None) -> tuple[GpuRun, ...]:
         data = _read(path)
         copies = folder / path.stem
         found.append(GpuRun(
-            name=path.stem, date=str(data.get("date", "?")),
-            gpu=str(data.get("gpu", {}).get("name", "?")),
-            driver=str(data.get("gpu", {}).get("driver", "?")),
-            jax=str(data.get("versions", {}).get("jax", "?")),
+            name=path.stem, date=str(_field(data, "date") or "?"),
+            gpu=str(_field(data, "gpu", "name") or "?"),
+            driver=str(_field(data, "gpu", "driver") or "?"),
+            jax=str(_field(data, "versions", "jax") or "?"),
             notebooks=tuple(sorted(p.stem for p in copies.glob("*.ipynb")))))
     return tuple(sorted(found, key=lambda r: (r.date, r.name), reverse=True))
 
@@ -121,14 +134,15 @@ def step(name: str, *, folder: Path | str | None = None) -> tuple[GpuRun, dict] 
     setting measured), from the newest run that has it, with that run; None if none has."""
     folder = Path(folder) if folder is not None else RUNS_DIR
     for run in runs(folder):
-        data = _read(folder / f"{run.name}.json").get("steps", {}).get(name, {}).get("data")
+        data = _field(_read(folder / f"{run.name}.json"), "steps", name, "data")
         if data is not None:
             return run, data
     return None
 
 
 def _cells(path: Path) -> dict[str, dict]:
-    return {c.get("id", ""): c for c in _read(path)["cells"] if c["cell_type"] == "code"}
+    return {c.get("id", ""): c for c in _read(path, needs="cells")["cells"]
+            if isinstance(c, dict) and c.get("cell_type") == "code"}
 
 
 def _text(c: dict) -> str:

@@ -257,9 +257,21 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
         yield
         return
 
+    labels: dict[tuple[str, int], str] = {}  # (file, line) -> its marker, made once
+    last = [""]  # the marker written last: writing it again would change nothing
+
+    def mark(frame) -> None:
+        key = (frame.f_code.co_filename, frame.f_lineno)
+        marker = labels.get(key)
+        if marker is None:
+            marker = labels[key] = f"{_LINE}{_label(frame)}>>"
+        if marker != last[0]:
+            last[0] = marker
+            write(marker)
+
     def local(frame, event, arg):
         if event == "line":
-            write(f"{_LINE}{_label(frame)}>>")
+            mark(frame)
         elif event == "return":  # back to the innermost user frame still running: its line again
             # (a jitted function traced, or a callback of the user's, has returned: a copy that
             # follows belongs to the line that called into JAX, not to the last line that ran)
@@ -267,7 +279,7 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
             while back is not None and not frames.is_user_frame(back):
                 back = back.f_back
             if back is not None:
-                write(f"{_LINE}{_label(back)}>>")
+                mark(back)
         return local
 
     def calls(frame, event, arg):

@@ -119,6 +119,26 @@ def test_mark_takes_a_sample_whatever_the_sampler_does():
     assert len(trace.samples) == kept and len(trace.marks) == 2
 
 
+def test_marks_do_not_inflate_the_sampling_rate():
+    with memory.track(interval=0.5) as trace:
+        for i in range(50):
+            trace.mark(str(i))
+    assert len(trace.marks) == 50
+    # the thread took no sample in so short a block: the rate counts the start and the end
+    # only (the 50 mark samples would make it about 51 per block)
+    assert trace.achieved_hz_by_source["devices"] * trace.wall_s < 2
+
+
+def test_a_mark_from_another_thread_after_the_end_adds_no_sample():
+    with memory.track(interval=60) as trace:
+        pass
+    kept = len(trace.samples)
+    worker = threading.Thread(target=trace.mark, args=("late",))
+    worker.start()
+    worker.join()
+    assert len(trace.samples) == kept and [m[1] for m in trace.marks] == ["late"]
+
+
 def test_track_thread_stops_and_exception_propagates():
     with pytest.raises(ZeroDivisionError):
         with memory.track(interval=0.01) as trace:

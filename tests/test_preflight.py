@@ -286,6 +286,18 @@ def test_a_donated_shape_is_priced_like_the_array_it_stands_for():
     assert d.reused and d.nbytes == 256 * 4 * 4 == p.alias_bytes
 
 
+def test_a_donated_prng_key_is_priced_too():
+    state = {"w": jnp.ones((256, 4)), "key": jax.random.key(0)}
+    p = preflight.preflight_step(lambda s: {"w": s["w"] * 2, "key": s["key"]}, state,
+                                 donate_argnums=0)
+    assert sorted((d.argument, d.nbytes) for d in p.donations) == [
+        ("0['key']", 8), ("0['w']", 4096)]
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
+    q = preflight.preflight_step(lambda s: {"w": s["w"] * 2, "key": s["key"]}, shapes,
+                                 donate_argnums=0)
+    assert [d.nbytes for d in q.donations] == [d.nbytes for d in p.donations]
+
+
 def test_donations_inside_a_pytree_are_named_by_their_path():
     x, b = jnp.ones(100), jnp.ones(100)
     p = preflight.preflight_step(lambda d: {"w": d["w"] * 2}, {"w": x, "b": b},

@@ -74,8 +74,26 @@ def test_no_runs_folder_means_no_runs(tmp_path):
 
 def test_a_corrupt_record_is_a_clear_error(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(BadInputError, match="cannot read the GPU run record broken.json"):
+    with pytest.raises(BadInputError, match="cannot read .*broken.json"):
         recorded.runs(tmp_path)
+    (tmp_path / "broken.json").write_text("[]")
+    with pytest.raises(BadInputError, match="broken.json is not a JSON object"):
+        recorded.runs(tmp_path)
+
+
+def test_a_record_with_missing_or_null_parts_still_reads(tmp_path):
+    (tmp_path / "2026-01-01-x.json").write_text(json.dumps(
+        {"date": "2026-01-01", "gpu": None, "steps": {"allocation": None}}))
+    (run,) = recorded.runs(tmp_path)
+    assert run.gpu == "?" and run.jax == "?"
+    assert recorded.step("allocation", folder=tmp_path) is None
+
+
+def test_a_notebook_copy_without_cells_is_a_clear_error(tree):
+    runs, nbs = tree
+    (runs / "2026-01-02-gpu" / "01_x.ipynb").write_text("{}")
+    with pytest.raises(BadInputError, match="01_x.ipynb is not a JSON object with a list 'cells'"):
+        recorded.cell("01_x", "a", folder=runs, notebooks=nbs)
 
 
 def test_the_readme_says_which_gpu_copies_are_current():
