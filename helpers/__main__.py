@@ -31,7 +31,9 @@ def _doctor(args: argparse.Namespace) -> int:
     from helpers import doctor
 
     report = doctor.diagnose(timeout=args.timeout)
-    if args.json:
+    if args.bug_report:
+        print(doctor.bug_report(report))
+    elif args.json:
         print(report.to_json())
     else:
         print(report)
@@ -114,7 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Backends that fail to start, JAX failing to import and XLA aborting are reported, "
         "not raised. Exit status 0.",
     )
-    doctor.add_argument("--json", action="store_true", help="print only JSON (schema in README)")
+    shown = doctor.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print only JSON (schema in README)")
+    shown.add_argument("--bug-report", action="store_true",
+                       help="print a Markdown block for a JAX issue: jax.print_environment_info() "
+                            "and this report, with home paths, user and host names and secrets "
+                            "removed")
     doctor.add_argument("--timeout", type=_seconds, default=120,
                         help="seconds to wait for the probe (default 120)")
     doctor.set_defaults(func=_doctor)

@@ -102,6 +102,9 @@ class DeviceReport(Display):
     warnings: tuple[EnvWarning, ...]
     versions: Mapping[str, str]
     plugins: Mapping[str, str]
+    #: ``jax.print_environment_info()``'s text, what JAX's issue template asks for ("" where
+    #: JAX could not produce it, e.g. when ``import jax`` failed)
+    jax_environment_info: str = ""
 
     @property
     def backend_names(self) -> tuple[str, ...]:
@@ -267,7 +270,16 @@ def probe() -> DeviceReport:
         warnings=settings.check_environment(started_platforms=tuple(clients)),
         versions=MappingProxyType(found),
         plugins=MappingProxyType(plugins),
+        jax_environment_info=_environment_info(jax) if clients else "",
     )
+
+
+def _environment_info(jax) -> str:
+    """``jax.print_environment_info()``'s text (it runs nvidia-smi where there is one)."""
+    try:
+        return str(jax.print_environment_info(return_string=True))
+    except Exception as err:  # pragma: no cover - JAX's own tool failed: say so, go on
+        return f"(jax.print_environment_info() failed: {type(err).__name__}: {err})"
 
 
 def probe_in_child(env: Mapping[str, str | None] | None = None, *, timeout: float = 120

@@ -13,6 +13,8 @@ This process never starts a JAX backend, so nothing here can abort it.
 from __future__ import annotations
 
 import dataclasses
+import os
+import platform
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -23,7 +25,7 @@ from helpers.devices import DeviceReport, FailedBackend, versions
 from helpers.errors import ChildProcessFailed
 from helpers.settings import EnvWarning
 
-__all__ = ["diagnose", "explain_child_failure"]
+__all__ = ["bug_report", "diagnose", "explain_child_failure", "redact"]
 
 _GLOG = re.compile(r"^[EF]\d{4} [\d:.]+\s+\d+ (\S+?:\d+)\] (.*)$")  # absl/glog E and F lines
 _PY_ERROR = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception)): (.*)$")
@@ -157,3 +159,68 @@ def _caller_differs(report: DeviceReport) -> EnvWarning | None:
         "to see this process, call helpers.devices.probe() in it; for a new process to match, "
         "set the variables before Python starts",
     )
+
+
+# --- the bug report JAX asks for ---------------------------------------------------------------
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|CREDENTIAL|AUTH", re.I)
+
+
+def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with nothing private left: the values of variables whose names say secret
+    (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ...), the home folder (as ``~``)
+    and any ``/home/<name>`` or ``/Users/<name>`` path, the user name, and the host name.
+
+    >>> redact("dump to /home/alice/x on node='box1'", {"HOME": "/home/alice", "USER": "alice"})
+    "dump to ~/x on node='<host>'"
+    """
+    env = os.environ if environ is None else environ
+    secrets = {v for k, v in env.items() if _SECRET_NAME.search(k) and v and len(v) >= 4}
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, "<redacted>")
+    home = (env.get("HOME") or "").rstrip("/")
+    if len(home) > 1:
+        text = text.replace(home, "~")
+    text = re.sub(r"/(?:home|Users)/[^/\s'\"]+", "~", text)
+    user = env.get("USER") or env.get("LOGNAME") or ""
+    if len(user) >= 3 and user != "root":
+        text = re.sub(rf"\b{re.escape(user)}\b", "<user>", text)
+    text = re.sub(r"node='[^']*'", "node='<host>'", text)  # print_environment_info's uname
+    host = platform.node()
+    if len(host) >= 4:
+        text = re.sub(rf"\b{re.escape(host)}\b", "<host>", text)
+    return text
+
+
+def bug_report(report: DeviceReport | None = None, *,
+               environ: Mapping[str, str] | None = None) -> str:
+    """A Markdown block to paste into a JAX issue: ``jax.print_environment_info()``'s text (what
+    JAX's issue template asks for), then the doctor's findings (backends, devices, settings,
+    warnings, installed plugins) folded under it, with nothing private in it (:func:`redact`).
+    ``report`` defaults to a fresh :func:`diagnose`."""
+    report = diagnose() if report is None else report
+    info = report.jax_environment_info.strip() or (
+        "(not available: JAX did not start in the probe process; the doctor's report below "
+        "says why)")
+    plugins = ", ".join(f"{k} {v}" for k, v in report.plugins.items()) or "none"
+    warned = ", ".join(w.code for w in report.warnings) or "none"
+    text = "\n".join([
+        "### System info",
+        "",
+        "`jax.print_environment_info()`:",
+        "",
+        "```text",
+        info,
+        "```",
+        "",
+        f"Plugins: {plugins}. Doctor's warnings: {warned}.",
+        "",
+        "<details><summary>JAX Device Kit doctor report "
+        "(<code>python -m helpers doctor --bug-report</code>)</summary>",
+        "",
+        "```text",
+        str(report),
+        "```",
+        "",
+        "</details>",
+    ])
+    return redact(text, environ)

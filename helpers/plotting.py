@@ -101,9 +101,13 @@ def memory_timeline(trace: MemoryTrace | Mapping, *, title: str = "Memory over t
         fig = figure()
         ax = fig.add_subplot()
         factor, unit = bytes_axis(ax.yaxis, peak)
-        for name in names:
+        # wide solid first, then narrower dashed: two devices at the same level both stay visible
+        styles = [("-", 3.0), ("--", 1.6), ("-.", 1.4), (":", 1.4)]
+        for i, name in enumerate(names):
             src = data["sources"].get(name, "")
+            style, width = styles[min(i, len(styles) - 1)]
             line, = ax.step(times, _scaled(series[name], factor), where="post",
+                            linestyle=style, linewidth=width,
                             label=f"{name} {roles[name]} ({src})" if name in roles
                             else f"{name} ({src})")
             peaks = (data.get("device_peaks") or {}).get(name) or []

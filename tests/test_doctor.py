@@ -3,6 +3,7 @@ import, XLA aborting the process over XLA_FLAGS, a probe that hangs. Each case f
 on JAX 0.10.2; the child's own words are quoted in the report."""
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -104,3 +105,40 @@ def test_the_doctor_says_when_its_child_differs_from_the_caller():
     assert "devices.probe()" in w.fix
     same = doctor.diagnose({"JAX_NUM_CPU_DEVICES": str(here), "JAX_PLATFORMS": "cpu"})
     assert "caller-differs" not in {w.code for w in same.warnings}
+
+
+# --- the bug report JAX asks for -----------------------------------------------------------------
+def test_json_carries_jax_print_environment_info():
+    data = json.loads(doctor({}, "--json"))
+    info = data["jax_environment_info"]
+    assert info.startswith("jax:") and "jaxlib:" in info and "process_count" in info
+
+
+def test_bug_report_is_markdown_with_no_secret_in_it():
+    secret = "tok_abcdef1234567"
+    out = doctor({"MY_API_TOKEN": secret, "CUDA_VISIBLE_DEVICES": secret}, "--bug-report")
+    assert out.startswith("### System info") and "```text\njax:" in out
+    assert "<details>" in out and "JAX Device Kit - doctor" in out  # the report, folded
+    assert secret not in out
+    assert re.search(r"CUDA_VISIBLE_DEVICES\s+'<redacted>'", out)
+    assert "node='<host>'" in out  # the host name in JAX's uname line
+
+
+def test_bug_report_removes_home_paths_user_and_host(monkeypatch):
+    import dataclasses
+    import platform
+
+    from helpers import devices
+    from helpers import doctor as doctor_module
+    from helpers.settings import EnvVar
+
+    monkeypatch.setattr(platform, "node", lambda: "alices-laptop")
+    report = dataclasses.replace(
+        devices.probe(),
+        environment=(EnvVar("XLA_FLAGS", "--xla_dump_to=/home/alice/dumps", "flags"),),
+        jax_environment_info="jax: 9\nplatform: uname(node='alices-laptop') in /Users/bob/x")
+    env = {"HOME": "/home/alice", "USER": "alice", "HF_TOKEN": "hf_secretvalue"}
+    text = doctor_module.bug_report(report, environ=env)
+    for private in ("/home/alice", "alice", "alices-laptop", "/Users/bob"):
+        assert private not in text, private
+    assert "--xla_dump_to=~/dumps" in text and "node='<host>'" in text and "in ~/x" in text
