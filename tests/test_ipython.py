@@ -95,3 +95,10 @@ def test_run_cells_capped_shows_a_real_oom_explained_in_a_child():
     assert fixes.strip().startswith("1. The request alone (2.00 GiB) is larger than all")
     assert "Your code holds" not in fixes
     assert str(r).startswith("[STAND-IN (CPU, memory-capped child)")
+
+
+def test_a_cells_line_is_named_as_ipythons_tracebacks_name_it(shell):
+    result = shell.run_cell("import sys\nfrom helpers._internal import frames\n"
+                            "here = frames.where(sys._getframe().f_code.co_filename, 3)")
+    assert result.success
+    assert shell.user_ns["here"] == f"Cell In[{result.execution_count}], line 3"
