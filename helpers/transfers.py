@@ -37,11 +37,14 @@ Limitations (also in the README):
 from __future__ import annotations
 
 import contextlib
+import datetime
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -55,7 +58,7 @@ from helpers.units import NOT_AVAILABLE, NotAvailable
 
 jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at start
 
-__all__ = ["Transfer", "TransferLog", "parse_guard_output", "trace"]
+__all__ = ["Transfer", "TransferLog", "logged_at", "parse_guard_output", "trace"]
 
 H2D, D2D, D2H = "host->device", "device->device", "device->host"
 _BEGIN = "<<helpers.transfers explicit begin>>"
@@ -80,6 +83,35 @@ class Transfer(Record):
     raw: str  # the guard's own text
     line: str = ""  # the user's line that made it ("cell.py:3: y = f(x)"); "" when not known
     reason: str = ""  # why a copy happened, from the transfer and its line (see _reason)
+    logged_at: float | None = None  # when the guard logged it (seconds since the epoch)
+
+
+_GLOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
+
+
+def logged_at(raw: str, *, now: float | None = None) -> float | None:
+    """When a guard line was logged, in seconds since the epoch, from its glog prefix
+    ("W1125 12:47:07.205781 ..."; local time, no year: the year that puts it nearest ``now``).
+
+    >>> import datetime as dt
+    >>> t = logged_at("W0102 03:04:05.000006 1 guard_lib.cc:1] x",
+    ...               now=dt.datetime(2026, 1, 2, 4).timestamp())
+    >>> dt.datetime.fromtimestamp(t).isoformat()
+    '2026-01-02T03:04:05.000006'
+    """
+    m = _GLOG_TIME.match(raw)
+    if not m:
+        return None
+    now = time.time() if now is None else now
+    year = datetime.datetime.fromtimestamp(now).year
+    month, day, hour, minute, second = (int(g) for g in m.groups()[:5])
+    micro = int(m.group(6).ljust(6, "0"))
+    try:
+        stamps = [datetime.datetime(y, month, day, hour, minute, second, micro).timestamp()
+                  for y in (year - 1, year, year + 1)]
+    except ValueError:  # 29 February in a year that has none
+        return None
+    return min(stamps, key=lambda t: abs(t - now))
 
 
 def _itemsize(dtype: str) -> int | None:
@@ -128,7 +160,8 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
         explicit = (depth > 0) if marked else None
         transfers.append(Transfer(direction, explicit, shape, dtype, nbytes, src, dst,
                                   fields["raw"], where,
-                                  _reason(direction, explicit, shape, dtype, where)))
+                                  _reason(direction, explicit, shape, dtype, where),
+                                  logged_at(line)))
     return transfers, other
 
 
@@ -178,6 +211,7 @@ class TransferLog(Display):
         self._transfers: tuple[Transfer, ...] = ()
         self.finished = False
         self.explicit_marked = False
+        self.started_at = time.time()  # seconds since the epoch, to line up with other logs
 
     @property
     def transfers(self) -> tuple[Transfer, ...]:
@@ -239,7 +273,8 @@ class TransferLog(Display):
     def to_dict(self) -> dict:
         """Plain data: every transfer, and the :meth:`summary` and :meth:`by_line` rows."""
         return {"transfers": [t.to_dict() for t in self._transfers],
-                "summary": self.summary(), "by_line": self.by_line()}
+                "summary": self.summary(), "by_line": self.by_line(),
+                "started_at": self.started_at}
 
 
 # --- which line of the user's code made a copy ----------------------------------------------

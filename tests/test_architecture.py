@@ -28,7 +28,7 @@ NAMES = {_name(p): p for p in MODULES}
 PUBLIC = sorted(n for n in NAMES if "._" not in n.removeprefix("helpers.") and n != "helpers"
                 and not n.startswith("helpers._"))
 LEAVES = {"helpers.errors": set(), "helpers.units": {"helpers.errors"}}
-RENDERERS = {"helpers.render", "helpers.plotting"}
+RENDERERS = {"helpers.render", "helpers.plotting", "helpers.perfetto"}
 
 
 def _imports(path: Path, *, runtime_only: bool = True) -> dict[str, set[str]]:
