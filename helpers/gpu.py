@@ -3,9 +3,14 @@
 Starting JAX's GPU backend just to ask "is there a GPU?" would grab 75% of the card for the
 asking process (notebook 06), so everything here asks the driver instead: NVML through
 ``nvidia-ml-py`` when it is installed, else the ``nvidia-smi`` command that ships with the
-driver. JAX numbers the GPUs it can see (``cuda:0``, ``cuda:1``, ...) after
-``CUDA_VISIBLE_DEVICES`` has filtered them; the driver tools number them physically, so
-:func:`physical_index` maps one to the other.
+driver. JAX numbers the GPUs it can see (``cuda:0``, ``cuda:1``, ...) the way CUDA does: after
+``CUDA_VISIBLE_DEVICES`` has filtered them (by index, ``GPU-`` UUID prefix, or a ``MIG-``
+instance), in the order ``CUDA_DEVICE_ORDER`` asks for. The driver tools number them by PCI bus,
+so :func:`visible` maps one to the other, and says when it cannot tell: CUDA's default order,
+``FASTEST_FIRST``, may put a faster model first, so on a machine with GPUs of different models
+and ``CUDA_DEVICE_ORDER`` unset, the numbers may not match nvidia-smi's (set
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``). A MIG instance's memory needs NVML (``nvidia-ml-py``, in
+the ``cuda12``/``cuda13`` extras).
 
 >>> why_unavailable(environ={"CUDA_VISIBLE_DEVICES": "-1"}) is not None
 True
@@ -23,21 +28,47 @@ from importlib import metadata
 
 from helpers.errors import NoGpuError
 
-__all__ = ["GpuInfo", "cuda_plugins", "device_used_bytes", "gpus", "physical_index",
-           "process_used_bytes", "require", "total_bytes", "why_unavailable"]
+__all__ = ["GpuInfo", "MigInfo", "VisibleGpu", "cuda_plugins", "device_used_bytes", "gpus",
+           "physical_index", "process_used_bytes", "require", "total_bytes", "visible",
+           "why_unavailable"]
 
 INSTALL_HINT = 'pip install -U "jax[cuda13]" (or "jax[cuda12]" for a CUDA 12 driver)'
+
+
+@dataclass(frozen=True)
+class MigInfo:
+    """One MIG instance of a GPU (NVML only): what CUDA sees as a whole device."""
+
+    uuid: str  # "MIG-..."
+    total_bytes: int
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
 
 
 @dataclass(frozen=True)
 class GpuInfo:
     """One NVIDIA GPU as the driver reports it (NVML or nvidia-smi), without starting JAX."""
 
-    index: int  # physical index, as nvidia-smi numbers it
+    index: int  # physical index, as nvidia-smi numbers it (PCI bus order)
     name: str
     uuid: str
     total_bytes: int
     driver: str
+    migs: tuple[MigInfo, ...] = ()  # its MIG instances, where MIG is on (NVML only)
+
+
+@dataclass(frozen=True)
+class VisibleGpu:
+    """JAX's ``cuda:<jax_index>``: which physical GPU (or MIG instance) it is, and its memory.
+    ``note`` says why the mapping is uncertain ("" when it is not)."""
+
+    jax_index: int
+    physical_index: int | None
+    uuid: str | None  # the GPU's, or the MIG instance's
+    name: str | None
+    total_bytes: int | None
+    mig: bool = False
+    note: str = ""
 
 
 def _smi(*query: str) -> list[list[str]] | None:
@@ -78,7 +109,8 @@ def gpus() -> tuple[GpuInfo, ...]:
                 h = nv.nvmlDeviceGetHandleByIndex(i)
                 found.append(GpuInfo(i, _text(nv.nvmlDeviceGetName(h)),
                                      _text(nv.nvmlDeviceGetUUID(h)),
-                                     int(nv.nvmlDeviceGetMemoryInfo(h).total), _text(driver)))
+                                     int(nv.nvmlDeviceGetMemoryInfo(h).total), _text(driver),
+                                     _migs(nv, h)))
             return tuple(found)
         except Exception:
             pass  # fall back to nvidia-smi
@@ -96,29 +128,109 @@ def _text(x) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
+def _migs(nv, handle) -> tuple[MigInfo, ...]:
+    """The MIG instances of one GPU (empty where MIG is off or NVML cannot say)."""
+    try:
+        current, _pending = nv.nvmlDeviceGetMigMode(handle)
+        if not current:
+            return ()
+        out = []
+        for j in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                m = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+            except Exception:  # an empty slot
+                continue
+            gi = ci = None
+            try:
+                gi, ci = nv.nvmlDeviceGetGpuInstanceId(m), nv.nvmlDeviceGetComputeInstanceId(m)
+            except Exception:
+                pass
+            out.append(MigInfo(_text(nv.nvmlDeviceGetUUID(m)),
+                               int(nv.nvmlDeviceGetMemoryInfo(m).total), gi, ci))
+        return tuple(out)
+    except Exception:  # an NVML or GPU without MIG support
+        return ()
+
+
+def visible(*, environ: Mapping[str, str] | None = None,
+            found: tuple[GpuInfo, ...] | None = None) -> tuple[VisibleGpu, ...]:
+    """The GPUs JAX will number ``cuda:0``, ``cuda:1``, ..., in that order, as CUDA sees them:
+    ``CUDA_VISIBLE_DEVICES`` (indices, ``GPU-`` UUID prefixes, ``MIG-`` UUIDs or the older
+    ``MIG-GPU-<uuid>/<gi>/<ci>``; CUDA stops at the first entry it cannot match) in the order
+    ``CUDA_DEVICE_ORDER`` gives."""
+    environ = os.environ if environ is None else environ
+    found = gpus() if found is None else found
+    same_model = len({g.name for g in found}) <= 1
+    pci = environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper() == "PCI_BUS_ID"
+    note = "" if pci or same_model else (
+        "CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different models: CUDA may "
+        "number the fastest first, unlike nvidia-smi; set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    order = list(found)  # PCI bus order: what NVML and nvidia-smi number
+    spec = environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in spec.split(",")] if spec is not None else [
+        str(i) for i in range(len(order))]
+    out: list[VisibleGpu] = []
+    for entry in entries:
+        hit = _match(entry, order)
+        if hit is None:  # CUDA ignores this entry and every one after it
+            break
+        gpu, mig = hit
+        uuid = mig.uuid if mig else gpu.uuid
+        size = mig.total_bytes if mig else gpu.total_bytes
+        index_note = note if entry.isdigit() else ""  # a UUID names one GPU whatever the order
+        out.append(VisibleGpu(len(out), gpu.index, uuid, gpu.name, size, mig is not None,
+                              index_note))
+    return tuple(out)
+
+
+def _match(entry: str, order: list[GpuInfo]) -> tuple[GpuInfo, MigInfo | None] | None:
+    if not entry:
+        return None
+    if entry.isdigit():
+        n = int(entry)
+        return (order[n], None) if n < len(order) else None
+    if entry.startswith("MIG-GPU-"):  # MIG-GPU-<uuid>/<gi>/<ci>
+        parent, _, rest = entry[len("MIG-"):].partition("/")
+        gi, _, ci = rest.partition("/")
+        for g in order:
+            if g.uuid == parent:
+                mig = next((m for m in g.migs if str(m.gpu_instance) == gi
+                            and str(m.compute_instance) == ci), None)
+                return (g, mig) if mig else None
+        return None
+    if entry.startswith("MIG-"):
+        for g in order:
+            mig = next((m for m in g.migs if m.uuid.startswith(entry)), None)
+            if mig:
+                return g, mig
+        return None
+    uuid = entry if entry.startswith("GPU-") else f"GPU-{entry}"
+    hits = [g for g in order if g.uuid.startswith(uuid)]
+    return (hits[0], None) if len(hits) == 1 else None  # a prefix must name one GPU
+
+
 def physical_index(jax_index: int = 0, *, environ: Mapping[str, str] | None = None,
                    found: tuple[GpuInfo, ...] | None = None) -> int | None:
-    """The driver's index of JAX's ``cuda:<jax_index>``, through ``CUDA_VISIBLE_DEVICES``
-    (indices or ``GPU-…`` UUIDs). None when that GPU is hidden or unknown."""
+    """The driver's index of JAX's ``cuda:<jax_index>`` (see :func:`visible`). None when that
+    GPU is hidden or unknown."""
     environ = os.environ if environ is None else environ
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return jax_index
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if jax_index >= len(entries):
-        return None
-    entry = entries[jax_index]
-    if entry.lstrip("-").isdigit():
-        return int(entry) if int(entry) >= 0 else None
-    found = gpus() if found is None else found
-    return next((g.index for g in found if g.uuid.startswith(entry)), None)
+    spec = environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in spec.split(",")] if spec is not None else None
+    if found is None and (entries is None or all(e.isdigit() for e in entries)):
+        # indices alone: no need to ask the driver
+        if entries is None:
+            return jax_index
+        ok = entries[:next((i for i, e in enumerate(entries) if not e.isdigit()), len(entries))]
+        return int(ok[jax_index]) if jax_index < len(ok) else None
+    shown = visible(environ=environ, found=found)
+    return shown[jax_index].physical_index if jax_index < len(shown) else None
 
 
 def total_bytes(jax_index: int = 0) -> int | None:
-    """Total memory of JAX's ``cuda:<jax_index>`` as the driver reports it, or None."""
-    found = gpus()
-    index = physical_index(jax_index, found=found)
-    return next((g.total_bytes for g in found if g.index == index), None)
+    """Total memory of JAX's ``cuda:<jax_index>`` as the driver reports it (a MIG instance's
+    own size where it is one), or None."""
+    shown = visible()
+    return shown[jax_index].total_bytes if jax_index < len(shown) else None
 
 
 def device_used_bytes(jax_index: int = 0) -> int | None:
