@@ -5,65 +5,73 @@ import jax
 import numpy as np
 import pytest
 
-from helpers.widgets import _BEFORE_START, _ONE_SAMPLE, MemoryMonitor, _placeholder_png
+from helpers.widgets import MemoryMonitor
 
 
 def monitor_threads():
     return [t for t in threading.enumerate() if t.name == "helpers.widgets.MemoryMonitor"]
 
 
-def test_monitor_constructs_starts_updates_and_stops_headless():
-    m = MemoryMonitor(interval=0.05)
-    assert not m.running and m.stop_button.disabled
-    assert m.image.value == _placeholder_png(_BEFORE_START)  # no empty plot before Start
-    m.start()
-    assert m.running and m.start_button.disabled
-    x = jax.device_put(np.ones(100_000, np.float32), jax.devices()[1])
-    deadline = time.time() + 20
-    while m.updates < 3 and time.time() < deadline:
+def wait_for(condition, seconds=20):
+    deadline = time.time() + seconds
+    while not condition() and time.time() < deadline:
         time.sleep(0.05)
+    return condition()
+
+
+def test_monitor_starts_sends_numbers_and_stops_headless():
+    m = MemoryMonitor(interval=0.05)
+    assert not m.running and m.status == "stopped" and m.data == {}
+    m.start()
+    assert m.running and len(monitor_threads()) == 1
+    x = jax.device_put(np.ones(100_000, np.float32), jax.devices()[1])
+    assert wait_for(lambda: m.updates >= 3)
     m.stop()
-    assert m.updates >= 3
     assert not m.running and monitor_threads() == []
-    assert m.image.value[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "cpu:1" in m.table.value and "host RSS" in m.table.value
-    assert "stopped after" in m.status.value
+    d = m.data  # plain numbers for the browser: no image is made in the kernel
+    assert set(d["devices"]) >= {"cpu:0", "cpu:1"} and len(d["times"]) == len(d["host_rss"])
+    assert all(isinstance(v, int) for v in d["devices"]["cpu:1"])
+    assert d["devices"]["cpu:1"][-1] >= x.nbytes
+    assert m.status == f"stopped after {m.updates} refreshes"
     del x
 
 
-def test_update_without_thread_and_buttons():
+def test_the_browser_starts_and_stops_it_through_the_running_trait():
+    m = MemoryMonitor(interval=0.05)
+    m.set_state({"running": True})  # what the Start button's model.save_changes() sends
+    assert m.running and wait_for(lambda: m.updates >= 2)
+    assert m.status.startswith("running: ") and m.status.endswith(" refreshes")
+    m.set_state({"running": False})
+    assert monitor_threads() == [] and m.status.startswith("stopped after")
+    m.close()
+
+
+def test_update_by_hand_and_the_text_view():
     m = MemoryMonitor(interval=1)
+    assert "no sample yet" in str(m)
     m.update()
-    assert m.updates == 1 and len(m.samples) == 1
-    m.start_button.click()
-    assert m.running
-    m.stop_button.click()
-    assert not m.running
-
-
-def test_timeline_needs_two_samples_and_the_status_counts_refreshes():
-    """One sample has no time span (the plot would show a made-up axis, -0.04 to 0.04 s)."""
-    m = MemoryMonitor(interval=1)
-    before = m.image.value
-    assert before[:8] == b"\x89PNG\r\n\x1a\n"
     m.update()
-    assert m.image.value == _placeholder_png(_ONE_SAMPLE) != before
-    m.update()
-    assert m.image.value not in (before, _placeholder_png(_ONE_SAMPLE))  # the real timeline
-    assert m.status.value == "stopped"  # refreshes by hand do not claim to be running
-    m.interval.value = 0.05
-    m.start()
-    deadline = time.time() + 20
-    while m.updates < 4 and time.time() < deadline:
-        time.sleep(0.05)
-    assert m.status.value.startswith("running: ") and m.status.value.endswith(" refreshes")
-    m.stop()
-    assert m.status.value == f"stopped after {m.updates} refreshes"
+    assert m.updates == 2 and len(m.samples) == 2 and len(m.data["times"]) == 2
+    assert m.status == "stopped"  # refreshes by hand do not claim to be running
+    text = str(m)
+    assert text.startswith("MemoryMonitor (stopped, every 1 s, 2 samples)")
+    assert "cpu:0" in text and "host RSS" in text
+    assert repr(m) == text  # what a terminal or a saved notebook shows
+    m.close()
 
 
-def test_bad_interval():
-    with pytest.raises(ValueError, match="interval"):
-        MemoryMonitor(interval=0)
+def test_history_is_bounded():
+    m = MemoryMonitor(interval=1, history=3)
+    for _ in range(5):
+        m.update()
+    assert len(m.samples) == 3 and len(m.data["times"]) == 3
+    m.close()
+
+
+@pytest.mark.parametrize("kwargs", [{"interval": 0}, {"interval": "fast"}, {"history": 1}])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError, match="interval|history"):
+        MemoryMonitor(**kwargs)
 
 
 def test_close_stops_the_thread_and_the_widget():
@@ -78,32 +86,3 @@ def test_a_context_manager_closes_it():
     with MemoryMonitor(interval=0.05, autostart=True) as m:
         assert m.running
     assert monitor_threads() == [] and m.comm is None
-
-
-def test_a_monitor_garbage_collected_while_running_stops_its_thread():
-    import gc
-    import weakref
-
-    import ipywidgets
-
-    m = MemoryMonitor(interval=0.05, autostart=True)
-    ipywidgets.Widget.close(m)  # leaves ipywidgets' registry without stopping the thread
-    gone = weakref.ref(m)
-    del m
-    gc.collect()
-    deadline = time.monotonic() + 10
-    while monitor_threads() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert gone() is None and monitor_threads() == []
-
-
-def test_the_table_says_when_the_os_has_no_anonymous_split(monkeypatch):
-    from helpers import memory
-    from helpers.units import NOT_AVAILABLE
-
-    snap = memory.snapshot()
-    host = type(snap.host)(**{**snap.host.__dict__, "anon": NOT_AVAILABLE,
-                              "file": NOT_AVAILABLE})
-    html = MemoryMonitor._table_html(type(snap)(snap.time, snap.devices, host))
-    host_line = html.split("<div>")[-1]
-    assert "no split on this OS" in host_line and "not available" not in host_line
