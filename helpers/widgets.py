@@ -4,8 +4,8 @@
 kernel only sends numbers: a background thread takes a :func:`helpers.memory.snapshot` every
 ``interval`` seconds and sets one synced trait (``data``: times, bytes per device, host memory,
 plain lists); the browser draws the table (devices and host) and the timeline of device bytes
-itself (an SVG, in the widget's own JavaScript, ``_esm``). So watching costs the kernel a snapshot per refresh, not a matplotlib
-figure. Outside a notebook the monitor shows as text (``str(monitor)``).
+itself (an SVG, in the widget's own JavaScript, ``_esm``). So watching costs the kernel a
+snapshot per refresh, not a matplotlib figure. Outside a notebook the monitor shows as text (``str(monitor)``).
 
 >>> monitor = MemoryMonitor(interval=0.5)   # display(monitor) in a notebook, then Start
 >>> monitor.update(); monitor.update()
@@ -72,11 +72,14 @@ function render({ model, el: root }) {
     const names = Object.keys(d.devices || {});
     const rows = names.map((n) => {
       const s = d.devices[n];
-      return `<tr><td>${n}</td><td>${fmt(s[s.length - 1])}</td><td>${(d.sources || {})[n] || ""}</td></tr>`;
+      const source = (d.sources || {})[n] || "";
+      return `<tr><td>${n}</td><td>${fmt(s[s.length - 1])}</td><td>${source}</td></tr>`;
     });
     const rss = d.host_rss || [];
-    table.innerHTML = "<tr><th>device</th><th>in use</th><th>source</th></tr>" + rows.join("") +
-      (rss.length ? `<tr><td>host RSS</td><td>${fmt(rss[rss.length - 1])}</td><td>process</td></tr>` : "");
+    const host = rss.length
+      ? `<tr><td>host RSS</td><td>${fmt(rss[rss.length - 1])}</td><td>process</td></tr>` : "";
+    table.innerHTML = "<tr><th>device</th><th>in use</th><th>source</th></tr>" +
+      rows.join("") + host;
     svg.replaceChildren();
     legend.replaceChildren();
     if (times.length < 2) {
