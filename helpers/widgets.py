@@ -5,7 +5,8 @@ kernel only sends numbers: a background thread takes a :func:`helpers.memory.sna
 ``interval`` seconds and sets one synced trait (``data``: times, bytes per device, host memory,
 plain lists); the browser draws the table (devices and host) and the timeline of device bytes
 itself (an SVG, in the widget's own JavaScript, ``_esm``). So watching costs the kernel a
-snapshot per refresh, not a matplotlib figure. Outside a notebook the monitor shows as text (``str(monitor)``).
+snapshot per refresh, not a matplotlib figure. Outside a notebook the monitor shows as text
+(``str(monitor)``).
 
 >>> monitor = MemoryMonitor(interval=0.5)   # display(monitor) in a notebook, then Start
 >>> monitor.update(); monitor.update()
