@@ -517,6 +517,21 @@ def staleness_text(s) -> str:
     return (f"{s.notebook}: stale, {len(s.changed) + len(s.missing)} of {total} code cells "
             f"changed or new since {s.run}")
 
+
+def batch_size_text(b) -> str:
+    nxt = "compiled" if b.next_compiled else "read off the line"
+    if b.batch == 0:
+        head = (f"{b.function}: no batch fits {format_bytes(b.budget_bytes)} "
+                f"(batch {b.granularity} needs {format_bytes(b.next_needed_bytes)})")
+    else:
+        head = (f"{b.function}: largest batch {b.batch:,} (a multiple of {b.granularity}), "
+                f"needs {format_bytes(b.needed_bytes)} of {format_bytes(b.budget_bytes)}; "
+                f"batch {b.batch + b.granularity:,} needs {format_bytes(b.next_needed_bytes)} "
+                f"({nxt})")
+    return (f"{head}\n  {format_bytes(b.bytes_per_example)} per example + "
+            f"{format_bytes(b.fixed_bytes)} fixed; {b.compiles} compiles, {b.seconds:.2f} s, "
+            f"no run ({b.method})")
+
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
@@ -538,3 +553,4 @@ records.renders("helpers.datasets.TokenFile", text=token_file_text)
 records.renders("helpers.recorded.GpuRun", text=gpu_run_text)
 records.renders("helpers.recorded.RecordedCell", text=recorded_cell_text)
 records.renders("helpers.recorded.Staleness", text=staleness_text)
+records.renders("helpers.sizing.BatchSize", text=batch_size_text)

@@ -1,0 +1,101 @@
+"""The largest batch that fits: bisection over compiles against sizing.largest_batch, side by side.
+
+Goal (issue "Performance users feel", item 2): the same answer as the bisection (to its
+granularity) in at most 3 compiles. Per budget, both run in one process, interleaved over rounds
+(XLA's compile cache is cleared before each search, so every compile is paid); compiles and the
+median wall time of each are recorded. The step is the kit's MLP SGD step
+(``helpers.example_steps``), priced from shapes: nothing is allocated or run.
+
+    python benchmarks/batch_search.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+from _common import median, write  # noqa: E402
+
+from helpers import example_steps, preflight, sizing  # noqa: E402
+
+BUDGETS = {"64 MiB": 64 * 2**20, "460.8 MiB": int(460.8 * 2**20), "2 GiB": 2 * 2**30,
+           "8 GiB": 8 * 2**30}
+MAX_BATCH = 1 << 20
+
+
+def _step_args():
+    params, x1, y1 = example_steps.mlp_sgd_step_args(scale=1, batch=1)
+    params = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
+
+    def make(batch):
+        return (params, jax.ShapeDtypeStruct((batch, x1.shape[1]), x1.dtype),
+                jax.ShapeDtypeStruct((batch, y1.shape[1]), y1.dtype))
+    return make
+
+
+def bisection(make, budget):
+    """Double until it does not fit, then halve the gap: what notebook 09 does by hand."""
+    compiles = 0
+
+    def need(b):
+        nonlocal compiles
+        compiles += 1
+        return preflight.preflight_step(example_steps.mlp_sgd_step, *make(b)).needed_bytes
+
+    lo, hi = 0, 1
+    while hi <= MAX_BATCH and need(hi) <= budget:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if need(mid) <= budget else (lo, mid)
+    return lo, compiles
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    make = _step_args()
+    rows = {}
+    for name, budget in BUDGETS.items():
+        times = {"bisection": [], "largest_batch": []}
+        for _ in range(args.rounds):
+            jax.clear_caches()
+            t = time.perf_counter()
+            exact, bisect_compiles = bisection(make, budget)
+            times["bisection"].append(time.perf_counter() - t)
+            jax.clear_caches()
+            t = time.perf_counter()
+            found = sizing.largest_batch(example_steps.mlp_sgd_step, make, budget,
+                                         max_batch=MAX_BATCH)
+            times["largest_batch"].append(time.perf_counter() - t)
+        rows[name] = {"budget_bytes": budget, "bisection_batch": exact,
+                      "bisection_compiles": bisect_compiles, "largest_batch": found.batch,
+                      "largest_batch_compiles": found.compiles, "method": found.method,
+                      "same_answer": found.batch == exact,
+                      "median_seconds": {k: median(v) for k, v in times.items()},
+                      "seconds": times}
+    met = all(r["same_answer"] and r["largest_batch_compiles"] <= 3 for r in rows.values())
+    payload = {"step": "helpers.example_steps.mlp_sgd_step (scale 1), from shapes",
+               "rounds": args.rounds, "max_batch": MAX_BATCH,
+               "goal": {"same_answer": True, "compiles_at_most": 3, "met": met,
+                        "same_answer_everywhere": all(r["same_answer"] for r in rows.values())},
+               "budgets": rows}
+    path = write("batch_search", payload)
+    for name, r in rows.items():
+        s = r["median_seconds"]
+        print(f"{name:>10}: bisection {r['bisection_batch']:,} in {r['bisection_compiles']} "
+              f"compiles, {s['bisection']:.2f} s | largest_batch {r['largest_batch']:,} in "
+              f"{r['largest_batch_compiles']} compiles, {s['largest_batch']:.2f} s")
+    print(f"goal (same answer, <= 3 compiles, every budget): {'met' if met else 'NOT met'}"
+          f"  -> {path}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

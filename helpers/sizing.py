@@ -1,0 +1,152 @@
+"""The largest batch that fits a memory budget, from a few compiles and no run.
+
+A step's memory grows with its batch about linearly once the batch is large: parameters and
+optimizer state stay, activations, gradients of the inputs and temporaries scale. So
+:func:`largest_batch` prices the step (:func:`helpers.preflight.preflight_step`, shapes only:
+nothing is allocated or run) at two large batches, fits a line, and checks the line's answer with
+a third compile. Where the line is off there (memory is not linear in the batch in that range: a
+small batch, XLA changing its plan), it narrows down with more compiles, secant steps and then
+halving, until it has compiled the answer and the next batch. The record says how many compiles
+it took, how long, and whether the next batch's need was compiled or read off the line.
+
+>>> import jax
+>>> def step(w, x):
+...     return w - 0.01 * (x @ w).sum()
+>>> w = jax.ShapeDtypeStruct((256, 256), "float32")
+>>> found = largest_batch(step, lambda b: (w, jax.ShapeDtypeStruct((b, 256), "float32")),
+...                       "8 MiB", granularity=8)
+>>> found.batch % 8 == 0 and found.needed_bytes <= found.budget_bytes < found.next_needed_bytes
+True
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from helpers import preflight
+from helpers._internal.records import Display
+from helpers.errors import BadInputError
+from helpers.units import parse_size
+
+if TYPE_CHECKING:
+    import jax
+
+__all__ = ["BatchSize", "largest_batch"]
+
+
+@dataclass(frozen=True)
+class BatchSize(Display):
+    """The largest batch (a multiple of ``granularity``) whose step fits ``budget_bytes``: its
+    need, the next batch's need (compiled, or read off the fitted line: ``next_compiled``), the
+    line (bytes per example and fixed bytes), and what finding it cost."""
+
+    function: str
+    batch: int  # 0: even the smallest batch does not fit
+    granularity: int
+    budget_bytes: int
+    needed_bytes: int  # at ``batch`` (compiled)
+    next_needed_bytes: int  # at ``batch + granularity``
+    next_compiled: bool  # False: read off the line, which the last compile agreed with
+    bytes_per_example: float
+    fixed_bytes: float
+    compiles: int
+    seconds: float
+    method: str
+
+
+def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: int | str, *,
+                  granularity: int = 1, max_batch: int = 1 << 24, verify: bool = False,
+                  device: str | jax.Device | None = None,
+                  donate_argnums: int | Sequence[int] = (),
+                  tolerance: float = 0.001) -> BatchSize:
+    """The largest batch for which ``fn(*make_args(batch))`` needs at most ``budget`` (bytes, or
+    a size such as "40 GiB": what :func:`helpers.preflight.preflight_step` calls the step's
+    ``needed_bytes``) on ``device``.
+
+    ``make_args(batch)`` returns the step's arguments for that batch: ``jax.ShapeDtypeStruct``
+    shapes (nothing is allocated) or arrays. ``granularity``: the answer is a multiple of it.
+    ``verify=True`` also compiles the next batch, so the boundary is compiled on both sides.
+    ``tolerance``: how far (a share of the budget) the line may be from a compiled need at the
+    answer before more compiles are spent."""
+    if not callable(make_args):
+        raise BadInputError("make_args must be a function of the batch size that returns the "
+                            "step's arguments")
+    if not isinstance(granularity, int) or isinstance(granularity, bool) or granularity < 1:
+        raise BadInputError(f"granularity must be a positive int, got {granularity!r}")
+    if not isinstance(max_batch, int) or max_batch < granularity:
+        raise BadInputError(f"max_batch must be an int >= granularity, got {max_batch!r}")
+    budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
+    if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
+        raise BadInputError(f"budget must be a positive number of bytes or a size, got {budget!r}")
+    g, top = granularity, max_batch // granularity * granularity
+    known: dict[int, int] = {}
+    name = getattr(fn, "__name__", type(fn).__name__)
+    t0 = time.perf_counter()
+
+    def need(batch: int) -> int:
+        if batch not in known:
+            args = make_args(batch)
+            if not isinstance(args, (tuple, list)):
+                raise BadInputError(f"make_args({batch}) must return a tuple of the step's "
+                                    f"arguments, got {type(args).__name__}")
+            known[batch] = preflight.preflight_step(
+                fn, *args, device=device, donate_argnums=donate_argnums).needed_bytes
+        return known[batch]
+
+    def line(a: int, b: int) -> tuple[float, float]:
+        slope = (known[b] - known[a]) / (b - a)
+        return slope, known[b] - slope * b
+
+    def done(batch: int, slope: float, fixed: float, method: str) -> BatchSize:
+        nxt = batch + g
+        compiled = nxt in known or verify or slope <= 0
+        if compiled:
+            need(nxt)
+        after = known[nxt] if compiled else int(round(fixed + slope * nxt))
+        return BatchSize(name, batch, g, budget_bytes, known.get(batch, 0), after, compiled,
+                         slope, fixed, len(known), time.perf_counter() - t0, method)
+
+    # two probes where the per-example cost has settled: the largest batch allowed, and half
+    hi_probe = top
+    lo_probe = max(g, hi_probe // 2 // g * g)
+    if lo_probe == hi_probe:  # max_batch == granularity: one batch to try
+        fits = need(g) <= budget_bytes
+        return done(g if fits else 0, 0.0, float(known[g]), "one batch size allowed")
+    need(hi_probe)
+    if known[hi_probe] <= budget_bytes:  # one compile: even the largest allowed batch fits
+        return done(hi_probe, 0.0, float(known[hi_probe]), "the largest batch allowed fits")
+    need(lo_probe)
+    slope, fixed = line(lo_probe, hi_probe)
+    if slope <= 0:
+        raise BadInputError(f"{name}'s memory does not grow with the batch between "
+                            f"{lo_probe} and {hi_probe}: is the batch in make_args' shapes?")
+    guess = int((budget_bytes - fixed) // slope) // g * g
+    guess = min(max(guess, g), hi_probe - g)
+    if need(guess) <= budget_bytes and abs(known[guess] - (fixed + slope * guess)) <= \
+            tolerance * budget_bytes and fixed + slope * (guess + g) > budget_bytes:
+        return done(guess, slope, fixed, "a line through two compiles, checked by a third")
+    # the line was off here: keep a bracket [lo fits, hi does not] and narrow it
+    for _ in range(64):
+        fits = [b for b, n in known.items() if n <= budget_bytes]
+        over = [b for b, n in known.items() if n > budget_bytes]
+        if not fits:
+            if need(g) > budget_bytes:
+                return done(0, slope, fixed, "even the smallest batch does not fit")
+            continue
+        lo, hi = max(fits), min(b for b in over if b > max(fits))
+        if hi - lo <= g:
+            slope, fixed = line(lo, hi)
+            return done(lo, slope, fixed, "a line, then narrowed by compiles (the need is not "
+                                          "linear in the batch over this range)")
+        slope, fixed = line(lo, hi)
+        guess = int((budget_bytes - fixed) // slope) // g * g if slope > 0 else lo + g
+        if not lo < guess < hi or guess in known:  # the secant points at lo: the boundary?
+            guess = lo + g
+        if guess in known:  # the secant stalls: halve the bracket
+            guess = max(lo + g, (lo + hi) // 2 // g * g)
+        need(guess)
+    raise BadInputError(f"no answer for {name} in 64 compiles: its need does not grow "
+                        "steadily with the batch")  # pragma: no cover
