@@ -64,7 +64,9 @@ def _allocator(dev) -> dict | None:
 
 
 def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
-                 donate_argnums: int | Sequence[int] = (), **kwargs) -> StepMeasurement:
+                 donate_argnums: int | Sequence[int] = (),
+                 static_argnums: int | Sequence[int] = (),
+                 static_argnames: str | Sequence[str] = (), **kwargs) -> StepMeasurement:
     """Run ``fn(*args, **kwargs)`` once, compiled as :func:`preflight_step` compiles it, and
     measure its peak on the device: the allocator's peak on a GPU (the first run: a warm-up
     would reach the same high-water mark and hide it), the host RSS high-water mark on the CPU
@@ -75,12 +77,14 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
 
     from helpers.memory import track
 
-    c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
+    c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
+                     static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
     compiled, dev = c.executable, c.device
     name = c.function
+    dyn = c.dynamic(args, kwargs)  # the executable takes the non-static arguments only
 
     def placed():  # fresh copies each run: a donated argument is used up by the run
-        out = jax.device_put((args, kwargs), dev, may_alias=False)
+        out = jax.device_put(dyn, dev, may_alias=False)
         return jax.block_until_ready(out)
 
     a, k = placed()

@@ -383,20 +383,49 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
+def _check_static(args, kwargs, static_argnums, static_argnames
+                  ) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    for i in nums:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(args):
+            raise BadInputError(f"static_argnums={static_argnums!r}: {i!r} is not the position "
+                                f"of one of the {len(args)} positional arguments")
+    for n in names:
+        if n not in kwargs:
+            raise BadInputError(f"static_argnames={static_argnames!r}: {n!r} is not one of the "
+                                f"keyword arguments given ({', '.join(kwargs) or 'none'})")
+    return tuple(sorted(set(nums))), tuple(names)
+
+
 def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
-                 donate_argnums: int | Sequence[int] = (), **kwargs) -> CompiledStep:
+                 donate_argnums: int | Sequence[int] = (),
+                 static_argnums: int | Sequence[int] = (),
+                 static_argnames: str | Sequence[str] = (), **kwargs) -> CompiledStep:
     """``fn`` compiled for the device it would run on, with its arguments as shapes there
-    (:class:`CompiledStep`). Clear errors for the usual mistakes."""
+    (:class:`CompiledStep`). ``static_argnums`` / ``static_argnames`` as for ``jax.jit``: those
+    arguments are compile-time values (Python numbers, strings, flags), not arrays. Clear errors
+    for the usual mistakes."""
     jax = _jax()
     if not callable(fn):
         raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
+    statics, static_names = _check_static(args, kwargs, static_argnums, static_argnames)
+    asked = {donate_argnums} if isinstance(donate_argnums, int) else set(
+        donate_argnums if isinstance(donate_argnums, (tuple, list, set)) else ())
+    if set(statics) & asked:
+        raise BadInputError(f"argument(s) {sorted(set(statics) & asked)} are both static "
+                            "and donated: a static argument is a Python value, not a buffer")
     donated = _check_donation(args, donate_argnums)
     if device is None and _device_of_committed((args, kwargs), jax) is not None:
         dev, why = _device_of_committed((args, kwargs), jax), "where its committed arguments live"
     else:
         dev, why = _target(device)
     arg_specs, kw_specs = _specs(args, kwargs, dev, jax)
-    jitted = fn if (hasattr(fn, "lower") and not donated) else jax.jit(fn, donate_argnums=donated)
+    if hasattr(fn, "lower") and not (donated or statics or static_names):
+        jitted = fn  # the user's own jit, with whatever it declares
+    else:
+        jitted = jax.jit(fn, donate_argnums=donated, static_argnums=statics,
+                         static_argnames=static_names)
     name = _name(fn)
     try:
         with warnings.catch_warnings():  # "Some donated buffers were not usable": see donations
@@ -410,7 +439,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 f"{name} does not trace{_user_frame(err)}: Python control flow (if, while, "
                 f"int(), bool()) on a traced value. {kind}: {first}. Fix: jnp.where or "
                 f"jax.lax.cond/while_loop, or mark that argument static "
-                f"(jax.jit(..., static_argnums=...))") from None
+                f"(static_argnums=... or static_argnames=... here, as for jax.jit)") from None
         raise BadInputError(f"{name} fails on these arguments ({_shapes((args, kwargs))})"
                             f"{_user_frame(err)}: {kind}: {first}") from None
     try:
@@ -418,11 +447,31 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     except Exception as err:
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None
+    if jitted is fn:  # donation the user's jit declared: read it back from the lowering
+        donated = tuple(sorted(set(donated) | _declared_donation(lowered, len(args), jax)))
+    # the executable takes the dynamic arguments only: the analyses below see those, with the
+    # donated positions counted among them
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+    dyn_donated = tuple(i - sum(s < i for s in statics) for i in donated)
     return CompiledStep(compiled, dev, why, donated,
-                        *_residency(compiled, args, kwargs, dev, jax),
-                        _donation_conflict(args, kwargs, donated, jax),
+                        *_residency(compiled, dyn_args, dyn_kwargs, dev, jax),
+                        _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
                         _constant_bytes(jitted, arg_specs, kw_specs, jax),
-                        _donations(compiled, args, kwargs, donated, jax), name)
+                        _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax), name,
+                        statics, static_names)
+
+
+def _declared_donation(lowered, n_args: int, jax) -> set[int]:
+    """Positions whose every array leaf the user's own ``jax.jit(..., donate_argnums=...)``
+    donates (from ``lowered.args_info``); empty where this JAX does not say."""
+    try:
+        positional = lowered.args_info[0]
+        return {i for i in range(min(n_args, len(positional)))
+                if (leaves := jax.tree.leaves(positional[i]))
+                and all(getattr(leaf, "donated", False) for leaf in leaves)}
+    except Exception:
+        return set()
 
 
 @dataclass(frozen=True)
@@ -442,6 +491,13 @@ class CompiledStep:
     constants: int
     donations: tuple[DonatedArgument, ...]
     function: str = ""
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+
+    def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
+        """The arguments the executable is called with: the static ones left out."""
+        return (tuple(a for i, a in enumerate(args) if i not in self.static_argnums),
+                {k: v for k, v in kwargs.items() if k not in self.static_argnames})
 
 
 def _uniform(c) -> bool:
@@ -577,6 +633,8 @@ def _verdict(needed: int, free, dev, donated) -> tuple[str, str]:
 def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                    donate_argnums: int | Sequence[int] = (),
                    target: str | int | allocation.Target | None = None,
+                   static_argnums: int | Sequence[int] = (),
+                   static_argnames: str | Sequence[str] = (),
                    **kwargs) -> StepPreflight:
     """XLA's memory estimate for ``fn(*args, **kwargs)`` on ``device`` (default: where jit
     would run it), what is in use and free there now, and a verdict. Nothing runs and no
@@ -586,7 +644,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     :data:`helpers.allocation.CARDS`, a size, or :func:`helpers.allocation.target` with the
     allocator settings and the processes sharing it): the whole peak against its budget,
     labelled "sized for the target, compiled here" (XLA's sizes are this backend's)."""
-    c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums, **kwargs)
+    c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
+                     static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
     dev = c.device
     a = _analysis(c.executable)
     peak = a["peak"] + c.constants

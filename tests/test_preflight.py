@@ -380,3 +380,40 @@ def test_the_largest_temporaries_name_the_op_and_the_line():
     assert numbers and numbers <= lines, (numbers, lines)  # lines inside _two_layers
     assert all(t.line.startswith("test_preflight.py:") for t in p.largest_temporaries if t.line)
     assert "a large one:" in str(p)
+
+
+# --- static arguments, and donation the user's own jit declares ---------------------------------
+def _repeat(x, n, *, mode="double"):
+    for _ in range(n):  # a Python loop over a static count: fails to trace if n is traced
+        x = x * 2 if mode == "double" else x + 1
+    return x
+
+
+def test_static_arguments_are_accepted_and_named_when_wrong():
+    x = jnp.ones((256, 256))
+    with pytest.raises(BadInputError, match="static_argnums"):
+        preflight.preflight_step(_repeat, x, 3)  # n traced: the error names the fix
+    p = preflight.preflight_step(_repeat, x, 3, static_argnums=1, mode="add",
+                                 static_argnames="mode")
+    assert p.output_bytes == x.nbytes and p.argument_bytes == x.nbytes  # n is no argument
+    with pytest.raises(BadInputError, match="static_argnums=5"):
+        preflight.preflight_step(_repeat, x, 3, static_argnums=5)
+    with pytest.raises(BadInputError, match="static_argnames=.*'speed'"):
+        preflight.preflight_step(_repeat, x, 3, static_argnums=1, static_argnames="speed")
+    with pytest.raises(BadInputError, match="both static and donated"):
+        preflight.preflight_step(_repeat, x, 3, static_argnums=1, donate_argnums=1)
+
+
+def test_measure_step_runs_a_step_with_static_arguments():
+    x = jnp.ones((512, 512))
+    m = measure.measure_step(_repeat, x, 2, static_argnums=1, mode="add",
+                             static_argnames="mode")
+    assert m.argument_bytes == x.nbytes and m.peak_bytes >= x.nbytes
+
+
+def test_donation_declared_by_the_users_own_jit_is_reported():
+    step = jax.jit(lambda p, g: p - 0.1 * g, donate_argnums=0)
+    p, g = jnp.ones(1000), jnp.ones(1000)
+    found = preflight.preflight_step(step, p, g)
+    assert found.donated == (0,) and found.alias_bytes == p.nbytes
+    assert "donate the arguments" not in found.advice
