@@ -680,6 +680,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if c.dropped:
         notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
                      "reads (XLA drops them); they stay on the device while you hold them.")
+    if a["output"] == 0 and a["temp"] == 0 and not c.conflict:
+        notes.append("The compiled step computes nothing: it returns no array, so XLA kept no "
+                     "work and there is no memory to predict. A step that updates Python "
+                     "objects in place (as Flax NNX steps do) must be priced through the "
+                     "function its own jit traces, or made to return the new state.")
     advice = " ".join([advice, *notes]).strip()
     return StepPreflight(
         function=_name(fn), device=device_name(where),

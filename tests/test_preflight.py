@@ -417,3 +417,16 @@ def test_donation_declared_by_the_users_own_jit_is_reported():
     found = preflight.preflight_step(step, p, g)
     assert found.donated == (0,) and found.alias_bytes == p.nbytes
     assert "donate the arguments" not in found.advice
+
+
+def test_a_step_that_returns_nothing_is_not_a_silent_fits():
+    state = {"w": jnp.ones((512, 512))}
+
+    def step_in_place(s):  # updates a Python dict and returns nothing: JAX traces no work
+        s["w"] = s["w"] * 2
+
+    found = preflight.preflight_step(step_in_place, state)
+    assert found.output_bytes == found.temp_bytes == 0
+    assert "computes nothing" in found.advice and "computes nothing" in str(found)
+    kept = preflight.preflight_step(lambda s: {"w": s["w"] * 2}, state)
+    assert "computes nothing" not in kept.advice
