@@ -91,6 +91,7 @@ notebooks: $(STAMP)
 
 ## make bench: side-by-side benchmarks, results in benchmarks/results/
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	@ls benchmarks/*.py >/dev/null 2>&1 || { echo "no benchmarks yet"; exit 0; }
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
