@@ -441,7 +441,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 f"jax.lax.cond/while_loop, or mark that argument static "
                 f"(static_argnums=... or static_argnames=... here, as for jax.jit)") from None
         raise BadInputError(f"{name} fails on these arguments ({_shapes((args, kwargs))})"
-                            f"{_user_frame(err)}: {kind}: {first}") from None
+                            f"{_user_frame(err)}: {kind}: {first}{_misspelled(kwargs)}") from None
     try:
         compiled = lowered.compile()
     except Exception as err:
@@ -460,6 +460,22 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         _constant_bytes(jitted, arg_specs, kw_specs, jax),
                         _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax), name,
                         statics, static_names)
+
+
+_OPTIONS = ("device", "donate_argnums", "static_argnums", "static_argnames", "target")
+
+
+def _misspelled(kwargs: dict) -> str:
+    """A hint when a keyword given to the kit, and so passed into the step, looks like one of
+    the kit's own options misspelled (``static_argnum=1``)."""
+    import difflib
+
+    for key in kwargs:
+        near = difflib.get_close_matches(key, _OPTIONS, n=1, cutoff=0.8)
+        if near and near[0] != key:
+            return (f". The keyword {key!r} went into the step as its argument: did you mean "
+                    f"the option {near[0]!r}?")
+    return ""
 
 
 def _declared_donation(lowered, n_args: int, jax) -> set[int]:

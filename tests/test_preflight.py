@@ -430,3 +430,8 @@ def test_a_step_that_returns_nothing_is_not_a_silent_fits():
     assert "computes nothing" in found.advice and "computes nothing" in str(found)
     kept = preflight.preflight_step(lambda s: {"w": s["w"] * 2}, state)
     assert "computes nothing" not in kept.advice
+
+
+def test_a_misspelled_option_is_named_not_passed_on_in_silence():
+    with pytest.raises(BadInputError, match="did you mean the option 'static_argnums'"):
+        preflight.preflight_step(_repeat, jnp.ones(8), 2, static_argnum=1)
