@@ -371,8 +371,11 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         ("generated code", format_bytes(p.code_bytes)),
         *([("constants baked into the program (closed-over arrays)",
             format_bytes(p.constant_bytes))] if p.constant_bytes else []),
+        *([("CPU runtime, beyond XLA's plan (weight-gradient convolution)",
+            format_bytes(p.runtime_bytes))] if p.runtime_bytes else []),
         ("peak: arguments + outputs - aliased + temporaries"
-         + (" + constants" if p.constant_bytes else ""), format_bytes(p.peak_bytes)),
+         + (" + constants" if p.constant_bytes else "")
+         + (" + runtime" if p.runtime_bytes else ""), format_bytes(p.peak_bytes)),
         ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes)),
         ("arguments already there (counted in the peak)", format_bytes(p.resident_bytes)),
         *([("arguments XLA dropped (never read; not counted)", format_bytes(p.dropped_bytes))]

@@ -149,3 +149,23 @@ def test_the_program_text_still_names_values_and_their_lines():
     assert any(v["source"] and v["source"][0].endswith("test_jaxcompat.py") for v in values), (
         jax.__version__, values)
     assert internals.entry_values("not HLO", frames.is_user_file) == []
+
+
+def test_weight_gradient_convolutions_are_found_in_the_program_text():
+    """XLA's HLO text is not an API: this fails when a weight-gradient convolution no longer
+    reads as one (window over the input's whole spatial extent)."""
+    import jax
+    import jax.numpy as jnp
+
+    from helpers._internal import jaxcompat
+
+    x, w = jnp.zeros((8, 14, 14, 4)), jnp.ones((3, 3, 4, 8))
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    grad = jax.jit(lambda x, w: jax.grad(lambda w: conv(x, w).sum())(w))
+    text = grad.lower(x, w).compile().as_text()
+    assert jaxcompat.weight_gradient_convolutions(text) == [x.nbytes + 8 * 14 * 14 * 8 * 4]
+    assert jaxcompat.weight_gradient_convolutions("not HLO") == []

@@ -435,3 +435,19 @@ def test_a_step_that_returns_nothing_is_not_a_silent_fits():
 def test_a_misspelled_option_is_named_not_passed_on_in_silence():
     with pytest.raises(BadInputError, match="did you mean the option 'static_argnums'"):
         preflight.preflight_step(_repeat, jnp.ones(8), 2, static_argnum=1)
+
+
+def _conv(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def test_the_cpu_runtime_copies_of_a_weight_gradient_convolution_are_counted():
+    x, w = jnp.zeros((16, 28, 28, 32)), jnp.ones((3, 3, 32, 64)) * 0.01
+    grad = preflight.preflight_step(lambda x, w: jax.grad(lambda w: (_conv(x, w) ** 2).sum())(w),
+                                    x, w)
+    dy = 16 * 28 * 28 * 64 * 4  # the output gradient, the convolution's other operand
+    assert grad.runtime_bytes == x.nbytes + dy
+    assert "beyond XLA's plan" in str(grad) and "weight gradient" in grad.advice
+    forward = preflight.preflight_step(lambda x, w: _conv(x, w).sum(), x, w)
+    assert forward.runtime_bytes == 0  # the forward convolution stays inside the plan
