@@ -478,9 +478,13 @@ class MemoryTrace:
                     h = host[i]
                 merged.append(MemorySnapshot(t, d.devices, h))
             self._samples = merged
-            sampled = [t for t in device_times if t not in self._mark_sample_times]
-            self._rates = {"devices": _rate([t - sampled[0] for t in sampled]),
+            self._rates = {"devices": self._sampler_rate(device_times),
                            "host": _rate([t - host_times[0] for t in host_times])}
+
+    def _sampler_rate(self, times: list[float]) -> float:
+        """Samples per second over ``times``, leaving out the samples marks took."""
+        own = [t for t in times if t not in self._mark_sample_times]
+        return _rate([t - own[0] for t in own]) if own else 0.0
 
     def _series(self, device: str | jax.Device) -> tuple[int, ...]:
         series = self.device_bytes.get(device_name(device))
@@ -596,8 +600,8 @@ def track(interval: float = 0.01, *,
             trace._merge([_host_from(s) for s in host], [s["time"] for s in host])
         else:
             with trace._lock:
-                own = [x.time for x in trace._samples if x.time not in trace._mark_sample_times]
-                trace._rates = {"devices and host": _rate([t - own[0] for t in own])}
+                trace._rates = {"devices and host": trace._sampler_rate(
+                    [x.time for x in trace._samples])}
         trace.finished = True
         trace._sample_now = None
     if errors:  # pragma: no cover

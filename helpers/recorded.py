@@ -96,21 +96,25 @@ def _field(data: dict, *keys: str) -> object:
     return data
 
 
-def runs(folder: Path | str | None = None) -> tuple[GpuRun, ...]:
-    """Every recorded GPU run in ``folder`` (default ``docs/gpu-runs``), newest first; empty
-    where the folder is missing (the kit installed without its repository)."""
-    folder = Path(folder) if folder is not None else RUNS_DIR
+def _records(folder: Path) -> list[tuple[GpuRun, dict]]:
+    """Every run record in ``folder`` with its data, newest first, each file read once."""
     found = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         data = _read(path)
         copies = folder / path.stem
-        found.append(GpuRun(
+        found.append((GpuRun(
             name=path.stem, date=str(_field(data, "date") or "?"),
             gpu=str(_field(data, "gpu", "name") or "?"),
             driver=str(_field(data, "gpu", "driver") or "?"),
             jax=str(_field(data, "versions", "jax") or "?"),
-            notebooks=tuple(sorted(p.stem for p in copies.glob("*.ipynb")))))
-    return tuple(sorted(found, key=lambda r: (r.date, r.name), reverse=True))
+            notebooks=tuple(sorted(p.stem for p in copies.glob("*.ipynb")))), data))
+    return sorted(found, key=lambda rd: (rd[0].date, rd[0].name), reverse=True)
+
+
+def runs(folder: Path | str | None = None) -> tuple[GpuRun, ...]:
+    """Every recorded GPU run in ``folder`` (default ``docs/gpu-runs``), newest first; empty
+    where the folder is missing (the kit installed without its repository)."""
+    return tuple(run for run, _ in _records(Path(folder) if folder is not None else RUNS_DIR))
 
 
 def latest_run(folder: Path | str | None = None) -> GpuRun | None:
@@ -132,9 +136,8 @@ def benchmark(name: str, *, folder: Path | str | None = None) -> dict:
 def step(name: str, *, folder: Path | str | None = None) -> tuple[GpuRun, dict] | None:
     """The data a step of ``make gpu-check`` recorded (e.g. "allocation": every allocator
     setting measured), from the newest run that has it, with that run; None if none has."""
-    folder = Path(folder) if folder is not None else RUNS_DIR
-    for run in runs(folder):
-        data = _field(_read(folder / f"{run.name}.json"), "steps", name, "data")
+    for run, record in _records(Path(folder) if folder is not None else RUNS_DIR):
+        data = _field(record, "steps", name, "data")
         if data is not None:
             return run, data
     return None

@@ -535,6 +535,7 @@ def batch_size_text(b) -> str:
             f"{format_bytes(b.fixed_bytes)} fixed; {b.compiles} compiles, {b.seconds:.2f} s, "
             f"no run ({b.method})")
 
+
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
