@@ -23,8 +23,8 @@ from _common import median, write  # noqa: E402
 
 from helpers import example_steps, preflight, sizing  # noqa: E402
 
-BUDGETS = {"64 MiB": 64 * 2**20, "460.8 MiB": int(460.8 * 2**20), "2 GiB": 2 * 2**30,
-           "8 GiB": 8 * 2**30}
+BUDGETS = {"40 MiB": 40 * 2**20, "64 MiB": 64 * 2**20, "460.8 MiB": int(460.8 * 2**20),
+           "2 GiB": 2 * 2**30, "8 GiB": 8 * 2**30}
 MAX_BATCH = 1 << 20
 
 
@@ -36,6 +36,10 @@ def _step_args():
         return (params, jax.ShapeDtypeStruct((batch, x1.shape[1]), x1.dtype),
                 jax.ShapeDtypeStruct((batch, y1.shape[1]), y1.dtype))
     return make
+
+
+def need(make, batch):
+    return preflight.preflight_step(example_steps.mlp_sgd_step, *make(batch)).needed_bytes
 
 
 def bisection(make, budget):
@@ -81,6 +85,10 @@ def main(argv=None) -> dict:
                       "median_seconds": {k: median(v) for k, v in times.items()},
                       "seconds": times}
     met = all(r["same_answer"] and r["largest_batch_compiles"] <= 3 for r in rows.values())
+    for r in rows.values():  # how the need grows at the answer: a line, a bend, a jump
+        b = r["bisection_batch"]
+        r["bytes_per_example_at_answer"] = need(make, b + 1) - need(make, b)
+        r["bytes_per_example_far_above"] = need(make, MAX_BATCH) - need(make, MAX_BATCH - 1)
     payload = {"step": "helpers.example_steps.mlp_sgd_step (scale 1), from shapes",
                "rounds": args.rounds, "max_batch": MAX_BATCH,
                "goal": {"same_answer": True, "compiles_at_most": 3, "met": met,
@@ -89,8 +97,10 @@ def main(argv=None) -> dict:
     path = write("batch_search", payload)
     for name, r in rows.items():
         s = r["median_seconds"]
-        print(f"{name:>10}: bisection {r['bisection_batch']:,} in {r['bisection_compiles']} "
-              f"compiles, {s['bisection']:.2f} s | largest_batch {r['largest_batch']:,} in "
+        print(f"{name:>10} ({r['bytes_per_example_at_answer']:,} B/example at the answer, "
+              f"{r['bytes_per_example_far_above']:,} far above): bisection "
+              f"{r['bisection_batch']:,} in {r['bisection_compiles']} compiles, "
+              f"{s['bisection']:.2f} s | largest_batch {r['largest_batch']:,} in "
               f"{r['largest_batch_compiles']} compiles, {s['largest_batch']:.2f} s")
     print(f"goal (same answer, <= 3 compiles, every budget): {'met' if met else 'NOT met'}"
           f"  -> {path}")

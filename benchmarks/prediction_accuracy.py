@@ -29,12 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 GOAL_MEDIAN, GOAL_WORST, GOAL_LOW = 0.05, 0.10, 0.05
 
 
-def _cnn(batch: int):
-    import jax
-    import numpy as np
-    import optax
-    from flax import nnx
-
+def _cnn_model(nnx):
     class CNN(nnx.Module):  # the model of Flax's MNIST tutorial
         def __init__(self, rngs):
             self.conv1 = nnx.Conv(1, 32, kernel_size=(3, 3), rngs=rngs)
@@ -48,16 +43,22 @@ def _cnn(batch: int):
             x = x.reshape(x.shape[0], -1)
             return self.linear2(nnx.relu(self.linear1(x)))
 
-    images = np.zeros((batch, 28, 28, 1), np.float32)
-    labels = np.zeros((batch,), np.int32)
-    return _with_adam(CNN(rngs=nnx.Rngs(0)), images, labels, jax, optax, nnx)
+    return CNN(rngs=nnx.Rngs(0))
 
 
-def _gpt(batch: int, layers: int = 4, d: int = 256, seq: int = 128, vocab: int = 8192):
+def _cnn(batch: int):
     import jax
-    import jax.numpy as jnp
     import numpy as np
     import optax
+    from flax import nnx
+
+    images = np.zeros((batch, 28, 28, 1), np.float32)
+    labels = np.zeros((batch,), np.int32)
+    return _with_adam(_cnn_model(nnx), images, labels, jax, optax, nnx)
+
+
+def _gpt_parts(layers: int, d: int, vocab: int, remat: bool):
+    import jax.numpy as jnp
     from flax import nnx
 
     class Block(nnx.Module):
@@ -81,29 +82,142 @@ def _gpt(batch: int, layers: int = 4, d: int = 256, seq: int = 128, vocab: int =
         def __call__(self, tokens):
             x = self.embed(tokens)
             for block in self.blocks:
-                x = block(x)
+                # remat: each block's activations are recomputed in the backward pass
+                x = nnx.remat(lambda b, y: b(y))(block, x) if remat else block(x)
             return self.out(x)
 
+    return Block, GPT
+
+
+def _gpt(batch: int, layers: int = 4, d: int = 256, seq: int = 128, vocab: int = 8192, *,
+         remat: bool = False, micro_batches: int = 1, multi_steps: int = 0):
+    import jax
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    _, GPT = _gpt_parts(layers, d, vocab, remat)
     tokens = np.zeros((batch, seq), np.int32)
-    return _with_adam(GPT(rngs=nnx.Rngs(0)), tokens, tokens, jax, optax, nnx)
+    return _with_adam(GPT(rngs=nnx.Rngs(0)), tokens, tokens, jax, optax, nnx,
+                      micro_batches=micro_batches, multi_steps=multi_steps)
 
 
-def _with_adam(model, inputs, labels, jax, optax, nnx):
+def _gpt_scan(batch: int, layers: int = 4, d: int = 256, seq: int = 128, vocab: int = 8192):
+    """The blocks' parameters stacked on a leading layer axis and run by ``jax.lax.scan``: one
+    block compiled once, as large models are written."""
+    import jax
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    Block, _ = _gpt_parts(layers, d, vocab, False)
+    block_def, _ = nnx.split(Block(nnx.Rngs(0)))
+    stacked = jax.vmap(lambda k: nnx.split(Block(nnx.Rngs(k)))[1])(
+        jax.random.split(jax.random.key(1), layers))
+    embed, out = nnx.Embed(vocab, d, rngs=nnx.Rngs(2)), nnx.Linear(d, vocab, rngs=nnx.Rngs(3))
+    params = {"embed": nnx.split(embed)[1], "blocks": stacked, "out": nnx.split(out)[1]}
+    embed_def, out_def = nnx.split(embed)[0], nnx.split(out)[0]
+
+    def forward(p, tokens):
+        x = nnx.merge(embed_def, p["embed"])(tokens)
+        x, _ = jax.lax.scan(lambda y, bp: (nnx.merge(block_def, bp)(y), None), x, p["blocks"])
+        return nnx.merge(out_def, p["out"])(x)
+
+    tokens = np.zeros((batch, seq), np.int32)
+    return _adam_step(forward, params, tokens, tokens, jax, optax)
+
+
+def _with_adam(model, inputs, labels, jax, optax, nnx, *, micro_batches: int = 1,
+               multi_steps: int = 0):
     graphdef, params = nnx.split(model)
+    return _adam_step(lambda p, x: nnx.merge(graphdef, p)(x), params, inputs, labels, jax, optax,
+                      micro_batches=micro_batches, multi_steps=multi_steps)
+
+
+def _adam_step(forward, params, inputs, labels, jax, optax, *, micro_batches: int = 1,
+               multi_steps: int = 0):
+    """AdamW on ``forward(params, inputs)``'s cross-entropy. ``micro_batches`` > 1: the batch is
+    split and the gradients summed over a ``lax.scan`` (gradient accumulation inside the step);
+    ``multi_steps`` > 0: optax.MultiSteps, which keeps a running gradient in its state."""
     tx = optax.adamw(1e-3)
+    if multi_steps:
+        tx = optax.MultiSteps(tx, every_k_schedule=multi_steps)
     opt_state = tx.init(params)
 
-    def train_step(params, opt_state, inputs, labels):
-        def loss_fn(p):
-            logits = nnx.merge(graphdef, p)(inputs)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    def loss_fn(p, x, y):
+        return optax.softmax_cross_entropy_with_integer_labels(forward(p, x), y).mean()
 
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+    def train_step(params, opt_state, inputs, labels):
+        if micro_batches == 1:
+            loss, grads = jax.value_and_grad(loss_fn)(params, inputs, labels)
+        else:
+            split = jax.tree.map(lambda a: a.reshape(micro_batches, -1, *a.shape[1:]),
+                                 (inputs, labels))
+
+            def one(acc, xy):
+                loss, g = jax.value_and_grad(loss_fn)(params, *xy)
+                return (jax.tree.map(jax.numpy.add, acc[0], g), acc[1] + loss), None
+
+            zeros = jax.tree.map(jax.numpy.zeros_like, params)
+            (grads, loss), _ = jax.lax.scan(one, (zeros, 0.0), split)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
     n_params = sum(x.size for x in jax.tree.leaves(params))
     return train_step, (params, opt_state, inputs, labels), n_params
+
+
+def _mlp_plain(batch: int, widths=(784, 2048, 2048, 10)):
+    """Plain JAX, no library: a list of (w, b) pairs and SGD with momentum by hand."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    keys = jax.random.split(jax.random.key(0), len(widths) - 1)
+    params = [(jax.random.normal(k, (i, o)) * 0.01, jnp.zeros(o))
+              for k, i, o in zip(keys, widths[:-1], widths[1:], strict=True)]
+    momentum = jax.tree.map(jnp.zeros_like, params)
+
+    def loss_fn(params, x, y):
+        for w, b in params[:-1]:
+            x = jax.nn.relu(x @ w + b)
+        w, b = params[-1]
+        logits = x @ w + b
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1))
+
+    def train_step(params, momentum, x, y):
+        grads = jax.grad(loss_fn)(params, x, y)
+        momentum = jax.tree.map(lambda m, g: 0.9 * m + g, momentum, grads)
+        return jax.tree.map(lambda p, m: p - 0.01 * m, params, momentum), momentum
+
+    x, y = np.zeros((batch, widths[0]), np.float32), np.zeros((batch,), np.int32)
+    return train_step, (params, momentum, x, y), sum(a.size for a in jax.tree.leaves(params))
+
+
+def _nnx_tutorial(batch: int):
+    """How Flax's own tutorials write a step: ``nnx.jit``, the model and an ``nnx.Optimizer``
+    passed in and updated in place, nothing returned."""
+    import jax
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    model = _cnn_model(nnx)
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+
+    @nnx.jit
+    def train_step(model, optimizer, images, labels):
+        def loss_fn(model):
+            logits = model(images)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+        grads = nnx.grad(loss_fn)(model)
+        optimizer.update(model, grads)
+
+    images = np.zeros((batch, 28, 28, 1), np.float32)
+    labels = np.zeros((batch,), np.int32)
+    n_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    return train_step, (model, optimizer, images, labels), n_params
 
 
 CORPUS = {
@@ -112,6 +226,12 @@ CORPUS = {
     "gpt4_b8": (lambda: _gpt(8), ()),
     "gpt4_b32": (lambda: _gpt(32), ()),
     "gpt4_b32_donated": (lambda: _gpt(32), (0, 1)),
+    "gpt4_b8_remat": (lambda: _gpt(8, remat=True), ()),
+    "gpt4_b8_scan_layers": (lambda: _gpt_scan(8), ()),
+    "gpt4_b32_accumulate_4": (lambda: _gpt(32, micro_batches=4), ()),
+    "gpt4_b8_optax_multisteps": (lambda: _gpt(8, multi_steps=4), ()),
+    "mlp_plain_jax_b512": (lambda: _mlp_plain(512), ()),
+    "cnn_nnx_jit_b64": (lambda: _nnx_tutorial(64), ()),
 }
 
 

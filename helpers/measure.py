@@ -50,10 +50,12 @@ class StepMeasurement(Display):
     function: str
     device: str
     argument_bytes: int  # the arguments, already on the device before the run
-    peak_bytes: int | NotAvailable  # the step's peak, arguments included
+    peak_bytes: int | NotAvailable  # the step's peak, arguments included: the larger run's
     source: str  # ALLOCATOR_PEAK or HOST_PEAK
-    seconds: float
+    seconds: float  # the measured later run (the first run on a GPU)
     note: str
+    first_run_peak_bytes: int | NotAvailable = NOT_AVAILABLE  # the first run's own peak
+    later_run_peak_bytes: int | NotAvailable = NOT_AVAILABLE  # a later run's (CPU stand-in)
 
 
 def _allocator(dev) -> dict | None:
@@ -67,15 +69,13 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  donate_argnums: int | Sequence[int] = (),
                  static_argnums: int | Sequence[int] = (),
                  static_argnames: str | Sequence[str] = (), **kwargs) -> StepMeasurement:
-    """Run ``fn(*args, **kwargs)`` once, compiled as :func:`preflight_step` compiles it, and
-    measure its peak on the device: the allocator's peak on a GPU (the first run: a warm-up
-    would reach the same high-water mark and hide it), the host RSS high-water mark on the CPU
-    stand-in (after one warm-up run, since that mark is reset for the measured run)."""
-    import time
-
+    """Run ``fn(*args, **kwargs)``, compiled as :func:`preflight_step` compiles it, and measure
+    its peak on the device: the allocator's peak on a GPU (the first run, measured alone: a
+    warm-up would reach the same high-water mark and hide it), the host RSS high-water mark on
+    the CPU stand-in (the first run and a later one, each its own mark: ``peak_bytes`` is the
+    larger). Every output is waited for, the updated state of a step that returns nothing
+    (``nnx.jit``) included."""
     import jax
-
-    from helpers.memory import track
 
     c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
                      static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
@@ -89,18 +89,14 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
 
     a, k = placed()
     before = _allocator(dev)
-    if before is None:  # host RSS: its mark is reset per block, so a warm-up run hides nothing
-        jax.block_until_ready(compiled(*a, **k))  # first-run allocations are not the step
-        a, k = placed()
-    # with an allocator, the first run is measured: its peak counter cannot be reset
+    # the first run is measured everywhere: memory it takes once (the runtime's own set-up)
+    # is memory the step needs. With an allocator it is the only run measured: its peak counter
+    # cannot be reset. The host RSS mark is reset per block, so on the CPU stand-in a later run
+    # is measured as well.
     arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
-    t0 = time.perf_counter()
-    with track(interval=0.005, devices=[dev]) as trace:
-        out = compiled(*a, **k)
-        jax.block_until_ready(out)
-    seconds = time.perf_counter() - t0
-    del out
+    first, seconds = _run_measured(compiled, a, k, dev, arg_bytes)
     after = _allocator(dev)
+    later: int | NotAvailable = NOT_AVAILABLE
     if before is not None and after is not None:
         source = ALLOCATOR_PEAK
         if after["peak_bytes_in_use"] > before["peak_bytes_in_use"]:
@@ -110,17 +106,43 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 "hidden: this process reached a higher peak earlier (an earlier step, or "
                 "compile-time autotuning) and the allocator's peak only rises; measure in a "
                 "fresh process (measure_example)")
+        first = peak
     else:
         source = HOST_PEAK
-        host_peak = trace.host_peak
-        if host_peak is NOT_AVAILABLE:
+        a, k = placed()
+        later, seconds = _run_measured(compiled, a, k, dev, arg_bytes)
+        if later is NOT_AVAILABLE or first is NOT_AVAILABLE:
             peak, note = NOT_AVAILABLE, "this OS keeps no RSS high-water mark"
         else:
-            peak = host_peak - trace.samples[0].host.rss + arg_bytes
+            peak = max(first, later)
             note = ("" if _mmap_threshold_set() else
                     "lower bound: the C heap may reuse freed memory without growing RSS "
                     f"(a fresh process with {MMAP_ENV} is exact: measure_example)")
-    return StepMeasurement(name, device_name(dev), arg_bytes, peak, source, seconds, note)
+    return StepMeasurement(name, device_name(dev), arg_bytes, peak, source, seconds, note,
+                           first, later)
+
+
+def _run_measured(compiled, a, k, dev, arg_bytes: int) -> tuple[int | NotAvailable, float]:
+    """One run, waited for (every output, the updated state included), under a tracker: the
+    host RSS high-water mark over it (NOT_AVAILABLE where the OS keeps none), and seconds."""
+    import time
+
+    import jax
+
+    from helpers.memory import track
+
+    t0 = time.perf_counter()
+    with track(interval=0.005, devices=[dev]) as trace:
+        out = compiled(*a, **k)
+        # a step that returns nothing (nnx.jit) wrote its new state into its arguments: wait
+        # on those too, or the run is measured before it has finished
+        jax.block_until_ready([x for x in jax.tree.leaves((out, a, k))
+                               if not (isinstance(x, jax.Array) and x.is_deleted())])
+        del out
+    seconds = time.perf_counter() - t0
+    if trace.host_peak is NOT_AVAILABLE:
+        return NOT_AVAILABLE, seconds
+    return trace.host_peak - trace.samples[0].host.rss + arg_bytes, seconds
 
 
 def _mmap_threshold_set() -> bool:

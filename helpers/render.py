@@ -411,8 +411,12 @@ def step_preflight_html(p: StepPreflight) -> str:
 def step_measurement_text(m: StepMeasurement) -> str:
     peak = format_bytes(m.peak_bytes)
     note = f"\n  {m.note}" if m.note else ""
+    runs = ""
+    if isinstance(m.later_run_peak_bytes, int) and isinstance(m.first_run_peak_bytes, int):
+        runs = (f"\n  first run {format_bytes(m.first_run_peak_bytes)}, a later run "
+                f"{format_bytes(m.later_run_peak_bytes)}")
     return (f"{m.function} on {m.device}: measured peak {peak} ({m.source}); arguments "
-            f"{format_bytes(m.argument_bytes)}; ran {m.seconds:.3f} s{note}")
+            f"{format_bytes(m.argument_bytes)}; ran {m.seconds:.3f} s{runs}{note}")
 
 
 def reproduction_text(r: Reproduction) -> str:

@@ -105,48 +105,55 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         compiled = nxt in known or verify or slope <= 0
         if compiled:
             need(nxt)
-        after = known[nxt] if compiled else int(round(fixed + slope * nxt))
+        after = known[nxt] if compiled else int(round(known[batch] + slope * g))
         return BatchSize(name, batch, g, budget_bytes, known.get(batch, 0), after, compiled,
                          slope, fixed, len(known), time.perf_counter() - t0, method)
 
-    # two probes where the per-example cost has settled: the largest batch allowed, and half
-    hi_probe = top
-    lo_probe = max(g, hi_probe // 2 // g * g)
-    if lo_probe == hi_probe:  # max_batch == granularity: one batch to try
-        fits = need(g) <= budget_bytes
-        return done(g if fits else 0, 0.0, float(known[g]), "one batch size allowed")
-    need(hi_probe)
-    if known[hi_probe] <= budget_bytes:  # one compile: even the largest allowed batch fits
-        return done(hi_probe, 0.0, float(known[hi_probe]), "the largest batch allowed fits")
-    need(lo_probe)
-    slope, fixed = line(lo_probe, hi_probe)
-    if slope <= 0:
-        raise BadInputError(f"{name}'s memory does not grow with the batch between "
-                            f"{lo_probe} and {hi_probe}: is the batch in make_args' shapes?")
-    guess = int((budget_bytes - fixed) // slope) // g * g
-    guess = min(max(guess, g), hi_probe - g)
-    if need(guess) <= budget_bytes and abs(known[guess] - (fixed + slope * guess)) <= \
-            tolerance * budget_bytes and fixed + slope * (guess + g) > budget_bytes:
-        return done(guess, slope, fixed, "a line through two compiles, checked by a third")
-    # the line was off here: keep a bracket [lo fits, hi does not] and narrow it
+    # first the largest batch allowed: if it fits, that is the answer
+    need(top)
+    if known[top] <= budget_bytes or top == g:
+        fits = known[top] <= budget_bytes
+        return done(top if fits else 0, 0.0, float(known[top]),
+                    "the largest batch allowed fits" if fits else "one batch size allowed")
+    # then where a need proportional to the batch would meet the budget: near the answer, so
+    # the lines below are drawn through compiles close to it (a step's need is linear in the
+    # batch only piecewise: XLA changes its plan as the batch grows)
+    need(min(max(int(budget_bytes / known[top] * top) // g * g, g), top - g))
+    width = top
     for _ in range(64):
         fits = [b for b, n in known.items() if n <= budget_bytes]
         over = [b for b, n in known.items() if n > budget_bytes]
-        if not fits:
-            if need(g) > budget_bytes:
-                return done(0, slope, fixed, "even the smallest batch does not fit")
-            continue
-        lo, hi = max(fits), min(b for b in over if b > max(fits))
-        if hi - lo <= g:
-            slope, fixed = line(lo, hi)
-            return done(lo, slope, fixed, "a line, then narrowed by compiles (the need is not "
-                                          "linear in the batch over this range)")
-        slope, fixed = line(lo, hi)
-        guess = int((budget_bytes - fixed) // slope) // g * g if slope > 0 else lo + g
-        if not lo < guess < hi or guess in known:  # the secant points at lo: the boundary?
-            guess = lo + g
-        if guess in known:  # the secant stalls: halve the bracket
-            guess = max(lo + g, (lo + hi) // 2 // g * g)
+        if not fits and g in known:
+            return done(0, 0.0, float(known[g]), "even the smallest batch does not fit")
+        if fits:  # a bracket: the largest batch that fits, the smallest above it that does not
+            a = max(fits)
+            b = min(x for x in over if x > a)
+            if b - a <= g:
+                slope, fixed = line(a, b)
+                return done(a, slope, fixed, "a line, then narrowed by compiles (the need is "
+                                             "not linear in the batch over this range)")
+        else:  # everything compiled is over the budget: the two smallest batches
+            a, b = sorted(over)[:2]
+        slope, fixed = line(a, b)
+        if slope <= 0:
+            raise BadInputError(f"{name}'s memory does not grow with the batch between {a} "
+                                f"and {b}: is the batch in make_args' shapes?")
+        guess = int((budget_bytes - fixed) // slope) // g * g
+        if fits:
+            halve = not a < guess < b or guess in known or b - a > width / 2
+            width = b - a  # a line that did not halve the bracket is followed by a halving
+            if halve:
+                guess = max(a + g, (a + b) // 2 // g * g)
+        else:
+            guess = max(g, min(guess, a - g))
         need(guess)
+        # accepted where the compile lies on the line and the line, from that compile, puts
+        # the next batch over the budget
+        if known[guess] <= budget_bytes and abs(known[guess] - (fixed + slope * guess)) <= \
+                tolerance * budget_bytes and known[guess] + slope * g > budget_bytes:
+            return done(guess, slope, fixed, "a line through two compiles, checked by a third"
+                        if len(known) == 3 else "a line through the two compiles nearest the "
+                        "answer, checked by another (the need is not linear in the batch over "
+                        "the whole range)")
     raise BadInputError(f"no answer for {name} in 64 compiles: its need does not grow "
                         "steadily with the batch")  # pragma: no cover

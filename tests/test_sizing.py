@@ -31,7 +31,8 @@ def bisection(budget, g=1):
 
 
 @pytest.mark.parametrize("budget, g", [(int(460.8 * 2**20), 1), (2 * 2**30, 8),
-                                       (64 * 2**20, 1), (23 * 2**20, 4)])
+                                       (64 * 2**20, 1), (23 * 2**20, 4), (23 * 2**20, 1),
+                                       (30 * 2**20, 1), (40 * 2**20, 1)])
 def test_the_same_answer_as_bisection(budget, g):
     found = sizing.largest_batch(example_steps.mlp_sgd_step, make, budget, granularity=g,
                                  max_batch=1 << 20)
@@ -49,6 +50,16 @@ def test_three_compiles_where_the_need_is_linear_in_the_batch(budget):
                                 verify=True)
     assert sure.compiles == 4 and sure.next_compiled and sure.batch == found.batch
     assert sure.next_needed_bytes == need(found.batch + 1) > budget
+
+
+def test_a_line_through_the_compiles_nearest_the_answer_where_xla_changes_its_plan():
+    # the MLP's need grows by 21,504 B per example near batch 2,144 and by 22,528 far above it:
+    # the line through the largest batch is off there, the line through the two nearest is not
+    assert need(2200) - need(2199) != need(1 << 20) - need((1 << 20) - 1)
+    found = sizing.largest_batch(example_steps.mlp_sgd_step, make, 64 * 2**20, max_batch=1 << 20)
+    assert need(found.batch) <= 64 * 2**20 < need(found.batch + 1)
+    assert found.compiles == 4 and "nearest the answer" in found.method
+    assert found.bytes_per_example == need(2145) - need(2144)
 
 
 def test_when_nothing_fits_or_everything_fits():
