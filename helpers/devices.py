@@ -6,7 +6,10 @@ array sits.
 - :func:`placement` explains one array: its devices, memory kind, committed or not, bytes, and
   what that means for the next jit call; for an array over several devices, its sharding and
   each device's piece (:class:`Shard`), read from the public
-  ``sharding.addressable_devices_indices_map``.
+  ``sharding.addressable_devices_indices_map`` (``devices_indices_map`` for an array that spans
+  several processes: the other processes' shards are marked, not readable here).
+- :func:`process_view` says which process of a multi-process job this is, and which devices are
+  its own.
 - :func:`roles` picks the accelerator and the host (a real GPU and the CPU, or two simulated CPU
   devices as a labelled stand-in); :func:`simulate_cpu_devices` asks JAX for several CPU devices
   before it starts.
@@ -45,9 +48,10 @@ from helpers.units import NOT_AVAILABLE, NotAvailable
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["BackendInfo", "DeviceInfo", "DeviceReport", "FailedBackend", "LeafPlacement",
-           "Placement", "Roles", "Shard", "TreePlacement", "device_name", "placement", "probe",
-           "probe_in_child", "roles", "simulate_cpu_devices", "tree_placement", "versions"]
+__all__ = ["LAUNCH_VARS", "BackendInfo", "DeviceInfo", "DeviceReport", "FailedBackend",
+           "LeafPlacement", "Placement", "ProcessView", "Roles", "Shard", "TreePlacement",
+           "device_name", "placement", "probe", "probe_in_child", "process_view", "roles",
+           "simulate_cpu_devices", "tree_placement", "versions"]
 
 
 # --- the report: plain data -----------------------------------------------------------------
@@ -64,6 +68,62 @@ class DeviceInfo(Record):
     default_memory_kind: str | None
     #: allocator statistics (bytes_in_use, peak_bytes_in_use, bytes_limit, ...) or NOT_AVAILABLE
     memory_stats: Mapping[str, int] | NotAvailable = NOT_AVAILABLE
+
+
+#: The variables that say a process is one of a multi-process job: JAX's own, and those of the
+#: launchers ``jax.distributed.initialize()`` detects without arguments (jax/_src/clusters/)
+LAUNCH_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_PORT", "JAX_NUM_PROCESSES",
+               "JAX_PROCESS_ID", "JAX_LOCAL_DEVICE_IDS", "SLURM_JOB_ID", "SLURM_NTASKS",
+               "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_NODES", "OMPI_COMM_WORLD_SIZE",
+               "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "JOB_COMPLETION_INDEX",
+               "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "MEGASCALE_NUM_SLICES",
+               "MEGASCALE_SLICE_ID")
+
+
+@dataclass(frozen=True)
+class ProcessView(Display):
+    """This process in its JAX job: which process it is, of how many, the coordinator it
+    joined, its own devices (``jax.local_devices()``) against every process's
+    (``jax.devices()``), and the launcher's variables found in its environment."""
+
+    distributed: bool  # jax.distributed.initialize() has run in this process
+    process_index: int
+    process_count: int
+    coordinator: str | None
+    local_devices: tuple[str, ...]
+    devices: tuple[str, ...]  # every process's, this one's included
+    launch_environment: Mapping[str, str]
+    note: str = ""
+
+    @property
+    def other_devices(self) -> tuple[str, ...]:
+        """Devices of the other processes: this one cannot read or write their memory."""
+        return tuple(d for d in self.devices if d not in set(self.local_devices))
+
+
+def process_view() -> ProcessView:
+    """This process in its multi-process job (:class:`ProcessView`). Starts JAX's backends if
+    they have not started, as ``jax.devices()`` does. A process that never called
+    ``jax.distributed.initialize()`` is process 0 of 1; if its environment says it was launched
+    as one of several (``SLURM_NTASKS=4``, ``JAX_NUM_PROCESSES``, ...), the note says so."""
+    import os
+
+    jax = jaxcompat.import_jax()
+    env = {k: os.environ[k] for k in LAUNCH_VARS if os.environ.get(k)}
+    up = bool(jax.distributed.is_initialized())
+    local = tuple(device_name(d) for d in jax.local_devices())
+    every = tuple(device_name(d) for d in jax.devices())
+    count = int(jax.process_count())
+    note = ""
+    launched = {k: env[k] for k in ("JAX_NUM_PROCESSES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+                if k in env}
+    if not up and any(v.isdigit() and int(v) > 1 for v in launched.values()):
+        k, v = next(iter(launched.items()))
+        note = (f"launched as one of several processes ({k}={v}) but jax.distributed."
+                "initialize() has not run here: this process works alone, on its own devices. "
+                "Fix: call jax.distributed.initialize() first, before any other JAX call")
+    return ProcessView(up, int(jax.process_index()), count, jaxcompat.distributed_coordinator(),
+                       local, every, MappingProxyType(env), note)
 
 
 @dataclass(frozen=True)
@@ -105,6 +165,8 @@ class DeviceReport(Display):
     #: ``jax.print_environment_info()``'s text, what JAX's issue template asks for ("" where
     #: JAX could not produce it, e.g. when ``import jax`` failed)
     jax_environment_info: str = ""
+    #: the process in its multi-process job (None in a report from before this field)
+    processes: ProcessView | None = None
 
     @property
     def backend_names(self) -> tuple[str, ...]:
@@ -259,6 +321,10 @@ def probe() -> DeviceReport:
             devices=devices,
         ))
     found, plugins = versions()
+    try:
+        processes = process_view() if clients else None
+    except Exception:  # pragma: no cover - no backend answers: the report says why elsewhere
+        processes = None
     return DeviceReport(
         backends=tuple(backends_info),
         failed_backends=tuple(failed),
@@ -271,6 +337,7 @@ def probe() -> DeviceReport:
         versions=MappingProxyType(found),
         plugins=MappingProxyType(plugins),
         jax_environment_info=_environment_info(jax) if clients else "",
+        processes=processes,
     )
 
 
@@ -389,6 +456,8 @@ class Shard(Record):
     index: str
     shape: tuple[int, ...]
     nbytes: int
+    process_index: int = 0  # the process whose device holds it
+    addressable: bool = True  # False: another process's; this one cannot read it
 
 
 @dataclass(frozen=True)
@@ -405,7 +474,13 @@ class Placement(Display):
     committed: bool | None  # None for NumPy arrays
     explanation: str = field(default="")
     sharding: str = ""  # "SingleDeviceSharding", "NamedSharding(mesh={'data': 8}, spec=P('data'))"
-    shards: tuple[Shard, ...] = ()  # one per addressable device, in device order (NumPy: none)
+    shards: tuple[Shard, ...] = ()  # one per device, in device order (NumPy: none); in a
+    #: multi-process job, other processes' shards too (``addressable=False``)
+
+    @property
+    def local_bytes(self) -> int:
+        """Bytes in this process's devices (``device_bytes`` less other processes' shards)."""
+        return sum(s.nbytes for s in self.shards if s.addressable)
 
     @property
     def device_bytes(self) -> int:
@@ -461,7 +536,7 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
             "committed inputs elsewhere will move it there"
         )
     memory_kind = getattr(x.sharding, "memory_kind", None)
-    why += _layout_note(x, shards) + _memory_kind_note(memory_kind)
+    why += _layout_note(x, shards) + _process_note(x, shards) + _memory_kind_note(memory_kind)
     return Placement(
         kind="jax.Array", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
         devices=names, memory_kind=memory_kind, committed=bool(x.committed), explanation=why,
@@ -474,7 +549,10 @@ def _shards(x) -> tuple[Shard, ...]:
     ``shard.data``, which would make JAX keep another Array over the same buffer)."""
     itemsize = np.dtype(x.dtype).itemsize
     out = []
-    placed = x.sharding.addressable_devices_indices_map(tuple(x.shape))
+    every = x.is_fully_addressable  # one process holds it all: its own devices are all of them
+    placed = (x.sharding.addressable_devices_indices_map(tuple(x.shape)) if every else
+              x.sharding.devices_indices_map(tuple(x.shape)))
+    here = {d.id for d in x.sharding.addressable_devices}
     for device, index in sorted(placed.items(), key=lambda kv: (kv[0].platform, kv[0].id)):
         index = tuple(index or ()) + (slice(None),) * (x.ndim - len(index or ()))
         parts, shape = [], []
@@ -484,7 +562,8 @@ def _shards(x) -> tuple[Shard, ...]:
             parts.append(":" if (start, stop, step) == (0, dim, 1) else f"{start}:{stop}")
         shape_t = tuple(shape)
         out.append(Shard(device_name(device), f"[{', '.join(parts)}]", shape_t,
-                         int(np.prod(shape_t, dtype=np.int64)) * itemsize))
+                         int(np.prod(shape_t, dtype=np.int64)) * itemsize,
+                         int(device.process_index), device.id in here))
     return tuple(out)
 
 
@@ -509,6 +588,23 @@ def _layout_note(x, shards: tuple[Shard, ...]) -> str:
     return (f". Sharded: each device holds one piece (shapes "
             f"{', '.join(sorted({str(s.shape) for s in shards}))}), {total:,} B on devices in "
             "all; a computation on it runs on all of them, whatever jax.default_device says")
+
+
+def _process_note(x, shards: tuple[Shard, ...]) -> str:
+    if x.is_fully_addressable:
+        return ""
+    mine = [s for s in shards if s.addressable]
+    processes = sorted({s.process_index for s in shards})
+    if not mine:
+        return (f". None of it is in this process: every shard is on another process's device "
+                f"(process {', '.join(map(str, processes))}), which jax.default_device or "
+                "device_put named; this process can neither read it nor compute with it. Fix: "
+                "name a device of this process, jax.local_devices()")
+    return (f". It spans {len(processes)} processes: this one holds {len(mine)} of its "
+            f"{len(shards)} shards ({sum(s.nbytes for s in mine):,} B); np.asarray or print "
+            "of it raises here. Read this process's part with x.addressable_shards, or gather "
+            "the whole array into every process with "
+            "jax.experimental.multihost_utils.process_allgather(x)")
 
 
 def _memory_kind_note(kind: str | None) -> str:

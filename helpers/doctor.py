@@ -16,6 +16,7 @@ import dataclasses
 import os
 import platform
 import re
+import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -124,10 +125,26 @@ def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 12
         report = devices.probe_in_child(env, timeout=timeout)
     except ChildProcessFailed as err:
         return _fallback_report(err.result, child.child_env(env))
+    here = _caller_in_a_job()
+    if here is not None:  # the child cannot join the caller's job: the caller's own view
+        report = dataclasses.replace(report, processes=here)
     differs = _caller_differs(report)
-    if differs is None:
+    if differs is None or here is not None:  # a job's process sees every process's devices
         return report
     return dataclasses.replace(report, warnings=(*report.warnings, differs))
+
+
+def _caller_in_a_job() -> devices.ProcessView | None:
+    """The calling process's :class:`~helpers.devices.ProcessView` when it has joined a
+    multi-process job (``jax.distributed.initialize``); None otherwise (never starts JAX)."""
+    if "jax" not in sys.modules:
+        return None
+    import jax
+
+    try:
+        return devices.process_view() if jax.distributed.is_initialized() else None
+    except Exception:  # pragma: no cover - a job whose backend cannot start
+        return None
 
 
 def _caller_differs(report: DeviceReport) -> EnvWarning | None:

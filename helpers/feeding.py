@@ -252,6 +252,21 @@ def _check_sharding(sharding, device, shape: tuple[int, int]):
     return sharding
 
 
+def _process_rows(sharding, shape: tuple[int, int]) -> tuple[int, int]:
+    """The rows ``[lo, hi)`` of a batch that this process's devices hold under ``sharding``:
+    every row for one process; in a multi-process job, only this process's block."""
+    if sharding is None or sharding.is_fully_addressable:
+        return 0, shape[0]
+    ranges = {idx[0].indices(shape[0])[:2] if idx else (0, shape[0])
+              for idx in sharding.addressable_devices_indices_map(shape).values()}
+    lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+    if sum(b - a for a, b in ranges) < hi - lo:
+        raise BadInputError(f"this process's devices hold rows {sorted(ranges)} of the batch, "
+                            "not one block: order the mesh's devices by process "
+                            "(jax.make_mesh does)")
+    return lo, hi
+
+
 def _device_memory_kinds(device) -> set[str]:
     try:
         return {m.kind for m in device.addressable_memories()}
@@ -265,7 +280,11 @@ class Batches:
     tokens: a 1-D NumPy array or memmap (e.g. ``datasets.open_tokens(path)``).
     device: where batches go (default: JAX's default device).
     sharding: instead of ``device``, a ``jax.sharding.Sharding`` for the ``(batch_size,
-    seq_len)`` batch, e.g. ``NamedSharding(mesh, P("data"))``: each device gets its rows.
+    seq_len)`` batch, e.g. ``NamedSharding(mesh, P("data"))``: each device gets its rows. In a
+    multi-process job (a sharding over every process's devices) each process gathers only the
+    rows its own devices hold (``rows``) and the global batch is built with
+    ``jax.make_array_from_process_local_data``; every process draws the same window starts, so
+    the global batch is the one a single process would make.
     prefetch: batches prepared ahead in a background thread; 0 prepares each on demand.
     steps: how many batches (None: endless).
     dtype: convert on the device after the transfer (e.g. ``"int32"``); None keeps uint16.
@@ -310,10 +329,13 @@ class Batches:
         if steps is not None and (not isinstance(steps, int) or steps < 0):
             raise BadInputError(f"steps must be None or an int >= 0, got {steps!r}")
         self.tokens, self.batch_size, self.seq_len = tokens, int(batch_size), int(seq_len)
-        self.device = device if device is not None or sharding else jax.devices()[0]
+        self.device = device if device is not None or sharding else jax.local_devices()[0]
         self._starts = window_starts(len(tokens), batch_size, seq_len, seed=seed)
         self.steps, self.prefetch, self.pinned = steps, prefetch, pinned
         self.sharding = _check_sharding(sharding, device, (self.batch_size, self.seq_len))
+        #: the rows of each batch this process gathers: all of them, unless ``sharding`` spans
+        #: several processes (a multi-process job), where each process reads only its own
+        self.rows = _process_rows(self.sharding, (self.batch_size, self.seq_len))
         for d in (sharding.device_set if sharding else [self.device]) if pinned else ():
             if "pinned_host" not in (kinds := _device_memory_kinds(d)):
                 raise BadInputError(f"{device_name(d)} has no pinned_host memory "
@@ -352,7 +374,7 @@ class Batches:
         where = self.device if self.sharding is None else None
         if getattr(where, "platform", None) != "cpu":
             try:
-                where = jax.devices("cpu")[0]
+                where = jax.local_devices(backend="cpu")[0]  # this process's, in a job of many
             except RuntimeError:  # the CPU backend is switched off (JAX_PLATFORMS)
                 return None
         return CompiledGather.build(self.tokens, where)
@@ -360,13 +382,14 @@ class Batches:
     def _one(self):
         import jax
 
-        starts = next(self._starts)
+        starts = next(self._starts)  # every process draws the same starts (the same seed)
+        mine = starts if self.rows == (0, self.batch_size) else starts[slice(*self.rows)]
         t0 = time.perf_counter()
         with jax.profiler.TraceAnnotation("helpers.batches: gather"):  # seen in jax.profiler
             if self._compiled is None:
-                host = gather(self.tokens, starts, self.seq_len)
+                host = gather(self.tokens, mine, self.seq_len)
             else:
-                host = self._compiled(starts, self.seq_len).block_until_ready()
+                host = self._compiled(mine, self.seq_len).block_until_ready()
         t1 = time.perf_counter()
         with jax.profiler.TraceAnnotation("helpers.batches: transfer"):
             batch = self._place(jax, host)
@@ -381,6 +404,9 @@ class Batches:
         """The gathered batch where it goes (pinned staging, sharding, dtype), and ready."""
         if self._direct:  # gathered on the target device itself: this is the batch
             batch = host
+        elif self.rows != (0, self.batch_size):  # this process's rows of a global batch
+            batch = jax.make_array_from_process_local_data(
+                self.sharding, np.asarray(host), (self.batch_size, self.seq_len))
         elif self.pinned:
             target = self.sharding or jax.sharding.SingleDeviceSharding(self.device)
             staged = jax.device_put(np.asarray(host), target.with_memory_kind("pinned_host"))

@@ -19,7 +19,7 @@ from helpers.units import NOT_AVAILABLE, format_bytes
 
 if TYPE_CHECKING:  # records are registered by name below: rendering never imports JAX
     from helpers.datasets import TokenFile
-    from helpers.devices import DeviceReport, Placement, TreePlacement
+    from helpers.devices import DeviceReport, Placement, ProcessView, TreePlacement
     from helpers.holders import Holders
     from helpers.ipython import CellMemory
     from helpers.measure import StepMeasurement
@@ -60,6 +60,11 @@ def report_text(r: DeviceReport) -> str:
     lines.append(f"default device:  {r.default_device or 'NONE'}  ({r.default_device_source})")
     if r.platforms_requested:
         lines.append(f"JAX_PLATFORMS:   {r.platforms_requested}")
+    if r.processes is not None and (r.processes.distributed or r.processes.process_count > 1
+                                    or r.processes.note):
+        lines.append(f"processes:       {_process_line(r.processes)}")
+        if r.processes.note:
+            lines.append(f"  ! {r.processes.note}")
     lines.append("")
     lines.append("Backends")
     if not r.backends:
@@ -96,6 +101,30 @@ def report_text(r: DeviceReport) -> str:
     return "\n".join(lines)
 
 
+def _process_line(v: ProcessView) -> str:
+    where = f", coordinator {v.coordinator}" if v.coordinator else ""
+    return (f"this is process {v.process_index} of {v.process_count}{where}; "
+            f"{len(v.local_devices)} of {len(v.devices)} devices are its own "
+            f"({', '.join(v.local_devices)})")
+
+
+def process_view_text(v: ProcessView) -> str:
+    lines = [f"process {v.process_index} of {v.process_count}"
+             + ("" if v.distributed else " (jax.distributed not initialized)"),
+             f"  coordinator:   {v.coordinator or 'none'}",
+             f"  local devices: {', '.join(v.local_devices)}",
+             f"  all devices:   {', '.join(v.devices)}"]
+    if v.other_devices:
+        lines.append(f"  not its own:   {', '.join(v.other_devices)} (other processes: their "
+                     "memory is out of this process's reach)")
+    if v.launch_environment:
+        lines.append("  launched with: " + ", ".join(f"{k}={x}" for k, x in
+                                                     v.launch_environment.items()))
+    if v.note:
+        lines.append(f"  ! {v.note}")
+    return "\n".join(lines)
+
+
 # --- HTML ---------------------------------------------------------------------------------
 _CSS = (
     "<style>.jdk-report{font-family:var(--jp-ui-font-family,sans-serif);font-size:13px}"
@@ -116,6 +145,10 @@ def report_html(r: DeviceReport) -> str:
         f"<b>default device</b> {_e(r.default_device or 'none')} "
         f"<i>({_e(r.default_device_source)})</i>"
     )
+    if r.processes is not None and (r.processes.distributed or r.processes.process_count > 1
+                                    or r.processes.note):
+        note = f' <span class="warn">{_e(r.processes.note)}</span>' if r.processes.note else ""
+        out.append(f"<br><b>processes</b> {_e(_process_line(r.processes))}{note}")
     out.append("<table><tr><th>backend</th><th>device</th><th>kind</th><th>process</th>"
                "<th>memory kinds</th><th>bytes in use</th><th>bytes limit</th></tr>")
     for b in r.backends:
@@ -171,8 +204,11 @@ def _several(p: Placement) -> bool:
 def _shards_summary(p: Placement) -> str:
     times = p.device_bytes / p.nbytes if p.nbytes else 0
     kind = "replicated" if p.replicated else "sharded"
+    others = sum(not s.addressable for s in p.shards)
+    elsewhere = (f"; {others} in other processes, {format_bytes(p.local_bytes)} in this one"
+                 if others else "")
     return (f"{len(p.shards)} ({kind}), {format_bytes(p.device_bytes)} on devices in all "
-            f"({times:g} x the array)")
+            f"({times:g} x the array){elsewhere}")
 
 
 def placement_text(p: Placement) -> str:
@@ -188,7 +224,9 @@ def placement_text(p: Placement) -> str:
         w = max(len(s.device) for s in p.shards)
         wi = max(len(s.index) for s in p.shards)
         lines += [f"    {s.device:<{w}}  {s.index:<{wi}}  {str(s.shape):<12} "
-                  f"{format_bytes(s.nbytes)}" for s in p.shards]
+                  f"{format_bytes(s.nbytes)}"
+                  + ("" if s.addressable else f"  (process {s.process_index}: not this one's)")
+                  for s in p.shards]
     lines.append(f"  meaning:     {p.explanation}")
     return "\n".join(lines)
 
@@ -202,7 +240,10 @@ def placement_html(p: Placement) -> str:
     if _several(p):
         rows = [("sharding", p.sharding), *rows, ("shards", _shards_summary(p))]
         shards = ("<table><tr><th>device</th><th>index</th><th>shape</th><th>bytes</th></tr>"
-                  + "".join(f"<tr><td>{_e(s.device)}</td><td><code>{_e(s.index)}</code></td>"
+                  + "".join(f"<tr><td>{_e(s.device)}"
+                            + ("" if s.addressable else
+                               f" <i>(process {s.process_index}: not this one's)</i>")
+                            + f"</td><td><code>{_e(s.index)}</code></td>"
                             f"<td>{_e(s.shape)}</td><td>{_e(format_bytes(s.nbytes))}</td></tr>"
                             for s in p.shards) + "</table>")
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
@@ -541,6 +582,7 @@ def batch_size_text(b) -> str:
 
 
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
+records.renders("helpers.devices.ProcessView", text=process_view_text)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
 records.renders("helpers.preflight.Residuals", text=residuals_text)

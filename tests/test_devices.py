@@ -63,7 +63,7 @@ def test_json_round_trip_and_stable_keys(rep):
     data = json.loads(rep.to_json())
     assert list(data) == ["schema", "default_backend", "default_device", "default_device_source",
                           "platforms_requested", "backends", "failed_backends", "environment",
-                          "warnings", "versions", "plugins", "jax_environment_info"]
+                          "warnings", "versions", "plugins", "jax_environment_info", "processes"]
     again = devices.DeviceReport.from_dict(data)
     assert again.to_dict() == data
 

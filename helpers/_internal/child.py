@@ -14,6 +14,9 @@ and steps measured one at a time, the host-memory sampler. They all go through h
   REQUEST_JSON``: it rebuilds the request record from the function's annotation, calls it and
   prints the answer as one JSON line (the last line of stdout that starts with ``{`` or ``[``,
   so stray prints before it do no harm);
+- :func:`run_group` runs several children at once that need each other (the processes of one
+  ``jax.distributed`` job): when one fails, or the time is up, every other is killed too, since
+  the rest would wait for it;
 - a child that dies, hangs or gives no answer (a crash, a kill, an XLA abort) is a
   :class:`ChildResult` with ``data=None`` and the end of its stderr; :meth:`ChildResult.answer`
   turns that into :class:`~helpers.errors.ChildProcessFailed` (how it ended: exit code or
@@ -41,7 +44,7 @@ from helpers._internal.records import from_dict, to_json_value
 from helpers.errors import BadInputError, ChildProcessFailed
 
 __all__ = ["ChildResult", "Reply", "answer", "child_env", "finish", "main", "read_answer",
-           "run", "start"]
+           "request_type", "run", "run_group", "start"]
 
 R = TypeVar("R")
 ENTRY = "helpers._internal.child"
@@ -145,6 +148,70 @@ def run(target: str, request: Any = None, *, env: Mapping[str, str] | None = Non
     return ChildResult(_parse(proc.stdout), proc.returncode, proc.stderr)
 
 
+def run_group(target: str, requests: Sequence[Any], *, envs: Sequence[Mapping[str, str]],
+              timeout: float = 120, poll: float = 0.05) -> list[ChildResult]:
+    """Run one child per request, all at once, and return their results in order. The
+    children need each other: when one ends without an answer, or after ``timeout`` seconds,
+    the others are killed (reported as killed by SIGKILL, ``timed_out`` when time ran out).
+    Every child is reaped and its files closed before this returns, also when the caller is
+    interrupted. Output goes to temporary files, so no child can block on a full pipe."""
+    if len(requests) != len(envs):
+        raise BadInputError(f"one environment per request: {len(requests)} requests, "
+                            f"{len(envs)} environments")
+    procs: list = []  # a Popen, or the OSError that stopped one from starting
+    files: list = []
+    timed_out = False
+    try:
+        for request, env in zip(requests, envs, strict=True):
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            files.append((out, err))
+            try:
+                procs.append(subprocess.Popen(_command(target, request), env=dict(env),
+                                              stdin=subprocess.DEVNULL, stdout=out, stderr=err))
+            except OSError as error:
+                procs.append(error)
+                break
+        deadline = time.monotonic() + timeout
+        while len(procs) == len(requests) and all(isinstance(p, subprocess.Popen) for p in procs):
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(poll)
+        _end(procs)
+        results = []
+        for i in range(len(requests)):
+            p = procs[i] if i < len(procs) else None
+            if not isinstance(p, subprocess.Popen):
+                why = (f"could not start the child process: {p}" if p is not None else
+                       "not started: an earlier child of the group could not be started")
+                results.append(ChildResult(None, -1, why))
+                continue
+            out, err = files[i]
+            out.seek(0)
+            err.seek(0)
+            results.append(ChildResult(_parse(out.read()), p.returncode, err.read(),
+                                       timed_out=timed_out and p.returncode == -signal.SIGKILL))
+        return results
+    finally:  # whatever happened above (an interrupt too): nothing of ours keeps running
+        _end(procs)
+        for pair in files:
+            for f in pair:
+                f.close()
+
+
+def _end(procs: list) -> None:
+    """Kill every child still running, then reap them all."""
+    for p in procs:
+        if isinstance(p, subprocess.Popen) and p.poll() is None:
+            p.kill()
+    for p in procs:
+        if isinstance(p, subprocess.Popen):
+            p.wait()
+
+
 def start(target: str, request: Any = None, *, env: Mapping[str, str] | None = None
           ) -> subprocess.Popen:
     """Start the child function ``target`` on ``request`` and leave it running (it answers on
@@ -222,7 +289,8 @@ class Reply:
     exit_code: int = 0
 
 
-def _request_type(fn) -> Any:
+def request_type(fn) -> Any:
+    """The type of ``fn``'s one parameter (its request), None when it takes none."""
     params = list(inspect.signature(fn).parameters.values())
     if not params:
         return None
@@ -234,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     target, payload = (sys.argv[1:] if argv is None else list(argv))[:2]
     module, function = target.split(":")
     fn = getattr(importlib.import_module(module), function)
-    kind = _request_type(fn)
+    kind = request_type(fn)
     if kind is None:
         out = fn()
     else:

@@ -29,7 +29,8 @@ from typing import Any
 __all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved",
            "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters", "asarray_is_explicit",
            "backend_errors", "backend_factories", "backend_start_snapshot", "backends_started",
-           "device_name", "ensure_hook", "entry_values", "expand_platform_alias",
+           "device_name", "distributed_coordinator", "ensure_hook", "entry_values",
+           "expand_platform_alias",
            "explicit_scopes_marked", "import_jax", "jax_version", "jax_version_tuple",
            "live_executables", "on_backend_start", "parse_guard_line", "verify",
            "weight_gradient_convolutions"]
@@ -91,6 +92,10 @@ INTERNALS: dict[str, Internal] = {
         "list what a function's gradient keeps from the forward pass (shape, and where each "
         "came from), to size it and point at jax.checkpoint",
         "jax.ad_checkpoint.print_saved_residuals prints the same list and returns nothing"),
+    "distributed_state": Internal(
+        "jax._src.distributed:global_state",
+        "name the coordinator address a process of a multi-process job joined (the doctor)",
+        "none: jax.distributed has is_initialized() and no getter for the address"),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
@@ -173,6 +178,14 @@ def backends_started() -> bool:
         return bool(fn()) if fn is not None else False
     except Exception:
         return False
+
+
+def distributed_coordinator() -> str | None:
+    """The coordinator address this process joined with ``jax.distributed.initialize``; None
+    when it joined none, or when JAX moved the answer."""
+    state = _get("distributed_state")
+    address = getattr(state, "coordinator_address", None)
+    return str(address) if address else None
 
 
 def backend_errors() -> dict[str, str]:

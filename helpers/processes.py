@@ -1,0 +1,277 @@
+"""Many processes: one JAX job over several processes, and what each of them sees.
+
+A program outgrows one process when it outgrows one host: ``jax.distributed.initialize()`` joins
+one process per host (or per GPU) into one job. Each process then has its own devices
+(``jax.local_devices()``) and sees every process's (``jax.devices()``); an array can span them
+all, and each process holds, reads and writes only its own shards.
+
+:func:`launch` starts the processes of one job on this machine: a **stand-in for hosts**. Each is
+a local process, CPU only, with its own simulated CPU devices; they meet at a coordinator on
+localhost, and collectives go through gloo over localhost where a cluster uses NCCL or the TPU
+interconnect. Each runs one function named ``"module:function"`` (the kit's child protocol),
+after ``jax.distributed.initialize``, and answers with plain data or a record. A process that
+fails, or a job that hangs, ends the whole job: every process is killed and reaped, and the
+:class:`Job` says what each one did (the caller's kernel keeps running).
+
+:func:`report` is the function notebook 13 runs in each process: what that process sees
+(:class:`ProcessReport`).
+
+On a cluster the same program runs under the launcher's variables instead (SLURM, Kubernetes,
+Cloud TPU): only the coordinator address and the process count change (docs/processes.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from helpers import devices
+from helpers._internal import child
+from helpers._internal.records import Display, Record, to_json_value
+from helpers.devices import LAUNCH_VARS, Placement, ProcessView
+from helpers.errors import BadInputError, ChildProcessFailed
+
+__all__ = ["STAND_IN", "Job", "ProcessReport", "ReportRequest", "launch", "report"]
+
+STAND_IN = ("stand-in for hosts: local CPU processes on this machine, each with its own "
+            "simulated CPU devices, collectives through gloo over localhost")
+
+
+@dataclass(frozen=True)
+class Job(Display):
+    """A job launched by :func:`launch`: each process's answer (plain data; None where it gave
+    none) and, where it failed, how (its exit and the end of its stderr)."""
+
+    target: str
+    processes: int
+    devices_per_process: int
+    coordinator: str
+    stand_in: str
+    answers: tuple[Any, ...]
+    failures: tuple[str, ...]  # "" for a process that answered
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        """Every process answered."""
+        return not any(self.failures)
+
+    def answer(self, process: int) -> Any:
+        """Process ``process``'s answer; ChildProcessFailed saying how it failed."""
+        if self.failures[process]:
+            raise ChildProcessFailed(f"process {process} of {self.target}: "
+                                     f"{self.failures[process]}")
+        return self.answers[process]
+
+
+@dataclass(frozen=True)
+class _Launch(Record):
+    target: str
+    request: Any
+    coordinator: str
+    processes: int
+    process_id: int
+    timeout: int
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _device_count_flags(flags: str, n: int) -> str:
+    kept = [f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count")]
+    return " ".join([*kept, f"--xla_force_host_platform_device_count={n}"])
+
+
+def launch(target: str, request: Any = None, *, processes: int = 2,
+           devices_per_process: int = 2, timeout: float = 120) -> Job:
+    """Run ``target`` ("module:function", importable by a fresh Python) in each of
+    ``processes`` local processes joined into one JAX job, each with ``devices_per_process``
+    simulated CPU devices, and return what each answered (:class:`Job`). ``request`` (plain
+    data or a record) is passed to every process. The job is a stand-in for hosts
+    (:data:`STAND_IN`). After ``timeout`` seconds, or as soon as one process fails, every
+    process is killed; nothing is left running."""
+    if not isinstance(target, str) or target.count(":") != 1:
+        raise BadInputError(f"target must be 'module:function', got {target!r}")
+    for name, value, top in (("processes", processes, 16),
+                             ("devices_per_process", devices_per_process, 64)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+            raise BadInputError(f"{name} must be an int from 1 to {top}, got {value!r}")
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise BadInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    coordinator = f"127.0.0.1:{_free_port()}"
+    env = child.child_env(
+        {"JAX_PLATFORMS": "cpu",
+         "XLA_FLAGS": _device_count_flags(os.environ.get("XLA_FLAGS", ""), devices_per_process)},
+        drop=LAUNCH_VARS)  # this machine's job, not the one this process may belong to
+    wire = to_json_value(request)
+    requests = [_Launch(target, wire, coordinator, processes, i, max(1, int(timeout)))
+                for i in range(processes)]
+    t0 = time.perf_counter()
+    results = child.run_group(f"{__name__}:_process_main", requests, envs=[env] * processes,
+                              timeout=timeout)
+    seconds = time.perf_counter() - t0
+    failures = tuple("" if r.data is not None and r.returncode == 0 else r.describe_failure()
+                     for r in results)
+    # the process that failed by itself, not killed by run_group because of another
+    culprit = next((i for i, r in enumerate(results)
+                    if r.returncode not in (0, -signal.SIGKILL)), None)
+    if culprit is not None:
+        failures = tuple(f if not f or i == culprit else
+                         f"killed when process {culprit} failed ({f})"
+                         for i, f in enumerate(failures))
+    return Job(target, processes, devices_per_process, coordinator, STAND_IN,
+               tuple(r.data for r in results), failures, seconds)
+
+
+def _process_main(req: _Launch) -> Any:
+    """In each process of :func:`launch`: join the job, run the target, leave the job."""
+    import importlib
+    import inspect
+
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(req.coordinator, req.processes, req.process_id,
+                               cluster_detection_method="deactivate",
+                               initialization_timeout=req.timeout)
+    try:
+        module, function = req.target.split(":")
+        fn = getattr(importlib.import_module(module), function)
+        if not inspect.signature(fn).parameters:
+            out = fn()
+        else:
+            kind = child.request_type(fn)
+            request = req.request
+            if isinstance(kind, type) and hasattr(kind, "__dataclass_fields__") and \
+                    isinstance(request, Mapping):
+                from helpers._internal.records import from_dict
+
+                request = from_dict(kind, request)
+            out = fn(request)
+    except BaseException:
+        # leave now: jax.distributed.shutdown() (also registered at exit) waits for every
+        # other process at a barrier, and they may wait for this one
+        import sys
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    jax.distributed.shutdown()
+    return out
+
+
+# --- what notebook 13 asks each process -----------------------------------------------------
+@dataclass(frozen=True)
+class ReportRequest(Record):
+    """What :func:`report` does in each process: the rows of the global array each process
+    contributes, and the token file to feed from (None: no data loading)."""
+
+    rows_per_process: int = 4
+    columns: int = 3
+    token_file: str | None = None
+    batch_size: int = 16
+    seq_len: int = 64
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessReport(Display):
+    """What one process of a job sees: itself in the job, a global array (its shards, and what
+    reading it here does), an array made under ``jax.default_device`` of another process's
+    device, the memory on its own devices, and the bytes it loads to feed a global batch."""
+
+    view: ProcessView
+    placement: Placement  # the global array, every process's rows
+    read_error: str  # np.asarray of the global array, here
+    global_sum: float  # a jit over the global array: every process's rows
+    elsewhere: Placement  # jnp.ones under jax.default_device(another process's device)
+    elsewhere_error: str  # a jit over it
+    device_bytes: Mapping[str, int]  # memory.snapshot: this process's devices only
+    batch_rows: tuple[int, int]  # the rows of each global batch this process gathers
+    batch_bytes_here: int  # bytes this process gathers per batch
+    batch_checksum: int  # sum of every token of the first global batch, read back whole
+    whole_file_bytes: int  # the mistake: bytes one process holds after loading the whole file
+    anon_growth_whole_file: int  # its own host memory (RssAnon), measured, for that load
+    anon_growth_share: int  # the same for its share of 4 batches
+
+
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+
+
+def report(request: ReportRequest) -> ProcessReport:
+    """In one process of a job (run it with :func:`launch`): what this process sees. Each
+    process contributes ``rows_per_process`` rows of value ``100 * process + row`` to one global
+    array over every process's devices."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import datasets, memory
+
+    view = devices.process_view()
+    mesh = jax.make_mesh((len(jax.devices()),), ("data",))
+    rows = NamedSharding(mesh, P("data"))
+    me, n = jax.process_index(), jax.process_count()
+    local = (100 * me + np.arange(request.rows_per_process * request.columns, dtype=np.float32)
+             .reshape(request.rows_per_process, request.columns))
+    g = jax.make_array_from_process_local_data(rows, local)
+    try:
+        np.asarray(g)
+        read_error = ""
+    except Exception as err:
+        read_error = _first_line(err)
+    total = float(jax.jit(jnp.sum)(g))
+    other = next(d for d in jax.devices() if d.process_index != me) if n > 1 else jax.devices()[0]
+    with jax.default_device(other):
+        far = jnp.ones((4,), jnp.float32)
+    try:
+        jax.jit(jnp.sum)(far).block_until_ready()
+        far_error = ""
+    except Exception as err:
+        far_error = _first_line(err)
+    snap = memory.snapshot()
+    batch_rows, here, checksum = (0, 0), 0, 0
+    grow_whole = grow_share = whole = 0
+    if request.token_file:
+        from jax.experimental import multihost_utils
+
+        def anon() -> int:  # this process's own memory (a memmapped file's pages are shared)
+            host = memory.snapshot([]).host
+            return host.anon if isinstance(host.anon, int) else host.rss
+
+        def feed_on(steps: int, seed: int):
+            return datasets.batches(request.token_file, request.batch_size, request.seq_len,
+                                    sharding=rows, prefetch=0, steps=steps, seed=seed)
+
+        with feed_on(1, request.seed + 1) as warm:  # the feeding code's own first use
+            list(warm)
+        before = anon()
+        with feed_on(4, request.seed) as feed:
+            first = None
+            for batch in feed:
+                first = batch if first is None else first
+            batch_rows = feed.rows
+            grow_share = anon() - before
+            whole_batch = multihost_utils.process_allgather(first, tiled=True)
+            checksum = int(np.asarray(whole_batch, dtype=np.int64).sum())
+            here = (batch_rows[1] - batch_rows[0]) * request.seq_len * feed.tokens.itemsize
+        before = anon()
+        everything = np.fromfile(request.token_file, dtype=np.uint8)  # every process, all of it
+        whole, grow_whole = int(everything.nbytes), anon() - before
+        del everything
+    return ProcessReport(view, devices.placement(g), read_error, total,
+                         devices.placement(far), far_error,
+                         {d.device: d.bytes_in_use for d in snap.devices}, batch_rows, here,
+                         checksum, whole, grow_whole, grow_share)

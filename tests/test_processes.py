@@ -1,0 +1,155 @@
+"""Many processes: a JAX job of 2 local processes (helpers.processes.launch), what each sees, the
+doctor and placement inside one, and nothing left running when a process fails or hangs."""
+
+import numpy as np
+import psutil
+import pytest
+
+from helpers import datasets, devices, feeding, processes
+from helpers.errors import BadInputError, ChildProcessFailed
+
+
+def _children_left() -> list:
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokens") / "tokens.safetensors"
+    datasets.write_tokens(path, 4_000_000, progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def job(token_file):
+    found = processes.launch("helpers.processes:report",
+                             processes.ReportRequest(token_file=str(token_file)), processes=2,
+                             devices_per_process=2, timeout=120)
+    assert found.ok, found.failures
+    return found, [processes.ProcessReport.from_dict(a) for a in found.answers]
+
+
+def test_each_process_knows_its_index_and_its_own_devices(job):
+    found, reports = job
+    assert found.stand_in == processes.STAND_IN and not _children_left()
+    for i, r in enumerate(reports):
+        v = r.view
+        assert v.distributed and v.process_index == i and v.process_count == 2
+        assert v.coordinator == found.coordinator
+        assert len(v.local_devices) == 2 and len(v.devices) == 4
+        assert set(v.local_devices) | set(v.other_devices) == set(v.devices)
+        assert not set(v.local_devices) & set(v.other_devices)
+    assert set(reports[0].view.local_devices).isdisjoint(reports[1].view.local_devices)
+
+
+def test_a_global_array_is_read_only_where_its_shards_are(job):
+    _, reports = job
+    for i, r in enumerate(reports):
+        p = r.placement
+        assert p.shape == (8, 3) and len(p.shards) == 4
+        mine = [s for s in p.shards if s.addressable]
+        assert len(mine) == 2 and all(s.process_index == i for s in mine)
+        assert p.local_bytes == p.device_bytes // 2 == 2 * 4 * 3 * 4 // 2
+        assert "spans 2 processes" in p.explanation and "process_allgather" in p.explanation
+        assert "not this one's" in str(p)
+        assert r.read_error.startswith("RuntimeError") and "non-addressable" in r.read_error
+        # a jit over it adds every process's rows: 100 * process + 0..11, for processes 0 and 1
+        assert r.global_sum == sum(100 * q * 12 + sum(range(12)) for q in range(2))
+        assert set(r.device_bytes) == set(r.view.local_devices)  # its own devices, no others
+
+
+def test_default_device_of_another_process_gives_an_array_with_nothing_here(job):
+    _, reports = job
+    for r in reports:
+        assert r.elsewhere.shards and not any(s.addressable for s in r.elsewhere.shards)
+        assert "None of it is in this process" in r.elsewhere.explanation
+        assert r.elsewhere_error  # a jit over it fails in this process
+
+
+def test_each_process_gathers_only_its_rows_of_the_same_global_batch(job, token_file):
+    _, reports = job
+    request = processes.ReportRequest(token_file=str(token_file))
+    assert [r.batch_rows for r in reports] == [(0, 8), (8, 16)]
+    assert all(r.batch_bytes_here == 8 * request.seq_len * 2 for r in reports)
+    # the global batch is the one a single process would make from the same seed
+    tokens = datasets.open_tokens(token_file)
+    starts = next(feeding.window_starts(len(tokens), request.batch_size, request.seq_len,
+                                        seed=request.seed))
+    expected = int(feeding.gather(tokens, starts, request.seq_len).astype(np.int64).sum())
+    assert [r.batch_checksum for r in reports] == [expected, expected]
+    # the mistake, measured: each process loading the whole file holds all of it
+    for r in reports:
+        assert r.whole_file_bytes == token_file.stat().st_size
+        assert r.anon_growth_whole_file >= 0.9 * r.whole_file_bytes
+        assert r.anon_growth_share < 0.1 * r.anon_growth_whole_file
+
+
+def doctor_in_a_job():
+    """Run in each process of a job by the test below: the doctor's report there."""
+    from helpers import doctor
+
+    report = doctor.diagnose()
+    return {"view": report.processes, "text": str(report)}
+
+
+def test_the_doctor_reports_the_job_it_is_called_from():
+    found = processes.launch("tests.test_processes:doctor_in_a_job", processes=2, timeout=120)
+    assert found.ok, found.failures
+    views = [devices.ProcessView.from_dict(a["view"]) for a in found.answers]
+    assert [v.process_index for v in views] == [0, 1]
+    assert all(v.coordinator == found.coordinator and v.process_count == 2 for v in views)
+    assert f"this is process 1 of 2, coordinator {found.coordinator}" in found.answers[1]["text"]
+    assert "caller-differs" not in found.answers[1]["text"]  # a job's devices are no surprise
+
+
+def fails_in_process_one():
+    import jax
+
+    if jax.process_index() == 1:
+        raise ValueError("process one cannot go on")
+    import time
+
+    time.sleep(120)  # process 0 would wait for process 1 without end
+
+
+def hangs():
+    import time
+
+    time.sleep(120)
+
+
+def test_a_process_that_fails_ends_the_job_and_says_which():
+    found = processes.launch("tests.test_processes:fails_in_process_one", timeout=100)
+    assert not found.ok and found.seconds < 60
+    assert "process one cannot go on" in found.failures[1]
+    assert found.failures[0].startswith("killed when process 1 failed")
+    with pytest.raises(ChildProcessFailed, match="process 1"):
+        found.answer(1)
+    assert not _children_left()
+
+
+def test_a_job_that_hangs_is_killed_at_its_timeout():
+    found = processes.launch("tests.test_processes:hangs", timeout=8)
+    assert not found.ok and all("did not finish in time" in f for f in found.failures)
+    assert not _children_left()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"target": "no_colon"}, "module:function"),
+    ({"processes": 0}, "processes"),
+    ({"devices_per_process": 0}, "devices_per_process"),
+    ({"timeout": -1}, "timeout")])
+def test_bad_input_is_named(kwargs, match):
+    args = {"target": "tests.test_processes:hangs", **kwargs}
+    target = args.pop("target")
+    with pytest.raises(BadInputError, match=match):
+        processes.launch(target, **args)
+
+
+def test_a_process_launched_as_one_of_many_that_never_joined_is_told(monkeypatch):
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    view = devices.process_view()
+    assert not view.distributed and view.process_count == 1
+    assert "SLURM_NTASKS=4" in view.note and "jax.distributed.initialize()" in view.note
+    assert view.launch_environment["SLURM_NTASKS"] == "4"
