@@ -525,7 +525,9 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
     shards = _shards(x)
     names = tuple(s.device for s in shards)
     where = names[0] if len(names) == 1 else f"{len(names)} devices ({', '.join(names)})"
-    if x.committed:
+    if not any(s.addressable for s in shards):  # all of it in other processes of a job
+        why = f"on {where}, of another process" + _process_note(x, shards)
+    elif x.committed:
         why = (
             f"committed to {where}: jit runs computations that use it there, and mixing it "
             "with an array committed to another device raises an error instead of moving it"
@@ -536,7 +538,9 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
             "committed inputs elsewhere will move it there"
         )
     memory_kind = getattr(x.sharding, "memory_kind", None)
-    why += _layout_note(x, shards) + _process_note(x, shards) + _memory_kind_note(memory_kind)
+    if any(s.addressable for s in shards):
+        why += _layout_note(x, shards) + _process_note(x, shards)
+    why += _memory_kind_note(memory_kind)
     return Placement(
         kind="jax.Array", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
         devices=names, memory_kind=memory_kind, committed=bool(x.committed), explanation=why,

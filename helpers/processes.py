@@ -32,7 +32,7 @@ from typing import Any
 
 from helpers import devices
 from helpers._internal import child
-from helpers._internal.records import Display, Record, to_json_value
+from helpers._internal.records import Display, Record, from_dict, to_json_value
 from helpers.devices import LAUNCH_VARS, Placement, ProcessView
 from helpers.errors import BadInputError, ChildProcessFailed
 
@@ -44,8 +44,9 @@ STAND_IN = ("stand-in for hosts: local CPU processes on this machine, each with 
 
 @dataclass(frozen=True)
 class Job(Display):
-    """A job launched by :func:`launch`: each process's answer (plain data; None where it gave
-    none) and, where it failed, how (its exit and the end of its stderr)."""
+    """A job launched by :func:`launch`: each process's answer (the record the target's return
+    annotation names, else plain data; None where it gave none) and, where it failed, how (its
+    exit and the end of its stderr)."""
 
     target: str
     processes: int
@@ -95,7 +96,8 @@ def launch(target: str, request: Any = None, *, processes: int = 2,
     """Run ``target`` ("module:function", importable by a fresh Python) in each of
     ``processes`` local processes joined into one JAX job, each with ``devices_per_process``
     simulated CPU devices, and return what each answered (:class:`Job`). ``request`` (plain
-    data or a record) is passed to every process. The job is a stand-in for hosts
+    data or a record) is passed to every process (``None``: the target is called with no
+    argument). The job is a stand-in for hosts
     (:data:`STAND_IN`). After ``timeout`` seconds, or as soon as one process fails, every
     process is killed; nothing is left running."""
     if not isinstance(target, str) or target.count(":") != 1:
@@ -120,21 +122,38 @@ def launch(target: str, request: Any = None, *, processes: int = 2,
     seconds = time.perf_counter() - t0
     failures = tuple("" if r.data is not None and r.returncode == 0 else r.describe_failure()
                      for r in results)
-    # the process that failed by itself, not killed by run_group because of another
+    # the process that failed by itself first; the ones run_group killed because of it
     culprit = next((i for i, r in enumerate(results)
                     if r.returncode not in (0, -signal.SIGKILL)), None)
     if culprit is not None:
-        failures = tuple(f if not f or i == culprit else
-                         f"killed when process {culprit} failed ({f})"
+        failures = tuple(f"killed when process {culprit} failed" if f and
+                         results[i].returncode == -signal.SIGKILL else f
                          for i, f in enumerate(failures))
-    return Job(target, processes, devices_per_process, coordinator, STAND_IN,
-               tuple(r.data for r in results), failures, seconds)
+    kind = _answer_type(target)
+    answers = tuple(from_dict(kind, r.data) if kind is not None and not f else r.data
+                    for r, f in zip(results, failures, strict=True))
+    return Job(target, processes, devices_per_process, coordinator, STAND_IN, answers, failures,
+               seconds)
+
+
+def _answer_type(target: str) -> type | None:
+    """The record type ``target`` says it returns (its annotation), when this process can
+    import it; None (answers stay plain data) otherwise."""
+    import importlib
+    import typing
+
+    module, function = target.split(":")
+    try:
+        kind = typing.get_type_hints(getattr(importlib.import_module(module), function)
+                                     ).get("return")
+    except Exception:
+        return None
+    return kind if isinstance(kind, type) and issubclass(kind, Record) else None
 
 
 def _process_main(req: _Launch) -> Any:
     """In each process of :func:`launch`: join the job, run the target, leave the job."""
     import importlib
-    import inspect
 
     import jax
 
@@ -145,15 +164,16 @@ def _process_main(req: _Launch) -> Any:
     try:
         module, function = req.target.split(":")
         fn = getattr(importlib.import_module(module), function)
-        if not inspect.signature(fn).parameters:
+        if req.request is None:  # no request: the target takes nothing
             out = fn()
         else:
-            kind = child.request_type(fn)
+            try:
+                kind = child.request_type(fn)
+            except (TypeError, ValueError):  # a builtin: no annotations to read
+                kind = None
             request = req.request
-            if isinstance(kind, type) and hasattr(kind, "__dataclass_fields__") and \
+            if isinstance(kind, type) and issubclass(kind, Record) and \
                     isinstance(request, Mapping):
-                from helpers._internal.records import from_dict
-
                 request = from_dict(kind, request)
             out = fn(request)
     except BaseException:
@@ -190,6 +210,7 @@ class ProcessReport(Display):
     device, the memory on its own devices, and the bytes it loads to feed a global batch."""
 
     view: ProcessView
+    doctor_line: str  # the line the doctor's report gives this process in its job
     placement: Placement  # the global array, every process's rows
     read_error: str  # np.asarray of the global array, here
     global_sum: float  # a jit over the global array: every process's rows
@@ -271,7 +292,9 @@ def report(request: ReportRequest) -> ProcessReport:
         everything = np.fromfile(request.token_file, dtype=np.uint8)  # every process, all of it
         whole, grow_whole = int(everything.nbytes), anon() - before
         del everything
-    return ProcessReport(view, devices.placement(g), read_error, total,
+    doctor_line = next((line.strip() for line in str(devices.probe()).splitlines()
+                        if line.startswith("processes:")), "")
+    return ProcessReport(view, doctor_line, devices.placement(g), read_error, total,
                          devices.placement(far), far_error,
                          {d.device: d.bytes_in_use for d in snap.devices}, batch_rows, here,
                          checksum, whole, grow_whole, grow_share)

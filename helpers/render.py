@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.memory import MemorySnapshot
     from helpers.oom import CappedCell, OomReport, Reproduction
     from helpers.preflight import Preflight, Residuals, StepPreflight
+    from helpers.processes import Job, ProcessReport
     from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
@@ -122,6 +123,37 @@ def process_view_text(v: ProcessView) -> str:
                                                      v.launch_environment.items()))
     if v.note:
         lines.append(f"  ! {v.note}")
+    return "\n".join(lines)
+
+
+def job_text(j: Job) -> str:
+    head = (f"{j.target}: {j.processes} processes x {j.devices_per_process} devices, "
+            f"coordinator {j.coordinator}, {j.seconds:.1f} s\n  ({j.stand_in})")
+    def short(failure: str) -> str:  # how it ended, and the last line it printed
+        lines = failure.strip().splitlines()
+        head = lines[0].split("; its stderr ends with:")[0].replace("the child process ", "")
+        return head + (f": {lines[-1].strip()}" if len(lines) > 1 else "")
+
+    rows = [f"  process {i}: " + (f"FAILED, {short(f)}" if f else "answered")
+            for i, f in enumerate(j.failures)]
+    return "\n".join([head, *rows])
+
+
+def process_report_text(r: ProcessReport) -> str:
+    v = r.view
+    lines = [f"process {v.process_index} of {v.process_count}: own devices "
+             f"{', '.join(v.local_devices)}; all devices {', '.join(v.devices)}",
+             f"  global array {r.placement.dtype}{list(r.placement.shape)}: holds "
+             f"{sum(s.addressable for s in r.placement.shards)} of {len(r.placement.shards)} "
+             f"shards ({format_bytes(r.placement.local_bytes)}); sum over every process "
+             f"{r.global_sum:g}",
+             f"  np.asarray here: {r.read_error or 'read'}",
+             "  memory on its devices: " + ", ".join(f"{d} {format_bytes(b)}"
+                                                    for d, b in r.device_bytes.items())]
+    if r.whole_file_bytes:
+        lines.append(f"  feeding: rows {r.batch_rows[0]}-{r.batch_rows[1]} of each batch, "
+                     f"{format_bytes(r.batch_bytes_here)} gathered here per batch; the whole "
+                     f"file loaded: {format_bytes(r.anon_growth_whole_file)} of its own memory")
     return "\n".join(lines)
 
 
@@ -583,6 +615,8 @@ def batch_size_text(b) -> str:
 
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.ProcessView", text=process_view_text)
+records.renders("helpers.processes.Job", text=job_text)
+records.renders("helpers.processes.ProcessReport", text=process_report_text)
 records.renders("helpers.devices.Placement", text=placement_text, html=placement_html)
 records.renders("helpers.holders.Holders", text=holders_text)
 records.renders("helpers.preflight.Residuals", text=residuals_text)
