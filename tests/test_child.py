@@ -159,11 +159,18 @@ def test_a_dead_child_is_child_process_failed_with_its_result(module):
 
 
 # --- run_group: children that need each other ---------------------------------------------------
-def _children_left() -> list:
+def _children_now() -> frozenset:
     import psutil
 
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
+    return frozenset(p.pid for p in psutil.Process().children(recursive=True))
+
+
+def _children_left(before: frozenset = frozenset()) -> list:
+    """This process's children still running, other than those in ``before`` (pids)."""
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before
+            and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _roles(env, *roles):
@@ -175,9 +182,10 @@ def test_run_group_answers_in_order(module):
         import os
         print('{"role": "%s"}' % os.environ["KID_ROLE"])
     """)
+    before = _children_now()
     results = _child.run_group(target, [None, None, None], envs=_roles(env, "a", "b", "c"))
     assert [r.data for r in results] == [{"role": "a"}, {"role": "b"}, {"role": "c"}]
-    assert all(r.returncode == 0 for r in results) and not _children_left()
+    assert all(r.returncode == 0 for r in results) and not _children_left(before)
 
 
 def test_when_one_child_dies_the_others_are_killed_not_waited_for(module):
@@ -190,12 +198,13 @@ def test_when_one_child_dies_the_others_are_killed_not_waited_for(module):
         time.sleep(120)
     """)
     t0 = time.monotonic()
+    before = _children_now()
     results = _child.run_group(target, [None, None], envs=_roles(env, "dies", "waits"),
                                timeout=100)
     assert time.monotonic() - t0 < 30  # not the 120 s the other would have waited
     assert results[0].returncode == 1 and "this one failed" in results[0].stderr
     assert results[1].returncode < 0 and not results[1].timed_out  # killed, not timed out
-    assert not _children_left()
+    assert not _children_left(before)
 
 
 def test_a_group_that_hangs_is_killed_at_the_deadline(module):
@@ -203,10 +212,11 @@ def test_a_group_that_hangs_is_killed_at_the_deadline(module):
         import time
         time.sleep(120)
     """)
+    before = _children_now()
     results = _child.run_group(target, [None, None], envs=_roles(env, "a", "b"), timeout=3)
     assert all(r.timed_out and r.data is None for r in results)
     assert "did not finish in time" in results[0].describe_failure()
-    assert not _children_left()
+    assert not _children_left(before)
 
 
 def test_an_interrupted_caller_leaves_no_child_running(module, monkeypatch):
@@ -219,9 +229,10 @@ def test_an_interrupted_caller_leaves_no_child_running(module, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(_child.time, "sleep", interrupt)  # the caller's wait, interrupted
+    before = _children_now()
     with pytest.raises(KeyboardInterrupt):
         _child.run_group(target, [None, None], envs=_roles(env, "a", "b"))
-    assert not _children_left()
+    assert not _children_left(before)
 
 
 def test_run_group_needs_one_environment_per_request(module):

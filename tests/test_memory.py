@@ -255,9 +255,9 @@ def test_without_the_helper_the_thread_samples_the_host(monkeypatch):
 def test_the_helper_ends_with_the_block_and_reports_the_end():
     from helpers._internal import host_sampler
 
-    if host_sampler.start(0.01) is None:
-        pytest.skip("no helper here")
     sampler = host_sampler.start(0.01)
+    if sampler is None:
+        pytest.skip("no helper here")
     proc = sampler._proc
     time.sleep(0.05)
     samples = sampler.stop()
@@ -265,6 +265,20 @@ def test_the_helper_ends_with_the_block_and_reports_the_end():
     assert sampler.cpu_s is not None and 0 <= sampler.cpu_s < 1  # its own sampling CPU time
     assert len(samples) >= 3 and samples[-1]["time"] >= samples[0]["time"]
     assert all(s["rss"] > 0 and s["peak_rss"] >= s["rss"] for s in samples)
+
+
+def test_a_helper_whose_handle_is_dropped_ends_with_it():
+    import gc
+
+    from helpers._internal import host_sampler
+
+    sampler = host_sampler.start(0.01)
+    if sampler is None:
+        pytest.skip("no helper here")
+    proc = sampler._proc
+    del sampler
+    gc.collect()
+    assert proc.poll() is not None  # not sampling on until this process ends
 
 
 def test_track_reports_what_sampling_cost_in_cpu_time():

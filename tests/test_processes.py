@@ -9,9 +9,14 @@ from helpers import datasets, devices, feeding, processes
 from helpers.errors import BadInputError, ChildProcessFailed
 
 
-def _children_left() -> list:
-    return [p for p in psutil.Process().children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+def _children_left(before: frozenset = frozenset()) -> list:
+    """This process's children still running, other than those in ``before`` (pids)."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before
+            and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _children_now() -> frozenset:
+    return frozenset(p.pid for p in psutil.Process().children(recursive=True))
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +28,19 @@ def token_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def job(token_file):
+    before = _children_now()
     found = processes.launch("helpers.processes:report",
                              processes.ReportRequest(token_file=str(token_file)), processes=2,
                              devices_per_process=2, timeout=120)
     assert found.ok, found.failures
     assert all(isinstance(a, processes.ProcessReport) for a in found.answers)  # its annotation
+    assert not _children_left(before)  # the job's processes ended with it
     return found, list(found.answers)
 
 
 def test_each_process_knows_its_index_and_its_own_devices(job):
     found, reports = job
-    assert found.stand_in == processes.STAND_IN and not _children_left()
+    assert found.stand_in == processes.STAND_IN
     for i, r in enumerate(reports):
         v = r.view
         assert v.distributed and v.process_index == i and v.process_count == 2
@@ -121,19 +128,21 @@ def hangs():
 
 
 def test_a_process_that_fails_ends_the_job_and_says_which():
+    before = _children_now()
     found = processes.launch("tests.test_processes:fails_in_process_one", timeout=100)
     assert not found.ok and found.seconds < 60
     assert "process one cannot go on" in found.failures[1]
     assert found.failures[0].startswith("killed when process 1 failed")
     with pytest.raises(ChildProcessFailed, match="process 1"):
         found.answer(1)
-    assert not _children_left()
+    assert not _children_left(before)
 
 
 def test_a_job_that_hangs_is_killed_at_its_timeout():
+    before = _children_now()
     found = processes.launch("tests.test_processes:hangs", timeout=8)
     assert not found.ok and all("did not finish in time" in f for f in found.failures)
-    assert not _children_left()
+    assert not _children_left(before)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -19,6 +19,7 @@ import select
 import subprocess
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 
 from helpers._internal import child
@@ -99,6 +100,8 @@ class HostSampler:
         self._proc = proc
         #: CPU seconds the helper spent sampling (from ready to stop), known after stop()
         self.cpu_s: float | None = None
+        # a handle dropped without stop(): the helper ends with it, not with this process
+        self._finalizer = weakref.finalize(self, _end_helper, proc)
 
     def stop(self, timeout: float = 10) -> list[dict]:
         """End the helper and return its samples as dicts (``_FIELDS``); [] if it failed.
@@ -108,6 +111,7 @@ class HostSampler:
             self._proc.stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass
+        self._finalizer.detach()  # ended here, with its answer read
         result = child.read_answer(self._proc, timeout=timeout)
         child.finish(self._proc, timeout=timeout)
         try:
@@ -117,6 +121,13 @@ class HostSampler:
             return []
         self.cpu_s = float(answer.cpu_s)
         return samples
+
+
+def _end_helper(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    child.finish(proc, timeout=1)  # closes its stderr file
 
 
 def start(interval: float, pid: int | None = None, *, timeout: float = 10) -> HostSampler | None:
