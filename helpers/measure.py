@@ -68,7 +68,8 @@ def _allocator(dev) -> dict | None:
 def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  donate_argnums: int | Sequence[int] = (),
                  static_argnums: int | Sequence[int] = (),
-                 static_argnames: str | Sequence[str] = (), **kwargs) -> StepMeasurement:
+                 static_argnames: str | Sequence[str] = (),
+                 donate_argnames: str | Sequence[str] = (), **kwargs) -> StepMeasurement:
     """Run ``fn(*args, **kwargs)``, compiled as :func:`preflight_step` compiles it, and measure
     its peak on the device: the allocator's peak on a GPU (the first run, measured alone: a
     warm-up would reach the same high-water mark and hide it), the host RSS high-water mark on
@@ -78,7 +79,8 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
     import jax
 
     c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
-                     static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
+                     static_argnums=static_argnums, static_argnames=static_argnames,
+                     donate_argnames=donate_argnames, **kwargs)
     compiled, dev = c.executable, c.device
     name = c.function
     dyn = c.dynamic(args, kwargs)  # the executable takes the non-static arguments only

@@ -304,6 +304,35 @@ def _check_donation(args, donate_argnums) -> tuple[int, ...]:
     return nums
 
 
+def _donated_by_name(fn, args, kwargs, names) -> tuple[int, ...]:
+    """The positions of the arguments ``donate_argnames`` names (as ``jax.jit`` takes them)."""
+    import inspect
+
+    names = (names,) if isinstance(names, str) else tuple(names or ())
+    if not names:
+        return ()
+    if not all(isinstance(n, str) for n in names):
+        raise BadInputError(f"donate_argnames must be a name or a tuple of names, got {names!r}")
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        raise BadInputError("donate_argnames needs a function whose signature Python can read; "
+                            "use donate_argnums") from None
+    out = []
+    for n in names:
+        if n in kwargs:
+            raise BadInputError(
+                f"donate_argnames names {n!r}, passed here as a keyword: the kit prices the "
+                f"donation of positional arguments. Fix: pass {n} positionally, or use "
+                f"donate_argnums")
+        if n not in params or params.index(n) >= len(args):
+            given = ", ".join(params[:len(args)])
+            raise BadInputError(f"donate_argnames names {n!r}, which is not one of the "
+                                f"{len(args)} positional arguments ({given})")
+        out.append(params.index(n))
+    return tuple(out)
+
+
 def _device_of_committed(args, jax):
     """The one device that committed array arguments pin the step to (jit runs there)."""
     found = {d for leaf in jax.tree.leaves(args) if isinstance(leaf, jax.Array)
@@ -404,14 +433,21 @@ def _check_static(args, kwargs, static_argnums, static_argnames
 def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  donate_argnums: int | Sequence[int] = (),
                  static_argnums: int | Sequence[int] = (),
-                 static_argnames: str | Sequence[str] = (), **kwargs) -> CompiledStep:
+                 static_argnames: str | Sequence[str] = (),
+                 donate_argnames: str | Sequence[str] = (), **kwargs) -> CompiledStep:
     """``fn`` compiled for the device it would run on, with its arguments as shapes there
     (:class:`CompiledStep`). ``static_argnums`` / ``static_argnames`` as for ``jax.jit``: those
-    arguments are compile-time values (Python numbers, strings, flags), not arrays. Clear errors
-    for the usual mistakes."""
+    arguments are compile-time values (Python numbers, strings, flags), not arrays.
+    ``donate_argnames``: donation by name, for arguments passed positionally. Clear errors for
+    the usual mistakes."""
     jax = _jax()
     if not callable(fn):
         raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
+    by_name = _donated_by_name(fn, args, kwargs, donate_argnames)
+    if by_name:
+        nums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(
+            donate_argnums if isinstance(donate_argnums, (tuple, list, set)) else ())
+        donate_argnums = tuple(sorted(set(nums) | set(by_name)))
     statics, static_names = _check_static(args, kwargs, static_argnums, static_argnames)
     asked = {donate_argnums} if isinstance(donate_argnums, int) else set(
         donate_argnums if isinstance(donate_argnums, (tuple, list, set)) else ())
@@ -465,7 +501,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         statics, static_names)
 
 
-_OPTIONS = ("device", "donate_argnums", "static_argnums", "static_argnames", "target")
+_OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
+            "target")
 
 
 def _misspelled(kwargs: dict) -> str:
@@ -664,6 +701,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                    target: str | int | allocation.Target | None = None,
                    static_argnums: int | Sequence[int] = (),
                    static_argnames: str | Sequence[str] = (),
+                   donate_argnames: str | Sequence[str] = (),
                    **kwargs) -> StepPreflight:
     """XLA's memory estimate for ``fn(*args, **kwargs)`` on ``device`` (default: where jit
     would run it), what is in use and free there now, and a verdict. Nothing runs and no
@@ -674,7 +712,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     allocator settings and the processes sharing it): the whole peak against its budget,
     labelled "sized for the target, compiled here" (XLA's sizes are this backend's)."""
     c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
-                     static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
+                     static_argnums=static_argnums, static_argnames=static_argnames,
+                     donate_argnames=donate_argnames, **kwargs)
     dev = c.device
     a = _analysis(c.executable)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)

@@ -504,3 +504,22 @@ def test_a_step_that_returns_nothing_is_waited_for_through_its_updated_state(mon
     seen = set(waited)
     assert all(id(x) in seen for x in step.written), "a run was not waited for"
     assert m.later_run_peak_bytes >= m.argument_bytes
+
+
+def test_donation_by_name_is_priced_like_donation_by_position():
+    def update(params, grads):
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+    p, g = {"w": jnp.ones((256, 256))}, {"w": jnp.ones((256, 256))}
+    by_name = preflight.preflight_step(update, p, g, donate_argnames="params")
+    by_position = preflight.preflight_step(update, p, g, donate_argnums=0)
+    assert by_name.donated == by_position.donated == (0,)
+    assert by_name.alias_bytes == by_position.alias_bytes == p["w"].nbytes
+    m = measure.measure_step(update, p, g, donate_argnames=("params",))
+    assert m.peak_bytes >= m.argument_bytes
+    with pytest.raises(BadInputError, match="passed here as a keyword"):
+        preflight.preflight_step(update, p, grads=g, donate_argnames="grads")
+    with pytest.raises(BadInputError, match="not one of the 2 positional arguments"):
+        preflight.preflight_step(update, p, g, donate_argnames="weights")
+    with pytest.raises(BadInputError, match="did you mean the option 'donate_argnames'"):
+        preflight.preflight_step(update, p, g, donate_argname="params")
