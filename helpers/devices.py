@@ -70,10 +70,12 @@ class DeviceInfo(Record):
     memory_stats: Mapping[str, int] | NotAvailable = NOT_AVAILABLE
 
 
-#: The variables that say a process is one of a multi-process job: JAX's own, and those of the
-#: launchers ``jax.distributed.initialize()`` detects without arguments (jax/_src/clusters/)
-LAUNCH_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_PORT", "JAX_NUM_PROCESSES",
-               "JAX_PROCESS_ID", "JAX_LOCAL_DEVICE_IDS", "SLURM_JOB_ID", "SLURM_NTASKS",
+#: The variables that say a process is one of a multi-process job: those JAX's
+#: ``jax.distributed.initialize()`` reads (jax/_src/distributed.py: the coordinator and local
+#: devices; the process count and id come from arguments or a launcher), and the launchers'
+#: it detects without arguments (jax/_src/clusters/)
+LAUNCH_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_PORT", "JAX_COORDINATOR_BIND_ADDRESS",
+               "JAX_LOCAL_DEVICE_IDS", "SLURM_JOB_ID", "SLURM_NTASKS",
                "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_NODES", "OMPI_COMM_WORLD_SIZE",
                "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "JOB_COMPLETION_INDEX",
                "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "MEGASCALE_NUM_SLICES",
@@ -105,7 +107,7 @@ def process_view() -> ProcessView:
     """This process in its multi-process job (:class:`ProcessView`). Starts JAX's backends if
     they have not started, as ``jax.devices()`` does. A process that never called
     ``jax.distributed.initialize()`` is process 0 of 1; if its environment says it was launched
-    as one of several (``SLURM_NTASKS=4``, ``JAX_NUM_PROCESSES``, ...), the note says so."""
+    as one of several (``SLURM_NTASKS=4``, ``JAX_COORDINATOR_ADDRESS``, ...), the note says so."""
     import os
 
     jax = jaxcompat.import_jax()
@@ -115,9 +117,11 @@ def process_view() -> ProcessView:
     every = tuple(device_name(d) for d in jax.devices())
     count = int(jax.process_count())
     note = ""
-    launched = {k: env[k] for k in ("JAX_NUM_PROCESSES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
-                if k in env}
-    if not up and any(v.isdigit() and int(v) > 1 for v in launched.values()):
+    launched = {k: env[k] for k in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+                if env.get(k, "").isdigit() and int(env[k]) > 1}
+    if "JAX_COORDINATOR_ADDRESS" in env:
+        launched["JAX_COORDINATOR_ADDRESS"] = env["JAX_COORDINATOR_ADDRESS"]
+    if not up and launched:
         k, v = next(iter(launched.items()))
         note = (f"launched as one of several processes ({k}={v}) but jax.distributed."
                 "initialize() has not run here: this process works alone, on its own devices. "
@@ -604,11 +608,13 @@ def _process_note(x, shards: tuple[Shard, ...]) -> str:
                 f"(process {', '.join(map(str, processes))}), which jax.default_device or "
                 "device_put named; this process can neither read it nor compute with it. Fix: "
                 "name a device of this process, jax.local_devices()")
+    readable = ("; each process holds all of it, so it can be read here" if
+                x.is_fully_replicated else
+                "; np.asarray of it raises here (print shows its shape only). Read this "
+                "process's part with x.addressable_shards, or gather the whole array into "
+                "every process with jax.experimental.multihost_utils.process_allgather(x)")
     return (f". It spans {len(processes)} processes: this one holds {len(mine)} of its "
-            f"{len(shards)} shards ({sum(s.nbytes for s in mine):,} B); np.asarray or print "
-            "of it raises here. Read this process's part with x.addressable_shards, or gather "
-            "the whole array into every process with "
-            "jax.experimental.multihost_utils.process_allgather(x)")
+            f"{len(shards)} shards ({sum(s.nbytes for s in mine):,} B){readable}")
 
 
 def _memory_kind_note(kind: str | None) -> str:

@@ -22,6 +22,7 @@ Cloud TPU): only the coordinator address and the process count change (docs/proc
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -36,7 +37,8 @@ from helpers._internal.records import Display, Record, from_dict, to_json_value
 from helpers.devices import LAUNCH_VARS, Placement, ProcessView
 from helpers.errors import BadInputError, ChildProcessFailed
 
-__all__ = ["STAND_IN", "Job", "ProcessReport", "ReportRequest", "launch", "report"]
+__all__ = ["STAND_IN", "Job", "ProcessReport", "ReportRequest", "abort_in", "hang_in", "launch",
+           "report"]
 
 STAND_IN = ("stand-in for hosts: local CPU processes on this machine, each with its own "
             "simulated CPU devices, collectives through gloo over localhost")
@@ -114,14 +116,17 @@ def launch(target: str, request: Any = None, *, processes: int = 2,
          "XLA_FLAGS": _device_count_flags(os.environ.get("XLA_FLAGS", ""), devices_per_process)},
         drop=LAUNCH_VARS)  # this machine's job, not the one this process may belong to
     wire = to_json_value(request)
-    requests = [_Launch(target, wire, coordinator, processes, i, max(1, int(timeout)))
+    # joining gets its own, longer limit: a slow start is then "did not finish in time" (the
+    # job's timeout), not a failure inside initialize() that would look like a culprit
+    requests = [_Launch(target, wire, coordinator, processes, i, max(60, int(timeout)))
                 for i in range(processes)]
     t0 = time.perf_counter()
     results = child.run_group(f"{__name__}:_process_main", requests, envs=[env] * processes,
                               timeout=timeout)
     seconds = time.perf_counter() - t0
-    failures = tuple("" if r.data is not None and r.returncode == 0 else r.describe_failure()
-                     for r in results)
+    # every process that finished answers {"answer": ...}, also for a target returning None
+    failures = tuple("" if isinstance(r.data, dict) and "answer" in r.data and r.returncode == 0
+                     else r.describe_failure() for r in results)
     # the process that failed by itself first; the ones run_group killed because of it
     culprit = next((i for i, r in enumerate(results)
                     if r.returncode not in (0, -signal.SIGKILL)), None)
@@ -130,10 +135,34 @@ def launch(target: str, request: Any = None, *, processes: int = 2,
                          results[i].returncode == -signal.SIGKILL else f
                          for i, f in enumerate(failures))
     kind = _answer_type(target)
-    answers = tuple(from_dict(kind, r.data) if kind is not None and not f else r.data
-                    for r, f in zip(results, failures, strict=True))
+    answers, failures = list(_answers(results, failures, kind)), list(failures)
+    for i, a in enumerate(answers):
+        if isinstance(a, _NotARecord):
+            answers[i], failures[i] = None, a.why
+    answers, failures = tuple(answers), tuple(failures)
     return Job(target, processes, devices_per_process, coordinator, STAND_IN, answers, failures,
                seconds)
+
+
+@dataclass(frozen=True)
+class _NotARecord:
+    why: str
+
+
+def _answers(results, failures, kind):
+    for r, f in zip(results, failures, strict=True):
+        if f:
+            yield None
+            continue
+        data = r.data["answer"]
+        if kind is None or data is None:
+            yield data
+            continue
+        try:
+            yield from_dict(kind, data)
+        except (TypeError, KeyError, ValueError) as err:
+            yield _NotARecord(f"its answer is not a {kind.__name__} ({type(err).__name__}: "
+                              f"{err})")
 
 
 def _answer_type(target: str) -> type | None:
@@ -160,6 +189,7 @@ def _process_main(req: _Launch) -> Any:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(req.coordinator, req.processes, req.process_id,
                                cluster_detection_method="deactivate",
+                               coordinator_bind_address=req.coordinator,  # this machine only
                                initialization_timeout=req.timeout)
     try:
         module, function = req.target.split(":")
@@ -176,17 +206,48 @@ def _process_main(req: _Launch) -> Any:
                     isinstance(request, Mapping):
                 request = from_dict(kind, request)
             out = fn(request)
+    except SystemExit as done:
+        if done.code not in (None, 0):
+            _leave_now()
+        out = None  # sys.exit(0): the target finished, with nothing to say
     except BaseException:
-        # leave now: jax.distributed.shutdown() (also registered at exit) waits for every
-        # other process at a barrier, and they may wait for this one
-        import sys
-        import traceback
-
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+        _leave_now()
     jax.distributed.shutdown()
-    return out
+    return {"answer": to_json_value(out)}
+
+
+def _leave_now() -> None:
+    """End a process whose target failed, at once, traceback on stderr."""
+    # not jax.distributed.shutdown() (also registered at exit): it waits for every other
+    # process at a barrier, and they may be waiting for this one
+    import sys
+    import traceback
+
+    traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def abort_in(process: int) -> None:
+    """A stand-in for a process that dies: process ``process`` aborts, the others wait for
+    it at a barrier (as processes of a job wait at a collective). Run it with :func:`launch`."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_index() == process:
+        os.abort()
+    multihost_utils.sync_global_devices("helpers.processes.abort_in")
+
+
+def hang_in(process: int) -> None:
+    """A stand-in for a process that hangs: process ``process`` sleeps for ten minutes, the
+    others wait for it at a barrier. Run it with :func:`launch` and a short ``timeout``."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_index() == process:
+        time.sleep(600)
+    multihost_utils.sync_global_devices("helpers.processes.hang_in")
 
 
 # --- what notebook 13 asks each process -----------------------------------------------------
@@ -211,7 +272,9 @@ class ProcessReport(Display):
 
     view: ProcessView
     doctor_line: str  # the line the doctor's report gives this process in its job
+    default_device: str  # where jnp.ones lands here without jax.default_device
     placement: Placement  # the global array, every process's rows
+    printed: str  # print() of the global array, here: its shape only (or the error, jax < 0.10)
     read_error: str  # np.asarray of the global array, here
     global_sum: float  # a jit over the global array: every process's rows
     elsewhere: Placement  # jnp.ones under jax.default_device(another process's device)
@@ -219,7 +282,7 @@ class ProcessReport(Display):
     device_bytes: Mapping[str, int]  # memory.snapshot: this process's devices only
     batch_rows: tuple[int, int]  # the rows of each global batch this process gathers
     batch_bytes_here: int  # bytes this process gathers per batch
-    batch_checksum: int  # sum of every token of the first global batch, read back whole
+    batch_digest: str  # sha256 of the first global batch's bytes, gathered into every process
     whole_file_bytes: int  # the mistake: bytes one process holds after loading the whole file
     anon_growth_whole_file: int  # its own host memory (RssAnon), measured, for that load
     anon_growth_share: int  # the same for its share of 4 batches
@@ -253,7 +316,12 @@ def report(request: ReportRequest) -> ProcessReport:
         read_error = ""
     except Exception as err:
         read_error = _first_line(err)
-    total = float(jax.jit(jnp.sum)(g))
+    try:  # jax 0.10 prints the shape only; older versions raise as np.asarray does
+        printed = str(g)
+    except Exception as err:
+        printed = _first_line(err)
+    total = float(jax.jit(jnp.sum)(g))  # replicated over every device: readable everywhere
+    default = devices.device_name(next(iter(jnp.ones(()).devices())))
     other = next(d for d in jax.devices() if d.process_index != me) if n > 1 else jax.devices()[0]
     with jax.default_device(other):
         far = jnp.ones((4,), jnp.float32)
@@ -263,7 +331,7 @@ def report(request: ReportRequest) -> ProcessReport:
     except Exception as err:
         far_error = _first_line(err)
     snap = memory.snapshot()
-    batch_rows, here, checksum = (0, 0), 0, 0
+    batch_rows, here, digest = (0, 0), 0, ""
     grow_whole = grow_share = whole = 0
     if request.token_file:
         from jax.experimental import multihost_utils
@@ -285,8 +353,9 @@ def report(request: ReportRequest) -> ProcessReport:
                 first = batch if first is None else first
             batch_rows = feed.rows
             grow_share = anon() - before
-            whole_batch = multihost_utils.process_allgather(first, tiled=True)
-            checksum = int(np.asarray(whole_batch, dtype=np.int64).sum())
+            whole_batch = np.ascontiguousarray(multihost_utils.process_allgather(first,
+                                                                                  tiled=True))
+            digest = hashlib.sha256(whole_batch.tobytes()).hexdigest()
             here = (batch_rows[1] - batch_rows[0]) * request.seq_len * feed.tokens.itemsize
         before = anon()
         everything = np.fromfile(request.token_file, dtype=np.uint8)  # every process, all of it
@@ -294,7 +363,8 @@ def report(request: ReportRequest) -> ProcessReport:
         del everything
     doctor_line = next((line.strip() for line in str(devices.probe()).splitlines()
                         if line.startswith("processes:")), "")
-    return ProcessReport(view, doctor_line, devices.placement(g), read_error, total,
+    return ProcessReport(view, doctor_line, default, devices.placement(g), printed, read_error,
+                         total,
                          devices.placement(far), far_error,
                          {d.device: d.bytes_in_use for d in snap.devices}, batch_rows, here,
-                         checksum, whole, grow_whole, grow_share)
+                         digest, whole, grow_whole, grow_share)

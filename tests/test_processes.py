@@ -1,6 +1,8 @@
 """Many processes: a JAX job of 2 local processes (helpers.processes.launch), what each sees, the
 doctor and placement inside one, and nothing left running when a process fails or hangs."""
 
+import hashlib
+
 import numpy as np
 import psutil
 import pytest
@@ -62,6 +64,8 @@ def test_a_global_array_is_read_only_where_its_shards_are(job):
         assert "spans 2 processes" in p.explanation and "process_allgather" in p.explanation
         assert "not this one's" in str(p)
         assert r.read_error.startswith("RuntimeError") and "non-addressable" in r.read_error
+        assert "shape=(8, 3)" in r.printed or "non-addressable" in r.printed  # never values
+        assert r.default_device == r.view.local_devices[0]  # each process's own first device
         # a jit over it adds every process's rows: 100 * process + 0..11, for processes 0 and 1
         assert r.global_sum == sum(100 * q * 12 + sum(range(12)) for q in range(2))
         assert set(r.device_bytes) == set(r.view.local_devices)  # its own devices, no others
@@ -72,7 +76,7 @@ def test_default_device_of_another_process_gives_an_array_with_nothing_here(job)
     for r in reports:
         assert r.elsewhere.shards and not any(s.addressable for s in r.elsewhere.shards)
         assert "None of it is in this process" in r.elsewhere.explanation
-        assert r.elsewhere_error  # a jit over it fails in this process
+        assert "addressable" in r.elsewhere_error  # a jit over it fails in this process
 
 
 def test_each_process_gathers_only_its_rows_of_the_same_global_batch(job, token_file):
@@ -84,8 +88,9 @@ def test_each_process_gathers_only_its_rows_of_the_same_global_batch(job, token_
     tokens = datasets.open_tokens(token_file)
     starts = next(feeding.window_starts(len(tokens), request.batch_size, request.seq_len,
                                         seed=request.seed))
-    expected = int(feeding.gather(tokens, starts, request.seq_len).astype(np.int64).sum())
-    assert [r.batch_checksum for r in reports] == [expected, expected]
+    one = np.ascontiguousarray(feeding.gather(tokens, starts, request.seq_len))
+    expected = hashlib.sha256(one.tobytes()).hexdigest()  # the same bytes, in the same order
+    assert [r.batch_digest for r in reports] == [expected, expected]
     # the mistake, measured: each process loading the whole file holds all of it
     for r in reports:
         assert r.whole_file_bytes == token_file.stat().st_size
@@ -136,6 +141,42 @@ def test_a_process_that_fails_ends_the_job_and_says_which():
     with pytest.raises(ChildProcessFailed, match="process 1"):
         found.answer(1)
     assert not _children_left(before)
+
+
+def test_a_process_that_aborts_ends_the_job_the_others_waiting_for_it_are_killed():
+    before = _children_now()
+    found = processes.launch("helpers.processes:abort_in", 1, timeout=100)
+    assert "SIGABRT" in found.failures[1]
+    assert found.failures[0] == "killed when process 1 failed"
+    assert not _children_left(before)
+    hung = processes.launch("helpers.processes:hang_in", 1, timeout=10)
+    assert all("did not finish in time" in f for f in hung.failures)
+    assert not _children_left(before)
+
+
+def returns_nothing():
+    return None
+
+
+def exits_cleanly():
+    import sys
+
+    sys.exit(0)
+
+
+def answers_the_wrong_thing() -> processes.ProcessReport:
+    return {"not": "a report"}
+
+
+def test_a_target_that_returns_nothing_or_exits_zero_has_answered():
+    for target in ("returns_nothing", "exits_cleanly"):
+        found = processes.launch(f"tests.test_processes:{target}", timeout=100)
+        assert found.ok and found.answers == (None, None), found.failures
+
+
+def test_an_answer_that_is_not_the_promised_record_is_a_failure_not_a_crash():
+    found = processes.launch("tests.test_processes:answers_the_wrong_thing", timeout=100)
+    assert not found.ok and all("not a ProcessReport" in f for f in found.failures)
 
 
 def test_a_job_that_hangs_is_killed_at_its_timeout():
