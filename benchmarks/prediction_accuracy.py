@@ -241,17 +241,6 @@ CORPUS = {
 }
 
 
-def _run_another_step() -> None:
-    """Run an unrelated step once (the kit's MLP SGD step): what a process that has computed
-    before has already paid, the CPU runtime's once-per-process set-up, is paid here."""
-    import jax
-
-    from helpers.example_steps import EXAMPLES
-
-    fn, make_args = EXAMPLES["mlp_sgd_step"]
-    jax.block_until_ready(jax.jit(fn)(*make_args(1)))
-
-
 def one(name: str, after_another: bool = False) -> dict:
     """Predict and measure one corpus step in this process (run it in a fresh one);
     ``after_another``: run an unrelated step first."""
@@ -262,8 +251,8 @@ def one(name: str, after_another: bool = False) -> dict:
     make, donate = CORPUS[name]
     step, args, n_params = make()
     dev = jax.devices()[0]
-    if after_another:
-        _run_another_step()
+    if after_another:  # an unrelated step first: the process's set-up is paid by it
+        measure._pay_process_setup(dev)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     predicted = preflight.preflight_step(step, *shapes, device=dev, donate_argnums=donate)
     placed = jax.block_until_ready(jax.device_put(args, dev))
