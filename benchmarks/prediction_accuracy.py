@@ -341,6 +341,13 @@ def main(argv=None) -> dict:
         return {}
     from _common import write
 
+    try:
+        import flax  # noqa: F401
+        import optax  # noqa: F401
+    except ImportError as err:
+        print(f"prediction_accuracy needs the bench extra ({err.name} is missing): "
+              'pip install -e ".[bench]" (make bench does)', file=sys.stderr)
+        raise SystemExit(2) from None
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     rows = []
     for name in CORPUS:
