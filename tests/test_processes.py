@@ -204,3 +204,21 @@ def test_a_process_launched_as_one_of_many_that_never_joined_is_told(monkeypatch
     assert not view.distributed and view.process_count == 1
     assert "SLURM_NTASKS=4" in view.note and "jax.distributed.initialize()" in view.note
     assert view.launch_environment["SLURM_NTASKS"] == "4"
+
+
+def test_a_coordinator_port_taken_before_it_is_bound_is_tried_again(monkeypatch):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    ports = iter([port])  # the first port found is taken meanwhile
+    real = processes._free_port
+    monkeypatch.setattr(processes, "_free_port", lambda: next(ports, None) or real())
+    try:
+        found = processes.launch("tests.test_processes:returns_nothing", timeout=100)
+    finally:
+        taken.close()
+    assert found.ok, found.failures
+    assert found.coordinator != f"127.0.0.1:{port}"  # another port, found on the second try
