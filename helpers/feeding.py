@@ -336,7 +336,11 @@ class Batches:
         #: the rows of each batch this process gathers: all of them, unless ``sharding`` spans
         #: several processes (a multi-process job), where each process reads only its own
         self.rows = _process_rows(self.sharding, (self.batch_size, self.seq_len))
-        for d in (sharding.device_set if sharding else [self.device]) if pinned else ():
+        if pinned and self.rows != (0, self.batch_size):
+            raise BadInputError("pinned=True with a sharding over several processes is not "
+                                "supported: each process would stage only its rows; use "
+                                "pinned=False")
+        for d in (sharding.addressable_devices if sharding else [self.device]) if pinned else ():
             if "pinned_host" not in (kinds := _device_memory_kinds(d)):
                 raise BadInputError(f"{device_name(d)} has no pinned_host memory "
                                     f"(it has: {sorted(kinds) or 'none'}); use pinned=False")

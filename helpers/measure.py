@@ -52,7 +52,10 @@ class StepMeasurement(Display):
     function: str
     device: str
     argument_bytes: int  # the arguments, already on the device before the run
-    peak_bytes: int | NotAvailable  # the step's peak, arguments included: the larger run's
+    #: the step's peak, arguments included: the larger run's. On the CPU stand-in a first run
+    #: that is also the process's first computation carries the runtime's once-per-process
+    #: set-up (9-15 MiB; measure_example pays it beforehand)
+    peak_bytes: int | NotAvailable
     source: str  # ALLOCATOR_PEAK or HOST_PEAK
     seconds: float  # the measured later run (the first run on a GPU)
     note: str
@@ -214,7 +217,9 @@ def _measure_example_child(request: _ExampleRequest) -> _ExampleAnswer:
 
 
 def _pay_process_setup(device) -> None:
-    """Run a small unrelated step once. A process's first computation on the CPU backend takes
+    """Run another step once (the kit's MLP SGD step at scale 1, about 50 MiB at its peak,
+    before anything of the measured step is placed). A process's first computation on the CPU
+    backend takes
     a further 9-15 MiB, once, whichever step it is (the runtime's own set-up, about 5-6 MiB of
     it jaxlib's code paged in; measured by benchmarks/prediction_accuracy.py): paid here, the
     step measured next shows its own first run. Not on a GPU, where the allocator's peak mark

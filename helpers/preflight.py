@@ -314,10 +314,16 @@ def _donated_by_name(fn, args, kwargs, names) -> tuple[int, ...]:
     if not all(isinstance(n, str) for n in names):
         raise BadInputError(f"donate_argnames must be a name or a tuple of names, got {names!r}")
     try:
-        params = list(inspect.signature(fn).parameters)
+        signature = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         raise BadInputError("donate_argnames needs a function whose signature Python can read; "
                             "use donate_argnums") from None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = []  # the parameters a positional argument can fill, in order, up to any *args
+    for prm in signature:
+        if prm.kind not in positional:
+            break
+        params.append(prm.name)
     out = []
     for n in names:
         if n in kwargs:
@@ -444,10 +450,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if not callable(fn):
         raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
     by_name = _donated_by_name(fn, args, kwargs, donate_argnames)
-    if by_name:
-        nums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(
-            donate_argnums if isinstance(donate_argnums, (tuple, list, set)) else ())
-        donate_argnums = tuple(sorted(set(nums) | set(by_name)))
+    if by_name:  # merged once donate_argnums itself is known to be good
+        donate_argnums = tuple(sorted(set(_check_donation(args, donate_argnums)) | set(by_name)))
     statics, static_names = _check_static(args, kwargs, static_argnums, static_argnames)
     asked = {donate_argnums} if isinstance(donate_argnums, int) else set(
         donate_argnums if isinstance(donate_argnums, (tuple, list, set)) else ())

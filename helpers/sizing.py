@@ -69,6 +69,8 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     ``make_args(batch)`` returns the step's arguments for that batch: ``jax.ShapeDtypeStruct``
     shapes (nothing is allocated) or arrays. ``granularity``: the answer is a multiple of it.
     ``verify=True`` also compiles the next batch, so the boundary is compiled on both sides.
+    A need padded to a multiple of the batch (8 rows on a TPU) is a staircase, which no line
+    through compiles follows: give that multiple as ``granularity``, or ``verify=True``.
     ``tolerance``: how far (a share of the budget) the line may be from a compiled need at the
     answer before more compiles are spent."""
     if not callable(make_args):
@@ -119,38 +121,51 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     # the lines below are drawn through compiles close to it (a step's need is linear in the
     # batch only piecewise: XLA changes its plan as the batch grows)
     need(min(max(int(budget_bytes / known[top] * top) // g * g, g), top - g))
-    width = top
+    width = float("inf")  # the bracket's width before the last step (a halving rule)
     for _ in range(64):
-        fits = [b for b, n in known.items() if n <= budget_bytes]
-        over = [b for b, n in known.items() if n > budget_bytes]
-        if not fits and g in known:
-            return done(0, 0.0, float(known[g]), "even the smallest batch does not fit")
-        if fits:  # a bracket: the largest batch that fits, the smallest above it that does not
-            a = max(fits)
-            b = min(x for x in over if x > a)
-            if b - a <= g:
-                slope, fixed = line(a, b)
-                return done(a, slope, fixed, "a line, then narrowed by compiles (the need is "
-                                             "not linear in the batch over this range)")
-        else:  # everything compiled is over the budget: the two smallest batches
-            a, b = sorted(over)[:2]
-        slope, fixed = line(a, b)
-        if slope <= 0:
-            raise BadInputError(f"{name}'s memory does not grow with the batch between {a} "
-                                f"and {b}: is the batch in make_args' shapes?")
-        guess = int((budget_bytes - fixed) // slope) // g * g
-        if fits:
-            halve = not a < guess < b or guess in known or b - a > width / 2
-            width = b - a  # a line that did not halve the bracket is followed by a halving
-            if halve:
-                guess = max(a + g, (a + b) // 2 // g * g)
-        else:
-            guess = max(g, min(guess, a - g))
+        fits = sorted(b for b, n in known.items() if n <= budget_bytes)
+        over = sorted(b for b, n in known.items() if n > budget_bytes)
+        if not fits:  # everything compiled is over the budget: go down
+            if g in known:
+                if known[g] == known[top] and top >= 1024 * g:  # flat over a wide range
+                    raise BadInputError(f"{name}'s memory does not grow with the batch between "
+                                        f"{g} and {top}: is the batch in make_args' shapes?")
+                return done(0, 0.0, float(known[g]), "even the smallest batch does not fit")
+            a, b = over[0], over[1]
+            slope, fixed = line(a, b)
+            if slope <= 0:  # a flat step (the batch padded to a multiple): halve towards g
+                guess = max(g, a // 2 // g * g)
+            else:
+                guess = max(g, min(int((budget_bytes - fixed) // slope) // g * g, a - g))
+        else:  # a bracket: the largest batch that fits, the smallest above it that does not
+            lo = fits[-1]
+            hi = min(x for x in over if x > lo)
+            if hi - lo <= g:
+                slope, fixed = line(lo, hi)
+                return done(lo, slope, fixed, "a line, then narrowed by compiles (the need is "
+                                              "not linear in the batch over this range)")
+            # the line through lo and whichever compile nearest the budget goes with it: the
+            # next fit down (local, when the bracket's top is far) or the bracket's top
+            others = [hi] + ([fits[-2]] if len(fits) > 1 else [])
+            a, b = sorted((lo, min(others, key=lambda x: abs(known[x] - budget_bytes))))
+            slope, fixed = line(a, b)
+            guess = int((budget_bytes - fixed) // slope) // g * g if slope > 0 else lo + g
+            # a secant that did not halve a real bracket is followed by a halving (the
+            # largest batch allowed as its top is no bracket yet: no halving towards it)
+            halve = guess >= hi or guess in known or (hi != top and hi - lo > width / 2)
+            width = hi - lo
+            if guess <= lo:  # the line says lo is the answer: compile the batch above it
+                guess = lo + g
+            elif halve:
+                guess = max(lo + g, (lo + hi) // 2 // g * g)
         need(guess)
-        # accepted where the compile lies on the line and the line, from that compile, puts
-        # the next batch over the budget
-        if known[guess] <= budget_bytes and abs(known[guess] - (fixed + slope * guess)) <= \
-                tolerance * budget_bytes and known[guess] + slope * g > budget_bytes:
+        # accepted where the compile lies on the line (to a 64th of an example's bytes: a line
+        # through a bend or a step misses by more) and the line, from that compile, puts the
+        # next batch over the budget by more than that
+        tol = min(tolerance * budget_bytes, max(1024.0, slope * g / 64))
+        on_line = slope > 0 and abs(known[guess] - (fixed + slope * guess)) <= tol
+        if known[guess] <= budget_bytes and on_line and \
+                known[guess] + slope * g > budget_bytes + tol:
             return done(guess, slope, fixed, "a line through two compiles, checked by a third"
                         if len(known) == 3 else "a line through the two compiles nearest the "
                         "answer, checked by another (the need is not linear in the batch over "

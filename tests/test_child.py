@@ -239,3 +239,14 @@ def test_run_group_needs_one_environment_per_request(module):
     target, env = module("print('{}')")
     with pytest.raises(Exception, match="one environment per request"):
         _child.run_group(target, [None, None], envs=[env])
+
+
+def test_run_group_reads_a_child_that_writes_bytes_that_are_not_utf8(module):
+    target, env = module("""
+        import sys
+        sys.stderr.buffer.write(b"bad byte \\xff here\\n")
+        sys.stderr.flush()
+        print('{"ok": true}')
+    """)
+    (result,) = _child.run_group(target, [None], envs=[env])
+    assert result.data == {"ok": True} and "bad byte" in result.stderr

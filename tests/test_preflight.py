@@ -523,3 +523,15 @@ def test_donation_by_name_is_priced_like_donation_by_position():
         preflight.preflight_step(update, p, g, donate_argnames="weights")
     with pytest.raises(BadInputError, match="did you mean the option 'donate_argnames'"):
         preflight.preflight_step(update, p, g, donate_argname="params")
+
+
+def test_donation_by_name_never_lands_on_another_argument():
+    def step(*xs, y=None):
+        return sum(xs)
+
+    x = jnp.ones(8)
+    with pytest.raises(BadInputError, match="not one of the 2 positional arguments"):
+        preflight.preflight_step(step, x, x, donate_argnames="y")  # not the second of *xs
+    with pytest.raises(BadInputError, match="donate_argnums='0'"):  # checked, not dropped
+        preflight.preflight_step(lambda p, g: p - g, x, x, donate_argnums="0",
+                                 donate_argnames="p")

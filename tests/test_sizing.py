@@ -79,3 +79,56 @@ def test_bad_input_is_named():
         sizing.largest_batch(example_steps.mlp_sgd_step, lambda b: None, "1 GiB")
     with pytest.raises(BadInputError, match="does not grow with the batch"):
         sizing.largest_batch(example_steps.mlp_sgd_step, lambda b: make(8), "19 MiB")
+
+
+# --- the search itself, on needs of known shape (preflight replaced: no compile) --------------
+class _Need:
+    def __init__(self, needed_bytes):
+        self.needed_bytes = needed_bytes
+
+
+def _search(monkeypatch, f, budget, **kw):
+    monkeypatch.setattr(preflight, "preflight_step",
+                        lambda fn, b, **_: _Need(int(f(b))))
+    return sizing.largest_batch(lambda b: b, lambda b: (b,), budget, **kw)
+
+
+def _largest(f, budget, g, top):
+    lo, hi = 0, top // g  # in multiples of g; the need grows with the batch
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if f(mid * g) <= budget else (lo, mid - 1)
+    return lo * g
+
+
+def test_a_bend_between_the_compiles_never_gives_a_wrong_answer(monkeypatch):
+    import random
+
+    def bent(b, k=3117):  # the need's slope doubles at batch k (XLA changing its plan)
+        return 733068297 + 927144 * min(b, k) + 1854288 * max(0, b - k)
+
+    found = _search(monkeypatch, bent, 3253596766)
+    assert found.batch == _largest(bent, 3253596766, 1, 1 << 24) == 2718
+    rng = random.Random(0)
+    for _ in range(300):  # bends up or down, anywhere, any budget
+        k, s = rng.randint(1, 5000), rng.randint(1, 10**6)
+        s2 = s * rng.choice([0.3, 0.5, 0.9, 1.1, 2, 5])
+        fixed, g = rng.randint(0, 10**9), rng.choice([1, 2, 8, 32])
+
+        def f(b, k=k, s=s, s2=s2, fixed=fixed):
+            return fixed + s * min(b, k) + s2 * max(0, b - k)
+
+        budget = int(f(rng.randint(1, 20000))) + rng.randint(-3 * s, 3 * s)
+        found = _search(monkeypatch, f, budget, granularity=g)
+        assert found.batch == _largest(f, budget, g, 1 << 24), (k, s, s2, fixed, g, budget)
+
+
+def test_a_padded_need_is_exact_at_its_padding_and_never_raises(monkeypatch):
+    def padded(b):  # the batch padded to a multiple of 8 (as on a TPU): a staircase
+        return 10**6 + 100 * (-(-b // 8) * 8)
+
+    for budget in (1189575, 1080050):
+        exact = _search(monkeypatch, padded, budget, granularity=8)
+        assert exact.batch == _largest(padded, budget, 8, 1 << 24)
+        rough = _search(monkeypatch, padded, budget)  # granularity 1: a line cannot follow it
+        assert 0 < rough.batch <= _largest(padded, budget, 1, 1 << 24)  # never too large

@@ -163,7 +163,8 @@ def run_group(target: str, requests: Sequence[Any], *, envs: Sequence[Mapping[st
     timed_out = False
     try:
         for request, env in zip(requests, envs, strict=True):
-            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            out = tempfile.TemporaryFile("w+", errors="replace")
+            err = tempfile.TemporaryFile("w+", errors="replace")
             files.append((out, err))
             try:
                 procs.append(subprocess.Popen(_command(target, request), env=dict(env),
@@ -218,7 +219,7 @@ def start(target: str, request: Any = None, *, env: Mapping[str, str] | None = N
     stdout, then waits for a line on stdin); read the answer with :func:`read_answer`, end it
     with :func:`finish`. Its stderr goes to a temporary file, so a chatty child can never
     block on a full pipe."""
-    stderr = tempfile.TemporaryFile("w+")
+    stderr = tempfile.TemporaryFile("w+", errors="replace")
     proc = subprocess.Popen(_command(target, request), env=dict(os.environ if env is None else env),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                             bufsize=0)  # unbuffered bytes: select() then sees every line

@@ -111,9 +111,12 @@ class HostSampler:
             self._proc.stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass
-        self._finalizer.detach()  # ended here, with its answer read
-        result = child.read_answer(self._proc, timeout=timeout)
-        child.finish(self._proc, timeout=timeout)
+        try:
+            result = child.read_answer(self._proc, timeout=timeout)
+            child.finish(self._proc, timeout=timeout)
+        finally:  # interrupted before the helper ended: the finalizer still ends it
+            if self._proc.poll() is not None:
+                self._finalizer.detach()
         try:
             answer = result.answer(HostSamples, "the host-memory sampler")
             samples = [dict(zip(_FIELDS, s, strict=True)) for s in answer.samples]
