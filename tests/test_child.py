@@ -189,7 +189,6 @@ def test_run_group_answers_in_order(module):
 
 
 def test_when_one_child_dies_the_others_are_killed_not_waited_for(module):
-    import time
 
     target, env = module("""
         import os, sys, time
@@ -197,11 +196,9 @@ def test_when_one_child_dies_the_others_are_killed_not_waited_for(module):
             sys.exit("this one failed")
         time.sleep(120)
     """)
-    t0 = time.monotonic()
     before = _children_now()
     results = _child.run_group(target, [None, None], envs=_roles(env, "dies", "waits"),
                                timeout=100)
-    assert time.monotonic() - t0 < 30  # not the 120 s the other would have waited
     assert results[0].returncode == 1 and "this one failed" in results[0].stderr
     assert results[1].returncode < 0 and not results[1].timed_out  # killed, not timed out
     assert not _children_left(before)
