@@ -604,10 +604,12 @@ def batch_size_text(b) -> str:
         head = (f"{b.function}: no batch fits {format_bytes(b.budget_bytes)} "
                 f"(batch {b.granularity} needs {format_bytes(b.next_needed_bytes)})")
     else:
+        above = (f"batch {b.batch + b.granularity:,} needs {format_bytes(b.next_needed_bytes)} "
+                 f"({nxt})" if isinstance(b.next_needed_bytes, int) else
+                 "the largest batch allowed (max_batch): larger ones not tried")
         head = (f"{b.function}: largest batch {b.batch:,} (a multiple of {b.granularity}), "
                 f"needs {format_bytes(b.needed_bytes)} of {format_bytes(b.budget_bytes)}; "
-                f"batch {b.batch + b.granularity:,} needs {format_bytes(b.next_needed_bytes)} "
-                f"({nxt})")
+                f"{above}")
     return (f"{head}\n  {format_bytes(b.bytes_per_example)} per example + "
             f"{format_bytes(b.fixed_bytes)} fixed; {b.compiles} compiles, {b.seconds:.2f} s, "
             f"no run ({b.method})")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from helpers import preflight
 from helpers._internal.records import Display
 from helpers.errors import BadInputError
-from helpers.units import parse_size
+from helpers.units import NOT_AVAILABLE, NotAvailable, parse_size
 
 if TYPE_CHECKING:
     import jax
@@ -48,7 +48,9 @@ class BatchSize(Display):
     granularity: int
     budget_bytes: int
     needed_bytes: int  # at ``batch`` (compiled)
-    next_needed_bytes: int  # at ``batch + granularity``
+    #: at ``batch + granularity``; NOT_AVAILABLE when ``batch`` is the largest allowed (the
+    #: batch above it is never asked of ``make_args``)
+    next_needed_bytes: int | NotAvailable
     next_compiled: bool  # False: read off the line, which the last compile agreed with
     bytes_per_example: float
     fixed_bytes: float
@@ -104,6 +106,9 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
 
     def done(batch: int, slope: float, fixed: float, method: str) -> BatchSize:
         nxt = batch + g
+        if batch == top:  # nothing above the largest batch allowed is asked for
+            return BatchSize(name, batch, g, budget_bytes, known[batch], NOT_AVAILABLE, False,
+                             slope, fixed, len(known), time.perf_counter() - t0, method)
         compiled = nxt in known or verify or slope <= 0
         if compiled:
             need(nxt)

@@ -5,6 +5,7 @@ import pytest
 
 from helpers import example_steps, preflight, sizing
 from helpers.errors import BadInputError
+from helpers.units import NOT_AVAILABLE
 
 PARAMS, X1, Y1 = example_steps.mlp_sgd_step_args(scale=1, batch=1)
 PARAMS = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), PARAMS)
@@ -66,8 +67,11 @@ def test_when_nothing_fits_or_everything_fits():
     none = sizing.largest_batch(example_steps.mlp_sgd_step, make, "10 MiB", max_batch=1 << 20)
     assert none.batch == 0 and none.next_needed_bytes > none.budget_bytes == 10 * 2**20
     assert "no batch fits" in str(none)
-    every = sizing.largest_batch(example_steps.mlp_sgd_step, make, "64 GiB", max_batch=4096)
-    assert every.batch == 4096 and every.compiles <= 2
+    asked = []
+    every = sizing.largest_batch(example_steps.mlp_sgd_step,
+                                 lambda b: (asked.append(b), make(b))[1], "64 GiB", max_batch=4096)
+    assert every.batch == 4096 and every.compiles == 1 and asked == [4096]  # nothing above it
+    assert every.next_needed_bytes is NOT_AVAILABLE and "max_batch" in str(every)
 
 
 def test_bad_input_is_named():
