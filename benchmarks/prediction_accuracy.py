@@ -274,7 +274,7 @@ def capped(name: str, budget: int, first: bool) -> dict:
     import jax
     import psutil
 
-    from helpers import preflight
+    from helpers import measure, preflight
 
     make, donate = CORPUS[name]
     step, args, _ = make()
@@ -286,9 +286,7 @@ def capped(name: str, budget: int, first: bool) -> dict:
         return jax.block_until_ready(jax.device_put(c.dynamic(args, {}), dev, may_alias=False))
 
     def run(a, k):
-        out = c.executable(*a, **k)
-        jax.block_until_ready([x for x in jax.tree.leaves((out, a, k))
-                               if not (isinstance(x, jax.Array) and x.is_deleted())])
+        measure._wait_for_run(c.executable(*a, **k), a, k)
 
     if not first:
         run(*placed())

@@ -100,7 +100,8 @@ class ProcessView(Display):
     @property
     def other_devices(self) -> tuple[str, ...]:
         """Devices of the other processes: this one cannot read or write their memory."""
-        return tuple(d for d in self.devices if d not in set(self.local_devices))
+        own = set(self.local_devices)
+        return tuple(d for d in self.devices if d not in own)
 
 
 def process_view() -> ProcessView:
@@ -529,7 +530,8 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
     shards = _shards(x)
     names = tuple(s.device for s in shards)
     where = names[0] if len(names) == 1 else f"{len(names)} devices ({', '.join(names)})"
-    if not any(s.addressable for s in shards):  # all of it in other processes of a job
+    held_here = any(s.addressable for s in shards)
+    if not held_here:  # all of it in other processes of a job
         why = f"on {where}, of another process" + _process_note(x, shards)
     elif x.committed:
         why = (
@@ -542,7 +544,7 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
             "committed inputs elsewhere will move it there"
         )
     memory_kind = getattr(x.sharding, "memory_kind", None)
-    if any(s.addressable for s in shards):
+    if held_here:
         why += _layout_note(x, shards) + _process_note(x, shards)
     why += _memory_kind_note(memory_kind)
     return Placement(

@@ -12,8 +12,8 @@
   :func:`helpers.memory.track` starts; it sees XLA's temporaries, which live arrays never do.
   The child runs with ``MALLOC_MMAP_THRESHOLD_`` set so that every large buffer is its own
   mapping, given back when freed: RSS then follows the buffers and not the C heap's reuse. It
-  runs a small unrelated step first: a process's first computation takes a further 9-15 MiB
-  once, whichever step it is (the runtime's own set-up), and that is not the step's.
+  runs another step first: a process's first computation takes a further 9-15 MiB once,
+  whichever step it is (the runtime's own set-up), and that is not the step's.
 
 The step's peak counts its arguments, as XLA's estimate does: peak - (in use before - the bytes
 of the arguments).
@@ -129,23 +129,25 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
                            first, later)
 
 
+def _wait_for_run(out, *args) -> None:
+    """Wait until a run has finished: its outputs, and its arguments too, since a step that
+    returns nothing (nnx.jit) wrote its new state into them (donated ones are skipped)."""
+    import jax
+
+    jax.block_until_ready([x for x in jax.tree.leaves((out, args))
+                           if not (isinstance(x, jax.Array) and x.is_deleted())])
+
+
 def _run_measured(compiled, a, k, dev, arg_bytes: int) -> tuple[int | NotAvailable, float]:
     """One run, waited for (every output, the updated state included), under a tracker: the
     host RSS high-water mark over it (NOT_AVAILABLE where the OS keeps none), and seconds."""
     import time
 
-    import jax
-
     from helpers.memory import track
 
     t0 = time.perf_counter()
     with track(interval=0.005, devices=[dev]) as trace:
-        out = compiled(*a, **k)
-        # a step that returns nothing (nnx.jit) wrote its new state into its arguments: wait
-        # on those too, or the run is measured before it has finished
-        jax.block_until_ready([x for x in jax.tree.leaves((out, a, k))
-                               if not (isinstance(x, jax.Array) and x.is_deleted())])
-        del out
+        _wait_for_run(compiled(*a, **k), a, k)
     seconds = time.perf_counter() - t0
     if trace.host_peak is NOT_AVAILABLE:
         return NOT_AVAILABLE, seconds
@@ -217,13 +219,12 @@ def _measure_example_child(request: _ExampleRequest) -> _ExampleAnswer:
 
 
 def _pay_process_setup(device) -> None:
-    """Run another step once (the kit's MLP SGD step at scale 1, about 50 MiB at its peak,
-    before anything of the measured step is placed). A process's first computation on the CPU
-    backend takes
-    a further 9-15 MiB, once, whichever step it is (the runtime's own set-up, about 5-6 MiB of
-    it jaxlib's code paged in; measured by benchmarks/prediction_accuracy.py): paid here, the
-    step measured next shows its own first run. Not on a GPU, where the allocator's peak mark
-    would keep this step's peak and could hide a smaller one."""
+    """Run another step once (the kit's MLP SGD step at scale 1, about 50 MiB at its peak). A
+    process's first computation on the CPU backend takes a further 9-15 MiB, once, whichever
+    step it is (the runtime's own set-up, about 5-6 MiB of it jaxlib's code paged in; measured
+    by benchmarks/prediction_accuracy.py): paid here, the step measured next shows its own
+    first run. Not on a GPU, where the allocator's peak mark would keep this step's peak and
+    could hide a smaller one."""
     import jax
 
     from helpers.example_steps import EXAMPLES

@@ -144,46 +144,32 @@ def launch(target: str, request: Any = None, *, processes: int = 2,
                          results[i].returncode == -signal.SIGKILL else f
                          for i, f in enumerate(failures))
     kind = _answer_type(target)
-    answers, failures = list(_answers(results, failures, kind)), list(failures)
-    for i, a in enumerate(answers):
-        if isinstance(a, _NotARecord):
-            answers[i], failures[i] = None, a.why
-    answers, failures = tuple(answers), tuple(failures)
+    read = [_read_answer(r, f, kind) for r, f in zip(results, failures, strict=True)]
+    answers, failures = tuple(a for a, _ in read), tuple(f for _, f in read)
     return Job(target, processes, devices_per_process, coordinator, STAND_IN, answers, failures,
                seconds)
 
 
-@dataclass(frozen=True)
-class _NotARecord:
-    why: str
-
-
-def _answers(results, failures, kind):
-    for r, f in zip(results, failures, strict=True):
-        if f:
-            yield None
-            continue
-        data = r.data["answer"]
-        if kind is None or data is None:
-            yield data
-            continue
-        try:
-            yield from_dict(kind, data)
-        except (TypeError, KeyError, ValueError) as err:
-            yield _NotARecord(f"its answer is not a {kind.__name__} ({type(err).__name__}: "
-                              f"{err})")
+def _read_answer(result, failure: str, kind: type | None) -> tuple[Any, str]:
+    """One process's answer (the record ``kind``, when given) and its failure ("" if none)."""
+    if failure:
+        return None, failure
+    data = result.data["answer"]
+    if kind is None or data is None:
+        return data, ""
+    try:
+        return from_dict(kind, data), ""
+    except (TypeError, KeyError, ValueError) as err:
+        return None, f"its answer is not a {kind.__name__} ({type(err).__name__}: {err})"
 
 
 def _answer_type(target: str) -> type | None:
     """The record type ``target`` says it returns (its annotation), when this process can
     import it; None (answers stay plain data) otherwise."""
-    import importlib
     import typing
 
-    module, function = target.split(":")
     try:
-        kind = typing.get_type_hints(getattr(importlib.import_module(module), function)
-                                     ).get("return")
+        kind = typing.get_type_hints(child.resolve(target)).get("return")
     except Exception:
         return None
     return kind if isinstance(kind, type) and issubclass(kind, Record) else None
@@ -191,8 +177,6 @@ def _answer_type(target: str) -> type | None:
 
 def _process_main(req: _Launch) -> Any:
     """In each process of :func:`launch`: join the job, run the target, leave the job."""
-    import importlib
-
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -201,20 +185,9 @@ def _process_main(req: _Launch) -> Any:
                                coordinator_bind_address=req.coordinator,  # this machine only
                                initialization_timeout=req.timeout)
     try:
-        module, function = req.target.split(":")
-        fn = getattr(importlib.import_module(module), function)
-        if req.request is None:  # no request: the target takes nothing
-            out = fn()
-        else:
-            try:
-                kind = child.request_type(fn)
-            except (TypeError, ValueError):  # a builtin: no annotations to read
-                kind = None
-            request = req.request
-            if isinstance(kind, type) and issubclass(kind, Record) and \
-                    isinstance(request, Mapping):
-                request = from_dict(kind, request)
-            out = fn(request)
+        fn = child.resolve(req.target)
+        # no request: the target is called with nothing (whatever it takes)
+        out = fn() if req.request is None else child.call(fn, req.request)
     except SystemExit as done:
         if done.code not in (None, 0):
             _leave_now()

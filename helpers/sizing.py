@@ -74,7 +74,8 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     A need padded to a multiple of the batch (8 rows on a TPU) is a staircase, which no line
     through compiles follows: give that multiple as ``granularity``, or ``verify=True``.
     ``tolerance``: how far (a share of the budget) the line may be from a compiled need at the
-    answer before more compiles are spent."""
+    answer before more compiles are spent; never more than a 64th of one batch step's bytes
+    (at least 1 KiB), so a line through a bend is not taken for the need."""
     if not callable(make_args):
         raise BadInputError("make_args must be a function of the batch size that returns the "
                             "step's arguments")

@@ -43,8 +43,8 @@ from typing import Any, TypeVar
 from helpers._internal.records import from_dict, to_json_value
 from helpers.errors import BadInputError, ChildProcessFailed
 
-__all__ = ["ChildResult", "Reply", "answer", "child_env", "finish", "main", "read_answer",
-           "request_type", "run", "run_group", "start"]
+__all__ = ["ChildResult", "Reply", "answer", "call", "child_env", "finish", "main", "read_answer",
+           "request_type", "resolve", "run", "run_group", "start"]
 
 R = TypeVar("R")
 ENTRY = "helpers._internal.child"
@@ -298,18 +298,34 @@ def request_type(fn) -> Any:
     return typing.get_type_hints(fn).get(params[0].name, Any)
 
 
+def resolve(target: str):
+    """The function a child's name ``"module:function"`` names, imported."""
+    module, function = target.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def call(fn, data: Any) -> Any:
+    """Call a child function on its request, rebuilt from plain ``data``: the record its one
+    parameter is annotated with, else ``data`` as it is; with nothing when it takes nothing
+    (a TypeError when it takes nothing and ``data`` is not None). A builtin, whose signature
+    cannot be read, gets ``data``."""
+    try:
+        kind = request_type(fn)
+    except (TypeError, ValueError):  # a builtin: no signature to read
+        kind = Any
+    if kind is None:
+        if data is not None:
+            raise TypeError(f"{fn.__name__} takes no request, got {data!r}")
+        return fn()
+    if isinstance(kind, type) and data is not None and hasattr(kind, "__dataclass_fields__"):
+        data = from_dict(kind, data)
+    return fn(data)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The one entry point of every child: ``module:function REQUEST_JSON``."""
     target, payload = (sys.argv[1:] if argv is None else list(argv))[:2]
-    module, function = target.split(":")
-    fn = getattr(importlib.import_module(module), function)
-    kind = request_type(fn)
-    if kind is None:
-        out = fn()
-    else:
-        data = json.loads(payload)
-        out = fn(from_dict(kind, data) if isinstance(kind, type) and data is not None
-                 and hasattr(kind, "__dataclass_fields__") else data)
+    out = call(resolve(target), json.loads(payload))
     reply = out if isinstance(out, Reply) else Reply(out)
     if reply.answer is not None:
         answer(reply.answer)
