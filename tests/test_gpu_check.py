@@ -124,3 +124,77 @@ def test_the_record_renders_its_figures(tmp_path):
     assert "| seed load | False | 1.5 | F=0.1 | RESOURCE_EXHAUSTED: Out of memory |" in text
     assert "| default | 3.00 GiB | 3.00 GiB | 3.00 GiB | 4.00 GiB | True |" in text
     assert "| default, default | 2 |" in text and "RESOURCE_EXHAUSTED x" in text
+
+
+def test_all_leaves_out_nbval_only_while_no_cell_is_compared(tmp_path):
+    """nbval in lax mode compares only cells marked NBVAL_CHECK_OUTPUT; with none, it proves what
+    the notebooks step proves (every cell runs), so `all` runs the notebooks once, not twice."""
+    (tmp_path / "a.ipynb").write_text('{"cells": []}')
+    assert "nbval" not in gpu_check.default_steps(tmp_path)
+    assert gpu_check.default_steps(tmp_path)[0] == "notebooks"  # most wanted first
+    (tmp_path / "b.ipynb").write_text('{"cells": [{"source": "# NBVAL_CHECK_OUTPUT"}]}')
+    assert "nbval" in gpu_check.default_steps(tmp_path)
+    # and the kit's own notebooks compare no output today, which is what `all` relies on
+    assert "nbval" not in gpu_check.default_steps(Path(REPO) / "notebooks")
+
+
+def _notebook(path, *sources):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nbformat.write(nb, path)
+
+
+def test_notebooks_run_one_by_one_and_a_rerun_keeps_the_others(tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    _notebook(books / "01_fine.ipynb", "x = 1 + 1", "assert x == 2")
+    _notebook(books / "02_broken.ipynb", "y = 3", "assert y == 4, 'the claim is false'")
+    saved = []
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = gpu_check.run_notebooks(sys.executable, env, tmp_path / "copies", notebooks=books,
+                                    save=saved.append)
+    assert first["status"] == "failed" and len(saved) == 2  # saved after each notebook
+    assert first["notebooks"]["01_fine.ipynb"]["status"] == "passed"
+    broken = first["notebooks"]["02_broken.ipynb"]
+    assert broken["status"] == "failed" and "the claim is false" in "\n".join(broken["tail"])
+    assert (tmp_path / "copies" / "02_broken.ipynb").exists()  # the copy shows the failure
+    # the fix, then a rerun of that notebook alone: the other's entry is kept
+    _notebook(books / "02_broken.ipynb", "y = 4", "assert y == 4")
+    again = gpu_check.run_notebooks(sys.executable, env, tmp_path / "copies", notebooks=books,
+                                    only=("02",), earlier=first)
+    assert again["status"] == "passed" and set(again["notebooks"]) == set(first["notebooks"])
+    assert again["notebooks"]["01_fine.ipynb"] == first["notebooks"]["01_fine.ipynb"]
+
+
+def test_a_spent_deadline_runs_nothing_and_says_so(tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    _notebook(books / "01_fine.ipynb", "x = 1")
+    spent = gpu_check.time.monotonic() + 5  # under MIN_STEP_SECONDS left
+    result = gpu_check.run_notebooks(sys.executable, dict(os.environ), tmp_path / "copies",
+                                     notebooks=books, deadline=spent)
+    assert result["status"] == "not run"
+    assert "deadline" in result["notebooks"]["01_fine.ipynb"]["tail"][0]
+    assert not (tmp_path / "copies").exists()
+
+
+def test_a_step_past_the_deadline_is_not_run_and_the_call_says_incomplete(fake_smi, tmp_path):
+    out = tmp_path / "runs"
+    proc = _script("--steps", "tests", "--deadline", "10", "--out", str(out),
+                   env={"PATH": fake_smi})
+    assert proc.returncode == 1 and "not run" in proc.stdout
+    assert not list(out.glob("*.json"))  # nothing ran, so nothing is recorded as run
+
+
+def test_each_failed_notebook_is_shown_verbatim_under_its_name():
+    record = {"date": "d", "python": "p", "command": "c",
+              "gpu": {"name": "G", "driver": "1", "memory_mib": 1},
+              "steps": {"notebooks": {"status": "failed", "seconds": 5.0, "notebooks": {
+                  "01_a.ipynb": {"status": "passed", "seconds": 2.0, "tail": []},
+                  "09_b.ipynb": {"status": "failed", "seconds": 3.0,
+                                 "tail": ["AssertionError: c18 is false on a GPU"]}}}}}
+    md = gpu_check.render_markdown(record)
+    assert "| 01_a.ipynb | passed | 2.0 |" in md and "| 09_b.ipynb | failed | 3.0 |" in md
+    assert "## 09_b.ipynb: failed" in md and "c18 is false on a GPU" in md
+    assert "## 01_a.ipynb" not in md and "## notebooks" not in md
