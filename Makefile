@@ -95,21 +95,22 @@ bench: $(STAMP)
 	@ls benchmarks/*.py >/dev/null 2>&1 || { echo "no benchmarks yet"; exit 0; }
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
-## make gpu-check: on a machine with an NVIDIA GPU, run the GPU paths (gpu tests, nbval, the real
-## OOM, allocator settings, feeding bench) and record them in docs/gpu-runs/. Exits 2 at once
+## make gpu-check: on a machine with an NVIDIA GPU, run the GPU paths (every notebook, the real
+## OOM, allocator settings, gpu tests, benchmarks) and record them in docs/gpu-runs/. Exits 2 at once
 ## without a GPU. GPU_NOVENV=1 uses $(PYTHON) as it is (it must already have jax[cuda12|13]);
 ## GPU_WHEELS is a wheel folder for offline installs (scripts/fetch_gpu_wheels.sh fills it);
-## GPU_STEPS picks steps, e.g. GPU_STEPS=tests,reproduce.
+## GPU_STEPS picks steps, e.g. GPU_STEPS=tests,reproduce; GPU_DEADLINE=540 bounds the call (s).
 GPU_WHEELS ?= .gpu-wheels
 GPU_STEPS  ?= all
+GPU_LIMIT   = $(if $(GPU_DEADLINE),--deadline $(GPU_DEADLINE))
 gpu-check:
 	@$(PYTHON) scripts/gpu_check.py --detect-only
 ifeq ($(GPU_NOVENV),1)
-	$(PYTHON) scripts/gpu_check.py --python $(PYTHON) --wheels $(GPU_WHEELS) --steps $(GPU_STEPS)
+	$(PYTHON) scripts/gpu_check.py --python $(PYTHON) --wheels $(GPU_WHEELS) --steps $(GPU_STEPS) $(GPU_LIMIT)
 else
 	$(MAKE) venv
 	$(BIN)/python -m pip install --quiet -e ".[dev,cuda13]"
-	$(BIN)/python scripts/gpu_check.py --wheels $(GPU_WHEELS) --steps $(GPU_STEPS)
+	$(BIN)/python scripts/gpu_check.py --wheels $(GPU_WHEELS) --steps $(GPU_STEPS) $(GPU_LIMIT)
 endif
 
 clean:
