@@ -18,6 +18,7 @@ from helpers._internal import records
 from helpers.units import NOT_AVAILABLE, format_bytes
 
 if TYPE_CHECKING:  # records are registered by name below: rendering never imports JAX
+    from helpers.compiles import CompileLog
     from helpers.datasets import TokenFile
     from helpers.devices import DeviceReport, Placement, ProcessView, TreePlacement
     from helpers.holders import Holders
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
-__all__ = ["capped_cell_text", "cell_memory_text", "holders_text", "load_table",
+__all__ = ["capped_cell_text", "cell_memory_text", "compile_log_text", "holders_text", "load_table",
            "oom_report_text", "placement_html", "placement_text", "preflight_text",
            "process_check_text", "report_html", "report_text", "reproduction_text",
            "residuals_text", "snapshot_text", "step_measurement_text", "step_preflight_html",
@@ -336,6 +337,19 @@ def holders_text(h: Holders) -> str:
     return "\n".join(lines)
 
 
+def compile_log_text(log: CompileLog) -> str:
+    if not log.finished:
+        return "compiles: the block has not ended yet"
+    lines = [f"{log.compiles} compile(s), {log.compile_seconds:.2f} s of XLA compiling, in a "
+             f"block of {log.seconds:.2f} s"]
+    for f in log.functions:
+        where = f" ({f.defined_at})" if f.defined_at else ""
+        lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause}")
+        lines += [f"           {c}" for c in f.changed[:3]]
+    lines += ["", log.diagnosis]
+    return "\n".join(lines)
+
+
 def process_check_text(c: ProcessCheck) -> str:
     if not c.platforms:
         lines = ["JAX has not started a backend in this process: only the environment is checked"]
@@ -634,6 +648,7 @@ records.renders("helpers.measure.StepMeasurement", text=step_measurement_text)
 records.renders("helpers.preflight.StepPreflight", text=step_preflight_text,
                 html=step_preflight_html)
 records.renders("helpers.memory.MemorySnapshot", text=snapshot_text)
+records.renders("helpers.compiles.CompileLog", text=compile_log_text)
 records.renders("helpers.transfers.TransferLog", text=transfer_log_text, html=transfer_log_html)
 records.renders("helpers.datasets.TokenFile", text=token_file_text)
 records.renders("helpers.recorded.GpuRun", text=gpu_run_text)

@@ -26,13 +26,16 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-__all__ = ["ALLOCATOR_VARS", "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved",
+from helpers._internal import frames
+
+__all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved",
            "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters", "asarray_is_explicit",
-           "backend_errors", "backend_factories", "backend_start_snapshot", "backends_started",
+           "backend_errors", "backend_factories", "compiled_function_name", "backend_start_snapshot", "backends_started",
            "device_name", "distributed_coordinator", "ensure_hook", "entry_values",
            "expand_platform_alias",
            "explicit_scopes_marked", "import_jax", "jax_version", "jax_version_tuple",
-           "live_executables", "on_backend_start", "parse_guard_line", "verify",
+           "live_executables", "on_backend_start", "parse_cache_miss", "parse_guard_line",
+           "unregister_duration_listener", "verify",
            "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -96,6 +99,11 @@ INTERNALS: dict[str, Internal] = {
         "jax._src.distributed:global_state",
         "name the coordinator address a process of a multi-process job joined (the doctor)",
         "none: jax.distributed has is_initialized() and no getter for the address"),
+    "unregister_duration_listener": Internal(
+        "jax._src.monitoring:_unregister_event_duration_listener_by_callback",
+        "helpers.compiles stops counting compiles when its block ends",
+        "jax.monitoring.unregister_event_duration_listener, in newer JAX (0.10.2 has it, 0.8.0 "
+        "not)", until=(0, 10, 2)),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
@@ -409,6 +417,71 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
                     "nbytes": n * size, "op": op.group(1) if op else m.group(5),
                     "source": _source(line, tables, is_user)})
     return sorted(out, key=lambda v: -v["nbytes"])
+
+
+# --- compiles: JAX's cache-miss explanations and its compile events ------------------------
+#: jax.monitoring's event for one XLA compile; its ``fun_name`` is "jit(f)" (0.8.0 and 0.10.2)
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+#: how each of JAX's explanations starts when ``jax_explain_cache_misses`` is on
+CACHE_MISS_PREFIX = "TRACING CACHE MISS"
+_MISS_AT = re.compile(r"^TRACING CACHE MISS at (.+?):(\d+)(?::\d+)? \(")
+_NEVER_SEEN = re.compile(r"never seen function:\s*\n\s*(\S+) id=\d+ defined at (.+?):(\d+)")
+_SEEN_FOR = re.compile(r"\bfor (\S+) defined at (.+?):(\d+)")
+_TYPE_CHANGE = re.compile(r"\* at (.+?), now (\S+) and before (\S+)")
+_STATIC_NEW = re.compile(r"Static\(val=(.*?)\) and before .*?Static\(val=(.*?)\)")  # 0.10
+_STATIC_OLD = re.compile(r"different value of static args:\s*now (.*?) and before (.*)")  # 0.8
+_PYTREE_CHANGE = re.compile(r"\* at (.+?), now (.+?)(?:,|$)", re.M)
+_KEYS = re.compile(r"symmetric difference of key sets: (\{.*?\})")
+_WEAK = re.compile(r"\{weak_type=(True|False)\}")
+
+
+def unregister_duration_listener(callback: Callable) -> None:
+    """Stop a jax.monitoring duration listener (public in newer JAX, private in 0.8)."""
+    public = getattr(_import("jax.monitoring"), "unregister_event_duration_listener", None)
+    (public or verify("unregister_duration_listener"))(callback)
+
+
+def compiled_function_name(fun_name: str) -> str:
+    """ "f" from a compile event's "jit(f)" (nested names such as "jit(jit(f))" unwrap too)."""
+    while fun_name.startswith("jit(") and fun_name.endswith(")"):
+        fun_name = fun_name[4:-1]
+    return fun_name
+
+
+def _where(filename: str, lineno: str) -> str:
+    return frames.where(filename, int(lineno))
+
+
+def parse_cache_miss(text: str) -> Mapping | None:
+    """One of JAX's "TRACING CACHE MISS" explanations as fields (None for any other line): the
+    function, where it was called and defined, the cause (the kit's words for JAX's), what
+    changed, and the text. Read on JAX 0.8.0 and 0.10.2, whose wordings differ."""
+    at = _MISS_AT.match(text)
+    if not at:
+        return None
+    called = _where(at.group(1), at.group(2))
+    seen = _NEVER_SEEN.search(text) or _SEEN_FOR.search(text)
+    function, defined = (seen.group(1), _where(seen.group(2), seen.group(3))) if seen else (
+        "", "")
+    changed, cause = "", "other"
+    if "never seen function" in text:
+        cause = "function made anew" if "same line" in text else "first compile"
+    elif m := (_STATIC_NEW.search(text) or _STATIC_OLD.search(text)):
+        cause, changed = "new static values", f"now {m.group(1)}, before {m.group(2).strip()}"
+    elif "different input types" in text and (types := _TYPE_CHANGE.findall(text)):
+        name, now, before = types[0]
+        strip = (lambda t: _WEAK.sub("", t))
+        same_dtype = strip(now).split("[")[0] == strip(before).split("[")[0]
+        cause = "new shapes" if same_dtype and strip(now) != strip(before) else "new dtypes"
+        changed = f"{name}: now {now}, before {before}"
+    elif "different input pytree" in text:
+        cause = "new pytree structure"
+        keys = _KEYS.search(text)
+        where = _PYTREE_CHANGE.search(text)
+        changed = (f"keys added or removed: {keys.group(1)}" if keys else
+                   f"{where.group(1)}: now {where.group(2)}" if where else "")
+    return {"function": function, "called_at": called, "defined_at": defined, "cause": cause,
+            "changed": changed, "explanation": text}
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------

@@ -1,0 +1,186 @@
+"""helpers.compiles: what a block compiled and why it compiled again, from JAX's own cache-miss
+explanations (real reports: jax-ml/jax#2072 and #11923, memory growing in a loop of new shapes;
+jax-ml/jax#1605, a jit made inside a loop)."""
+
+import json
+import logging
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from helpers import compiles
+from helpers._internal import jaxcompat
+from helpers.errors import BadInputError, InUseError
+
+
+def test_new_shapes_each_compile_again_and_the_fix_is_fixed_shapes():
+    f = jax.jit(lambda x: x * 2)
+    with compiles.watch() as log:
+        for n in (3, 4, 5, 6):
+            f(jnp.zeros(n))
+    entry = log.function("<lambda>")
+    assert entry.compiles == 4 and entry.cause == "new shapes"
+    assert entry.defined_at.startswith("test_compiles.py:")
+    assert any("f32[4]" in c and "f32[3]" in c for c in entry.changed)
+    assert "pad or bucket" in log.diagnosis and "compiled 4 times" in log.diagnosis
+    assert "jax.clear_caches()" in log.diagnosis
+
+
+def test_a_jit_made_inside_a_loop_is_named_with_its_line():
+    x = jnp.ones(3)
+    with compiles.watch() as log:
+        for _ in range(3):
+            jax.jit(lambda v: v + 1)(x)
+    (entry,) = [f for f in log.functions if f.function == "<lambda>"]
+    assert entry.cause == "function made anew" and entry.compiles == 3
+    assert entry.called_at and entry.called_at[0].startswith("test_compiles.py:")
+    assert "outside the loop" in log.diagnosis
+
+
+def test_static_values_dtypes_and_pytree_structure_are_told_apart():
+    @partial(jax.jit, static_argnums=1)
+    def scale(x, n):
+        return x * n
+
+    @jax.jit
+    def double(x):
+        return x * 2
+
+    @jax.jit
+    def step(params, b):
+        return jax.tree.map(lambda v: v + b.sum(), params)
+
+    x, b = jnp.ones(3), jnp.ones(4)
+    with compiles.watch() as log:
+        for n in (2, 3, 4):
+            scale(x, n)
+        double(jnp.ones(3, jnp.float32))
+        double(jnp.ones(3, jnp.int32))
+        step({"w": x}, b)
+        step({"w": x, "extra": x}, b)
+    assert log.function("scale").cause == "new static values"
+    assert log.function("scale").compiles == 3
+    assert log.function("double").cause == "new dtypes"
+    assert any("i32[3]" in c for c in log.function("double").changed)
+    assert log.function("step").cause == "new pytree structure"
+    assert "extra" in " ".join(log.function("step").changed)
+    for fix in ("traced argument", "one dtype", "structure the same"):
+        assert fix in log.diagnosis
+
+
+def test_fixed_shapes_compile_once():
+    f = jax.jit(lambda x: x - 1)
+    with compiles.watch() as log:
+        for _ in range(5):
+            f(jnp.zeros(8))
+    assert log.function("<lambda>").compiles == 1 and not log.recompiled
+    assert log.diagnosis.startswith("No function compiled more than once")
+
+
+def test_jnp_calls_outside_jit_are_counted_apart():
+    with compiles.watch() as log:
+        for n in (5, 6, 7):
+            jnp.zeros(n) + 1
+    eager = log.function("eager operations")
+    assert eager.compiles >= 3 and "outside jit" in log.diagnosis
+
+
+def _listeners():
+    from jax._src import monitoring  # the test looks inside; the kit does not
+
+    return list(monitoring.get_event_duration_listeners())
+
+
+def test_everything_is_restored_also_when_the_block_raises():
+    before = (jax.config.jax_explain_cache_misses, list(logging.getLogger("jax").handlers),
+              logging.getLogger("jax").level, _listeners())
+    with pytest.raises(ZeroDivisionError), compiles.watch() as log:
+        jax.jit(lambda x: x / 3)(jnp.ones(2))
+        1 / 0
+    assert log.finished and log.function("<lambda>").compiles == 1
+    assert (jax.config.jax_explain_cache_misses, list(logging.getLogger("jax").handlers),
+            logging.getLogger("jax").level, _listeners()) == before
+
+
+def test_jax_explanations_are_kept_not_printed(caplog):
+    root = logging.getLogger()
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    root.addHandler(handler)
+    try:
+        with compiles.watch() as log:
+            jax.jit(lambda x: x + 2)(jnp.ones(2))
+    finally:
+        root.removeHandler(handler)
+    assert not [r for r in seen if r.getMessage().startswith(jaxcompat.CACHE_MISS_PREFIX)]
+    assert log.misses and log.misses[0].explanation.startswith(jaxcompat.CACHE_MISS_PREFIX)
+    assert not handler.filters  # the kit's filter is gone again
+
+
+def test_one_watch_at_a_time_and_unknown_names_are_clear():
+    with compiles.watch() as log:
+        with pytest.raises(InUseError, match="already active"):
+            with compiles.watch():
+                pass
+    with pytest.raises(BadInputError, match="no function 'nope'"):
+        log.function("nope")
+
+
+def test_the_log_is_plain_data_and_renders():
+    f = jax.jit(lambda x: x * 3)
+    with compiles.watch() as log:
+        f(jnp.ones(2))
+        f(jnp.ones(3))
+    data = json.loads(json.dumps(log.to_dict()))
+    assert data["compiles"] == 2 and data["functions"][0]["cause"] == "new shapes"
+    assert data["misses"][1]["explanation"].startswith("TRACING CACHE MISS")
+    text = str(log)
+    assert "2 compile(s)" in text and "new shapes" in text and "pad or bucket" in text
+
+
+# JAX's wordings, copied from runs on 0.8.0 and 0.10.2: the parser reads both, whichever JAX
+# is installed here
+@pytest.mark.parametrize("text, cause, changed", [
+    ("TRACING CACHE MISS at /w/t.py:15:8 (<module>):\n  for f defined at /w/t.py:10\n"
+     "  all previously seen cache keys differ. For the closest previous key:\n"
+     "  different input types:\n  * at x, now f32[4] and before f32[3]",
+     "new shapes", "x: now f32[4], before f32[3]"),
+    ("TRACING CACHE MISS at /w/t.py:15:8 (<module>) costing 1.130 ms because:\n"
+     "  for f defined at /w/t.py:10\n"
+     "  all previously seen cache keys are different. Closest previous key:\n"
+     "  * key with different input types:\n      types now: x: f32[4]\n"
+     "        * at x, now f32[4] and before f32[3]",
+     "new shapes", "x: now f32[4], before f32[3]"),
+    ("TRACING CACHE MISS at /w/t.py:13:11 (<module>) costing 0.8 ms because:\n"
+     "  for f defined at /w/t.py:9\n  * key with different input types:\n"
+     "        * at x, now f32[]{weak_type=False} and before f32[]{weak_type=True}",
+     "new dtypes", "x: now f32[]{weak_type=False}, before f32[]{weak_type=True}"),
+    ("TRACING CACHE MISS at /w/t.py:11:19 (<module>):\n  for f defined at /w/t.py:9\n"
+     "  different input pytree:\n  * at input path [0][1], now <class 'jax._src.tree_util."
+     "Static'> with pytree metadata Static(val=3) and before <class 'jax._src.tree_util."
+     "Static'> with pytree metadata Static(val=2), so the pytree node metadata does not match",
+     "new static values", "now 3, before 2"),
+    ("TRACING CACHE MISS at /w/t.py:11:19 (<module>) costing 0.468 ms because:\n"
+     "  for f defined at /w/t.py:9\n  * key with different value of static args:\n"
+     "      now 3 and before 2", "new static values", "now 3, before 2"),
+    ("TRACING CACHE MISS at /w/t.py:16:36 (<module>):\n  for step defined at /w/t.py:14\n"
+     "  different input pytree:\n  * at input path [0][0], now <class 'dict'> with 2 children "
+     "and before <class 'dict'> with 1 child, so the numbers of children do not match, with "
+     "the symmetric difference of key sets: {'b'}", "new pytree structure",
+     "keys added or removed: {'b'}"),
+    ("TRACING CACHE MISS at /w/t.py:18:8 (<module>):\n  never seen function:\n"
+     "    <lambda> id=1 defined at /w/t.py:17\n  but seen another function defined on the "
+     "same line; maybe the function is\n  being re-defined repeatedly, preventing caching?",
+     "function made anew", ""),
+    ("TRACING CACHE MISS at /w/t.py:15 (<module>):\n  never seen function:\n"
+     "    f id=2 defined at /w/t.py:10", "first compile", ""),
+])
+def test_jax_explanations_parse_on_both_wordings(text, cause, changed):
+    parsed = jaxcompat.parse_cache_miss(text)
+    assert parsed["cause"] == cause and parsed["changed"] == changed
+    assert parsed["called_at"].startswith("t.py:1") and parsed["defined_at"].startswith("t.py:")
+    assert parsed["function"] in ("f", "step", "<lambda>")
+    assert jaxcompat.parse_cache_miss("Compiling jit(f) with global shapes") is None
