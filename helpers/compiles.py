@@ -72,6 +72,8 @@ class CacheMiss(Record):
     defined_at: str
     cause: str  # "first compile" or one of CAUSES
     changed: str  # e.g. "x: now f32[4], before f32[3]"
+    argument: str  # for new shapes or dtypes: the argument ("x"), and its new type ("f32[4]")
+    now: str
     explanation: str  # JAX's text
 
 
@@ -86,7 +88,7 @@ class FunctionCompiles(Record):
     compiles: int
     compile_seconds: float
     cause: str  # "first compile" when it compiled once, _EAGER for one-op programs
-    changed: tuple[str, ...]  # the first few changes JAX named
+    changed: tuple[str, ...]  # new shapes or dtypes per argument, else JAX's first differences
     called_at: tuple[str, ...]
     fix: str
 
@@ -228,6 +230,21 @@ def watch() -> Iterator[CompileLog]:
             _active.release()
 
 
+def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:
+    """What changed: for new shapes or dtypes, each argument's new types in the order they came
+    ("x: f32[5], f32[11], f32[13]"); otherwise JAX's first few differences."""
+    if cause in ("new shapes", "new dtypes"):
+        types: dict[str, list[str]] = {}
+        for m in misses:
+            if m.cause == cause and m.argument:
+                types.setdefault(m.argument, [])
+                if m.now not in types[m.argument]:
+                    types[m.argument].append(m.now)
+        return tuple(f"{arg}: {', '.join(new[:6])}{', …' if len(new) > 6 else ''}"
+                     for arg, new in types.items())
+    return tuple(dict.fromkeys(m.changed for m in misses if m.changed))[:5]
+
+
 def _summarise(durations: list[tuple[str, float]], misses: tuple[CacheMiss, ...]
                ) -> tuple[FunctionCompiles, ...]:
     """One entry per function (its name and the line it was defined on): the cache misses JAX
@@ -257,7 +274,7 @@ def _summarise(durations: list[tuple[str, float]], misses: tuple[CacheMiss, ...]
             function=name, defined_at=defined,
             compiles=max(len(mine), round(len(compiled) * share)),
             compile_seconds=sum(compiled) * share, cause=cause,
-            changed=tuple(dict.fromkeys(m.changed for m in mine if m.changed))[:5],
+            changed=_changes(mine, cause),
             called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
             fix=FIXES.get(cause, "")))
     if eager:

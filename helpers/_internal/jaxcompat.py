@@ -28,15 +28,14 @@ from typing import Any
 
 from helpers._internal import frames
 
-__all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved",
-           "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters", "asarray_is_explicit",
-           "backend_errors", "backend_factories", "compiled_function_name", "backend_start_snapshot", "backends_started",
-           "device_name", "distributed_coordinator", "ensure_hook", "entry_values",
-           "expand_platform_alias",
-           "explicit_scopes_marked", "import_jax", "jax_version", "jax_version_tuple",
-           "live_executables", "on_backend_start", "parse_cache_miss", "parse_guard_line",
-           "unregister_duration_listener", "verify",
-           "weight_gradient_convolutions"]
+__all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "GUARD_LINE", "INTERNALS",
+           "Internal", "InternalMoved", "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters",
+           "asarray_is_explicit", "backend_errors", "backend_factories", "backend_start_snapshot",
+           "backends_started", "compiled_function_name", "device_name", "distributed_coordinator",
+           "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
+           "import_jax", "jax_version", "jax_version_tuple", "live_executables",
+           "on_backend_start", "parse_cache_miss", "parse_guard_line",
+           "unregister_duration_listener", "verify", "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -455,7 +454,8 @@ def _where(filename: str, lineno: str) -> str:
 def parse_cache_miss(text: str) -> Mapping | None:
     """One of JAX's "TRACING CACHE MISS" explanations as fields (None for any other line): the
     function, where it was called and defined, the cause (the kit's words for JAX's), what
-    changed, and the text. Read on JAX 0.8.0 and 0.10.2, whose wordings differ."""
+    changed (for a new shape or dtype also the argument and its new type), and the text. Read
+    on JAX 0.8.0 and 0.10.2, whose wordings differ."""
     at = _MISS_AT.match(text)
     if not at:
         return None
@@ -463,17 +463,17 @@ def parse_cache_miss(text: str) -> Mapping | None:
     seen = _NEVER_SEEN.search(text) or _SEEN_FOR.search(text)
     function, defined = (seen.group(1), _where(seen.group(2), seen.group(3))) if seen else (
         "", "")
-    changed, cause = "", "other"
+    changed, cause, argument, now = "", "other", "", ""
     if "never seen function" in text:
         cause = "function made anew" if "same line" in text else "first compile"
     elif m := (_STATIC_NEW.search(text) or _STATIC_OLD.search(text)):
         cause, changed = "new static values", f"now {m.group(1)}, before {m.group(2).strip()}"
     elif "different input types" in text and (types := _TYPE_CHANGE.findall(text)):
-        name, now, before = types[0]
-        strip = (lambda t: _WEAK.sub("", t))
-        same_dtype = strip(now).split("[")[0] == strip(before).split("[")[0]
-        cause = "new shapes" if same_dtype and strip(now) != strip(before) else "new dtypes"
-        changed = f"{name}: now {now}, before {before}"
+        argument, now, before = types[0]
+        plain_now, plain_before = _WEAK.sub("", now), _WEAK.sub("", before)
+        same_dtype = plain_now.split("[")[0] == plain_before.split("[")[0]
+        cause = "new shapes" if same_dtype and plain_now != plain_before else "new dtypes"
+        changed = f"{argument}: now {now}, before {before}"
     elif "different input pytree" in text:
         cause = "new pytree structure"
         keys = _KEYS.search(text)
@@ -481,7 +481,7 @@ def parse_cache_miss(text: str) -> Mapping | None:
         changed = (f"keys added or removed: {keys.group(1)}" if keys else
                    f"{where.group(1)}: now {where.group(2)}" if where else "")
     return {"function": function, "called_at": called, "defined_at": defined, "cause": cause,
-            "changed": changed, "explanation": text}
+            "changed": changed, "argument": argument, "now": now, "explanation": text}
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------
