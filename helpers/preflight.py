@@ -240,6 +240,7 @@ class Temporary(Record):
     shape: tuple[int, ...]
     nbytes: int
     line: str  # the user's line that made it ("cell, line 3: h = ..."), "" where not recorded
+    batched: bool = False  # made under jax.vmap (XLA's op_name says so): the whole batch at once
 
 
 @dataclass(frozen=True)
@@ -599,6 +600,23 @@ def _constant_bytes(jitted, arg_specs, kw_specs, jax) -> int:
     return sum(seen.values())
 
 
+def _why_not_donated(shape: tuple, dtype: str, outputs: list[tuple[tuple, str]]) -> str:
+    """Why a donated buffer no output has the shape and dtype of was not reused. JAX pairs a
+    donated argument with an output of the same shape and dtype; failing that, it offers the
+    buffer to XLA when an output has as many elements, and XLA reuses it only when the bytes
+    match too (jax/_src/interpreters/mlir.py, _set_up_aliases; measured on jax 0.8.0 and
+    0.10.2: float32[100] is reused for a float32[50, 2] or an int32[100], not a float16[100])."""
+    count = math.prod(shape)
+    same_count = [f"{d}{list(s)}" for s, d in outputs if math.prod(s) == count]
+    if same_count:
+        return (f"JAX offered it to XLA for an output with as many elements ({same_count[0]}), "
+                "and XLA did not reuse it: the bytes differ, and a donated buffer is reused "
+                "only for an output of the same size in bytes")
+    return (f"no output is a {dtype}{list(shape)}, nor has its {count:,} elements: JAX donates "
+            "a buffer only to an output of the same shape and dtype, or of the same number of "
+            "elements (then XLA reuses it where the bytes match)")
+
+
 def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, ...]:
     """Each donated array leaf, and whether XLA writes an output into it (its alias table)."""
     if not donated:
@@ -628,8 +646,7 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
             if (shape, dtype) in free_outputs:
                 free_outputs.remove((shape, dtype))
         elif (shape, dtype) not in outputs:
-            reused, why = False, (f"no output is a {dtype}{list(shape)}: XLA reuses a donated "
-                                  "buffer only for an output of the same shape and dtype")
+            reused, why = False, _why_not_donated(shape, dtype, outputs)
         else:
             reused, why = False, (f"every {dtype}{list(shape)} output is already written into "
                                   "another donated argument")
@@ -755,6 +772,16 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if c.dropped:
         notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
                      "reads (XLA drops them); they stay on the device while you hold them.")
+    temporaries = _temporaries(c.executable)
+    batched = [t for t in temporaries if t.batched and t.nbytes * 4 >= peak]
+    if batched:
+        t = batched[0]
+        at = f", {t.line}" if t.line else ""
+        notes.append(f"The largest value, {t.op} {t.dtype}{list(t.shape)} "
+                     f"({format_bytes(t.nbytes)}{at}), is made under jax.vmap for every element "
+                     "of the batch at once, as the vectorized code would be: "
+                     "jax.lax.map(f, xs, batch_size=k) computes k elements at a time, and "
+                     "such values shrink in proportion.")
     if runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")
@@ -772,7 +799,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         needed_bytes=needed, in_use_bytes=in_use, in_use_source=in_use_source,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
-        donations=c.donations, largest_temporaries=_temporaries(c.executable),
+        donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime)
 
 
@@ -786,7 +813,7 @@ def _temporaries(compiled, most: int = 3) -> tuple[Temporary, ...]:
     for v in values[:most]:
         line = frames.line(*v["source"]) if v["source"] else ""
         out.append(Temporary(v["op"].rsplit("/", 1)[-1], v["dtype"], v["shape"], v["nbytes"],
-                             line))
+                             line, batched="vmap(" in v["op"]))
     return tuple(out)
 
 

@@ -1,0 +1,176 @@
+"""Problems JAX users reported in public threads, each reproduced in miniature and put to the kit
+the way the user would have met it: the answer must name the thread's cause and its fix.
+docs/user-reports.md is the table of them; a row marked "named" there has its test here (or, for
+two processes, in tests/test_processes.py)."""
+
+import gc
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import compiles, devices, holders, preflight, settings, transfers
+
+MiB = 2**20
+
+
+def test_jax_10596_a_closed_over_array_is_a_constant_of_the_program():
+    table = jnp.arange(256 * 1024, dtype=jnp.float32)  # 1 MiB, global to the function
+
+    def spectrum(x):
+        return jnp.fft.rfft(x + table).real.sum()
+
+    p = preflight.preflight_step(spectrum, jnp.ones(256 * 1024))
+    assert p.constant_bytes == table.nbytes
+    assert "baked into the compiled program as constants" in p.advice
+    assert "pass them as arguments instead" in p.advice
+
+
+def test_jax_11036_which_donations_jax_and_xla_reuse():
+    """The thread asked for a reshaped buffer to be reusable; JAX now offers a donated buffer to
+    XLA for an output with as many elements, and XLA reuses it where the bytes match."""
+    x = jnp.ones((10, 10, 10, 10))
+    reshaped = preflight.preflight_step(lambda a: (a * 2).reshape(100, 100), x,
+                                        donate_argnums=0)
+    assert reshaped.donations[0].reused  # the thread's request, granted since
+    halved = preflight.preflight_step(lambda a: a.astype(jnp.float16), x, donate_argnums=0)
+    assert not halved.donations[0].reused and "bytes differ" in halved.donations[0].why
+    summed = preflight.preflight_step(lambda a: a.sum(), x, donate_argnums=0)
+    assert not summed.donations[0].reused
+    assert "nor has its 10,000 elements" in summed.donations[0].why
+    assert "Donated but not reused" in summed.advice
+
+
+def test_jax_3186_grad_of_scan_keeps_residuals_for_every_step():
+    w = jnp.ones((64, 64)) / 64
+
+    def loss(w, xs):
+        h, _ = jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x), None), jnp.zeros(64), xs)
+        return h.sum()
+
+    short = preflight.residuals(loss, w, jnp.ones((100, 64)))
+    long = preflight.residuals(loss, w, jnp.ones((200, 64)))
+    assert long.scan_bytes > 1.9 * short.scan_bytes  # grows with the scan's length
+    assert "jax.checkpoint" in short.advice
+
+
+def test_jax_1923_vmap_materialises_the_whole_batch_and_lax_map_is_named():
+    keys, queries = jnp.ones((1024, 64)), jnp.ones((128, 64))
+
+    def nearest(q):
+        return jnp.sort((keys - q) ** 2, axis=0)[:8].sum()
+
+    p = preflight.preflight_step(jax.vmap(nearest), queries)
+    top = p.largest_temporaries[0]
+    assert top.batched and top.nbytes == 128 * 1024 * 64 * 4 and "test_user_reports" in top.line
+    assert "jax.lax.map" in p.advice and "batch_size" in p.advice
+    # and the fix does what the advice says: 16 at a time, 1/8 of the batch's 128
+    fixed = preflight.preflight_step(lambda qs: jax.lax.map(nearest, qs, batch_size=16), queries)
+    assert fixed.temp_bytes * 7 < p.temp_bytes and "jax.lax.map" not in fixed.advice
+
+
+def test_jax_5555_an_allocator_setting_changed_after_the_gpu_started(monkeypatch):
+    """The GPU's start is faked as in test_settings (the variables JAX's start hook recorded):
+    on the CPU the allocator variables do nothing, and the kit rightly says nothing of them."""
+    from helpers._internal import jaxcompat
+
+    monkeypatch.setattr(jaxcompat, "_hook_state", "installed")
+    monkeypatch.setattr(jaxcompat, "_at_start",
+                        {"cuda": {n: None for n in settings.ALLOCATOR_VARS}})
+    (w,) = settings.check_environment({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+                                      started_platforms=("cuda",))
+    assert "after the cuda backend started, so not in effect" in w.message
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" in w.message and "first cell" in w.fix
+
+
+def test_jax_2072_and_11923_a_compile_per_new_shape():
+    total = jax.jit(lambda x: x.sum())
+    with compiles.watch() as log:
+        for n in range(10, 16):
+            total(jnp.ones(n))
+    (entry,) = log.recompiled[:1]
+    assert entry.compiles == 6 and entry.cause == "new shapes"
+    assert "pad or bucket" in log.diagnosis and "jax.clear_caches()" in log.diagnosis
+
+
+def test_jax_1605_a_jit_made_inside_a_loop():
+    with compiles.watch() as log:
+        for _ in range(4):
+            jax.jit(lambda v: v * 3)(jnp.ones(2))
+    (entry,) = [f for f in log.functions if f.cause == "function made anew"]
+    assert entry.compiles == 4 and "outside the loop" in log.diagnosis
+
+
+def test_jax_1914_arguments_committed_to_two_devices():
+    cpu0, cpu1 = jax.devices("cpu")[:2]
+    a = jax.device_put(jnp.ones(3), cpu0)
+    b = jax.device_put(jnp.ones(3), cpu1)
+    text = str(devices.tree_placement((a, b)))
+    assert "committed leaves sit on different devices" in text
+    assert "incompatible devices" in text and "jax.device_put(tree, device)" in text
+    with pytest.raises(ValueError, match="incompatible devices|[Dd]evice"):
+        jax.jit(lambda x, y: x + y)(a, b)
+
+
+def test_jax_18436_a_python_scalar_is_a_host_to_device_copy():
+    x = jnp.ones(4)
+    with transfers.trace() as log:
+        (x + 0).block_until_ready()
+    reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
+    assert log.count("host->device") >= 1 and "Python scalar" in reasons
+
+
+def test_aimz_267_numpy_parameters_copied_every_call():
+    params = {"w": np.ones(256, np.float32)}
+    step = jax.jit(lambda p, x: (p["w"] * x).sum())
+    x = jnp.ones(256)
+    step(params, x)
+    with transfers.trace() as log:
+        for _ in range(3):
+            step(params, x)
+    assert log.count("host->device") == 3
+    assert "copied on every call" in " ".join(log.by_line()[0]["reasons"])
+    assert "NumPy" in str(devices.tree_placement(params))
+
+
+def test_jax_14934_and_flax_2493_who_holds_the_array():
+    class Module:  # a cache on an object, as Flax's _caches was
+        def __init__(self):
+            self._caches = {}
+
+    module = Module()
+    module._caches["activations"] = jnp.zeros((1024, 512))  # 2 MiB
+    saved = {}
+    try:
+        def step():
+            local = jnp.zeros((1024, 1024))  # 4 MiB, a local of the failed call  # noqa: F841
+            raise ValueError("step failed")
+
+        step()
+    except ValueError:
+        saved["tb"] = sys.exc_info()[2]
+    sys.last_traceback = saved.pop("tb")
+    try:
+        gc.collect()
+        h = holders.largest(4)
+        by_size = {a.nbytes: a for a in h.arrays}
+        tb = by_size[4 * MiB]
+        assert any("traceback" in who for who in tb.held_by) and "last_traceback" in tb.fix
+        cached = by_size[2 * MiB]
+        assert cached.held_by and any("_caches" in who or "dict" in who
+                                      for who in cached.held_by)
+    finally:
+        del sys.last_traceback
+
+
+def test_the_table_lists_every_report_tested_here():
+    from pathlib import Path
+
+    table = (Path(__file__).parents[1] / "docs" / "user-reports.md").read_text()
+    tests = [n for n in globals() if n.startswith("test_jax_") or n.startswith("test_aimz_")]
+    for name in tests:
+        numbers = [p for p in name.split("_") if p.isdigit()]
+        assert numbers and all(f"#{n}]" in table for n in numbers), name
+
