@@ -13,11 +13,13 @@ optional ``__metadata__``), then the raw data. :func:`read_header` validates a h
 touching the data, so a 19 GiB file is checked in microseconds; :func:`encode_header` writes one.
 
 >>> import tempfile, os
->>> path = os.path.join(tempfile.mkdtemp(), "tokens.safetensors")
+>>> folder = tempfile.TemporaryDirectory()
+>>> path = os.path.join(folder.name, "tokens.safetensors")
 >>> write_tokens(path, 1000).n_tokens
 1000
 >>> read_header(path)[0]["tokens"]["shape"]
 [1000]
+>>> folder.cleanup()
 """
 
 from __future__ import annotations
