@@ -5,7 +5,8 @@
   the request, the pool, who holds the largest arrays (by name), where they were made, and the
   likely fixes, ranked. Other errors are shown as usual.
 - ``%%memory``: runs the cell and shows, per device and for the host, the bytes before, after
-  and at the peak, and the copies the cell made (:class:`CellMemory`).
+  and at the peak, the copies the cell made, and its compiles, with the cause and the fix for
+  any function it compiled more than once (:class:`CellMemory`).
 
 ``%unload_ext helpers`` takes both away again.
 """
@@ -36,7 +37,8 @@ class CellDevice(Record):
 @dataclass(frozen=True)
 class CellMemory(Display):
     """What one cell did to memory (``%%memory``): per device and for the host, before, after
-    and peak, and the copies it made (the transfer guard's log, summed)."""
+    and peak, the copies it made (the transfer guard's log, summed), and its compiles
+    (:func:`helpers.compiles.watch`: how many, and a sentence per function compiled again)."""
 
     devices: tuple[CellDevice, ...]
     host_before: int
@@ -45,6 +47,8 @@ class CellMemory(Display):
     transfers: tuple[Mapping[str, Any], ...]  # TransferLog.summary() rows
     seconds: float
     failed: bool  # the cell raised
+    compiles: int = 0  # XLA compiles during the cell
+    recompiled: tuple[str, ...] = ()  # the cause and the fix, per function compiled again
 
 
 def load(ip: Any) -> None:
@@ -95,11 +99,12 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
 def _run_measured(shell, cell: str) -> CellMemory:
     import time
 
-    from helpers import memory, transfers
+    from helpers import compiles, memory, transfers
 
     before = memory.snapshot()
     t0 = time.perf_counter()
-    with transfers.trace() as log, memory.track(interval=0.01) as trace:
+    with transfers.trace() as log, memory.track(interval=0.01) as trace, \
+            compiles.watch() as compiled:
         result = shell.run_cell(cell)
     after = memory.snapshot()
     rows = tuple(
@@ -108,5 +113,6 @@ def _run_measured(shell, cell: str) -> CellMemory:
         for d in before.devices)
     return CellMemory(rows, before.host.rss, after.host.rss, trace.host_peak,
                       tuple(log.summary()), time.perf_counter() - t0,
-                      not result.success)
+                      not result.success, compiled.compiles,
+                      tuple(compiled.diagnosis.splitlines()[:-1]) if compiled.recompiled else ())
 

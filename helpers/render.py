@@ -406,6 +406,9 @@ def cell_memory_text(c: CellMemory) -> str:
                       for r in c.transfers) or "none seen"
     lines.append(f"copies: {moved}; {c.seconds:.2f} s" + (" (the cell raised)" if c.failed
                                                           else ""))
+    lines.append(f"compiles: {c.compiles}" + (" (each function once)"
+                                              if c.compiles and not c.recompiled else ""))
+    lines += c.recompiled
     return "\n".join(lines)
 
 

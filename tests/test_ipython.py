@@ -60,6 +60,16 @@ def test_percent_percent_memory_measures_the_cell(shell, capsys):
     assert "cpu:0" in str(c) and "copies:" in str(c)
 
 
+def test_percent_percent_memory_names_a_function_the_cell_compiled_again(shell):
+    shell.run_cell("import numpy as np\nnorm = jax.jit(lambda x: (x * x).sum())")
+    cell = "for n in (3, 4, 5):\n    norm(np.ones(n, np.float32))"
+    c = shell.run_cell_magic("memory", "", cell)
+    assert c.compiles >= 3 and len(c.recompiled) == 1
+    assert "compiled 3 times, for new shapes" in c.recompiled[0] and "pad or bucket" in str(c)
+    again = shell.run_cell_magic("memory", "", "norm(np.ones(3, np.float32))")  # cached
+    assert again.compiles == 0 and again.recompiled == () and "compiles: 0" in str(again)
+
+
 def test_a_real_oom_in_a_capped_child_is_explained_and_the_shell_lives():
     """CPU stand-in: RLIMIT_AS caps the child's address space, so XLA's own allocation fails
     with RESOURCE_EXHAUSTED, as the CUDA allocator's does on a GPU."""
