@@ -204,3 +204,18 @@ def test_lines_can_be_left_out_and_the_tracer_is_restored():
     with transfers.trace() as log:
         jax.device_put(np.ones(2))
     assert sys.gettrace() is before
+
+
+def test_a_creation_with_device_is_made_on_the_default_device_first():
+    """jax-ml/jax#25396: jnp.zeros(n, device=d) builds the array on the default device, then
+    copies it to d (jax 0.8.0 and 0.10.2); under jax.default_device(d) it is made on d."""
+    elsewhere = jax.devices()[1]
+    with transfers.trace() as log:
+        made = jnp.zeros(1000, device=elsewhere)
+        made.block_until_ready()
+    (copy,) = log.select("device->device")
+    assert made.devices() == {elsewhere} and copy.nbytes == 4000
+    assert "made whole on the default device" in copy.reason and "default_device" in copy.reason
+    with transfers.trace() as log, jax.default_device(elsewhere):
+        jnp.zeros(1000).block_until_ready()
+    assert log.count("device->device") == 0

@@ -174,3 +174,27 @@ def test_the_table_lists_every_report_tested_here():
         numbers = [p for p in name.split("_") if p.isdigit()]
         assert numbers and all(f"#{n}]" in table for n in numbers), name
 
+
+
+def test_jax_25396_a_creation_with_device_is_built_on_the_default_device_first():
+    elsewhere = jax.devices()[1]
+    with transfers.trace() as log:
+        jnp.full((1000,), 2.0, device=elsewhere).block_until_ready()
+    (copy,) = log.select("device->device")
+    assert copy.nbytes == 4000 and "jax.default_device(device)" in copy.reason
+
+
+def test_jax_4385_a_memory_profile_sees_live_buffers_not_the_steps_temporaries(tmp_path):
+    from helpers import memory_profile
+
+    def step(x, w):
+        hidden = jnp.tanh(x @ w)  # 16 MiB inside the step only
+        return hidden @ w.T
+
+    x, w = jnp.ones((2048, 512)), jnp.ones((512, 2048)) / 512
+    p = preflight.preflight_step(step, x, w)
+    jax.jit(step)(x, w).block_until_ready()
+    path = tmp_path / "memory.prof"
+    jax.profiler.save_device_memory_profile(str(path))
+    live = sum(e.bytes for e in memory_profile.read_memory_profile(path) if e.kind == "buffer")
+    assert p.temp_bytes >= 16 * MiB and live < p.temp_bytes  # the profile missed them
