@@ -1,24 +1,29 @@
 """What a block of code compiled, how often, and why it compiled again.
 
-A jitted function compiles once per new *signature*: the shapes and dtypes of its array
-arguments, the values of its static arguments, the structure of its pytrees, and the function
-object itself. A loop that changes any of them compiles again every time. Each compile costs
-seconds, and each compiled program stays in JAX's cache, in host memory, for as long as the
-function lives: a "memory leak in a simple loop" that grows with every new shape.
+A jitted function compiles once per new *signature*: the shapes, dtypes and shardings of its
+array arguments, the values of its static arguments, the structure of its pytrees, the settings
+around the call, and the function object itself. A loop that changes any of them compiles again
+every time. Each compile costs seconds, and each compiled program stays in JAX's caches, in host
+memory: a "memory leak in a simple loop" that grows with every new shape.
 
-JAX explains each of its own cache misses when ``jax_explain_cache_misses`` is on (it logs
-"TRACING CACHE MISS ... because ..."), and counts each XLA compile through
-:mod:`jax.monitoring`. :func:`watch` turns both on for a block, keeps JAX's explanations
-verbatim, and sums them up per function: how many compiles, what changed between them, the
-line that called it, and the fix, in a sentence.
+JAX explains each miss of its tracing cache when ``jax_explain_cache_misses`` is on (it logs
+"TRACING CACHE MISS ... because ..."), and reports each XLA compile to :mod:`jax.monitoring`.
+:func:`watch` turns both on for a block, keeps JAX's explanations verbatim, pairs each compile
+with the explanation that led to it, and sums them up per function: how many compiles, what
+changed between them, the line that called it, and the fix, in a sentence.
 
->>> import jax, jax.numpy as jnp
+>>> import jax, numpy as np
 >>> f = jax.jit(lambda x: x * 2)
 >>> with watch() as log:
 ...     for n in (3, 4, 5):
-...         _ = f(jnp.zeros(n))
+...         _ = f(np.zeros(n, np.float32))
 >>> log.function("<lambda>").compiles, log.function("<lambda>").cause
 (3, 'new shapes')
+
+What JAX does not explain is counted, not guessed at: a jnp call outside jit compiles a
+one-operation program per new shape ("eager operations"), and a pmap, a function from a
+library's files, a call on another thread, or the same function on a new device compiles
+without a word from JAX ("compiles JAX did not explain").
 """
 
 from __future__ import annotations
@@ -39,26 +44,33 @@ from helpers.errors import BadInputError, InUseError
 __all__ = ["CacheMiss", "CompileLog", "FunctionCompiles", "watch"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
-CAUSES = ("function made anew", "new shapes", "new dtypes", "new static values",
-          "new pytree structure", "other")
-#: what to change, per cause; {f} is the function's name
+CAUSES = ("function made anew", "new shapes", "new dtypes", "new sharding", "new static values",
+          "new pytree structure", "a changed setting", "other")
+#: what to change, per cause
 FIXES = {
-    "function made anew": "jit caches by the function object, and a function defined (or "
-                          "jitted) inside a loop is a new object each time: define and jit it "
-                          "once, outside the loop",
+    "function made anew": "jit caches by the function object, and a lambda, closure, "
+                          "functools.partial or bound method (obj.method) made on every "
+                          "iteration is a new one: make it once, outside the loop",
     "new shapes": "pad or bucket the inputs to a few fixed shapes (say, powers of two), so one "
                   "compiled program serves many",
     "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "
                   "scalar is weakly typed while an array of the same value is not",
+    "new sharding": "put the argument on the same device, with the same sharding, every call "
+                    "(jax.device_put once, before the loop)",
     "new static values": "a static argument compiles once per value: make it a traced "
                          "argument if it only feeds arithmetic, or keep its values few",
-    "new pytree structure": "keep the pytree's structure the same every call (the same keys, "
-                            "no leaf that is sometimes None)",
-    "other": "read JAX's explanation below",
+    "new pytree structure": "keep the pytree's structure the same every call: the same keys, "
+                            "no leaf that is sometimes None, and each argument passed the same "
+                            "way (by position or by keyword)",
+    "a changed setting": "a config option or context manager around the call differed "
+                         "(jax.default_matmul_precision, jax.default_device, ...): keep one "
+                         "setting around every call",
+    "other": "JAX's own explanation is kept in the log's misses",
 }
-_EAGER = "eager operations"
-_CACHED = ("Each compiled program stays cached, in host memory, while its function lives; "
-           "jax.clear_caches() drops them all.")
+EAGER = "eager operations"
+UNEXPLAINED = "compiles JAX did not explain"
+_CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its function is "
+           "gone or the bounded caches drop it; jax.clear_caches() drops them all.")
 _active = threading.Lock()  # one watch at a time per process: the config and logger are global
 
 
@@ -72,29 +84,35 @@ class CacheMiss(Record):
     defined_at: str
     cause: str  # "first compile" or one of CAUSES
     changed: str  # e.g. "x: now f32[4], before f32[3]"
-    argument: str  # for new shapes or dtypes: the argument ("x"), and its new type ("f32[4]")
-    now: str
+    new_types: tuple[str, ...]  # for new shapes, dtypes or shardings: ("x: f32[4]", ...)
     explanation: str  # JAX's text
 
 
 @dataclass(frozen=True)
 class FunctionCompiles(Record):
-    """One function's compiles in the block: how many, the seconds XLA spent, why it compiled
-    again (``cause``: the most frequent of its cache misses' causes), what changed, where it
-    was called, and the fix in a sentence."""
+    """One function's compiles in the block: XLA's compiles (``compiles``) and the traces JAX
+    explained (``traces``: a nested jit or ``jax.eval_shape`` traces without compiling), the
+    seconds XLA spent, why it compiled again (``cause``: the most frequent of its misses'
+    causes), what changed, where it was called, and the fix in a sentence."""
 
     function: str
     defined_at: str
     compiles: int
+    traces: int
     compile_seconds: float
-    cause: str  # "first compile" when it compiled once, _EAGER for one-op programs
-    changed: tuple[str, ...]  # new shapes or dtypes per argument, else JAX's first differences
+    cause: str  # "first compile", one of CAUSES, EAGER or UNEXPLAINED
+    changed: tuple[str, ...]  # each argument's new types, else JAX's first differences
     called_at: tuple[str, ...]
     fix: str
+    jax_says: str  # JAX's explanation for the cause, from its second line ("" when none)
 
     @property
     def recompiled(self) -> bool:
-        return self.compiles > 1 or self.cause == "function made anew"
+        """Compiled more than once in the block (one compile for a new shape, after the block
+        has begun, is what a fix such as padding leaves: not a recompile)."""
+        if self.cause in (EAGER, UNEXPLAINED):  # "name ×count", most first: one name again?
+            return bool(self.changed) and int(self.changed[0].rsplit("×", 1)[1]) > 1
+        return self.compiles > 1
 
 
 class CompileLog(Display):
@@ -116,13 +134,13 @@ class CompileLog(Display):
 
     @property
     def recompiled(self) -> tuple[FunctionCompiles, ...]:
-        """The functions that compiled more than once (or were made anew), most compiles first;
-        one-op programs run outside jit come last."""
+        """The functions that compiled again, most compiles first; eager operations and the
+        compiles JAX did not explain come last."""
         return tuple(f for f in self.functions if f.recompiled)
 
     def function(self, name: str) -> FunctionCompiles:
         """The entry of the function called ``name`` (``"eager operations"`` for jnp calls
-        made outside jit)."""
+        made outside jit, ``"compiles JAX did not explain"`` for the rest)."""
         for f in self.functions:
             if f.function == name:
                 return f
@@ -135,8 +153,7 @@ class CompileLog(Display):
         if not self.finished:
             return "the block has not ended yet"
         if not self.recompiled:
-            return (f"No function compiled more than once: {self.compiles} compile(s), each a "
-                    "first.")
+            return f"No function compiled more than once in this block: {self.compiles} compile(s)."
         return "\n".join([*(_sentence(f) for f in self.recompiled), _CACHED])
 
     def to_dict(self) -> dict:
@@ -148,23 +165,33 @@ class CompileLog(Display):
 
 def _sentence(f: FunctionCompiles) -> str:
     where = f" ({f.defined_at})" if f.defined_at else ""
-    if f.cause == _EAGER:
-        return (f"{f.compiles} one-operation programs were compiled outside jit "
-                f"({', '.join(f.changed)}): a jnp call outside jit is compiled for each new "
-                "shape too; inside a jitted function it is part of one program.")
+    listed = ", ".join(f.changed)
+    if f.cause == EAGER:
+        return (f"{f.compiles} one-operation programs were compiled outside jit ({listed}): a "
+                "jnp call outside jit is compiled for each new shape too; inside a jitted "
+                "function it is part of one program.")
+    if f.cause == UNEXPLAINED:
+        return (f"{f.compiles} compiles JAX did not explain ({listed}): JAX explains jit calls "
+                "traced on this thread from your own files; a pmap, a library's function, "
+                "another thread, or the same function on a new device compile without a word.")
     if f.cause == "function made anew":
         at = f" at {f.called_at[0]}" if f.called_at else ""
         head = f"`{f.function}`{where} was jitted anew {f.compiles} times{at}"
     else:
         changed = f" ({'; '.join(f.changed[:3])})" if f.changed else ""
         head = f"`{f.function}`{where} compiled {f.compiles} times, for {f.cause}{changed}"
-    return f"{head}, {f.compile_seconds:.2f} s of compiling: {FIXES[f.cause]}."
+    said = f" JAX says: {f.jax_says}" if f.cause == "other" and f.jax_says else ""
+    return f"{head}, {f.compile_seconds:.2f} s of compiling: {FIXES[f.cause]}.{said}"
 
 
-class _Collector(logging.Handler):
+class _Events(logging.Handler):
+    """Keeps JAX's cache-miss explanations and the compile events in the order they came, with
+    the thread each came from (a compile follows the miss that caused it, on its thread)."""
+
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.misses: list[CacheMiss] = []
+        self.events: list[tuple] = []
+        self.guard = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -172,7 +199,14 @@ class _Collector(logging.Handler):
         except Exception:  # never break the user's program over a log line
             return
         if parsed is not None:
-            self.misses.append(CacheMiss(**parsed))
+            with self.guard:
+                self.events.append(("miss", record.thread, CacheMiss(**parsed)))
+
+    def compiled(self, event: str, seconds: float, **kwargs) -> None:
+        if event == jaxcompat.COMPILE_EVENT:
+            with self.guard:
+                self.events.append(("compile", threading.get_ident(),
+                                    str(kwargs.get("fun_name", "")), seconds))
 
 
 class _Quiet(logging.Filter):
@@ -183,105 +217,133 @@ class _Quiet(logging.Filter):
         return not record.getMessage().startswith(jaxcompat.CACHE_MISS_PREFIX)
 
 
+def _jax_handlers(besides: logging.Handler) -> list[logging.Handler]:
+    """The handlers that would print a JAX log record: the root's and those of every logger
+    named "jax" or "jax.*" (handlers added while the block runs are not seen)."""
+    loggers = [logging.getLogger(), logging.getLogger("jax")] + [
+        x for name, x in logging.Logger.manager.loggerDict.items()
+        if name.startswith("jax.") and isinstance(x, logging.Logger)]
+    return list({id(h): h for x in loggers for h in x.handlers if h is not besides}.values())
+
+
 @contextlib.contextmanager
 def watch() -> Iterator[CompileLog]:
     """Record every compile the block makes and JAX's reason for each; the log is filled when
     the block ends. JAX's explanations are kept verbatim in the log's ``misses`` rather than
     printed as they come. Exceptions from the block propagate; JAX's setting, the logger and the
     listener are restored either way. JAX explains only this thread's cache misses (its setting
-    is per thread); compiles on other threads are counted as compiles of unexplained functions.
+    is per thread); compiles on other threads are counted among those JAX did not explain.
     """
     if not _active.acquire(blocking=False):
-        raise InUseError("compiles.watch() is already active in this process; nest the code "
-                         "inside the existing watch instead")
-    log = CompileLog()
-    collector, quiet = _Collector(), _Quiet()
-    logger = logging.getLogger("jax")
-    durations: list[tuple[str, float]] = []
-
-    def on_duration(event: str, seconds: float, **kwargs) -> None:
-        if event == jaxcompat.COMPILE_EVENT:
-            durations.append((str(kwargs.get("fun_name", "")), seconds))
-
-    t0 = time.perf_counter()
-    others = [h for h in (*logging.getLogger().handlers, *logger.handlers)]
-    level = logger.level
-    jax.monitoring.register_event_duration_secs_listener(on_duration)
+        raise InUseError("compiles.watch() is already active in this process (%%memory runs "
+                         "one around its cell); nest the code inside the existing watch instead")
     try:
-        logger.addHandler(collector)
-        for h in others:
-            h.addFilter(quiet)
-        if logger.getEffectiveLevel() > logging.WARNING:  # JAX explains at WARNING
-            logger.setLevel(logging.WARNING)
-        with jax.explain_cache_misses(True):
-            yield log
-    finally:
+        log = CompileLog()
+        events, quiet = _Events(), _Quiet()
+        logger = logging.getLogger("jax")
+        others = _jax_handlers(events)
+        level = logger.level
+        t0 = time.perf_counter()
+        jax.monitoring.register_event_duration_secs_listener(events.compiled)
         try:
-            logger.setLevel(level)
-            logger.removeHandler(collector)
+            logger.addHandler(events)
             for h in others:
-                h.removeFilter(quiet)
-            jaxcompat.unregister_duration_listener(on_duration)
+                h.addFilter(quiet)
+            if logger.getEffectiveLevel() > logging.WARNING:  # JAX explains at WARNING
+                logger.setLevel(logging.WARNING)
+            with jax.explain_cache_misses(True):
+                yield log
         finally:
-            log.seconds = time.perf_counter() - t0
-            log.misses = tuple(collector.misses)
-            log.functions = _summarise(durations, log.misses)
-            log.finished = True
-            _active.release()
+            try:
+                logger.setLevel(level)
+                logger.removeHandler(events)
+                for h in others:
+                    h.removeFilter(quiet)
+                jaxcompat.unregister_duration_listener(events.compiled)
+            finally:
+                log.seconds = time.perf_counter() - t0
+                log.misses = tuple(e[2] for e in events.events if e[0] == "miss")
+                log.functions = _summarise(events.events)
+                log.finished = True
+    finally:
+        _active.release()
+
+
+def _primitive_names() -> set[str]:
+    """Names of JAX's primitives: what a jnp call outside jit compiles on its own."""
+    from jax.extend import core
+
+    return {p.name for p in vars(jax.lax).values() if isinstance(p, core.Primitive)}
+
+
+def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
+    """One entry per function (its name and the line it was defined on): each XLA compile is
+    paired with the latest unpaired cache miss of a function of its name on its thread; misses
+    left unpaired are traces that compiled nothing (a nested jit, jax.eval_shape). Compiles with
+    no miss are eager operations (primitives) or compiles JAX did not explain."""
+    misses: dict[tuple[str, str], list[CacheMiss]] = {}
+    seconds: dict[tuple[str, str], list[float]] = {}
+    pending: dict[tuple[int, str], tuple[str, str]] = {}
+    unpaired: dict[str, list[float]] = {}
+    for event in events:
+        if event[0] == "miss":
+            _, thread, m = event
+            key = (m.function, m.defined_at)
+            misses.setdefault(key, []).append(m)
+            pending[(thread, m.function)] = key
+        else:
+            _, thread, raw, s = event
+            name = jaxcompat.compiled_function_name(raw)
+            key = pending.pop((thread, name), None)
+            if key is None:
+                unpaired.setdefault(name, []).append(s)
+            else:
+                seconds.setdefault(key, []).append(s)
+    out = [_entry(key, mine, seconds.get(key, [])) for key, mine in misses.items()]
+    primitives = _primitive_names()
+    for label in (EAGER, UNEXPLAINED):
+        names = {n: v for n, v in unpaired.items() if (n in primitives) == (label == EAGER)}
+        if names:
+            counts = sorted(((n, len(v)) for n, v in names.items()), key=lambda kv: -kv[1])
+            out.append(FunctionCompiles(
+                function=label, defined_at="", compiles=sum(c for _, c in counts), traces=0,
+                compile_seconds=sum(sum(v) for v in names.values()), cause=label,
+                changed=tuple(f"{n} ×{c}" for n, c in counts[:6]), called_at=(),
+                fix="move jnp calls inside the jitted function" if label == EAGER else "",
+                jax_says=""))
+    return tuple(sorted(out, key=lambda f: (f.cause in (EAGER, UNEXPLAINED), -f.compiles,
+                                            f.function)))
+
+
+def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float]
+           ) -> FunctionCompiles:
+    # "made anew" needs a second function of this name and line in the block: JAX remembers
+    # call sites for the whole process, so one miss alone may be another function's line
+    causes = [m.cause for m in mine if m.cause != "first compile"
+              and (m.cause != "function made anew" or len(mine) > 1)]
+    cause = (max(causes, key=lambda c: (causes.count(c), -CAUSES.index(c))) if causes
+             else "first compile")
+    said = next((m.explanation for m in mine if m.cause == cause), "")
+    return FunctionCompiles(
+        function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
+        compile_seconds=sum(seconds), cause=cause, changed=_changes(mine, cause),
+        called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
+        fix=FIXES.get(cause, ""),
+        jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
 
 
 def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:
-    """What changed: for new shapes or dtypes, each argument's new types in the order they came
-    ("x: f32[5], f32[11], f32[13]"); otherwise JAX's first few differences."""
-    if cause in ("new shapes", "new dtypes"):
+    """What changed: for new shapes, dtypes or shardings, each argument's new types in the
+    order they came ("x: f32[5], f32[11], f32[13]"); otherwise JAX's first few differences."""
+    if cause in ("new shapes", "new dtypes", "new sharding"):
         types: dict[str, list[str]] = {}
         for m in misses:
-            if m.cause == cause and m.argument:
-                types.setdefault(m.argument, [])
-                if m.now not in types[m.argument]:
-                    types[m.argument].append(m.now)
+            if m.cause == cause:
+                for pair in m.new_types:
+                    arg, new = pair.split(": ", 1)
+                    if new not in types.setdefault(arg, []):
+                        types[arg].append(new)
         return tuple(f"{arg}: {', '.join(new[:6])}{', …' if len(new) > 6 else ''}"
                      for arg, new in types.items())
-    return tuple(dict.fromkeys(m.changed for m in misses if m.changed))[:5]
+    return tuple(dict.fromkeys(m.changed for m in misses if m.cause == cause and m.changed))[:5]
 
-
-def _summarise(durations: list[tuple[str, float]], misses: tuple[CacheMiss, ...]
-               ) -> tuple[FunctionCompiles, ...]:
-    """One entry per function (its name and the line it was defined on): the cache misses JAX
-    explained, joined by name with XLA's compile seconds from jax.monitoring (shared among
-    functions of one name in proportion to their misses); the one-op programs JAX compiles for
-    jnp calls outside jit, which JAX does not explain, are one entry."""
-    functions: dict[tuple[str, str], list[CacheMiss]] = {}
-    for m in misses:
-        functions.setdefault((m.function, m.defined_at), []).append(m)
-    explained = {name for name, _ in functions}
-    seconds: dict[str, list[float]] = {}
-    eager: dict[str, int] = {}
-    for raw, s in durations:
-        name = jaxcompat.compiled_function_name(raw)
-        if name not in explained:  # a primitive dispatched outside jit
-            eager[name] = eager.get(name, 0) + 1
-            name = _EAGER
-        seconds.setdefault(name, []).append(s)
-    out = []
-    for (name, defined), mine in functions.items():
-        share = len(mine) / sum(len(v) for (n, _), v in functions.items() if n == name)
-        compiled = seconds.get(name, [])
-        again = [m.cause for m in mine if m.cause != "first compile"]
-        cause = (max(again, key=lambda c: (again.count(c), -CAUSES.index(c))) if again
-                 else "first compile")
-        out.append(FunctionCompiles(
-            function=name, defined_at=defined,
-            compiles=max(len(mine), round(len(compiled) * share)),
-            compile_seconds=sum(compiled) * share, cause=cause,
-            changed=_changes(mine, cause),
-            called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
-            fix=FIXES.get(cause, "")))
-    if eager:
-        top = sorted(eager.items(), key=lambda kv: -kv[1])
-        out.append(FunctionCompiles(
-            function=_EAGER, defined_at="", compiles=sum(eager.values()),
-            compile_seconds=sum(seconds[_EAGER]), cause=_EAGER,
-            changed=tuple(f"{n} ×{c}" for n, c in top[:4]), called_at=(),
-            fix="move jnp calls inside the jitted function"))
-    return tuple(sorted(out, key=lambda f: (f.function == _EAGER, -f.compiles, f.function)))

@@ -20,6 +20,7 @@ import os
 import re
 import traceback
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -600,21 +601,28 @@ def _constant_bytes(jitted, arg_specs, kw_specs, jax) -> int:
     return sum(seen.values())
 
 
-def _why_not_donated(shape: tuple, dtype: str, outputs: list[tuple[tuple, str]]) -> str:
-    """Why a donated buffer no output has the shape and dtype of was not reused. JAX pairs a
-    donated argument with an output of the same shape and dtype; failing that, it offers the
-    buffer to XLA when an output has as many elements, and XLA reuses it only when the bytes
-    match too (jax/_src/interpreters/mlir.py, _set_up_aliases; measured on jax 0.8.0 and
-    0.10.2: float32[100] is reused for a float32[50, 2] or an int32[100], not a float16[100])."""
+def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple],
+                     free: list[tuple]) -> str:
+    """Why a donated buffer was not reused. JAX pairs a donated argument with an output of the
+    same shape and dtype; failing that, it offers the buffer to XLA when an output has as many
+    elements, and XLA reuses it only when the bytes match too (jax/_src/interpreters/mlir.py,
+    _set_up_aliases; measured on jax 0.8.0 and 0.10.2: float32[100] is reused for a
+    float32[50, 2] or an int32[100], not a float16[100]). ``outputs`` and ``free`` (those no
+    other donated argument took) are (shape, dtype, bytes)."""
     count = math.prod(shape)
-    same_count = [f"{d}{list(s)}" for s, d in outputs if math.prod(s) == count]
-    if same_count:
-        return (f"JAX offered it to XLA for an output with as many elements ({same_count[0]}), "
-                "and XLA did not reuse it: the bytes differ, and a donated buffer is reused "
-                "only for an output of the same size in bytes")
-    return (f"no output is a {dtype}{list(shape)}, nor has its {count:,} elements: JAX donates "
-            "a buffer only to an output of the same shape and dtype, or of the same number of "
-            "elements (then XLA reuses it where the bytes match)")
+    name = f"{dtype}{list(shape)}"
+    if any(o[:2] == (shape, dtype) for o in outputs):
+        return f"every {name} output is already written into another donated argument"
+    if offered := [o for o in free if math.prod(o[0]) == count and o[2] != nbytes]:
+        return (f"JAX offered it to XLA for an output with as many elements "
+                f"({offered[0][1]}{list(offered[0][0])}), and XLA did not reuse it: the bytes "
+                "differ, and a donated buffer is reused only for an output of the same size")
+    if taken := [o for o in outputs if math.prod(o[0]) == count]:
+        return (f"the output with as many elements ({taken[0][1]}{list(taken[0][0])}) is "
+                "already written into another donated argument")
+    return (f"no output is a {name}, nor has its {count:,} elements: JAX donates a buffer only "
+            "to an output of the same shape and dtype, or of the same number of elements (then "
+            "XLA reuses it where the bytes match)")
 
 
 def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, ...]:
@@ -625,33 +633,38 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
     kept = _kept(compiled, len(flat), jax) or [True] * len(flat)
     try:
         aliased = jaxcompat.aliased_parameters(compiled.as_text())
-        outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree.leaves(compiled.out_info)]
+        outputs = [(tuple(o.shape), str(o.dtype), math.prod(o.shape) * o.dtype.itemsize)
+                   for o in jax.tree.leaves(compiled.out_info)]
     except Exception:
         aliased, outputs = None, []
-    free_outputs = list(outputs)
-    out, param = [], 0
+    leaves, param = [], 0
     for (path, leaf), used in zip(flat, kept, strict=True):
         number = param
         param += int(used)
         if path[0].idx != 0 or path[1].idx not in donated or not hasattr(leaf, "shape"):
             continue  # positional arguments only: donate_argnums names positions
-        where = jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1)
-        shape, dtype = tuple(leaf.shape), str(leaf.dtype)
+        shape = tuple(leaf.shape)
+        nbytes = math.prod(shape) * leaf.dtype.itemsize  # a shape has no .nbytes (keys: 8 B)
+        leaves.append((jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1),
+                       shape, str(leaf.dtype), int(nbytes), used, number))
+    free = list(outputs)  # the outputs no reused donation took: its own shape first, then size
+    for _, shape, dtype, nbytes, used, number in leaves:
+        if used and aliased and number in aliased:
+            match = ([o for o in free if o[:2] == (shape, dtype)] or
+                     [o for o in free if math.prod(o[0]) == math.prod(shape) and o[2] == nbytes])
+            if match:
+                free.remove(match[0])
+    out = []
+    for where, shape, dtype, nbytes, used, number in leaves:
         if not used:
             reused, why = False, "XLA dropped it: the step never reads it"
         elif aliased is None:
             reused, why = False, "unknown: this XLA's program text has no alias table the kit reads"
         elif number in aliased:
             reused, why = True, ""
-            if (shape, dtype) in free_outputs:
-                free_outputs.remove((shape, dtype))
-        elif (shape, dtype) not in outputs:
-            reused, why = False, _why_not_donated(shape, dtype, outputs)
         else:
-            reused, why = False, (f"every {dtype}{list(shape)} output is already written into "
-                                  "another donated argument")
-        nbytes = math.prod(shape) * leaf.dtype.itemsize  # a shape has no .nbytes (keys: 8 B)
-        out.append(DonatedArgument(where, shape, dtype, int(nbytes), reused, why))
+            reused, why = False, _why_not_donated(shape, dtype, nbytes, outputs, free)
+        out.append(DonatedArgument(where, shape, dtype, nbytes, reused, why))
     return tuple(out)
 
 
@@ -772,7 +785,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if c.dropped:
         notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
                      "reads (XLA drops them); they stay on the device while you hold them.")
-    temporaries = _temporaries(c.executable)
+    values = _entry_values(c.executable)
+    temporaries = _temporaries(values)
     batched = [t for t in temporaries if t.batched and t.nbytes * 4 >= peak]
     if batched:
         t = batched[0]
@@ -782,6 +796,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "of the batch at once, as the vectorized code would be: "
                      "jax.lax.map(f, xs, batch_size=k) computes k elements at a time, and "
                      "such values shrink in proportion.")
+    if unrolled := _unrolled(values):
+        notes.append(unrolled)
     if runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")
@@ -803,18 +819,42 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime)
 
 
-def _temporaries(compiled, most: int = 3) -> tuple[Temporary, ...]:
-    """The largest values XLA materializes between the step's operations, with their lines."""
+def _entry_values(compiled) -> list[dict]:
+    """The values XLA materializes between the step's operations (largest first), with the
+    user's (file, line) that made each where the program text records it."""
     try:
-        values = jaxcompat.entry_values(compiled.as_text(), frames.is_user_file)
+        return jaxcompat.entry_values(compiled.as_text(), frames.is_user_file)
     except Exception:  # a backend without program text
-        return ()
+        return []
+
+
+def _temporaries(values: list[dict], most: int = 3) -> tuple[Temporary, ...]:
+    """The largest values XLA materializes between the step's operations, with their lines."""
     out = []
     for v in values[:most]:
         line = frames.line(*v["source"]) if v["source"] else ""
         out.append(Temporary(v["op"].rsplit("/", 1)[-1], v["dtype"], v["shape"], v["nbytes"],
                              line, batched="vmap(" in v["op"]))
     return tuple(out)
+
+
+#: this many of a program's operations from one line of code mean a Python loop was unrolled
+UNROLLED_AT = 64
+
+
+def _unrolled(values: list[dict]) -> str:
+    """A note when one line of the user's code made ``UNROLLED_AT`` or more of the program's
+    operations: a Python loop inside jit, unrolled (jax-ml/jax#2777); "" otherwise."""
+    counts = Counter(v["source"] for v in values if v["source"])
+    if not counts:
+        return ""
+    source, n = counts.most_common(1)[0]
+    if n < UNROLLED_AT:
+        return ""
+    return (f"{n} of the compiled program's {len(values)} operations come from one line "
+            f"({frames.line(*source)}): a Python loop inside the jitted function is unrolled, "
+            "one copy of its body per iteration, so the program and its compile time grow "
+            "with the loop; jax.lax.fori_loop or jax.lax.scan compile the body once.")
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

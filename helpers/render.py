@@ -344,7 +344,9 @@ def compile_log_text(log: CompileLog) -> str:
              f"block of {log.seconds:.2f} s"]
     for f in log.functions:
         where = f" ({f.defined_at})" if f.defined_at else ""
-        lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause}")
+        traced = (f", traced {f.traces} times" if f.traces != f.compiles and f.function not in
+                  ("eager operations", "compiles JAX did not explain") else "")
+        lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause}{traced}")
         lines += [f"           {c}" for c in f.changed[:3]]
     lines += ["", log.diagnosis]
     return "\n".join(lines)

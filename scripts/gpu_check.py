@@ -221,9 +221,18 @@ def run_notebooks(python: str, env: dict, folder: Path, *, notebooks: Path,
         timeout = min(900.0, left)
         r = run([python, "-c", _EXECUTE, str(nb), str(folder / nb.name), str(timeout)], env,
                 timeout, folder / "logs" / f"notebook-{nb.stem}.log")
-        results[nb.name] = {k: r[k] for k in ("status", "seconds", "tail")}
+        results[nb.name] = _cut_off({k: r[k] for k in ("status", "seconds", "tail")},
+                                    r["exit_code"], timeout < 900)
         save(_notebooks_result(results))
     return _notebooks_result(results)
+
+
+def _cut_off(result: dict, exit_code: int, by_deadline: bool) -> dict:
+    """A run killed because the call's deadline came is "not run", not "failed"."""
+    if exit_code == 124 and by_deadline:
+        return {**result, "status": "not run",
+                "tail": [*result.get("tail", []), "not run: cut off by the call's deadline"]}
+    return result
 
 
 def _notebooks_result(results: dict) -> dict:
@@ -366,6 +375,12 @@ def main(argv=None) -> int:
         print(f"gpu-check: unknown step(s) {unknown}; choose from {', '.join(STEPS)}",
               file=sys.stderr)
         return 2
+    only = tuple(x.strip() for x in a.notebooks.split(",")) if a.notebooks else ()
+    if only and not [nb for nb in (REPO / "notebooks").glob("*.ipynb")
+                     if nb.name.startswith(only)]:
+        print(f"gpu-check: --notebooks {a.notebooks} matches no notebook in notebooks/ (their "
+              "names start 01_, 02_, ...)", file=sys.stderr)
+        return 2
     gpus = detect_gpus()
     if not gpus:
         print("gpu-check: no NVIDIA GPU here (nvidia-smi is missing or lists none); this check "
@@ -400,7 +415,6 @@ def main(argv=None) -> int:
         if step in ("nbval", "notebooks") and missing:
             result = {"status": "failed", "reason": missing}
         elif step == "notebooks":
-            only = tuple(x.strip() for x in a.notebooks.split(",")) if a.notebooks else ()
             result = run_notebooks(a.python, env, folder, notebooks=REPO / "notebooks",
                                    only=only, earlier=record["steps"].get("notebooks"),
                                    deadline=deadline, save=lambda r: save("notebooks", r))
@@ -412,6 +426,7 @@ def main(argv=None) -> int:
             cmd, timeout = step_command(step, a.python)
             result = summarise(step, run(cmd, env, min(timeout, left),
                                          folder / "logs" / f"{step}.log"))
+            result = _cut_off(result, result["exit_code"], left < timeout)
         save(step, result)
         complete &= result["status"] == "passed"
         print(f"   {result['status']}  {result.get('pass_line') or result.get('reason') or ''}")

@@ -198,3 +198,15 @@ def test_each_failed_notebook_is_shown_verbatim_under_its_name():
     assert "| 01_a.ipynb | passed | 2.0 |" in md and "| 09_b.ipynb | failed | 3.0 |" in md
     assert "## 09_b.ipynb: failed" in md and "c18 is false on a GPU" in md
     assert "## 01_a.ipynb" not in md and "## notebooks" not in md
+
+
+def test_a_notebook_selection_that_matches_nothing_is_refused():
+    proc = _script("--steps", "notebooks", "--notebooks", "21")
+    assert proc.returncode == 2 and "matches no notebook" in proc.stderr
+
+
+def test_a_run_cut_off_by_the_deadline_is_not_run_not_failed():
+    cut = gpu_check._cut_off({"status": "failed", "tail": ["[killed after 61 s]"]}, 124, True)
+    assert cut["status"] == "not run" and "deadline" in cut["tail"][-1]
+    own = gpu_check._cut_off({"status": "failed", "tail": []}, 124, False)  # its own timeout
+    assert own["status"] == "failed"

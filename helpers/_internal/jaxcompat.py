@@ -426,12 +426,25 @@ CACHE_MISS_PREFIX = "TRACING CACHE MISS"
 _MISS_AT = re.compile(r"^TRACING CACHE MISS at (.+?):(\d+)(?::\d+)? \(")
 _NEVER_SEEN = re.compile(r"never seen function:\s*\n\s*(\S+) id=\d+ defined at (.+?):(\d+)")
 _SEEN_FOR = re.compile(r"\bfor (\S+) defined at (.+?):(\d+)")
-_TYPE_CHANGE = re.compile(r"\* at (.+?), now (\S+) and before (\S+)")
+_URL = re.compile(r"https?://\S+")  # 0.10.2 glues a link to the end of a type change
+_TYPE_CHANGE = re.compile(r"\* at (.+?), now (.+?) and before (.+?)$", re.M)
+_BASE_TYPE = re.compile(r"^(\w+)\[([\d,\s]*)\]")  # "f32[4, 8]" of "f32[4, 8]{weak_type=True}"
 _STATIC_NEW = re.compile(r"Static\(val=(.*?)\) and before .*?Static\(val=(.*?)\)")  # 0.10
 _STATIC_OLD = re.compile(r"different value of static args:\s*now (.*?) and before (.*)")  # 0.8
+_SETTING = re.compile(r"\* (\w+) differs: now (.*?) and before (.*)$", re.M)  # 0.10
+_SETTING_AT = re.compile(r"\[(\d+)\]: now (.*?) and before (.*)$", re.M)  # 0.8: a position
 _PYTREE_CHANGE = re.compile(r"\* at (.+?), now (.+?)(?:,|$)", re.M)
 _KEYS = re.compile(r"symmetric difference of key sets: (\{.*?\})")
-_WEAK = re.compile(r"\{weak_type=(True|False)\}")
+
+
+def _type_change(now: str, before: str) -> str:
+    """ "new shapes", "new dtypes" or "new sharding" for one argument's change of type."""
+    a, b = _BASE_TYPE.match(now), _BASE_TYPE.match(before)
+    if not (a and b):
+        return "new dtypes"
+    if a.group(1) != b.group(1) or "weak_type" in now + before and a.groups() == b.groups():
+        return "new dtypes"
+    return "new shapes" if a.group(2) != b.group(2) else "new sharding"
 
 
 def unregister_duration_listener(callback: Callable) -> None:
@@ -454,34 +467,41 @@ def _where(filename: str, lineno: str) -> str:
 def parse_cache_miss(text: str) -> Mapping | None:
     """One of JAX's "TRACING CACHE MISS" explanations as fields (None for any other line): the
     function, where it was called and defined, the cause (the kit's words for JAX's), what
-    changed (for a new shape or dtype also the argument and its new type), and the text. Read
-    on JAX 0.8.0 and 0.10.2, whose wordings differ."""
+    changed (``new_types``: each argument's new type, for new shapes, dtypes or shardings), and
+    the text. Read on JAX 0.8.0 and 0.10.2, whose wordings differ."""
     at = _MISS_AT.match(text)
     if not at:
         return None
+    clean = _URL.sub("", text)
     called = _where(at.group(1), at.group(2))
-    seen = _NEVER_SEEN.search(text) or _SEEN_FOR.search(text)
+    seen = _NEVER_SEEN.search(clean) or _SEEN_FOR.search(clean)
     function, defined = (seen.group(1), _where(seen.group(2), seen.group(3))) if seen else (
         "", "")
-    changed, cause, argument, now = "", "other", "", ""
-    if "never seen function" in text:
-        cause = "function made anew" if "same line" in text else "first compile"
-    elif m := (_STATIC_NEW.search(text) or _STATIC_OLD.search(text)):
+    changed, cause, new_types = "", "other", ()
+    if "never seen function" in clean:
+        cause = "function made anew" if "same line" in clean else "first compile"
+    elif "racing context" in clean:  # "Tracing context doesn't match" / "different tracing..."
+        cause = "a changed setting"
+        changed = "; ".join([f"{n}: now {a}, before {b}" for n, a, b in _SETTING.findall(clean)]
+                            or [f"setting {i} of config.trace_context(): now {a}, before {b}"
+                                for i, a, b in _SETTING_AT.findall(clean)])
+    elif m := (_STATIC_NEW.search(clean) or _STATIC_OLD.search(clean)):
         cause, changed = "new static values", f"now {m.group(1)}, before {m.group(2).strip()}"
-    elif "different input types" in text and (types := _TYPE_CHANGE.findall(text)):
-        argument, now, before = types[0]
-        plain_now, plain_before = _WEAK.sub("", now), _WEAK.sub("", before)
-        same_dtype = plain_now.split("[")[0] == plain_before.split("[")[0]
-        cause = "new shapes" if same_dtype and plain_now != plain_before else "new dtypes"
-        changed = f"{argument}: now {now}, before {before}"
-    elif "different input pytree" in text:
+    elif "different input types" in clean and (types := _TYPE_CHANGE.findall(clean)):
+        kinds = [_type_change(now.strip(), before.strip()) for _, now, before in types]
+        cause = kinds[0]
+        new_types = tuple(f"{name}: {now.strip()}" for (name, now, _), kind
+                          in zip(types, kinds, strict=True) if kind == cause)
+        name, now, before = types[0]
+        changed = f"{name}: now {now.strip()}, before {before.strip()}"
+    elif "different input pytree" in clean:
         cause = "new pytree structure"
-        keys = _KEYS.search(text)
-        where = _PYTREE_CHANGE.search(text)
+        keys = _KEYS.search(clean)
+        where = _PYTREE_CHANGE.search(clean)
         changed = (f"keys added or removed: {keys.group(1)}" if keys else
                    f"{where.group(1)}: now {where.group(2)}" if where else "")
     return {"function": function, "called_at": called, "defined_at": defined, "cause": cause,
-            "changed": changed, "argument": argument, "now": now, "explanation": text}
+            "changed": changed, "new_types": new_types, "explanation": text}
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------
