@@ -280,6 +280,9 @@ class StepPreflight(_Verdict, Display):
     #: what the runtime takes outside XLA's plan (the CPU's weight-gradient convolution copies),
     #: counted in ``peak_bytes``
     runtime_bytes: int = 0
+    #: each top-level argument's array bytes, by parameter name, largest first (an optimizer
+    #: state beside its parameters shows here as a multiple of them)
+    argument_split: tuple[tuple[str, int], ...] = ()
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -750,6 +753,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      donate_argnames=donate_argnames, **kwargs)
     dev = c.device
     a = _analysis(c.executable)
+    split = _argument_split(fn, args, kwargs, static_argnums, static_argnames)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
     runtime = _cpu_runtime_bytes(c.executable) if (target is None and getattr(
         c.device, "platform", "") == "cpu") else 0
@@ -816,7 +820,36 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
         donations=c.donations, largest_temporaries=temporaries,
-        runtime_bytes=runtime)
+        runtime_bytes=runtime, argument_split=split)
+
+
+def _argument_split(fn, args, kwargs, static_argnums, static_argnames
+                    ) -> tuple[tuple[str, int], ...]:
+    """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
+    parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
+    import inspect
+
+    statics = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
+    static_names = {static_argnames} if isinstance(static_argnames, str) else set(
+        static_argnames)
+    try:
+        params = [q for q in inspect.signature(fn).parameters.values()
+                  if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    named = [(params[i].name if i < len(params) else f"args[{i}]", a)
+             for i, a in enumerate(args) if i not in statics]
+    named += [(k, v) for k, v in kwargs.items() if k not in static_names]
+    seen: set[int] = set()
+    out = []
+    for name, value in named:
+        total = 0
+        for leaf in _jax().tree.leaves(value):
+            if hasattr(leaf, "shape") and hasattr(leaf, "dtype") and id(leaf) not in seen:
+                seen.add(id(leaf))
+                total += math.prod(leaf.shape) * leaf.dtype.itemsize  # keys: 8 B
+        out.append((name, int(total)))
+    return tuple(sorted(out, key=lambda kv: -kv[1]))
 
 
 def _entry_values(compiled) -> list[dict]:

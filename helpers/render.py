@@ -452,8 +452,12 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
     reuse = [(f"donated argument {d.argument}", f"{format_bytes(d.nbytes)}, "
               + ("reused by an output" if d.reused else f"NOT reused: {d.why}"))
              for d in p.donations]
+    total = sum(b for _, b in p.argument_split) or 1
+    split = [(f"  {name}", f"{format_bytes(b)} ({b / total:.0%})")
+             for name, b in p.argument_split] if len(p.argument_split) > 1 else []
     return [
         ("arguments", format_bytes(p.argument_bytes) + donated),
+        *split,
         ("outputs", format_bytes(p.output_bytes)),
         ("aliased (outputs written into donated arguments)", format_bytes(p.alias_bytes)),
         *reuse,

@@ -250,3 +250,36 @@ def test_jax_2777_a_python_loop_inside_jit_is_unrolled():
     assert "199 of the compiled program's 200 operations" in p.advice  # as the docs quote
     assert "test_user_reports.py:" in p.advice and "jax.lax.fori_loop" in p.advice
     assert "unrolled" not in preflight.preflight_step(looped, h).advice
+
+
+def test_optax_472_the_optimizer_state_beside_the_parameters():
+    """Each argument's bytes: the optimizer state shows as a multiple of the parameters. The
+    thread's MultiSteps figures need optax (the bench extra); the split itself does not."""
+    params = {"w": jnp.ones((512, 512)), "b": jnp.ones(512)}
+    adam_like = {"mu": jax.tree.map(jnp.zeros_like, params),
+                 "nu": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.int32)}
+
+    def step(params, opt_state, batch):
+        return jax.tree.map(lambda p: p - batch.mean(), params), opt_state
+
+    p = preflight.preflight_step(step, params, adam_like, jnp.ones(8))
+    split = dict(p.argument_split)
+    assert split["opt_state"] == 2 * split["params"] + 4 and "opt_state:" in str(p)
+
+
+def test_optax_472_multisteps_holds_one_more_copy_of_the_parameters():
+    optax = pytest.importorskip("optax")  # the bench extra; the kit does not need it
+    params = {"w": jnp.ones((512, 512)), "b": jnp.ones(512)}
+    sizes = {}
+    for name, opt in {"adam": optax.adam(1e-3),
+                      "multisteps": optax.MultiSteps(optax.adam(1e-3), 4)}.items():
+        state = opt.init(params)
+
+        def update(params, opt_state, grads, opt=opt):
+            u, opt_state = opt.update(grads, opt_state, params)
+            return optax.apply_updates(params, u), opt_state
+
+        split = dict(preflight.preflight_step(update, params, state, params).argument_split)
+        sizes[name] = split["opt_state"] / split["params"]
+    # docs/user-reports.md quotes these (optax 0.2.8): Adam 2.00x, MultiSteps(adam) 3.00x
+    assert round(sizes["adam"], 2) == 2.0 and round(sizes["multisteps"], 2) == 3.0
