@@ -781,6 +781,16 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "into the compiled program as constants, a copy the program holds (XLA's "
                      "peak_memory_in_bytes counts it; its argument, output and temporary sizes "
                      "do not): pass them as arguments instead.")
+    if undonated := _donation_would_save(c.executable, fn, args, kwargs, c.donated,
+                                         static_argnums, static_argnames):
+        names, saving = undonated
+        notes.append(f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
+                     "the outputs have their shapes and dtypes: the old values stay alive "
+                     f"beside the new. Donating {' and '.join(names)} (donate_argnums or "
+                     "donate_argnames; nnx.jit takes them too), if you do not use the old "
+                     "values after the call, lets XLA write the outputs into them: up to that "
+                     "much less at the peak, as XLA plans it (preflight_step with the donation "
+                     "shows its plan).")
     unused = [d for d in c.donations if not d.reused]
     if unused:
         notes.append("Donated but not reused: " + "; ".join(
@@ -823,13 +833,49 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime, argument_split=split)
 
 
-def _argument_split(fn, args, kwargs, static_argnums, static_argnames
-                    ) -> tuple[tuple[str, int], ...]:
-    """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
-    parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
+def _donation_would_save(compiled, fn, args, kwargs, donated, static_argnums, static_argnames
+                         ) -> tuple[list[str], int] | None:
+    """(the arguments worth donating, the output bytes they could take) when an undonated
+    top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
+    and 1 MiB; None otherwise. Outputs are matched once each, largest arguments first."""
+    jax = _jax()
+    try:
+        outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree.leaves(compiled.out_info)]
+    except Exception:
+        return None
+    statics = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
+    names = dict(_argument_names(fn, args, kwargs, statics, static_argnames))
+    free = list(outputs)
+    chosen, saving = [], 0
+    for i, value in sorted(((i, a) for i, a in enumerate(args) if i not in statics
+                            and i not in set(donated)),
+                           key=lambda ia: -_tree_bytes(ia[1], jax)):
+        leaves = [x for x in jax.tree.leaves(value) if hasattr(x, "shape")]
+        total = sum(math.prod(x.shape) * x.dtype.itemsize for x in leaves)
+        matched, took = 0, []
+        for x in leaves:
+            key = (tuple(x.shape), str(x.dtype))
+            if key in free:
+                free.remove(key)
+                took.append(key)
+                matched += math.prod(x.shape) * x.dtype.itemsize
+        if total and matched * 2 >= total and matched >= 2**20:
+            chosen.append(names.get(i, f"argument {i}"))
+            saving += matched
+        else:
+            free += took  # not worth donating: give its outputs back
+    return (chosen, saving) if chosen else None
+
+
+def _tree_bytes(value, jax) -> int:
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(value)
+               if hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+def _argument_names(fn, args, kwargs, statics, static_argnames) -> list[tuple]:
+    """(position or keyword, the name fn gives it) for each argument that is not static."""
     import inspect
 
-    statics = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
     static_names = {static_argnames} if isinstance(static_argnames, str) else set(
         static_argnames)
     try:
@@ -837,12 +883,20 @@ def _argument_split(fn, args, kwargs, static_argnums, static_argnames
                   if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
-    named = [(params[i].name if i < len(params) else f"args[{i}]", a)
-             for i, a in enumerate(args) if i not in statics]
-    named += [(k, v) for k, v in kwargs.items() if k not in static_names]
+    out = [(i, params[i].name if i < len(params) else f"args[{i}]")
+           for i in range(len(args)) if i not in statics]
+    return out + [(k, k) for k in kwargs if k not in static_names]
+
+
+def _argument_split(fn, args, kwargs, static_argnums, static_argnames
+                    ) -> tuple[tuple[str, int], ...]:
+    """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
+    parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
+    statics = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
     seen: set[int] = set()
     out = []
-    for name, value in named:
+    for where, name in _argument_names(fn, args, kwargs, statics, static_argnames):
+        value = args[where] if isinstance(where, int) else kwargs[where]
         total = 0
         for leaf in _jax().tree.leaves(value):
             if hasattr(leaf, "shape") and hasattr(leaf, "dtype") and id(leaf) not in seen:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import compiles, devices, holders, preflight, settings, transfers
+from helpers import compiles, devices, holders, memory, preflight, settings, transfers
 
 MiB = 2**20
 
@@ -188,7 +188,8 @@ def test_the_table_lists_every_report_tested_here():
     from pathlib import Path
 
     table = (Path(__file__).parents[1] / "docs" / "user-reports.md").read_text()
-    tests = [n for n in globals() if n.startswith("test_jax_") or n.startswith("test_aimz_")]
+    tests = [n for n in globals()
+             if n.startswith("test_") and any(p.isdigit() for p in n.split("_"))]
     tested = {p for name in tests for p in name.split("_") if p.isdigit()}
     for name in tests:
         numbers = [p for p in name.split("_") if p.isdigit()]
@@ -283,3 +284,53 @@ def test_optax_472_multisteps_holds_one_more_copy_of_the_parameters():
         sizes[name] = split["opt_state"] / split["params"]
     # docs/user-reports.md quotes these (optax 0.2.8): Adam 2.00x, MultiSteps(adam) 3.00x
     assert round(sizes["adam"], 2) == 2.0 and round(sizes["multisteps"], 2) == 3.0
+
+
+def test_flax_4848_undonated_state_is_named_with_the_bytes_at_stake():
+    params = {"w1": jnp.ones((1024, 1024)), "w2": jnp.ones((1024, 1024))}  # 8 MiB
+    x = jnp.ones((64, 1024))
+
+    def sgd(params, x):
+        g = jax.grad(lambda p: jnp.tanh(x @ p["w1"] @ p["w2"]).sum())(params)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, g)
+
+    plain = preflight.preflight_step(sgd, params, x)
+    assert "Nothing donated for params, yet 8.00 MiB of the outputs" in plain.advice
+    donated = preflight.preflight_step(sgd, params, x, donate_argnums=0)
+    assert "Nothing donated" not in donated.advice and donated.donations[0].reused
+    small = preflight.preflight_step(sgd, {"w1": jnp.ones((8, 8)), "w2": jnp.ones((8, 8))},
+                                     jnp.ones((4, 8)))
+    assert "Nothing donated" not in small.advice  # under 1 MiB: not worth a word
+
+
+def test_diffrax_111_a_smaller_last_batch_compiles_once_more():
+    step = jax.jit(lambda w, batch: (batch @ w).sum())
+    w, data = jnp.ones((8, 4)), np.ones((10, 8), np.float32)
+    with compiles.watch() as log:
+        for start in range(0, 10, 4):  # batches of 4, 4 and the last 2
+            step(w, data[start:start + 4])
+    entry = log.function("<lambda>")
+    assert entry.compiles == 2 and entry.cause == "new shapes"
+    assert entry.changed == ("batch: f32[2,8]",)
+    assert "pad or bucket" in log.diagnosis
+
+
+def test_optax_1440_a_weakly_typed_state_compiles_a_second_time():
+    @jax.jit
+    def update(state, x):
+        return {"avg": state["avg"] * 0.9 + x.mean()}  # returns a strongly typed float32
+
+    state = {"avg": jnp.asarray(0.0)}  # no dtype: weakly typed
+    with compiles.watch() as log:
+        for _ in range(3):
+            state = update(state, jnp.ones(4))
+    entry = log.function("update")
+    assert entry.compiles == 2 and entry.cause == "new dtypes"
+    assert "weak_type" in entry.changed[0] and "weakly typed" in log.diagnosis
+
+
+def test_jax_1491_memory_stats_is_none_on_the_cpu_and_the_kit_counts_live_arrays():
+    assert jax.devices("cpu")[0].memory_stats() is None  # what the thread met
+    kept = jnp.ones((1024, 1024))  # 4 MiB  # noqa: F841
+    (cpu0,) = [d for d in memory.snapshot().devices if d.device == "cpu:0"]
+    assert cpu0.source == "live arrays" and cpu0.bytes_in_use >= 4 * MiB
