@@ -62,8 +62,8 @@ def load(ip: Any) -> None:
     class MemoryMagics(Magics):
         @cell_magic
         def memory(self, line: str, cell: str) -> CellMemory:
-            """%%memory: the cell's device and host bytes before, after and at the peak, and
-            the copies it made."""
+            """%%memory: the cell's device and host bytes before, after and at the peak, the
+            copies it made, and its compiles (each function compiled again, with the fix)."""
             return _run_measured(self.shell, cell)
 
     ip.register_magics(MemoryMagics)
@@ -111,7 +111,10 @@ def _run_measured(shell, cell: str) -> CellMemory:
         CellDevice(d.device, d.bytes_in_use, after.device(d.device).bytes_in_use,
                    max(trace.peak(d.device), d.bytes_in_use), d.source)
         for d in before.devices)
-    return CellMemory(rows, before.host.rss, after.host.rss, trace.host_peak,
+    peak = trace.host_peak  # the kernel's high-water mark; never shown below "after"
+    if isinstance(peak, int):
+        peak = max(peak, after.host.rss)
+    return CellMemory(rows, before.host.rss, after.host.rss, peak,
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
                       tuple(compiled.diagnosis.splitlines()[:-1]) if compiled.recompiled else ())

@@ -167,7 +167,8 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
 
 #: jnp's creation functions that, given ``device=``, build the whole array on the default device
 #: and then copy it there (measured on jax 0.8.0 and 0.10.2 for each name; jax/_src/lax/lax.py,
-#: ``full``: the fill value is broadcast where it lives, then placed; jax-ml/jax#25396)
+#: ``full``: the fill value is broadcast where it lives, then placed, an implicit copy; arange
+#: and eye copy with an explicit device_put; jax-ml/jax#25396)
 _MADE_ON_DEFAULT = re.compile(r"\bjnp\.(?:zeros|ones|full|empty|arange|eye)(?:_like)?\("
                               r".*\bdevice\s*=")
 
@@ -175,10 +176,11 @@ _MADE_ON_DEFAULT = re.compile(r"\bjnp\.(?:zeros|ones|full|empty|arange|eye)(?:_l
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str) -> str:
     """Why the copy happened, in a few words, from what the guard logged and the user's line."""
     source = where.split(": ", 1)[-1] if where else ""
-    if direction in (D2D, D2H) and not explicit and _MADE_ON_DEFAULT.search(source):
+    if direction in (D2D, D2H) and _MADE_ON_DEFAULT.search(source):
         return ("made whole on the default device, then copied to the device= you named "
                 "(jnp's creation functions do so): it needs room there first; create it "
-                "inside `with jax.default_device(device):` instead")
+                "inside `with jax.default_device(device):` instead, and commit it there with "
+                "jax.device_put(x, device), which copies nothing")
     if direction == D2D:
         return "an array on another device moved to where the computation runs"
     if direction == D2H:

@@ -219,3 +219,9 @@ def test_a_creation_with_device_is_made_on_the_default_device_first():
     with transfers.trace() as log, jax.default_device(elsewhere):
         jnp.zeros(1000).block_until_ready()
     assert log.count("device->device") == 0
+    for make in (lambda: jnp.arange(1000, device=elsewhere),  # these copy explicitly
+                 lambda: jnp.eye(30, device=elsewhere)):
+        with transfers.trace() as log:
+            make().block_until_ready()
+        (copy,) = log.select("device->device")
+        assert "made whole on the default device" in copy.reason
