@@ -158,7 +158,7 @@ print(json.dumps({"total_bytes": total, "settings": settings,
 _EXECUTE = """
 import os, sys, nbformat
 from nbclient import NotebookClient
-src, dst, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+src, dst, timeout = sys.argv[1], sys.argv[2], int(float(sys.argv[3]))  # nbclient: an int
 nb = nbformat.read(src, as_version=4)
 try:
     NotebookClient(nb, timeout=timeout, kernel_name="python3",

@@ -153,7 +153,8 @@ def test_notebooks_run_one_by_one_and_a_rerun_keeps_the_others(tmp_path):
     saved = []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = gpu_check.run_notebooks(sys.executable, env, tmp_path / "copies", notebooks=books,
-                                    save=saved.append)
+                                    save=saved.append,  # a deadline leaves a fraction of a s
+                                    deadline=gpu_check.time.monotonic() + 600.5)
     assert first["status"] == "failed" and len(saved) == 2  # saved after each notebook
     assert first["notebooks"]["01_fine.ipynb"]["status"] == "passed"
     broken = first["notebooks"]["02_broken.ipynb"]
