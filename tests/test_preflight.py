@@ -152,7 +152,12 @@ def test_measured_peak_matches_the_prediction(name, scale):
     assert measured.argument_bytes == predicted.argument_bytes
     assert measured.peak_bytes == max(measured.first_run_peak_bytes,
                                       measured.later_run_peak_bytes)  # both came back
-    assert abs(measured.peak_bytes - predicted.peak_bytes) <= (
+    # The prediction is of the step itself, which a later run shows. A first run may add the
+    # runtime's one-time costs beyond the process set-up measure_example pays: on jax 0.8.0 on
+    # an AMD EPYC VM, 32-34 MB for mlp_sgd_step at scale 2 (its later runs as on 0.10.2; not
+    # seen on 0.10.2, nor on the Intel VM of earlier sessions). docs/limitations.md says so.
+    later = measured.later_run_peak_bytes
+    assert abs(later - predicted.peak_bytes) <= (
         TOLERANCE * predicted.peak_bytes + 8 * MiB), (predicted, measured)
 
 
