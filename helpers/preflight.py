@@ -488,8 +488,14 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 f"int(), bool()) on a traced value. {kind}: {first}. Fix: jnp.where or "
                 f"jax.lax.cond/while_loop, or mark that argument static "
                 f"(static_argnums=... or static_argnames=... here, as for jax.jit)") from None
+        several = ("incompatible devices" in first and "inside jit" in first
+                   and " one device" not in first)
         raise BadInputError(f"{name} fails on these arguments ({_shapes((args, kwargs))})"
-                            f"{_user_frame(err)}: {kind}: {first}{_misspelled(kwargs)}") from None
+                            f"{_user_frame(err)}: {kind}: {first}{_misspelled(kwargs)}"
+                            + (". preflight_step prices a step on one device, and this one "
+                               "places values on several (a sharding inside it): jax.jit(f)."
+                               "lower(...).compile().memory_analysis() gives XLA's sizes per "
+                               "device for it" if several else "")) from None
     try:
         compiled = lowered.compile()
     except Exception as err:

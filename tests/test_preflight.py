@@ -540,3 +540,18 @@ def test_donation_by_name_never_lands_on_another_argument():
     with pytest.raises(BadInputError, match="donate_argnums='0'"):  # checked, not dropped
         preflight.preflight_step(lambda p, g: p - g, x, x, donate_argnums="0",
                                  donate_argnames="p")
+
+
+def test_a_step_that_places_values_on_several_devices_is_refused_clearly():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
+    split = NamedSharding(mesh, P("data"))
+
+    def spread(x):
+        return jax.lax.with_sharding_constraint(x * 2, split)
+
+    with pytest.raises(BadInputError, match="prices a step on one device") as err:
+        preflight.preflight_step(spread, jnp.ones(8))
+    assert "memory_analysis()" in str(err.value)
