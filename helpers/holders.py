@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ class Holders(Display):
     executable_code_bytes: int | NotAvailable  # their generated code (0 on the CPU backend)
     seconds: float  # how long the search took
     complete: bool  # False: the time budget ran out before every array was looked at
+    #: when there are very many tiny live arrays: how many, the most common kind, and the fix
+    many_small: str = ""
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -69,6 +72,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     names = _namespaces(namespace)
     live = live_arrays()
     count, total = len(live), sum(_nbytes(a) for a in live)
+    many_small = _many_small(live, count, total)
     arrays = _largest_arrays(live, n)
     del live  # a referrer of every array: gone before the search
     found, complete = [], True
@@ -94,7 +98,25 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     user = sum(h.nbytes for h in found if h.held_by)
     return Holders(tuple(found), count, total, user, sum(h.nbytes for h in found) - user,
                    NOT_AVAILABLE if execs is None else len(execs), code,
-                   time.perf_counter() - t0, complete)
+                   time.perf_counter() - t0, complete, many_small)
+
+
+#: this many live arrays averaging under 1 KiB are "many tiny arrays" (jax-ml/jax#17432)
+MANY_SMALL = 10_000
+
+
+def _many_small(live: list, count: int, total: int) -> str:
+    """A sentence when very many tiny arrays are alive: each costs the process memory beyond
+    its bytes (a Python object and the runtime's record of its buffer), so they weigh far more
+    than their sum; "" otherwise."""
+    if count < MANY_SMALL or total >= count * 1024:
+        return ""
+    kinds = Counter(f"{a.dtype}{list(a.shape)}" for a in live)
+    kind, n = kinds.most_common(1)[0]
+    return (f"{count:,} live arrays average {total / count:.0f} B each (the most common: {kind} "
+            f"x{n:,}): each array costs the process memory beyond its bytes, so many tiny ones "
+            "weigh far more than their sum. Keep such values in one array and index it (keys: "
+            "keys = jax.random.split(key, n), not key, *keys = jax.random.split(key, n + 1)).")
 
 
 def _merge(views: list[HeldArray]) -> HeldArray:

@@ -332,6 +332,8 @@ def holders_text(h: Holders) -> str:
             lines.append(f"              -> {a.fix}")
     lines.append(f"compiled programs loaded: {h.executables} (generated code "
                  f"{format_bytes(h.executable_code_bytes)})")
+    if h.many_small:
+        lines.append(h.many_small)
     if not h.complete:
         lines.append(f"(stopped after {h.seconds:.1f} s: the time budget ran out)")
     return "\n".join(lines)

@@ -334,3 +334,14 @@ def test_jax_1491_memory_stats_is_none_on_the_cpu_and_the_kit_counts_live_arrays
     kept = jnp.ones((1024, 1024))  # 4 MiB  # noqa: F841
     (cpu0,) = [d for d in memory.snapshot().devices if d.device == "cpu:0"]
     assert cpu0.source == "live arrays" and cpu0.bytes_in_use >= 4 * MiB
+
+
+def test_jax_17432_very_many_tiny_arrays_are_named_with_the_fix():
+    key = jax.random.key(0)
+    key, *keys = jax.random.split(key, 12_001)  # the thread's pattern: 12,000 tiny arrays
+    h = holders.largest(1)
+    (kind, count), = re.findall(r"most common: (\S+) x([\d,]+)", h.many_small)
+    assert kind == "uint32[2]" and int(count.replace(",", "")) >= 12_000  # a key's buffer
+    assert "keys = jax.random.split(key, n)" in h.many_small and h.many_small in str(h)
+    del keys
+    assert holders.largest(1).many_small == ""  # one array of keys: nothing to say
