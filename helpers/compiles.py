@@ -29,6 +29,7 @@ without a word from JAX ("compiles JAX did not explain").
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -114,6 +115,32 @@ class FunctionCompiles(Record):
             return bool(self.changed) and int(self.changed[0].rsplit("×", 1)[1]) > 1
         return self.compiles > 1
 
+    @property
+    def diagnosis(self) -> str:
+        """The cause and the fix in a sentence or two: what ``CompileLog.diagnosis`` and
+        ``%%memory`` say of each function compiled again."""
+        where = f" ({self.defined_at})" if self.defined_at else ""
+        listed = ", ".join(self.changed)
+        if self.cause == EAGER:
+            return (f"{self.compiles} one-operation programs were compiled outside jit "
+                    f"({listed}): a jnp call outside jit is compiled for each new shape too; "
+                    "inside a jitted function it is part of one program.")
+        if self.cause == UNEXPLAINED:
+            return (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "
+                    "calls traced on this thread from your own files; a pmap, a library's "
+                    "function, another thread, or the same function on a new device compile "
+                    "without a word.")
+        if self.cause == "function made anew":
+            at = f" at {self.called_at[0]}" if self.called_at else ""
+            head = f"`{self.function}`{where} was jitted anew {self.compiles} times{at}"
+        else:
+            changed = f" ({'; '.join(self.changed[:3])})" if self.changed else ""
+            head = (f"`{self.function}`{where} compiled {self.compiles} times, for {self.cause}"
+                    f"{changed}")
+        said = f" JAX says: {self.jax_says}" if self.cause == "other" and self.jax_says else ""
+        return (f"{head}, {self.compile_seconds:.2f} s of compiling: {FIXES[self.cause]}."
+                f"{said}")
+
 
 class CompileLog(Display):
     """What a :func:`watch` block compiled. Filled when the block ends."""
@@ -154,34 +181,13 @@ class CompileLog(Display):
             return "the block has not ended yet"
         if not self.recompiled:
             return f"No function compiled more than once in this block: {self.compiles} compile(s)."
-        return "\n".join([*(_sentence(f) for f in self.recompiled), _CACHED])
+        return "\n".join([*(f.diagnosis for f in self.recompiled), _CACHED])
 
     def to_dict(self) -> dict:
         """Plain data: every function's entry and every cache miss JAX explained."""
         return {"compiles": self.compiles, "compile_seconds": self.compile_seconds,
                 "seconds": self.seconds, "functions": [f.to_dict() for f in self.functions],
                 "misses": [m.to_dict() for m in self.misses], "diagnosis": self.diagnosis}
-
-
-def _sentence(f: FunctionCompiles) -> str:
-    where = f" ({f.defined_at})" if f.defined_at else ""
-    listed = ", ".join(f.changed)
-    if f.cause == EAGER:
-        return (f"{f.compiles} one-operation programs were compiled outside jit ({listed}): a "
-                "jnp call outside jit is compiled for each new shape too; inside a jitted "
-                "function it is part of one program.")
-    if f.cause == UNEXPLAINED:
-        return (f"{f.compiles} compiles JAX did not explain ({listed}): JAX explains jit calls "
-                "traced on this thread from your own files; a pmap, a library's function, "
-                "another thread, or the same function on a new device compile without a word.")
-    if f.cause == "function made anew":
-        at = f" at {f.called_at[0]}" if f.called_at else ""
-        head = f"`{f.function}`{where} was jitted anew {f.compiles} times{at}"
-    else:
-        changed = f" ({'; '.join(f.changed[:3])})" if f.changed else ""
-        head = f"`{f.function}`{where} compiled {f.compiles} times, for {f.cause}{changed}"
-    said = f" JAX says: {f.jax_says}" if f.cause == "other" and f.jax_says else ""
-    return f"{head}, {f.compile_seconds:.2f} s of compiling: {FIXES[f.cause]}.{said}"
 
 
 class _Events(logging.Handler):
@@ -269,11 +275,12 @@ def watch() -> Iterator[CompileLog]:
         _active.release()
 
 
-def _primitive_names() -> set[str]:
+@functools.cache
+def _primitive_names() -> frozenset[str]:
     """Names of JAX's primitives: what a jnp call outside jit compiles on its own."""
     from jax.extend import core
 
-    return {p.name for p in vars(jax.lax).values() if isinstance(p, core.Primitive)}
+    return frozenset(p.name for p in vars(jax.lax).values() if isinstance(p, core.Primitive))
 
 
 def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:

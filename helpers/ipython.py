@@ -117,5 +117,5 @@ def _run_measured(shell, cell: str) -> CellMemory:
     return CellMemory(rows, before.host.rss, after.host.rss, peak,
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
-                      tuple(compiled.diagnosis.splitlines()[:-1]) if compiled.recompiled else ())
+                      tuple(f.diagnosis for f in compiled.recompiled))
 

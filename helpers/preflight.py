@@ -642,7 +642,7 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
     kept = _kept(compiled, len(flat), jax) or [True] * len(flat)
     try:
         aliased = jaxcompat.aliased_parameters(compiled.as_text())
-        outputs = [(tuple(o.shape), str(o.dtype), math.prod(o.shape) * o.dtype.itemsize)
+        outputs = [(tuple(o.shape), str(o.dtype), _leaf_bytes(o))
                    for o in jax.tree.leaves(compiled.out_info)]
     except Exception:
         aliased, outputs = None, []
@@ -652,10 +652,8 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
         param += int(used)
         if path[0].idx != 0 or path[1].idx not in donated or not hasattr(leaf, "shape"):
             continue  # positional arguments only: donate_argnums names positions
-        shape = tuple(leaf.shape)
-        nbytes = math.prod(shape) * leaf.dtype.itemsize  # a shape has no .nbytes (keys: 8 B)
         leaves.append((jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1),
-                       shape, str(leaf.dtype), int(nbytes), used, number))
+                       tuple(leaf.shape), str(leaf.dtype), _leaf_bytes(leaf), used, number))
     free = list(outputs)  # the outputs no reused donation took: its own shape first, then size
     for _, shape, dtype, nbytes, used, number in leaves:
         if used and aliased and number in aliased:
@@ -759,7 +757,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      donate_argnames=donate_argnames, **kwargs)
     dev = c.device
     a = _analysis(c.executable)
-    split = _argument_split(fn, args, kwargs, static_argnums, static_argnames)
+    split = _argument_split(c, fn, args, kwargs)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
     runtime = _cpu_runtime_bytes(c.executable) if (target is None and getattr(
         c.device, "platform", "") == "cpu") else 0
@@ -787,8 +785,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "into the compiled program as constants, a copy the program holds (XLA's "
                      "peak_memory_in_bytes counts it; its argument, output and temporary sizes "
                      "do not): pass them as arguments instead.")
-    if undonated := _donation_would_save(c.executable, fn, args, kwargs, c.donated,
-                                         static_argnums, static_argnames):
+    if undonated := _donation_would_save(c, fn, args, kwargs):
         names, saving = undonated
         notes.append(f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
                      "the outputs have their shapes and dtypes: the old values stay alive "
@@ -839,76 +836,70 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime, argument_split=split)
 
 
-def _donation_would_save(compiled, fn, args, kwargs, donated, static_argnums, static_argnames
-                         ) -> tuple[list[str], int] | None:
+def _leaf_bytes(leaf) -> int:
+    """An array's or a shape's bytes (a ShapeDtypeStruct has no .nbytes; keys: 8 B)."""
+    return int(math.prod(leaf.shape) * leaf.dtype.itemsize)
+
+
+def _donation_would_save(c: CompiledStep, fn, args, kwargs) -> tuple[list[str], int] | None:
     """(the arguments worth donating, the output bytes they could take) when an undonated
     top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
     and 1 MiB; None otherwise. Outputs are matched once each, largest arguments first."""
     jax = _jax()
     try:
-        outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree.leaves(compiled.out_info)]
+        outputs = [(tuple(o.shape), str(o.dtype))
+                   for o in jax.tree.leaves(c.executable.out_info)]
     except Exception:
         return None
-    statics = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
-    names = dict(_argument_names(fn, args, kwargs, statics, static_argnames))
+    names = dict(_argument_names(c, fn, args, kwargs))
+    arrays = {i: [x for x in jax.tree.leaves(a) if hasattr(x, "shape") and hasattr(x, "dtype")]
+              for i, a in enumerate(args) if i in names and i not in c.donated}
     free = list(outputs)
     chosen, saving = [], 0
-    for i, value in sorted(((i, a) for i, a in enumerate(args) if i not in statics
-                            and i not in set(donated)),
-                           key=lambda ia: -_tree_bytes(ia[1], jax)):
-        leaves = [x for x in jax.tree.leaves(value) if hasattr(x, "shape")]
-        total = sum(math.prod(x.shape) * x.dtype.itemsize for x in leaves)
+    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(map(_leaf_bytes, kv[1]))):
+        total = sum(map(_leaf_bytes, leaves))
         matched, took = 0, []
         for x in leaves:
             key = (tuple(x.shape), str(x.dtype))
             if key in free:
                 free.remove(key)
                 took.append(key)
-                matched += math.prod(x.shape) * x.dtype.itemsize
+                matched += _leaf_bytes(x)
         if total and matched * 2 >= total and matched >= 2**20:
-            chosen.append(names.get(i, f"argument {i}"))
+            chosen.append(names[i])
             saving += matched
         else:
             free += took  # not worth donating: give its outputs back
     return (chosen, saving) if chosen else None
 
 
-def _tree_bytes(value, jax) -> int:
-    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(value)
-               if hasattr(x, "shape") and hasattr(x, "dtype"))
-
-
-def _argument_names(fn, args, kwargs, statics, static_argnames) -> list[tuple]:
+def _argument_names(c: CompiledStep, fn, args, kwargs) -> list[tuple]:
     """(position or keyword, the name fn gives it) for each argument that is not static."""
     import inspect
 
-    static_names = {static_argnames} if isinstance(static_argnames, str) else set(
-        static_argnames)
     try:
         params = [q for q in inspect.signature(fn).parameters.values()
                   if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
     out = [(i, params[i].name if i < len(params) else f"args[{i}]")
-           for i in range(len(args)) if i not in statics]
-    return out + [(k, k) for k in kwargs if k not in static_names]
+           for i in range(len(args)) if i not in c.static_argnums]
+    return out + [(k, k) for k in kwargs if k not in c.static_argnames]
 
 
-def _argument_split(fn, args, kwargs, static_argnums, static_argnames
-                    ) -> tuple[tuple[str, int], ...]:
+def _argument_split(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:
     """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
     parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
-    statics = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
     seen: set[int] = set()
     out = []
-    for where, name in _argument_names(fn, args, kwargs, statics, static_argnames):
+    for where, name in _argument_names(c, fn, args, kwargs):
         value = args[where] if isinstance(where, int) else kwargs[where]
         total = 0
         for leaf in _jax().tree.leaves(value):
             if hasattr(leaf, "shape") and hasattr(leaf, "dtype") and id(leaf) not in seen:
                 seen.add(id(leaf))
-                total += math.prod(leaf.shape) * leaf.dtype.itemsize  # keys: 8 B
-        out.append((name, int(total)))
+                total += _leaf_bytes(leaf)
+        out.append((name, total))
     return tuple(sorted(out, key=lambda kv: -kv[1]))
 
 

@@ -47,6 +47,8 @@ STEPS = ("notebooks", "reproduce", "allocation", "tests", "batch", "wait", "accu
          "nbval")
 #: a step is not started with less than this left before the deadline
 MIN_STEP_SECONDS = 60
+#: one notebook's own limit, when the deadline leaves more
+NOTEBOOK_SECONDS = 900.0
 #: what the notebooks need that a bare GPU image tends to lack: the notebook-test stack, and the
 #: kit's own newer dependencies (rich for nb11's sharding picture, anywidget for the widget)
 NEEDED = ("nbval", "nbclient", "nbformat", "ipykernel", "jupyter_client", "ipywidgets", "rich",
@@ -218,11 +220,11 @@ def run_notebooks(python: str, env: dict, folder: Path, *, notebooks: Path,
                                          "tail": ["not run: the call's deadline came first"]})
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        timeout = min(900.0, left)
+        timeout = min(NOTEBOOK_SECONDS, left)
         r = run([python, "-c", _EXECUTE, str(nb), str(folder / nb.name), str(timeout)], env,
                 timeout, folder / "logs" / f"notebook-{nb.stem}.log")
         results[nb.name] = _cut_off({k: r[k] for k in ("status", "seconds", "tail")},
-                                    r["exit_code"], timeout < 900)
+                                    r["exit_code"], timeout < NOTEBOOK_SECONDS)
         save(_notebooks_result(results))
     return _notebooks_result(results)
 

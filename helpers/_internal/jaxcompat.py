@@ -442,7 +442,7 @@ def _type_change(now: str, before: str) -> str:
     a, b = _BASE_TYPE.match(now), _BASE_TYPE.match(before)
     if not (a and b):
         return "new dtypes"
-    if a.group(1) != b.group(1) or "weak_type" in now + before and a.groups() == b.groups():
+    if a.group(1) != b.group(1) or ("weak_type" in now + before and a.groups() == b.groups()):
         return "new dtypes"
     return "new shapes" if a.group(2) != b.group(2) else "new sharding"
 
