@@ -175,6 +175,7 @@ def test_jax_14934_and_flax_2493_who_holds_the_array():
                                       for who in cached.held_by)
     finally:
         del sys.last_traceback
+        gc.collect()  # the traceback's frames hold arrays in cycles: gone before the next test
 
 
 def test_jax_13330_arrays_kept_after_inference_are_named():
@@ -182,6 +183,8 @@ def test_jax_13330_arrays_kept_after_inference_are_named():
     h = holders.largest(2, namespace=notebook)
     assert all(a.nbytes == 4 * MiB for a in h.arrays)
     assert all(any("'outputs'" in who for who in a.held_by) for a in h.arrays)
+    del notebook, h
+    gc.collect()  # nothing of this test left for the next one's count of live arrays
 
 
 def test_the_table_lists_every_report_tested_here():
