@@ -16,6 +16,7 @@ start-up is reported apart.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 import time
@@ -33,7 +34,7 @@ from _common import median, write  # noqa: E402
 
 from helpers import datasets, devices  # noqa: E402
 
-GOAL, BATCH, SEQ = 0.98, 64, 1024
+GOAL, STEP_MS, BATCH, SEQ = 0.98, 20, 64, 1024
 
 
 try:
@@ -62,17 +63,25 @@ def _make_step(width: int, depth: int):
     @jax.jit
     def step(w, batch):  # stands for a training step: compute that reads the batch
         h = jnp.tanh(batch[:, :width].astype(jnp.float32) / 50257.0 @ w)
-        for _ in range(depth):
-            h = jnp.tanh(h @ w)
+        h = jax.lax.fori_loop(0, depth, lambda _, h: jnp.tanh(h @ w), h)  # one compile, any depth
         return w + 1e-6 * h.mean()
     return step
+
+
+def _step_ms(step, w, batch) -> float:
+    step(w, batch).block_until_ready()  # compiled and warm
+    t = time.perf_counter()
+    for _ in range(5):
+        step(w, batch).block_until_ready()
+    return (time.perf_counter() - t) / 5 * 1e3
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--depth", type=int, default=36, help="matmuls per step (sets its length)")
+    p.add_argument("--depth", type=int, default=36,
+                   help="matmuls per step (sets its length; raised where a step is under 20 ms)")
     args = p.parse_args(argv)
     acc = devices.roles().accelerator
     with tempfile.TemporaryDirectory(prefix="jdk-wait-") as folder:
@@ -80,14 +89,16 @@ def main(argv=None) -> dict:
         datasets.write_tokens(path, size="256 MiB", progress=False)
         tokens = datasets.open_tokens(path)
         width = 1024
-        step = _make_step(width, args.depth)
+        depth = args.depth
+        step = _make_step(width, depth)
         w0 = jax.device_put(jnp.eye(width, dtype=jnp.float32), acc)
         resident = jax.device_put(np.asarray(tokens[:BATCH * SEQ]).reshape(BATCH, SEQ), acc)
-        step(w0, resident).block_until_ready()
-        t = time.perf_counter()
-        for _ in range(5):
-            step(w0, resident).block_until_ready()
-        step_ms = (time.perf_counter() - t) / 5 * 1e3
+        step_ms = _step_ms(step, w0, resident)
+        if step_ms < STEP_MS:  # a GPU runs the CPU's step in well under 1 ms (H100: 0.37 ms):
+            # lengthen it once to about 1.25x the goal's step, so the goal applies there too
+            depth = math.ceil(depth * 1.25 * STEP_MS / step_ms)
+            step = _make_step(width, depth)
+            step_ms = _step_ms(step, w0, resident)
 
         def on_device(n):
             w, t = w0, time.perf_counter()
@@ -152,14 +163,14 @@ def main(argv=None) -> dict:
                   "not installed (pip install grain, in the bench extra): not measured")
     payload = {
         "device": devices.device_name(acc), "stand_in": acc.platform == "cpu",
-        "step_ms": step_ms, "batch": [BATCH, SEQ], "steps_per_run": args.steps,
+        "step_ms": step_ms, "depth": depth, "batch": [BATCH, SEQ], "steps_per_run": args.steps,
         "rounds": args.rounds, "median_steps_per_s": {k: median(v) for k, v in rates.items()},
         "median_ratio_to_on_device": ratios, "grain": grain_note,
         "median_startup_s": {k: median(v) for k, v in startup.items() if v},
         "method": "each loader made once per run and its first batch taken before the clock "
                   "starts (a training loop makes its loader once); start-up reported apart",
-        "goal": {"ratio_at_least": GOAL, "step_ms_at_least": 20,
-                 "met": ratios["kit"] >= GOAL and step_ms >= 20},
+        "goal": {"ratio_at_least": GOAL, "step_ms_at_least": STEP_MS,
+                 "met": ratios["kit"] >= GOAL and step_ms >= STEP_MS},
         "rates": rates,
     }
     out = write("accelerator_wait", payload)

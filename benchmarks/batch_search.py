@@ -84,6 +84,8 @@ def main(argv=None) -> dict:
                       "same_answer": found.batch == exact,
                       "median_seconds": {k: median(v) for k, v in times.items()},
                       "seconds": times}
+        print(f"{name:>10}: bisection {exact:,} in {bisect_compiles} compiles, largest_batch "
+              f"{found.batch:,} in {found.compiles}", flush=True)  # a run cut short keeps these
     met = all(r["same_answer"] and r["largest_batch_compiles"] <= 3 for r in rows.values())
     for r in rows.values():  # how the need grows at the answer: a line, a bend, a jump
         b = r["bisection_batch"]

@@ -423,13 +423,14 @@ class _CellsAnswer(Record):
     failed: tuple[bool, ...]
 
 
-def run_cells_capped(*cells: str, budget: str | int = "256 MiB", timeout: float = 300
+def run_cells_capped(*cells: str, budget: str | int = "1 GiB", timeout: float = 300
                      ) -> CappedCell:
     """Run ``cells`` in a fresh IPython shell (``%load_ext helpers`` loaded) in a child
     process whose memory is capped, and return what it printed: a real RESOURCE_EXHAUSTED and
     the kit's explanation of it, while this kernel stays safe. On a GPU the cap is the pool
-    (XLA_CLIENT_MEM_FRACTION about ``budget``); without one, a labelled CPU stand-in caps the
-    child's address space ``budget`` above what it uses once JAX has started."""
+    (XLA_CLIENT_MEM_FRACTION about ``budget``, at least 0.5% of the card: a smaller budget is
+    refused); without one, a labelled CPU stand-in caps the child's address space ``budget``
+    above what it uses once JAX has started."""
     if not cells:
         raise BadInputError("give at least one cell to run")
     cap = parse_size(budget)
@@ -438,8 +439,16 @@ def run_cells_capped(*cells: str, budget: str | int = "256 MiB", timeout: float 
                           drop=("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"))
     if mode == "gpu":
         total = gpu.total_bytes() or cap * 4
-        env["XLA_CLIENT_MEM_FRACTION"] = f"{max(_MIN_FRACTION, min(0.9, cap / total)):.4f}"
-        how = f"XLA_CLIENT_MEM_FRACTION={env['XLA_CLIENT_MEM_FRACTION']} of {format_bytes(total)}"
+        if cap < _MIN_FRACTION * total:  # raised quietly, the cells would not run out of memory
+            raise BadInputError(
+                f"a budget of {format_bytes(cap)} is below the smallest pool the kit sets on this "
+                f"GPU ({_MIN_FRACTION:.1%} of {format_bytes(total)}, "
+                f"{format_bytes(_MIN_FRACTION * total)}): ask for at least that, and size the "
+                "cells' arrays to it")
+        fraction = min(0.9, cap / total)
+        env["XLA_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"
+        how = (f"XLA_CLIENT_MEM_FRACTION={env['XLA_CLIENT_MEM_FRACTION']} of "
+               f"{format_bytes(total)}, about {format_bytes(fraction * total)}")
     else:
         env["JAX_PLATFORMS"] = "cpu"
         how = (f"stand-in: RLIMIT_AS = the child's address space after start-up + "

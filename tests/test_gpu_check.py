@@ -69,6 +69,8 @@ def test_a_step_is_recorded_as_json_and_markdown(fake_smi, tmp_path):
     assert record["versions"]["jax"]  # from the doctor
     step = record["steps"]["tests"]
     assert step["status"] == "passed" and "deselected" in step["pass_line"]
+    assert record["commands"] == [record["command"]]  # each call of the day is kept
+    assert record["command"].endswith(f"--steps tests --out {out}")
     md = record_path.with_suffix(".md").read_text()
     assert "| tests | passed |" in md and "NVIDIA Stand-in GPU" in md
 
@@ -149,7 +151,12 @@ def test_notebooks_run_one_by_one_and_a_rerun_keeps_the_others(tmp_path):
     books = tmp_path / "books"
     books.mkdir()
     _notebook(books / "01_fine.ipynb", "x = 1 + 1", "assert x == 2")
-    _notebook(books / "02_broken.ipynb", "y = 3", "assert y == 4, 'the claim is false'")
+    _notebook(books / "02_broken.ipynb", "y = 3", "assert y == 4, 'the claim is false'",
+              "print('stale')")
+    stale = json.loads((books / "02_broken.ipynb").read_text())  # as the CPU run left it
+    stale["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout",
+                                     "text": ["a CPU output\n"]}]
+    (books / "02_broken.ipynb").write_text(json.dumps(stale))
     saved = []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = gpu_check.run_notebooks(sys.executable, env, tmp_path / "copies", notebooks=books,
@@ -159,7 +166,9 @@ def test_notebooks_run_one_by_one_and_a_rerun_keeps_the_others(tmp_path):
     assert first["notebooks"]["01_fine.ipynb"]["status"] == "passed"
     broken = first["notebooks"]["02_broken.ipynb"]
     assert broken["status"] == "failed" and "the claim is false" in "\n".join(broken["tail"])
-    assert (tmp_path / "copies" / "02_broken.ipynb").exists()  # the copy shows the failure
+    copy = json.loads((tmp_path / "copies" / "02_broken.ipynb").read_text())
+    assert copy["cells"][1]["outputs"][0]["output_type"] == "error"  # it shows the failure
+    assert copy["cells"][2]["outputs"] == []  # and no output it did not make (the 11-26 run had)
     # the fix, then a rerun of that notebook alone: the other's entry is kept
     _notebook(books / "02_broken.ipynb", "y = 4", "assert y == 4")
     again = gpu_check.run_notebooks(sys.executable, env, tmp_path / "copies", notebooks=books,

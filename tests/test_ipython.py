@@ -6,6 +6,7 @@ import textwrap
 import jax
 import pytest
 
+from helpers.errors import BadInputError
 from tests.conftest import run_python
 
 IPython = pytest.importorskip("IPython")
@@ -101,10 +102,31 @@ def test_run_cells_capped_shows_a_real_oom_explained_in_a_child():
     assert r.failed == (False, True, False) and r.stand_in and "RLIMIT_AS" in r.cap
     assert "RESOURCE_EXHAUSTED" in r.output and "asked for 2.00 GiB" in r.output
     assert "the variable 'keep'" in r.output and "after 2" in r.output
-    fixes = r.output.split("most likely first:")[1]  # 2 GiB under a 256 MiB cap: no del helps
+    fixes = r.output.split("most likely first:")[1]  # 2 GiB under a 1 GiB cap: no del helps
     assert fixes.strip().startswith("1. The request alone (2.00 GiB) is larger than all")
     assert "Your code holds" not in fixes
     assert str(r).startswith("[STAND-IN (CPU, memory-capped child)")
+
+
+def test_run_cells_capped_on_a_gpu_refuses_a_budget_below_its_smallest_pool(monkeypatch):
+    # On an H100 (2026-11-26) a 256 MiB budget was raised quietly to the 0.5% floor (407.8 MiB),
+    # and the cells meant to run out of memory did not: now it is refused, and said why
+    from helpers import oom
+
+    monkeypatch.setattr(oom, "_gpu_mode_available", lambda: True)
+    monkeypatch.setattr(oom.gpu, "total_bytes", lambda: 80 * 2**30)
+    with pytest.raises(BadInputError, match=r"256.00 MiB is below the smallest pool .*409.60 MiB"):
+        oom.run_cells_capped("x = 1", budget="256 MiB")
+    asked = {}
+
+    def fake_run(target, request, *, env, timeout):
+        asked.update(env)
+        raise RuntimeError("stop before a child starts")
+
+    monkeypatch.setattr(oom.child, "run", fake_run)
+    with pytest.raises(RuntimeError, match="stop before"):
+        oom.run_cells_capped("x = 1")  # the default, 1 GiB: 1.25% of this card
+    assert asked["XLA_CLIENT_MEM_FRACTION"] == "0.0125"
 
 
 def test_a_cells_line_is_named_as_ipythons_tracebacks_name_it(shell):
