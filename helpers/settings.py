@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from helpers._internal.jaxcompat import ALLOCATOR_VARS, backend_start_snapshot, backends_started
 from helpers._internal.records import Display, Record
+from helpers.units import format_bytes
 
 __all__ = ["ALLOCATOR_VARS", "PROCESS_RULES", "RULES", "VARIABLES", "EnvVar", "EnvWarning",
            "ProcessCheck", "backend_start_snapshot", "check_environment", "check_process",
@@ -367,7 +368,10 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
     for platform in gpu_started:
         then = _started_with(platform)
         if then is None:
-            if state == "unavailable":
+            seen = _running_allocator(platform)
+            if seen is not None:  # no snapshot, but the allocator's own numbers say enough
+                out += _allocator_against_its_numbers(env, platform, *seen)
+            elif state == "unavailable":
                 out.append(EnvWarning(
                     "allocator-settings-unverified",
                     "this JAX has no backend-start hook (only jax 0.10.2-0.10.x has one), so "
@@ -394,6 +398,83 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
                 "set these before the first JAX operation (restart the kernel and set them "
                 "in the first cell), or run the experiment in a child process",
             ))
+    return out
+
+
+def _running_allocator(platform: str) -> tuple[dict | None, int] | None:
+    """The running GPU allocator's ``memory_stats()`` (None: it keeps none) and the card's total
+    bytes (nvidia-smi), for the first device of ``platform``; None where either cannot be read."""
+    from helpers import gpu
+
+    if not backends_started():  # jax.devices() would start them: this check starts nothing
+        return None
+    try:
+        import jax
+
+        stats = jax.devices(platform)[0].memory_stats()
+    except Exception:  # no such backend here (a test's started_platforms), or it failed
+        return None
+    total = gpu.total_bytes()
+    return (stats, total) if total else None
+
+
+#: how far bytes_limit / the card's total may sit from the fraction asked for: XLA takes the
+#: fraction of CUDA's total, about 0.6% below nvidia-smi's (measured on an H100: every limit
+#: within 0.6% of the prediction, docs/gpu-runs/2026-11-22-nvidia-h100-80gb-hbm3.md)
+_FRACTION_SLACK = 0.02
+
+
+def _allocator_against_its_numbers(env: Mapping[str, str], platform: str, stats: dict | None,
+                                   total: int) -> list[EnvWarning]:
+    """Without a record of the variables at the backend's start (jax 0.11 has no hook): the
+    settings the running allocator shows it started with, against those the environment asks
+    for now. Says only what its numbers prove: the allocator kind (stats or none), the fraction
+    (bytes_limit), and preallocation (a pool as large as the limit that was never used)."""
+    allocator = env.get("XLA_PYTHON_CLIENT_ALLOCATOR") or "default"
+    fix = ("set these before the first JAX operation (restart the kernel and set them in the "
+           "first cell), or run the experiment in a child process")
+    if stats is None:
+        if allocator in ("default", "bfc"):
+            return [EnvWarning(
+                "allocator-set-after-start",
+                f"the {platform} allocator keeps no statistics, which is XLA_PYTHON_CLIENT_"
+                f"ALLOCATOR=platform, but the environment now asks for the {allocator} pool: "
+                "changed after the backend started, so not in effect.", fix)]
+        return []
+    if allocator == "platform":
+        return [EnvWarning(
+            "allocator-set-after-start",
+            f"XLA_PYTHON_CLIENT_ALLOCATOR=platform now, but the {platform} allocator keeps a "
+            f"pool (bytes_limit {format_bytes(stats.get('bytes_limit', 0))}): it started "
+            "without it, so the change is not in effect.", fix)]
+    out = []
+    limit = stats.get("bytes_limit")
+    name = ("XLA_CLIENT_MEM_FRACTION" if env.get("XLA_CLIENT_MEM_FRACTION")
+            else "XLA_PYTHON_CLIENT_MEM_FRACTION")
+    try:
+        asked = float(env.get(name) or 0.75)
+    except ValueError:  # its own rule names a value that is not a number
+        asked = None
+    if limit and asked is not None and allocator != "cuda_async":
+        held = limit / total
+        if abs(held - asked) > _FRACTION_SLACK:
+            out.append(EnvWarning(
+                "allocator-set-after-start",
+                f"the {platform} pool's bytes_limit is {format_bytes(limit)}, {held:.1%} of the "
+                f"card's {format_bytes(total)}, but "
+                + (f"{name}={env.get(name)} asks for {asked:.0%}" if env.get(name) else
+                   "no fraction is set now (75%, JAX's default)")
+                + ": the fraction changed after the backend started, so it is not in effect.",
+                fix))
+    pool, peak = stats.get("pool_bytes"), stats.get("peak_bytes_in_use", 0)
+    if (env.get("XLA_PYTHON_CLIENT_PREALLOCATE") in _PREALLOCATE_OFF and limit and pool
+            and pool >= 0.98 * limit and peak < 0.5 * pool):
+        out.append(EnvWarning(
+            "allocator-set-after-start",
+            f"XLA_PYTHON_CLIENT_PREALLOCATE={env['XLA_PYTHON_CLIENT_PREALLOCATE']} now, but the "
+            f"{platform} pool took its whole limit up front ({format_bytes(pool)}, of which at "
+            f"most {format_bytes(peak)} was ever in use): it started preallocating, so the "
+            "change is not in effect.", fix))
     return out
 
 

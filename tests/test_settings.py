@@ -171,6 +171,48 @@ def test_allocator_unverifiable_without_a_hook_in_this_jax(monkeypatch):
     assert codes(ws) == {"allocator-settings-unverified"} and "0.10.2" in ws[0].message
 
 
+# The H100's numbers (docs/gpu-runs/2026-11-26-nvidia-h100-80gb-hbm3.md, allocation step): a
+# card of 81,559 MiB by nvidia-smi; by default a 59.38 GiB limit taken whole at start; with
+# PREALLOCATE=false the same limit and a 0.25 GiB pool
+H100_TOTAL, H100_LIMIT = 81559 * 2**20, int(59.38 * 2**30)
+PREALLOCATED = {"bytes_limit": H100_LIMIT, "pool_bytes": H100_LIMIT, "bytes_in_use": 2**20,
+                "peak_bytes_in_use": 2**28}
+GROWN = {**PREALLOCATED, "pool_bytes": 2**28}
+
+
+@pytest.mark.parametrize("env, stats, says", [
+    ({"XLA_CLIENT_MEM_FRACTION": "0.5"}, PREALLOCATED, "74.6% of the card's 79.65 GiB, but "
+     "XLA_CLIENT_MEM_FRACTION=0.5 asks for 50%"),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, PREALLOCATED, "took its whole limit up front"),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, PREALLOCATED, "it started without it"),
+    ({}, None, "keeps no statistics, which is XLA_PYTHON_CLIENT_ALLOCATOR=platform"),
+])
+def test_without_a_hook_the_allocators_own_numbers_name_a_late_setting(monkeypatch, env, stats,
+                                                                      says):
+    # jax 0.11 keeps no record of the variables at the backend's start (the H100 run): what the
+    # running allocator shows it started with is compared with what the environment asks now
+    monkeypatch.setattr(jaxcompat, "_hook_state", "unavailable")
+    monkeypatch.setattr(jaxcompat, "_at_start", {})
+    monkeypatch.setattr(settings, "_running_allocator", lambda platform: (stats, H100_TOTAL))
+    ws = settings.check_environment(env, started_platforms=("cuda",))
+    assert [w.code for w in ws] == ["allocator-set-after-start"], ws
+    assert says in ws[0].message and "restart the kernel" in ws[0].fix
+
+
+@pytest.mark.parametrize("env, stats", [
+    ({}, PREALLOCATED), ({"XLA_CLIENT_MEM_FRACTION": "0.75"}, PREALLOCATED),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, GROWN),  # as set at the start: a grown pool
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, None),
+])
+def test_without_a_hook_settings_the_allocator_shows_are_quiet(monkeypatch, env, stats):
+    monkeypatch.setattr(jaxcompat, "_hook_state", "unavailable")
+    monkeypatch.setattr(jaxcompat, "_at_start", {})
+    monkeypatch.setattr(settings, "_running_allocator", lambda platform: (stats, H100_TOTAL))
+    ws = settings.check_environment(env, started_platforms=("cuda",))
+    assert not {w.code for w in ws} & {"allocator-set-after-start",
+                                       "allocator-settings-unverified"}, ws
+
+
 def test_another_processs_environment_skips_this_processs_rules():
     import jax  # imported: JAX_PLATFORMS below differs from what it read
 
