@@ -443,8 +443,8 @@ def run_cells_capped(*cells: str, budget: str | int = "1 GiB", timeout: float = 
             raise BadInputError(
                 f"a budget of {format_bytes(cap)} is below the smallest pool the kit sets on this "
                 f"GPU ({_MIN_FRACTION:.1%} of {format_bytes(total)}, "
-                f"{format_bytes(_MIN_FRACTION * total)}): ask for at least that, and size the "
-                "cells' arrays to it")
+                f"{format_bytes(_MIN_FRACTION * total)}; JAX's own start-up needs room in "
+                "the pool): ask for at least that, and size the cells' arrays to it")
         fraction = min(0.9, cap / total)
         env["XLA_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"
         how = (f"XLA_CLIENT_MEM_FRACTION={env['XLA_CLIENT_MEM_FRACTION']} of "

@@ -181,9 +181,10 @@ def test_a_hidden_peak_is_measured_again_from_the_compilation_cache(monkeypatch)
                         or real(m))
     predicted, measured = measure.measure_example("matmul_chain", scale=2)
     assert len(calls) == 2  # the first child's result, then the second's
+    assert measured.source == measure.HOST_PEAK  # the CPU stand-in in this suite
     hits = re.search(r"compilation cache \((\d+) hits\)", measured.note)
     assert measured.note.startswith("measured in a second fresh process") and hits
-    assert int(hits.group(1)) >= 1  # the second child loaded the step, not compiled it again
+    assert int(hits.group(1)) >= 1  # the step itself was loaded (its own compiles counted)
     assert abs(measured.later_run_peak_bytes - predicted.peak_bytes) <= (
         TOLERANCE * predicted.peak_bytes + 8 * MiB), (predicted, measured)
 

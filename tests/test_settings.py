@@ -167,6 +167,7 @@ def test_allocator_change_found_when_the_hook_filed_cuda_under_gpu(monkeypatch):
 def test_allocator_unverifiable_without_a_hook_in_this_jax(monkeypatch):
     monkeypatch.setattr(jaxcompat, "_hook_state", "unavailable")
     monkeypatch.setattr(jaxcompat, "_at_start", {})
+    monkeypatch.setattr(settings, "_running_allocator", lambda platform: None)  # none to read
     ws = settings.check_environment({}, started_platforms=("cuda",))
     assert codes(ws) == {"allocator-settings-unverified"} and "0.10.2" in ws[0].message
 
@@ -178,14 +179,19 @@ H100_TOTAL, H100_LIMIT = 81559 * 2**20, int(59.38 * 2**30)
 PREALLOCATED = {"bytes_limit": H100_LIMIT, "pool_bytes": H100_LIMIT, "bytes_in_use": 2**20,
                 "peak_bytes_in_use": 2**28}
 GROWN = {**PREALLOCATED, "pool_bytes": 2**28}
+ASYNC = {k: v for k, v in PREALLOCATED.items() if k != "pool_bytes"}  # cuda_async: no pool count
 
 
 @pytest.mark.parametrize("env, stats, says", [
     ({"XLA_CLIENT_MEM_FRACTION": "0.5"}, PREALLOCATED, "74.6% of the card's 79.65 GiB, but "
      "XLA_CLIENT_MEM_FRACTION=0.5 asks for 50%"),
-    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, PREALLOCATED, "took its whole limit up front"),
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, PREALLOCATED, "it started without it"),
-    ({}, None, "keeps no statistics, which is XLA_PYTHON_CLIENT_ALLOCATOR=platform"),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, PREALLOCATED, "took its whole limit"),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "PLATFORM"}, PREALLOCATED, "it started with a pool"),
+    ({}, None, "keeps no statistics, as XLA_PYTHON_CLIENT_ALLOCATOR=platform does"),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}, PREALLOCATED,
+     "is the BFC pool (its statistics count pool bytes), but the environment now asks for "
+     "cuda_async"),
+    ({}, ASYNC, "is cuda_async (its statistics have no pool bytes)"),
 ])
 def test_without_a_hook_the_allocators_own_numbers_name_a_late_setting(monkeypatch, env, stats,
                                                                       says):
@@ -203,6 +209,10 @@ def test_without_a_hook_the_allocators_own_numbers_name_a_late_setting(monkeypat
     ({}, PREALLOCATED), ({"XLA_CLIENT_MEM_FRACTION": "0.75"}, PREALLOCATED),
     ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, GROWN),  # as set at the start: a grown pool
     ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, None),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}, ASYNC),
+    ({"XLA_CLIENT_MEM_FRACTION": "0.7"}, PREALLOCATED),  # within the slack: not named
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},  # a full pool once used heavily: not proof
+     {**PREALLOCATED, "peak_bytes_in_use": H100_LIMIT // 2}),
 ])
 def test_without_a_hook_settings_the_allocator_shows_are_quiet(monkeypatch, env, stats):
     monkeypatch.setattr(jaxcompat, "_hook_state", "unavailable")
@@ -211,6 +221,23 @@ def test_without_a_hook_settings_the_allocator_shows_are_quiet(monkeypatch, env,
     ws = settings.check_environment(env, started_platforms=("cuda",))
     assert not {w.code for w in ws} & {"allocator-set-after-start",
                                        "allocator-settings-unverified"}, ws
+
+
+def test_a_mig_instance_or_an_uncertain_order_gives_no_card_size_to_judge_by(monkeypatch):
+    # bytes_limit is a share of what CUDA sees: a MIG instance, not its card, and on mixed
+    # models maybe not nvidia-smi's GPU 0; without a size known to be cuda:0's, nothing is judged
+    from helpers import gpu
+
+    monkeypatch.setattr(settings, "backends_started", lambda: True)
+    monkeypatch.setattr("jax.devices", lambda platform: [type("D", (), {
+        "memory_stats": lambda self: PREALLOCATED})()])
+    card = gpu.GpuInfo(0, "NVIDIA A100 80GB", "GPU-aaaa", H100_TOTAL, "580",
+                       migs=(gpu.MigInfo("MIG-bbbb", 10 * 2**30, 1, 0),))
+    monkeypatch.setattr(gpu, "gpus", lambda: (card,))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert settings._running_allocator("cuda") is None  # the card, but CUDA sees an instance
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-bbbb")
+    assert settings._running_allocator("cuda") == (PREALLOCATED, 10 * 2**30)  # its own size
 
 
 def test_another_processs_environment_skips_this_processs_rules():
@@ -226,6 +253,7 @@ def test_another_processs_environment_skips_this_processs_rules():
 def test_allocator_unverifiable_when_helpers_came_late(monkeypatch):
     monkeypatch.setattr(jaxcompat, "_hook_state", "late")
     monkeypatch.setattr(jaxcompat, "_at_start", {})
+    monkeypatch.setattr(settings, "_running_allocator", lambda platform: None)
     ws = settings.check_environment({}, started_platforms=("cuda",))
     assert codes(ws) == {"allocator-settings-unverified"}
 
