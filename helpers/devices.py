@@ -594,10 +594,32 @@ def _layout_note(x, shards: tuple[Shard, ...]) -> str:
     total = sum(s.nbytes for s in shards)
     if all(s.shape == tuple(x.shape) for s in shards):
         return (f". Replicated: each of the {len(shards)} devices holds the whole array, "
-                f"{len(shards)} x {x.nbytes:,} B = {total:,} B on devices in all")
+                f"{len(shards)} x {x.nbytes:,} B = {total:,} B on devices in all"
+                + _replication_hint(x))
     return (f". Sharded: each device holds one piece (shapes "
             f"{', '.join(sorted({str(s.shape) for s in shards}))}), {total:,} B on devices in "
             "all; a computation on it runs on all of them, whatever jax.default_device says")
+
+
+def _replication_hint(x) -> str:
+    """For an array replicated over a mesh: what would have to change for it to be split. A
+    dimension that no mesh axis divides is the silent case: a sharding constraint on it inside
+    jit leaves the array replicated without an error (jax 0.8.0 and 0.10.2: P('data', None) on
+    17 rows over 8 devices gave P(); jax-ml/jax#26946), where device_put would refuse it."""
+    mesh = getattr(x.sharding, "mesh", None)
+    axes = {k: v for k, v in dict(getattr(mesh, "shape", {})).items() if v > 1}
+    if not axes or not x.ndim:
+        return ""
+    if any(n % a == 0 for n in x.shape for a in axes.values()):
+        return (". If you meant to split it, name a mesh axis in its PartitionSpec (out_shardings, "
+                "jax.device_put or jax.lax.with_sharding_constraint): its sharding splits nothing")
+    dim = max(range(x.ndim), key=lambda d: x.shape[d])
+    axis, size = min(axes.items(), key=lambda kv: kv[1])
+    return (f". If you meant to split it: no dimension of its shape {tuple(x.shape)} divides "
+            f"over any mesh axis ({', '.join(f'{k!r}: {v}' for k, v in axes.items())}), and a "
+            "sharding constraint inside jit on such a dimension leaves the array replicated "
+            f"without an error. Fix: pad dimension {dim} to a multiple of the axis, e.g. "
+            f"{-(-x.shape[dim] // size) * size} for {axis!r}, or split a dimension that divides")
 
 
 def _process_note(x, shards: tuple[Shard, ...]) -> str:

@@ -187,6 +187,27 @@ def test_jax_13330_arrays_kept_after_inference_are_named():
     gc.collect()  # nothing of this test left for the next one's count of live arrays
 
 
+def test_jax_26946_a_dimension_no_mesh_axis_divides_is_named_when_replicated():
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    n = len(jax.devices())
+    kwargs = ({"axis_types": (jax.sharding.AxisType.Auto,)}
+              if hasattr(jax.sharding, "AxisType") else {})
+    mesh = jax.make_mesh((n,), ("data",), **kwargs)
+    split = NamedSharding(mesh, PartitionSpec("data", None))
+    step = jax.jit(lambda x: jax.lax.with_sharding_constraint(x * 2, split))
+    y = step(jnp.ones((n + 1, 3)))  # one row more than the devices: the constraint cannot hold
+    assert y.sharding.is_fully_replicated  # JAX's silent replication, as the thread reports
+    said = devices.placement(y).explanation
+    assert f"no dimension of its shape ({n + 1}, 3) divides over any mesh axis" in said
+    assert f"pad dimension 0 to a multiple of the axis, e.g. {2 * n} for 'data'" in said
+    even = devices.placement(step(jnp.ones((2 * n, 3))))  # divides: split, nothing to say
+    assert "If you meant to split it" not in even.explanation and "Sharded" in even.explanation
+    kept = devices.placement(jax.device_put(jnp.ones((2 * n, 3)), NamedSharding(
+        mesh, PartitionSpec())))  # replicated on purpose, though it could be split
+    assert "its sharding splits nothing" in kept.explanation
+
+
 def test_the_table_lists_every_report_tested_here():
     from pathlib import Path
 
