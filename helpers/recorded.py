@@ -63,17 +63,21 @@ class RecordedCell(Display):
 @dataclass(frozen=True)
 class Staleness(Display):
     """One notebook against its GPU-executed copy: code cells the same, changed, or with no
-    copy at all (new since the run). ``current``: every code cell is the same."""
+    copy at all (new since the run). ``current``: every code cell is the same, and the run did
+    not record the notebook failing (a copy that stopped at a failed cell shows the rest
+    unrun)."""
 
     notebook: str
     run: str | None  # the run whose copy was compared (None: no copy)
     same: int
     changed: tuple[str, ...]  # cell ids whose code differs
     missing: tuple[str, ...]  # cell ids the copy does not have
+    status: str | None = None  # the run's word for it: "passed", "failed"...; None: not recorded
 
     @property
     def current(self) -> bool:
-        return self.run is not None and not self.changed and not self.missing
+        return (self.run is not None and not self.changed and not self.missing
+                and self.status in (None, "passed"))
 
 
 def _read(path: Path, *, needs: str | None = None) -> dict:
@@ -184,11 +188,11 @@ def staleness(folder: Path | str | None = None,
     """Every notebook against its copy on the newest run that has one."""
     folder = Path(folder) if folder is not None else RUNS_DIR
     nb_dir = Path(notebooks) if notebooks is not None else NOTEBOOKS_DIR
-    found = runs(folder)
+    found = _records(folder)
     rows = []
     for path in sorted(nb_dir.glob("*.ipynb")):
         now = _cells(path)
-        run = next((r for r in found if path.stem in r.notebooks), None)
+        run, data = next(((r, d) for r, d in found if path.stem in r.notebooks), (None, None))
         if run is None:
             rows.append(Staleness(path.stem, None, 0, (), tuple(now)))
             continue
@@ -196,6 +200,7 @@ def staleness(folder: Path | str | None = None,
         changed = tuple(i for i in now if i in then
                         and "".join(now[i]["source"]) != "".join(then[i]["source"]))
         missing = tuple(i for i in now if i not in then)
+        status = _field(data, "steps", "notebooks", "notebooks", path.name, "status")
         rows.append(Staleness(path.stem, run.name, len(now) - len(changed) - len(missing),
-                              changed, missing))
+                              changed, missing, status if isinstance(status, str) else None))
     return tuple(rows)

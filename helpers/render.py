@@ -619,8 +619,10 @@ def staleness_text(s) -> str:
     if s.current:
         return f"{s.notebook}: current ({s.same} code cells, as run on {s.run})"
     total = s.same + len(s.changed) + len(s.missing)
-    return (f"{s.notebook}: stale, {len(s.changed) + len(s.missing)} of {total} code cells "
-            f"changed or new since {s.run}")
+    edited = len(s.changed) + len(s.missing)
+    ran = f"; it {s.status} there" if s.status not in (None, "passed") else ""
+    return (f"{s.notebook}: stale, {edited} of {total} code cells changed or new since "
+            f"{s.run}{ran}" if edited else f"{s.notebook}: stale: it {s.status} on {s.run}")
 
 
 def batch_size_text(b) -> str:

@@ -371,7 +371,8 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, metavar="SECONDS",
                    help="the whole call's time: no step starts with under a minute left")
     p.add_argument("--notebooks", metavar="PREFIXES",
-                   help="with the notebooks step: only notebooks whose names start so, e.g. 08,12")
+                   help="with the notebooks step: only notebooks whose names start so, e.g. "
+                   "08,12; or stale: those whose GPU copy is not current (changed, or failed)")
     a = p.parse_args(argv)
     if a.render:
         render_file(a.render)
@@ -384,6 +385,14 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     only = tuple(x.strip() for x in a.notebooks.split(",")) if a.notebooks else ()
+    if only == ("stale",):  # the notebooks whose GPU copy is not current: changed, or it failed
+        from helpers import recorded
+
+        only = tuple(s.notebook for s in recorded.staleness(a.out, REPO / "notebooks")
+                     if not s.current)
+        print(f"gpu-check: stale notebooks: {', '.join(only) or 'none'}")
+        if not only:
+            steps = tuple(s for s in steps if s not in ("notebooks", "nbval"))
     if only and not [nb for nb in (REPO / "notebooks").glob("*.ipynb")
                      if nb.name.startswith(only)]:
         print(f"gpu-check: --notebooks {a.notebooks} matches no notebook in notebooks/ (their "

@@ -197,6 +197,24 @@ def test_a_step_past_the_deadline_is_not_run_and_the_call_says_incomplete(fake_s
     assert not list(out.glob("*.json"))  # nothing ran, so nothing is recorded as run
 
 
+def test_stale_selects_the_notebooks_whose_gpu_copy_is_not_current(fake_smi, tmp_path):
+    import shutil
+
+    from helpers import recorded
+
+    out = tmp_path / "runs"
+    shutil.copytree(Path(REPO) / "docs" / "gpu-runs", out)
+    expected = [s.notebook for s in recorded.staleness(out, Path(REPO) / "notebooks")
+                if not s.current]
+    assert expected  # this repository's record has stale copies (changed since, or failed)
+    proc = _script("--steps", "notebooks", "--notebooks", "stale", "--deadline", "10",
+                   "--out", str(out), env={"PATH": fake_smi})  # too little time: none runs
+    assert f"stale notebooks: {', '.join(expected)}" in proc.stdout, proc.stdout + proc.stderr
+    (record,) = out.glob("*-nvidia-stand-in-gpu.json")
+    listed = json.loads(record.read_text())["steps"]["notebooks"]["notebooks"]
+    assert sorted(listed) == [f"{n}.ipynb" for n in expected]  # those, and only those
+
+
 def test_each_failed_notebook_is_shown_verbatim_under_its_name():
     record = {"date": "d", "python": "p", "command": "c",
               "gpu": {"name": "G", "driver": "1", "memory_mib": 1},

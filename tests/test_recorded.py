@@ -60,6 +60,20 @@ def test_staleness_counts_changed_and_new_cells(tree):
     assert rows["02_y"].run is None and "no GPU-executed copy" in str(rows["02_y"])
 
 
+def test_a_copy_that_failed_on_the_gpu_is_not_current(tree):
+    # the 2026-11-26 run: notebook 09 failed at its 16th cell with unchanged code; its copy shows
+    # the cells after it unrun, so it must be run again, whatever its code
+    runs, nbs = tree
+    (nbs / "01_x.ipynb").write_text((runs / "2026-01-02-gpu" / "01_x.ipynb").read_text())
+    record = json.loads((runs / "2026-01-02-gpu.json").read_text())
+    assert {s.notebook: s for s in recorded.staleness(runs, nbs)}["01_x"].current
+    record["steps"]["notebooks"] = {"notebooks": {"01_x.ipynb": {"status": "failed"}}}
+    (runs / "2026-01-02-gpu.json").write_text(json.dumps(record))
+    row = {s.notebook: s for s in recorded.staleness(runs, nbs)}["01_x"]
+    assert not row.current and row.status == "failed" and not row.changed
+    assert str(row) == "01_x: stale: it failed on 2026-01-02-gpu"
+
+
 def test_a_recorded_benchmark_is_read_wherever_the_caller_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a kernel started elsewhere (JupyterLab, a test's copy)
     result = recorded.benchmark("feeding")
