@@ -204,7 +204,10 @@ def step_command(name: str, python: str) -> tuple[list[str], float]:
         # one round: about 150 compiles, slower on a GPU (2 rounds passed 242 s on an H100)
         "batch": ([python, "benchmarks/batch_search.py", "--rounds", "1"], 600),
         "wait": ([python, "benchmarks/accelerator_wait.py", "--rounds", "7"], 600),
-        "accuracy": ([python, "benchmarks/prediction_accuracy.py", "--no-verdicts"], 600),
+        # four steps at once: each child's allocator peak is its own (104 s did not finish
+        # the 22 children one by one on an H100)
+        "accuracy": ([python, "benchmarks/prediction_accuracy.py", "--no-verdicts", "--jobs",
+                      "4"], 600),
     }[name]
 
 

@@ -42,3 +42,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(skip)
+
+
+def benchmark_module(name: str):
+    """A module from benchmarks/ (not a package), imported by its path."""
+    import importlib.util
+
+    path = os.path.join(REPO, "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

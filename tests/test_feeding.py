@@ -1,14 +1,13 @@
-import importlib.util
 import itertools
 import os
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
 from helpers import datasets, feeding, plotting
+from tests.conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
@@ -219,17 +218,8 @@ def test_pipeline_timeline_plot():
         plotting.pipeline_timeline({})
 
 
-def _benchmark_module(name: str):
-    """A module from benchmarks/ (not a package), imported by its path."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_time_variant_runs_every_variant(tokens):
-    bench = _benchmark_module("_feeding_variants")
+    bench = benchmark_module("_feeding_variants")
     assert bench.VARIANTS == ("naive", "kit", "kit_no_prefetch", "kit_numpy", "bound",
                               "bound_reused")
     for v in bench.VARIANTS:
