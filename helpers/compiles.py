@@ -106,14 +106,16 @@ class FunctionCompiles(Record):
     called_at: tuple[str, ...]
     fix: str
     jax_says: str  # JAX's explanation for the cause, from its second line ("" when none)
+    #: the eager and unexplained groups: the most compiles of any one name in them (1 where
+    #: each name compiled once); a function's entry: its compiles
+    most_of_one: int = 0
 
     @property
     def recompiled(self) -> bool:
         """Compiled more than once in the block (one compile for a new shape, after the block
-        has begun, is what a fix such as padding leaves: not a recompile)."""
-        if self.cause in (EAGER, UNEXPLAINED):  # "name ×count", most first: one name again?
-            return bool(self.changed) and int(self.changed[0].rsplit("×", 1)[1]) > 1
-        return self.compiles > 1
+        has begun, is what a fix such as padding leaves: not a recompile). For the eager and
+        unexplained groups: one of their names compiled more than once."""
+        return (self.most_of_one if self.cause in (EAGER, UNEXPLAINED) else self.compiles) > 1
 
     @property
     def diagnosis(self) -> str:
@@ -317,7 +319,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 compile_seconds=sum(sum(v) for v in names.values()), cause=label,
                 changed=tuple(f"{n} ×{c}" for n, c in counts[:6]), called_at=(),
                 fix="move jnp calls inside the jitted function" if label == EAGER else "",
-                jax_says=""))
+                jax_says="", most_of_one=counts[0][1]))
     return tuple(sorted(out, key=lambda f: (f.cause in (EAGER, UNEXPLAINED), -f.compiles,
                                             f.function)))
 
@@ -336,7 +338,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float]
         compile_seconds=sum(seconds), cause=cause, changed=_changes(mine, cause),
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
         fix=FIXES.get(cause, ""),
-        jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
+        jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
+        most_of_one=len(seconds))
 
 
 def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:

@@ -86,6 +86,10 @@ def test_jnp_calls_outside_jit_are_counted_apart():
             jnp.zeros(n) + 1
     eager = log.function("eager operations")
     assert eager.compiles >= 3 and "outside jit" in log.diagnosis
+    assert eager.recompiled and eager.most_of_one >= 3  # one op, three new shapes
+    with compiles.watch() as once:
+        jnp.arange(9.0).sum()  # different ops, each compiled once (or cached): no recompile
+    assert not once.recompiled and all(f.most_of_one <= 1 for f in once.functions)
 
 
 def _listeners():
