@@ -603,9 +603,11 @@ def _layout_note(x, shards: tuple[Shard, ...]) -> str:
 
 def _replication_hint(x) -> str:
     """For an array replicated over a mesh: what would have to change for it to be split. A
-    dimension that no mesh axis divides is the silent case: a sharding constraint on it inside
-    jit leaves the array replicated without an error (jax 0.8.0 and 0.10.2: P('data', None) on
-    17 rows over 8 devices gave P(); jax-ml/jax#26946), where device_put would refuse it."""
+    dimension that no mesh axis divides is the surprising case: inside jit a sharding
+    constraint splits it unevenly (padded), but returned from the jit it comes back fully
+    replicated, whatever the annotation (with_sharding_constraint's docstring; jax 0.8.0 and
+    0.10.2: P('data', None) on 17 rows over 8 devices gave P(); jax-ml/jax#26946), where
+    device_put refuses it."""
     mesh = getattr(x.sharding, "mesh", None)
     axes = {k: v for k, v in dict(getattr(mesh, "shape", {})).items() if v > 1}
     if not axes or not x.ndim:
@@ -617,8 +619,9 @@ def _replication_hint(x) -> str:
     axis, size = min(axes.items(), key=lambda kv: kv[1])
     return (f". If you meant to split it: no dimension of its shape {tuple(x.shape)} divides "
             f"over any mesh axis ({', '.join(f'{k!r}: {v}' for k, v in axes.items())}), and a "
-            "sharding constraint inside jit on such a dimension leaves the array replicated "
-            f"without an error. Fix: pad dimension {dim} to a multiple of the axis, e.g. "
+            "jit returns a value split unevenly as fully replicated, whatever its sharding "
+            "annotation said (inside the jit the split holds, padded). Fix: pad dimension "
+            f"{dim} to a multiple of the axis, e.g. "
             f"{-(-x.shape[dim] // size) * size} for {axis!r}, or split a dimension that divides")
 
 
