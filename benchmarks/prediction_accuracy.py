@@ -309,8 +309,11 @@ def capped(name: str, budget: int, first: bool) -> dict:
 
 
 def _child(*argv: str, env: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True,
-                         env=env, timeout=600)
+    try:
+        out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True,
+                             env=env, timeout=600)
+    except subprocess.TimeoutExpired:  # one stuck step must not lose the others' results
+        return {"error": "no answer in 600 s"}
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -321,11 +324,14 @@ def _measured(name: str, env: dict) -> tuple[dict, dict]:
     CPU stand-in). On a GPU the allocator's mark cannot be reset, so there is no second: the
     other step would hide this one's first run. A first run hidden by compile-time scratch
     (autotuning) is measured again in a child that loads the step from the first one's cache."""
-    row = _child("--one", name, env=env)
-    if row.get("source") != ALLOCATOR_PEAK:
-        return row, _child("--one", name, "--after-another", env=env)
+    row = {"name": name, **_child("--one", name, env=env)}
+    if "error" in row:  # nothing to compare a second run with
+        return row, {}
+    if row.get("source") != ALLOCATOR_PEAK:  # the CPU stand-in, as before: no cache for this
+        plain = {k: v for k, v in env.items() if k not in _cache_env("")}  # one, so its step
+        return row, _child("--one", name, "--after-another", env=plain)  # compiles in-process
     if row.get("measured_first_run") is None and "error" not in row:
-        again = _child("--one", name, env=env)
+        again = {"name": name, **_child("--one", name, env=env)}
         if isinstance(again.get("measured_first_run"), int):
             row = {**again, "note": "measured in a second fresh process, which loaded the step "
                                     "from the first one's compilation cache: the first's peak "
@@ -460,7 +466,7 @@ def main(argv=None) -> dict:
             print(f"{r['name']:<26} predicted {r['predicted'] / 2**20:7.1f} MiB | first run "
                   + (f"{first / 2**20:7.1f} ({r['error_first_run']:+.1%})" if first else
                      f"not measured: {r.get('note')}")
-                  + f" | XLA's peak {r['xla_peak'] / 2**20:7.1f}")
+                  + (f" | XLA's peak {r['xla_peak'] / 2**20:7.1f}" if r.get("xla_peak") else ""))
             continue
         mib = {k: r[k] / 2**20 for k in ("predicted", "measured_first_run", "measured_later_run",
                                           "measured_first_run_after_another", "xla_peak",

@@ -602,27 +602,30 @@ def _layout_note(x, shards: tuple[Shard, ...]) -> str:
 
 
 def _replication_hint(x) -> str:
-    """For an array replicated over a mesh: what would have to change for it to be split. A
-    dimension that no mesh axis divides is the surprising case: inside jit a sharding
-    constraint splits it unevenly (padded), but returned from the jit it comes back fully
-    replicated, whatever the annotation (with_sharding_constraint's docstring; jax 0.8.0 and
-    0.10.2: P('data', None) on 17 rows over 8 devices gave P(); jax-ml/jax#26946), where
-    device_put refuses it."""
+    """For an array replicated over a mesh: what may have kept it from being split. A value that
+    ``jax.lax.with_sharding_constraint`` splits unevenly inside jit (a mesh of Auto axes) comes
+    back fully replicated when the jit returns it, whatever the annotation (that function's
+    docstring; jax 0.8.0 and 0.10.2: P('data', None) on 17 rows over 8 devices gave P();
+    jax-ml/jax#26946), where device_put, out_shardings and Explicit axes refuse the uneven split.
+    The spec asked for is gone by then, so the hint names the splits that would be uneven."""
     mesh = getattr(x.sharding, "mesh", None)
     axes = {k: v for k, v in dict(getattr(mesh, "shape", {})).items() if v > 1}
     if not axes or not x.ndim:
         return ""
-    if any(n % a == 0 for n in x.shape for a in axes.values()):
+    uneven = [(d, n, k, v) for d, n in enumerate(x.shape) for k, v in axes.items()
+              if n >= v and n % v]  # a split that gives every device a piece, but not equal ones
+    if not uneven:
         return (". If you meant to split it, name a mesh axis in its PartitionSpec (out_shardings, "
-                "jax.device_put or jax.lax.with_sharding_constraint): its sharding splits nothing")
-    dim = max(range(x.ndim), key=lambda d: x.shape[d])
-    axis, size = min(axes.items(), key=lambda kv: kv[1])
-    return (f". If you meant to split it: no dimension of its shape {tuple(x.shape)} divides "
-            f"over any mesh axis ({', '.join(f'{k!r}: {v}' for k, v in axes.items())}), and a "
-            "jit returns a value split unevenly as fully replicated, whatever its sharding "
-            "annotation said (inside the jit the split holds, padded). Fix: pad dimension "
-            f"{dim} to a multiple of the axis, e.g. "
-            f"{-(-x.shape[dim] // size) * size} for {axis!r}, or split a dimension that divides")
+                "jax.device_put or jax.lax.with_sharding_constraint): as it is, its sharding "
+                "splits it over no axis of more than one device" if any(
+                    n >= v and n % v == 0 for n in x.shape for v in axes.values()) else "")
+    d, n, k, v = uneven[0]
+    return (f". If you meant to split it: dimension {d} ({n}) does not divide over mesh axis "
+            f"{k!r} ({v}), and a value jax.lax.with_sharding_constraint splits unevenly inside "
+            "jit comes back fully replicated when the jit returns it, whatever the annotation "
+            "(inside the jit the split holds, padded; device_put and out_shardings refuse it). "
+            f"Fix: pad dimension {d} to a multiple of {v}, e.g. {-(-n // v) * v}, or split a "
+            "dimension that divides")
 
 
 def _process_note(x, shards: tuple[Shard, ...]) -> str:

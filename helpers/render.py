@@ -620,9 +620,11 @@ def staleness_text(s) -> str:
         return f"{s.notebook}: current ({s.same} code cells, as run on {s.run})"
     total = s.same + len(s.changed) + len(s.missing)
     edited = len(s.changed) + len(s.missing)
-    ran = f"; it {s.status} there" if s.status not in (None, "passed") else ""
+    how = {"failed": "it failed", "not run": "it was not run"}.get(s.status or "",
+                                                                   f"its status: {s.status}")
+    ran = f"; {how} there" if s.status not in (None, "passed") else ""
     return (f"{s.notebook}: stale, {edited} of {total} code cells changed or new since "
-            f"{s.run}{ran}" if edited else f"{s.notebook}: stale: it {s.status} on {s.run}")
+            f"{s.run}{ran}" if edited else f"{s.notebook}: stale: {how} on {s.run}")
 
 
 def batch_size_text(b) -> str:

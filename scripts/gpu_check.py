@@ -388,12 +388,18 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     only = tuple(x.strip() for x in a.notebooks.split(",")) if a.notebooks else ()
-    if only == ("stale",):  # the notebooks whose GPU copy is not current: changed, or it failed
+    if "stale" in only:  # the notebooks whose GPU copy is not current: changed, or it failed
         from helpers import recorded
+        from helpers.errors import BadInputError
 
-        only = tuple(s.notebook for s in recorded.staleness(a.out, REPO / "notebooks")
-                     if not s.current)
-        print(f"gpu-check: stale notebooks: {', '.join(only) or 'none'}")
+        try:
+            stale = tuple(s.notebook for s in recorded.staleness(a.out, REPO / "notebooks")
+                          if not s.current)
+        except BadInputError as err:  # a record in --out that is not one
+            print(f"gpu-check: --notebooks stale: {err}", file=sys.stderr)
+            return 2
+        print(f"gpu-check: stale notebooks: {', '.join(stale) or 'none'}")
+        only = tuple(dict.fromkeys(x for x in (*only, *stale) if x != "stale"))
         if not only:
             steps = tuple(s for s in steps if s not in ("notebooks", "nbval"))
     if only and not [nb for nb in (REPO / "notebooks").glob("*.ipynb")

@@ -40,7 +40,19 @@ def test_on_a_gpu_a_measured_first_run_is_not_repeated(monkeypatch):
 
 def test_on_the_cpu_stand_in_the_step_is_also_measured_after_another(monkeypatch):
     calls = []
-    monkeypatch.setattr(accuracy, "_child", lambda *argv, env: calls.append(argv) or {
+    monkeypatch.setattr(accuracy, "_child", lambda *argv, env: calls.append((argv, env)) or {
         "source": HOST_PEAK, "measured_first_run": 10})
-    accuracy._measured("cnn_b32", {})
-    assert calls == [("--one", "cnn_b32"), ("--one", "cnn_b32", "--after-another")]
+    env = {"A": "1", **accuracy._cache_env("/a/cache")}
+    accuracy._measured("cnn_b32", env)
+    assert [argv for argv, _ in calls] == [("--one", "cnn_b32"),
+                                           ("--one", "cnn_b32", "--after-another")]
+    assert calls[1][1] == {"A": "1"}  # as before the cache: the second child compiles its step
+
+
+def test_a_failed_child_is_a_named_row_and_no_second_child_runs(monkeypatch):
+    calls = []
+    monkeypatch.setattr(accuracy, "_child", lambda *argv, env: calls.append(argv) or {
+        "error": "INTERNAL: Failed to initialize BLASLT support"})
+    row, warm = accuracy._measured("cnn_b32", {})
+    assert row["name"] == "cnn_b32" and "BLASLT" in row["error"] and warm == {}
+    assert len(calls) == 1

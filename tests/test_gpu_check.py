@@ -198,21 +198,30 @@ def test_a_step_past_the_deadline_is_not_run_and_the_call_says_incomplete(fake_s
 
 
 def test_stale_selects_the_notebooks_whose_gpu_copy_is_not_current(fake_smi, tmp_path):
-    import shutil
-
-    from helpers import recorded
-
+    # a runs folder of its own: one record whose copy of notebook 01 is current and passed,
+    # so every other notebook is stale (no copy), and 01 too once the run says it failed
     out = tmp_path / "runs"
-    shutil.copytree(Path(REPO) / "docs" / "gpu-runs", out)
-    expected = [s.notebook for s in recorded.staleness(out, Path(REPO) / "notebooks")
-                if not s.current]
-    assert expected  # this repository's record has stale copies (changed since, or failed)
-    proc = _script("--steps", "notebooks", "--notebooks", "stale", "--deadline", "10",
-                   "--out", str(out), env={"PATH": fake_smi})  # too little time: none runs
-    assert f"stale notebooks: {', '.join(expected)}" in proc.stdout, proc.stdout + proc.stderr
-    (record,) = out.glob("*-nvidia-stand-in-gpu.json")
-    listed = json.loads(record.read_text())["steps"]["notebooks"]["notebooks"]
-    assert sorted(listed) == [f"{n}.ipynb" for n in expected]  # those, and only those
+    first = sorted((Path(REPO) / "notebooks").glob("*.ipynb"))[0]
+    (out / "2026-01-02-gpu").mkdir(parents=True)
+    (out / "2026-01-02-gpu" / first.name).write_text(first.read_text())
+    record = {"date": "2026-01-02", "gpu": {"name": "NVIDIA Fake"}, "steps": {"notebooks": {
+        "notebooks": {first.name: {"status": "passed"}}}}}
+    (out / "2026-01-02-gpu.json").write_text(json.dumps(record))
+    others = [p.stem for p in sorted((Path(REPO) / "notebooks").glob("*.ipynb"))[1:]]
+
+    def stale_listed():
+        proc = _script("--steps", "notebooks", "--notebooks", "stale", "--deadline", "10",
+                       "--out", str(out), env={"PATH": fake_smi})  # too little time: none runs
+        line = next(x for x in proc.stdout.splitlines() if "stale notebooks:" in x)
+        return line.split("stale notebooks: ")[1].split(", ")
+
+    assert stale_listed() == others
+    record["steps"]["notebooks"]["notebooks"][first.name]["status"] = "failed"
+    (out / "2026-01-02-gpu.json").write_text(json.dumps(record))
+    assert stale_listed() == [first.stem, *others]
+    (listed,) = [r for r in out.glob("*-nvidia-stand-in-gpu.json")]
+    assert sorted(json.loads(listed.read_text())["steps"]["notebooks"]["notebooks"]) == [
+        f"{n}.ipynb" for n in [first.stem, *others]]  # recorded "not run", those alone
 
 
 def test_each_failed_notebook_is_shown_verbatim_under_its_name():

@@ -199,13 +199,16 @@ def test_jax_26946_a_dimension_no_mesh_axis_divides_is_named_when_replicated():
     y = step(jnp.ones((n + 1, 3)))  # one row more than the devices: the constraint cannot hold
     assert y.sharding.is_fully_replicated  # JAX's silent replication, as the thread reports
     said = devices.placement(y).explanation
-    assert f"no dimension of its shape ({n + 1}, 3) divides over any mesh axis" in said
-    assert f"pad dimension 0 to a multiple of the axis, e.g. {2 * n} for 'data'" in said
+    assert f"dimension 0 ({n + 1}) does not divide over mesh axis 'data' ({n})" in said
+    assert f"pad dimension 0 to a multiple of {n}, e.g. {2 * n}" in said
+    assert "with_sharding_constraint splits unevenly" in said
     even = devices.placement(step(jnp.ones((2 * n, 3))))  # divides: split, nothing to say
     assert "If you meant to split it" not in even.explanation and "Sharded" in even.explanation
     kept = devices.placement(jax.device_put(jnp.ones((2 * n, 3)), NamedSharding(
         mesh, PartitionSpec())))  # replicated on purpose, though it could be split
-    assert "its sharding splits nothing" in kept.explanation
+    assert "its sharding splits it over no axis" in kept.explanation
+    small = devices.placement(jax.device_put(jnp.ones(1), NamedSharding(mesh, PartitionSpec())))
+    assert "If you meant" not in small.explanation  # one element: nothing to split, no hint
 
 
 def test_the_table_lists_every_report_tested_here():
