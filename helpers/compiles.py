@@ -107,7 +107,7 @@ class FunctionCompiles(Record):
     fix: str
     jax_says: str  # JAX's explanation for the cause, from its second line ("" when none)
     #: the eager and unexplained groups: the most compiles of any one name in them (1 where
-    #: each name compiled once); a function's entry: its compiles
+    #: each name compiled once); 0 for a function's entry, whose count is ``compiles``
     most_of_one: int = 0
 
     @property
@@ -338,8 +338,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float]
         compile_seconds=sum(seconds), cause=cause, changed=_changes(mine, cause),
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
         fix=FIXES.get(cause, ""),
-        jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
-        most_of_one=len(seconds))
+        jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
 
 
 def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:

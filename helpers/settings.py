@@ -127,6 +127,9 @@ def check_process() -> ProcessCheck:
 _ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
 _PREALLOCATE_OFF = ("false", "False", "0")  # exactly what jaxlib compares against
 _GPU_PLATFORMS = ("cuda", "rocm", "gpu")
+_JAX_FRACTION = 0.75  # the pool's fraction with no variable set (XLA's GpuAllocatorConfig)
+_SET_BEFORE_START = ("set these before the first JAX operation (restart the kernel and set them "
+                     "in the first cell), or run the experiment in a child process")
 
 
 @dataclass(frozen=True)
@@ -395,8 +398,7 @@ def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list
             out.append(EnvWarning(
                 "allocator-set-after-start",
                 f"changed after the {platform} backend started, so not in effect: {detail}.",
-                "set these before the first JAX operation (restart the kernel and set them "
-                "in the first cell), or run the experiment in a child process",
+                _SET_BEFORE_START,
             ))
     return out
 
@@ -444,13 +446,11 @@ def _allocator_against_its_numbers(env: Mapping[str, str], platform: str, stats:
     fraction (bytes_limit), preallocation (a pool as large as its limit that was hardly used).
     A change they cannot show goes unnamed (docs/limitations.md)."""
     allocator = (env.get("XLA_PYTHON_CLIENT_ALLOCATOR") or "default").lower()  # as jaxlib reads
-    fix = ("set these before the first JAX operation (restart the kernel and set them in the "
-           "first cell), or run the experiment in a child process")
     if allocator == "vmm":  # the kit does not know what its statistics look like
         return []
 
     def late(message: str) -> list[EnvWarning]:
-        return [EnvWarning("allocator-set-after-start", message, fix)]
+        return [EnvWarning("allocator-set-after-start", message, _SET_BEFORE_START)]
 
     pooled = stats is not None and "pool_bytes" in stats  # BFC (cuda_async keeps no pool count)
     if stats is None:
@@ -473,7 +473,7 @@ def _allocator_against_its_numbers(env: Mapping[str, str], platform: str, stats:
     name = ("XLA_CLIENT_MEM_FRACTION" if env.get("XLA_CLIENT_MEM_FRACTION")
             else "XLA_PYTHON_CLIENT_MEM_FRACTION")
     try:
-        asked = float(env.get(name) or 0.75)
+        asked = float(env.get(name) or _JAX_FRACTION)
     except ValueError:  # its own rule names a value that is not a number
         asked = None
     if limit and asked is not None and pooled:
@@ -501,7 +501,7 @@ def _equal_to_default(env: Mapping[str, str], started_platforms=()) -> list[EnvW
     same = []
     for name in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
         try:
-            if name in env and float(env[name]) == 0.75:
+            if name in env and float(env[name]) == _JAX_FRACTION:
                 same.append(f"{name}={env[name]}")
         except ValueError:
             pass
