@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the kit's modules, where it is not installed (a lent GPU machine)
 STEPS = ("notebooks", "reproduce", "allocation", "tests", "batch", "wait", "accuracy", "bench",
          "nbval")
 #: a step is not started with less than this left before the deadline
@@ -60,7 +61,6 @@ TAIL_LINES = 40
 def detect_gpus() -> list[dict]:
     """GPUs the driver lists (name, driver, total MiB), via helpers.gpu (NVML or nvidia-smi,
     standard library only, no JAX); empty when there is none or no driver."""
-    sys.path.insert(0, str(REPO))
     from helpers import gpu
 
     return [{"name": g.name, "driver": g.driver, "memory_mib": g.total_bytes // 2**20}

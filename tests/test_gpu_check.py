@@ -224,6 +224,17 @@ def test_stale_selects_the_notebooks_whose_gpu_copy_is_not_current(fake_smi, tmp
         f"{n}.ipynb" for n in [first.stem, *others]]  # recorded "not run", those alone
 
 
+def test_the_script_finds_the_kit_where_it_is_not_installed(no_gpu_path):
+    # as on a lent GPU machine: `python3 scripts/gpu_check.py` with the kit not installed
+    # (-S: no site-packages, so no editable install); on the H100 (2026-11-26) the stale list
+    # failed with "No module named 'helpers'"
+    proc = subprocess.run([sys.executable, "-S", "scripts/gpu_check.py", "--notebooks", "stale",
+                           "--detect-only"], cwd=REPO, capture_output=True, text=True,
+                          env={"PATH": no_gpu_path}, timeout=120)
+    assert "No module named" not in proc.stderr, proc.stderr
+    assert "stale notebooks:" in proc.stdout and proc.returncode == 2  # listed, then no GPU
+
+
 def test_each_failed_notebook_is_shown_verbatim_under_its_name():
     record = {"date": "d", "python": "p", "command": "c",
               "gpu": {"name": "G", "driver": "1", "memory_mib": 1},
