@@ -35,7 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # the source a GPU's measurement names, and a child's compilation cache as the kit keeps it
-from helpers.measure import ALLOCATOR_PEAK, _cache_env  # noqa: E402
+from helpers import gpu  # noqa: E402
+from helpers.measure import ALLOCATOR_PEAK, MMAP_ENV, _cache_env  # noqa: E402
 
 GOAL_MEDIAN, GOAL_WORST, GOAL_LOW = 0.05, 0.10, 0.05
 
@@ -378,10 +379,11 @@ def main(argv=None) -> dict:
         print(f"prediction_accuracy needs the bench extra ({err.name} is missing): "
               'pip install -e ".[bench]" (make bench does)', file=sys.stderr)
         raise SystemExit(2) from None
-    # children grow their GPU pools on demand (several fit on one card, and cuBLAS has room to
-    # start: see helpers/measure.py) and keep a compilation cache, for a second measurement
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536",
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    # on a GPU each child preallocates its share of the free memory (a pool grown on demand
+    # over-counts: helpers.gpu.measuring_pool), and keeps a compilation cache, for a second
+    # measurement
+    pool = gpu.measuring_pool(share=0.5 / max(1, args.jobs))
+    env = {k: v for k, v in {**os.environ, **MMAP_ENV, **pool}.items() if v is not None}
     with tempfile.TemporaryDirectory(prefix="jdk-accuracy-") as caches, \
             concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         measured = dict(zip(CORPUS, pool.map(
@@ -451,8 +453,8 @@ def main(argv=None) -> dict:
     payload["goal"]["met"] = bool(
         payload["later_run"]["met"] and payload["first_run_after_another"]["met"] and testable
         and all(v["right"] for v in testable))
-    gpu = any(r.get("source") == ALLOCATOR_PEAK for r in rows)
-    if gpu:  # one run per process can be measured there: the first, in a fresh process
+    on_gpu = any(r.get("source") == ALLOCATOR_PEAK for r in rows)
+    if on_gpu:  # one run per process can be measured there: the first, in a fresh process
         payload["goal"]["judged_on"] = ("first runs, each in a fresh process (a GPU allocator's "
                                         "peak cannot be reset); no capped verdicts on a GPU")
         payload["goal"]["met"] = payload["first_run"]["met"]
@@ -461,7 +463,7 @@ def main(argv=None) -> dict:
         if "error" in r:
             print(f"{r['name']:<26} FAILED: {r['error']}")
             continue
-        if gpu:
+        if on_gpu:
             first = r.get("measured_first_run")
             print(f"{r['name']:<26} predicted {r['predicted'] / 2**20:7.1f} MiB | first run "
                   + (f"{first / 2**20:7.1f} ({r['error_first_run']:+.1%})" if first else
@@ -482,7 +484,7 @@ def main(argv=None) -> dict:
               f"{mib['xla_peak']:7.1f} | params x 16 {mib['naive_16_per_param']:7.1f}"
               + (f" | wrong verdicts: {', '.join(wrong)}" if wrong else "")
               + (f" | the cap does not bind ({', '.join(loose)})" if loose else ""))
-    for run in ("first_run",) if gpu else ("later_run", "first_run_after_another", "first_run"):
+    for run in ("first_run",) if on_gpu else ("later_run", "first_run_after_another", "first_run"):
         j = payload[run]
         if j["median_abs_error"] is None:
             print(f"{run}: nothing measured")
@@ -492,8 +494,8 @@ def main(argv=None) -> dict:
               f"worst low {j['worst_low']:.1%}"
               + (f"; verdicts right {v['right']} of {v['of']} where the cap binds (it does "
                  f"not for {v['cap_does_not_bind']})" if v else ""))
-    print(f"goal ({'first runs' if gpu else 'later and warm first runs'}: median <= 5%, worst "
-          f"<= 10%, never > 5% low{'' if gpu else '; every verdict right'}):"
+    print(f"goal ({'first runs' if on_gpu else 'later and warm first runs'}: median <= 5%, worst "
+          f"<= 10%, never > 5% low{'' if on_gpu else '; every verdict right'}):"
           f" {'met' if payload['goal']['met'] else 'NOT met'}  -> {path}")
     return payload
 

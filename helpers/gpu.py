@@ -29,8 +29,8 @@ from importlib import metadata
 from helpers.errors import NoGpuError
 
 __all__ = ["GpuInfo", "MigInfo", "VisibleGpu", "cuda_plugins", "device_used_bytes", "gpus",
-           "physical_index", "process_used_bytes", "require", "total_bytes", "visible",
-           "why_unavailable"]
+           "measuring_pool", "physical_index", "process_used_bytes", "require", "total_bytes",
+           "visible", "why_unavailable"]
 
 INSTALL_HINT = 'pip install -U "jax[cuda13]" (or "jax[cuda12]" for a CUDA 12 driver)'
 
@@ -251,6 +251,33 @@ def device_used_bytes(jax_index: int = 0) -> int | None:
         except (IndexError, ValueError):
             continue
     return None
+
+
+def measuring_pool(share: float = 0.5, jax_index: int = 0) -> dict[str, str | None]:
+    """The allocator settings for a child process that measures a step by the allocator's
+    ``peak_bytes_in_use`` on ``cuda:<jax_index>``: a pool taken whole at start, ``share`` of
+    the memory free on the card now (at least 0.5% of it, at most JAX's default 75%). None
+    removes a variable (the pool's size is this one's alone). {} where JAX would see no GPU.
+
+    Why preallocated: a pool grown on demand (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) counts
+    whole regions as in use, so its peak over-counts; measured on an H100 (2026-11-26), a
+    36 MiB array showed 64 MiB in use, and a 240.03 MiB step measured 364.03. A preallocated
+    pool counted each buffer exactly. Why a share: the rest stays free for the parent (a
+    notebook kernel may hold 75% of the card), cuBLAS's start in the child, and other children.
+    """
+    return _measuring_pool(share, total_bytes(jax_index), device_used_bytes(jax_index))
+
+
+def _measuring_pool(share: float, total: int | None, used: int | None) -> dict[str, str | None]:
+    if not total:
+        return {}
+    # unknown, or more than the card (a MIG instance: the driver's reading is the whole GPU's):
+    # assume a notebook kernel holds JAX's default 75%
+    free = total - used if used is not None and used <= total else total // 4
+    fraction = min(0.75, max(0.005, share * free / total))
+    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.4f}",
+            "XLA_CLIENT_MEM_FRACTION": None, "XLA_PYTHON_CLIENT_ALLOCATOR": None}
 
 
 def process_used_bytes(pid: int) -> int | None:

@@ -10,6 +10,9 @@
   the arguments beside it, that scratch mostly stays below the run's own peak). Where it still
   goes above (a small step whose matrix products XLA autotunes), a second fresh process loads
   the compiled step from the first one's persistent compilation cache, and is not autotuned.
+  Each child takes its pool whole at start, a share of the card's free memory
+  (:func:`helpers.gpu.measuring_pool`): a pool grown on demand counts whole regions as in use,
+  and its peak over-counts (on an H100, 364.03 MiB for a 240.03 MiB step).
 - On the CPU stand-in the kernel keeps one too: the RSS high-water mark (VmHWM), reset when
   :func:`helpers.memory.track` starts; it sees XLA's temporaries, which live arrays never do.
   The child runs with ``MALLOC_MMAP_THRESHOLD_`` set so that every large buffer is its own
@@ -28,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from helpers import gpu
 from helpers._internal import child
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
@@ -45,14 +49,6 @@ __all__ = ["ALLOCATOR_PEAK", "HOST_PEAK", "MMAP_ENV", "StepMeasurement", "measur
 ALLOCATOR_PEAK = "allocator: peak_bytes_in_use"
 HOST_PEAK = "host RSS high-water mark (CPU stand-in)"
 MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: each buffer >= 64 KiB is an mmap
-#: the measuring child grows its GPU pool as it goes instead of taking 75% of the card at start.
-#: Seen on an H100 (2026-11-26): a second child, which loaded the step from the cache, failed at
-#: its first run with "Failed to initialize BLASLT support" (executor->AsBlas() is null,
-#: xla/service/gpu/runtime/cublas_lt_matmul_thunk.cc). The kit's reading, not yet checked on a
-#: GPU: the notebook kernel held 75% of the card, the preallocating child took nearly all the
-#: rest (XLA backs off until an allocation succeeds), and a loaded step starts cuBLAS only at its
-#: first run, after that, with no room left. The allocator's peak counts the same bytes either way.
-_CHILD_ENV = {**MMAP_ENV, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 _CACHE_HIT = "/jax/compilation_cache/cache_hits"  # jax.monitoring's event per loaded executable
 
 
@@ -191,7 +187,9 @@ def measure_example(name: str, *, scale: int = 1, donate: bool = False, batch: i
                             f"got {name!r} with batch={batch!r}")
     request = _ExampleRequest(name, scale, donate, batch)
     with tempfile.TemporaryDirectory(prefix="jax-device-kit-cache-") as cache:
-        env = child.child_env({**_CHILD_ENV, **_cache_env(cache)})
+        # on a GPU the child preallocates a share of the free memory, so the allocator's peak
+        # counts each buffer exactly (gpu.measuring_pool says why)
+        env = child.child_env({**MMAP_ENV, **gpu.measuring_pool(), **_cache_env(cache)})
         first = _measure_in_child(request, env, timeout)
         if not _hidden(first.measurement):
             return first.preflight, first.measurement

@@ -147,3 +147,21 @@ def test_mixed_models_without_pci_order_are_flagged_not_guessed(nvml):
 def test_total_bytes_of_a_mig_instance_is_its_own(nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1111aaaa")
     assert gpu.total_bytes(0) == 40 * 2**30 and gpu.total_bytes(1) is None
+
+
+def test_a_measuring_child_preallocates_a_share_of_what_is_free(monkeypatch):
+    monkeypatch.setattr(gpu, "total_bytes", lambda i=0: 80 * 2**30)
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: 60 * 2**30)  # a kernel's 75%
+    pool = gpu.measuring_pool()
+    assert pool["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"  # grown on demand over-counts
+    assert pool["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1250"  # half of the 20 GiB free
+    assert pool["XLA_CLIENT_MEM_FRACTION"] is None  # the parent's own cap is not inherited
+    assert gpu.measuring_pool(share=0.125)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.0312"
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: 0)  # a free card: at most 75%
+    assert gpu.measuring_pool(share=1.0)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.7500"
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: None)  # unknown: assume 75% held
+    assert gpu.measuring_pool()["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1250"
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: 80 * 2**30 - 2**20)  # card full
+    assert gpu.measuring_pool()["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.0050"  # the floor
+    monkeypatch.setattr(gpu, "total_bytes", lambda i=0: None)
+    assert gpu.measuring_pool() == {}  # no GPU: the child's CPU stand-in needs nothing

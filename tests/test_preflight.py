@@ -196,13 +196,19 @@ def test_a_failed_second_measurement_keeps_the_first_and_says_why(monkeypatch):
 
     def fake(request, env, timeout):
         assert env["JAX_COMPILATION_CACHE_DIR"]  # one cache folder for both children
-        assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"  # room left for cuBLAS
+        # on a GPU: a preallocated share of the free memory (exact counts, room for cuBLAS)
+        assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1250"
+        assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+        assert "XLA_CLIENT_MEM_FRACTION" not in env  # the parent's own cap is not inherited
         try:
             return next(answers)
         except StopIteration:
             raise ChildProcessFailed("the second child died") from None
 
     monkeypatch.setattr(measure, "_measure_in_child", fake)
+    monkeypatch.setattr(measure.gpu, "total_bytes", lambda i=0: 80 * 2**30)  # a GPU, 75% held
+    monkeypatch.setattr(measure.gpu, "device_used_bytes", lambda i=0: 60 * 2**30)
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.5")
     predicted, measured = measure.measure_example("matmul_chain")
     assert predicted == "the prediction" and measured.peak_bytes is NOT_AVAILABLE
     assert measured.note.startswith("hidden: an earlier peak. A second process")
