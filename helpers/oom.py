@@ -269,7 +269,11 @@ def _load_in_child(request: _LoadRequest) -> Reply:
 
 
 # --- your own OOM, explained ----------------------------------------------------------------
-_REQUEST = (re.compile(r"allocat\w*\s+(\d+)\s*bytes", re.I), re.compile(r"\((\d+)B\)"))
+_REQUEST = (re.compile(r"allocat\w*\s+(\d+)\s*bytes", re.I), re.compile(r"\((\d+)B\)"),
+            # a GPU's BFC allocator, in tsl's human-readable form (rounded to 2 decimals):
+            # "Out of memory while trying to allocate 512.00MiB with allocator GPU_0_bfc"
+            re.compile(r"allocate\s+(\d+(?:\.\d+)?(?:[KMGTPE]i)?B)\b"))
+_PROGRAM = re.compile(r"executable_name='([^']+)'")  # the compiled program that asked (jax 0.11)
 
 
 @dataclass(frozen=True)
@@ -289,6 +293,9 @@ class OomReport(Display):
     made_at: tuple[str, ...]  # the largest buffers and the line that made each (device profile)
     fixes: tuple[str, ...]  # most likely first
     stand_in: bool  # the CPU backend: no pool, so the numbers are the stand-in's
+    #: the compiled program whose run asked, where the error names it (``executable_name``;
+    #: "" where it does not): the traceback's line may be a later one that waited for a result
+    program: str = ""
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -316,8 +323,9 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
     for pattern in _REQUEST:
         m = pattern.search(text)
         if m:
-            requested = int(m.group(1))
+            requested = parse_size(m.group(1))
             break
+    named = _PROGRAM.search(text)
     dev = jax.devices()[0]
     stats = memory.memory_stats(dev) or {}
 
@@ -339,7 +347,7 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
     others = _other_processes(dev)
     report = OomReport(first, device_name(dev), requested, limit, in_use,
                        stat("largest_free_block_bytes"), others, held, made, (),
-                       dev.platform == "cpu")
+                       dev.platform == "cpu", named.group(1) if named else "")
     return dataclasses.replace(report, fixes=_fixes(report))
 
 

@@ -384,6 +384,10 @@ def oom_report_text(r: OomReport) -> str:
         lines.append(f"  asked for {format_bytes(r.requested_bytes)}; pool limit "
                      f"{format_bytes(r.limit_bytes)}, in use {format_bytes(r.in_use_bytes)}, "
                      f"largest free block {format_bytes(r.largest_free_block_bytes)}")
+    if r.program:  # on a GPU the error can come at a later wait, far from the line that asked
+        lines.append(f"  asked by the compiled program {r.program!r}. The traceback's line may be "
+                     "a later one: on a GPU the error can come only when a result is waited for "
+                     "(block_until_ready, printing it, np.asarray; seen on an H100, jax 0.11.2)")
     if r.other_processes_bytes:
         lines.append(f"  other processes on the card: {format_bytes(r.other_processes_bytes)}")
     lines.append("Who holds memory:")

@@ -43,6 +43,29 @@ def test_an_oom_in_a_cell_is_explained_with_the_names_that_hold_memory(shell, ca
     assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
 
 
+#: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request
+GPU_OOM = ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate {} with allocator GPU_0_bfc "
+           "on device 0. [executable_name='jit_broadcast_in_dim'] "
+           "[tf-allocator-allocation-error='']")
+
+
+@pytest.mark.parametrize("asked, expected", [("512.00MiB", 512 * 2**20),
+                                             ("1.50GiB", 1536 * 2**20), ("256B", 256)])
+def test_a_gpu_oom_names_the_request_and_the_program_that_asked(asked, expected):
+    from helpers import oom
+
+    report = oom.explain(jax.errors.JaxRuntimeError(GPU_OOM.format(asked)))
+    assert report.requested_bytes == expected  # the BFC allocator's rounded, human form
+    assert report.program == "jit_broadcast_in_dim"
+    assert "asked by the compiled program 'jit_broadcast_in_dim'" in str(report)
+    assert "waited for" in str(report)  # why the traceback may point at a later line
+    device_put = oom.explain(jax.errors.JaxRuntimeError(  # a copy in names no program
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB with allocator "
+        "GPU_0_bfc on device 0. [tf-allocator-allocation-error='']"))
+    assert device_put.requested_bytes == 2**30 and device_put.program == ""
+    assert "asked by" not in str(device_put)
+
+
 def test_other_jax_errors_are_shown_as_usual(shell, capsys):
     r = shell.run_cell("raise jax.errors.JaxRuntimeError('INVALID_ARGUMENT: not memory')")
     out = capsys.readouterr().out
