@@ -68,6 +68,7 @@ class DeviceMemory(Record):
     peak_bytes: int | NotAvailable  # allocator peak; the CPU backend keeps none
     limit_bytes: int | NotAvailable  # allocator pool limit
     source: str  # ALLOCATOR or LIVE_ARRAYS
+    note: str = ""  # why bytes_in_use may not be the arrays' bytes ("" when it is)
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,7 @@ def _device_memory(devices) -> tuple[DeviceMemory, ...]:
                 bytes_in_use=int(stats["bytes_in_use"]),
                 peak_bytes=_int_or_na(stats.get("peak_bytes_in_use")),
                 limit_bytes=_int_or_na(stats.get("bytes_limit")), source=ALLOCATOR,
+                note=_counting_note(stats),
             ))
         else:
             if live is None:
@@ -256,6 +258,18 @@ def _device_memory(devices) -> tuple[DeviceMemory, ...]:
                 peak_bytes=NOT_AVAILABLE, limit_bytes=NOT_AVAILABLE, source=LIVE_ARRAYS,
             ))
     return tuple(out)
+
+
+def _counting_note(stats: dict) -> str:
+    """A BFC pool grown on demand hands out a new region's chunk whole when splitting it would
+    leave less than the request and under 128 MiB (``bfc_allocator.cc``), and ``bytes_in_use``
+    counts the chunk: measured on an H100 (2026-11-26), a 36 MiB array showed 64 MiB in use."""
+    pool, limit = stats.get("pool_bytes"), stats.get("bytes_limit")
+    grown = (os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") in jaxcompat.PREALLOCATE_OFF
+             and isinstance(pool, int) and isinstance(limit, int) and pool < limit)
+    return ("the pool grows on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false), so in use counts "
+            "whole chunks of it, up to about twice an array (an H100: 64 MiB for a 36 MiB "
+            "array); jax.live_arrays() gives the arrays' own bytes" if grown else "")
 
 
 def _int_or_na(x) -> int | NotAvailable:

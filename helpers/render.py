@@ -541,6 +541,7 @@ def snapshot_text(s: MemorySnapshot) -> str:
         lines.append(f"{d.device:<10} {format_bytes(d.bytes_in_use):>14} "
                      f"{format_bytes(d.peak_bytes):>14} {format_bytes(d.limit_bytes):>14}  "
                      f"{d.source}")
+    lines += [f"{d.device}: {d.note}" for d in s.devices if d.note]
     h = s.host
     lines.append(f"host RSS {format_bytes(h.rss)} (anonymous {format_bytes(h.anon)}, "
                  f"file-backed {format_bytes(h.file)}); "

@@ -26,7 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from helpers._internal.jaxcompat import ALLOCATOR_VARS, backend_start_snapshot, backends_started
+from helpers._internal.jaxcompat import (
+    ALLOCATOR_VARS,
+    PREALLOCATE_OFF,
+    backend_start_snapshot,
+    backends_started,
+)
 from helpers._internal.records import Display, Record
 from helpers.units import format_bytes
 
@@ -125,7 +130,6 @@ def check_process() -> ProcessCheck:
 
 # --- the rules: one per known mistake ------------------------------------------------------
 _ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
-_PREALLOCATE_OFF = ("false", "False", "0")  # exactly what jaxlib compares against
 _GPU_PLATFORMS = ("cuda", "rocm", "gpu")
 _JAX_FRACTION = 0.75  # the pool's fraction with no variable set (XLA's GpuAllocatorConfig)
 _SET_BEFORE_START = ("set these before the first JAX operation (restart the kernel and set them "
@@ -190,7 +194,7 @@ def _fraction_values(env: Mapping[str, str], started_platforms=()) -> list[EnvWa
 
 def _preallocate(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     pre = env.get("XLA_PYTHON_CLIENT_PREALLOCATE")
-    if not pre or pre in _PREALLOCATE_OFF or pre in ("true", "True", "1"):
+    if not pre or pre in PREALLOCATE_OFF or pre in ("true", "True", "1"):
         return []
     return [EnvWarning(
         "preallocate-ambiguous",
@@ -486,7 +490,7 @@ def _allocator_against_its_numbers(env: Mapping[str, str], platform: str, stats:
                         + ": the fraction changed after the backend started, so it is not in "
                         "effect.")
     pool, peak = stats.get("pool_bytes"), stats.get("peak_bytes_in_use", 0)
-    if (env.get("XLA_PYTHON_CLIENT_PREALLOCATE") in _PREALLOCATE_OFF and limit and pool
+    if (env.get("XLA_PYTHON_CLIENT_PREALLOCATE") in PREALLOCATE_OFF and limit and pool
             and pool >= _WHOLE_POOL * limit and peak < _NEVER_USED * pool):
         out += late(f"XLA_PYTHON_CLIENT_PREALLOCATE={env['XLA_PYTHON_CLIENT_PREALLOCATE']} now, "
                     f"but the {platform} pool took its whole limit ({format_bytes(pool)}) while "

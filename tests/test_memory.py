@@ -317,3 +317,22 @@ def test_snapshot_takes_platform_and_device_names():
     assert [d.device for d in memory.snapshot(["cpu:1", cpus[0]]).devices] == ["cpu:1", "cpu:0"]
     with pytest.raises(BadInputError, match="no device or platform 'moon'.*cpu:0"):
         memory.snapshot("moon")
+
+
+def test_a_pool_grown_on_demand_is_said_to_count_whole_chunks(monkeypatch):
+    # the H100's numbers (2026-11-26): a 36 MiB array in a pool grown on demand showed 64 MiB
+    grown = {"bytes_in_use": 64 * 2**20, "peak_bytes_in_use": 64 * 2**20,
+             "bytes_limit": 8108 * 2**20, "pool_bytes": 66 * 2**20}
+    monkeypatch.setattr(memory, "memory_stats", lambda d: grown)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    snap = memory.snapshot("cpu:0")
+    (d,) = snap.devices
+    assert d.source == memory.ALLOCATOR and "whole chunks" in d.note
+    assert "cpu:0: the pool grows on demand" in str(snap)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "FALSE")  # jaxlib: preallocation on
+    assert memory.snapshot("cpu:0").devices[0].note == ""
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")  # preallocated: each buffer exact,
+    assert memory.snapshot("cpu:0").devices[0].note == ""  # even where the pool backed off
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    monkeypatch.setattr(memory, "memory_stats", lambda d: {**grown, "pool_bytes": 8108 * 2**20})
+    assert memory.snapshot("cpu:0").devices[0].note == ""  # grown to its limit: not known

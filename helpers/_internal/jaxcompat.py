@@ -579,6 +579,9 @@ ALLOCATOR_VARS = (
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_ALLOCATOR",
 )
+#: the XLA_PYTHON_CLIENT_PREALLOCATE values that turn preallocation off: exactly what jaxlib
+#: compares against (any other value, "FALSE" included, leaves it on)
+PREALLOCATE_OFF = ("false", "False", "0")
 
 # Filled by a JAX backend-initialisation hook installed when helpers is imported before any
 # backend starts. If helpers came later, we cannot know, and say so.
