@@ -85,7 +85,13 @@ def main(argv=None) -> dict:
                       "median_seconds": {k: median(v) for k, v in times.items()},
                       "seconds": times}
         print(f"{name:>10}: bisection {exact:,} in {bisect_compiles} compiles, largest_batch "
-              f"{found.batch:,} in {found.compiles}", flush=True)  # a run cut short keeps these
+              f"{found.batch:,} in {found.compiles} ({found.method})", flush=True)  # kept if cut
+        if found.batch != exact:  # which answer is the boundary: the need on both sides of each
+            at = {b: need(make, b) for b in sorted({exact, exact + 1, found.batch,
+                                                    found.batch + 1})}
+            rows[name]["needs_at_answers"] = {str(b): n for b, n in at.items()}
+            print("            needs (target " + f"{budget:,} B): "
+                  + ", ".join(f"{b:,}: {n:,}" for b, n in at.items()), flush=True)
     met = all(r["same_answer"] and r["largest_batch_compiles"] <= 3 for r in rows.values())
     for r in rows.values():  # how the need grows at the answer: a line, a bend, a jump
         b = r["bisection_batch"]

@@ -56,3 +56,22 @@ def test_a_failed_child_is_a_named_row_and_no_second_child_runs(monkeypatch):
     row, warm = accuracy._measured("cnn_b32", {})
     assert row["name"] == "cnn_b32" and "BLASLT" in row["error"] and warm == {}
     assert len(calls) == 1
+
+
+def test_where_the_two_batch_searches_disagree_the_needs_at_both_answers_are_kept(
+        monkeypatch, tmp_path):
+    # the H100 (2026-11-26): largest_batch answered lower than the bisection at three budgets,
+    # and the log kept no needs to tell which is the boundary
+    import types
+
+    batch = benchmark_module("batch_search")
+    monkeypatch.setattr(batch, "BUDGETS", {"40 MiB": 40 * 2**20})
+    monkeypatch.setattr(batch, "bisection", lambda make, budget: (256, 18))
+    monkeypatch.setattr(batch.sizing, "largest_batch", lambda *a, **k: types.SimpleNamespace(
+        batch=128, compiles=13, method="bracket halved"))
+    monkeypatch.setattr(batch, "need", lambda make, b: 1000 * b)
+    monkeypatch.setattr(batch, "write", lambda name, payload: tmp_path / f"{name}.json")
+    row = batch.main(["--rounds", "1"])["budgets"]["40 MiB"]
+    assert row["needs_at_answers"] == {"128": 128_000, "129": 129_000, "256": 256_000,
+                                       "257": 257_000}
+    assert not row["same_answer"]
