@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 from helpers import gpu
 from helpers._internal import child, jaxcompat
-from helpers._internal.jaxcompat import ALLOCATOR_VARS
+from helpers._internal.jaxcompat import ALLOCATOR_VARS, DEFAULT_MEM_FRACTION
 from helpers._internal.records import Record
 from helpers.errors import BadInputError, ChildProcessFailed, NoGpuError, SizeError
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
@@ -87,7 +87,6 @@ def _options_child() -> dict:
 # Run on an H100 (docs/gpu-runs/2026-11-22-nvidia-h100-80gb-hbm3.md): every measured bytes_limit
 # within 0.6% of these (XLA's total is CUDA's, about 0.5 GB below nvidia-smi's); notebook 06 and
 # the gpu-marked tests compare them with measurements on any GPU.
-_DEFAULT_FRACTION = 0.75
 _ROUND = 2 * 2**20
 
 
@@ -120,7 +119,7 @@ def predict(options: dict, total_bytes: int) -> PoolPrediction:
     for an allocator whose rules the kit does not model."""
     allocator = {"default": "bfc", "address": "platform"}.get(options.get("allocator", "default"),
                                                               options.get("allocator"))
-    fraction = float(options.get("memory_fraction", _DEFAULT_FRACTION))
+    fraction = float(options.get("memory_fraction", DEFAULT_MEM_FRACTION))
     if not 0 < fraction <= 1:
         raise BadInputError(f"memory_fraction {fraction:g} is outside (0, 1]: it is a fraction "
                             "of the GPU's memory (0.75 is JAX's default, 75%); jaxlib passes it "
@@ -213,7 +212,7 @@ class Target(Record):
     note: str  # how the budget was worked out, in one sentence
 
 
-def target(which: str | int | Card, *, fraction: float = _DEFAULT_FRACTION,
+def target(which: str | int | Card, *, fraction: float = DEFAULT_MEM_FRACTION,
            preallocate: bool = True, allocator: str = "default", processes: int = 1
            ) -> Target:
     """The budget on a card you are not on: XLA's pool for these settings (:func:`predict`),

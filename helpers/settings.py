@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from helpers._internal.jaxcompat import (
     ALLOCATOR_VARS,
+    DEFAULT_MEM_FRACTION,
     PREALLOCATE_OFF,
     backend_start_snapshot,
     backends_started,
@@ -131,7 +132,6 @@ def check_process() -> ProcessCheck:
 # --- the rules: one per known mistake ------------------------------------------------------
 _ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
 _GPU_PLATFORMS = ("cuda", "rocm", "gpu")
-_JAX_FRACTION = 0.75  # the pool's fraction with no variable set (XLA's GpuAllocatorConfig)
 _SET_BEFORE_START = ("set these before the first JAX operation (restart the kernel and set them "
                      "in the first cell), or run the experiment in a child process")
 
@@ -477,7 +477,7 @@ def _allocator_against_its_numbers(env: Mapping[str, str], platform: str, stats:
     name = ("XLA_CLIENT_MEM_FRACTION" if env.get("XLA_CLIENT_MEM_FRACTION")
             else "XLA_PYTHON_CLIENT_MEM_FRACTION")
     try:
-        asked = float(env.get(name) or _JAX_FRACTION)
+        asked = float(env.get(name) or DEFAULT_MEM_FRACTION)
     except ValueError:  # its own rule names a value that is not a number
         asked = None
     if limit and asked is not None and pooled:
@@ -505,7 +505,7 @@ def _equal_to_default(env: Mapping[str, str], started_platforms=()) -> list[EnvW
     same = []
     for name in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
         try:
-            if name in env and float(env[name]) == _JAX_FRACTION:
+            if name in env and float(env[name]) == DEFAULT_MEM_FRACTION:
                 same.append(f"{name}={env[name]}")
         except ValueError:
             pass

@@ -582,6 +582,8 @@ ALLOCATOR_VARS = (
 #: the XLA_PYTHON_CLIENT_PREALLOCATE values that turn preallocation off: exactly what jaxlib
 #: compares against (any other value, "FALSE" included, leaves it on)
 PREALLOCATE_OFF = ("false", "False", "0")
+#: the GPU pool's fraction of the card when no variable sets one (XLA's GpuAllocatorConfig)
+DEFAULT_MEM_FRACTION = 0.75
 
 # Filled by a JAX backend-initialisation hook installed when helpers is imported before any
 # backend starts. If helpers came later, we cannot know, and say so.
