@@ -382,8 +382,8 @@ def main(argv=None) -> dict:
     # on a GPU each child preallocates its share of the free memory (a pool grown on demand
     # over-counts: helpers.gpu.measuring_pool), and keeps a compilation cache, for a second
     # measurement
-    pool = gpu.measuring_pool(share=0.5 / max(1, args.jobs))
-    env = {k: v for k, v in {**os.environ, **MMAP_ENV, **pool}.items() if v is not None}
+    gpu_pool = gpu.measuring_pool(share=0.5 / max(1, args.jobs))
+    env = {k: v for k, v in {**os.environ, **MMAP_ENV, **gpu_pool}.items() if v is not None}
     with tempfile.TemporaryDirectory(prefix="jdk-accuracy-") as caches, \
             concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         measured = dict(zip(CORPUS, pool.map(

@@ -257,13 +257,15 @@ def measuring_pool(share: float = 0.5, jax_index: int = 0) -> dict[str, str | No
     """The allocator settings for a child process that measures a step by the allocator's
     ``peak_bytes_in_use`` on ``cuda:<jax_index>``: a pool taken whole at start, ``share`` of
     the memory free on the card now (at least 0.5% of it, at most JAX's default 75%). None
-    removes a variable (the pool's size is this one's alone). {} where JAX would see no GPU.
+    removes a variable (the pool's size is this one's alone). {} where the driver lists no GPU.
 
-    Why preallocated: a pool grown on demand (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) counts
-    whole regions as in use, so its peak over-counts; measured on an H100 (2026-11-26), a
-    36 MiB array showed 64 MiB in use, and a 240.03 MiB step measured 364.03. A preallocated
-    pool counted each buffer exactly. Why a share: the rest stays free for the parent (a
-    notebook kernel may hold 75% of the card), cuBLAS's start in the child, and other children.
+    Why taken whole: BFC hands out a free chunk whole when splitting it would leave less than
+    the request and under 128 MiB, and counts the whole chunk in use. A pool grown on demand
+    (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) adds a region per request, so there it over-counts:
+    measured on an H100 (2026-11-26), a 36 MiB array showed 64 MiB, and a 240.03 MiB step
+    measured 364.03. A pool taken whole is one block in a fresh process, and counted each buffer
+    exactly. Why a share: the rest stays free for the parent (a notebook kernel may hold 75% of
+    the card), cuBLAS's start in the child, and other children.
     """
     return _measuring_pool(share, total_bytes(jax_index), device_used_bytes(jax_index))
 

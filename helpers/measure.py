@@ -11,7 +11,7 @@
   goes above (a small step whose matrix products XLA autotunes), a second fresh process loads
   the compiled step from the first one's persistent compilation cache, and is not autotuned.
   Each child takes its pool whole at start, a share of the card's free memory
-  (:func:`helpers.gpu.measuring_pool`): a pool grown on demand counts whole regions as in use,
+  (:func:`helpers.gpu.measuring_pool`): a pool grown on demand counts whole chunks as in use,
   and its peak over-counts (on an H100, 364.03 MiB for a 240.03 MiB step).
 - On the CPU stand-in the kernel keeps one too: the RSS high-water mark (VmHWM), reset when
   :func:`helpers.memory.track` starts; it sees XLA's temporaries, which live arrays never do.

@@ -248,7 +248,7 @@ def _device_memory(devices) -> tuple[DeviceMemory, ...]:
                 bytes_in_use=int(stats["bytes_in_use"]),
                 peak_bytes=_int_or_na(stats.get("peak_bytes_in_use")),
                 limit_bytes=_int_or_na(stats.get("bytes_limit")), source=ALLOCATOR,
-                note=_counting_note(stats),
+                note=_counting_note(stats, d.platform),
             ))
         else:
             if live is None:
@@ -260,13 +260,19 @@ def _device_memory(devices) -> tuple[DeviceMemory, ...]:
     return tuple(out)
 
 
-def _counting_note(stats: dict) -> str:
-    """A BFC pool grown on demand hands out a new region's chunk whole when splitting it would
-    leave less than the request and under 128 MiB (``bfc_allocator.cc``), and ``bytes_in_use``
-    counts the chunk: measured on an H100 (2026-11-26), a 36 MiB array showed 64 MiB in use."""
+def _counting_note(stats: dict, platform: str) -> str:
+    """BFC hands a free chunk out whole when splitting it would leave less than the request and
+    under 128 MiB (``FindChunkPtr``, ``xla/tsl/framework/bfc_allocator.cc``), and
+    ``bytes_in_use`` counts the chunk. A pool grown on demand adds a new region for each request
+    it cannot serve, each at least twice the last, so this is the rule there: measured on an
+    H100 (2026-11-26), a 36 MiB array showed 64 MiB in use. A pool taken whole starts as one
+    block, and counted a fresh array exactly there."""
     pool, limit = stats.get("pool_bytes"), stats.get("bytes_limit")
-    grown = (os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") in jaxcompat.PREALLOCATE_OFF
-             and isinstance(pool, int) and isinstance(limit, int) and pool < limit)
+    state, at_start = jaxcompat.backend_start_snapshot()
+    setting = (at_start.get(platform, {}) if state == "installed" else os.environ).get(
+        "XLA_PYTHON_CLIENT_PREALLOCATE")  # what the backend started with, where known
+    grown = (setting in jaxcompat.PREALLOCATE_OFF and isinstance(pool, int)
+             and isinstance(limit, int) and pool < limit)
     return ("the pool grows on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false), so in use counts "
             "whole chunks of it, up to about twice an array (an H100: 64 MiB for a 36 MiB "
             "array); jax.live_arrays() gives the arrays' own bytes" if grown else "")

@@ -29,7 +29,14 @@ from helpers._internal.child import Reply
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header, write_tokens
-from helpers.errors import BadInputError, ChildProcessFailed, FileError, NoGpuError, PathError
+from helpers.errors import (
+    BadInputError,
+    ChildProcessFailed,
+    FileError,
+    NoGpuError,
+    PathError,
+    SizeError,
+)
 from helpers.holders import Holders
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
 
@@ -272,7 +279,7 @@ def _load_in_child(request: _LoadRequest) -> Reply:
 _REQUEST = (re.compile(r"allocat\w*\s+(\d+)\s*bytes", re.I), re.compile(r"\((\d+)B\)"),
             # a GPU's BFC allocator, in tsl's human-readable form (rounded to 2 decimals):
             # "Out of memory while trying to allocate 512.00MiB with allocator GPU_0_bfc"
-            re.compile(r"allocate\s+(\d+(?:\.\d+)?(?:[KMGTPE]i)?B)\b"))
+            re.compile(r"allocate\s+(\d+(?:\.\d+)?(?:[KMGT]i)?B)\b"))
 _PROGRAM = re.compile(r"executable_name='([^']+)'")  # the compiled program that asked (jax 0.11)
 
 
@@ -323,7 +330,10 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
     for pattern in _REQUEST:
         m = pattern.search(text)
         if m:
-            requested = parse_size(m.group(1))
+            try:
+                requested = parse_size(m.group(1))
+            except SizeError:  # a size the kit does not read: the request stays unknown
+                pass
             break
     named = _PROGRAM.search(text)
     dev = jax.devices()[0]

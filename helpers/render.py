@@ -386,8 +386,8 @@ def oom_report_text(r: OomReport) -> str:
                      f"largest free block {format_bytes(r.largest_free_block_bytes)}")
     if r.program:  # on a GPU the error can come at a later wait, far from the line that asked
         lines.append(f"  asked by the compiled program {r.program!r}. The traceback's line may be "
-                     "a later one: on a GPU the error can come only when a result is waited for "
-                     "(block_until_ready, printing it, np.asarray; seen on an H100, jax 0.11.2)")
+                     "a later one: on an H100 (jax 0.11.2) an eager op that got no memory raised "
+                     "nothing at its line, and waiting for its result raised")
     if r.other_processes_bytes:
         lines.append(f"  other processes on the card: {format_bytes(r.other_processes_bytes)}")
     lines.append("Who holds memory:")

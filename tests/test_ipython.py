@@ -7,6 +7,7 @@ import jax
 import pytest
 
 from helpers.errors import BadInputError
+from helpers.units import NOT_AVAILABLE
 from tests.conftest import run_python
 
 IPython = pytest.importorskip("IPython")
@@ -58,12 +59,14 @@ def test_a_gpu_oom_names_the_request_and_the_program_that_asked(asked, expected)
     assert report.requested_bytes == expected  # the BFC allocator's rounded, human form
     assert report.program == "jit_broadcast_in_dim"
     assert "asked by the compiled program 'jit_broadcast_in_dim'" in str(report)
-    assert "waited for" in str(report)  # why the traceback may point at a later line
+    assert "waiting for its result raised" in str(report)  # why the traceback's line is later
     device_put = oom.explain(jax.errors.JaxRuntimeError(  # a copy in names no program
         "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB with allocator "
         "GPU_0_bfc on device 0. [tf-allocator-allocation-error='']"))
     assert device_put.requested_bytes == 2**30 and device_put.program == ""
     assert "asked by" not in str(device_put)
+    odd = oom.explain(jax.errors.JaxRuntimeError(GPU_OOM.format("16.00EiB")))  # not read
+    assert odd.requested_bytes is NOT_AVAILABLE and odd.program == "jit_broadcast_in_dim"
 
 
 def test_other_jax_errors_are_shown_as_usual(shell, capsys):

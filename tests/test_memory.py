@@ -324,6 +324,8 @@ def test_a_pool_grown_on_demand_is_said_to_count_whole_chunks(monkeypatch):
     grown = {"bytes_in_use": 64 * 2**20, "peak_bytes_in_use": 64 * 2**20,
              "bytes_limit": 8108 * 2**20, "pool_bytes": 66 * 2**20}
     monkeypatch.setattr(memory, "memory_stats", lambda d: grown)
+    monkeypatch.setattr(memory.jaxcompat, "backend_start_snapshot",  # jax 0.11: no record of
+                        lambda: ("unavailable", {}))  # the start, so today's environment
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     snap = memory.snapshot("cpu:0")
     (d,) = snap.devices
@@ -336,3 +338,8 @@ def test_a_pool_grown_on_demand_is_said_to_count_whole_chunks(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     monkeypatch.setattr(memory, "memory_stats", lambda d: {**grown, "pool_bytes": 8108 * 2**20})
     assert memory.snapshot("cpu:0").devices[0].note == ""  # grown to its limit: not known
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")  # what the backend started with wins
+    monkeypatch.setattr(memory, "memory_stats", lambda d: grown)
+    monkeypatch.setattr(memory.jaxcompat, "backend_start_snapshot", lambda: (
+        "installed", {"cpu": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}))
+    assert "whole chunks" in memory.snapshot("cpu:0").devices[0].note
