@@ -21,8 +21,8 @@ from pathlib import Path
 from helpers._internal.records import Display
 from helpers.errors import BadInputError
 
-__all__ = ["GpuRun", "RecordedCell", "Staleness", "benchmark", "cell", "latest_run", "runs",
-           "staleness", "step"]
+__all__ = ["RUNS_DIR", "GpuRun", "RecordedCell", "Staleness", "benchmark", "cell", "latest_run",
+           "runs", "staleness", "step"]
 
 #: the repository's folder of recorded GPU runs (the kit is used from its repository)
 RUNS_DIR = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
