@@ -181,6 +181,20 @@ def test_gpu_snapshot_uses_allocator_stats():
     assert memory.snapshot(jax.devices()[0]).devices[0].bytes_in_use >= d.bytes_in_use + x.nbytes
 
 
+@pytest.mark.gpu
+def test_gpu_a_pool_grown_on_demand_counts_a_whole_chunk_and_says_so():
+    # the H100 probe (2026-11-26): a 36 MiB array showed 64 MiB in use in a pool grown on demand
+    code = ("import jax, jax.numpy as jnp\nfrom helpers import memory\n"
+            "x = jnp.ones(36 * 2**18).block_until_ready()\n"
+            "d = memory.snapshot(jax.devices()[0]).devices[0]\nprint(d.bytes_in_use)\n"
+            "print(d.note)")
+    proc = run_python(code, env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+                                 "XLA_CLIENT_MEM_FRACTION": None})
+    assert proc.returncode == 0, proc.stderr
+    in_use, note = proc.stdout.splitlines()[:2]
+    assert int(in_use) >= 54 * 2**20 and "whole chunks" in note
+
+
 def test_aliases_of_one_buffer_count_once():
     x = jax.device_put(np.ones(1000, np.float32), jax.devices()[1])
     before = memory.snapshot().device("cpu:1").bytes_in_use
