@@ -268,11 +268,12 @@ def _counting_note(stats: dict, platform: str) -> str:
     H100 (2026-11-26), a 36 MiB array showed 64 MiB in use. A pool taken whole starts as one
     block, and counted a fresh array exactly there."""
     pool, limit = stats.get("pool_bytes"), stats.get("bytes_limit")
+    if not (isinstance(pool, int) and isinstance(limit, int) and pool < limit):
+        return ""  # a pool taken whole (or none): the common case, answered without a lock
     state, at_start = jaxcompat.backend_start_snapshot()
     setting = (at_start.get(platform, {}) if state == "installed" else os.environ).get(
         "XLA_PYTHON_CLIENT_PREALLOCATE")  # what the backend started with, where known
-    grown = (setting in jaxcompat.PREALLOCATE_OFF and isinstance(pool, int)
-             and isinstance(limit, int) and pool < limit)
+    grown = setting in jaxcompat.PREALLOCATE_OFF
     return ("the pool grows on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false), so in use counts "
             "whole chunks of it, up to about twice an array (an H100: 64 MiB for a 36 MiB "
             "array); jax.live_arrays() gives the arrays' own bytes" if grown else "")
