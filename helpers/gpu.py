@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
+from helpers._internal.jaxcompat import DEFAULT_MEM_FRACTION, MIN_MEM_FRACTION
 from helpers.errors import NoGpuError
 
 __all__ = ["GpuInfo", "MigInfo", "VisibleGpu", "cuda_plugins", "device_used_bytes", "gpus",
@@ -267,16 +268,15 @@ def measuring_pool(share: float = 0.5, jax_index: int = 0) -> dict[str, str | No
     exactly. Why a share: the rest stays free for the parent (a notebook kernel may hold 75% of
     the card), cuBLAS's start in the child, and other children.
     """
-    return _measuring_pool(share, total_bytes(jax_index), device_used_bytes(jax_index))
-
-
-def _measuring_pool(share: float, total: int | None, used: int | None) -> dict[str, str | None]:
+    total = total_bytes(jax_index)
     if not total:
         return {}
+    used = device_used_bytes(jax_index)
     # unknown, or more than the card (a MIG instance: the driver's reading is the whole GPU's):
     # assume a notebook kernel holds JAX's default 75%
-    free = total - used if used is not None and used <= total else total // 4
-    fraction = min(0.75, max(0.005, share * free / total))
+    free = total - used if used is not None and used <= total else int(
+        total * (1 - DEFAULT_MEM_FRACTION))
+    fraction = min(DEFAULT_MEM_FRACTION, max(MIN_MEM_FRACTION, share * free / total))
     return {"XLA_PYTHON_CLIENT_PREALLOCATE": "true",
             "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.4f}",
             "XLA_CLIENT_MEM_FRACTION": None, "XLA_PYTHON_CLIENT_ALLOCATOR": None}

@@ -26,7 +26,7 @@ from pathlib import Path
 from helpers import gpu
 from helpers._internal import child, jaxcompat
 from helpers._internal.child import Reply
-from helpers._internal.jaxcompat import device_name
+from helpers._internal.jaxcompat import MIN_MEM_FRACTION, device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header, write_tokens
 from helpers.errors import (
@@ -71,7 +71,6 @@ class Reproduction(Display):
 # and still honours the older XLA_PYTHON_CLIENT_MEM_FRACTION (jaxlib/xla_client.py,
 # generate_pjrt_gpu_plugin_options); setting both is an error, so the kit sets only this one.
 _FRACTION_VAR = "XLA_CLIENT_MEM_FRACTION"
-_MIN_FRACTION = 0.005  # the smallest pool the kit asks for: JAX's own start-up needs room
 
 
 def _gpu_mode_available() -> bool:
@@ -155,12 +154,12 @@ def reproduce(path: str | os.PathLike | None = None, *, size: str | int = "256 M
                           drop=("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"))
     child_budget = 0
     if mode == "gpu":
-        fraction = max(_MIN_FRACTION, min(0.9, cap / total)) if (total and cap) else 0.05
+        fraction = max(MIN_MEM_FRACTION, min(0.9, cap / total)) if (total and cap) else 0.05
         if total and fraction * total >= requested:
             raise BadInputError(
                 f"a {format_bytes(requested)} file fits in the smallest pool the kit sets on this "
-                f"GPU ({_MIN_FRACTION:.1%} of {format_bytes(total)}), so it cannot run out of "
-                f"memory: use a file of at least {format_bytes(4 * _MIN_FRACTION * total)} "
+                f"GPU ({MIN_MEM_FRACTION:.1%} of {format_bytes(total)}), so it cannot run out of "
+                f"memory: use a file of at least {format_bytes(4 * MIN_MEM_FRACTION * total)} "
                 "(--size)")
         var = _FRACTION_VAR
         env[var] = f"{fraction:.4f}"
@@ -457,11 +456,11 @@ def run_cells_capped(*cells: str, budget: str | int = "1 GiB", timeout: float = 
                           drop=("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"))
     if mode == "gpu":
         total = gpu.total_bytes() or cap * 4
-        if cap < _MIN_FRACTION * total:  # raised quietly, the cells would not run out of memory
+        if cap < MIN_MEM_FRACTION * total:  # raised quietly, the cells would not run out of memory
             raise BadInputError(
                 f"a budget of {format_bytes(cap)} is below the smallest pool the kit sets on this "
-                f"GPU ({_MIN_FRACTION:.1%} of {format_bytes(total)}, "
-                f"{format_bytes(_MIN_FRACTION * total)}; JAX's own start-up needs room in "
+                f"GPU ({MIN_MEM_FRACTION:.1%} of {format_bytes(total)}, "
+                f"{format_bytes(MIN_MEM_FRACTION * total)}; JAX's own start-up needs room in "
                 "the pool): ask for at least that, and size the cells' arrays to it")
         fraction = min(0.9, cap / total)
         env["XLA_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"

@@ -486,7 +486,7 @@ def _allocator_against_its_numbers(env: Mapping[str, str], platform: str, stats:
             out += late(f"the {platform} pool's bytes_limit is {format_bytes(limit)}, {held:.1%} "
                         f"of the card's {format_bytes(total)}, but "
                         + (f"{name}={env.get(name)} asks for {asked:.0%}" if env.get(name) else
-                           "no fraction is set now (75%, JAX's default)")
+                           f"no fraction is set now ({DEFAULT_MEM_FRACTION:.0%}, JAX's default)")
                         + ": the fraction changed after the backend started, so it is not in "
                         "effect.")
     pool, peak = stats.get("pool_bytes"), stats.get("peak_bytes_in_use", 0)

@@ -584,6 +584,8 @@ ALLOCATOR_VARS = (
 PREALLOCATE_OFF = ("false", "False", "0")
 #: the GPU pool's fraction of the card when no variable sets one (XLA's GpuAllocatorConfig)
 DEFAULT_MEM_FRACTION = 0.75
+#: the smallest pool fraction the kit sets for a child: JAX's own start-up needs room in it
+MIN_MEM_FRACTION = 0.005
 
 # Filled by a JAX backend-initialisation hook installed when helpers is imported before any
 # backend starts. If helpers came later, we cannot know, and say so.
