@@ -16,6 +16,7 @@ __all__ = [
     "BackendError",
     "BadInputError",
     "ChildProcessFailed",
+    "CompileOutOfMemory",
     "FileError",
     "InUseError",
     "JaxAlreadyStartedError",
@@ -72,8 +73,13 @@ class InUseError(KitError, RuntimeError):
 
 
 class MeasurementFailed(KitError, RuntimeError):
-    """A measurement running in the background (the memory sampler) failed; the cause is
-    chained."""
+    """A measurement failed: the memory sampler running in the background (the cause is
+    chained), or XLA compiling the step to be priced."""
+
+
+class CompileOutOfMemory(MeasurementFailed):
+    """XLA ran out of device memory while compiling a step: on a GPU its autotuner runs
+    candidate kernels at the step's own sizes, so a step this large cannot run on the device."""
 
 
 class ChildProcessFailed(KitError, RuntimeError):

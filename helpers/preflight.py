@@ -33,7 +33,13 @@ from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header
-from helpers.errors import BackendError, BadInputError, FileError, MeasurementFailed
+from helpers.errors import (
+    BackendError,
+    BadInputError,
+    CompileOutOfMemory,
+    FileError,
+    MeasurementFailed,
+)
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 
 if TYPE_CHECKING:
@@ -499,6 +505,13 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     try:
         compiled = lowered.compile()
     except Exception as err:
+        if "RESOURCE_EXHAUSTED" in str(err):  # the GPU autotuner's candidates did not fit
+            raise CompileOutOfMemory(
+                f"XLA ran out of {device_name(dev)}'s memory while compiling {name} "
+                f"({_shapes((args, kwargs))}): its autotuner runs candidate kernels at these "
+                f"sizes, so the step cannot run on this device at all. Fix: price a smaller "
+                f"batch or model (sizing.largest_batch steps down by itself). XLA said: "
+                f"{str(err)[:300]}") from None
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None
     if jitted is fn:  # donation the user's jit declared: read it back from the lowering

@@ -9,6 +9,13 @@ small batch, XLA changing its plan), it narrows down with more compiles, secant 
 halving, until it has compiled the answer and the next batch. The record says how many compiles
 it took, how long, and whether the next batch's need was compiled or read off the line.
 
+It assumes a need that grows with the batch. On a GPU it need not: XLA's autotuner picks each
+matmul's kernel for its shapes, and on the H100 the MLP step at batch 129 needed more than twice
+its need at 128 (2026-11-26 record). There the answer is a batch that fits whose next batch does
+not, not surely the largest that fits. A batch far beyond the card cannot even be compiled there
+(the autotuner runs its candidates at the step's sizes and runs out of memory): such a batch
+counts as over the budget, and the search steps down from it.
+
 >>> import jax
 >>> def step(w, x):
 ...     return w - 0.01 * (x @ w).sum()
@@ -21,6 +28,7 @@ True
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from helpers import preflight
 from helpers._internal.records import Display
-from helpers.errors import BadInputError
+from helpers.errors import BadInputError, CompileOutOfMemory
 from helpers.units import NOT_AVAILABLE, NotAvailable, parse_size
 
 if TYPE_CHECKING:
@@ -59,6 +67,18 @@ class BatchSize(Display):
     method: str
 
 
+def _unplaced_bytes(args: Sequence) -> int:
+    """The bytes of the arguments that are not JAX arrays (shapes, NumPy arrays): a step needs
+    at least these on its device (an array already there is resident, and not counted)."""
+    import jax
+    import numpy as np
+
+    return sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+               for leaf in jax.tree.leaves(args)
+               if not isinstance(leaf, jax.Array) and hasattr(leaf, "shape")
+               and hasattr(leaf, "dtype"))
+
+
 def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: int | str, *,
                   granularity: int = 1, max_batch: int = 1 << 24, verify: bool = False,
                   device: str | jax.Device | None = None,
@@ -75,7 +95,15 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     through compiles follows: give that multiple as ``granularity``, or ``verify=True``.
     ``tolerance``: how far (a share of the budget) the line may be from a compiled need at the
     answer before more compiles are spent; never more than a 64th of one batch step's bytes
-    (at least 1 KiB), so a line through a bend is not taken for the need."""
+    (at least 1 KiB), so a line through a bend is not taken for the need.
+
+    The first compile is at ``max_batch``, or lower where the arguments that are not on the
+    device yet (shapes, NumPy) would alone pass the budget: at the smallest halving of
+    ``max_batch`` where they still do. A batch XLA cannot compile on the device
+    (:class:`helpers.errors.CompileOutOfMemory`) counts as over the budget: the search tries an
+    eighth of it, and never reports a need for it (``next_needed_bytes`` is NOT_AVAILABLE when
+    the answer's next batch is one). Raises CompileOutOfMemory when not even ``granularity``
+    compiles."""
     if not callable(make_args):
         raise BadInputError("make_args must be a function of the batch size that returns the "
                             "step's arguments")
@@ -88,18 +116,34 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         raise BadInputError(f"budget must be a positive number of bytes or a size, got {budget!r}")
     g, top = granularity, max_batch // granularity * granularity
     known: dict[int, int] = {}
+    uncompiled: set[int] = set()  # batches too large for XLA to compile on the device
     name = getattr(fn, "__name__", type(fn).__name__)
     t0 = time.perf_counter()
 
+    priced_args: dict[int, Sequence] = {}  # the last arguments made and not yet compiled
+
+    def args_of(batch: int) -> Sequence:
+        if batch in priced_args:
+            return priced_args.pop(batch)
+        args = make_args(batch)
+        if not isinstance(args, (tuple, list)):
+            raise BadInputError(f"make_args({batch}) must return a tuple of the step's "
+                                f"arguments, got {type(args).__name__}")
+        return args
+
     def need(batch: int) -> int:
         if batch not in known:
-            args = make_args(batch)
-            if not isinstance(args, (tuple, list)):
-                raise BadInputError(f"make_args({batch}) must return a tuple of the step's "
-                                    f"arguments, got {type(args).__name__}")
             known[batch] = preflight.preflight_step(
-                fn, *args, device=device, donate_argnums=donate_argnums).needed_bytes
+                fn, *args_of(batch), device=device, donate_argnums=donate_argnums).needed_bytes
         return known[batch]
+
+    def compiles(batch: int) -> bool:  # False: XLA ran out of the device's memory compiling it
+        try:
+            need(batch)
+        except CompileOutOfMemory:
+            uncompiled.add(batch)
+            return False
+        return True
 
     def line(a: int, b: int) -> tuple[float, float]:
         slope = (known[b] - known[a]) / (b - a)
@@ -110,32 +154,69 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         if batch == top:  # nothing above the largest batch allowed is asked for
             return BatchSize(name, batch, g, budget_bytes, known[batch], NOT_AVAILABLE, False,
                              slope, fixed, len(known), time.perf_counter() - t0, method)
-        compiled = nxt in known or verify or slope <= 0
-        if compiled:
-            need(nxt)
-        after = known[nxt] if compiled else int(round(known[batch] + slope * g))
+        compiled = nxt in known or ((verify or slope <= 0) and compiles(nxt))
+        after = (known[nxt] if compiled else NOT_AVAILABLE if nxt in uncompiled
+                 else int(round(known[batch] + slope * g)))
         return BatchSize(name, batch, g, budget_bytes, known.get(batch, 0), after, compiled,
                          slope, fixed, len(known), time.perf_counter() - t0, method)
 
-    # first the largest batch allowed: if it fits, that is the answer
-    need(top)
-    if known[top] <= budget_bytes or top == g:
+    # first the largest batch allowed: if it fits, that is the answer. Where the arguments
+    # that are not on the device yet (shapes, NumPy) would alone be over the budget, the step
+    # needs more than the budget too: then the smallest halving of it still that large, which
+    # keeps the compile near the answer (on a GPU a compile many times the card's memory takes
+    # seconds, or runs out of memory in XLA's autotuner)
+    first = top
+
+    def over_by_arguments(batch: int) -> bool:
+        priced_args.clear()  # one set of arguments kept: the next compile's
+        priced_args[batch] = args_of(batch)
+        return _unplaced_bytes(priced_args[batch]) > budget_bytes
+
+    if first > g and over_by_arguments(first):
+        while first > g and over_by_arguments(half := max(g, first // 2 // g * g)):
+            first = half
+    if first not in priced_args:
+        priced_args.clear()
+    while not compiles(first):  # too large to compile here: an eighth, until one compiles
+        if first == g:
+            raise CompileOutOfMemory(f"XLA ran out of the device's memory compiling {name} even "
+                                     f"at batch {g}: the step does not fit at any batch")
+        first = max(g, first // 8 // g * g)
+    if known[first] <= budget_bytes and first < top:
+        # it fits, yet a larger batch did not compile, or the arguments' bound did not hold (jit
+        # drops an argument the step never uses): halve towards the smallest batch above it not
+        # known to fit, until one compiles over the budget (a bracket for the lines below)
+        hi = min([b for b in uncompiled if b > first] or [top])
+        while hi - first > g and hi not in known:
+            mid = (first + hi) // 2 // g * g
+            if compiles(mid) and known[mid] <= budget_bytes:
+                first = mid
+            else:
+                hi = mid
+        if hi not in known and not (hi == top and compiles(top)):
+            return done(first, 0.0, float(known[first]), "halving between compiles: the batch "
+                        "above it is too large for XLA to compile on this device")
+        if known[hi] <= budget_bytes:  # the largest batch allowed, compiled just now, fits
+            first = top
+    if first == top and known[top] <= budget_bytes or top == g:
         fits = known[top] <= budget_bytes
         return done(top if fits else 0, 0.0, float(known[top]),
                     "the largest batch allowed fits" if fits else "one batch size allowed")
-    # then where a need proportional to the batch would meet the budget: near the answer, so
-    # the lines below are drawn through compiles close to it (a step's need is linear in the
-    # batch only piecewise: XLA changes its plan as the batch grows)
-    need(min(max(int(budget_bytes / known[top] * top) // g * g, g), top - g))
+    if known[first] > budget_bytes:
+        # then where a need proportional to the batch would meet the budget: near the answer, so
+        # the lines below are drawn through compiles close to it (a step's need is linear in
+        # the batch only piecewise: XLA changes its plan as the batch grows)
+        need(min(max(int(budget_bytes / known[first] * first) // g * g, g), first - g))
     width = float("inf")  # the bracket's width before the last step (a halving rule)
     for _ in range(64):
         fits = sorted(b for b, n in known.items() if n <= budget_bytes)
         over = sorted(b for b, n in known.items() if n > budget_bytes)
         if not fits:  # everything compiled is over the budget: go down
             if g in known:
-                if known[g] == known[top] and top >= 1024 * g:  # flat over a wide range
+                if known[g] == known[over[-1]] and over[-1] >= 1024 * g:  # flat, a wide range
                     raise BadInputError(f"{name}'s memory does not grow with the batch between "
-                                        f"{g} and {top}: is the batch in make_args' shapes?")
+                                        f"{g} and {over[-1]}: is the batch in make_args' "
+                                        "shapes?")
                 return done(0, 0.0, float(known[g]), "even the smallest batch does not fit")
             a, b = over[0], over[1]
             slope, fixed = line(a, b)

@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from helpers import example_steps, preflight, sizing
-from helpers.errors import BadInputError
+from helpers.errors import BadInputError, CompileOutOfMemory, MeasurementFailed
 from helpers.units import NOT_AVAILABLE
 
 PARAMS, X1, Y1 = example_steps.mlp_sgd_step_args(scale=1, batch=1)
@@ -136,3 +136,84 @@ def test_a_padded_need_is_exact_at_its_padding_and_never_raises(monkeypatch):
         assert exact.batch == _largest(padded, budget, 8, 1 << 24)
         rough = _search(monkeypatch, padded, budget)  # granularity 1: a line cannot follow it
         assert 0 < rough.batch <= _largest(padded, budget, 1, 1 << 24)  # never too large
+
+
+# --- a step too large to compile, and a first compile near the answer ---------------------------
+def test_the_first_compile_is_near_the_answer_where_the_arguments_alone_are_over(monkeypatch):
+    compiled = []
+    real = preflight.preflight_step
+
+    def recording(fn, *args, **kw):
+        compiled.append(args[1].shape[0])
+        return real(fn, *args, **kw)
+
+    monkeypatch.setattr(preflight, "preflight_step", recording)
+    budget = int(460.8 * 2**20)
+    found = sizing.largest_batch(example_steps.mlp_sgd_step, make, budget)  # max_batch 2**24
+    monkeypatch.undo()
+    assert found.batch == bisection(budget)
+    # x and y alone are 2 KiB an example: over the budget from about 236,000 examples, so the
+    # first compile is below twice that, not at 2**24 (a GPU cannot compile that one: the H100
+    # ran out of memory in XLA's autotuner there)
+    per_example = sizing._unplaced_bytes(make(2)) - sizing._unplaced_bytes(make(1))
+    assert max(compiled) < 2 * budget / per_example < 2**24
+
+
+class _TooLarge:
+    """A step whose compile runs out of the device's memory above ``limit`` (what a GPU's
+    autotuner does at a batch far beyond its memory; the CPU compiles anything)."""
+
+    def __init__(self, f, limit):
+        self.f, self.limit, self.asked = f, limit, []
+
+    def __call__(self, fn, b, **_):
+        self.asked.append(b)
+        if b > self.limit:
+            raise CompileOutOfMemory(f"RESOURCE_EXHAUSTED at batch {b}")
+        return _Need(int(self.f(b)))
+
+
+def test_a_batch_too_large_to_compile_is_over_the_budget(monkeypatch):
+    def f(b):
+        return 10**6 + 1000 * b
+
+    for limit, budget in [(5000, 3 * 10**6), (5000, 4_000_500), (5000, 6 * 10**6),
+                          (5000, 10**9), (1 << 23, 10**9), (3, 1_003_500)]:
+        step = _TooLarge(f, limit)
+        monkeypatch.setattr(preflight, "preflight_step", step)
+        found = sizing.largest_batch(lambda b: b, lambda b: (b,), budget)
+        best = min(_largest(f, budget, 1, 1 << 24), limit)
+        assert found.batch == best, (limit, budget, found)
+        assert found.needed_bytes == f(best) <= budget
+        if best == limit:  # the batch above could not be compiled: no need is made up for it
+            assert found.next_needed_bytes is NOT_AVAILABLE and "compile" in found.method
+        else:
+            assert found.next_needed_bytes > budget
+        assert max(step.asked) == 1 << 24 and step.asked.count(1 << 24) == 1
+
+
+def test_a_step_too_large_to_compile_at_any_batch_says_so(monkeypatch):
+    monkeypatch.setattr(preflight, "preflight_step", _TooLarge(lambda b: b, 0))
+    with pytest.raises(CompileOutOfMemory, match="even at batch 1: the step does not fit"):
+        sizing.largest_batch(lambda b: b, lambda b: (b,), 10**6)
+
+
+def test_preflight_names_a_compile_that_ran_out_of_device_memory(monkeypatch):
+    # the H100's words (2026-11-26 record, notebook 09), raised where XLA compiles
+    said = ("RESOURCE_EXHAUSTED: Failed to get configs for: 5 out of 10 instructions. See logs "
+            "for all failures. Example failure: Out of memory while trying to allocate "
+            "128.02GiB with allocator GPU_0_bfc on device 0.")
+
+    def compile_(self, *a, **kw):
+        raise RuntimeError(said)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_)
+    with pytest.raises(CompileOutOfMemory) as err:
+        preflight.preflight_step(example_steps.mlp_sgd_step, *make(1 << 24))
+    message = str(err.value)
+    assert "cannot run on this device" in message and "Fix: price a smaller" in message
+    assert "128.02GiB" in message and "float32[16777216, 256]" in message
+    monkeypatch.setattr(jax.stages.Lowered, "compile", lambda self: 1 / 0)  # any other failure
+    with pytest.raises(MeasurementFailed) as other:
+        preflight.preflight_step(example_steps.mlp_sgd_step, *make(8))
+    assert not isinstance(other.value, CompileOutOfMemory)
