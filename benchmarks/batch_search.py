@@ -6,7 +6,7 @@ granularity) in at most 3 compiles. Per budget, both run in one process, interle
 median wall time of each are recorded. The step is the kit's MLP SGD step
 (``helpers.example_steps``), priced from shapes: nothing is allocated or run.
 
-    python benchmarks/batch_search.py [--rounds 3]
+    python benchmarks/batch_search.py [--rounds 3] [--budgets "2 GiB,8 GiB"]
 """
 
 from __future__ import annotations
@@ -63,10 +63,20 @@ def bisection(make, budget):
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--budgets", metavar="NAMES",
+                   help=f"only these budgets, comma-separated ({', '.join(BUDGETS)}): printed, "
+                   "not recorded (a subset is not the benchmark's result)")
     args = p.parse_args(argv)
+    chosen = BUDGETS
+    if args.budgets:
+        names = [n.strip() for n in args.budgets.split(",")]
+        unknown = [n for n in names if n not in BUDGETS]
+        if unknown:
+            p.error(f"unknown budget(s) {unknown}; choose from {', '.join(BUDGETS)}")
+        chosen = {n: BUDGETS[n] for n in names}
     make = _step_args()
     rows = {}
-    for name, budget in BUDGETS.items():
+    for name, budget in chosen.items():
         times = {"bisection": [], "largest_batch": []}
         for _ in range(args.rounds):
             jax.clear_caches()
@@ -87,11 +97,19 @@ def main(argv=None) -> dict:
         print(f"{name:>10}: bisection {exact:,} in {bisect_compiles} compiles, largest_batch "
               f"{found.batch:,} in {found.compiles} ({found.method})", flush=True)  # kept if cut
         if found.batch != exact:  # which answer is the boundary: the need on both sides of each
-            at = {b: need(make, b) for b in sorted({exact, exact + 1, found.batch,
-                                                    found.batch + 1})}
-            rows[name]["needs_at_answers"] = {str(b): n for b, n in at.items()}
+            plans = {b: preflight.preflight_step(example_steps.mlp_sgd_step, *make(b))
+                     for b in sorted({exact, exact + 1, found.batch, found.batch + 1})}
+            rows[name]["needs_at_answers"] = {str(b): p.needed_bytes for b, p in plans.items()}
             print("            needs (target " + f"{budget:,} B): "
-                  + ", ".join(f"{b:,}: {n:,}" for b, n in at.items()), flush=True)
+                  + ", ".join(f"{b:,}: {p.needed_bytes:,}" for b, p in plans.items()),
+                  flush=True)
+            for b, p in plans.items():  # where a jump between neighbours lives: the temporaries
+                rows[name].setdefault("temporaries_at_answers", {})[str(b)] = {
+                    "temp_bytes": p.temp_bytes, "largest": [
+                        [t.op, t.dtype, list(t.shape), t.nbytes] for t in p.largest_temporaries]}
+                print(f"            batch {b:,}: temporaries {p.temp_bytes:,} B, largest "
+                      + "; ".join(f"{t.op} {t.dtype}{list(t.shape)} {t.nbytes:,}"
+                                  for t in p.largest_temporaries), flush=True)
     met = all(r["same_answer"] and r["largest_batch_compiles"] <= 3 for r in rows.values())
     for r in rows.values():  # how the need grows at the answer: a line, a bend, a jump
         b = r["bisection_batch"]
@@ -102,7 +120,7 @@ def main(argv=None) -> dict:
                "goal": {"same_answer": True, "compiles_at_most": 3, "met": met,
                         "same_answer_everywhere": all(r["same_answer"] for r in rows.values())},
                "budgets": rows}
-    path = write("batch_search", payload)
+    path = write("batch_search", payload) if chosen is BUDGETS else "not recorded (--budgets)"
     for name, r in rows.items():
         s = r["median_seconds"]
         print(f"{name:>10} ({r['bytes_per_example_at_answer']:,} B/example at the answer, "

@@ -187,7 +187,8 @@ def time_left(deadline: float | None) -> float:
     return float("inf") if deadline is None else deadline - time.monotonic()
 
 
-def step_command(name: str, python: str) -> tuple[list[str], float]:
+def step_command(name: str, python: str, batch_budgets: str | None = None
+                 ) -> tuple[list[str], float]:
     nbval = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.nbval_hooks",
              "--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with",
              "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=600", "notebooks"]
@@ -202,7 +203,8 @@ def step_command(name: str, python: str) -> tuple[list[str], float]:
         # that never waits, predictions on the Flax corpus (flax/optax/grain: the bench extra,
         # in the wheel folder with BENCH=1; the capped verdict runs model a CPU, not a GPU)
         # one round: about 150 compiles, slower on a GPU (2 rounds passed 242 s on an H100)
-        "batch": ([python, "benchmarks/batch_search.py", "--rounds", "1"], 600),
+        "batch": ([python, "benchmarks/batch_search.py", "--rounds", "1",
+                   *(["--budgets", batch_budgets] if batch_budgets else [])], 600),
         "wait": ([python, "benchmarks/accelerator_wait.py", "--rounds", "7"], 600),
         # four steps at once: each child's allocator peak is its own (104 s did not finish
         # the 22 children one by one on an H100)
@@ -376,6 +378,9 @@ def main(argv=None) -> int:
     p.add_argument("--notebooks", metavar="PREFIXES",
                    help="with the notebooks step: only notebooks whose names start so, e.g. "
                    "08,12; or stale: those whose GPU copy is not current (changed, or failed)")
+    p.add_argument("--batch-budgets", metavar="NAMES",
+                   help='with the batch step: only these of its budgets, e.g. "2 GiB,8 GiB" '
+                   "(a round of all five does not finish in 10 minutes on an H100)")
     a = p.parse_args(argv)
     if a.render:
         render_file(a.render)
@@ -451,7 +456,7 @@ def main(argv=None) -> int:
             complete = False
             continue
         else:
-            cmd, timeout = step_command(step, a.python)
+            cmd, timeout = step_command(step, a.python, a.batch_budgets)
             result = summarise(step, run(cmd, env, min(timeout, left),
                                          folder / "logs" / f"{step}.log"))
             result = _cut_off(result, result["exit_code"], left < timeout)

@@ -1,6 +1,8 @@
 """The benchmarks' own logic where it branches for a GPU, checked without one: the children's
 answers are made up, the branching is real."""
 
+import pytest
+
 from helpers.measure import ALLOCATOR_PEAK, HOST_PEAK
 from tests.conftest import benchmark_module
 
@@ -70,8 +72,27 @@ def test_where_the_two_batch_searches_disagree_the_needs_at_both_answers_are_kep
     monkeypatch.setattr(batch.sizing, "largest_batch", lambda *a, **k: types.SimpleNamespace(
         batch=128, compiles=13, method="bracket halved"))
     monkeypatch.setattr(batch, "need", lambda make, b: 1000 * b)
-    monkeypatch.setattr(batch, "write", lambda name, payload: tmp_path / f"{name}.json")
+    workspace = types.SimpleNamespace(op="dot_general (cuBLAS workspace)", dtype="s8",
+                                      shape=(33554432,), nbytes=2**25)
+
+    def plan(fn, params, x, y):  # an odd batch has a workspace of its own (the H100's shape)
+        b = x.shape[0]
+        return types.SimpleNamespace(needed_bytes=1000 * b, temp_bytes=2**25 * (b % 2),
+                                     largest_temporaries=(workspace,) * (b % 2))
+
+    monkeypatch.setattr(batch.preflight, "preflight_step", plan)
+    written = []
+    monkeypatch.setattr(batch, "write", lambda name, payload: written.append(name) or name)
     row = batch.main(["--rounds", "1"])["budgets"]["40 MiB"]
     assert row["needs_at_answers"] == {"128": 128_000, "129": 129_000, "256": 256_000,
                                        "257": 257_000}
-    assert not row["same_answer"]
+    assert not row["same_answer"] and written == ["batch_search"]
+    temps = row["temporaries_at_answers"]
+    assert temps["128"] == {"temp_bytes": 0, "largest": []}
+    assert temps["129"]["largest"] == [["dot_general (cuBLAS workspace)", "s8", [33554432],
+                                        2**25]]
+    monkeypatch.setattr(batch, "BUDGETS", {"40 MiB": 40 * 2**20, "8 GiB": 8 * 2**30})
+    only = batch.main(["--rounds", "1", "--budgets", "40 MiB"])  # a subset: printed only
+    assert list(only["budgets"]) == ["40 MiB"] and written == ["batch_search"]
+    with pytest.raises(SystemExit):
+        batch.main(["--budgets", "3 GiB"])

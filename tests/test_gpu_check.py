@@ -258,3 +258,9 @@ def test_a_run_cut_off_by_the_deadline_is_not_run_not_failed():
     assert cut["status"] == "not run" and "deadline" in cut["tail"][-1]
     own = gpu_check._cut_off({"status": "failed", "tail": []}, 124, False)  # its own timeout
     assert own["status"] == "failed"
+
+
+def test_the_batch_step_can_run_some_budgets_only():
+    every, _ = gpu_check.step_command("batch", "python3")
+    some, _ = gpu_check.step_command("batch", "python3", "2 GiB,8 GiB")
+    assert "--budgets" not in every and some[-2:] == ["--budgets", "2 GiB,8 GiB"]

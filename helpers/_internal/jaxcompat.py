@@ -306,6 +306,11 @@ _HLO_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16":
               "f8e4m3fn": 1, "f8e5m2": 1}
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+) = (\w+)\[([\d,]*)\]\S*\s+(\w[\w-]*)\(")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+#: an instruction with several results: "%custom-call.1 = (f32[2048,2048]{1,0}, s8[33554432]{0})
+#: custom-call(...)" (a GPU's cuBLAS call and its workspace; a multi-output fusion)
+_TUPLE_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+) = \(([^()]*)\)\s+(\w[\w-]*)\(")
+_ELEMENT = re.compile(r"(\w+)\[([\d,]*)\]")
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
 _SOURCE = re.compile(r'source_file="([^"]*)" source_line=(\d+)')
 
@@ -397,24 +402,37 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
         return []
     tables = _tables(lines)
     out = []
+    skip = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
     for line in lines[start + 1:]:
         if line.startswith("}"):
             break
         m = _INSTRUCTION.match(line)
-        if not m or m.group(1) or m.group(5) in ("parameter", "constant", "tuple",
-                                                 "get-tuple-element", "bitcast"):
+        if m:
+            root, name, opcode = m.group(1), m.group(2), m.group(5)
+            results = [(m.group(3), m.group(4))]
+        elif t := _TUPLE_INSTRUCTION.match(line):  # several results, each a buffer of its own
+            root, name, opcode = t.group(1), t.group(2), t.group(4)
+            results = _ELEMENT.findall(t.group(3))
+        else:
             continue
-        dtype, dims = m.group(3), [int(d) for d in m.group(4).split(",") if d]
-        size = _HLO_BYTES.get(dtype)
-        if size is None:
+        if root or opcode in skip:
             continue
-        n = 1
-        for d in dims:
-            n *= d
         op = _OP_NAME.search(line)
-        out.append({"name": m.group(2), "dtype": dtype, "shape": tuple(dims),
-                    "nbytes": n * size, "op": op.group(1) if op else m.group(5),
-                    "source": _source(line, tables, is_user)})
+        op = op.group(1) if op else opcode
+        target = _TARGET.search(line)
+        for i, (dtype, shape) in enumerate(results):
+            size = _HLO_BYTES.get(dtype)
+            if size is None:
+                continue
+            dims = tuple(int(d) for d in shape.split(",") if d)
+            # a cuBLAS call's last result, s8, is its workspace (xla/service/gpu/transforms/
+            # gemm_rewriter.cc adds it): scratch for the library, not a value of the step
+            workspace = (len(results) > 1 and i == len(results) - 1 and dtype == "s8"
+                         and target is not None and "cublas" in target.group(1))
+            out.append({"name": name if len(results) == 1 else f"{name}[{i}]", "dtype": dtype,
+                        "shape": dims, "nbytes": math.prod(dims) * size,
+                        "op": f"{op} (cuBLAS workspace)" if workspace else op,
+                        "source": _source(line, tables, is_user)})
     return sorted(out, key=lambda v: -v["nbytes"])
 
 
