@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # the source a GPU's measurement names, and a child's compilation cache as the kit keeps it
 from helpers import gpu  # noqa: E402
-from helpers.measure import ALLOCATOR_PEAK, MMAP_ENV, _cache_env  # noqa: E402
+from helpers.measure import ALLOCATOR_PEAK, MMAP_ENV, compilation_cache_env  # noqa: E402
 
 GOAL_MEDIAN, GOAL_WORST, GOAL_LOW = 0.05, 0.10, 0.05
 
@@ -329,8 +329,9 @@ def _measured(name: str, env: dict) -> tuple[dict, dict]:
     if "error" in row:  # nothing to compare a second run with
         return row, {}
     if row.get("source") != ALLOCATOR_PEAK:  # the CPU stand-in, as before: no cache for this
-        plain = {k: v for k, v in env.items() if k not in _cache_env("")}  # one, so its step
-        return row, _child("--one", name, "--after-another", env=plain)  # compiles in-process
+        cache = compilation_cache_env("")  # one, so its step compiles in-process
+        plain = {k: v for k, v in env.items() if k not in cache}
+        return row, _child("--one", name, "--after-another", env=plain)
     if row.get("measured_first_run") is None:  # hidden (an error returned above)
         again = {"name": name, **_child("--one", name, env=env)}
         if isinstance(again.get("measured_first_run"), int):
@@ -387,7 +388,8 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="jdk-accuracy-") as caches, \
             concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         measured = dict(zip(CORPUS, pool.map(
-            lambda name: _measured(name, {**env, **_cache_env(str(Path(caches) / name))}),
+            lambda name: _measured(
+                name, {**env, **compilation_cache_env(str(Path(caches) / name))}),
             CORPUS), strict=True))
     rows = []
     for name in CORPUS:

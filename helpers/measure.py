@@ -42,8 +42,8 @@ from helpers.units import NOT_AVAILABLE, NotAvailable
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["ALLOCATOR_PEAK", "HOST_PEAK", "MMAP_ENV", "StepMeasurement", "measure_example",
-           "measure_step"]
+__all__ = ["ALLOCATOR_PEAK", "HOST_PEAK", "MMAP_ENV", "StepMeasurement", "compilation_cache_env",
+           "measure_example", "measure_step"]
 
 
 ALLOCATOR_PEAK = "allocator: peak_bytes_in_use"
@@ -189,7 +189,7 @@ def measure_example(name: str, *, scale: int = 1, donate: bool = False, batch: i
     with tempfile.TemporaryDirectory(prefix="jax-device-kit-cache-") as cache:
         # on a GPU the child preallocates a share of the free memory, so the allocator's peak
         # counts each buffer exactly (gpu.measuring_pool says why)
-        env = child.child_env({**MMAP_ENV, **gpu.measuring_pool(), **_cache_env(cache)})
+        env = child.child_env({**MMAP_ENV, **gpu.measuring_pool(), **compilation_cache_env(cache)})
         first = _measure_in_child(request, env, timeout)
         if not _hidden(first.measurement):
             return first.preflight, first.measurement
@@ -215,8 +215,10 @@ def measure_example(name: str, *, scale: int = 1, donate: bool = False, batch: i
         f"(autotuning) had gone above the step's own peak"))
 
 
-#: the child's persistent compilation cache: every executable kept, however quick or small
-def _cache_env(folder: str) -> dict[str, str]:
+def compilation_cache_env(folder: str) -> dict[str, str]:
+    """The environment that gives a child process JAX's persistent compilation cache in
+    ``folder``, keeping every executable however quick or small: a second process then loads the
+    step instead of compiling (and, on a GPU, autotuning) it again."""
     return {"JAX_COMPILATION_CACHE_DIR": folder,
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}

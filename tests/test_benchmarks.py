@@ -44,7 +44,7 @@ def test_on_the_cpu_stand_in_the_step_is_also_measured_after_another(monkeypatch
     calls = []
     monkeypatch.setattr(accuracy, "_child", lambda *argv, env: calls.append((argv, env)) or {
         "source": HOST_PEAK, "measured_first_run": 10})
-    env = {"A": "1", **accuracy._cache_env("/a/cache")}
+    env = {"A": "1", **accuracy.compilation_cache_env("/a/cache")}
     accuracy._measured("cnn_b32", env)
     assert [argv for argv, _ in calls] == [("--one", "cnn_b32"),
                                            ("--one", "cnn_b32", "--after-another")]
