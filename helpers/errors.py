@@ -79,7 +79,8 @@ class MeasurementFailed(KitError, RuntimeError):
 
 class CompileOutOfMemory(MeasurementFailed):
     """XLA ran out of device memory while compiling a step: on a GPU its autotuner runs
-    candidate kernels at the step's own sizes, so a step this large cannot run on the device."""
+    candidate kernels at the step's own sizes, so a step this large cannot run with the memory the
+    device has free."""
 
 
 class ChildProcessFailed(KitError, RuntimeError):

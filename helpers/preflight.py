@@ -509,8 +509,9 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
             raise CompileOutOfMemory(
                 f"XLA ran out of {device_name(dev)}'s memory while compiling {name} "
                 f"({_shapes((args, kwargs))}): its autotuner runs candidate kernels at these "
-                f"sizes, so the step cannot run on this device at all. Fix: price a smaller "
-                f"batch or model (sizing.largest_batch steps down by itself). XLA said: "
+                f"sizes, so the step cannot run with the memory free on this device now. Fix: "
+                f"price a smaller batch or model (sizing.largest_batch steps down by itself), "
+                f"or free memory first. XLA said: "
                 f"{str(err)[:300]}") from None
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None

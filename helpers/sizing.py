@@ -9,12 +9,12 @@ small batch, XLA changing its plan), it narrows down with more compiles, secant 
 halving, until it has compiled the answer and the next batch. The record says how many compiles
 it took, how long, and whether the next batch's need was compiled or read off the line.
 
-It assumes a need that grows with the batch. On a GPU it need not: XLA's autotuner picks each
-matmul's kernel for its shapes, and on the H100 the MLP step at batch 129 needed more than twice
-its need at 128 (2026-11-26 record). There the answer is a batch that fits whose next batch does
-not, not surely the largest that fits. A batch far beyond the card cannot even be compiled there
-(the autotuner runs its candidates at the step's sizes and runs out of memory): such a batch
-counts as over the budget, and the search steps down from it.
+It assumes a need that grows with the batch. On a GPU it need not: on the H100 the MLP step at
+batch 129 needed more than twice its need at 128 (2026-11-26 record; why is not yet known). There
+the answer is a batch that fits, not surely the largest that fits (``verify=True`` compiles the
+next batch too). A batch far beyond the card may not even compile there (XLA's autotuner runs its
+candidates at the step's sizes and runs out of memory): such a batch counts as over the budget,
+and the search steps down from it.
 
 >>> import jax
 >>> def step(w, x):
@@ -71,9 +71,9 @@ def _unplaced_bytes(args: Sequence) -> int:
     """The bytes of the arguments that are not JAX arrays (shapes, NumPy arrays): a step needs
     at least these on its device (an array already there is resident, and not counted)."""
     import jax
-    import numpy as np
 
-    return sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+    # at the size XLA takes them: float64 is float32 unless jax_enable_x64
+    return sum(math.prod(leaf.shape) * jax.dtypes.canonicalize_dtype(leaf.dtype).itemsize
                for leaf in jax.tree.leaves(args)
                if not isinstance(leaf, jax.Array) and hasattr(leaf, "shape")
                and hasattr(leaf, "dtype"))
@@ -138,6 +138,8 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         return known[batch]
 
     def compiles(batch: int) -> bool:  # False: XLA ran out of the device's memory compiling it
+        if batch in uncompiled:  # once is enough (on a GPU each try is the autotuner failing)
+            return False
         try:
             need(batch)
         except CompileOutOfMemory:
@@ -187,8 +189,8 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         # drops an argument the step never uses): halve towards the smallest batch above it not
         # known to fit, until one compiles over the budget (a bracket for the lines below)
         hi = min([b for b in uncompiled if b > first] or [top])
-        while hi - first > g and hi not in known:
-            mid = (first + hi) // 2 // g * g
+        while hi - first > g and hi not in known:  # doubling, then halving the gap
+            mid = min(2 * first, (first + hi) // 2 // g * g)
             if compiles(mid) and known[mid] <= budget_bytes:
                 first = mid
             else:
@@ -202,6 +204,8 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         fits = known[top] <= budget_bytes
         return done(top if fits else 0, 0.0, float(known[top]),
                     "the largest batch allowed fits" if fits else "one batch size allowed")
+    if first == g and known[g] > budget_bytes:
+        return done(0, 0.0, float(known[g]), "even the smallest batch does not fit")
     if known[first] > budget_bytes:
         # then where a need proportional to the batch would meet the budget: near the answer, so
         # the lines below are drawn through compiles close to it (a step's need is linear in

@@ -186,6 +186,8 @@ ENTRY %main.1 (x.1: f32[129,256], w.1: f32[256,2048]) -> f32[256,2048] {
   %custom-call.1 = (f32[129,2048]{1,0}, s8[33554432]{0}) custom-call(f32[129,256]{1,0} %x.1, f32[256,2048]{1,0} %w.1), custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(step)/dot_general"}
   %get-tuple-element.1 = f32[129,2048]{1,0} get-tuple-element((f32[129,2048]{1,0}, s8[33554432]{0}) %custom-call.1), index=0
   %fusion.2 = (f32[129,2048]{1,0}, f32[2048]{0}) fusion(f32[129,2048]{1,0} %get-tuple-element.1), kind=kLoop, calls=%fused_computation.2, metadata={op_name="jit(step)/tanh"}
+  %fusion.4 = (f32[8,128]{1,0:T(8,128)S(1)}, f32[128]{0:T(128)}) fusion(f32[129,256]{1,0} %x.1), kind=kLoop, calls=%fused_computation.4
+  %while.5 = (s32[], f32[129,256]{1,0}) while((s32[], f32[129,256]{1,0}) %tuple.3), condition=%cond.1, body=%body.1
   ROOT %fusion.3 = f32[256,2048]{1,0} fusion(f32[129,256]{1,0} %x.1, (f32[129,2048]{1,0}, f32[2048]{0}) %fusion.2), kind=kLoop, calls=%fused_computation.3
 }
 """  # noqa: E501 (XLA writes one instruction a line)
@@ -197,3 +199,5 @@ ENTRY %main.1 (x.1: f32[129,256], w.1: f32[256,2048]) -> f32[256,2048] {
         by["custom-call.1[0]"]["op"]
     assert by["fusion.2[0]"]["nbytes"] == 129 * 2048 * 4 and by["fusion.2[1]"]["shape"] == (2048,)
     assert "fusion.3" not in by and "get-tuple-element.1" not in by  # the result; a view
+    assert by["fusion.4[0]"]["shape"] == (8, 128)  # a layout with parentheses of its own (TPU)
+    assert not [n for n in by if n.startswith("while")]  # a loop's state holds its inputs

@@ -211,9 +211,47 @@ def test_preflight_names_a_compile_that_ran_out_of_device_memory(monkeypatch):
     with pytest.raises(CompileOutOfMemory) as err:
         preflight.preflight_step(example_steps.mlp_sgd_step, *make(1 << 24))
     message = str(err.value)
-    assert "cannot run on this device" in message and "Fix: price a smaller" in message
+    assert "cannot run with the memory free on this device" in message
+    assert "Fix: price a smaller" in message
     assert "128.02GiB" in message and "float32[16777216, 256]" in message
     monkeypatch.setattr(jax.stages.Lowered, "compile", lambda self: 1 / 0)  # any other failure
     with pytest.raises(MeasurementFailed) as other:
         preflight.preflight_step(example_steps.mlp_sgd_step, *make(8))
     assert not isinstance(other.value, CompileOutOfMemory)
+
+
+def test_no_batch_zero_and_no_second_try_at_a_batch_that_did_not_compile(monkeypatch):
+    asked = []
+    none = sizing.largest_batch(example_steps.mlp_sgd_step,
+                                lambda b: (asked.append(b), make(b))[1], 1000)
+    assert none.batch == 0 and 0 not in asked and "smallest batch does not fit" in none.method
+    for limit, budget in [(1000, 10**9), (1 << 23, 10**9), (64, 1_003_500), (5000, 3 * 10**6)]:
+        step = _TooLarge(lambda b: 10**6 + 1000 * b, limit)
+        monkeypatch.setattr(preflight, "preflight_step", step)
+        sizing.largest_batch(lambda b: b, lambda b: (b,), budget)
+        assert len(step.asked) == len(set(step.asked)), (limit, step.asked)  # each batch once
+
+
+def test_an_argument_bound_that_does_not_hold_costs_no_huge_compile(monkeypatch):
+    # make_args gives 1000 B an example that the step never reads (jit drops it): the bound says
+    # over from batch 2,000, the step needs 10 B an example and fits up to 200,000
+    asked = []
+
+    def step(fn, x, **_):
+        asked.append(x.shape[0])
+        return _Need(10 * x.shape[0])
+
+    monkeypatch.setattr(preflight, "preflight_step", step)
+    found = sizing.largest_batch(lambda x: 0, lambda b: (jax.ShapeDtypeStruct((b, 250), "f4"),),
+                                 2 * 10**6)
+    assert found.batch == 200_000 and found.needed_bytes <= 2 * 10**6 < found.next_needed_bytes
+    assert max(asked) <= 2 * found.batch  # doubled up to it, not halved down from 2**24
+
+
+def test_the_argument_bound_counts_what_xla_takes():
+    import numpy as np
+
+    # float64 is taken as float32 without jax_enable_x64: a bound at 8 B would not be one
+    assert sizing._unplaced_bytes((np.zeros((10, 10)), jax.ShapeDtypeStruct((5,), "int8"))) == \
+        (400 if not jax.config.jax_enable_x64 else 800) + 5
+    assert sizing._unplaced_bytes((jax.numpy.zeros(10), 3)) == 0  # an array on the device: resident

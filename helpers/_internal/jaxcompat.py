@@ -308,7 +308,11 @@ _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+) = (\w+)\[([\d,]*)\]\S*\s+(\w[\w
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 #: an instruction with several results: "%custom-call.1 = (f32[2048,2048]{1,0}, s8[33554432]{0})
 #: custom-call(...)" (a GPU's cuBLAS call and its workspace; a multi-output fusion)
-_TUPLE_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+) = \(([^()]*)\)\s+(\w[\w-]*)\(")
+_TUPLE_HEAD = re.compile(r"^\s*(ROOT\s+)?%(\S+) = \(")
+_OPCODE = re.compile(r"\s+(\w[\w-]*)\(")
+#: the opcodes whose several results are buffers of their own (a while loop's are its state, an
+#: argument's buffer among them; a tuple's and a parameter's are other values)
+_OWN_RESULTS = ("custom-call", "fusion")
 _ELEMENT = re.compile(r"(\w+)\[([\d,]*)\]")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
@@ -390,6 +394,22 @@ def weight_gradient_convolutions(hlo_text: str) -> list[int]:
     return out
 
 
+def _tuple_results(line: str) -> tuple[str | None, str, str, list[tuple[str, str]]] | None:
+    """(ROOT, name, opcode, [(dtype, dims), ...]) of an instruction with a tuple of results;
+    the tuple's parentheses balanced (a TPU layout has its own: "{1,0:T(8,128)}")."""
+    m = _TUPLE_HEAD.match(line)
+    if not m:
+        return None
+    depth, i = 1, m.end()
+    while i < len(line) and depth:
+        depth += {"(": 1, ")": -1}.get(line[i], 0)
+        i += 1
+    op = _OPCODE.match(line, i)
+    if depth or not op:
+        return None
+    return m.group(1), m.group(2), op.group(1), _ELEMENT.findall(line[m.end():i - 1])
+
+
 def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
     """The values an optimized executable materializes between its top-level instructions
     (its candidates for temporary buffers), largest first: name, dtype, shape, bytes, XLA's
@@ -410,9 +430,10 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
         if m:
             root, name, opcode = m.group(1), m.group(2), m.group(5)
             results = [(m.group(3), m.group(4))]
-        elif t := _TUPLE_INSTRUCTION.match(line):  # several results, each a buffer of its own
-            root, name, opcode = t.group(1), t.group(2), t.group(4)
-            results = _ELEMENT.findall(t.group(3))
+        elif t := _tuple_results(line):  # several results, each a buffer of its own
+            root, name, opcode, results = t
+            if opcode not in _OWN_RESULTS:
+                continue
         else:
             continue
         if root or opcode in skip:
