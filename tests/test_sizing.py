@@ -255,3 +255,15 @@ def test_the_argument_bound_counts_what_xla_takes():
     assert sizing._unplaced_bytes((np.zeros((10, 10)), jax.ShapeDtypeStruct((5,), "int8"))) == \
         (400 if not jax.config.jax_enable_x64 else 800) + 5
     assert sizing._unplaced_bytes((jax.numpy.zeros(10), 3)) == 0  # an array on the device: resident
+
+
+@pytest.mark.gpu
+def test_gpu_the_default_search_compiles_and_answers_a_batch_that_fits():
+    # the H100 (2026-11-26): the first compile at max_batch 2**24 ran out of memory in XLA's
+    # autotuner ("Out of memory while trying to allocate 128.02GiB") and notebook 09 failed
+    budget = int(460.8 * 2**20)
+    found = sizing.largest_batch(example_steps.mlp_sgd_step, make, budget, verify=True)
+    assert 0 < found.batch < 1 << 20 and found.needed_bytes == need(found.batch) <= budget
+    assert found.next_compiled and found.next_needed_bytes == need(found.batch + 1)  # verify
+    with pytest.raises(CompileOutOfMemory, match="cannot run with the memory free"):
+        need(1 << 24)  # the batch that did not compile there: now a named error
