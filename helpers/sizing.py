@@ -90,7 +90,8 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
 
     ``make_args(batch)`` returns the step's arguments for that batch: ``jax.ShapeDtypeStruct``
     shapes (nothing is allocated) or arrays. ``granularity``: the answer is a multiple of it.
-    ``verify=True`` also compiles the next batch, so the boundary is compiled on both sides.
+    ``verify=True`` also compiles the next batch, so the boundary is compiled on both sides
+    (where that batch fits too, the need is not monotonic there, and ``method`` says so).
     A need padded to a multiple of the batch (8 rows on a TPU) is a staircase, which no line
     through compiles follows: give that multiple as ``granularity``, or ``verify=True``.
     ``tolerance``: how far (a share of the budget) the line may be from a compiled need at the
@@ -159,6 +160,10 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         compiled = nxt in known or ((verify or slope <= 0) and compiles(nxt))
         after = (known[nxt] if compiled else NOT_AVAILABLE if nxt in uncompiled
                  else int(round(known[batch] + slope * g)))
+        if compiled and batch and known[nxt] <= budget_bytes:  # a need that is not monotonic
+            method += ("; but the next batch fits too: the need is not monotonic in the batch "
+                       "here (as on a GPU, where XLA picks kernels per shape), so this is a batch "
+                       "that fits, not surely the largest")
         return BatchSize(name, batch, g, budget_bytes, known.get(batch, 0), after, compiled,
                          slope, fixed, len(known), time.perf_counter() - t0, method)
 

@@ -267,3 +267,18 @@ def test_gpu_the_default_search_compiles_and_answers_a_batch_that_fits():
     assert found.next_compiled and found.next_needed_bytes == need(found.batch + 1)  # verify
     with pytest.raises(CompileOutOfMemory, match="cannot run with the memory free"):
         need(1 << 24)  # the batch that did not compile there: now a named error
+
+
+def test_a_next_batch_that_fits_too_is_said_not_hidden(monkeypatch):
+    # a need that is not monotonic (the H100's, 2026-11-26: 129 examples needed more than twice
+    # 128's): here batch 2,001 needs less than the line through its neighbours says
+    def dip(b):
+        return 10**6 + 100_000 * b - 200_000 * (b == 2001)
+
+    budget = 201 * 10**6
+    found = _search(monkeypatch, dip, budget, verify=True)
+    assert found.batch == 2000 and found.next_compiled and found.next_needed_bytes < budget
+    assert "the next batch fits too" in found.method and "not monotonic" in str(found)
+    straight = _search(monkeypatch, lambda b: 10**6 + 100_000 * b, budget, verify=True)
+    assert straight.batch == 2000 and "fits too" not in straight.method
+    assert straight.next_needed_bytes > budget
