@@ -121,21 +121,22 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     name = getattr(fn, "__name__", type(fn).__name__)
     t0 = time.perf_counter()
 
-    priced_args: dict[int, Sequence] = {}  # the last arguments made and not yet compiled
+    last: list = [None, ()]  # the batch whose arguments were made last, and them, until compiled
 
     def args_of(batch: int) -> Sequence:
-        if batch in priced_args:
-            return priced_args.pop(batch)
-        args = make_args(batch)
-        if not isinstance(args, (tuple, list)):
-            raise BadInputError(f"make_args({batch}) must return a tuple of the step's "
-                                f"arguments, got {type(args).__name__}")
-        return args
+        if last[0] != batch:
+            args = make_args(batch)
+            if not isinstance(args, (tuple, list)):
+                raise BadInputError(f"make_args({batch}) must return a tuple of the step's "
+                                    f"arguments, got {type(args).__name__}")
+            last[:] = [batch, args]
+        return last[1]
 
     def need(batch: int) -> int:
         if batch not in known:
             known[batch] = preflight.preflight_step(
                 fn, *args_of(batch), device=device, donate_argnums=donate_argnums).needed_bytes
+            last[:] = [None, ()]
         return known[batch]
 
     def compiles(batch: int) -> bool:  # False: XLA ran out of the device's memory compiling it
@@ -173,17 +174,9 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     # keeps the compile near the answer (on a GPU a compile many times the card's memory takes
     # seconds, or runs out of memory in XLA's autotuner)
     first = top
-
-    def over_by_arguments(batch: int) -> bool:
-        priced_args.clear()  # one set of arguments kept: the next compile's
-        priced_args[batch] = args_of(batch)
-        return _unplaced_bytes(priced_args[batch]) > budget_bytes
-
-    if first > g and over_by_arguments(first):
-        while first > g and over_by_arguments(half := max(g, first // 2 // g * g)):
-            first = half
-    if first not in priced_args:
-        priced_args.clear()
+    while first > g and _unplaced_bytes(args_of(first)) > budget_bytes and _unplaced_bytes(
+            args_of(half := max(g, first // 2 // g * g))) > budget_bytes:
+        first = half
     while not compiles(first):  # too large to compile here: an eighth, until one compiles
         if first == g:
             raise CompileOutOfMemory(f"XLA ran out of the device's memory compiling {name} even "
@@ -209,9 +202,7 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         fits = known[top] <= budget_bytes
         return done(top if fits else 0, 0.0, float(known[top]),
                     "the largest batch allowed fits" if fits else "one batch size allowed")
-    if first == g and known[g] > budget_bytes:
-        return done(0, 0.0, float(known[g]), "even the smallest batch does not fit")
-    if known[first] > budget_bytes:
+    if known[first] > budget_bytes and first > g:  # (at g: the loop says nothing fits)
         # then where a need proportional to the batch would meet the budget: near the answer, so
         # the lines below are drawn through compiles close to it (a step's need is linear in
         # the batch only piecewise: XLA changes its plan as the batch grows)
