@@ -251,6 +251,18 @@ class Temporary(Record):
 
 
 @dataclass(frozen=True)
+class StateCopy(Record):
+    """A subtree of one argument with another argument's shapes: state kept between steps (an
+    optimizer's moments, a gradient accumulator), as large again as what it copies."""
+
+    holder: str  # the argument that holds it, as fn names it, e.g. "opt_state"
+    path: str  # where in it, as jax.tree_util.keystr writes it, e.g. "[0].mu"
+    of: str  # the argument whose shapes it has, e.g. "params"
+    nbytes: int
+    of_nbytes: int  # the bytes of the argument it copies
+
+
+@dataclass(frozen=True)
 class StepPreflight(_Verdict, Display):
     """Will this step fit: XLA's sizes for the compiled step, what is in use and free on its
     device now, a verdict and what to try."""
@@ -289,6 +301,9 @@ class StepPreflight(_Verdict, Display):
     #: each top-level argument's array bytes, by parameter name, largest first (an optimizer
     #: state beside its parameters shows here as a multiple of them)
     argument_split: tuple[tuple[str, int], ...] = ()
+    #: subtrees of one argument with another's shapes (an optimizer's moments, a gradient
+    #: accumulator): what makes a state a multiple of its parameters, and where
+    state_copies: tuple[StateCopy, ...] = ()
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -772,6 +787,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     dev = c.device
     a = _analysis(c.executable)
     split = _argument_split(c, fn, args, kwargs)
+    copies = _state_copies(c, fn, args, kwargs)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
     runtime = _cpu_runtime_bytes(c.executable) if (target is None and getattr(
         c.device, "platform", "") == "cpu") else 0
@@ -808,6 +824,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "values after the call, lets XLA write the outputs into them: up to that "
                      "much less at the peak, as XLA plans it (preflight_step with the donation "
                      "shows its plan).")
+    if copies:
+        notes.append(_copies_note(copies))
     unused = [d for d in c.donations if not d.reused]
     if unused:
         notes.append("Donated but not reused: " + "; ".join(
@@ -847,7 +865,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
         donations=c.donations, largest_temporaries=temporaries,
-        runtime_bytes=runtime, argument_split=split)
+        runtime_bytes=runtime, argument_split=split, state_copies=copies)
 
 
 def _leaf_bytes(leaf) -> int:
@@ -915,6 +933,71 @@ def _argument_split(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int],
                 total += _leaf_bytes(leaf)
         out.append((name, total))
     return tuple(sorted(out, key=lambda kv: -kv[1]))
+
+
+def _state_copies(c: CompiledStep, fn, args, kwargs) -> tuple[StateCopy, ...]:
+    """Each subtree of one argument whose arrays have another argument's shapes, in order (an
+    Adam state's ``mu`` and ``nu`` beside ``params``). Only for an argument of at least 1 MiB;
+    an argument that is a copy as a whole (the gradients beside the parameters) is not one, and
+    of two arguments with the same shapes only the first is looked for."""
+    jax = _jax()
+    arrays = {}
+    for where, name in _argument_names(c, fn, args, kwargs):
+        value = args[where] if isinstance(where, int) else kwargs[where]
+        arrays[name] = [(tuple(str(k) for k in path), leaf) for path, leaf
+                        in jax.tree_util.tree_flatten_with_path(value)[0]
+                        if hasattr(leaf, "shape") and hasattr(leaf, "dtype")]
+    out, looked_for = [], set()
+    for of, leaves in arrays.items():
+        shapes = [tuple(x.shape) for _, x in leaves]
+        size = sum(_leaf_bytes(x) for _, x in leaves)
+        if not leaves or tuple(shapes) in looked_for or size < 2**20:
+            continue
+        looked_for.add(tuple(shapes))
+        for holder, held in arrays.items():
+            if holder != of:
+                out += [StateCopy(holder, path, of, nbytes, size)
+                        for path, nbytes in _subtrees_shaped(held, shapes)]
+    return tuple(out)
+
+
+def _subtrees_shaped(leaves: list[tuple[tuple[str, ...], Any]], shapes: list[tuple]
+                     ) -> list[tuple[str, int]]:
+    """(path, bytes) of each subtree whose arrays have ``shapes`` in order, in the order of the
+    tree; where several nested subtrees hold the same arrays, the innermost (the field that
+    holds them: ``[0].trace`` rather than ``[0]``). Never the whole tree: a tree that is a copy
+    as a whole (as gradients are of the parameters) is not state kept beside it."""
+    under: dict[tuple[str, ...], list[int]] = {}
+    for i, (path, _) in enumerate(leaves):
+        for k in range(1, len(path) + 1):
+            under.setdefault(path[:k], []).append(i)
+    innermost: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for prefix, idx in under.items():
+        if len(idx) == len(shapes) and [tuple(leaves[i][1].shape) for i in idx] == shapes:
+            if len(prefix) > len(innermost.get(tuple(idx), ())):
+                innermost[tuple(idx)] = prefix
+    return [("".join(innermost[idx]), sum(_leaf_bytes(leaves[i][1]) for i in idx))
+            for idx in sorted(innermost)]
+
+
+def _copies_note(copies: tuple[StateCopy, ...]) -> str:
+    """One sentence per argument that holds copies of another: how many, where, and how to
+    shrink them."""
+    out = []
+    for holder, of in dict.fromkeys((c.holder, c.of) for c in copies):
+        mine = [c for c in copies if (c.holder, c.of) == (holder, of)]
+        total = sum(c.nbytes for c in mine)
+        where = ", ".join(f"{holder}{c.path}" for c in mine)
+        n, whose = len(mine), of + ("'" if of.endswith("s") else "'s")
+        out.append(
+            f"{holder} holds {n} {'copy' if n == 1 else 'copies'} of {whose} shapes ({where}: "
+            f"{format_bytes(total)}, {total / mine[0].of_nbytes:.2f}x {of}): state kept from "
+            "step to step, such as an optimizer's moments or a gradient accumulator, each as "
+            f"many numbers as {of}. To shrink it: a smaller dtype where the optimizer "
+            "takes one (optax.adam's mu_dtype, optax.MultiSteps' accumulator_dtype), an "
+            "optimizer that keeps less (optax.adafactor factors its second moment; optax.sgd "
+            "without momentum keeps none), or the state sharded over devices.")
+    return " ".join(out)
 
 
 def _entry_values(compiled) -> list[dict]:

@@ -461,9 +461,13 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
     total = sum(b for _, b in p.argument_split) or 1
     split = [(f"  {name}", f"{format_bytes(b)} ({b / total:.0%})")
              for name, b in p.argument_split] if len(p.argument_split) > 1 else []
+    copies = [(f"  {holder}: copies of the shapes of {of}", ", ".join(
+        f"{c.path} {format_bytes(c.nbytes)}" for c in p.state_copies if (c.holder, c.of)
+        == (holder, of))) for holder, of in dict.fromkeys((c.holder, c.of) for c in p.state_copies)]
     return [
         ("arguments", format_bytes(p.argument_bytes) + donated),
         *split,
+        *copies,
         ("outputs", format_bytes(p.output_bytes)),
         ("aliased (outputs written into donated arguments)", format_bytes(p.alias_bytes)),
         *reuse,

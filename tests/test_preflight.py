@@ -611,3 +611,48 @@ def test_a_step_that_places_values_on_several_devices_is_refused_clearly():
     with pytest.raises(BadInputError, match="prices a step on one device") as err:
         preflight.preflight_step(spread, jnp.ones(8))
     assert "memory_analysis()" in str(err.value)
+
+
+def _adam_like(params):
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return ({"count": jnp.zeros((), jnp.int32), "mu": zeros, "nu": dict(zeros)}, ())
+
+
+def _keep(params, opt_state, grads):
+    return jax.tree.map(lambda p, g: p - g, params, grads), opt_state
+
+
+def test_the_copies_of_the_parameters_inside_an_optimizer_state_are_named_where_they_are():
+    params = {"w": jnp.ones((512, 512)), "b": jnp.ones(512)}
+    grads = jax.tree.map(jnp.ones_like, params)
+    p = preflight.preflight_step(_keep, params, _adam_like(params), grads)
+    each = 512 * 512 * 4 + 512 * 4
+    assert [(c.holder, c.path, c.of, c.nbytes, c.of_nbytes) for c in p.state_copies] == [
+        ("opt_state", "[0]['mu']", "params", each, each),
+        ("opt_state", "[0]['nu']", "params", each, each)]  # grads: a copy as a whole, not state
+    assert ("opt_state holds 2 copies of params' shapes (opt_state[0]['mu'], "
+            "opt_state[0]['nu']: 2.00 MiB, 2.00x params)") in p.advice
+    assert "mu_dtype" in p.advice and "accumulator_dtype" in p.advice
+    row = next(line for line in str(p).splitlines() if "copies of the shapes" in line)
+    assert "opt_state: copies of the shapes of params" in row and "[0]['nu'] 1.00 MiB" in row
+
+
+def test_a_copy_is_named_by_the_field_that_holds_it_and_counted_at_its_own_dtype():
+    w = jnp.ones((1024, 512))  # one array as the parameters: each copy is a single leaf
+    state = {"trace": {"inner": jnp.zeros((1024, 512), jnp.bfloat16)}}
+    p = preflight.preflight_step(lambda w, s: (w, s), w, state)
+    assert [(c.path, c.nbytes, c.of_nbytes) for c in p.state_copies] == [
+        ("['trace']['inner']", w.nbytes // 2, w.nbytes)]
+    assert "holds 1 copy of w's shapes" in p.advice and "0.50x w" in p.advice
+
+
+@pytest.mark.parametrize("case", ["small", "other shapes", "no state"])
+def test_no_copies_are_named_where_there_are_none(case):
+    n = 64 if case == "small" else 512  # 64x64 float32: 16 KiB, under the 1 MiB worth a word
+    params = {"w": jnp.ones((n, n)), "b": jnp.ones(n)}
+    state = (_adam_like(params) if case != "other shapes" else
+             ({"mu": {"w": jnp.zeros((n, n)), "b": jnp.zeros(n + 1)}}, ()))
+    if case == "no state":
+        state = ((), ())
+    p = preflight.preflight_step(_keep, params, state, params)
+    assert p.state_copies == () and "copies of" not in p.advice and "copy of" not in p.advice

@@ -281,8 +281,8 @@ def test_jax_2777_a_python_loop_inside_jit_is_unrolled():
 
 
 def test_optax_472_the_optimizer_state_beside_the_parameters():
-    """Each argument's bytes: the optimizer state shows as a multiple of the parameters. The
-    thread's MultiSteps figures need optax (the bench extra); the split itself does not."""
+    """Each argument's bytes, and where the state holds copies of the parameters. The thread's
+    MultiSteps figures need optax (the bench extra); the split and the copies do not."""
     params = {"w": jnp.ones((512, 512)), "b": jnp.ones(512)}
     adam_like = {"mu": jax.tree.map(jnp.zeros_like, params),
                  "nu": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.int32)}
@@ -293,24 +293,30 @@ def test_optax_472_the_optimizer_state_beside_the_parameters():
     p = preflight.preflight_step(step, params, adam_like, jnp.ones(8))
     split = dict(p.argument_split)
     assert split["opt_state"] == 2 * split["params"] + 4 and "opt_state:" in str(p)
+    assert [c.path for c in p.state_copies] == ["['mu']", "['nu']"]
+    assert "opt_state holds 2 copies of params' shapes" in p.advice
 
 
 def test_optax_472_multisteps_holds_one_more_copy_of_the_parameters():
     optax = pytest.importorskip("optax")  # the bench extra; the kit does not need it
     params = {"w": jnp.ones((512, 512)), "b": jnp.ones(512)}
-    sizes = {}
-    for name, opt in {"adam": optax.adam(1e-3),
-                      "multisteps": optax.MultiSteps(optax.adam(1e-3), 4)}.items():
+    sizes, copies = {}, {}
+    for name, opt in {"adam": optax.adam(1e-3), "multisteps": optax.MultiSteps(
+            optax.chain(optax.clip_by_global_norm(0.5), optax.adam(1e-3)), 4)}.items():
         state = opt.init(params)
 
         def update(params, opt_state, grads, opt=opt):
             u, opt_state = opt.update(grads, opt_state, params)
             return optax.apply_updates(params, u), opt_state
 
-        split = dict(preflight.preflight_step(update, params, state, params).argument_split)
-        sizes[name] = split["opt_state"] / split["params"]
+        p = preflight.preflight_step(update, params, state, params)
+        sizes[name] = dict(p.argument_split)["opt_state"] / dict(p.argument_split)["params"]
+        copies[name] = [c.path for c in p.state_copies]
     # docs/user-reports.md quotes these (optax 0.2.8): Adam 2.00x, MultiSteps(adam) 3.00x
     assert round(sizes["adam"], 2) == 2.0 and round(sizes["multisteps"], 2) == 3.0
+    assert copies["adam"] == ["[0].mu", "[0].nu"]
+    assert copies["multisteps"] == [".inner_opt_state[1][0].mu", ".inner_opt_state[1][0].nu",
+                                    ".acc_grads"]  # the thread's state, as the docs name it
 
 
 def test_flax_4848_undonated_state_is_named_with_the_bytes_at_stake():
