@@ -540,7 +540,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     return CompiledStep(compiled, dev, why, donated,
                         *_residency(compiled, dyn_args, dyn_kwargs, dev, jax),
                         _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
-                        _constant_bytes(jitted, arg_specs, kw_specs, jax),
+                        _constant_bytes(jitted, arg_specs, kw_specs, compiled, jax),
                         _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax), name,
                         statics, static_names)
 
@@ -610,11 +610,14 @@ def _uniform(c) -> bool:
         return False
 
 
-def _constant_bytes(jitted, arg_specs, kw_specs, jax) -> int:
-    """Bytes of the arrays the function closes over (constants of its jaxpr, nested jaxprs
-    included, each array once; an array of one repeated value costs nothing); 0 where this
-    JAX cannot trace it apart from lowering. With jax's default settings (0.10): a flag,
-    ``jax_use_simplified_jaxpr_constants``, makes them arguments instead."""
+def _constant_bytes(jitted, arg_specs, kw_specs, compiled, jax) -> int:
+    """Bytes of the arrays the function closes over that the compiled program still holds:
+    the constants of its jaxpr (nested jaxprs included, each array once; an array of one
+    repeated value costs nothing), at most the array constants left in the optimized program
+    (XLA folds a closed-over array it only reduces: ``lax.cond(p, lambda: data.sum(), ...)``
+    keeps a scalar). 0 where this JAX cannot trace it apart from lowering. With jax's default
+    settings (0.10): a flag, ``jax_use_simplified_jaxpr_constants``, makes them arguments
+    instead."""
     from jax.extend import core
 
     try:
@@ -636,7 +639,11 @@ def _constant_bytes(jitted, arg_specs, kw_specs, jax) -> int:
                         walk(sub)
 
     walk(closed)
-    return sum(seen.values())
+    try:
+        kept = jaxcompat.constant_bytes(compiled.as_text())
+    except Exception:  # a backend without program text
+        kept = None
+    return sum(seen.values()) if kept is None else min(sum(seen.values()), kept)
 
 
 def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple],

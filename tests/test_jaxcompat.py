@@ -151,6 +151,15 @@ def test_the_program_text_still_names_values_and_their_lines():
     assert internals.entry_values("not HLO", frames.is_user_file) == []
 
 
+def test_constants_kept_by_the_optimized_program_are_read_from_its_text():
+    table = jax.random.normal(jax.random.key(0), (1000,))  # an arange would become an iota
+    text = jax.jit(lambda x: x + table).lower(table).compile().as_text()
+    assert internals.constant_bytes(text) == table.nbytes, text[:400]
+    folded = jax.jit(lambda x: x + table.sum()).lower(table).compile().as_text()
+    assert internals.constant_bytes(folded) == 0  # a scalar is left out
+    assert internals.constant_bytes("not HLO") is None
+
+
 def test_weight_gradient_convolutions_are_found_in_the_program_text():
     """XLA's HLO text is not an API: this fails when a weight-gradient convolution no longer
     reads as one (window over the input's whole spatial extent)."""

@@ -332,6 +332,22 @@ def test_a_closed_over_array_is_a_constant_counted_in_the_peak():
     assert splat.constant_bytes == 0 and splat.xla_peak_bytes == x.nbytes + splat.output_bytes
 
 
+@pytest.mark.parametrize("loop", ["fori_loop", "cond"])
+def test_a_closed_over_array_that_xla_folds_away_is_not_counted(loop):
+    """jax#11448: a loop or cond that only reduces a closed-over array; XLA computes the
+    reduction while compiling and the program keeps a scalar, not the array."""
+    data = jnp.arange(256 * 1024, dtype=jnp.float32)  # 1 MiB: a constant of the jaxpr
+    if loop == "cond":
+        f = lambda p: jax.lax.cond(p, lambda: data.sum(), lambda: data.max())  # noqa: E731
+    else:
+        f = lambda p: jax.lax.fori_loop(0, 2, lambda i, c: c + data.sum(), 0.0)  # noqa: E731
+    p = preflight.preflight_step(f, True)
+    assert p.constant_bytes == 0 and "closes over" not in p.advice
+    assert p.xla_peak_bytes < 1024  # XLA's own peak: the array is not in the program
+    kept = preflight.preflight_step(lambda p: jax.lax.cond(p, lambda: data, lambda: -data), True)
+    assert kept.constant_bytes == data.nbytes  # returned whole: the program holds it
+
+
 def test_each_donated_argument_says_whether_it_is_reused_and_why_not():
     x, n, z = jnp.ones(100), jnp.ones(50, jnp.int32), jnp.ones(100)
     p = preflight.preflight_step(lambda a, b, c: (a * 2, c.sum()), x, n, z,

@@ -365,6 +365,23 @@ _CONV = re.compile(r"convolution\(%(\S+?), %(\S+?)\).*window=\{size=([\dx]+)[^}]
                    r"dim_labels=(\w+)_(\w+)->(\w+)")
 
 
+def constant_bytes(hlo_text: str) -> int | None:
+    """Bytes of the array constants an optimized executable keeps (every ``constant``
+    instruction with a dimension, in every computation); scalars are left out. None where the
+    text is not XLA's (then the kit cannot tell). A constant XLA folded away (a reduction of a
+    closed-over array, computed while compiling) is not there. XLA's text format is not an API:
+    tests check it still parses."""
+    if not hlo_text.startswith("HloModule"):
+        return None
+    total = 0
+    for line in hlo_text.splitlines():
+        m = _INSTRUCTION.match(line)
+        if m and m.group(5) == "constant" and m.group(4):
+            total += (math.prod(int(d) for d in m.group(4).split(","))
+                      * _HLO_BYTES.get(m.group(3), 4))
+    return total
+
+
 def weight_gradient_convolutions(hlo_text: str) -> list[int]:
     """For each convolution in an optimized executable whose window spans its input's whole
     spatial extent (how XLA writes a weight gradient), the bytes of its two operands. The CPU
