@@ -21,7 +21,7 @@ import re
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -251,6 +251,21 @@ class Temporary(Record):
 
 
 @dataclass(frozen=True)
+class ScanStack(Record):
+    """A ``lax.scan`` and what it keeps for every one of its steps: the values its body returns
+    beside the carry, stacked over its length (and, in a gradient's forward scan, what the
+    backward pass needs from each step)."""
+
+    length: int
+    nbytes: int  # all its stacked outputs
+    outputs: int  # how many
+    dtype: str  # the largest one's, e.g. "float32"
+    shape: tuple[int, ...]  # the largest one's, the length first
+    line: str  # the user's line that called scan ("" where not recorded)
+    under_grad: bool = False  # a gradient's forward scan: its stack holds the residuals too
+
+
+@dataclass(frozen=True)
 class StateCopy(Record):
     """A subtree of one argument with another argument's shapes: state kept between steps (an
     optimizer's moments, a gradient accumulator), as large again as what it copies."""
@@ -304,6 +319,8 @@ class StepPreflight(_Verdict, Display):
     #: subtrees of one argument with another's shapes (an optimizer's moments, a gradient
     #: accumulator): what makes a state a multiple of its parameters, and where
     state_copies: tuple[StateCopy, ...] = ()
+    #: each lax.scan that stacks 1 MiB or more over its length, largest first
+    scan_stacks: tuple[ScanStack, ...] = ()
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -537,12 +554,16 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
     dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
     dyn_donated = tuple(i - sum(s < i for s in statics) for i in donated)
+    try:
+        closed = jitted.trace(*arg_specs, **kw_specs).jaxpr
+    except Exception:  # a JAX that cannot trace apart from lowering
+        closed = None
     return CompiledStep(compiled, dev, why, donated,
                         *_residency(compiled, dyn_args, dyn_kwargs, dev, jax),
                         _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
-                        _constant_bytes(jitted, arg_specs, kw_specs, compiled, jax),
+                        _constant_bytes(closed, compiled),
                         _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax), name,
-                        statics, static_names)
+                        statics, static_names, closed)
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -579,7 +600,7 @@ class CompiledStep:
     """A step compiled for the device it would run on (:func:`compile_step`): the executable,
     where it runs and why, what it donates, argument bytes already there (each buffer once;
     only the arguments the executable takes), bytes of arguments it drops, why the call would
-    fail, constants, donations, and the function's name."""
+    fail, constants, donations, the function's name and its jaxpr."""
 
     executable: Any
     device: Any
@@ -593,6 +614,7 @@ class CompiledStep:
     function: str = ""
     static_argnums: tuple[int, ...] = ()
     static_argnames: tuple[str, ...] = ()
+    jaxpr: Any = None  # the step's closed jaxpr; None where this JAX cannot trace apart
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""
@@ -610,7 +632,24 @@ def _uniform(c) -> bool:
         return False
 
 
-def _constant_bytes(jitted, arg_specs, kw_specs, compiled, jax) -> int:
+def _jaxprs(closed) -> Iterator[tuple[Any, Sequence]]:
+    """Each jaxpr of a closed jaxpr, and every one nested in its equations (a scan's body, a
+    cond's branches, an inner jit), with its constants (none for an open one)."""
+    from jax.extend import core
+
+    stack = [closed] if closed is not None else []
+    while stack:
+        j, consts = stack.pop(), ()
+        if isinstance(j, core.ClosedJaxpr):
+            j, consts = j.jaxpr, j.consts
+        yield j, consts
+        for eqn in getattr(j, "eqns", ()):
+            for v in eqn.params.values():
+                stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
+                          if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+
+
+def _constant_bytes(closed, compiled) -> int:
     """Bytes of the arrays the function closes over that the compiled program still holds:
     the constants of its jaxpr (nested jaxprs included, each array once; an array of one
     repeated value costs nothing), at most the array constants left in the optimized program
@@ -618,32 +657,77 @@ def _constant_bytes(jitted, arg_specs, kw_specs, compiled, jax) -> int:
     keeps a scalar). 0 where this JAX cannot trace it apart from lowering. With jax's default
     settings (0.10): a flag, ``jax_use_simplified_jaxpr_constants``, makes them arguments
     instead."""
-    from jax.extend import core
-
-    try:
-        closed = jitted.trace(*arg_specs, **kw_specs).jaxpr
-    except Exception:
-        return 0
     seen: dict[int, int] = {}
-
-    def walk(j) -> None:
-        if isinstance(j, core.ClosedJaxpr):
-            for c in j.consts:
-                if hasattr(c, "nbytes") and id(c) not in seen:
-                    seen[id(c)] = 0 if _uniform(c) else int(c.nbytes)
-            j = j.jaxpr
-        for eqn in getattr(j, "eqns", ()):
-            for v in eqn.params.values():
-                for sub in (v if isinstance(v, (tuple, list)) else (v,)):
-                    if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr)):
-                        walk(sub)
-
-    walk(closed)
+    for _, consts in _jaxprs(closed):
+        for c in consts:
+            if hasattr(c, "nbytes") and id(c) not in seen:
+                seen[id(c)] = 0 if _uniform(c) else int(c.nbytes)
     try:
         kept = jaxcompat.constant_bytes(compiled.as_text())
     except Exception:  # a backend without program text
         kept = None
     return sum(seen.values()) if kept is None else min(sum(seen.values()), kept)
+
+
+def _scan_stacks(closed, compiled, most: int = 3) -> tuple[ScanStack, ...]:
+    """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its
+    length: the values its body returns beside the carry, and, in a gradient's forward scan,
+    what the backward pass needs from each step. Largest first, from 1 MiB; only where the
+    optimized program still has a value of the largest one's shape (XLA drops a stack that
+    nothing uses)."""
+    try:
+        text = compiled.as_text()
+    except Exception:  # a backend without program text: every stack counts
+        text = None
+    out = []
+    for j, _ in _jaxprs(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "scan":
+                continue
+            ys = [v.aval for v in eqn.outvars[eqn.params["num_carry"]:]]
+            sizes = [_leaf_bytes(a) for a in ys]
+            if sum(sizes) < 2**20:
+                continue
+            big = ys[sizes.index(max(sizes))]
+            if text is not None and f"[{','.join(map(str, big.shape))}]" not in text:
+                continue
+            out.append(ScanStack(int(eqn.params["length"]), sum(sizes), len(ys), str(big.dtype),
+                                 tuple(big.shape), _equation_line(eqn), _under_grad(eqn)))
+    return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
+
+
+def _stack_note(t: ScanStack, peak: int) -> str:
+    at = f" ({t.line})" if t.line else ""
+    largest = (f"; the largest, {t.dtype}{list(t.shape)}" if t.outputs > 1 else
+               f": {t.dtype}{list(t.shape)}")
+    head = (f"A lax.scan{at} keeps a value for each of its {t.length} steps, "
+            f"{format_bytes(t.nbytes)} stacked over its length ({t.nbytes / peak:.0%} of the "
+            f"peak{largest})")
+    if t.under_grad:
+        return (f"{head}: it runs under jax.grad, so beside what its body returns it keeps "
+                "what the backward pass needs from each step. preflight.residuals(loss, ...) "
+                "lists those. jax.checkpoint on the body, if it is not there yet, keeps only "
+                "each step's carry and recomputes the rest; if it is, the carries are what is "
+                "left, and a shorter scan shrinks them.")
+    return (f"{head}: what its body returns beside the carry. Return less from the body (a "
+            "sum, or the last value, belongs in the carry).")
+
+
+def _under_grad(eqn) -> bool:
+    """A gradient's forward pass made this equation (JAX's name stack says jvp)."""
+    try:
+        return "jvp(" in str(eqn.source_info.name_stack)
+    except Exception:  # an equation without a name stack
+        return False
+
+
+def _equation_line(eqn) -> str:
+    """The user's line that made a jaxpr equation ("" where its traceback names none)."""
+    try:
+        user = [f for f in eqn.source_info.traceback.frames if frames.is_user_file(f.file_name)]
+    except Exception:  # an equation without a traceback
+        return ""
+    return frames.line(user[0].file_name, user[0].line_num) if user else ""
 
 
 def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple],
@@ -854,6 +938,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "such values shrink in proportion.")
     if unrolled := _unrolled(values):
         notes.append(unrolled)
+    stacks = _scan_stacks(c.jaxpr, c.executable)
+    if stacks and stacks[0].nbytes * 4 >= peak:
+        notes.append(_stack_note(stacks[0], peak))
     if runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")
@@ -872,7 +959,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
         donations=c.donations, largest_temporaries=temporaries,
-        runtime_bytes=runtime, argument_split=split, state_copies=copies)
+        runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks)
 
 
 def _leaf_bytes(leaf) -> int:

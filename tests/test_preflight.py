@@ -1,5 +1,6 @@
 """preflight_step (will this step fit?) and its truth test against a measured peak."""
 
+import gc
 import json
 import re
 
@@ -41,6 +42,7 @@ def test_nothing_runs_and_nothing_is_copied():
         calls.append(1)  # runs once, while tracing
         return x * 2
 
+    gc.collect()  # arrays an earlier test left in reference cycles would go mid-count
     before = len(jax.live_arrays())
     p = preflight.preflight_step(f, jax.ShapeDtypeStruct((1024, 1024), jnp.float32))
     assert calls == [1]
@@ -672,3 +674,37 @@ def test_no_copies_are_named_where_there_are_none(case):
         state = ((), ())
     p = preflight.preflight_step(_keep, params, state, params)
     assert p.state_copies == () and "copies of" not in p.advice and "copy of" not in p.advice
+
+
+def _history(x):
+    def body(c, _):
+        c = jnp.tanh(c @ c.T) * 0.5
+        return c, c  # every step's state kept
+    return jax.lax.scan(body, x, None, length=64)
+
+
+def test_what_a_scan_stacks_over_its_length_is_named_with_its_line():
+    x = jnp.ones((128, 128))  # 64 KiB a step, 4 MiB over 64 steps
+    p = preflight.preflight_step(_history, x)
+    (t,) = p.scan_stacks
+    assert (t.length, t.nbytes, t.outputs, t.shape, t.under_grad) == (
+        64, 64 * x.nbytes, 1, (64, 128, 128), False)
+    assert "test_preflight.py:" in t.line and "jax.lax.scan(body, x, None" in t.line
+    assert "keeps a value for each of its 64 steps, 4.00 MiB stacked" in p.advice
+    assert "Return less from the body" in p.advice and "jax.grad" not in p.advice
+    last = preflight.preflight_step(lambda x: _history(x)[0], x)  # the stack is not returned
+    assert last.scan_stacks == () or "lax.scan" not in last.advice
+
+
+def test_a_gradient_s_forward_scan_is_named_with_the_checkpoint_fix():
+    def loss(w, xs):
+        def body(c, x):
+            return jnp.tanh(c @ w + x), None  # returns nothing: the stack is the residuals
+        return jax.lax.scan(body, jnp.zeros((64, 128)), xs)[0].sum()
+
+    w, xs = jnp.ones((128, 128)), jnp.ones((64, 64, 128))
+    p = preflight.preflight_step(jax.grad(loss), w, xs)
+    assert p.scan_stacks[0].under_grad and p.scan_stacks[0].length == 64
+    assert "it runs under jax.grad" in p.advice and "jax.checkpoint on the body" in p.advice
+    small = preflight.preflight_step(jax.grad(loss), w, xs[:4])  # 4 steps: under 1 MiB
+    assert small.scan_stacks == () and "lax.scan" not in small.advice

@@ -31,6 +31,39 @@ def test_jax_10596_a_closed_over_array_is_a_constant_of_the_program():
     assert "pass them as arguments instead" in p.advice
 
 
+def test_jax_11448_a_closed_over_array_a_loop_only_reduces_is_not_held():
+    """The thread's leak was in JAX's cache (fixed); today XLA computes the loop's reduction
+    of the closed-over array while compiling, the program holds a scalar, and the kit counts
+    no constant (it reported the whole array before)."""
+    data = jax.random.normal(jax.random.key(0), (1024 * 1024,))  # 4 MiB
+
+    def g(p):
+        return jax.lax.fori_loop(0, 2, lambda i, c: c + data.sum(), 0.0)
+
+    p = preflight.preflight_step(g, True)
+    assert p.constant_bytes == 0 and "closes over" not in p.advice
+    def big():
+        return sum(a.nbytes >= data.nbytes for a in jax.live_arrays())
+
+    before = big()
+    for _ in range(3):  # and nothing is left alive after each function is gone
+        jax.jit(lambda p: jax.lax.fori_loop(0, 2, lambda i, c: c + data.sum(), 0.0))(True)
+    assert big() == before
+
+
+def test_jax_3158_a_scan_that_returns_every_step_is_named():
+    def simulate(x):
+        def body(c, _):
+            c = jnp.tanh(c @ c.T) * 0.5
+            return c, c  # every step's state kept
+        return jax.lax.scan(body, x, None, length=100)
+
+    p = preflight.preflight_step(simulate, jnp.ones((256, 256)))
+    assert p.scan_stacks[0].length == 100 and p.scan_stacks[0].nbytes == 100 * 256 * 256 * 4
+    assert "keeps a value for each of its 100 steps, 25.00 MiB stacked" in p.advice
+    assert "test_user_reports.py:" in p.advice and "Return less from the body" in p.advice
+
+
 def test_jax_11036_which_donations_jax_and_xla_reuse():
     """The thread asked for a reshaped buffer to be reusable; JAX now offers a donated buffer to
     XLA for an output with as many elements, and XLA reuses it where the bytes match."""
