@@ -321,6 +321,9 @@ class StepPreflight(_Verdict, Display):
     state_copies: tuple[StateCopy, ...] = ()
     #: each lax.scan that stacks 1 MiB or more over its length, largest first
     scan_stacks: tuple[ScanStack, ...] = ()
+    #: (device, line) of each jax.device_put to another device inside the step, which jit
+    #: ignores: a device_put to a Device does not move a value inside jit
+    ignored_device_puts: tuple[tuple[str, str], ...] = ()
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -696,6 +699,22 @@ def _scan_stacks(closed, compiled, most: int = 3) -> tuple[ScanStack, ...]:
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
+def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
+    """(device, line) of each ``jax.device_put`` inside the step to a Device other than the
+    one it runs on: jit ignores those (jax 0.8 and 0.10 alike: the value stays, uncommitted,
+    where the step runs). A device_put to a sharding or a memory kind is honoured, and not
+    listed."""
+    jax = _jax()
+    out = []
+    for j, _ in _jaxprs(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name == "device_put":
+                out += [(device_name(d), _equation_line(eqn))
+                        for d in eqn.params.get("devices", ())
+                        if isinstance(d, jax.Device) and d != dev]
+    return tuple(out)
+
+
 def _stack_note(t: ScanStack, peak: int) -> str:
     at = f" ({t.line})" if t.line else ""
     largest = (f"; the largest, {t.dtype}{list(t.shape)}" if t.outputs > 1 else
@@ -941,6 +960,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     stacks = _scan_stacks(c.jaxpr, c.executable)
     if stacks and stacks[0].nbytes * 4 >= peak:
         notes.append(_stack_note(stacks[0], peak))
+    if ignored := _ignored_device_puts(c.jaxpr, dev):
+        where, line = ignored[0]
+        notes.append(
+            f"jax.device_put(..., {where}){f' ({line})' if line else ''} does nothing inside "
+            f"jit: a device_put to a Device does not move the value, and the step runs on "
+            f"{device_name(dev)} and returns its results there. Put the arguments on {where} "
+            "before the call (jit runs where its committed arguments are), or give device_put "
+            "a sharding, jax.sharding.SingleDeviceSharding(device): inside jit that places the "
+            "whole computation there (and fails if an argument is committed elsewhere).")
     if runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")
@@ -959,7 +987,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
         donations=c.donations, largest_temporaries=temporaries,
-        runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks)
+        runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
+        ignored_device_puts=ignored)
 
 
 def _leaf_bytes(leaf) -> int:

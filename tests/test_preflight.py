@@ -338,7 +338,7 @@ def test_a_closed_over_array_is_a_constant_counted_in_the_peak():
 def test_a_closed_over_array_that_xla_folds_away_is_not_counted(loop):
     """jax#11448: a loop or cond that only reduces a closed-over array; XLA computes the
     reduction while compiling and the program keeps a scalar, not the array."""
-    data = jnp.arange(256 * 1024, dtype=jnp.float32)  # 1 MiB: a constant of the jaxpr
+    data = jax.random.normal(jax.random.key(0), (256 * 1024,))  # 1 MiB, a jaxpr constant
     if loop == "cond":
         f = lambda p: jax.lax.cond(p, lambda: data.sum(), lambda: data.max())  # noqa: E731
     else:
@@ -708,3 +708,25 @@ def test_a_gradient_s_forward_scan_is_named_with_the_checkpoint_fix():
     assert "it runs under jax.grad" in p.advice and "jax.checkpoint on the body" in p.advice
     small = preflight.preflight_step(jax.grad(loss), w, xs[:4])  # 4 steps: under 1 MiB
     assert small.scan_stacks == () and "lax.scan" not in small.advice
+
+
+def test_a_device_put_to_another_device_inside_jit_is_named_as_doing_nothing():
+    """jax#6040: inside jit a device_put to a Device is ignored; to a sharding it is not."""
+    cpu0, cpu1 = jax.devices()[:2]  # the session's simulated CPU devices (conftest)
+    x = jnp.ones(1024)
+
+    def moved(x):
+        return jax.device_put(x * 2, cpu1) + 1
+
+    assert jax.jit(moved)(x).devices() == {cpu0}  # JAX itself: the value did not move
+    p = preflight.preflight_step(moved, x)
+    ((where, line),) = p.ignored_device_puts
+    assert where == "cpu:1" and "test_preflight.py:" in line and "device_put(x * 2" in line
+    assert "jax.device_put(..., cpu:1)" in p.advice and "does nothing inside jit" in p.advice
+    assert "runs on cpu:0" in p.advice and "SingleDeviceSharding" in p.advice
+    sharded = jax.sharding.SingleDeviceSharding(cpu1)
+    assert jax.jit(lambda x: jax.device_put(x * 2, sharded))(x).devices() == {cpu1}  # the fix
+    in_host = jax.sharding.SingleDeviceSharding(cpu0, memory_kind="pinned_host")
+    for kept in (lambda x: jax.device_put(x, cpu0), lambda x: jax.device_put(x, in_host)):
+        q = preflight.preflight_step(kept, x)  # where it runs, or another memory: not named
+        assert q.ignored_device_puts == () and "does nothing inside jit" not in q.advice

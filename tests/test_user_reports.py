@@ -64,6 +64,19 @@ def test_jax_3158_a_scan_that_returns_every_step_is_named():
     assert "test_user_reports.py:" in p.advice and "Return less from the body" in p.advice
 
 
+def test_jax_6040_a_device_put_inside_jit_that_does_nothing_is_named():
+    cpu0, cpu1 = jax.devices()[:2]  # the session's simulated CPU devices (conftest)
+
+    def f(x):
+        return jax.device_put(x, cpu1) * 2  # the user meant: compute on cpu:1
+
+    x = jnp.ones(1024)
+    assert jax.jit(f)(x).devices() == {cpu0}  # what the thread saw: it stayed
+    p = preflight.preflight_step(f, x)
+    assert p.ignored_device_puts[0][0] == "cpu:1"
+    assert "does nothing inside jit" in p.advice and "before the call" in p.advice
+
+
 def test_jax_11036_which_donations_jax_and_xla_reuse():
     """The thread asked for a reshaped buffer to be reusable; JAX now offers a donated buffer to
     XLA for an output with as many elements, and XLA reuses it where the bytes match."""
