@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -68,6 +69,12 @@ FIXES = {
                          "setting around every call",
     "other": "JAX's own explanation is kept in the log's misses",
 }
+#: the fix for new static values that print as Python's default ``<Config object at 0x...>``
+IDENTITY_FIX = ("the static values print as Python's default <... object at 0x...>, so their "
+                "class compares by identity: an equal object made anew is a new value, and "
+                "each one compiles again. Give the class __eq__ and __hash__ by value (a frozen "
+                "dataclass, or pass a tuple), or make the object once and pass the same one")
+_DEFAULT_REPR = re.compile(r"^<[\w.]+ object at 0x[0-9a-fA-F]+>$")
 EAGER = "eager operations"
 UNEXPLAINED = "compiles JAX did not explain"
 _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its function is "
@@ -140,7 +147,7 @@ class FunctionCompiles(Record):
             head = (f"`{self.function}`{where} compiled {self.compiles} times, for {self.cause}"
                     f"{changed}")
         said = f" JAX says: {self.jax_says}" if self.cause == "other" and self.jax_says else ""
-        return (f"{head}, {self.compile_seconds:.2f} s of compiling: {FIXES[self.cause]}."
+        return (f"{head}, {self.compile_seconds:.2f} s of compiling: {self.fix}."
                 f"{said}")
 
 
@@ -337,8 +344,19 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float]
         function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
         compile_seconds=sum(seconds), cause=cause, changed=_changes(mine, cause),
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
-        fix=FIXES.get(cause, ""),
+        fix=IDENTITY_FIX if _by_identity(mine, cause) else FIXES.get(cause, ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
+
+
+def _by_identity(misses: list[CacheMiss], cause: str) -> bool:
+    """New static values that all print as Python's default repr (``<Config object at
+    0x...>``): a class without value equality, made anew for each call."""
+    if cause != "new static values":
+        return False
+    pairs = [m.changed.removeprefix("now ").split(", before ", 1) for m in misses
+             if m.cause == cause]
+    return bool(pairs) and all(len(p) == 2 and all(_DEFAULT_REPR.match(v.strip()) for v in p)
+                               for p in pairs)
 
 
 def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:

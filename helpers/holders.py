@@ -95,7 +95,8 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                        for e in execs)
         except Exception:
             code = NOT_AVAILABLE
-    user = sum(h.nbytes for h in found if h.held_by)
+    user = sum(h.nbytes for h in found
+               if any(not line.startswith(_JIT_CACHE) for line in h.held_by))
     return Holders(tuple(found), count, total, user, sum(h.nbytes for h in found) - user,
                    NOT_AVAILABLE if execs is None else len(execs), code,
                    time.perf_counter() - t0, complete, many_small)
@@ -182,6 +183,7 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
 
 _HISTORY = {"_", "__", "___"}
 _VAGUE = "a container: "  # what a list, dict or tuple nobody names is called
+_JIT_CACHE = "jit's caches"  # an array that only a static argument in those caches keeps
 _FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` (or "
             "`%reset -f out`) let it go, and ending a cell with `;` displays nothing")
 
@@ -277,7 +279,7 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
         owners = [o for o in gc.get_referrers(ref) if id(o) not in mine]
         for o in owners:
             for _, ns in names:
-                found = [k for k, v in ns.items() if v is ref] if o is ns else []
+                found = _keys_holding(ns, ref) if o is ns else []
                 if found:
                     return (f"{type(ref).__name__} {found[0]!r}{inside} in "
                             f"{_name_in(ns, names)}",
@@ -299,7 +301,35 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
         return (f"an exception object ({type(ref).__name__}) refers to it", "")
     if _is_jax_owned(ref):
         return ("", "")
-    return (f"a {type(ref).__module__}.{type(ref).__qualname__} object", "")
+    return _object_holder(ref, names, mine)
+
+
+def _object_holder(obj, names, mine) -> tuple[str, str]:
+    """An object that holds the array (a model, a config): named by the variable that holds
+    it, or as jit's: a static argument stays in jit's caches after the user lets it go."""
+    import gc
+    import types
+
+    kind = f"a {type(obj).__module__}.{type(obj).__qualname__} object"
+    owners = [o for o in gc.get_referrers(obj)
+              if id(o) not in mine and not isinstance(o, types.FrameType)]
+    for _, ns in names:
+        if any(o is ns for o in owners) and (keys := _keys_holding(ns, obj)):
+            return (f"{kind}, the variable {keys[0]!r} in {_name_in(ns, names)}",
+                    f"`del {keys[0]}` (or drop its array attribute) when you are done")
+    if owners and all(_is_jax_owned(o) for o in owners):  # Static (0.10), _Hashable... (0.8)
+        return (f"{_JIT_CACHE}, through {kind} passed as a static argument",
+                "jax.clear_caches() lets it go now (measured on jax 0.8.0 and 0.10.2; on "
+                "0.10.2 deleting the jitted function and its clear_cache() do not); keep arrays "
+                "out of static arguments: pass them as traced arguments instead")
+    return (kind, "")
+
+
+def _keys_holding(ns: Mapping, value) -> list:
+    """The names in ``ns`` bound to ``value``. (A function of its own: a comprehension that
+    named ``value`` inside the kit's search would hold it in a closure cell, one more referrer
+    the search would then find.)"""
+    return [k for k, v in ns.items() if v is value]
 
 
 def _index_of(container, arr) -> str:

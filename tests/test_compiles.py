@@ -297,3 +297,33 @@ def test_jax_explanations_parse_on_both_wordings(text, cause, changed):
         (new,) = parsed["new_types"]
         assert changed.startswith(new.replace("x: ", "x: now ") + ",")
     assert jaxcompat.parse_cache_miss("Compiling jit(f) with global shapes") is None
+
+
+class _Config:  # no __eq__ or __hash__: compared by identity
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_static_values_compared_by_identity_are_named_with_their_fix():
+    """jax#4274: an equal config object made anew for each call compiles each time."""
+    from functools import partial
+
+    @partial(jax.jit, static_argnums=1)
+    def configured(x, cfg):
+        return x * cfg.scale
+
+    @partial(jax.jit, static_argnums=1)
+    def scaled(x, n):
+        return x * n
+
+    x = jnp.ones(3)
+    with compiles.watch() as log:
+        for _ in range(3):
+            configured(x, _Config(2.0))
+        for n in (2, 3):
+            scaled(x, n)
+    by_identity = log.function("configured")
+    assert by_identity.cause == "new static values" and by_identity.compiles == 3
+    assert "compares by identity" in by_identity.fix and "__eq__ and __hash__" in log.diagnosis
+    by_value = log.function("scaled")
+    assert by_value.cause == "new static values" and "identity" not in by_value.fix

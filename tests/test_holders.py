@@ -96,3 +96,39 @@ def test_the_search_is_bounded_in_time_and_checks_its_input():
     assert not h.complete and h.arrays == () and "time budget ran out" in str(h)
     with pytest.raises(ValueError, match="positive int"):
         holders.largest(0)
+
+
+class _Model:  # compares by identity, and holds an array
+    def __init__(self, mib: int):
+        self.table = big(mib)
+
+    def __call__(self, x):
+        return x * 2.0
+
+
+def test_an_object_that_holds_an_array_is_named_by_its_variable_then_by_jit_s_caches():
+    """jax#16226: an object passed as a static argument stays in jit's caches after `del`."""
+    import jax
+
+    apply = jax.jit(lambda x, model: model(x), static_argnums=1)
+    ns = {"model": _Model(84)}
+    apply(jnp.ones(3), ns["model"])
+    a = _find(holders.largest(3, namespace=ns), 84 * MiB)
+    assert a.held_by == ("a tests.test_holders._Model object, the variable 'model' in the "
+                         "notebook",) and "`del model`" in a.fix
+    gone = weakref.ref(ns.pop("model"))
+    gc.collect()
+    h = holders.largest(3, namespace=ns)
+    a = _find(h, 84 * MiB)
+    assert a.held_by == ("jit's caches, through a tests.test_holders._Model object passed as a "
+                         "static argument",)
+    assert "jax.clear_caches()" in a.fix and "pass them as traced arguments" in a.fix
+    assert h.user_bytes < 84 * MiB <= h.jax_bytes  # not "held by your code"
+    apply.clear_cache()
+    del apply
+    gc.collect()
+    if jax.__version__.startswith("0.10."):  # as the fix says: these do not let it go there
+        assert gone() is not None
+    jax.clear_caches()  # the fix
+    gc.collect()
+    assert gone() is None

@@ -270,6 +270,7 @@ def test_the_table_lists_every_report_tested_here():
         assert numbers and all(f"#{n}]" in table for n in numbers), name
     # and the other way: every row the table calls named on the CPU has its test
     elsewhere = {"15162": "tests/test_processes.py", "11204": "tests/test_holders.py",
+                 "16226": "tests/test_holders.py",
                  "4310": "the H100 record"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
@@ -425,3 +426,16 @@ def test_jax_17432_very_many_tiny_arrays_are_named_with_the_fix():
     assert "keys = jax.random.split(key, n)" in h.many_small and h.many_small in str(h)
     del keys
     assert holders.largest(1).many_small == ""  # one array of keys: nothing to say
+
+
+class _Settings:  # no __eq__ or __hash__: compared by identity, as in the thread
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_jax_4274_equal_static_values_compared_by_identity_compile_every_call():
+    step = jax.jit(lambda x, cfg: x * cfg.scale, static_argnums=1)
+    with compiles.watch() as log:
+        for _ in range(3):
+            step(jnp.ones(4), _Settings(2.0))
+    assert "compares by identity" in log.diagnosis and "frozen dataclass" in log.diagnosis
