@@ -699,6 +699,21 @@ def _scan_stacks(closed, compiled, most: int = 3) -> tuple[ScanStack, ...]:
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
+def _on_the_host_by_commitment(dev) -> str:
+    """A note when committed arguments pin the step to another platform than the default
+    device's (a GPU machine's batch committed to its CPU): jit runs it there, and says
+    nothing. "" otherwise."""
+    default = _default_device()
+    if dev == default or getattr(dev, "platform", "") == getattr(default, "platform", ""):
+        return ""
+    return (f"This step runs on {device_name(dev)}, not on the default device "
+            f"{device_name(default)}: its arguments are committed to {device_name(dev)}, and jit "
+            "runs where committed arguments are, without a word. A loader that yields arrays "
+            "committed to the CPU (jax.device_put to a CPU device, jax.dlpack.from_dlpack of "
+            "host memory) does this; if the accelerator was meant, jax.device_put the "
+            f"arguments to {device_name(default)} before the call.")
+
+
 def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
     """(device, line) of each ``jax.device_put`` inside the step to a Device other than the
     one it runs on: jit ignores those (jax 0.8 and 0.10 alike: the value stays, uncommitted,
@@ -960,6 +975,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     stacks = _scan_stacks(c.jaxpr, c.executable)
     if stacks and stacks[0].nbytes * 4 >= peak:
         notes.append(_stack_note(stacks[0], peak))
+    if device is None and target is None and (host := _on_the_host_by_commitment(dev)):
+        notes.append(host)
     if ignored := _ignored_device_puts(c.jaxpr, dev):
         where, line = ignored[0]
         notes.append(

@@ -730,3 +730,23 @@ def test_a_device_put_to_another_device_inside_jit_is_named_as_doing_nothing():
     for kept in (lambda x: jax.device_put(x, cpu0), lambda x: jax.device_put(x, in_host)):
         q = preflight.preflight_step(kept, x)  # where it runs, or another memory: not named
         assert q.ignored_device_puts == () and "does nothing inside jit" not in q.advice
+
+
+class _FakeGpu:  # a stand-in default device: this machine has no GPU
+    platform = "gpu"
+
+    def __str__(self):
+        return "cuda:0"
+
+
+def test_a_step_pinned_to_the_cpu_by_committed_arguments_is_named(monkeypatch):
+    """emfdavid/insitubatch#88: a batch committed to the host runs the step there, silently."""
+    batch = jax.device_put(jnp.ones((64, 64)), jax.devices("cpu")[1])  # committed to the CPU
+    assert preflight.preflight_step(lambda b: b * 2, batch).advice.find("runs on cpu:1") == -1
+    monkeypatch.setattr(preflight, "_default_device", lambda: _FakeGpu())
+    p = preflight.preflight_step(lambda b: b * 2, batch)
+    assert p.device == "cpu:1" and "where its committed arguments live" in p.device_reason
+    assert "This step runs on cpu:1, not on the default device cuda:0" in p.advice
+    assert "jax.device_put the arguments to cuda:0" in p.advice
+    asked = preflight.preflight_step(lambda b: b * 2, batch, device=jax.devices("cpu")[1])
+    assert "not on the default device" not in asked.advice  # the user chose it
