@@ -750,3 +750,17 @@ def test_a_step_pinned_to_the_cpu_by_committed_arguments_is_named(monkeypatch):
     assert "jax.device_put the arguments to cuda:0" in p.advice
     asked = preflight.preflight_step(lambda b: b * 2, batch, device=jax.devices("cpu")[1])
     assert "not on the default device" not in asked.advice  # the user chose it
+
+
+@pytest.mark.gpu
+def test_gpu_a_closed_over_array_stays_a_constant_and_a_scan_stack_is_seen():
+    """The program-text checks behind constant_bytes and scan_stacks, on a GPU's program: a
+    kept constant reads as one (notebook 12's 4 MiB on the H100 before the check), a folded
+    one does not, and a returned scan stack is found."""
+    table = jax.random.normal(jax.random.key(0), (1024, 1024))  # 4 MiB
+    x = jnp.ones((1024, 1024))
+    assert preflight.preflight_step(lambda a: a + table, x).constant_bytes == table.nbytes
+    folded = preflight.preflight_step(lambda p: jax.lax.fori_loop(
+        0, 2, lambda i, c: c + table.sum(), 0.0), True)
+    assert folded.constant_bytes == 0
+    assert preflight.preflight_step(_history, jnp.ones((128, 128))).scan_stacks[0].length == 64
