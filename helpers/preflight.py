@@ -1076,10 +1076,11 @@ def _argument_split(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int],
 
 
 def _state_copies(c: CompiledStep, fn, args, kwargs) -> tuple[StateCopy, ...]:
-    """Each subtree of one argument whose arrays have another argument's shapes, in order (an
-    Adam state's ``mu`` and ``nu`` beside ``params``). Only for an argument of at least 1 MiB;
-    an argument that is a copy as a whole (the gradients beside the parameters) is not one, and
-    of two arguments with the same shapes only the first is looked for."""
+    """Each subtree of one argument that has another argument's structure, its keys and its
+    shapes (an Adam state's ``mu`` and ``nu`` beside ``params``). Only for an argument of two
+    arrays or more and at least 1 MiB (a single array's shape can recur by chance); an argument
+    that is a copy as a whole (the gradients beside the parameters) is not one, and of two
+    arguments alike only the first is looked for."""
     jax = _jax()
     arrays = {}
     for where, name in _argument_names(c, fn, args, kwargs):
@@ -1088,36 +1089,35 @@ def _state_copies(c: CompiledStep, fn, args, kwargs) -> tuple[StateCopy, ...]:
                         in jax.tree_util.tree_flatten_with_path(value)[0]
                         if hasattr(leaf, "shape") and hasattr(leaf, "dtype")]
     out, looked_for = [], set()
-    for of, leaves in arrays.items():
-        shapes = [tuple(x.shape) for _, x in leaves]
-        size = sum(_leaf_bytes(x) for _, x in leaves)
-        if not leaves or tuple(shapes) in looked_for or size < 2**20:
+    for of, like in arrays.items():
+        want = tuple((path, tuple(x.shape)) for path, x in like)
+        size = sum(_leaf_bytes(x) for _, x in like)
+        if len(like) < 2 or want in looked_for or size < 2**20:
             continue
-        looked_for.add(tuple(shapes))
+        looked_for.add(want)
         for holder, held in arrays.items():
             if holder != of:
                 out += [StateCopy(holder, path, of, nbytes, size)
-                        for path, nbytes in _subtrees_shaped(held, shapes)]
+                        for path, nbytes in _subtrees_like(held, list(want))]
     return tuple(out)
 
 
-def _subtrees_shaped(leaves: list[tuple[tuple[str, ...], Any]], shapes: list[tuple]
-                     ) -> list[tuple[str, int]]:
-    """(path, bytes) of each subtree whose arrays have ``shapes`` in order, in the order of the
-    tree; where several nested subtrees hold the same arrays, the innermost (the field that
-    holds them: ``[0].trace`` rather than ``[0]``). Never the whole tree: a tree that is a copy
-    as a whole (as gradients are of the parameters) is not state kept beside it."""
+def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple]
+                   ) -> list[tuple[str, int]]:
+    """(path, bytes) of each subtree whose arrays have the key paths and shapes in ``want``,
+    beneath it and in order, as the tree holds them. Never the whole tree: a tree that is a
+    copy as a whole (as gradients are of the parameters) is not state kept beside it."""
     under: dict[tuple[str, ...], list[int]] = {}
     for i, (path, _) in enumerate(leaves):
-        for k in range(1, len(path) + 1):
+        for k in range(1, len(path)):
             under.setdefault(path[:k], []).append(i)
-    innermost: dict[tuple[int, ...], tuple[str, ...]] = {}
+    found = []
     for prefix, idx in under.items():
-        if len(idx) == len(shapes) and [tuple(leaves[i][1].shape) for i in idx] == shapes:
-            if len(prefix) > len(innermost.get(tuple(idx), ())):
-                innermost[tuple(idx)] = prefix
-    return [("".join(innermost[idx]), sum(_leaf_bytes(leaves[i][1]) for i in idx))
-            for idx in sorted(innermost)]
+        if len(idx) == len(want) and [(leaves[i][0][len(prefix):], tuple(leaves[i][1].shape))
+                                      for i in idx] == want:
+            found.append((idx[0], "".join(prefix),
+                          sum(_leaf_bytes(leaves[i][1]) for i in idx)))
+    return [(path, nbytes) for _, path, nbytes in sorted(found)]
 
 
 def _copies_note(copies: tuple[StateCopy, ...]) -> str:

@@ -656,12 +656,29 @@ def test_the_copies_of_the_parameters_inside_an_optimizer_state_are_named_where_
 
 
 def test_a_copy_is_named_by_the_field_that_holds_it_and_counted_at_its_own_dtype():
-    w = jnp.ones((1024, 512))  # one array as the parameters: each copy is a single leaf
-    state = {"trace": {"inner": jnp.zeros((1024, 512), jnp.bfloat16)}}
-    p = preflight.preflight_step(lambda w, s: (w, s), w, state)
+    params = {"w": jnp.ones((1024, 512)), "b": jnp.ones(512)}
+    state = {"trace": {"inner": jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.bfloat16),
+                                             params)}}
+    p = preflight.preflight_step(lambda params, s: (params, s), params, state)
+    size = 1024 * 512 * 4 + 512 * 4
     assert [(c.path, c.nbytes, c.of_nbytes) for c in p.state_copies] == [
-        ("['trace']['inner']", w.nbytes // 2, w.nbytes)]
-    assert "holds 1 copy of w's shapes" in p.advice and "0.50x w" in p.advice
+        ("['trace']['inner']", size // 2, size)]
+    assert "holds 1 copy of params' shapes" in p.advice and "0.50x params" in p.advice
+
+
+def test_a_shape_that_recurs_by_chance_is_no_copy():
+    """The kit's MLP step: its labels y have the shape of params['w2'] (a single array's shape
+    can recur by chance), and a tree with other keys is no copy either."""
+    params = {"w1": jnp.ones((512, 1024)), "w2": jnp.ones((1024, 256))}
+    y = jnp.ones((1024, 256))  # 1 MiB, w2's shape
+    p = preflight.preflight_step(lambda params, y: (params, y), params, y)
+    assert p.state_copies == () and "copy of" not in p.advice
+    renamed = {"a": jnp.zeros((512, 1024)), "b": jnp.zeros((1024, 256))}
+    q = preflight.preflight_step(lambda params, s: (params, s), params, {"m": renamed})
+    assert q.state_copies == ()
+    same = preflight.preflight_step(lambda params, s: (params, s), params,
+                                    {"m": jax.tree.map(jnp.zeros_like, params)})
+    assert [c.path for c in same.state_copies] == ["['m']"]  # the control: keys alike
 
 
 @pytest.mark.parametrize("case", ["small", "other shapes", "no state"])
