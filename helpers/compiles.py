@@ -70,11 +70,12 @@ FIXES = {
     "other": "JAX's own explanation is kept in the log's misses",
 }
 #: the fix for new static values that print as Python's default ``<Config object at 0x...>``
-IDENTITY_FIX = ("the static values print as Python's default <... object at 0x...>, so their "
-                "class compares by identity: an equal object made anew is a new value, and "
-                "each one compiles again. Give the class __eq__ and __hash__ by value (a frozen "
-                "dataclass, or pass a tuple), or make the object once and pass the same one")
-_DEFAULT_REPR = re.compile(r"^<[\w.]+ object at 0x[0-9a-fA-F]+>$")
+IDENTITY_FIX = ("the static values print as Python's default <... object at 0x...>: if their "
+                "class has no __eq__ and __hash__ of its own, it compares by identity, and an "
+                "equal object made anew is a new value that compiles again. Give the class "
+                "__eq__ and __hash__ by value (a frozen dataclass, or pass a tuple), or make "
+                "the object once and pass the same one")
+_DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
 EAGER = "eager operations"
 UNEXPLAINED = "compiles JAX did not explain"
 _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its function is "

@@ -317,7 +317,8 @@ def _object_holder(obj, names, mine) -> tuple[str, str]:
         if any(o is ns for o in owners) and (keys := _keys_holding(ns, obj)):
             return (f"{kind}, the variable {keys[0]!r} in {_name_in(ns, names)}",
                     f"`del {keys[0]}` (or drop its array attribute) when you are done")
-    if owners and all(_is_jax_owned(o) for o in owners):  # Static (0.10), _Hashable... (0.8)
+    boxes = jaxcompat.static_argument_boxes()
+    if boxes and owners and all(isinstance(o, boxes) for o in owners):
         return (f"{_JIT_CACHE}, through {kind} passed as a static argument",
                 "jax.clear_caches() lets it go now (measured on jax 0.8.0 and 0.10.2; on "
                 "0.10.2 deleting the jitted function and its clear_cache() do not); keep arrays "

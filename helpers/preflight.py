@@ -262,7 +262,9 @@ class ScanStack(Record):
     dtype: str  # the largest one's, e.g. "float32"
     shape: tuple[int, ...]  # the largest one's, the length first
     line: str  # the user's line that called scan ("" where not recorded)
-    under_grad: bool = False  # a gradient's forward scan: its stack holds the residuals too
+    #: "" for a scan of the user's; "forward" in a derivative's forward pass (its stack holds
+    #: what the backward pass needs too); "backward" in the backward pass (JAX's own scan)
+    role: str = ""
 
 
 @dataclass(frozen=True)
@@ -672,12 +674,12 @@ def _constant_bytes(closed, compiled) -> int:
     return sum(seen.values()) if kept is None else min(sum(seen.values()), kept)
 
 
-def _scan_stacks(closed, compiled, most: int = 3) -> tuple[ScanStack, ...]:
+def _scan_stacks(closed, compiled, room: int, most: int = 3) -> tuple[ScanStack, ...]:
     """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its
     length: the values its body returns beside the carry, and, in a gradient's forward scan,
     what the backward pass needs from each step. Largest first, from 1 MiB; only where the
-    optimized program still has a value of the largest one's shape (XLA drops a stack that
-    nothing uses)."""
+    optimized program still has a value of the largest one's shape and its outputs and
+    temporaries (``room``) could hold the stacks (XLA drops a stack that nothing uses)."""
     try:
         text = compiled.as_text()
     except Exception:  # a backend without program text: every stack counts
@@ -692,10 +694,11 @@ def _scan_stacks(closed, compiled, most: int = 3) -> tuple[ScanStack, ...]:
             if sum(sizes) < 2**20:
                 continue
             big = ys[sizes.index(max(sizes))]
-            if text is not None and f"[{','.join(map(str, big.shape))}]" not in text:
+            if sum(sizes) > room or (
+                    text is not None and f"[{','.join(map(str, big.shape))}]" not in text):
                 continue
             out.append(ScanStack(int(eqn.params["length"]), sum(sizes), len(ys), str(big.dtype),
-                                 tuple(big.shape), _equation_line(eqn), _under_grad(eqn)))
+                                 tuple(big.shape), _equation_line(eqn), _scan_role(eqn)))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
@@ -706,12 +709,14 @@ def _on_the_host_by_commitment(dev) -> str:
     default = _default_device()
     if dev == default or getattr(dev, "platform", "") == getattr(default, "platform", ""):
         return ""
+    loader = (" A loader that yields arrays committed to the CPU does this (jax.device_put to "
+              "a CPU device; jax.dlpack.from_dlpack of a NumPy array commits too, seen on the "
+              "CPU)." if getattr(dev, "platform", "") == "cpu" else "")
     return (f"This step runs on {device_name(dev)}, not on the default device "
             f"{device_name(default)}: its arguments are committed to {device_name(dev)}, and jit "
-            "runs where committed arguments are, without a word. A loader that yields arrays "
-            "committed to the CPU (jax.device_put to a CPU device, jax.dlpack.from_dlpack of "
-            "host memory) does this; if the accelerator was meant, jax.device_put the "
-            f"arguments to {device_name(default)} before the call.")
+            f"runs where committed arguments are, without a word.{loader} If "
+            f"{device_name(default)} was meant, jax.device_put the arguments there before the "
+            "call.")
 
 
 def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
@@ -737,22 +742,25 @@ def _stack_note(t: ScanStack, peak: int) -> str:
     head = (f"A lax.scan{at} keeps a value for each of its {t.length} steps, "
             f"{format_bytes(t.nbytes)} stacked over its length ({t.nbytes / peak:.0%} of the "
             f"peak{largest})")
-    if t.under_grad:
-        return (f"{head}: it runs under jax.grad, so beside what its body returns it keeps "
-                "what the backward pass needs from each step. preflight.residuals(loss, ...) "
-                "lists those. jax.checkpoint on the body, if it is not there yet, keeps only "
+    if t.role == "forward":
+        return (f"{head}: it runs under a derivative (jax.grad, jax.vjp), so beside what its "
+                "body returns it keeps what the backward pass needs from each step. "
+                "preflight.residuals(loss, ...) lists those. jax.checkpoint on the body, if it "
+                "is not there yet, keeps only "
                 "each step's carry and recomputes the rest; if it is, the carries are what is "
                 "left, and a shorter scan shrinks them.")
     return (f"{head}: what its body returns beside the carry. Return less from the body (a "
             "sum, or the last value, belongs in the carry).")
 
 
-def _under_grad(eqn) -> bool:
-    """A gradient's forward pass made this equation (JAX's name stack says jvp)."""
+def _scan_role(eqn) -> str:
+    """"forward" for a derivative's forward pass, "backward" for its backward pass (JAX's name
+    stack says jvp, transpose), "" otherwise."""
     try:
-        return "jvp(" in str(eqn.source_info.name_stack)
+        stack = str(eqn.source_info.name_stack)
     except Exception:  # an equation without a name stack
-        return False
+        return ""
+    return "backward" if "transpose(" in stack else "forward" if "jvp(" in stack else ""
 
 
 def _equation_line(eqn) -> str:
@@ -972,17 +980,18 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "such values shrink in proportion.")
     if unrolled := _unrolled(values):
         notes.append(unrolled)
-    stacks = _scan_stacks(c.jaxpr, c.executable)
-    if stacks and stacks[0].nbytes * 4 >= peak:
-        notes.append(_stack_note(stacks[0], peak))
+    stacks = _scan_stacks(c.jaxpr, c.executable, a["output"] + a["temp"])
+    named = [t for t in stacks if t.role != "backward"]  # JAX's own scan: nothing to change
+    if named and named[0].nbytes * 4 >= peak:
+        notes.append(_stack_note(named[0], peak))
     if device is None and target is None and (host := _on_the_host_by_commitment(dev)):
         notes.append(host)
     if ignored := _ignored_device_puts(c.jaxpr, dev):
-        where, line = ignored[0]
+        put_to, put_at = ignored[0]
         notes.append(
-            f"jax.device_put(..., {where}){f' ({line})' if line else ''} does nothing inside "
-            f"jit: a device_put to a Device does not move the value, and the step runs on "
-            f"{device_name(dev)} and returns its results there. Put the arguments on {where} "
+            f"jax.device_put(..., {put_to}){f' ({put_at})' if put_at else ''} does nothing "
+            f"inside jit: a device_put to a Device does not move the value, and the step runs "
+            f"on {device_name(dev)} and returns its results there. Put the arguments on {put_to} "
             "before the call (jit runs where its committed arguments are), or give device_put "
             "a sharding, jax.sharding.SingleDeviceSharding(device): inside jit that places the "
             "whole computation there (and fails if an argument is committed elsewhere).")

@@ -327,3 +327,11 @@ def test_static_values_compared_by_identity_are_named_with_their_fix():
     assert "compares by identity" in by_identity.fix and "__eq__ and __hash__" in log.diagnosis
     by_value = log.function("scaled")
     assert by_value.cause == "new static values" and "identity" not in by_value.fix
+
+    class Local:  # defined in a function: its repr reads "<...<locals>.Local object at 0x...>"
+        scale = 3.0
+
+    with compiles.watch() as log:
+        for _ in range(2):
+            configured(x, Local())
+    assert "compares by identity" in log.function("configured").fix

@@ -132,3 +132,13 @@ def test_an_object_that_holds_an_array_is_named_by_its_variable_then_by_jit_s_ca
     jax.clear_caches()  # the fix
     gc.collect()
     assert gone() is None
+
+
+def test_an_object_inside_another_jax_object_is_not_called_jit_s():
+    """Only jit's own box for a static argument means jit's caches: a tree_util.Partial that
+    the user holds is no cache, and clear_caches() would free nothing."""
+    import jax
+
+    ns = {"p": jax.tree_util.Partial(_Model(78))}
+    a = _find(holders.largest(3, namespace=ns), 78 * MiB)
+    assert not any(line.startswith("jit's caches") for line in a.held_by), a.held_by

@@ -704,13 +704,20 @@ def test_what_a_scan_stacks_over_its_length_is_named_with_its_line():
     x = jnp.ones((128, 128))  # 64 KiB a step, 4 MiB over 64 steps
     p = preflight.preflight_step(_history, x)
     (t,) = p.scan_stacks
-    assert (t.length, t.nbytes, t.outputs, t.shape, t.under_grad) == (
-        64, 64 * x.nbytes, 1, (64, 128, 128), False)
+    assert (t.length, t.nbytes, t.outputs, t.shape, t.role) == (
+        64, 64 * x.nbytes, 1, (64, 128, 128), "")
     assert "test_preflight.py:" in t.line and "jax.lax.scan(body, x, None" in t.line
     assert "keeps a value for each of its 64 steps, 4.00 MiB stacked" in p.advice
     assert "Return less from the body" in p.advice and "jax.grad" not in p.advice
     last = preflight.preflight_step(lambda x: _history(x)[0], x)  # the stack is not returned
-    assert last.scan_stacks == () or "lax.scan" not in last.advice
+    assert last.scan_stacks == () and "lax.scan" not in last.advice
+    xs = jnp.ones((1000, 1000))  # an argument with the dropped stack's shape
+
+    def summed(xs):
+        return jax.lax.scan(lambda c, x: (c + jnp.tanh(x).sum(), jnp.tanh(x)), 0.0, xs)[0]
+
+    dropped = preflight.preflight_step(summed, xs)
+    assert dropped.scan_stacks == () and "lax.scan" not in dropped.advice
 
 
 def test_a_gradient_s_forward_scan_is_named_with_the_checkpoint_fix():
@@ -721,8 +728,8 @@ def test_a_gradient_s_forward_scan_is_named_with_the_checkpoint_fix():
 
     w, xs = jnp.ones((128, 128)), jnp.ones((64, 64, 128))
     p = preflight.preflight_step(jax.grad(loss), w, xs)
-    assert p.scan_stacks[0].under_grad and p.scan_stacks[0].length == 64
-    assert "it runs under jax.grad" in p.advice and "jax.checkpoint on the body" in p.advice
+    assert p.scan_stacks[0].role == "forward" and p.scan_stacks[0].length == 64
+    assert "it runs under a derivative" in p.advice and "jax.checkpoint on the body" in p.advice
     small = preflight.preflight_step(jax.grad(loss), w, xs[:4])  # 4 steps: under 1 MiB
     assert small.scan_stacks == () and "lax.scan" not in small.advice
 
@@ -741,6 +748,7 @@ def test_a_device_put_to_another_device_inside_jit_is_named_as_doing_nothing():
     assert where == "cpu:1" and "test_preflight.py:" in line and "device_put(x * 2" in line
     assert "jax.device_put(..., cpu:1)" in p.advice and "does nothing inside jit" in p.advice
     assert "runs on cpu:0" in p.advice and "SingleDeviceSharding" in p.advice
+    assert p.device == "cpu:0"  # the record names where the step runs, not the device_put's
     sharded = jax.sharding.SingleDeviceSharding(cpu1)
     assert jax.jit(lambda x: jax.device_put(x * 2, sharded))(x).devices() == {cpu1}  # the fix
     in_host = jax.sharding.SingleDeviceSharding(cpu0, memory_kind="pinned_host")
@@ -764,7 +772,8 @@ def test_a_step_pinned_to_the_cpu_by_committed_arguments_is_named(monkeypatch):
     p = preflight.preflight_step(lambda b: b * 2, batch)
     assert p.device == "cpu:1" and "where its committed arguments live" in p.device_reason
     assert "This step runs on cpu:1, not on the default device cuda:0" in p.advice
-    assert "jax.device_put the arguments to cuda:0" in p.advice
+    assert "If cuda:0 was meant, jax.device_put the arguments there" in p.advice
+    assert "A loader that yields arrays committed to the CPU" in p.advice
     asked = preflight.preflight_step(lambda b: b * 2, batch, device=jax.devices("cpu")[1])
     assert "not on the default device" not in asked.advice  # the user chose it
 

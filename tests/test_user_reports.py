@@ -45,6 +45,7 @@ def test_jax_11448_a_closed_over_array_a_loop_only_reduces_is_not_held():
     def big():
         return sum(a.nbytes >= data.nbytes for a in jax.live_arrays())
 
+    gc.collect()  # arrays an earlier test left in reference cycles would go mid-count
     before = big()
     for _ in range(3):  # and nothing is left alive after each function is gone
         jax.jit(lambda p: jax.lax.fori_loop(0, 2, lambda i, c: c + data.sum(), 0.0))(True)

@@ -103,6 +103,15 @@ INTERNALS: dict[str, Internal] = {
         "helpers.compiles stops counting compiles when its block ends",
         "jax.monitoring.unregister_event_duration_listener, in newer JAX (0.10.2 has it, 0.8.0 "
         "not)", until=(0, 10, 2)),
+    "static_argument_box": Internal(
+        "jax._src.tree_util:Static",
+        "helpers.holders tells an object that only jit's caches keep, as a static argument, "
+        "from one the user holds",
+        "none: jit's caches are not public", since=(0, 10, 2)),
+    "static_argument_box_older": Internal(
+        "jax._src.api_util:_HashableWithStrictTypeEquality",
+        "the same on older JAX (0.8.0 boxes a static argument in this type)",
+        "none"),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
@@ -171,6 +180,13 @@ def _get(name: str, default=None):
         return _resolve(name)
     except Exception:
         return default
+
+
+def static_argument_boxes() -> tuple[type, ...]:
+    """The types jit keeps a static argument in, in its caches (``Static`` on jax 0.10.2,
+    ``_HashableWithStrictTypeEquality`` on 0.8.0); () where this JAX has neither."""
+    found = (_get("static_argument_box"), _get("static_argument_box_older"))
+    return tuple(t for t in found if isinstance(t, type))
 
 
 # --- backends -------------------------------------------------------------------------------
