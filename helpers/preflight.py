@@ -1085,11 +1085,12 @@ def _argument_split(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int],
 
 
 def _state_copies(c: CompiledStep, fn, args, kwargs) -> tuple[StateCopy, ...]:
-    """Each subtree of one argument that has another argument's structure, its keys and its
-    shapes (an Adam state's ``mu`` and ``nu`` beside ``params``). Only for an argument of two
-    arrays or more and at least 1 MiB (a single array's shape can recur by chance); an argument
+    """Each subtree of an argument that has the structure, keys and shapes of another argument,
+    or of another field of the same argument (a Flax TrainState holds ``params`` and
+    ``opt_state``): an Adam state's ``mu`` and ``nu`` beside the parameters. Only for a tree of
+    two arrays or more and at least 1 MiB (a single array's shape can recur by chance); a tree
     that is a copy as a whole (the gradients beside the parameters) is not one, and of two
-    arguments alike only the first is looked for."""
+    trees alike only the first is looked for."""
     jax = _jax()
     arrays = {}
     for where, name in _argument_names(c, fn, args, kwargs):
@@ -1097,23 +1098,37 @@ def _state_copies(c: CompiledStep, fn, args, kwargs) -> tuple[StateCopy, ...]:
         arrays[name] = [(tuple(str(k) for k in path), leaf) for path, leaf
                         in jax.tree_util.tree_flatten_with_path(value)[0]
                         if hasattr(leaf, "shape") and hasattr(leaf, "dtype")]
-    out, looked_for = [], set()
-    for of, like in arrays.items():
+    trees = []  # (label, argument, the field's key or None, its arrays by relative path)
+    for name, leaves in arrays.items():
+        trees.append((name, name, None, leaves))
+        for key in dict.fromkeys(path[0] for path, _ in leaves if len(path) > 1):
+            trees.append((f"{name}{key}", name, key,
+                          [(path[1:], x) for path, x in leaves if path[0] == key]))
+    out, looked_for, found = [], set(), []  # found: (holder, key path) of each copy so far
+    for of, of_arg, key, like in trees:
         want = tuple((path, tuple(x.shape)) for path, x in like)
         size = sum(_leaf_bytes(x) for _, x in like)
         if len(like) < 2 or want in looked_for or size < 2**20:
             continue
         looked_for.add(want)
         for holder, held in arrays.items():
-            if holder != of:
-                out += [StateCopy(holder, path, of, nbytes, size)
-                        for path, nbytes in _subtrees_like(held, list(want))]
+            if holder == of_arg and key is None:
+                continue
+            for path, nbytes in _subtrees_like(held, list(want)):
+                # within one argument, only deeper than a field (TrainState.opt_state.mu): a
+                # field beside it with its shapes is a sibling (two identical layers); and a
+                # part of a copy already found (mu['l1'] of params['l1']) is no new one
+                if (holder == of_arg and len(path) < 2) or any(
+                        h == holder and path[:len(q)] == q for h, q in found):
+                    continue
+                found.append((holder, path))
+                out.append(StateCopy(holder, "".join(path), of, nbytes, size))
     return tuple(out)
 
 
 def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple]
-                   ) -> list[tuple[str, int]]:
-    """(path, bytes) of each subtree whose arrays have the key paths and shapes in ``want``,
+                   ) -> list[tuple[tuple[str, ...], int]]:
+    """(key path, bytes) of each subtree whose arrays have the key paths and shapes in ``want``,
     beneath it and in order, as the tree holds them. Never the whole tree: a tree that is a
     copy as a whole (as gradients are of the parameters) is not state kept beside it."""
     under: dict[tuple[str, ...], list[int]] = {}
@@ -1124,8 +1139,7 @@ def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple]
     for prefix, idx in under.items():
         if len(idx) == len(want) and [(leaves[i][0][len(prefix):], tuple(leaves[i][1].shape))
                                       for i in idx] == want:
-            found.append((idx[0], "".join(prefix),
-                          sum(_leaf_bytes(leaves[i][1]) for i in idx)))
+            found.append((idx[0], prefix, sum(_leaf_bytes(leaves[i][1]) for i in idx)))
     return [(path, nbytes) for _, path, nbytes in sorted(found)]
 
 

@@ -790,3 +790,29 @@ def test_gpu_a_closed_over_array_stays_a_constant_and_a_scan_stack_is_seen():
         0, 2, lambda i, c: c + table.sum(), 0.0), True)
     assert folded.constant_bytes == 0
     assert preflight.preflight_step(_history, jnp.ones((128, 128))).scan_stacks[0].length == 64
+
+
+def test_copies_inside_one_argument_are_found_and_identical_layers_are_not():
+    """A Flax TrainState holds params and opt_state in one argument; two layers of one shape
+    side by side are no copy of each other, and a part of a copy is not named again."""
+    from typing import NamedTuple
+
+    class TrainState(NamedTuple):
+        step: jax.Array
+        params: dict
+        opt_state: tuple
+
+    def layer():
+        return {"w": jnp.ones((512, 512)), "b": jnp.ones(512)}
+
+    params = {"l1": layer(), "l2": layer()}
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    adam = ({"count": jnp.zeros((), jnp.int32), "mu": zeros, "nu": dict(zeros)},)
+    state = TrainState(jnp.zeros((), jnp.int32), params, adam)
+    p = preflight.preflight_step(lambda s, batch: s, state, jnp.ones(8))
+    assert [(c.holder, c.path, c.of) for c in p.state_copies] == [
+        ("s", ".opt_state[0]['mu']", "s.params"), ("s", ".opt_state[0]['nu']", "s.params")]
+    assert "s holds 2 copies of s.params' shapes" in p.advice
+    apart = preflight.preflight_step(lambda params, opt_state: params, params, adam)
+    assert [c.path for c in apart.state_copies] == ["[0]['mu']", "[0]['nu']"]
+    assert preflight.preflight_step(lambda params: params, params).state_copies == ()
