@@ -52,7 +52,11 @@ CAUSES = ("function made anew", "new shapes", "new dtypes", "new sharding", "new
 FIXES = {
     "function made anew": "jit caches by the function object, and a lambda, closure, "
                           "functools.partial or bound method (obj.method) made on every "
-                          "iteration is a new one: make it once, outside the loop",
+                          "iteration is a new one: make it once, outside the loop. Where it "
+                          "is made anew to close over a new value (a learning rate per run of "
+                          "a sweep), pass that value as an argument instead: a traced one "
+                          "compiles once (optax.inject_hyperparams keeps a learning rate in "
+                          "the optimizer state)",
     "new shapes": "pad or bucket the inputs to a few fixed shapes (say, powers of two), so one "
                   "compiled program serves many",
     "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "

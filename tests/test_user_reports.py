@@ -440,3 +440,39 @@ def test_jax_4274_equal_static_values_compared_by_identity_compile_every_call():
         for _ in range(3):
             step(jnp.ones(4), _Settings(2.0))
     assert "compares by identity" in log.diagnosis and "frozen dataclass" in log.diagnosis
+
+
+def test_optax_577_a_sweep_that_closes_over_the_rate_compiles_for_each_value():
+    def make_step(lr):
+        return jax.jit(lambda p: p - lr * p)  # the rate is closed over: a new function each
+
+    with compiles.watch() as log:
+        for lr in (0.1, 0.01, 0.001):
+            make_step(lr)(jnp.ones(4))
+    (f,) = [f for f in log.functions if f.recompiled]
+    assert f.cause == "function made anew" and f.compiles == 3
+    assert "pass that value as an argument instead" in f.fix
+    assert "optax.inject_hyperparams" in f.fix
+    step = jax.jit(lambda p, lr: p - lr * p)  # the fix: the rate as a traced argument
+    with compiles.watch() as fixed:
+        for lr in (0.1, 0.01, 0.001):
+            step(jnp.ones(4), lr)
+    assert not [f for f in fixed.functions if f.recompiled]
+
+
+def test_optax_577_inject_hyperparams_compiles_the_sweep_once():
+    optax = pytest.importorskip("optax")  # the bench extra; the kit does not need it
+    params = {"w": jnp.ones((8, 8))}
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
+
+    @jax.jit
+    def step(p, s, g):
+        u, s = tx.update(g, s, p)
+        return optax.apply_updates(p, u), s
+
+    state = tx.init(params)
+    with compiles.watch() as log:
+        for lr in (1e-3, 3e-4, 1e-4):
+            state.hyperparams["learning_rate"] = jnp.float32(lr)
+            step(params, state, params)
+    assert [f.compiles for f in log.functions if f.function == "step"] == [1]
