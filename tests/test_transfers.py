@@ -167,10 +167,11 @@ def test_each_copy_names_the_users_line_and_a_reason():
         jnp.arange(10)[3]
     by = {r["line"].split(": ", 1)[-1]: r for r in log.by_line()}
     assert by["f(x, x)"]["count"] == 2 and "jitted call" in by["f(x, x)"]["reasons"][0]
-    assert by["jax.device_put(x)"]["reasons"] == ["jax.device_put"]
+    (put,) = by["jax.device_put(x)"]["reasons"]
+    assert put.startswith("jax.device_put (on the CPU backend an array aligned to 64 bytes")
     inner = by["return jnp.asarray(v) * 2  # a NumPy array into a JAX operation"]
     expected = ("jax.device_put" if jaxcompat.asarray_is_explicit()  # jax < 0.10.1
-                else "a NumPy array passed to a JAX operation")
+                else "jnp.array or jnp.asarray of a NumPy array: a copy")
     assert expected in inner["reasons"][0]  # the innermost line of user code
     assert by["jnp.arange(10)[3]"]["reasons"] == ["a Python int used as an index or slice bound"]
     assert all(r["line"].startswith("test_transfers.py:") for r in log.by_line())
@@ -225,3 +226,37 @@ def test_a_creation_with_device_is_made_on_the_default_device_first():
             make().block_until_ready()
         (copy,) = log.select("device->device")
         assert "made whole on the default device" in copy.reason
+
+
+_GROWTH = """
+import sys, numpy as np, jax, jax.numpy as jnp
+def peak():
+    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])
+def at(n, offset):  # n float32s starting `offset` bytes past a 64-byte boundary
+    buf = np.empty(n * 4 + 128, np.uint8)
+    o = (-buf.ctypes.data) % 64 + offset
+    return buf[o:o + n * 4].view(np.float32)
+f = jax.jit(lambda a: a[0] + 1)
+for offset in (0, 4):
+    x = at(2**24, offset); x[...] = 1.0  # 64 MiB, touched
+    f(at(2**24, offset)).block_until_ready()  # compiled at this shape; its copy freed
+    shared = jax.device_put(x).unsafe_buffer_pointer() == x.ctypes.data
+    open('/proc/self/clear_refs', 'w').write('5')
+    before = peak()
+    f(x).block_until_ready()
+    print(offset, shared, (peak() - before) * 1024 / x.nbytes)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc's peak RSS")
+def test_on_the_cpu_an_aligned_numpy_array_is_used_in_place_and_an_unaligned_one_copied():
+    """What the reasons say of the CPU backend (jax-ml/jax#17702): a jitted call and
+    jax.device_put use a NumPy array aligned to 64 bytes in place; one 4 bytes off is copied."""
+    from tests.conftest import run_python
+
+    proc = run_python(_GROWTH, env={"MALLOC_MMAP_THRESHOLD_": "65536", "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    (a_off, a_shared, a_grew), (u_off, u_shared, u_grew) = rows
+    assert a_shared == "True" and float(a_grew) < 0.2  # aligned: no copy of 64 MiB
+    assert u_shared == "False" and float(u_grew) > 0.5  # 4 bytes off: a copy (0.8-2.0x seen)
