@@ -199,6 +199,10 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     cpu = (destination or "").startswith("cpu")
     if explicit:
         return "jax.device_put" + (_ON_THE_CPU if cpu and shape else "")
+    if _CONVERTED.search(source):  # on its fast path too, which logs no shape
+        return ("jnp.array or jnp.asarray of a NumPy array: a copy, on the CPU backend too "
+                "(jax 0.10.2 copies even an aligned one there, where jax.device_put(x) uses an "
+                "array aligned to 64 bytes in place)")
     if shape is None:
         return ("an argument of a jitted call: a NumPy array or a Python number, copied on "
                 "every call (jit's fast path logs no shape)" + (_ON_THE_CPU if cpu else ""))
@@ -206,10 +210,6 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
         if "[" in source and dtype and "int" in dtype:
             return "a Python int used as an index or slice bound"
         return "a Python scalar turned into an array"
-    if cpu and _CONVERTED.search(source):
-        return ("jnp.array or jnp.asarray of a NumPy array: a copy (jax 0.10.2 copies even an "
-                "aligned one on the CPU); jax.device_put(x) uses an array aligned to 64 bytes "
-                "in place there")
     return ("a NumPy array passed to a JAX operation or a jit: copied on every call"
             + (_ON_THE_CPU if cpu else ""))
 

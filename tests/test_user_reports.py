@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from helpers import compiles, devices, holders, memory, preflight, settings, transfers
+from helpers._internal import jaxcompat
 
 MiB = 2**20
 
@@ -476,3 +477,16 @@ def test_optax_577_inject_hyperparams_compiles_the_sweep_once():
             state.hyperparams["learning_rate"] = jnp.float32(lr)
             step(params, state, params)
     assert [f.compiles for f in log.functions if f.function == "step"] == [1]
+
+
+def test_jax_17702_jnp_asarray_of_numpy_is_named_as_a_copy_and_device_put_as_the_way_round():
+    x = np.ones(1000, np.float32)
+    jnp.asarray(x)  # compiled outside the trace
+    with transfers.trace() as log:
+        jnp.asarray(x).block_until_ready()
+    reason = " ".join(log.by_line()[0]["reasons"])
+    if jaxcompat.asarray_is_explicit():  # jax < 0.10.1: asarray was a device_put
+        assert reason.startswith("jax.device_put")
+    else:
+        assert "jnp.array or jnp.asarray of a NumPy array: a copy" in reason
+        assert "jax.device_put(x) uses an array aligned to 64 bytes in place" in reason
