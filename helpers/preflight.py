@@ -511,7 +511,19 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         dev, why = _device_of_committed((args, kwargs), jax), "where its committed arguments live"
     else:
         dev, why = _target(device)
+    for where in (*statics, *static_names):  # jit hashes them: an array cannot be one
+        value = args[where] if isinstance(where, int) else kwargs[where]
+        try:
+            hash(value)
+        except TypeError:
+            raise BadInputError(
+                f"static argument {where!r} ({type(value).__name__}) cannot be hashed, and jit "
+                "compiles once per static value, which it must hash: an array (a PRNG key "
+                "among them) cannot be static. Pass it as an ordinary, traced argument") from None
     arg_specs, kw_specs = _specs(args, kwargs, dev, jax)
+    # static arguments go in as the values they are (a NumPy scalar stays a number)
+    arg_specs = tuple(a if i in statics else s for i, (a, s) in enumerate(zip(args, arg_specs)))
+    kw_specs = {k: kwargs[k] if k in static_names else v for k, v in kw_specs.items()}
     if hasattr(fn, "lower") and not (donated or statics or static_names):
         jitted = fn  # the user's own jit, with whatever it declares
     else:

@@ -816,3 +816,18 @@ def test_copies_inside_one_argument_are_found_and_identical_layers_are_not():
     apart = preflight.preflight_step(lambda params, opt_state: params, params, adam)
     assert [c.path for c in apart.state_copies] == ["[0]['mu']", "[0]['nu']"]
     assert preflight.preflight_step(lambda params: params, params).state_copies == ()
+
+
+def test_a_static_argument_goes_in_as_its_value_and_an_unhashable_one_is_refused():
+    """flax#2410: a PRNG key marked static; a NumPy scalar is a good static value."""
+    def tiled(x, n):
+        return jnp.tile(x, n).sum()
+
+    n = np.int64(4)  # hashable: jit takes it, and so must the kit (not as a shape)
+    assert jax.jit(tiled, static_argnums=1)(jnp.ones(3), n) == 12.0
+    assert preflight.preflight_step(tiled, jnp.ones(3), n, static_argnums=1).output_bytes == 4
+    by_name = preflight.preflight_step(tiled, jnp.ones(3), n=n, static_argnames="n")
+    assert by_name.output_bytes == 4
+    key = jax.random.key(0)
+    with pytest.raises(BadInputError, match="static argument 1 .* cannot be hashed"):
+        preflight.preflight_step(lambda s, k: s * 2, jnp.ones(3), key, static_argnums=1)
