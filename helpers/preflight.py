@@ -323,6 +323,8 @@ class StepPreflight(_Verdict, Display):
     state_copies: tuple[StateCopy, ...] = ()
     #: each lax.scan that stacks 1 MiB or more over its length, largest first
     scan_stacks: tuple[ScanStack, ...] = ()
+    #: (argument, devices) of each argument spread over several devices: priced whole here
+    spread_arguments: tuple[tuple[str, int], ...] = ()
     #: (device, line) of each jax.device_put to another device inside the step, which jit
     #: ignores: a device_put to a Device does not move a value inside jit
     ignored_device_puts: tuple[tuple[str, str], ...] = ()
@@ -714,6 +716,20 @@ def _scan_stacks(closed, compiled, room: int, most: int = 3) -> tuple[ScanStack,
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
+def _spread_arguments(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:
+    """(name, devices) of each argument with an array split over several devices (one that
+    is whole on each, replicated, costs a device what it is priced at)."""
+    out = []
+    for where, name in _argument_names(c, fn, args, kwargs):
+        value = args[where] if isinstance(where, int) else kwargs[where]
+        n = max((len(leaf.sharding.device_set) for leaf in _jax().tree.leaves(value)
+                 if getattr(leaf, "sharding", None) is not None
+                 and not leaf.sharding.is_fully_replicated), default=1)
+        if n > 1:
+            out.append((name, n))
+    return tuple(out)
+
+
 def _on_the_host_by_commitment(dev) -> str:
     """A note when committed arguments pin the step to another platform than the default
     device's (a GPU machine's batch committed to its CPU): jit runs it there, and says
@@ -998,6 +1014,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(_stack_note(named[0], peak))
     if device is None and target is None and (host := _on_the_host_by_commitment(dev)):
         notes.append(host)
+    if spread := _spread_arguments(c, fn, args, kwargs):
+        listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
+        notes.append(
+            f"Priced whole on {device_name(dev)}: arguments are sharded ({listed}), and "
+            "preflight_step prices a step on one device, so these sizes are the whole step's, "
+            "not one device's share. For each device's, jax.jit(f).lower(*args).compile()"
+            ".memory_analysis() with the arguments as they are placed.")
     if ignored := _ignored_device_puts(c.jaxpr, dev):
         put_to, put_at = ignored[0]
         notes.append(
@@ -1026,7 +1049,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
-        ignored_device_puts=ignored)
+        ignored_device_puts=ignored, spread_arguments=spread)
 
 
 def _leaf_bytes(leaf) -> int:

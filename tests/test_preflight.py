@@ -831,3 +831,18 @@ def test_a_static_argument_goes_in_as_its_value_and_an_unhashable_one_is_refused
     key = jax.random.key(0)
     with pytest.raises(BadInputError, match="static argument 1 .* cannot be hashed"):
         preflight.preflight_step(lambda s, k: s * 2, jnp.ones(3), key, static_argnums=1)
+
+
+def test_arguments_split_over_devices_are_said_to_be_priced_whole():
+    """jax#25842's step: a sharded argument priced on one device must say so."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("d",))
+    split = jax.device_put(jnp.ones((4096, 256)),
+                           jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
+    p = preflight.preflight_step(lambda x: jnp.tanh(x), split)
+    assert p.spread_arguments == (("x", 4),) and p.argument_bytes == split.nbytes
+    assert "Priced whole on cpu:0: arguments are sharded (x over 4 devices)" in p.advice
+    per_device = jax.jit(lambda x: jnp.tanh(x)).lower(split).compile().memory_analysis()
+    assert per_device.argument_size_in_bytes == split.nbytes // 4  # what the note points to
+    whole = jax.device_put(jnp.ones(4), jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec()))  # replicated: each device holds it all
+    assert preflight.preflight_step(lambda x: x * 2, whole).spread_arguments == ()
