@@ -524,7 +524,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 "among them) cannot be static. Pass it as an ordinary, traced argument") from None
     arg_specs, kw_specs = _specs(args, kwargs, dev, jax)
     # static arguments go in as the values they are (a NumPy scalar stays a number)
-    arg_specs = tuple(a if i in statics else s for i, (a, s) in enumerate(zip(args, arg_specs)))
+    arg_specs = tuple(a if i in statics else spec
+                      for i, (a, spec) in enumerate(zip(args, arg_specs, strict=True)))
     kw_specs = {k: kwargs[k] if k in static_names else v for k, v in kw_specs.items()}
     if hasattr(fn, "lower") and not (donated or statics or static_names):
         jitted = fn  # the user's own jit, with whatever it declares
@@ -1006,7 +1007,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "of the batch at once, as the vectorized code would be: "
                      "jax.lax.map(f, xs, batch_size=k) computes k elements at a time, and "
                      "such values shrink in proportion.")
-    if unrolled := _unrolled(values):
+    leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in _jax().tree.leaves(a)
+                 if hasattr(leaf, "shape"))
+    if unrolled := _unrolled(values, leaves):
         notes.append(unrolled)
     stacks = _scan_stacks(c.jaxpr, c.executable, a["output"] + a["temp"])
     named = [t for t in stacks if t.role != "backward"]  # JAX's own scan: nothing to change
@@ -1221,19 +1224,29 @@ def _temporaries(values: list[dict], most: int = 3) -> tuple[Temporary, ...]:
 UNROLLED_AT = 64
 
 
-def _unrolled(values: list[dict]) -> str:
+def _unrolled(values: list[dict], leaves: int = 0) -> str:
     """A note when one line of the user's code made ``UNROLLED_AT`` or more of the program's
-    operations: a Python loop inside jit, unrolled (jax-ml/jax#2777); "" otherwise."""
+    operations: a Python loop inside jit, unrolled (jax-ml/jax#2777), or, where their number
+    goes with the ``leaves`` of the arguments (a pytree of many arrays), one operation per
+    array (jax-ml/jax#4667); "" otherwise."""
     counts = Counter(v["source"] for v in values if v["source"])
     if not counts:
         return ""
     source, n = counts.most_common(1)[0]
     if n < UNROLLED_AT:
         return ""
-    return (f"{n} of the compiled program's {len(values)} operations come from one line "
-            f"({frames.line(*source)}): a Python loop inside the jitted function is unrolled, "
-            "one copy of its body per iteration, so the program and its compile time grow "
-            "with the loop; jax.lax.fori_loop or jax.lax.scan compile the body once.")
+    head = (f"{n} of the compiled program's {len(values)} operations come from one line "
+            f"({frames.line(*source)})")
+    if leaves >= UNROLLED_AT // 2 and leaves // 2 <= n <= 8 * leaves:
+        return (f"{head}, about as many as the {leaves} arrays of the arguments: code that "
+                "runs over a pytree's leaves (jax.tree.map, a loop over jax.tree.leaves) is "
+                "one operation per array, so the program and its compile time grow with the "
+                "number of arrays. Fewer, larger arrays compile faster: stack alike layers "
+                "into one array (and run them with jax.lax.scan), or flatten the tree "
+                "(jax.flatten_util.ravel_pytree).")
+    return (f"{head}: a Python loop inside the jitted function is unrolled, one copy of its "
+            "body per iteration, so the program and its compile time grow with the loop; "
+            "jax.lax.fori_loop or jax.lax.scan compile the body once.")
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

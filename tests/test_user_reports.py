@@ -490,3 +490,19 @@ def test_jax_17702_jnp_asarray_of_numpy_is_named_as_a_copy_and_device_put_as_the
     else:
         assert "jnp.array or jnp.asarray of a NumPy array: a copy" in reason
         assert "jax.device_put(x) uses an array aligned to 64 bytes in place" in reason
+
+
+def test_jax_4667_a_pytree_of_many_arrays_is_named_by_its_count_not_as_a_loop():
+    tree = {f"w{i}": jnp.ones((4 + i % 3,)) for i in range(200)}  # many arrays, several shapes
+
+    def scaled(tree):
+        return jax.tree.map(lambda leaf: jnp.tanh(leaf) * 2, tree)
+
+    p = preflight.preflight_step(scaled, tree)
+    assert "about as many as the 200 arrays of the arguments" in p.advice
+    assert "jax.flatten_util.ravel_pytree" in p.advice and "fori_loop" not in p.advice
+    from jax.flatten_util import ravel_pytree
+
+    flat, _ = ravel_pytree(tree)  # the fix: one array
+    assert "operations come from one line" not in preflight.preflight_step(
+        lambda v: jnp.tanh(v) * 2, flat).advice
