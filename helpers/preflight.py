@@ -305,8 +305,9 @@ class StepPreflight(_Verdict, Display):
     advice: str
     #: arguments XLA dropped because the step never reads them: on the device, not in its peak
     dropped_bytes: int = 0
-    #: arrays the function closes over, baked into the compiled program as constants: counted
-    #: in the peak (on CPU XLA's memory_analysis leaves them out: checked; GPU: not yet run)
+    #: the array constants the compiled program holds, counted in the peak (XLA's argument,
+    #: output and temporary sizes leave them out: checked on CPU and on the H100): arrays the
+    #: function closes over, and values XLA computed while compiling (``folded_bytes``)
     constant_bytes: int = 0
     #: each donated array: reused by an output or not, and why not
     donations: tuple[DonatedArgument, ...] = ()
@@ -323,6 +324,9 @@ class StepPreflight(_Verdict, Display):
     state_copies: tuple[StateCopy, ...] = ()
     #: each lax.scan that stacks 1 MiB or more over its length, largest first
     scan_stacks: tuple[ScanStack, ...] = ()
+    #: of ``constant_bytes``, what XLA computed while compiling (constant folding: a value
+    #: made from no argument inside jit, such as jnp.ones(...).at[...].set(...))
+    folded_bytes: int = 0
     #: (argument, devices) of each argument spread over several devices: priced whole here
     spread_arguments: tuple[tuple[str, int], ...] = ()
     #: (device, line) of each jax.device_put to another device inside the step, which jit
@@ -578,12 +582,13 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         closed = jitted.trace(*arg_specs, **kw_specs).jaxpr
     except Exception:  # a JAX that cannot trace apart from lowering
         closed = None
+    constants, folded = _constant_bytes(closed, compiled)
     return CompiledStep(compiled, dev, why, donated,
                         *_residency(compiled, dyn_args, dyn_kwargs, dev, jax),
                         _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
-                        _constant_bytes(closed, compiled),
+                        constants,
                         _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax), name,
-                        statics, static_names, closed)
+                        statics, static_names, closed, folded)
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -635,6 +640,7 @@ class CompiledStep:
     static_argnums: tuple[int, ...] = ()
     static_argnames: tuple[str, ...] = ()
     jaxpr: Any = None  # the step's closed jaxpr; None where this JAX cannot trace apart
+    folded: int = 0  # of ``constants``, what XLA computed while compiling
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""
@@ -669,14 +675,15 @@ def _jaxprs(closed) -> Iterator[tuple[Any, Sequence]]:
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
 
 
-def _constant_bytes(closed, compiled) -> int:
-    """Bytes of the arrays the function closes over that the compiled program still holds:
-    the constants of its jaxpr (nested jaxprs included, each array once; an array of one
-    repeated value costs nothing), at most the array constants left in the optimized program
-    (XLA folds a closed-over array it only reduces: ``lax.cond(p, lambda: data.sum(), ...)``
-    keeps a scalar). 0 where this JAX cannot trace it apart from lowering. With jax's default
-    settings (0.10): a flag, ``jax_use_simplified_jaxpr_constants``, makes them arguments
-    instead."""
+def _constant_bytes(closed, compiled) -> tuple[int, int]:
+    """(the array constants the compiled program holds, the part of them XLA computed while
+    compiling). The closed-over part is the constants of the step's jaxpr (nested jaxprs
+    included, each array once; an array of one repeated value costs nothing), at most what the
+    optimized program holds: XLA folds a closed-over array it only reduces
+    (``lax.cond(p, lambda: data.sum(), ...)`` keeps a scalar). The rest of the program's array
+    constants XLA made itself (``jnp.ones(...).at[...].set(...)`` inside jit, from no argument).
+    Where there is no program text, the jaxpr's alone. With jax's default settings (0.10): a
+    flag, ``jax_use_simplified_jaxpr_constants``, makes closed-over arrays arguments instead."""
     seen: dict[int, int] = {}
     for _, consts in _jaxprs(closed):
         for c in consts:
@@ -686,7 +693,9 @@ def _constant_bytes(closed, compiled) -> int:
         kept = jaxcompat.constant_bytes(compiled.as_text())
     except Exception:  # a backend without program text
         kept = None
-    return sum(seen.values()) if kept is None else min(sum(seen.values()), kept)
+    if kept is None:
+        return sum(seen.values()), 0
+    return kept, kept - min(sum(seen.values()), kept)
 
 
 def _scan_stacks(closed, compiled, room: int, most: int = 3) -> tuple[ScanStack, ...]:
@@ -972,11 +981,19 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     else:
         verdict, advice = _verdict(needed, free, where, c.donated)
     notes = []
-    if c.constants:
-        notes.append(f"{format_bytes(c.constants)} of arrays the function closes over are baked "
+    if closed_over := c.constants - c.folded:
+        notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
                      "into the compiled program as constants, a copy the program holds (XLA's "
                      "peak_memory_in_bytes counts it; its argument, output and temporary sizes "
                      "do not): pass them as arguments instead.")
+    if c.folded >= 2**20:
+        notes.append(f"{format_bytes(c.folded)} of constants XLA computed while compiling "
+                     "(constant folding: a value made inside the jitted function from no "
+                     "argument, such as jnp.ones(...).at[...].set(...)) are baked into the "
+                     "program, which holds them as long as it lives, and folding them slows "
+                     "the compile. Make such a value from an argument, or compile without "
+                     "folding: jax.jit(f).lower(*args).compile(compiler_options="
+                     "{'xla_disable_hlo_passes': 'constant_folding'}).")
     if undonated := _donation_would_save(c, fn, args, kwargs):
         names, saving = undonated
         notes.append(f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
@@ -1050,6 +1067,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         needed_bytes=needed, in_use_bytes=in_use, in_use_source=in_use_source,
         free_bytes=free, free_source=free_source, donated=c.donated, verdict=verdict,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
+        folded_bytes=c.folded,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread)

@@ -475,7 +475,8 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         *[(f"  a large one: {t.op} {t.dtype}{list(t.shape)}", format_bytes(t.nbytes)
            + (f", {t.line}" if t.line else "")) for t in p.largest_temporaries],
         ("generated code", format_bytes(p.code_bytes)),
-        *([("constants baked into the program (closed-over arrays)",
+        *([("constants baked into the program (closed-over arrays"
+            + (", values XLA computed" if p.folded_bytes else "") + ")",
             format_bytes(p.constant_bytes))] if p.constant_bytes else []),
         *([("CPU runtime, beyond XLA's plan (weight-gradient convolution)",
             format_bytes(p.runtime_bytes))] if p.runtime_bytes else []),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import measure, preflight
+from helpers._internal import jaxcompat
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
 from helpers.units import NOT_AVAILABLE
@@ -347,7 +348,8 @@ def test_a_closed_over_array_that_xla_folds_away_is_not_counted(loop):
     assert p.constant_bytes == 0 and "closes over" not in p.advice
     assert p.xla_peak_bytes < 1024  # XLA's own peak: the array is not in the program
     kept = preflight.preflight_step(lambda p: jax.lax.cond(p, lambda: data, lambda: -data), True)
-    assert kept.constant_bytes == data.nbytes  # returned whole: the program holds it
+    # returned whole: the program holds data, and -data, which XLA computed while compiling
+    assert (kept.constant_bytes, kept.folded_bytes) == (2 * data.nbytes, data.nbytes)
 
 
 def test_each_donated_argument_says_whether_it_is_reused_and_why_not():
@@ -846,3 +848,19 @@ def test_arguments_split_over_devices_are_said_to_be_priced_whole():
     whole = jax.device_put(jnp.ones(4), jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec()))  # replicated: each device holds it all
     assert preflight.preflight_step(lambda x: x * 2, whole).spread_arguments == ()
+
+
+def test_constants_xla_computes_while_compiling_are_counted_and_named():
+    """jax#12789, jax#21300: a value made inside jit from no argument is folded into the
+    program; the kit's peak counts it as XLA's own peak does, and says how to avoid it."""
+    def filled(x):
+        return jnp.ones((64, 64, 64)).at[0, 0, 0].set(2.0) * x  # 1 MiB, folded by XLA
+
+    p = preflight.preflight_step(filled, 1.0)
+    assert p.constant_bytes == p.folded_bytes == 64 ** 3 * 4
+    assert p.peak_bytes == p.xla_peak_bytes  # XLA counts the folded constant too (CPU)
+    assert "constants XLA computed while compiling" in p.advice and "closes over" not in p.advice
+    assert "'xla_disable_hlo_passes': 'constant_folding'" in p.advice
+    unfolded = jax.jit(filled).lower(1.0).compile(
+        compiler_options={"xla_disable_hlo_passes": "constant_folding"})  # the fix works
+    assert jaxcompat.constant_bytes(unfolded.as_text()) == 0

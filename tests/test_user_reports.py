@@ -506,3 +506,13 @@ def test_jax_4667_a_pytree_of_many_arrays_is_named_by_its_count_not_as_a_loop():
     flat, _ = ravel_pytree(tree)  # the fix: one array
     assert "operations come from one line" not in preflight.preflight_step(
         lambda v: jnp.tanh(v) * 2, flat).advice
+
+
+def test_jax_12789_21300_constants_xla_folds_while_compiling_are_in_the_peak():
+    def build(x):
+        return jnp.ones((100, 100, 100)).at[50, 50, 50].set(2.0) * x  # from no argument
+
+    p = preflight.preflight_step(build, 1.0)
+    assert p.folded_bytes == 100 ** 3 * 4 and p.peak_bytes == p.xla_peak_bytes
+    assert "constants XLA computed while compiling" in p.advice
+    assert "compiler_options={'xla_disable_hlo_passes': 'constant_folding'}" in p.advice
