@@ -1345,5 +1345,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
         advice = (f"{format_bytes(saved_bytes)} is kept between the forward and backward pass: "
                   "jax.checkpoint on the largest layer (or a policy such as "
                   "jax.checkpoint_policies.dots_with_no_batch_dims_saveable) trades it for "
-                  "recomputation.")
+                  "recomputation. Fewer residuals need not mean a lower peak: XLA plans the "
+                  "gradient's buffers itself, so compare preflight_step(jax.grad(loss), ...) "
+                  "before and after.")
     return Residuals(_name(fn), tuple(out), saved_bytes, scan_bytes, lengths, advice)

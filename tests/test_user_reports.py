@@ -516,3 +516,26 @@ def test_jax_12789_21300_constants_xla_folds_while_compiling_are_in_the_peak():
     assert p.folded_bytes == 100 ** 3 * 4 and p.peak_bytes == p.xla_peak_bytes
     assert "constants XLA computed while compiling" in p.advice
     assert "compiler_options={'xla_disable_hlo_passes': 'constant_folding'}" in p.advice
+
+
+def test_jax_12792_fewer_residuals_need_not_lower_the_plan_and_the_kit_says_to_compare():
+    """jax.checkpoint "does not work": the residuals drop, XLA's plan for the gradient may not
+    (measured on the CPU, jax 0.8.0 and 0.10.2: 64 MiB of temporaries either way)."""
+    ws = [jnp.ones((256, 256)) / 256 for _ in range(4)]
+    x = jnp.ones((1024, 256))
+
+    def net(ws, x):
+        for w in ws:
+            x = jax.nn.relu(x @ w + 1)
+        return x.sum()
+
+    def per_layer(ws, x):
+        for w in ws:
+            x = jax.checkpoint(lambda w, x: jax.nn.relu(x @ w + 1))(w, x)
+        return x.sum()
+
+    plain, layered = preflight.residuals(net, ws, x), preflight.residuals(per_layer, ws, x)
+    assert layered.saved_bytes < plain.saved_bytes  # checkpointing cut the residuals...
+    temps = [preflight.preflight_step(jax.grad(f), ws, x).temp_bytes for f in (net, per_layer)]
+    assert temps[1] == temps[0]  # ...and XLA's plan for the gradient stayed the same here
+    assert "compare preflight_step(jax.grad(loss), ...) before and after" in plain.advice
