@@ -437,21 +437,29 @@ def _same_buffer(a, b) -> bool:
 def _donation_conflict(args, kwargs, donated, jax) -> str:
     """Why the call will fail, when a donated buffer is also passed again in the same call
     (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
-    donated"); "" when none is."""
-    leaves = [(i, leaf) for i, a in enumerate(args) for leaf in jax.tree.leaves(a)]
-    leaves += [(k, leaf) for k, v in kwargs.items() for leaf in jax.tree.leaves(v)]
-    for n, (i, leaf) in enumerate(leaves):
+    donated"); "" when none is. Each place is named by its argument and its path in it
+    (optax#1059: a state whose ``z`` was its ``params['w']``)."""
+    def places(where, value):
+        return [(where, jax.tree_util.keystr(path), leaf)
+                for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]]
+
+    leaves = [p for i, a in enumerate(args) for p in places(i, a)]
+    leaves += [p for k, v in kwargs.items() for p in places(k, v)]
+
+    def named(where, path) -> str:
+        return f"argument {where!r}{path}" if isinstance(where, str) else f"argument {where}{path}"
+
+    for n, (i, path, leaf) in enumerate(leaves):
         if i not in donated or not isinstance(leaf, jax.Array):
             continue
-        others = [w for m, (w, x) in enumerate(leaves)
+        others = [named(w, q) for m, (w, q, x) in enumerate(leaves)
                   if m != n and isinstance(x, jax.Array) and _same_buffer(leaf, x)]
         if others:
-            where = ", ".join(f"argument {w!r}" if isinstance(w, str) else f"argument {w}"
-                              for w in dict.fromkeys(others))
-            return (f"argument {i} is donated and the same buffer is passed again as "
-                    f"{where}: the call fails (XLA: INVALID_ARGUMENT, \"Attempt to donate "
-                    "the same buffer twice\"). Fix: pass a copy (jnp.copy(x)) where it is "
-                    "not the donated one, or donate it in one place only")
+            return (f"{named(i, path)} is donated and the same buffer is passed again as "
+                    f"{', '.join(dict.fromkeys(others))}: the call fails (XLA: "
+                    "INVALID_ARGUMENT, \"Attempt to donate the same buffer twice\"). Fix: pass "
+                    "a copy (jnp.copy(x)) where it is not the donated one, or donate it in one "
+                    "place only")
     return ""
 
 

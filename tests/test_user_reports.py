@@ -539,3 +539,19 @@ def test_jax_12792_fewer_residuals_need_not_lower_the_plan_and_the_kit_says_to_c
     temps = [preflight.preflight_step(jax.grad(f), ws, x).temp_bytes for f in (net, per_layer)]
     assert temps[1] == temps[0]  # ...and XLA's plan for the gradient stayed the same here
     assert "compare preflight_step(jax.grad(loss), ...) before and after" in plain.advice
+
+
+def test_optax_1059_a_state_that_holds_one_buffer_twice_cannot_be_donated_and_both_are_named():
+    """The schedule-free optimizer's state once held its parameters' array as ``z`` too."""
+    w = jnp.ones((256, 256))
+    state = {"params": {"w": w}, "z": w}
+
+    def step(state):
+        return {"params": {"w": state["params"]["w"] * 0.9}, "z": state["z"] * 0.9}
+
+    with pytest.raises(Exception, match="donate the same buffer twice"):
+        jax.jit(step, donate_argnums=0)({"params": {"w": w}, "z": w})  # what the thread saw
+    p = preflight.preflight_step(step, state, donate_argnums=0)
+    assert p.verdict == "will fail"
+    assert ("argument 0['params']['w'] is donated and the same buffer is passed again as "
+            "argument 0['z']") in p.advice
