@@ -200,9 +200,10 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     if explicit:
         return "jax.device_put" + (_ON_THE_CPU if cpu and shape else "")
     if _CONVERTED.search(source):  # on its fast path too, which logs no shape
-        return ("jnp.array or jnp.asarray of a NumPy array: a copy, on the CPU backend too "
-                "(jax 0.10.2 copies even an aligned one there, where jax.device_put(x) uses an "
-                "array aligned to 64 bytes in place)")
+        return ("jnp.array or jnp.asarray of host data: a copy, on the CPU backend too "
+                "(jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put(x) "
+                "uses an array aligned to 64 bytes in place); a nested Python list converts far "
+                "faster as jnp.array(np.array(x))")
     if shape is None:
         return ("an argument of a jitted call: a NumPy array or a Python number, copied on "
                 "every call (jit's fast path logs no shape)" + (_ON_THE_CPU if cpu else ""))

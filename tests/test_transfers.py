@@ -171,7 +171,7 @@ def test_each_copy_names_the_users_line_and_a_reason():
     assert put.startswith("jax.device_put (on the CPU backend an array aligned to 64 bytes")
     inner = by["return jnp.asarray(v) * 2  # a NumPy array into a JAX operation"]
     expected = ("jax.device_put" if jaxcompat.asarray_is_explicit()  # jax < 0.10.1
-                else "jnp.array or jnp.asarray of a NumPy array: a copy")
+                else "jnp.array or jnp.asarray of host data: a copy")
     assert expected in inner["reasons"][0]  # the innermost line of user code
     assert by["jnp.arange(10)[3]"]["reasons"] == ["a Python int used as an index or slice bound"]
     assert all(r["line"].startswith("test_transfers.py:") for r in log.by_line())

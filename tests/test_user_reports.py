@@ -488,8 +488,9 @@ def test_jax_17702_jnp_asarray_of_numpy_is_named_as_a_copy_and_device_put_as_the
     if jaxcompat.asarray_is_explicit():  # jax < 0.10.1: asarray was a device_put
         assert reason.startswith("jax.device_put")
     else:
-        assert "jnp.array or jnp.asarray of a NumPy array: a copy" in reason
+        assert "jnp.array or jnp.asarray of host data: a copy" in reason
         assert "jax.device_put(x) uses an array aligned to 64 bytes in place" in reason
+        assert "jnp.array(np.array(x))" in reason  # jax#10662: a nested list
 
 
 def test_jax_4667_a_pytree_of_many_arrays_is_named_by_its_count_not_as_a_loop():
@@ -555,3 +556,12 @@ def test_optax_1059_a_state_that_holds_one_buffer_twice_cannot_be_donated_and_bo
     assert p.verdict == "will fail"
     assert ("argument 0['params']['w'] is donated and the same buffer is passed again as "
             "argument 0['z']") in p.advice
+
+
+def test_jax_10662_jnp_array_of_a_nested_list_is_named_with_the_faster_way():
+    rows = [[float(i + j) for j in range(8)] for i in range(4)]
+    jnp.array(rows)  # compiled outside the trace
+    with transfers.trace() as log:
+        jnp.array(rows).block_until_ready()
+    reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
+    assert "jnp.array(np.array(x))" in reasons or jaxcompat.asarray_is_explicit()
