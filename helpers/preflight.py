@@ -400,12 +400,29 @@ def _device_of_committed(args, jax):
     return next(iter(found)) if len(found) == 1 else None
 
 
-def _specs(args, kwargs, device, jax):
+def _mesh_devices(args, jax) -> tuple:
+    """The devices, by id, of the first array leaf sharded over several (a mesh the step then
+    runs over); () when none is."""
+    for leaf in jax.tree.leaves(args):
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:
+            return tuple(sorted(sharding.device_set, key=lambda d: d.id))
+    return ()
+
+
+def _specs(args, kwargs, device, jax, keep_shardings: bool = False):
     """Array leaves as ShapeDtypeStructs placed on ``device`` (nothing is copied); other
-    leaves (Python numbers, None) are left as they are."""
+    leaves (Python numbers, None) are left as they are. ``keep_shardings`` (a step over a
+    mesh): a leaf sharded over several devices, or committed to one, keeps its sharding, and
+    an uncommitted one is left for jit to place, as jit would."""
     sharding = jax.sharding.SingleDeviceSharding(device)
 
     def spec(leaf):
+        if keep_shardings and getattr(leaf, "sharding", None) is not None and (
+                len(leaf.sharding.device_set) > 1 or getattr(leaf, "committed", True)):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+        if keep_shardings and hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
         if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)) or (
                 hasattr(leaf, "shape") and hasattr(leaf, "dtype")):  # NumPy arrays and scalars
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
@@ -521,7 +538,14 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         raise BadInputError(f"argument(s) {sorted(set(statics) & asked)} are both static "
                             "and donated: a static argument is a Python value, not a buffer")
     donated = _check_donation(args, donate_argnums)
-    if device is None and _device_of_committed((args, kwargs), jax) is not None:
+    dynamic = ([a for i, a in enumerate(args) if i not in statics],
+               {k: v for k, v in kwargs.items() if k not in static_names})
+    mesh = _mesh_devices(dynamic, jax) if device is None else ()
+    if mesh:
+        dev = mesh[0]
+        why = (f"the first of the {len(mesh)} devices its arguments are sharded over: XLA's "
+               "sizes are one device's, each runs the same program")
+    elif device is None and _device_of_committed((args, kwargs), jax) is not None:
         dev, why = _device_of_committed((args, kwargs), jax), "where its committed arguments live"
     else:
         dev, why = _target(device)
@@ -534,7 +558,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 f"static argument {where!r} ({type(value).__name__}) cannot be hashed, and jit "
                 "compiles once per static value, which it must hash: an array (a PRNG key "
                 "among them) cannot be static. Pass it as an ordinary, traced argument") from None
-    arg_specs, kw_specs = _specs(args, kwargs, dev, jax)
+    arg_specs, kw_specs = _specs(args, kwargs, dev, jax, keep_shardings=bool(mesh))
     # static arguments go in as the values they are (a NumPy scalar stays a number)
     arg_specs = tuple(a if i in statics else spec
                       for i, (a, spec) in enumerate(zip(args, arg_specs, strict=True)))
@@ -734,6 +758,16 @@ def _scan_stacks(closed, compiled, room: int, most: int = 3) -> tuple[ScanStack,
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
+def _gathered(temporaries, args, kwargs) -> list:
+    """The large temporaries (1 MiB or more) with the whole shape of an argument that is split
+    over several devices: on a device of a mesh, a value gathered from its shards."""
+    jax = _jax()
+    whole = {tuple(leaf.shape) for leaf in jax.tree.leaves((args, kwargs))
+             if getattr(leaf, "sharding", None) is not None
+             and len(leaf.sharding.device_set) > 1 and not leaf.sharding.is_fully_replicated}
+    return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20]
+
+
 def _spread_arguments(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:
     """(name, devices) of each argument with an array split over several devices (one that
     is whole on each, replicated, costs a device what it is priced at)."""
@@ -900,6 +934,12 @@ def _residency(compiled, args, kwargs, dev, jax) -> tuple[int, int]:
                 and not any(_same_buffer(leaf, other) for other in seen)):
             seen.append(leaf)
             resident += leaf.nbytes
+        elif (isinstance(leaf, jax.Array) and not leaf.is_deleted()
+              and len(leaf.devices()) > 1 and dev in leaf.devices()
+              and not any(leaf is other for other in seen)):  # its shard on dev
+            seen.append(leaf)
+            resident += sum(int(s.data.nbytes) for s in leaf.addressable_shards
+                            if s.device == dev)
     return resident, dropped
 
 
@@ -1042,13 +1082,22 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(_stack_note(named[0], peak))
     if device is None and target is None and (host := _on_the_host_by_commitment(dev)):
         notes.append(host)
-    if spread := _spread_arguments(c, fn, args, kwargs):
+    spread = _spread_arguments(c, fn, args, kwargs)
+    if spread and device is None and (gathered := _gathered(temporaries, args, kwargs)):
+        t = gathered[0]
+        notes.append(
+            f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
+            f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments split "
+            "over devices: a value gathered from its shards onto a device. jax.debug.print "
+            "and host callbacks gather what they are given (an operation whose sharding does "
+            "not match does too): give them a slice or a reduction, or keep the value split "
+            "(jax.lax.with_sharding_constraint).")
+    if spread and device is not None:
         listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
         notes.append(
-            f"Priced whole on {device_name(dev)}: arguments are sharded ({listed}), and "
-            "preflight_step prices a step on one device, so these sizes are the whole step's, "
-            "not one device's share. For each device's, jax.jit(f).lower(*args).compile()"
-            ".memory_analysis() with the arguments as they are placed.")
+            f"Priced whole on {device_name(dev)}, as asked: arguments are sharded ({listed}), "
+            "so these sizes are the whole step's, not one device's share (without device=, "
+            "the kit sizes one device's share).")
     if ignored := _ignored_device_puts(c.jaxpr, dev):
         put_to, put_at = ignored[0]
         notes.append(
@@ -1086,6 +1135,18 @@ def _leaf_bytes(leaf) -> int:
     return int(math.prod(leaf.shape) * leaf.dtype.itemsize)
 
 
+def _share_bytes(leaf) -> int:
+    """An array's bytes on each device it is split over (all of them where it is whole)."""
+    sharding = getattr(leaf, "sharding", None)
+    try:
+        if sharding is not None and len(sharding.device_set) > 1:
+            return int(math.prod(sharding.shard_shape(tuple(leaf.shape)))
+                       * leaf.dtype.itemsize)
+    except Exception:  # a sharding that cannot say
+        pass
+    return _leaf_bytes(leaf)
+
+
 def _donation_would_save(c: CompiledStep, fn, args, kwargs) -> tuple[list[str], int] | None:
     """(the arguments worth donating, the output bytes they could take) when an undonated
     top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
@@ -1101,15 +1162,15 @@ def _donation_would_save(c: CompiledStep, fn, args, kwargs) -> tuple[list[str], 
               for i, a in enumerate(args) if i in names and i not in c.donated}
     free = list(outputs)
     chosen, saving = [], 0
-    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(map(_leaf_bytes, kv[1]))):
-        total = sum(map(_leaf_bytes, leaves))
+    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(map(_share_bytes, kv[1]))):
+        total = sum(map(_share_bytes, leaves))
         matched, took = 0, []
         for x in leaves:
             key = (tuple(x.shape), str(x.dtype))
             if key in free:
                 free.remove(key)
                 took.append(key)
-                matched += _leaf_bytes(x)
+                matched += _share_bytes(x)
         if total and matched * 2 >= total and matched >= 2**20:
             chosen.append(names[i])
             saving += matched

@@ -835,19 +835,32 @@ def test_a_static_argument_goes_in_as_its_value_and_an_unhashable_one_is_refused
         preflight.preflight_step(lambda s, k: s * 2, jnp.ones(3), key, static_argnums=1)
 
 
-def test_arguments_split_over_devices_are_said_to_be_priced_whole():
-    """jax#25842's step: a sharded argument priced on one device must say so."""
+def test_a_step_over_sharded_arguments_is_sized_per_device():
+    """jax#25842's step: arguments split over a mesh are priced as one device's share, as
+    jit's own memory_analysis does, unless a device is asked for."""
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("d",))
     split = jax.device_put(jnp.ones((4096, 256)),
                            jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
-    p = preflight.preflight_step(lambda x: jnp.tanh(x), split)
-    assert p.spread_arguments == (("x", 4),) and p.argument_bytes == split.nbytes
-    assert "Priced whole on cpu:0: arguments are sharded (x over 4 devices)" in p.advice
-    per_device = jax.jit(lambda x: jnp.tanh(x)).lower(split).compile().memory_analysis()
-    assert per_device.argument_size_in_bytes == split.nbytes // 4  # what the note points to
-    whole = jax.device_put(jnp.ones(4), jax.sharding.NamedSharding(
-        mesh, jax.sharding.PartitionSpec()))  # replicated: each device holds it all
-    assert preflight.preflight_step(lambda x: x * 2, whole).spread_arguments == ()
+    w = jnp.ones((256, 256))  # uncommitted: jit copies it to each device
+
+    def layer(x, w):
+        return jnp.tanh(x) @ w
+
+    p = preflight.preflight_step(layer, split, w)
+    ma = jax.jit(layer).lower(split, w).compile().memory_analysis()
+    assert (p.argument_bytes, p.output_bytes, p.temp_bytes) == (
+        ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.temp_size_in_bytes)
+    assert p.argument_bytes == split.nbytes // 4 + w.nbytes and p.device == "cpu:0"
+    assert "the first of the 4 devices its arguments are sharded over" in p.device_reason
+    assert p.resident_bytes == split.nbytes // 4 + w.nbytes  # its shard and w are on cpu:0
+    assert p.spread_arguments == (("x", 4),) and "Priced whole" not in p.advice
+    whole = preflight.preflight_step(layer, split, w, device=jax.devices()[0])
+    assert whole.argument_bytes == split.nbytes + w.nbytes
+    assert "Priced whole on cpu:0, as asked: arguments are sharded (x over 4 devices)" in (
+        whole.advice)
+    replicated = jax.device_put(jnp.ones(4), jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec()))  # whole on each device: no share to speak of
+    assert preflight.preflight_step(lambda x: x * 2, replicated).spread_arguments == ()
 
 
 def test_constants_xla_computes_while_compiling_are_counted_and_named():

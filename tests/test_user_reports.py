@@ -565,3 +565,26 @@ def test_jax_10662_jnp_array_of_a_nested_list_is_named_with_the_faster_way():
         jnp.array(rows).block_until_ready()
     reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
     assert "jnp.array(np.array(x))" in reasons or jaxcompat.asarray_is_explicit()
+
+
+def test_jax_25842_debug_print_of_a_sharded_value_gathers_it_whole():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("d",))
+    x = jax.device_put(jnp.ones((2048, 256)),
+                       jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
+
+    def step(x):
+        y = jnp.tanh(x) * 2
+        jax.debug.print("y={}", y)  # the whole of y, gathered to print it
+        return y
+
+    p = preflight.preflight_step(step, x)
+    assert p.device == "cpu:0" and p.argument_bytes == x.nbytes // 4  # one device's share
+    assert "f32[2048, 256] (2.00 MiB, test_user_reports.py:" in p.advice
+    assert "a value gathered from its shards" in p.advice and "jax.debug.print" in p.advice
+
+    def peek(x):
+        y = jnp.tanh(x) * 2
+        jax.debug.print("y[0, 0]={}", y[0, 0])  # the fix: a slice
+        return y
+
+    assert "gathered" not in preflight.preflight_step(peek, x).advice
