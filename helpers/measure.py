@@ -93,7 +93,7 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
 
     c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
                      static_argnums=static_argnums, static_argnames=static_argnames,
-                     donate_argnames=donate_argnames, **kwargs)
+                     donate_argnames=donate_argnames, over_mesh=False, **kwargs)
     compiled, dev = c.executable, c.device
     name = c.function
     dyn = c.dynamic(args, kwargs)  # the executable takes the non-static arguments only

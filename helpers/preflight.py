@@ -305,9 +305,10 @@ class StepPreflight(_Verdict, Display):
     advice: str
     #: arguments XLA dropped because the step never reads them: on the device, not in its peak
     dropped_bytes: int = 0
-    #: the array constants the compiled program holds, counted in the peak (XLA's argument,
-    #: output and temporary sizes leave them out: checked on CPU and on the H100): arrays the
-    #: function closes over, and values XLA computed while compiling (``folded_bytes``)
+    #: the array constants the compiled program holds, read from its text and counted in the
+    #: peak (XLA's argument, output and temporary sizes leave them out: checked on CPU, and
+    #: for a closed-over array on the H100; the text's reading has not yet run on a GPU):
+    #: arrays the function closes over, and values XLA computed (``folded_bytes``)
     constant_bytes: int = 0
     #: each donated array: reused by an output or not, and why not
     donations: tuple[DonatedArgument, ...] = ()
@@ -519,12 +520,16 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  donate_argnums: int | Sequence[int] = (),
                  static_argnums: int | Sequence[int] = (),
                  static_argnames: str | Sequence[str] = (),
-                 donate_argnames: str | Sequence[str] = (), **kwargs) -> CompiledStep:
+                 donate_argnames: str | Sequence[str] = (), over_mesh: bool = True,
+                 **kwargs) -> CompiledStep:
     """``fn`` compiled for the device it would run on, with its arguments as shapes there
     (:class:`CompiledStep`). ``static_argnums`` / ``static_argnames`` as for ``jax.jit``: those
     arguments are compile-time values (Python numbers, strings, flags), not arrays.
-    ``donate_argnames``: donation by name, for arguments passed positionally. Clear errors for
-    the usual mistakes."""
+    ``donate_argnames``: donation by name, for arguments passed positionally. Arguments placed
+    over several devices compile for those devices, with their own shardings (XLA's sizes are
+    then one device's), unless ``device`` is given or ``over_mesh`` is False (one device,
+    whole: what :func:`helpers.measure.measure_step` runs). Clear errors for the usual
+    mistakes."""
     jax = _jax()
     if not callable(fn):
         raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
@@ -540,10 +545,10 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     donated = _check_donation(args, donate_argnums)
     dynamic = ([a for i, a in enumerate(args) if i not in statics],
                {k: v for k, v in kwargs.items() if k not in static_names})
-    mesh = _mesh_devices(dynamic, jax) if device is None else ()
+    mesh = _mesh_devices(dynamic, jax) if device is None and over_mesh else ()
     if mesh:
         dev = mesh[0]
-        why = (f"the first of the {len(mesh)} devices its arguments are sharded over: XLA's "
+        why = (f"the first of the {len(mesh)} devices its arguments are placed over: XLA's "
                "sizes are one device's, each runs the same program")
     elif device is None and _device_of_committed((args, kwargs), jax) is not None:
         dev, why = _device_of_committed((args, kwargs), jax), "where its committed arguments live"
@@ -616,11 +621,12 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         closed = None
     constants, folded = _constant_bytes(closed, compiled)
     return CompiledStep(compiled, dev, why, donated,
-                        *_residency(compiled, dyn_args, dyn_kwargs, dev, jax),
+                        *_residency(compiled, dyn_args, dyn_kwargs, dev, jax, bool(mesh)),
                         _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
                         constants,
-                        _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax), name,
-                        statics, static_names, closed, folded)
+                        _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax,
+                                   bool(mesh)), name,
+                        statics, static_names, closed, folded, bool(mesh))
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -673,6 +679,7 @@ class CompiledStep:
     static_argnames: tuple[str, ...] = ()
     jaxpr: Any = None  # the step's closed jaxpr; None where this JAX cannot trace apart
     folded: int = 0  # of ``constants``, what XLA computed while compiling
+    over_mesh: bool = False  # compiled for the devices its arguments are placed over
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""
@@ -709,25 +716,28 @@ def _jaxprs(closed) -> Iterator[tuple[Any, Sequence]]:
 
 def _constant_bytes(closed, compiled) -> tuple[int, int]:
     """(the array constants the compiled program holds, the part of them XLA computed while
-    compiling). The closed-over part is the constants of the step's jaxpr (nested jaxprs
-    included, each array once; an array of one repeated value costs nothing), at most what the
-    optimized program holds: XLA folds a closed-over array it only reduces
-    (``lax.cond(p, lambda: data.sum(), ...)`` keeps a scalar). The rest of the program's array
-    constants XLA made itself (``jnp.ones(...).at[...].set(...)`` inside jit, from no argument).
-    Where there is no program text, the jaxpr's alone. With jax's default settings (0.10): a
-    flag, ``jax_use_simplified_jaxpr_constants``, makes closed-over arrays arguments instead."""
-    seen: dict[int, int] = {}
+    compiling). The closed-over part is the program's constants with the shape of a constant
+    of the step's jaxpr (nested jaxprs included; an array of one repeated value costs nothing),
+    however often XLA keeps one (a closed-over table used inside a loop and after it is there
+    twice). XLA folds a closed-over array it only reduces (``lax.cond(p, lambda: data.sum(),
+    ...)`` keeps a scalar). The rest XLA made itself (``jnp.ones(...).at[...].set(...)``
+    inside jit, from no argument). Where there is
+    no program text, the jaxpr's alone. With jax's default settings (0.10): a flag,
+    ``jax_use_simplified_jaxpr_constants``, makes closed-over arrays arguments instead."""
+    seen: dict[int, tuple] = {}
     for _, consts in _jaxprs(closed):
         for c in consts:
-            if hasattr(c, "nbytes") and id(c) not in seen:
-                seen[id(c)] = 0 if _uniform(c) else int(c.nbytes)
+            if hasattr(c, "nbytes") and id(c) not in seen and not _uniform(c):
+                seen[id(c)] = (tuple(c.shape), int(c.nbytes))
     try:
-        kept = jaxcompat.constant_bytes(compiled.as_text())
+        kept = jaxcompat.array_constants(compiled.as_text())
     except Exception:  # a backend without program text
         kept = None
     if kept is None:
-        return sum(seen.values()), 0
-    return kept, kept - min(sum(seen.values()), kept)
+        return sum(n for _, n in seen.values()), 0
+    closed_shapes = {shape for shape, _ in seen.values()}
+    total = sum(n for _, _, n in kept)
+    return total, sum(n for _, shape, n in kept if shape not in closed_shapes)
 
 
 def _scan_stacks(closed, compiled, room: int, most: int = 3) -> tuple[ScanStack, ...]:
@@ -758,14 +768,20 @@ def _scan_stacks(closed, compiled, room: int, most: int = 3) -> tuple[ScanStack,
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
+#: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
+_CALLBACKS = ("debug_print", "debug_callback", "pure_callback", "io_callback")
+
+
 def _gathered(temporaries, args, kwargs) -> list:
-    """The large temporaries (1 MiB or more) with the whole shape of an argument that is split
-    over several devices: on a device of a mesh, a value gathered from its shards."""
+    """The large temporaries (1 MiB or more) of a callback (jax.debug.print, a host callback)
+    with the whole shape of an argument split over several devices: a value gathered from its
+    shards to be handed to the host. (A gather a sharded layer makes by design is not one.)"""
     jax = _jax()
     whole = {tuple(leaf.shape) for leaf in jax.tree.leaves((args, kwargs))
              if getattr(leaf, "sharding", None) is not None
              and len(leaf.sharding.device_set) > 1 and not leaf.sharding.is_fully_replicated}
-    return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20]
+    return [t for t in temporaries if t.op in _CALLBACKS and tuple(t.shape) in whole
+            and t.nbytes >= 2**20]
 
 
 def _spread_arguments(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:
@@ -876,8 +892,11 @@ def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple]
             "XLA reuses it where the bytes match)")
 
 
-def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, ...]:
-    """Each donated array leaf, and whether XLA writes an output into it (its alias table)."""
+def _donations(compiled, args, kwargs, donated, jax, mesh: bool = False
+               ) -> tuple[DonatedArgument, ...]:
+    """Each donated array leaf, and whether XLA writes an output into it (its alias table).
+    Over a mesh, bytes are each device's share, and a buffer not reused is not explained by
+    shapes alone (XLA matches the sharding too)."""
     if not donated:
         return ()
     flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
@@ -895,7 +914,8 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
         if path[0].idx != 0 or path[1].idx not in donated or not hasattr(leaf, "shape"):
             continue  # positional arguments only: donate_argnums names positions
         leaves.append((jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1),
-                       tuple(leaf.shape), str(leaf.dtype), _leaf_bytes(leaf), used, number))
+                       tuple(leaf.shape), str(leaf.dtype),
+                       _share_bytes(leaf) if mesh else _leaf_bytes(leaf), used, number))
     free = list(outputs)  # the outputs no reused donation took: its own shape first, then size
     for _, shape, dtype, nbytes, used, number in leaves:
         if used and aliased and number in aliased:
@@ -911,36 +931,62 @@ def _donations(compiled, args, kwargs, donated, jax) -> tuple[DonatedArgument, .
             reused, why = False, "unknown: this XLA's program text has no alias table the kit reads"
         elif number in aliased:
             reused, why = True, ""
+        elif mesh:
+            reused, why = False, (
+                "over a mesh XLA reuses a donated buffer only for an output of its shape, "
+                "dtype and sharding: compare the argument's sharding with the outputs' "
+                "(jax.jit(f).lower(...).compile().output_shardings)")
         else:
             reused, why = False, _why_not_donated(shape, dtype, nbytes, outputs, free)
         out.append(DonatedArgument(where, shape, dtype, nbytes, reused, why))
     return tuple(out)
 
 
-def _residency(compiled, args, kwargs, dev, jax) -> tuple[int, int]:
-    """(bytes of kept arguments already on ``dev``, each buffer once; bytes of dropped ones)."""
+def _residency(compiled, args, kwargs, dev, jax, mesh: bool = False) -> tuple[int, int]:
+    """(bytes of kept arguments already on ``dev``, each buffer once; bytes of dropped ones).
+    Over a mesh, an argument counts only where it is placed as the program takes it (its
+    shard on ``dev``); one jit must move or split first is not there yet."""
     leaves = jax.tree.leaves((args, kwargs))
     kept = _kept(compiled, len(leaves), jax) or [True] * len(leaves)
+    wanted = _input_shardings(compiled, len(leaves), jax) if mesh else None
     resident = dropped = 0
     seen: list = []
-    for leaf, used in zip(leaves, kept, strict=True):
+    for i, (leaf, used) in enumerate(zip(leaves, kept, strict=True)):
         if not hasattr(leaf, "nbytes") or not hasattr(leaf, "shape"):
             continue
         if not used:
             dropped += int(leaf.nbytes)
             continue
-        if (isinstance(leaf, jax.Array) and not leaf.is_deleted()
-                and set(leaf.devices()) == {dev}
-                and not any(_same_buffer(leaf, other) for other in seen)):
+        if not isinstance(leaf, jax.Array) or leaf.is_deleted() or any(
+                _same_buffer(leaf, other) for other in seen):
+            continue
+        if mesh:
+            want = wanted[i] if wanted else None
+            if want is not None and dev in leaf.devices() and _placed_as(leaf, want):
+                seen.append(leaf)
+                resident += sum(int(s.data.nbytes) for s in leaf.addressable_shards
+                                if s.device == dev)
+        elif set(leaf.devices()) == {dev}:
             seen.append(leaf)
             resident += leaf.nbytes
-        elif (isinstance(leaf, jax.Array) and not leaf.is_deleted()
-              and len(leaf.devices()) > 1 and dev in leaf.devices()
-              and not any(leaf is other for other in seen)):  # its shard on dev
-            seen.append(leaf)
-            resident += sum(int(s.data.nbytes) for s in leaf.addressable_shards
-                            if s.device == dev)
     return resident, dropped
+
+
+def _input_shardings(compiled, n_leaves: int, jax) -> list | None:
+    """The sharding the executable takes each argument leaf with (None for a dropped one);
+    None when this JAX does not say."""
+    try:
+        shardings = jax.tree.leaves(compiled.input_shardings, is_leaf=lambda x: x is None)
+    except Exception:
+        return None
+    return shardings if len(shardings) == n_leaves else None
+
+
+def _placed_as(leaf, sharding) -> bool:
+    try:
+        return bool(leaf.sharding.is_equivalent_to(sharding, leaf.ndim))
+    except Exception:  # shardings that cannot be compared
+        return False
 
 
 def _analysis(compiled) -> dict:
@@ -1088,10 +1134,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(
             f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
             f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments split "
-            "over devices: a value gathered from its shards onto a device. jax.debug.print "
-            "and host callbacks gather what they are given (an operation whose sharding does "
-            "not match does too): give them a slice or a reduction, or keep the value split "
-            "(jax.lax.with_sharding_constraint).")
+            "over devices: a value gathered from its shards to be handed to the host. "
+            "jax.debug.print and host callbacks take what they are given whole: give them a "
+            "slice or a reduction.")
     if spread and device is not None:
         listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
         notes.append(
@@ -1135,6 +1180,57 @@ def _leaf_bytes(leaf) -> int:
     return int(math.prod(leaf.shape) * leaf.dtype.itemsize)
 
 
+def _mesh_donation_would_save(c: CompiledStep, fn, args, kwargs, outputs: list[tuple], jax
+                              ) -> tuple[list[str], int] | None:
+    """:func:`_donation_would_save` over a mesh: an output counts for an argument leaf only
+    with its shape, dtype and sharding, at its bytes on each device."""
+    try:
+        out_shardings = jax.tree.leaves(c.executable.output_shardings)
+        flat = jax.tree.leaves(c.dynamic(args, kwargs))
+        in_shardings = _input_shardings(c.executable, len(flat), jax)
+    except Exception:
+        return None
+    if in_shardings is None or len(out_shardings) != len(outputs):
+        return None
+    free = [(o, sh) for o, sh in zip(outputs, out_shardings, strict=True)]
+    names = dict(_argument_names(c, fn, args, kwargs))
+    chosen, saving, i = [], 0, 0
+    for where, value in enumerate(args):
+        if where in c.static_argnums:
+            continue  # not among the executable's arguments
+        leaves = jax.tree.leaves(value)
+        mine = in_shardings[i:i + len(leaves)]
+        i += len(leaves)
+        if where in c.donated or where not in names:
+            continue
+        matched, total, took = 0, 0, []
+        for leaf, sharding in zip(leaves, mine, strict=True):
+            if not hasattr(leaf, "shape") or sharding is None:
+                continue
+            share = math.prod(sharding.shard_shape(tuple(leaf.shape))) * leaf.dtype.itemsize
+            total += share
+            key = (tuple(leaf.shape), str(leaf.dtype))
+            hit = next((f for f in free if f[0] == key and _equivalent(f[1], sharding,
+                                                                       len(leaf.shape))), None)
+            if hit is not None:
+                free.remove(hit)
+                took.append(hit)
+                matched += share
+        if total and matched * 2 >= total and matched >= 2**20:
+            chosen.append(names[where])
+            saving += matched
+        else:
+            free += took
+    return (chosen, saving) if chosen else None
+
+
+def _equivalent(a, b, ndim: int) -> bool:
+    try:
+        return bool(a.is_equivalent_to(b, ndim))
+    except Exception:  # shardings that cannot be compared
+        return False
+
+
 def _share_bytes(leaf) -> int:
     """An array's bytes on each device it is split over (all of them where it is whole)."""
     sharding = getattr(leaf, "sharding", None)
@@ -1157,20 +1253,22 @@ def _donation_would_save(c: CompiledStep, fn, args, kwargs) -> tuple[list[str], 
                    for o in jax.tree.leaves(c.executable.out_info)]
     except Exception:
         return None
+    if c.over_mesh:  # XLA matches the sharding too: an output of another layout takes nothing
+        return _mesh_donation_would_save(c, fn, args, kwargs, outputs, jax)
     names = dict(_argument_names(c, fn, args, kwargs))
     arrays = {i: [x for x in jax.tree.leaves(a) if hasattr(x, "shape") and hasattr(x, "dtype")]
               for i, a in enumerate(args) if i in names and i not in c.donated}
     free = list(outputs)
     chosen, saving = [], 0
-    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(map(_share_bytes, kv[1]))):
-        total = sum(map(_share_bytes, leaves))
+    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(map(_leaf_bytes, kv[1]))):
+        total = sum(map(_leaf_bytes, leaves))
         matched, took = 0, []
         for x in leaves:
             key = (tuple(x.shape), str(x.dtype))
             if key in free:
                 free.remove(key)
                 took.append(key)
-                matched += _share_bytes(x)
+                matched += _leaf_bytes(x)
         if total and matched * 2 >= total and matched >= 2**20:
             chosen.append(names[i])
             saving += matched

@@ -173,9 +173,10 @@ _MADE_ON_DEFAULT = re.compile(r"\bjnp\.(?:zeros|ones|full|empty|arange|eye)(?:_l
                               r".*\bdevice\s*=")
 
 
-#: jnp.array / jnp.asarray of an array: jax 0.10.2 copies even an aligned NumPy array there,
-#: where jax.device_put uses it in place on the CPU (measured; 0.8.0 used it in place in both)
-_CONVERTED = re.compile(r"\bjnp\.(?:asarray|array)\(")
+#: a line that is jnp.array / jnp.asarray of something (assigned, returned, or a statement):
+#: jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put uses it in place
+#: on the CPU (measured; on 0.8.0 jnp.asarray used it in place, jnp.array copied)
+_CONVERTED = re.compile(r"^(?:return\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\(")
 #: what the CPU backend does with a NumPy array: measured on jax 0.8.0 and 0.10.2 (a 191 MiB
 #: argument added 0 MiB to the peak when 64-byte aligned, 191 MiB when not)
 _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in place, with no "
@@ -199,7 +200,7 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     cpu = (destination or "").startswith("cpu")
     if explicit:
         return "jax.device_put" + (_ON_THE_CPU if cpu and shape else "")
-    if _CONVERTED.search(source):  # on its fast path too, which logs no shape
+    if _CONVERTED.search(source) and shape != ():  # on its fast path too (no shape logged)
         return ("jnp.array or jnp.asarray of host data: a copy, on the CPU backend too "
                 "(jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put(x) "
                 "uses an array aligned to 64 bytes in place); a nested Python list converts far "

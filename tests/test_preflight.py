@@ -349,7 +349,8 @@ def test_a_closed_over_array_that_xla_folds_away_is_not_counted(loop):
     assert p.xla_peak_bytes < 1024  # XLA's own peak: the array is not in the program
     kept = preflight.preflight_step(lambda p: jax.lax.cond(p, lambda: data, lambda: -data), True)
     # returned whole: the program holds data, and -data, which XLA computed while compiling
-    assert (kept.constant_bytes, kept.folded_bytes) == (2 * data.nbytes, data.nbytes)
+    # (of data's shape, so counted as closed over: the bytes are what matter)
+    assert (kept.constant_bytes, kept.folded_bytes) == (2 * data.nbytes, 0)
 
 
 def test_each_donated_argument_says_whether_it_is_reused_and_why_not():
@@ -851,8 +852,16 @@ def test_a_step_over_sharded_arguments_is_sized_per_device():
     assert (p.argument_bytes, p.output_bytes, p.temp_bytes) == (
         ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.temp_size_in_bytes)
     assert p.argument_bytes == split.nbytes // 4 + w.nbytes and p.device == "cpu:0"
-    assert "the first of the 4 devices its arguments are sharded over" in p.device_reason
-    assert p.resident_bytes == split.nbytes // 4 + w.nbytes  # its shard and w are on cpu:0
+    assert "the first of the 4 devices its arguments are placed over" in p.device_reason
+    assert p.resident_bytes == split.nbytes // 4  # its shard; w is not yet placed as taken
+    y = jnp.ones((4096, 256))  # uncommitted, whole on cpu:0: jit splits it first
+    added = preflight.preflight_step(lambda x, y: x + y, split, y)
+    assert added.resident_bytes == split.nbytes // 4 and added.needed_bytes > 0
+    assert preflight.preflight_step(lambda x: x * 2, split,
+                                    device=jax.devices()[1]).resident_bytes == 0  # whole there
+    from helpers import measure
+
+    assert measure.measure_step(lambda x: x * 2, split).device == "cpu:0"  # run whole, on one
     assert p.spread_arguments == (("x", 4),) and "Priced whole" not in p.advice
     whole = preflight.preflight_step(layer, split, w, device=jax.devices()[0])
     assert whole.argument_bytes == split.nbytes + w.nbytes
@@ -877,3 +886,38 @@ def test_constants_xla_computes_while_compiling_are_counted_and_named():
     unfolded = jax.jit(filled).lower(1.0).compile(
         compiler_options={"xla_disable_hlo_passes": "constant_folding"})  # the fix works
     assert jaxcompat.constant_bytes(unfolded.as_text()) == 0
+
+
+def test_a_closed_over_constant_xla_keeps_twice_is_still_called_closed_over():
+    table = jax.random.normal(jax.random.key(1), (256, 1024))  # 1 MiB
+
+    def twice(x):
+        return jax.lax.fori_loop(0, 3, lambda i, c: c + table, x) + table
+
+    p = preflight.preflight_step(twice, jnp.ones((256, 1024)))
+    assert p.constant_bytes == 2 * table.nbytes and p.folded_bytes == 0
+    assert "closes over" in p.advice and "computed while compiling" not in p.advice
+
+
+def test_donation_and_gathers_over_a_mesh_are_judged_by_sharding_too():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("d",))
+    rows, whole = NamedSharding(mesh, P("d")), NamedSharding(mesh, P())
+    x = jax.device_put(jnp.ones((2048, 1024)), rows)  # 8 MiB, 2 MiB a device
+    same = preflight.preflight_step(lambda x: x * 2, x)
+    assert "Nothing donated for x, yet 2.00 MiB" in same.advice  # each device's share
+
+    def replicate(x):
+        return jax.lax.with_sharding_constraint(x * 2, whole)
+
+    assert "Nothing donated" not in preflight.preflight_step(replicate, x).advice
+    (d,) = preflight.preflight_step(replicate, x, donate_argnums=0).donations
+    assert not d.reused and "sharding" in d.why and "another donated argument" not in d.why
+    w = jax.device_put(jnp.ones((1024, 1024)), rows)  # FSDP: its gather is by design
+
+    def layer(w, x):
+        return jnp.tanh(x @ w) @ w.T
+
+    assert "gathered from its shards" not in preflight.preflight_step(layer, w, x).advice

@@ -381,21 +381,27 @@ _CONV = re.compile(r"convolution\(%(\S+?), %(\S+?)\).*window=\{size=([\dx]+)[^}]
                    r"dim_labels=(\w+)_(\w+)->(\w+)")
 
 
-def constant_bytes(hlo_text: str) -> int | None:
-    """Bytes of the array constants an optimized executable keeps (every ``constant``
-    instruction with a dimension, in every computation); scalars are left out. None where the
-    text is not XLA's (then the kit cannot tell). A constant XLA folded away (a reduction of a
-    closed-over array, computed while compiling) is not there. XLA's text format is not an API:
-    tests check it still parses."""
+def array_constants(hlo_text: str) -> list[tuple[str, tuple[int, ...], int]] | None:
+    """(XLA's type name, shape, bytes) of each array constant an optimized executable keeps
+    (every ``constant`` instruction with a dimension, in every computation); scalars are left
+    out. None where the text is not XLA's (then the kit cannot tell). A constant XLA folded
+    away (a reduction of a closed-over array, computed while compiling) is not there. XLA's
+    text format is not an API: tests check it still parses."""
     if not hlo_text.startswith("HloModule"):
         return None
-    total = 0
+    out = []
     for line in hlo_text.splitlines():
         m = _INSTRUCTION.match(line)
         if m and m.group(5) == "constant" and m.group(4):
-            total += (math.prod(int(d) for d in m.group(4).split(","))
-                      * _HLO_BYTES.get(m.group(3), 4))
-    return total
+            shape = tuple(int(d) for d in m.group(4).split(","))
+            out.append((m.group(3), shape, math.prod(shape) * _HLO_BYTES.get(m.group(3), 4)))
+    return out
+
+
+def constant_bytes(hlo_text: str) -> int | None:
+    """The bytes of :func:`array_constants`; None where the text is not XLA's."""
+    found = array_constants(hlo_text)
+    return None if found is None else sum(n for _, _, n in found)
 
 
 def weight_gradient_convolutions(hlo_text: str) -> list[int]:
