@@ -955,7 +955,7 @@ def _residency(compiled, args, kwargs, dev, jax, mesh: bool = False) -> tuple[in
         if not hasattr(leaf, "nbytes") or not hasattr(leaf, "shape"):
             continue
         if not used:
-            dropped += int(leaf.nbytes)
+            dropped += _share_bytes(leaf) if mesh else int(leaf.nbytes)
             continue
         if not isinstance(leaf, jax.Array) or leaf.is_deleted() or any(
                 _same_buffer(leaf, other) for other in seen):

@@ -72,8 +72,14 @@ def _unplaced_bytes(args: Sequence) -> int:
     at least these on its device (an array already there is resident, and not counted)."""
     import jax
 
+    def share(leaf) -> tuple:  # a shape split over devices is priced per device
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:
+            return tuple(sharding.shard_shape(tuple(leaf.shape)))
+        return tuple(leaf.shape)
+
     # at the size XLA takes them: float64 is float32 unless jax_enable_x64
-    return sum(math.prod(leaf.shape) * jax.dtypes.canonicalize_dtype(leaf.dtype).itemsize
+    return sum(math.prod(share(leaf)) * jax.dtypes.canonicalize_dtype(leaf.dtype).itemsize
                for leaf in jax.tree.leaves(args)
                if not isinstance(leaf, jax.Array) and hasattr(leaf, "shape")
                and hasattr(leaf, "dtype"))

@@ -921,3 +921,5 @@ def test_donation_and_gathers_over_a_mesh_are_judged_by_sharding_too():
         return jnp.tanh(x @ w) @ w.T
 
     assert "gathered from its shards" not in preflight.preflight_step(layer, w, x).advice
+    unread = preflight.preflight_step(lambda x, w: x * 2, x, w)  # w is never read
+    assert unread.dropped_bytes == w.nbytes // 4  # what stays on each device

@@ -1,6 +1,8 @@
 """sizing.largest_batch: the same answer as bisection over compiles, in a few compiles."""
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from helpers import example_steps, preflight, sizing
@@ -282,3 +284,18 @@ def test_a_next_batch_that_fits_too_is_said_not_hidden(monkeypatch):
     straight = _search(monkeypatch, lambda b: 10**6 + 100_000 * b, budget, verify=True)
     assert straight.batch == 2000 and "fits too" not in straight.method
     assert straight.next_needed_bytes > budget
+
+
+def test_a_batch_split_over_a_mesh_is_sized_per_device():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("d",))
+    rows = NamedSharding(mesh, P("d"))
+
+    def make(b):
+        return (jax.ShapeDtypeStruct((b, 256), jnp.float32, sharding=rows),)
+
+    r = sizing.largest_batch(lambda x: jnp.tanh(x) * 2, make, "8 MiB", granularity=4)
+    # each device holds a quarter of the batch in and out: 16,384 rows need 4 + 4 MiB there
+    assert r.batch == 16384 and r.compiles <= 4
