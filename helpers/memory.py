@@ -182,16 +182,32 @@ def _all_devices() -> list:
 
 def live_arrays() -> list:
     """Live arrays of every backend: ``jax.live_arrays()`` alone lists only the default
-    backend's, so on a GPU machine the CPU (host) arrays would be missed."""
+    backend's, so on a GPU machine the CPU (host) arrays would be missed. An array whose
+    computation failed (out of memory) is left out: JAX still lists it, but its buffer was
+    never made."""
     from jax.extend.backend import backends
 
     out = []
     for name in backends():
         try:
-            out.extend(jax.live_arrays(name))
+            out.extend(a for a in jax.live_arrays(name) if _made(a))
         except Exception:  # a backend that cannot list them
             continue
     return out
+
+
+def _made(a) -> bool:
+    """False for an array whose computation failed: it is ready, and waiting on it raises.
+    Asking such an array for its buffer's address aborts the whole process (a check inside
+    jaxlib; seen on jax 0.8.0 and 0.10.2 after a CPU step ran out of memory), so nothing may.
+    A computation still running is not waited for."""
+    try:
+        if not a.is_ready():
+            return True
+        a.block_until_ready()
+        return True
+    except Exception:
+        return False
 
 
 def _live_bytes_by_device() -> dict:
