@@ -46,8 +46,8 @@ from helpers.errors import BadInputError, InUseError
 __all__ = ["CacheMiss", "CompileLog", "FunctionCompiles", "watch"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
-CAUSES = ("function made anew", "new shapes", "new dtypes", "new sharding", "new static values",
-          "new pytree structure", "a changed setting", "other")
+CAUSES = ("function made anew", "caches cleared", "new shapes", "new dtypes", "new sharding",
+          "new static values", "new pytree structure", "a changed setting", "other")
 #: what to change, per cause
 FIXES = {
     "function made anew": "jit caches by the function object, and a lambda, closure, "
@@ -57,6 +57,11 @@ FIXES = {
                           "a sweep), pass that value as an argument instead: a traced one "
                           "compiles once (optax.inject_hyperparams keeps a learning rate in "
                           "the optimizer state)",
+    "caches cleared": "the same function object compiled again, so its cache was emptied in "
+                      "between (jax.clear_caches(), or the jitted function's clear_cache()): "
+                      "clear outside the loop, if at all. The host memory a clear frees can "
+                      "stay with the process (glibc keeps freed heap; on Linux "
+                      "ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back)",
     "new shapes": "pad or bucket the inputs to a few fixed shapes (say, powers of two), so one "
                   "compiled program serves many",
     "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "
@@ -147,6 +152,9 @@ class FunctionCompiles(Record):
         if self.cause == "function made anew":
             at = f" at {self.called_at[0]}" if self.called_at else ""
             head = f"`{self.function}`{where} was jitted anew {self.compiles} times{at}"
+        elif self.cause == "caches cleared":
+            head = (f"`{self.function}`{where} compiled {self.compiles} times, each after "
+                    "jax.clear_caches()")
         else:
             changed = f" ({'; '.join(self.changed[:3])})" if self.changed else ""
             head = (f"`{self.function}`{where} compiled {self.compiles} times, for {self.cause}"
@@ -222,6 +230,11 @@ class _Events(logging.Handler):
             with self.guard:
                 self.events.append(("miss", record.thread, CacheMiss(**parsed)))
 
+    def cleared(self) -> None:
+        """jax.clear_caches() ran: every cache emptied, so a function seen before misses."""
+        with self.guard:
+            self.events.append(("clear",))
+
     def compiled(self, event: str, seconds: float, **kwargs) -> None:
         if event == jaxcompat.COMPILE_EVENT:
             with self.guard:
@@ -265,7 +278,15 @@ def watch() -> Iterator[CompileLog]:
         level = logger.level
         t0 = time.perf_counter()
         jax.monitoring.register_event_duration_secs_listener(events.compiled)
+        clear_caches = jax.clear_caches
+
+        @functools.wraps(clear_caches)
+        def counted_clear_caches(*args, **kwargs):  # noted in the log, then JAX's own
+            events.cleared()
+            return clear_caches(*args, **kwargs)
+
         try:
+            jax.clear_caches = counted_clear_caches
             logger.addHandler(events)
             for h in others:
                 h.addFilter(quiet)
@@ -275,6 +296,7 @@ def watch() -> Iterator[CompileLog]:
                 yield log
         finally:
             try:
+                jax.clear_caches = clear_caches
                 logger.setLevel(level)
                 logger.removeHandler(events)
                 for h in others:
@@ -306,11 +328,16 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     seconds: dict[tuple[str, str], list[float]] = {}
     pending: dict[tuple[int, str], tuple[str, str]] = {}
     unpaired: dict[str, list[float]] = {}
+    clears: dict[tuple[str, str], list[int]] = {}  # per miss: jax.clear_caches() calls before it
+    cleared = 0
     for event in events:
-        if event[0] == "miss":
+        if event[0] == "clear":
+            cleared += 1
+        elif event[0] == "miss":
             _, thread, m = event
             key = (m.function, m.defined_at)
             misses.setdefault(key, []).append(m)
+            clears.setdefault(key, []).append(cleared)
             pending[(thread, m.function)] = key
         else:
             _, thread, raw, s = event
@@ -320,7 +347,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 unpaired.setdefault(name, []).append(s)
             else:
                 seconds.setdefault(key, []).append(s)
-    out = [_entry(key, mine, seconds.get(key, [])) for key, mine in misses.items()]
+    out = [_entry(key, mine, seconds.get(key, []), clears[key]) for key, mine in misses.items()]
     primitives = _primitive_names()
     for label in (EAGER, UNEXPLAINED):
         names = {n: v for n, v in unpaired.items() if (n in primitives) == (label == EAGER)}
@@ -336,21 +363,37 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                                             f.function)))
 
 
-def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float]
-           ) -> FunctionCompiles:
+def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
+           clears: list[int] | None = None) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
               and (m.cause != "function made anew" or len(mine) > 1)]
     cause = (max(causes, key=lambda c: (causes.count(c), -CAUSES.index(c))) if causes
              else "first compile")
-    said = next((m.explanation for m in mine if m.cause == cause), "")
+    if cause == "function made anew" and _cleared_between(mine, clears or []):
+        cause = "caches cleared"  # JAX's "never seen" of a function object it had seen
+    said = next((m.explanation for m in mine if m.cause in (cause, "function made anew")), "")
     return FunctionCompiles(
         function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
         compile_seconds=sum(seconds), cause=cause, changed=_changes(mine, cause),
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
         fix=IDENTITY_FIX if _by_identity(mine, cause) else FIXES.get(cause, ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
+
+
+_FUNCTION_ID = re.compile(r"\bid=(\d+)")
+
+
+def _cleared_between(misses: list[CacheMiss], clears: list[int]) -> bool:
+    """Each "never seen function" miss after the first names the same function object (JAX's
+    ``id=``) as the one before it, with a jax.clear_caches() call in between: not a function
+    made anew, but one whose cache was emptied (jax#19429). (An id alone can recur: Python
+    gives a new function the address of one just freed.)"""
+    seen = [(m.group(1), n) for x, n in zip(misses, clears, strict=True)
+            if (m := _FUNCTION_ID.search(x.explanation))]
+    pairs = zip(seen, seen[1:], strict=False)
+    return len(seen) >= 2 and all(a == b and n < k for (a, n), (b, k) in pairs)
 
 
 def _by_identity(misses: list[CacheMiss], cause: str) -> bool:

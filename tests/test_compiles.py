@@ -335,3 +335,23 @@ def test_static_values_compared_by_identity_are_named_with_their_fix():
         for _ in range(2):
             configured(x, Local())
     assert "compares by identity" in log.function("configured").fix
+
+
+def test_a_function_compiled_again_after_clear_caches_is_not_called_made_anew():
+    """jax#19429: jax.clear_caches() inside the loop, not a function made anew."""
+    @jax.jit
+    def fn(x):
+        return jnp.sum(jnp.sin(x))
+
+    with compiles.watch() as log:
+        for _ in range(4):
+            fn(jnp.zeros(8))
+            jax.clear_caches()
+    f = log.function("fn")
+    assert f.cause == "caches cleared" and f.compiles == 4
+    assert "each after jax.clear_caches()" in f.diagnosis and "malloc_trim" in f.fix
+    assert jax.clear_caches.__module__.startswith("jax")  # JAX's own again after the block
+    with compiles.watch() as anew:  # a lambda made anew may reuse a freed one's id
+        for lr in (0.1, 0.01, 0.001):
+            jax.jit(lambda p, lr=lr: p * lr)(jnp.ones(4))
+    assert [f.cause for f in anew.functions if f.recompiled] == ["function made anew"]
