@@ -32,6 +32,7 @@ from helpers._internal.jaxcompat import (
     PREALLOCATE_OFF,
     backend_start_snapshot,
     backends_started,
+    expand_platform_alias,
 )
 from helpers._internal.records import Display, Record
 from helpers.units import format_bytes
@@ -349,11 +350,15 @@ def _xla_flags_look_alike(value: str) -> list[EnvWarning]:
 
 
 def _platforms_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
-    # Set too late: JAX read JAX_PLATFORMS at import; the env now says something else.
+    # Set too late: JAX read JAX_PLATFORMS at import; the env now says something else. Once
+    # the backends started, the ones running are the truth (jax.config can be updated after,
+    # to no effect: jax#10320); before, what JAX read is its config.
     if "jax" not in sys.modules:
         return []
     configured = _jax_config_value("jax_platforms")
     wanted = env.get("JAX_PLATFORMS")
+    if started_platforms:
+        return _platforms_against_running(wanted, configured, tuple(started_platforms))
     if wanted is None or (wanted or None) == (configured or None):
         return []
     return [EnvWarning(
@@ -363,6 +368,40 @@ def _platforms_after_import(env: Mapping[str, str], started_platforms=()) -> lis
         "set JAX_PLATFORMS before `import jax` (first cell of the notebook, or in the "
         "shell), then restart the kernel",
     )]
+
+
+def _requested(value: str) -> list[set[str]]:
+    """The platforms a JAX_PLATFORMS value asks for, each with its aliases spelled out ("gpu":
+    cuda or rocm)."""
+    return [set(expand_platform_alias(part.strip().lower()))
+            for part in value.split(",") if part.strip()]
+
+
+def _platforms_against_running(wanted: str | None, configured: str | None,
+                               running: tuple[str, ...]) -> list[EnvWarning]:
+    def runs(value: str) -> bool:  # JAX would start just these: are they the ones running?
+        asked = _requested(value)
+        return not asked or (all(group & set(running) for group in asked)
+                             and set(running) <= set().union(*asked))
+
+    now = ", ".join(running)
+    out = []
+    if wanted and not runs(wanted):
+        out.append(EnvWarning(
+            "platforms-set-after-import",
+            f"JAX_PLATFORMS is {wanted!r} now, but the backends running are {now}: JAX reads "
+            "JAX_PLATFORMS once, at import, so the change has no effect in this process.",
+            "set JAX_PLATFORMS before `import jax` (first cell of the notebook, or in the "
+            "shell), then restart the kernel"))
+    if configured and configured != wanted and not runs(configured):
+        out.append(EnvWarning(
+            "platforms-updated-after-start",
+            f"jax_platforms is {configured!r} in JAX's config, but the backends running are "
+            f"{now}: jax.config.update('jax_platforms', ...) after the backends started has "
+            "no effect in this process.",
+            "update it before the first JAX operation (or set JAX_PLATFORMS before `import "
+            "jax`), then restart the kernel"))
+    return out
 
 
 def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:

@@ -378,3 +378,27 @@ def test_check_process_before_jax_starts():
                      "print(c.platforms, 'jax' in sys.modules)")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["()", "False"]
+
+
+def test_once_the_backends_run_jax_platforms_is_judged_against_them():
+    """jax#10320: with the backends running, the ones that run are the truth: the variable
+    as it was, a change to it, and jax.config.update after the start."""
+    import jax
+
+    jax.devices()  # started
+    running = tuple(b for b in ("cpu",))
+    assert codes(settings.check_environment({"JAX_PLATFORMS": "cpu"},
+                                            started_platforms=running)) == set()
+    ws = settings.check_environment({"JAX_PLATFORMS": "cuda"}, started_platforms=running)
+    (w,) = [w for w in ws if w.code == "platforms-set-after-import"]
+    assert "the backends running are cpu" in w.message
+
+
+def test_a_config_update_of_jax_platforms_after_the_start_is_named():
+    code = ("import jax, jax.numpy as jnp\nfrom helpers import settings\njnp.zeros(3)\n"
+            "jax.config.update('jax_platforms', 'cpu,cuda')\n"
+            "print(sorted(w.code for w in settings.check_process().warnings))")
+    proc = run_python(code, env={"JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "platforms-updated-after-start" in proc.stdout
+    assert "platforms-set-after-import" not in proc.stdout  # JAX_PLATFORMS=cpu is what runs
