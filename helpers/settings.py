@@ -221,10 +221,21 @@ def _no_visible_gpu(env: Mapping[str, str], started_platforms=()) -> list[EnvWar
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None or visible.strip() not in ("", "-1"):
         return []
+    gpu = [p for p in started_platforms if p in _GPU_PLATFORMS]
+    if gpu:  # set after the GPU backend started with its GPUs: too late to hide them
+        return [EnvWarning(
+            "no-visible-gpu",
+            f"CUDA_VISIBLE_DEVICES={visible!r} now, but the {gpu[0]} backend already started "
+            "with its GPUs: the change has no effect in this process (CUDA reads it once).",
+            "set CUDA_VISIBLE_DEVICES before the first JAX operation (in the shell, or the "
+            "notebook's first cell), then restart the kernel",
+        )]
     return [EnvWarning(
         "no-visible-gpu",
-        f"CUDA_VISIBLE_DEVICES={visible!r} hides every NVIDIA GPU from this process.",
-        "unset CUDA_VISIBLE_DEVICES, or list the GPU ids to use (e.g. 0)",
+        f"CUDA_VISIBLE_DEVICES={visible!r} hides every NVIDIA GPU from a process that starts "
+        "JAX's GPU backend after it is set: JAX runs on the CPU.",
+        "for a CPU-only run, JAX_PLATFORMS=cpu says so plainly (and starts no GPU backend); "
+        "otherwise unset CUDA_VISIBLE_DEVICES, or list the GPU ids to use (e.g. 0)",
     )]
 
 

@@ -402,3 +402,13 @@ def test_a_config_update_of_jax_platforms_after_the_start_is_named():
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "platforms-updated-after-start" in proc.stdout
     assert "platforms-set-after-import" not in proc.stdout  # JAX_PLATFORMS=cpu is what runs
+
+
+def test_cuda_visible_devices_emptied_after_the_gpu_started_is_too_late():
+    """juliuskunze/jaxnet#6: set it before JAX starts; afterwards it changes nothing."""
+    (before,) = settings.check_environment({"CUDA_VISIBLE_DEVICES": ""})
+    assert "JAX runs on the CPU" in before.message and "JAX_PLATFORMS=cpu" in before.fix
+    (after,) = [w for w in settings.check_environment(
+        {"CUDA_VISIBLE_DEVICES": ""}, started_platforms=("cpu", "cuda"))
+        if w.code == "no-visible-gpu"]  # the GPU backend's start faked: this VM has none
+    assert "already started" in after.message and "no effect" in after.message
