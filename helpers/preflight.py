@@ -49,10 +49,14 @@ __all__ = ["CompiledStep", "DonatedArgument", "FIX", "Preflight", "Residual", "R
            "StepPreflight", "Temporary", "TensorInfo", "compile_step", "judge", "preflight",
            "preflight_step", "residuals"]
 
-FIX = ("load it into host memory instead: `with jax.default_device(jax.devices('cpu')[0]): "
-        "tokens = safetensors.flax.load_file(path)['tokens']`, or skip JAX for the load "
-        "(`safetensors.numpy.load_file(path)`, or a read-only numpy.memmap of the data), then "
-        "`jax.device_put` one batch at a time")
+FIX = ("load it into host memory instead, without JAX: `safetensors.numpy.load_file(path)` "
+        "(about the file's size) or a read-only numpy.memmap of the data (pages from the file), "
+        "then `jax.device_put` one batch at a time. `safetensors.flax.load_file` under "
+        "`with jax.default_device(jax.devices('cpu')[0]):` also lands in host memory, at "
+        "about four times the file at its peak")
+#: safetensors.flax.load_file's peak anonymous memory, in files (benchmarks/load_strategies.py
+#: on the 2-core VM, jax 0.10.2: the median of 3 fresh children; safetensors.numpy: 1.0)
+FLAX_LOAD_PEAK = 4.1
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,14 @@ def preflight(path: str | os.PathLike, *, device: str | jax.Device | None = None
         free, source = _free_bytes(dev)
     verdict, advice = judge(total, free, where, fix="Fix: " + FIX,
                             unknown="this device reports no free memory; try a smaller file")
+    if (verdict == "fits" and target is None and where.startswith("cpu")
+            and total * FLAX_LOAD_PEAK > free):
+        advice = " ".join(filter(None, [advice, (
+            f"The data fits, but a load through JAX may not: safetensors.flax.load_file "
+            f"peaked at {FLAX_LOAD_PEAK}x the file in host memory (the kit's load benchmark), "
+            f"{format_bytes(int(total * FLAX_LOAD_PEAK))} here against "
+            f"{format_bytes(free)} free: load with safetensors.numpy.load_file (about 1x) "
+            "or a numpy.memmap, and jax.device_put it in batches.")]))
     return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, where,
                      why, free, source, verdict, advice)
 

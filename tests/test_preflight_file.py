@@ -197,3 +197,20 @@ def test_a_file_judged_for_a_target_card(tokens):
     assert cli.returncode == 1 and "WILL NOT FIT" in cli.stdout
     bad = run_cli("preflight", str(tokens), "--target", "moon")
     assert bad.returncode == 2 and "no card 'moon'" in bad.stderr
+
+
+def test_a_file_that_fits_but_whose_jax_load_may_not_says_so(tmp_path, monkeypatch):
+    """safetensors#399: on the CPU the data may fit while safetensors.flax's load, at about
+    four times the file (the kit's load benchmark), does not."""
+    path = tmp_path / "t.safetensors"
+    datasets.write_tokens(path, 2**20)  # uint16: 2 MiB of data
+    total = 2**21
+    monkeypatch.setattr(preflight_module, "_free_bytes", lambda dev: (3 * total, "test"))
+    p = preflight_module.preflight(path, device="cpu")
+    assert p.verdict == "fits" and "a load through JAX may not" in p.advice
+    assert "safetensors.numpy.load_file" in p.advice
+    monkeypatch.setattr(preflight_module, "_free_bytes", lambda dev: (8 * total, "test"))
+    assert "through JAX" not in preflight_module.preflight(path, device="cpu").advice
+    monkeypatch.setattr(preflight_module, "_free_bytes", lambda dev: (total // 2, "test"))
+    short = preflight_module.preflight(path, device="cpu")
+    assert short.verdict == "will not fit" and "safetensors.numpy.load_file" in short.advice
