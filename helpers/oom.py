@@ -384,13 +384,18 @@ def _fixes(r: OomReport) -> tuple[str, ...]:
     fixes = []
     req, limit, used = r.requested_bytes, r.limit_bytes, r.in_use_bytes
     if isinstance(req, int) and isinstance(limit, int) and req > limit:
-        fixes.append(f"The request alone ({format_bytes(req)}) is larger than all the room "
-                     f"there is ({format_bytes(limit)}), so freeing arrays cannot help: keep "
-                     "the data in host "
-                     "memory (with jax.default_device(jax.devices('cpu')[0]): or a NumPy "
-                     "memmap) and move it in batches, make the batch smaller "
-                     "(helpers.preflight.preflight_step sizes it before it runs), or raise "
-                     "XLA_CLIENT_MEM_FRACTION before JAX starts.")
+        head = (f"The request alone ({format_bytes(req)}) is larger than all the room there "
+                f"is ({format_bytes(limit)}), so freeing arrays cannot help: ")
+        if r.device.startswith(("cuda", "rocm", "gpu")):
+            fixes.append(head + "keep the data in host memory (with "
+                         "jax.default_device(jax.devices('cpu')[0]): or a NumPy memmap) and "
+                         "move it in batches, make the batch smaller "
+                         "(helpers.preflight.preflight_step sizes it before it runs), or raise "
+                         "XLA_CLIENT_MEM_FRACTION before JAX starts.")
+        else:  # on the CPU the room is the process's memory: no pool, no fraction
+            fixes.append(head + "make the batch smaller (helpers.preflight.preflight_step "
+                         "sizes it before it runs), or keep the data in a NumPy memmap and "
+                         "compute on it in batches.")
     too_big = bool(fixes)
     if r.held.user_bytes and not too_big:
         names = [a.held_by[0] for a in r.held.arrays if a.held_by][:3]

@@ -131,6 +131,8 @@ def test_run_cells_capped_shows_a_real_oom_explained_in_a_child():
     fixes = r.output.split("most likely first:")[1]  # 2 GiB under a 1 GiB cap: no del helps
     assert fixes.strip().startswith("1. The request alone (2.00 GiB) is larger than all")
     assert "Your code holds" not in fixes
+    assert "XLA_CLIENT_MEM_FRACTION" not in fixes  # a GPU setting: no use on the CPU
+    assert "make the batch smaller" in fixes
     assert str(r).startswith("[STAND-IN (CPU, memory-capped child)")
 
 
