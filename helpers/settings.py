@@ -415,6 +415,25 @@ def _platforms_against_running(wanted: str | None, configured: str | None,
     return out
 
 
+def _x64_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # JAX reads JAX_ENABLE_X64 at import: set later, float64 stays float32 (0.8.0, 0.10.2)
+    if "jax" not in sys.modules:
+        return []
+    value = env.get("JAX_ENABLE_X64", "").strip().lower()
+    wanted = value in ("1", "true", "yes", "on")
+    if not value or wanted == bool(_jax_config_value("jax_enable_x64")):
+        return []
+    return [EnvWarning(
+        "x64-set-after-import",
+        f"JAX_ENABLE_X64 is {env['JAX_ENABLE_X64']!r} now, but 64-bit types are "
+        f"{'off' if wanted else 'on'} in JAX (it reads the variable once, at import): "
+        f"float64 arrays are {'made as float32' if wanted else 'made as float64'} in this "
+        "process.",
+        "set JAX_ENABLE_X64 before `import jax`, or call "
+        f"jax.config.update('jax_enable_x64', {wanted}) (it applies to what runs after it)",
+    )]
+
+
 def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     # Set too late: allocator variables changed after the GPU backend started.
     gpu_started = [p for p in started_platforms if p in _GPU_PLATFORMS]
@@ -681,6 +700,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _xla_flags,
     _equal_to_default,
     _platforms_after_import,
+    _x64_after_import,
     _allocator_after_start,
     _xla_flags_after_start,
     _cpu_devices_after_start,
@@ -691,5 +711,6 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
 
 #: Rules that compare the environment with this process's JAX (what it read at import, what
 #: its backends started with): meaningless for another process's environment.
-PROCESS_RULES = (_platforms_after_import, _allocator_after_start, _xla_flags_after_start,
+PROCESS_RULES = (_platforms_after_import, _x64_after_import, _allocator_after_start,
+                 _xla_flags_after_start,
                  _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused)

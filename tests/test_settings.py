@@ -412,3 +412,18 @@ def test_cuda_visible_devices_emptied_after_the_gpu_started_is_too_late():
         {"CUDA_VISIBLE_DEVICES": ""}, started_platforms=("cpu", "cuda"))
         if w.code == "no-visible-gpu"]  # the GPU backend's start faked: this VM has none
     assert "already started" in after.message and "no effect" in after.message
+
+
+def test_jax_enable_x64_set_after_import_is_named():
+    code = ("import os, jax, jax.numpy as jnp\nfrom helpers import settings\n"
+            "os.environ['JAX_ENABLE_X64'] = '1'  # too late\n"
+            "print(jnp.ones(2, jnp.float64).dtype)\n"
+            "print(sorted(w.code for w in settings.check_process().warnings))\n"
+            "jax.config.update('jax_enable_x64', True)  # the fix that works after import\n"
+            "print(jnp.ones(2, jnp.float64).dtype)\n"
+            "print(sorted(w.code for w in settings.check_process().warnings))")
+    proc = run_python(code, env={"JAX_ENABLE_X64": None})
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    before, codes_before, after, codes_after = proc.stdout.splitlines()[:4]
+    assert before == "float32" and "x64-set-after-import" in codes_before
+    assert after == "float64" and "x64-set-after-import" not in codes_after
