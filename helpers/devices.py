@@ -408,6 +408,17 @@ class Roles:
         return self.describe()
 
 
+def _default_device_now():
+    """Where an operation on uncommitted arrays runs now (jax.default_device included); None
+    where JAX cannot say."""
+    from jax.extend.backend import get_default_device
+
+    try:
+        return get_default_device()
+    except Exception:
+        return None
+
+
 def roles() -> Roles:
     """The accelerator and the host: a real GPU/TPU and the CPU when present, else two
     simulated CPU devices (needs ``simulate_cpu_devices(2)`` or more before JAX starts)."""
@@ -537,6 +548,15 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
         why = (
             f"committed to {where}: jit runs computations that use it there, and mixing it "
             "with an array committed to another device raises an error instead of moving it"
+        )
+    elif (default := _default_device_now()) is not None and len(names) == 1 and (
+            names[0] != device_name(default)):
+        here = device_name(default)
+        why = (
+            f"uncommitted, on {where}, which is not the default device now ({here}): it was "
+            f"made while {where} was (under jax.default_device), so an operation on it now "
+            f"first copies it whole to {here}. Commit it where it is with "
+            f"jax.device_put(x, {where}), or work on it inside that block"
         )
     else:
         why = (

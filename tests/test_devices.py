@@ -205,3 +205,23 @@ def test_placement_bad_inputs():
     x.delete()
     with pytest.raises(ValueError, match="deleted"):
         devices.placement(x)
+
+
+def test_an_uncommitted_array_off_the_default_device_is_said_to_be_copied_by_any_operation():
+    """An array made under jax.default_device(cpu:1), used after the block: the copy that
+    gilesthomas.com's "JAX: commitment issues" ran into (reproduced here)."""
+    import jax.numpy as jnp
+
+    from helpers import transfers
+
+    cpu0, cpu1 = jax.devices()[:2]
+    with jax.default_device(cpu1):
+        array = jnp.ones((256, 64))
+    assert not array.committed and array.devices() == {cpu1}
+    meaning = devices.placement(array).explanation
+    assert "not the default device now (cpu:0)" in meaning and "copies it whole" in meaning
+    with transfers.trace() as log:
+        first = array[0].block_until_ready()  # outside the block: JAX moves it first
+    assert first.devices() == {cpu0} and log.count("device->device") >= 1
+    with jax.default_device(cpu1):  # inside the block it is where it belongs
+        assert "not the default device" not in devices.placement(array).explanation
