@@ -525,6 +525,15 @@ def _check_static(args, kwargs, static_argnums, static_argnames
         if n not in kwargs:
             raise BadInputError(f"static_argnames={static_argnames!r}: {n!r} is not one of the "
                                 f"keyword arguments given ({', '.join(kwargs) or 'none'})")
+    for where in (*nums, *names):  # jit hashes them: an array cannot be one
+        value = args[where] if isinstance(where, int) else kwargs[where]
+        try:
+            hash(value)
+        except TypeError:
+            raise BadInputError(
+                f"static argument {where!r} ({type(value).__name__}) cannot be hashed, and jit "
+                "compiles once per static value, which it must hash: an array (a PRNG key "
+                "among them) cannot be static. Pass it as an ordinary, traced argument") from None
     return tuple(sorted(set(nums))), tuple(names)
 
 
@@ -562,19 +571,10 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         dev = mesh[0]
         why = (f"the first of the {len(mesh)} devices its arguments are placed over: XLA's "
                "sizes are one device's, each runs the same program")
-    elif device is None and _device_of_committed((args, kwargs), jax) is not None:
-        dev, why = _device_of_committed((args, kwargs), jax), "where its committed arguments live"
+    elif device is None and (committed := _device_of_committed((args, kwargs), jax)) is not None:
+        dev, why = committed, "where its committed arguments live"
     else:
         dev, why = _target(device)
-    for where in (*statics, *static_names):  # jit hashes them: an array cannot be one
-        value = args[where] if isinstance(where, int) else kwargs[where]
-        try:
-            hash(value)
-        except TypeError:
-            raise BadInputError(
-                f"static argument {where!r} ({type(value).__name__}) cannot be hashed, and jit "
-                "compiles once per static value, which it must hash: an array (a PRNG key "
-                "among them) cannot be static. Pass it as an ordinary, traced argument") from None
     arg_specs, kw_specs = _specs(args, kwargs, dev, jax, keep_shardings=bool(mesh))
     # static arguments go in as the values they are (a NumPy scalar stays a number)
     arg_specs = tuple(a if i in statics else spec
@@ -631,14 +631,18 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         closed = jitted.trace(*arg_specs, **kw_specs).jaxpr
     except Exception:  # a JAX that cannot trace apart from lowering
         closed = None
-    constants, folded = _constant_bytes(closed, compiled)
+    try:  # read once: the analyses below and preflight_step's all parse it
+        text = compiled.as_text()
+    except Exception:  # a backend without program text
+        text = None
+    constants, folded = _constant_bytes(closed, text)
     return CompiledStep(compiled, dev, why, donated,
                         *_residency(compiled, dyn_args, dyn_kwargs, dev, jax, bool(mesh)),
                         _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
                         constants,
-                        _donations(compiled, dyn_args, dyn_kwargs, dyn_donated, jax,
+                        _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, jax,
                                    bool(mesh)), name,
-                        statics, static_names, closed, folded, bool(mesh))
+                        statics, static_names, closed, folded, bool(mesh), text)
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -692,6 +696,7 @@ class CompiledStep:
     jaxpr: Any = None  # the step's closed jaxpr; None where this JAX cannot trace apart
     folded: int = 0  # of ``constants``, what XLA computed while compiling
     over_mesh: bool = False  # compiled for the devices its arguments are placed over
+    text: str | None = None  # the optimized program's text; None where the backend has none
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""
@@ -726,7 +731,7 @@ def _jaxprs(closed) -> Iterator[tuple[Any, Sequence]]:
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
 
 
-def _constant_bytes(closed, compiled) -> tuple[int, int]:
+def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     """(the array constants the compiled program holds, the part of them XLA computed while
     compiling). The closed-over part is the program's constants with the shape of a constant
     of the step's jaxpr (nested jaxprs included; an array of one repeated value costs nothing),
@@ -741,10 +746,7 @@ def _constant_bytes(closed, compiled) -> tuple[int, int]:
         for c in consts:
             if hasattr(c, "nbytes") and id(c) not in seen and not _uniform(c):
                 seen[id(c)] = (tuple(c.shape), int(c.nbytes))
-    try:
-        kept = jaxcompat.array_constants(compiled.as_text())
-    except Exception:  # a backend without program text
-        kept = None
+    kept = None if text is None else jaxcompat.array_constants(text)
     if kept is None:
         return sum(n for _, n in seen.values()), 0
     closed_shapes = {shape for shape, _ in seen.values()}
@@ -752,16 +754,14 @@ def _constant_bytes(closed, compiled) -> tuple[int, int]:
     return total, sum(n for _, shape, n in kept if shape not in closed_shapes)
 
 
-def _scan_stacks(closed, compiled, room: int, most: int = 3) -> tuple[ScanStack, ...]:
+def _scan_stacks(closed, text: str | None, room: int, most: int = 3
+                 ) -> tuple[ScanStack, ...]:
     """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its
     length: the values its body returns beside the carry, and, in a gradient's forward scan,
     what the backward pass needs from each step. Largest first, from 1 MiB; only where the
     optimized program still has a value of the largest one's shape and its outputs and
-    temporaries (``room``) could hold the stacks (XLA drops a stack that nothing uses)."""
-    try:
-        text = compiled.as_text()
-    except Exception:  # a backend without program text: every stack counts
-        text = None
+    temporaries (``room``) could hold the stacks (XLA drops a stack that nothing uses). Without
+    program text, every stack counts."""
     out = []
     for j, _ in _jaxprs(closed):
         for eqn in getattr(j, "eqns", ()):
@@ -788,10 +788,8 @@ def _gathered(temporaries, args, kwargs) -> list:
     """The large temporaries (1 MiB or more) of a callback (jax.debug.print, a host callback)
     with the whole shape of an argument split over several devices: a value gathered from its
     shards to be handed to the host. (A gather a sharded layer makes by design is not one.)"""
-    jax = _jax()
-    whole = {tuple(leaf.shape) for leaf in jax.tree.leaves((args, kwargs))
-             if getattr(leaf, "sharding", None) is not None
-             and len(leaf.sharding.device_set) > 1 and not leaf.sharding.is_fully_replicated}
+    whole = {tuple(leaf.shape) for leaf in _jax().tree.leaves((args, kwargs))
+             if _split_over(leaf) > 1}
     return [t for t in temporaries if t.op in _CALLBACKS and tuple(t.shape) in whole
             and t.nbytes >= 2**20]
 
@@ -800,14 +798,19 @@ def _spread_arguments(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int
     """(name, devices) of each argument with an array split over several devices (one that
     is whole on each, replicated, costs a device what it is priced at)."""
     out = []
-    for where, name in _argument_names(c, fn, args, kwargs):
-        value = args[where] if isinstance(where, int) else kwargs[where]
-        n = max((len(leaf.sharding.device_set) for leaf in _jax().tree.leaves(value)
-                 if getattr(leaf, "sharding", None) is not None
-                 and not leaf.sharding.is_fully_replicated), default=1)
+    for name, value in _arguments(c, fn, args, kwargs):
+        n = max((_split_over(leaf) for leaf in _jax().tree.leaves(value)), default=1)
         if n > 1:
             out.append((name, n))
     return tuple(out)
+
+
+def _split_over(leaf) -> int:
+    """How many devices an array is split over: 1 where it is whole on one, or on each."""
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is None or sharding.is_fully_replicated:
+        return 1
+    return len(sharding.device_set)
 
 
 def _on_the_host_by_commitment(dev) -> str:
@@ -904,7 +907,7 @@ def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple]
             "XLA reuses it where the bytes match)")
 
 
-def _donations(compiled, args, kwargs, donated, jax, mesh: bool = False
+def _donations(compiled, text: str | None, args, kwargs, donated, jax, mesh: bool = False
                ) -> tuple[DonatedArgument, ...]:
     """Each donated array leaf, and whether XLA writes an output into it (its alias table).
     Over a mesh, bytes are each device's share, and a buffer not reused is not explained by
@@ -914,7 +917,7 @@ def _donations(compiled, args, kwargs, donated, jax, mesh: bool = False
     flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
     kept = _kept(compiled, len(flat), jax) or [True] * len(flat)
     try:
-        aliased = jaxcompat.aliased_parameters(compiled.as_text())
+        aliased = None if text is None else jaxcompat.aliased_parameters(text)
         outputs = [(tuple(o.shape), str(o.dtype), _leaf_bytes(o))
                    for o in jax.tree.leaves(compiled.out_info)]
     except Exception:
@@ -974,7 +977,8 @@ def _residency(compiled, args, kwargs, dev, jax, mesh: bool = False) -> tuple[in
             continue
         if mesh:
             want = wanted[i] if wanted else None
-            if want is not None and dev in leaf.devices() and _placed_as(leaf, want):
+            if (want is not None and dev in leaf.devices()
+                    and _equivalent(leaf.sharding, want, leaf.ndim)):
                 seen.append(leaf)
                 resident += sum(int(s.data.nbytes) for s in leaf.addressable_shards
                                 if s.device == dev)
@@ -994,13 +998,6 @@ def _input_shardings(compiled, n_leaves: int, jax) -> list | None:
     return shardings if len(shardings) == n_leaves else None
 
 
-def _placed_as(leaf, sharding) -> bool:
-    try:
-        return bool(leaf.sharding.is_equivalent_to(sharding, leaf.ndim))
-    except Exception:  # shardings that cannot be compared
-        return False
-
-
 def _analysis(compiled) -> dict:
     """XLA's sizes, and the kit's peak: every buffer the executable holds at once, at most
     (the temporaries are one block, allocated for the whole run)."""
@@ -1015,13 +1012,13 @@ def _analysis(compiled) -> dict:
     return sizes
 
 
-def _cpu_runtime_bytes(compiled) -> int:
+def _cpu_runtime_bytes(text: str | None) -> int:
     """Memory the CPU runtime takes outside XLA's buffer plan: it copies both operands of a
     weight-gradient convolution (measured, jax 0.10.2: a CNN's step was 15% over the plan at
     batch 256). One such convolution runs at a time, so the largest counts."""
     try:
-        return max(jaxcompat.weight_gradient_convolutions(compiled.as_text()), default=0)
-    except Exception:  # no program text on this backend
+        return max(jaxcompat.weight_gradient_convolutions(text or ""), default=0)
+    except Exception:  # text the parser cannot read
         return 0
 
 
@@ -1066,7 +1063,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     split = _argument_split(c, fn, args, kwargs)
     copies = _state_copies(c, fn, args, kwargs)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
-    runtime = _cpu_runtime_bytes(c.executable) if (target is None and getattr(
+    runtime = _cpu_runtime_bytes(c.text) if (target is None and getattr(
         c.device, "platform", "") == "cpu") else 0
     peak = a["peak"] + c.constants + runtime
     if target is not None:
@@ -1119,7 +1116,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if c.dropped:
         notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
                      "reads (XLA drops them); they stay on the device while you hold them.")
-    values = _entry_values(c.executable)
+    values = _entry_values(c.text)
     temporaries = _temporaries(values)
     batched = [t for t in temporaries if t.batched and t.nbytes * 4 >= peak]
     if batched:
@@ -1134,7 +1131,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  if hasattr(leaf, "shape"))
     if unrolled := _unrolled(values, leaves):
         notes.append(unrolled)
-    stacks = _scan_stacks(c.jaxpr, c.executable, a["output"] + a["temp"])
+    stacks = _scan_stacks(c.jaxpr, c.text, a["output"] + a["temp"])
     named = [t for t in stacks if t.role != "backward"]  # JAX's own scan: nothing to change
     if named and named[0].nbytes * 4 >= peak:
         notes.append(_stack_note(named[0], peak))
@@ -1192,50 +1189,6 @@ def _leaf_bytes(leaf) -> int:
     return int(math.prod(leaf.shape) * leaf.dtype.itemsize)
 
 
-def _mesh_donation_would_save(c: CompiledStep, fn, args, kwargs, outputs: list[tuple], jax
-                              ) -> tuple[list[str], int] | None:
-    """:func:`_donation_would_save` over a mesh: an output counts for an argument leaf only
-    with its shape, dtype and sharding, at its bytes on each device."""
-    try:
-        out_shardings = jax.tree.leaves(c.executable.output_shardings)
-        flat = jax.tree.leaves(c.dynamic(args, kwargs))
-        in_shardings = _input_shardings(c.executable, len(flat), jax)
-    except Exception:
-        return None
-    if in_shardings is None or len(out_shardings) != len(outputs):
-        return None
-    free = [(o, sh) for o, sh in zip(outputs, out_shardings, strict=True)]
-    names = dict(_argument_names(c, fn, args, kwargs))
-    chosen, saving, i = [], 0, 0
-    for where, value in enumerate(args):
-        if where in c.static_argnums:
-            continue  # not among the executable's arguments
-        leaves = jax.tree.leaves(value)
-        mine = in_shardings[i:i + len(leaves)]
-        i += len(leaves)
-        if where in c.donated or where not in names:
-            continue
-        matched, total, took = 0, 0, []
-        for leaf, sharding in zip(leaves, mine, strict=True):
-            if not hasattr(leaf, "shape") or sharding is None:
-                continue
-            share = math.prod(sharding.shard_shape(tuple(leaf.shape))) * leaf.dtype.itemsize
-            total += share
-            key = (tuple(leaf.shape), str(leaf.dtype))
-            hit = next((f for f in free if f[0] == key and _equivalent(f[1], sharding,
-                                                                       len(leaf.shape))), None)
-            if hit is not None:
-                free.remove(hit)
-                took.append(hit)
-                matched += share
-        if total and matched * 2 >= total and matched >= 2**20:
-            chosen.append(names[where])
-            saving += matched
-        else:
-            free += took
-    return (chosen, saving) if chosen else None
-
-
 def _equivalent(a, b, ndim: int) -> bool:
     try:
         return bool(a.is_equivalent_to(b, ndim))
@@ -1258,35 +1211,68 @@ def _share_bytes(leaf) -> int:
 def _donation_would_save(c: CompiledStep, fn, args, kwargs) -> tuple[list[str], int] | None:
     """(the arguments worth donating, the output bytes they could take) when an undonated
     top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
-    and 1 MiB; None otherwise. Outputs are matched once each, largest arguments first."""
+    and 1 MiB; None otherwise. Outputs are matched once each, largest arguments first. Over a
+    mesh XLA matches the sharding too (an output of another layout takes nothing), and bytes
+    are each device's."""
     jax = _jax()
     try:
         outputs = [(tuple(o.shape), str(o.dtype))
                    for o in jax.tree.leaves(c.executable.out_info)]
+        out_shardings = (jax.tree.leaves(c.executable.output_shardings) if c.over_mesh
+                         else [None] * len(outputs))
     except Exception:
         return None
-    if c.over_mesh:  # XLA matches the sharding too: an output of another layout takes nothing
-        return _mesh_donation_would_save(c, fn, args, kwargs, outputs, jax)
+    arrays = _donatable_leaves(c, fn, args, kwargs, jax)
+    if arrays is None or len(out_shardings) != len(outputs):
+        return None
     names = dict(_argument_names(c, fn, args, kwargs))
-    arrays = {i: [x for x in jax.tree.leaves(a) if hasattr(x, "shape") and hasattr(x, "dtype")]
-              for i, a in enumerate(args) if i in names and i not in c.donated}
-    free = list(outputs)
+    free = list(zip(outputs, out_shardings, strict=True))
     chosen, saving = [], 0
-    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(map(_leaf_bytes, kv[1]))):
-        total = sum(map(_leaf_bytes, leaves))
+    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(n for _, n, _ in kv[1])):
+        total = sum(n for _, n, _ in leaves)
         matched, took = 0, []
-        for x in leaves:
-            key = (tuple(x.shape), str(x.dtype))
-            if key in free:
-                free.remove(key)
-                took.append(key)
-                matched += _leaf_bytes(x)
+        for key, nbytes, sharding in leaves:
+            hit = next((f for f in free if f[0] == key and (
+                sharding is None or _equivalent(f[1], sharding, len(key[0])))), None)
+            if hit is not None:
+                free.remove(hit)
+                took.append(hit)
+                matched += nbytes
         if total and matched * 2 >= total and matched >= 2**20:
             chosen.append(names[i])
             saving += matched
         else:
             free += took  # not worth donating: give its outputs back
     return (chosen, saving) if chosen else None
+
+
+def _donatable_leaves(c: CompiledStep, fn, args, kwargs, jax) -> dict | None:
+    """For each undonated positional argument the executable takes: its array leaves as
+    ((shape, dtype), bytes, the sharding it is taken with, over a mesh; else None), a leaf XLA
+    drops left out over a mesh. None where the executable does not say its shardings."""
+    wanted = None
+    if c.over_mesh:
+        wanted = _input_shardings(c.executable, len(jax.tree.leaves(c.dynamic(args, kwargs))),
+                                  jax)
+        if wanted is None:
+            return None
+    names = dict(_argument_names(c, fn, args, kwargs))
+    out, i = {}, 0
+    for where, value in enumerate(args):
+        if where in c.static_argnums:
+            continue  # not among the executable's arguments
+        leaves = jax.tree.leaves(value)
+        mine = wanted[i:i + len(leaves)] if wanted else [None] * len(leaves)
+        i += len(leaves)
+        if where in c.donated or where not in names:
+            continue
+        out[where] = [
+            ((tuple(x.shape), str(x.dtype)),
+             _leaf_bytes(x) if s is None else
+             math.prod(s.shard_shape(tuple(x.shape))) * x.dtype.itemsize, s)
+            for x, s in zip(leaves, mine, strict=True)
+            if hasattr(x, "shape") and hasattr(x, "dtype") and (wanted is None or s is not None)]
+    return out
 
 
 def _argument_names(c: CompiledStep, fn, args, kwargs) -> list[tuple]:
@@ -1303,13 +1289,18 @@ def _argument_names(c: CompiledStep, fn, args, kwargs) -> list[tuple]:
     return out + [(k, k) for k in kwargs if k not in c.static_argnames]
 
 
+def _arguments(c: CompiledStep, fn, args, kwargs) -> list[tuple[str, Any]]:
+    """(the name fn gives it, its value) for each argument that is not static."""
+    return [(name, args[where] if isinstance(where, int) else kwargs[where])
+            for where, name in _argument_names(c, fn, args, kwargs)]
+
+
 def _argument_split(c: CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:
     """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
     parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
     seen: set[int] = set()
     out = []
-    for where, name in _argument_names(c, fn, args, kwargs):
-        value = args[where] if isinstance(where, int) else kwargs[where]
+    for name, value in _arguments(c, fn, args, kwargs):
         total = 0
         for leaf in _jax().tree.leaves(value):
             if hasattr(leaf, "shape") and hasattr(leaf, "dtype") and id(leaf) not in seen:
@@ -1328,8 +1319,7 @@ def _state_copies(c: CompiledStep, fn, args, kwargs) -> tuple[StateCopy, ...]:
     trees alike only the first is looked for."""
     jax = _jax()
     arrays = {}
-    for where, name in _argument_names(c, fn, args, kwargs):
-        value = args[where] if isinstance(where, int) else kwargs[where]
+    for name, value in _arguments(c, fn, args, kwargs):
         arrays[name] = [(tuple(str(k) for k in path), leaf) for path, leaf
                         in jax.tree_util.tree_flatten_with_path(value)[0]
                         if hasattr(leaf, "shape") and hasattr(leaf, "dtype")]
@@ -1398,12 +1388,12 @@ def _copies_note(copies: tuple[StateCopy, ...]) -> str:
     return " ".join(out)
 
 
-def _entry_values(compiled) -> list[dict]:
+def _entry_values(text: str | None) -> list[dict]:
     """The values XLA materializes between the step's operations (largest first), with the
     user's (file, line) that made each where the program text records it."""
     try:
-        return jaxcompat.entry_values(compiled.as_text(), frames.is_user_file)
-    except Exception:  # a backend without program text
+        return jaxcompat.entry_values(text or "", frames.is_user_file)
+    except Exception:  # text the parser cannot read
         return []
 
 
