@@ -282,13 +282,13 @@ def capped(name: str, budget: int, first: bool) -> dict:
     import jax
     import psutil
 
-    from helpers import measure, preflight
+    from helpers import compiled, measure
 
     make, donate = CORPUS[name]
     step, args, _ = make()
     dev = jax.devices()[0]
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
-    c = preflight.compile_step(step, *shapes, device=dev, donate_argnums=donate)
+    c = compiled.compile_step(step, *shapes, device=dev, donate_argnums=donate)
 
     def placed():
         return jax.block_until_ready(jax.device_put(c.dynamic(args, {}), dev, may_alias=False))

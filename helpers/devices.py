@@ -10,6 +10,8 @@ array sits.
   several processes: the other processes' shards are marked, not readable here).
 - :func:`process_view` says which process of a multi-process job this is, and which devices are
   its own.
+- :func:`resolve` names the device a load or a step would land on ("default", "cpu", "gpu" or a
+  device) and why; :func:`start_jax` imports JAX or says why it cannot start.
 - :func:`roles` picks the accelerator and the host (a real GPU and the CPU, or two simulated CPU
   devices as a labelled stand-in); :func:`simulate_cpu_devices` asks JAX for several CPU devices
   before it starts.
@@ -41,7 +43,12 @@ from helpers import settings
 from helpers._internal import child, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record, from_dict
-from helpers.errors import BadInputError, ChildProcessFailed, JaxAlreadyStartedError
+from helpers.errors import (
+    BackendError,
+    BadInputError,
+    ChildProcessFailed,
+    JaxAlreadyStartedError,
+)
 from helpers.settings import EnvVar, EnvWarning
 from helpers.units import NOT_AVAILABLE, NotAvailable
 
@@ -50,8 +57,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LAUNCH_VARS", "BackendInfo", "DeviceInfo", "DeviceReport", "FailedBackend",
            "LeafPlacement", "Placement", "ProcessView", "Roles", "Shard", "TreePlacement",
-           "device_name", "placement", "probe", "probe_in_child", "process_view", "roles",
-           "simulate_cpu_devices", "tree_placement", "versions"]
+           "default_device", "device_name", "placement", "probe", "probe_in_child",
+           "process_view", "resolve", "roles", "simulate_cpu_devices", "start_jax",
+           "tree_placement", "versions"]
 
 
 # --- the report: plain data -----------------------------------------------------------------
@@ -408,15 +416,75 @@ class Roles:
         return self.describe()
 
 
-def _default_device_now():
-    """Where an operation on uncommitted arrays runs now (jax.default_device included); None
-    where JAX cannot say."""
+# --- which device: the default, or the one asked for ------------------------------------------
+_DOCTOR = "run `python -m helpers doctor` to see why and how to fix it"
+
+
+def start_jax() -> Any:
+    """JAX, imported; :class:`helpers.errors.BackendError` (not a traceback) when this
+    environment cannot import it (``JAX_NUM_CPU_DEVICES=abc`` raises inside ``import jax``)."""
+    try:
+        return jaxcompat.import_jax()
+    except Exception as err:
+        raise BackendError(f"JAX cannot start here ({type(err).__name__}: {err}); "
+                           f"{_DOCTOR}") from None
+
+
+def default_device() -> jax.Device:
+    """Where an operation on uncommitted arrays runs now (``jax.default_device`` included);
+    BackendError where JAX cannot start its default backend (``JAX_PLATFORMS=cuda`` without a
+    GPU: a bare AssertionError in JAX)."""
+    start_jax()
     from jax.extend.backend import get_default_device
 
     try:
         return get_default_device()
-    except Exception:
+    except Exception as err:
+        raise BackendError(f"JAX could not start its default backend "
+                           f"({type(err).__name__}: {err}); {_DOCTOR}") from None
+
+
+def _default_device_now():
+    """The default device now; None where JAX cannot say."""
+    try:
+        return default_device()
+    except BackendError:
         return None
+
+
+def resolve(device: str | jax.Device | None = None) -> tuple[jax.Device, str]:
+    """The device ``device`` names (None or "default": the default device; "cpu", "gpu" or
+    "cuda", "tpu": that backend's first device; a ``jax.Device`` itself), and why that one.
+    BadInputError for a name that is none of these or a backend this machine lacks."""
+    jax = start_jax()
+    if device is None or device == "default":
+        d = default_device()
+        why = ("the default device, set by jax.default_device"
+               if jax.config.jax_default_device is not None
+               else "the default device: first device of the default backend")
+        return d, why
+    if isinstance(device, str):
+        name = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device.lower())
+        if name is None:
+            raise BadInputError(f"device must be 'default', 'cpu', 'gpu' or a jax.Device, "
+                                f"got {device!r}")
+        try:
+            return jax.devices(name)[0], f"asked for {device!r}"
+        except Exception:
+            raise BadInputError(f"no {device!r} backend on this machine (backends: "
+                                f"{', '.join(_backend_names())}); {_DOCTOR}") from None
+    if isinstance(device, jax.Device):
+        return device, "asked for this device"
+    raise TypeError(f"device must be None, 'cpu', 'gpu' or a jax.Device, got {device!r}")
+
+
+def _backend_names() -> list[str]:
+    from jax.extend.backend import backends
+
+    try:
+        return sorted(backends())
+    except Exception:  # no backend starts at all
+        return ["none started"]
 
 
 def roles() -> Roles:

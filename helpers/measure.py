@@ -35,8 +35,9 @@ from helpers import gpu
 from helpers._internal import child
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
+from helpers.compiled import compile_step
 from helpers.errors import BadInputError, ChildProcessFailed
-from helpers.preflight import StepPreflight, compile_step, preflight_step
+from helpers.preflight import StepPreflight, preflight_step
 from helpers.units import NOT_AVAILABLE, NotAvailable
 
 if TYPE_CHECKING:

@@ -28,13 +28,12 @@ True
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from helpers import preflight
+from helpers import compiled, preflight
 from helpers._internal.records import Display
 from helpers.errors import BadInputError, CompileOutOfMemory
 from helpers.units import NOT_AVAILABLE, NotAvailable, parse_size
@@ -69,17 +68,13 @@ class BatchSize(Display):
 
 def _unplaced_bytes(args: Sequence) -> int:
     """The bytes of the arguments that are not JAX arrays (shapes, NumPy arrays): a step needs
-    at least these on its device (an array already there is resident, and not counted)."""
+    at least these on its device (an array already there is resident, and not counted). A
+    shape split over devices is priced per device."""
     import jax
 
-    def share(leaf) -> tuple:  # a shape split over devices is priced per device
-        sharding = getattr(leaf, "sharding", None)
-        if sharding is not None and len(sharding.device_set) > 1:
-            return tuple(sharding.shard_shape(tuple(leaf.shape)))
-        return tuple(leaf.shape)
-
     # at the size XLA takes them: float64 is float32 unless jax_enable_x64
-    return sum(math.prod(share(leaf)) * jax.dtypes.canonicalize_dtype(leaf.dtype).itemsize
+    return sum(compiled.elements_per_device(leaf)
+               * jax.dtypes.canonicalize_dtype(leaf.dtype).itemsize
                for leaf in jax.tree.leaves(args)
                if not isinstance(leaf, jax.Array) and hasattr(leaf, "shape")
                and hasattr(leaf, "dtype"))

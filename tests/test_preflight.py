@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import measure, preflight
+from helpers import devices, measure, preflight
 from helpers._internal import jaxcompat
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
@@ -771,7 +771,7 @@ def test_a_step_pinned_to_the_cpu_by_committed_arguments_is_named(monkeypatch):
     """emfdavid/insitubatch#88: a batch committed to the host runs the step there, silently."""
     batch = jax.device_put(jnp.ones((64, 64)), jax.devices("cpu")[1])  # committed to the CPU
     assert preflight.preflight_step(lambda b: b * 2, batch).advice.find("runs on cpu:1") == -1
-    monkeypatch.setattr(preflight, "_default_device", lambda: _FakeGpu())
+    monkeypatch.setattr(devices, "default_device", lambda: _FakeGpu())
     p = preflight.preflight_step(lambda b: b * 2, batch)
     assert p.device == "cpu:1" and "where its committed arguments live" in p.device_reason
     assert "This step runs on cpu:1, not on the default device cuda:0" in p.advice
