@@ -20,9 +20,12 @@ changed between them, the line that called it, and the fix, in a sentence.
 >>> log.function("<lambda>").compiles, log.function("<lambda>").cause
 (3, 'new shapes')
 
+A function that compiled in the block and compiles again with no cache miss was traced as
+before (same shapes, dtypes and static values) and lowered again: its arguments were placed
+differently, committed to a device or not, or on another device or sharding ("new placement").
 What JAX does not explain is counted, not guessed at: a jnp call outside jit compiles a
 one-operation program per new shape ("eager operations"), and a pmap, a function from a
-library's files, a call on another thread, or the same function on a new device compiles
+library's files, a call on another thread, or a function compiled before the block compiles
 without a word from JAX ("compiles JAX did not explain").
 """
 
@@ -47,7 +50,8 @@ __all__ = ["CacheMiss", "CompileLog", "FunctionCompiles", "watch"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
 CAUSES = ("function made anew", "caches cleared", "new shapes", "new dtypes", "new sharding",
-          "new static values", "new pytree structure", "a changed setting", "other")
+          "new placement", "new static values", "new pytree structure", "a changed setting",
+          "other")
 #: what to change, per cause
 FIXES = {
     "function made anew": "jit caches by the function object, and a lambda, closure, "
@@ -68,6 +72,10 @@ FIXES = {
                   "scalar is weakly typed while an array of the same value is not",
     "new sharding": "put the argument on the same device, with the same sharding, every call "
                     "(jax.device_put once, before the loop)",
+    "new placement": "put every call's arguments the same way: jax.device_put them to one "
+                     "device or sharding before the loop, or none of them (an array committed "
+                     "to a device and an uncommitted one compile apart, even on the same "
+                     "device)",
     "new static values": "a static argument compiles once per value: make it a traced "
                          "argument if it only feeds arithmetic, or keep its values few",
     "new pytree structure": "keep the pytree's structure the same every call: the same keys, "
@@ -147,11 +155,16 @@ class FunctionCompiles(Record):
         if self.cause == UNEXPLAINED:
             return (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "
                     "calls traced on this thread from your own files; a pmap, a library's "
-                    "function, another thread, or the same function on a new device compile "
-                    "without a word.")
+                    "function, another thread, or a function compiled before the block for a new "
+                    "placement compile without a word.")
         if self.cause == "function made anew":
             at = f" at {self.called_at[0]}" if self.called_at else ""
             head = f"`{self.function}`{where} was jitted anew {self.compiles} times{at}"
+        elif self.cause == "new placement":
+            head = (f"`{self.function}`{where} compiled {self.compiles} times, "
+                    f"{'; '.join(self.changed)}: JAX reused its trace and compiled the program "
+                    "again for arguments placed differently (committed to a device or not, on "
+                    "another device, or with another sharding)")
         elif self.cause == "caches cleared":
             head = (f"`{self.function}`{where} compiled {self.compiles} times, each after "
                     "jax.clear_caches()")
@@ -327,9 +340,12 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     misses: dict[tuple[str, str], list[CacheMiss]] = {}
     seconds: dict[tuple[str, str], list[float]] = {}
     pending: dict[tuple[int, str], tuple[str, str]] = {}
+    traced: dict[tuple[int, str], tuple[str, str]] = {}  # the latest function of a name
+    placed: dict[tuple[str, str], int] = {}  # its compiles without a trace
     unpaired: dict[str, list[float]] = {}
     clears: dict[tuple[str, str], list[int]] = {}  # per miss: jax.clear_caches() calls before it
     cleared = 0
+    primitives = _primitive_names()
     for event in events:
         if event[0] == "clear":
             cleared += 1
@@ -338,17 +354,24 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
             key = (m.function, m.defined_at)
             misses.setdefault(key, []).append(m)
             clears.setdefault(key, []).append(cleared)
-            pending[(thread, m.function)] = key
+            pending[(thread, m.function)] = traced[(thread, m.function)] = key
         else:
             _, thread, raw, s = event
             name = jaxcompat.compiled_function_name(raw)
             key = pending.pop((thread, name), None)
-            if key is None:
+            if key is None and name not in primitives and seconds.get(
+                    again := traced.get((thread, name))):
+                # compiled before in the block, and compiled again with no new trace: jit's
+                # trace was reused (same shapes, dtypes, static values), its lowering was not
+                # (a primitive's name is an eager operation's compile: not one of these)
+                seconds[again].append(s)
+                placed[again] = placed.get(again, 0) + 1
+            elif key is None:
                 unpaired.setdefault(name, []).append(s)
             else:
                 seconds.setdefault(key, []).append(s)
-    out = [_entry(key, mine, seconds.get(key, []), clears[key]) for key, mine in misses.items()]
-    primitives = _primitive_names()
+    out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, 0))
+           for key, mine in misses.items()]
     for label in (EAGER, UNEXPLAINED):
         names = {n: v for n, v in unpaired.items() if (n in primitives) == (label == EAGER)}
         if names:
@@ -364,11 +387,12 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
 
 
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
-           clears: list[int] | None = None) -> FunctionCompiles:
+           clears: list[int] | None = None, placed: int = 0) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
               and (m.cause != "function made anew" or len(mine) > 1)]
+    causes += ["new placement"] * placed
     cause = (max(causes, key=lambda c: (causes.count(c), -CAUSES.index(c))) if causes
              else "first compile")
     if cause == "function made anew" and _cleared_between(mine, clears or []):
@@ -376,8 +400,10 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
     said = next((m.explanation for m in mine if m.cause in (cause, "function made anew")), "")
     return FunctionCompiles(
         function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
-        compile_seconds=sum(seconds), cause=cause, changed=_changes(mine, cause),
+        compile_seconds=sum(seconds), cause=cause,
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
+        changed=(f"{placed} of them with no new trace (the same shapes, dtypes and static "
+                 "values)",) if cause == "new placement" else _changes(mine, cause),
         fix=IDENTITY_FIX if _by_identity(mine, cause) else FIXES.get(cause, ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
 

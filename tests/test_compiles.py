@@ -147,17 +147,38 @@ def test_the_log_is_plain_data_and_renders():
     assert "2 compile(s)" in text and "new shapes" in text and "pad or bucket" in text
 
 
-def test_a_new_device_compiles_without_an_explanation_and_is_counted_as_such():
+def test_a_new_device_compiles_again_without_a_trace_and_is_named_new_placement():
+    """JAX explains no miss here (its trace is reused); the compile is the same function's,
+    for another placement of its argument, and is named so with the fix."""
     step = jax.jit(lambda x: x + 1)
     x0 = jax.device_put(np.ones(4, np.float32), jax.devices()[0])
     x1 = jax.device_put(np.ones(4, np.float32), jax.devices()[1])
     with compiles.watch() as log:
         step(x0)
         step(x1)
-    text = str(log)  # renders: no cause without a fix
-    assert log.function("<lambda>").compiles == 1
-    assert log.function("compiles JAX did not explain").compiles == 1
-    assert "compiles JAX did not explain" in text
+    entry = log.function("<lambda>")
+    assert entry.compiles == 2 and entry.cause == "new placement" and entry.recompiled
+    assert entry.changed == ("1 of them with no new trace (the same shapes, dtypes and static "
+                             "values)",)
+    assert "placed differently" in log.diagnosis and "jax.device_put them" in log.diagnosis
+    assert all(f.function != "compiles JAX did not explain" for f in log.functions)
+    str(log)  # renders
+
+
+def test_a_compile_with_no_new_trace_is_a_first_one_where_the_function_had_not_compiled():
+    """A nested jit is traced inside its caller and compiles nothing there; called alone
+    afterwards it compiles for the first time, which is no new placement."""
+    inner = jax.jit(lambda x: x * 2)
+
+    @jax.jit
+    def outer(x):
+        return inner(x) + 1
+
+    with compiles.watch() as log:
+        outer(np.ones(3, np.float32))
+        inner(np.ones(3, np.float32))
+    assert not log.recompiled
+    assert all(f.cause != "new placement" for f in log.functions)
 
 
 def test_traces_that_compile_nothing_are_not_called_compiles():

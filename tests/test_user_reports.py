@@ -53,6 +53,25 @@ def test_jax_11448_a_closed_over_array_a_loop_only_reduces_is_not_held():
     assert big() == before
 
 
+def test_jax_15924_a_committed_argument_compiles_the_step_again_and_is_named():
+    """jax.device_put(x, sharding) commits x: the jitted step, first called with an
+    uncommitted array of the same shape, compiles again, and JAX explains no cache miss (the
+    kit used to say no function compiled more than once)."""
+    @jax.jit
+    def test(x):
+        return x
+
+    x = jnp.zeros((1,))
+    with compiles.watch() as log:
+        test(x)
+        test(jax.device_put(np.zeros((1,)), x.sharding))  # committed to the same device
+    entry = log.function("test")
+    assert entry.compiles == 2 and entry.cause == "new placement"
+    assert "No function compiled more than once" not in log.diagnosis
+    assert "committed to a device or not" in log.diagnosis
+    assert "put every call's arguments the same way" in log.diagnosis
+
+
 def test_jax_3158_a_scan_that_returns_every_step_is_named():
     def simulate(x):
         def body(c, _):
