@@ -327,22 +327,32 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         dev, why = committed, "where its committed arguments live"
     else:
         dev, why = devices.resolve(device)
-    arg_specs, kw_specs = _specs(args, kwargs, dev, jax, keep_shardings=bool(mesh))
-    # static arguments go in as the values they are (a NumPy scalar stays a number)
-    arg_specs = tuple(a if i in statics else spec
-                      for i, (a, spec) in enumerate(zip(args, arg_specs, strict=True)))
-    kw_specs = {k: kwargs[k] if k in static_names else v for k, v in kw_specs.items()}
+    def specs(keep_shardings: bool) -> tuple[tuple, dict]:
+        a, k = _specs(args, kwargs, dev, jax, keep_shardings=keep_shardings)
+        # static arguments go in as the values they are (a NumPy scalar stays a number)
+        return (tuple(x if i in statics else spec
+                      for i, (x, spec) in enumerate(zip(args, a, strict=True))),
+                {n: kwargs[n] if n in static_names else v for n, v in k.items()})
+
+    arg_specs, kw_specs = specs(keep_shardings=bool(mesh))
     if hasattr(fn, "lower") and not (donated or statics or static_names):
         jitted = fn  # the user's own jit, with whatever it declares
     else:
         jitted = jax.jit(fn, donate_argnums=donated, static_argnums=statics,
                          static_argnames=static_names)
     name = function_name(fn)
-    try:
-        with warnings.catch_warnings():  # "Some donated buffers were not usable": see donations
-            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
-            lowered = jitted.lower(*arg_specs, **kw_specs)
-    except Exception as err:
+    lowered, err = _lower(jitted, arg_specs, kw_specs)
+    placed_by_jit = False
+    if err is not None and device is None and not mesh and _placement_conflict(err):
+        # the step's own shardings (a jit's in_shardings or out_shardings, a sharding inside
+        # it) name other devices than the one its arguments were placed on here: leave the
+        # arguments nothing commits for jit to place, as a real call does
+        retry_specs = specs(keep_shardings=True)
+        retried, again = _lower(jitted, *retry_specs)
+        if again is None:
+            lowered, err, placed_by_jit = retried, None, True
+            arg_specs, kw_specs = retry_specs
+    if err is not None:
         kind = type(err).__name__
         first = (str(err).strip().splitlines() or [kind])[0].rstrip(".")
         if kind in _TRACE_ERRORS:
@@ -373,6 +383,14 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 f"{str(err)[:300]}") from None
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None
+    if placed_by_jit:  # where the step's own shardings put it
+        mesh = _executable_devices(compiled, jax)
+        dev = mesh[0] if mesh else dev
+        why = (f"the first of the {len(mesh)} devices its own shardings (in_shardings, "
+               "out_shardings or one inside it) place it over: XLA's sizes are one device's, "
+               "each runs the same program" if len(mesh) > 1 else
+               "where its own shardings place it")
+        mesh = mesh if len(mesh) > 1 else ()
     if jitted is fn:  # donation the user's jit declared: read it back from the lowering
         donated = tuple(sorted(set(donated) | _declared_donation(lowered, len(args), jax)))
     # the executable takes the dynamic arguments only: the analyses below see those, with the
@@ -400,6 +418,35 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
             "target")
+
+
+def _lower(jitted, arg_specs, kw_specs) -> tuple[Any, BaseException | None]:
+    """(the lowering, None), or (None, the error lowering raised)."""
+    try:
+        with warnings.catch_warnings():  # "Some donated buffers were not usable": see donations
+            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+            return jitted.lower(*arg_specs, **kw_specs), None
+    except Exception as err:
+        return None, err
+
+
+def _placement_conflict(err: BaseException) -> bool:
+    """The lowering failed because the arguments' placement here disagrees with shardings the
+    step declares (jit's "incompatible devices", or an argument whose sharding does not match
+    jit's in_shardings)."""
+    text = str(err)
+    return "incompatible devices" in text or "does not match the sharding" in text
+
+
+def _executable_devices(compiled, jax) -> tuple:
+    """The devices, by id, the executable's input and output shardings span."""
+    try:
+        found = {d for s in jax.tree.leaves((compiled.input_shardings,
+                                             compiled.output_shardings))
+                 for d in getattr(s, "device_set", ())}
+    except Exception:
+        return ()
+    return tuple(sorted(found, key=lambda d: d.id))
 
 
 def _misspelled(kwargs: dict) -> str:
@@ -520,6 +567,13 @@ class CompiledStep:
         largest one's shape and its outputs and temporaries (``room``) could hold the stacks
         (XLA drops a stack that nothing uses)."""
         return _scan_stacks(self.jaxpr, self.text, room, most)
+
+    @cached_property
+    def primitives(self) -> frozenset[str]:
+        """The names of the JAX primitives in the step's jaxpr, nested ones included (empty
+        where this JAX cannot trace apart from lowering)."""
+        return frozenset(eqn.primitive.name for j, _ in _jaxprs(self.jaxpr)
+                         for eqn in getattr(j, "eqns", ()))
 
     def ignored_device_puts(self) -> tuple[tuple[str, str], ...]:
         """(device, line) of each ``jax.device_put`` inside the step to a Device other than the

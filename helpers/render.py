@@ -473,7 +473,8 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         *reuse,
         ("temporaries", format_bytes(p.temp_bytes)),
         *[(f"  a large one: {t.op} {t.dtype}{list(t.shape)}", format_bytes(t.nbytes)
-           + (f", {t.line}" if t.line else "")) for t in p.largest_temporaries],
+           + (f", {t.line}" if t.line else "")) for t in p.largest_temporaries
+          if t.nbytes >= 1024],  # a few bytes are no "large one"
         ("generated code", format_bytes(p.code_bytes)),
         *([("constants baked into the program (closed-over arrays"
             + (", values XLA computed" if p.folded_bytes else "") + ")",
@@ -483,7 +484,10 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         ("peak: arguments + outputs - aliased + temporaries"
          + (" + constants" if p.constant_bytes else "")
          + (" + runtime" if p.runtime_bytes else ""), format_bytes(p.peak_bytes)),
-        ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes)),
+        ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes) + (
+            "  (less than the temporaries alone: this backend's figure leaves part of them "
+            "out; the peak above is the kit's)" if isinstance(p.xla_peak_bytes, int)
+            and p.xla_peak_bytes < p.temp_bytes else "")),
         ("arguments already there (counted in the peak)", format_bytes(p.resident_bytes)),
         *([("arguments XLA dropped (never read; not counted)", format_bytes(p.dropped_bytes))]
           if p.dropped_bytes else []),

@@ -84,6 +84,9 @@ class Transfer(Record):
     line: str = ""  # the user's line that made it ("cell.py:3: y = f(x)"); "" when not known
     reason: str = ""  # why a copy happened, from the transfer and its line (see _reason)
     logged_at: float | None = None  # when the guard logged it (seconds since the epoch)
+    #: the piece of ``shape`` this copy moves, where its destination is split over a mesh (JAX
+    #: logs one line per device, each with the whole shape): ``nbytes`` are the piece's
+    shard_shape: tuple[int, ...] | None = None
 
 
 _GLOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
@@ -148,20 +151,22 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
                 other.append(line)
             continue
         direction, shape, dtype = fields["direction"], fields["shape"], fields["dtype"]
+        piece = fields.get("shard_shape")
         nbytes = NOT_AVAILABLE
         if shape is not None:
             size = _itemsize(dtype)
-            nbytes = NOT_AVAILABLE if size is None else size * math.prod(shape)
+            nbytes = NOT_AVAILABLE if size is None else size * math.prod(piece or shape)
         src, dst = fields["source"], fields["destination"]
         if direction == H2D:
             src = "host"
         elif direction == D2H:
             dst = "host"
         explicit = (depth > 0) if marked else None
+        split = piece is not None and piece != shape
         transfers.append(Transfer(direction, explicit, shape, dtype, nbytes, src, dst,
                                   fields["raw"], where,
-                                  _reason(direction, explicit, shape, dtype, where, dst),
-                                  logged_at(line)))
+                                  _reason(direction, explicit, shape, dtype, where, dst, split),
+                                  logged_at(line), piece))
     return transfers, other
 
 
@@ -184,14 +189,20 @@ _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in pla
 
 
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
-            destination: str | None = None) -> str:
-    """Why the copy happened, in a few words, from what the guard logged and the user's line."""
+            destination: str | None = None, split: bool = False) -> str:
+    """Why the copy happened, in a few words, from what the guard logged and the user's line
+    (``split``: the destination is split over a mesh, one copy per device)."""
     source = where.split(": ", 1)[-1] if where else ""
     if direction in (D2D, D2H) and _MADE_ON_DEFAULT.search(source):
         return ("made whole on the default device, then copied to the device= you named "
                 "(jnp's creation functions do so): it needs room there first; create it "
                 "inside `with jax.default_device(device):` instead, and commit it there with "
                 "jax.device_put(x, device), which copies nothing")
+    if direction == D2D and split and not explicit:
+        return ("an array split over the devices of a sharding (a jit's in_shardings, or a "
+                "sharded operation), each device's piece copied from where it was whole: put "
+                "host data straight onto its pieces, jax.device_put(x, sharding), or make it "
+                "inside the step, rather than whole on one device first")
     if direction == D2D:
         return "an array on another device moved to where the computation runs"
     if direction == D2H:

@@ -923,3 +923,68 @@ def test_donation_and_gathers_over_a_mesh_are_judged_by_sharding_too():
     assert "gathered from its shards" not in preflight.preflight_step(layer, w, x).advice
     unread = preflight.preflight_step(lambda x, w: x * 2, x, w)  # w is never read
     assert unread.dropped_bytes == w.nbytes // 4  # what stays on each device
+
+
+def test_a_jit_that_declares_its_shardings_is_priced_where_they_place_it():
+    """jax.jit(f, in_shardings=...) or out_shardings=... over a mesh, called with arrays
+    nothing commits (NumPy, an uncommitted array, shapes): a real call runs, and the kit used
+    to refuse it ("incompatible devices", "does not match the sharding"). It is now sized
+    as one device's share of the mesh the step's own shardings name (levanter#475, jax#576)."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    split = NamedSharding(mesh, P("d"))
+    step = jax.jit(lambda x: (x * 2).sum(axis=1), in_shardings=split)
+    for x in (np.ones((4096, 64), np.float32), jnp.ones((4096, 64)),
+              jax.ShapeDtypeStruct((4096, 64), jnp.float32)):
+        p = preflight.preflight_step(step, x)
+        assert p.argument_bytes == 4096 * 64 * 4 // 4, type(x)  # one device's quarter
+        assert "its own shardings" in p.device_reason and p.device == "cpu:0"
+    init = jax.jit(lambda key: jax.random.normal(key, (256, 4096)),
+                   out_shardings=NamedSharding(mesh, P(None, "d")))
+    q = preflight.preflight_step(init, jax.random.PRNGKey(0))
+    assert q.output_bytes == 256 * 4096 * 4 // 4
+    assert "4 devices" in q.device_reason
+    with pytest.raises(BadInputError, match="fails on these arguments"):  # asked: one device
+        preflight.preflight_step(step, jax.device_put(np.ones((4096, 64), np.float32),
+                                                      jax.devices()[1]), device="cpu")
+
+
+def test_xlas_own_peak_below_the_temporaries_is_said_to_leave_them_out():
+    """On the CPU, memory_analysis().peak_memory_in_bytes can be far below the temporaries
+    (levanter#475's init: 4 MiB against 12 MiB); the row says so. A value of a few bytes is
+    not listed as "a large one"."""
+    import dataclasses
+
+    from helpers.compiled import Temporary
+
+    p = preflight.preflight_step(lambda x: jnp.tanh(x) * 2, jnp.ones((64, 64)))
+    small, big = Temporary("copy", "u32", (4,), 16, ""), Temporary("add", "f32", (512,), 2048, "")
+    low = dataclasses.replace(p, xla_peak_bytes=4096, temp_bytes=12 * 2**20,
+                              largest_temporaries=(big, small))
+    assert "less than the temporaries alone" in str(low)
+    assert "a large one: add f32[512]" in str(low) and "copy u32[4]" not in str(low)
+    high = dataclasses.replace(low, xla_peak_bytes=13 * 2**20)
+    assert "less than the temporaries alone" not in str(high)
+
+
+def test_random_numbers_drawn_whole_on_each_device_name_the_partitionable_flag():
+    """levanter#475: an init jitted with out_shardings still made every device draw the whole
+    array's random bits while jax_threefry_partitionable was off (the thread's fix)."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("model",))
+    init = jax.jit(lambda key: jax.random.normal(key, (1024, 1024)),
+                   out_shardings=NamedSharding(mesh, P(None, "model")))
+    assert jax.config.jax_threefry_partitionable  # JAX's default
+    on = preflight.preflight_step(init, jax.random.PRNGKey(0))
+    assert "jax_threefry_partitionable" not in on.advice
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        off = preflight.preflight_step(init, jax.random.PRNGKey(0))
+    finally:
+        jax.config.update("jax_threefry_partitionable", True)
+    assert off.temp_bytes > 2 * on.temp_bytes  # the whole array's bits on each device
+    assert "jax.config.update('jax_threefry_partitionable', True)" in off.advice

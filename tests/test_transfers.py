@@ -135,6 +135,20 @@ def test_other_stderr_lines_pass_through():
      (D2H, (), 2, "cuda:0", "host")),
     ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(weird7[3])",
      (H2D, (3,), NOT_AVAILABLE, "host", None)),
+    # a destination split over a mesh (one line per device): the bytes are each device's piece
+    ("W1 guard_lib.cc:140] device-to-device transfer: aval=ShapedArray(float32[64,16]), "
+     "dst_sharding=NamedSharding(mesh=Mesh('d': 2, 'm': 2, axis_types=(Auto, Auto)), "
+     "spec=P('d',), memory_kind=device)", (D2D, (64, 16), 32 * 16 * 4, None, None)),
+    ("W1 guard_lib.cc:140] device-to-device transfer: aval=ShapedArray(float32[64,16]), "
+     "dst_sharding=NamedSharding(mesh=Mesh('d': 2, 'm': 2, axis_types=(Auto, Auto)), "
+     "spec=PartitionSpec(None, ('d', 'm')), memory_kind=device)",
+     (D2D, (64, 16), 64 * 4 * 4, None, None)),  # jax 0.8's wording, two axes on one dim
+    ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(int8[8]), "
+     "dst_sharding=NamedSharding(mesh=Mesh('d': 4), spec=P(), memory_kind=device)",
+     (H2D, (8,), 8, "host", None)),  # replicated: each device gets the whole
+    ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(int8[8]), "
+     "dst_sharding=NamedSharding(mesh=Mesh('d': 4), spec=P(P.UNCONSTRAINED,), "
+     "memory_kind=device)", (H2D, (8,), 8, "host", None)),  # unreadable: the whole, not a guess
 ])
 def test_parser(line, expect):
     (t,), other = transfers.parse_guard_output(line + "\nunrelated line\n", marked=False)
@@ -260,3 +274,20 @@ def test_on_the_cpu_an_aligned_numpy_array_is_used_in_place_and_an_unaligned_one
     (a_off, a_shared, a_grew), (u_off, u_shared, u_grew) = rows
     assert a_shared == "True" and float(a_grew) < 0.2  # aligned: no copy of 64 MiB
     assert u_shared == "False" and float(u_grew) > 0.5  # 4 bytes off: a copy (0.8-2.0x seen)
+
+
+def test_an_array_split_over_a_jits_in_shardings_counts_each_devices_piece():
+    """jax#576's pattern today: a batch made whole on one device, then split by the step's
+    in_shardings. JAX logs one line per device with the whole shape; each moves a quarter."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    step = jax.jit(lambda x: (x * 2).sum(axis=1), in_shardings=NamedSharding(mesh, P("d")))
+    x = jnp.ones((64, 16))  # whole, on the default device
+    with transfers.trace() as log:
+        step(x).block_until_ready()
+    moved = log.select(D2D)
+    assert len(moved) == 4 and all(t.shard_shape == (16, 16) for t in moved)
+    assert sum(t.nbytes for t in moved) == x.nbytes  # not four times the array
+    assert "jax.device_put(x, sharding)" in moved[0].reason

@@ -14,6 +14,7 @@ when the GPU backend starts; a value changed later has no effect. :func:`ensure_
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import math
@@ -592,6 +593,35 @@ _SRC = re.compile(r"(?<!dst_)sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
 _DST = re.compile(r"dst_sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
 _DIRECTIONS = {"host-to-device": "host->device", "device-to-device": "device->device",
                "device-to-host": "device->host"}
+#: a destination split over a mesh: "dst_sharding=NamedSharding(mesh=Mesh('d': 4, axis_types=
+#: (Auto,)), spec=P('d',), memory_kind=device)" (0.10; 0.8 writes PartitionSpec('d',)). JAX
+#: logs one such line per device, each with the whole array's aval: the piece is the shard.
+_DST_MESH = re.compile(r"dst_sharding=NamedSharding\(mesh=Mesh\(([^)]*?)"
+                       r"(?:, axis_types=\([^)]*\))?\), spec=(?:P|PartitionSpec)\((.*?)\)"
+                       r"(?=, memory_kind=|\)\s*$)")
+_MESH_AXIS = re.compile(r"'([^']+)': (\d+)")
+
+
+def _shard_shape(rest: str, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Each device's piece of an array of ``shape`` whose destination is a NamedSharding the
+    line spells out; None where it is not one or cannot be read."""
+    m = _DST_MESH.search(rest)
+    if m is None or shape is None:
+        return None
+    sizes = {name: int(n) for name, n in _MESH_AXIS.findall(m.group(1))}
+    try:
+        spec = ast.literal_eval(f"[{m.group(2)}]")
+    except (ValueError, SyntaxError):  # an entry such as P.UNCONSTRAINED
+        return None
+    if len(spec) > len(shape):
+        return None
+    piece = list(shape)
+    for i, entry in enumerate(spec):
+        axes = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        if not all(a in sizes for a in axes):
+            return None
+        piece[i] = -(-shape[i] // math.prod(sizes[a] for a in axes))
+    return tuple(piece)
 
 
 def _device_name(match) -> str | None:
@@ -600,8 +630,9 @@ def _device_name(match) -> str | None:
 
 def parse_guard_line(line: str) -> Mapping | None:
     """The fields of one guard log line, or None when the line is not one: direction, dtype,
-    shape (None when not logged), source and destination device names (None when not logged),
-    and the raw text from the direction on."""
+    shape (None when not logged), the piece of it the line moves where the destination is split
+    over a mesh (``shard_shape``, else None), source and destination device names (None when
+    not logged), and the raw text from the direction on."""
     m = GUARD_LINE.search(line)
     if not m:
         return None
@@ -612,6 +643,7 @@ def parse_guard_line(line: str) -> Mapping | None:
         dtype = aval.group(1)
         shape = tuple(int(x) for x in aval.group(2).replace(" ", "").split(",") if x)
     return {"direction": _DIRECTIONS[m.group(1)], "dtype": dtype, "shape": shape,
+            "shard_shape": _shard_shape(rest, shape),
             "source": _device_name(_SRC.search(rest)),
             "destination": _device_name(_DST.search(rest)), "raw": line[m.start():].strip()}
 
