@@ -92,6 +92,13 @@ IDENTITY_FIX = ("the static values print as Python's default <... object at 0x..
                 "equal object made anew is a new value that compiles again. Give the class "
                 "__eq__ and __hash__ by value (a frozen dataclass, or pass a tuple), or make "
                 "the object once and pass the same one")
+#: the fix for new dtypes where only the weak type changed (jax#3163, optax#1440)
+WEAK_FIX = ("only the weak type changed: a Python number, or an array made from one without a "
+            "dtype (jnp.asarray(0.0)), is weakly typed, and what a jitted function returns is "
+            "not, so a value fed back into the next call changes type once. Give it its dtype "
+            "from the start: np.int32(0), jnp.asarray(0.0, jnp.float32)")
+_WEAK_ONLY = re.compile(r"now (\w+\[[\d,\s]*\])\{weak_type=\w+\}, "
+                        r"before (\w+\[[\d,\s]*\])\{weak_type=\w+\}")
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
 EAGER = "eager operations"
 UNEXPLAINED = "compiles JAX did not explain"
@@ -404,7 +411,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
         changed=(f"{placed} of them with no new trace (the same shapes, dtypes and static "
                  "values)",) if cause == "new placement" else _changes(mine, cause),
-        fix=IDENTITY_FIX if _by_identity(mine, cause) else FIXES.get(cause, ""),
+        fix=(IDENTITY_FIX if _by_identity(mine, cause) else
+             WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
 
 
@@ -420,6 +428,15 @@ def _cleared_between(misses: list[CacheMiss], clears: list[int]) -> bool:
             if (m := _FUNCTION_ID.search(x.explanation))]
     pairs = zip(seen, seen[1:], strict=False)
     return len(seen) >= 2 and all(a == b and n < k for (a, n), (b, k) in pairs)
+
+
+def _weak_only(misses: list[CacheMiss], cause: str) -> bool:
+    """New dtypes where each change is of the weak type alone (``i32[]{weak_type=False}``
+    against ``i32[]{weak_type=True}``): the same dtype and shape."""
+    if cause != "new dtypes":
+        return False
+    found = [_WEAK_ONLY.search(m.changed) for m in misses if m.cause == cause]
+    return bool(found) and all(f is not None and f.group(1) == f.group(2) for f in found)
 
 
 def _by_identity(misses: list[CacheMiss], cause: str) -> bool:

@@ -53,6 +53,23 @@ def test_jax_11448_a_closed_over_array_a_loop_only_reduces_is_not_held():
     assert big() == before
 
 
+def test_jax_3163_a_python_scalar_fed_back_compiles_twice_for_its_weak_type():
+    """x = 0 starts a loop carry: weakly typed on the first call, the jitted output after it
+    (np.int32 steps make the sum strong, as the thread's data did on jax 0.10.2)."""
+    @jax.jit
+    def my_fn(x, y):
+        return x + y
+
+    with compiles.watch() as log:
+        x = 0
+        for i in range(3):
+            x = my_fn(x, np.int32(i))
+    entry = log.function("my_fn")
+    assert entry.compiles == 2 and entry.cause == "new dtypes"
+    assert entry.fix == compiles.WEAK_FIX and "only the weak type changed" in log.diagnosis
+    assert "np.int32(0)" in log.diagnosis
+
+
 def test_jax_15924_a_committed_argument_compiles_the_step_again_and_is_named():
     """jax.device_put(x, sharding) commits x: the jitted step, first called with an
     uncommitted array of the same shape, compiles again, and JAX explains no cache miss (the
