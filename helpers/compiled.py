@@ -77,6 +77,9 @@ class Temporary(Record):
     nbytes: int
     line: str  # the user's line that made it ("cell, line 3: h = ..."), "" where not recorded
     batched: bool = False  # made under jax.vmap (XLA's op_name says so): the whole batch at once
+    #: made inside a derivative (jax.grad, jax.vjp: XLA's op_name has jvp( or transpose( around
+    #: it, and around its vmap where it is batched: a vmap inside the function differentiated)
+    in_derivative: bool = False
 
 
 @dataclass(frozen=True)
@@ -551,7 +554,8 @@ class CompiledStep:
         for v in self.values[:most]:
             line = frames.line(*v["source"]) if v["source"] else ""
             out.append(Temporary(v["op"].rsplit("/", 1)[-1], v["dtype"], v["shape"],
-                                 v["nbytes"], line, batched="vmap(" in v["op"]))
+                                 v["nbytes"], line, batched="vmap(" in v["op"],
+                                 in_derivative=_in_derivative(v["op"])))
         return tuple(out)
 
     def unrolled(self, leaves: int = 0) -> str:
@@ -870,6 +874,16 @@ def elements_per_device(leaf: Any) -> int:
 def bytes_per_device(leaf: Any) -> int:
     """An array's bytes on each device it is split over (all of them where it is whole)."""
     return elements_per_device(leaf) * leaf.dtype.itemsize
+
+
+def _in_derivative(op: str) -> bool:
+    """XLA's op_name ("jit(loss)/transpose(jvp(vmap()))/select_n") puts a derivative around
+    the value, and around its vmap if it has one (vmap(jvp()) is a vmap of a derivative: a
+    per-example gradient, a Jacobian)."""
+    scope = op.rsplit("/", 1)[0]
+    found = [i for i in (scope.find("jvp("), scope.find("transpose(")) if i >= 0]
+    vmap = scope.find("vmap(")
+    return bool(found) and (vmap < 0 or min(found) < vmap)
 
 
 #: this many of a program's operations from one line of code mean a Python loop was unrolled

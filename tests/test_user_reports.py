@@ -70,6 +70,30 @@ def test_jax_3163_a_python_scalar_fed_back_compiles_twice_for_its_weak_type():
     assert "np.int32(0)" in log.diagnosis
 
 
+def test_jax_8409_a_vmapped_cond_runs_both_branches_and_the_fix_checkpoints_the_chunks():
+    """vmap batches the cond's predicate: a select, both branches for every element; under
+    jax.grad, lax.map(f, batch_size=k) alone made it worse (16 -> 40 MiB of temporaries,
+    jax 0.10.2), lax.map(jax.checkpoint(f), batch_size=8) better (2 MiB)."""
+    xs = jax.random.normal(jax.random.key(0), (64, 256))
+    w = jax.random.normal(jax.random.key(1), (256, 256)) / 16
+
+    def expensive(x, w):
+        return jnp.tanh(x[:, None] * w).sum(0)  # a (256, 256) value per element
+
+    def per_example(x, w):
+        return jax.lax.cond(x[0] > 3.0, expensive, lambda x, w: x, x, w)
+
+    def loss(w, xs):
+        return jnp.sum(jax.vmap(per_example, (0, None))(xs, w))
+
+    p = preflight.preflight_step(jax.grad(loss), w, xs)
+    (t,) = [t for t in p.largest_temporaries if t.batched][:1]
+    assert t.op == "select_n" and t.in_derivative and "lax.cond" in t.line
+    assert "both branches run for every element" in p.advice
+    assert "jax.lax.map(jax.checkpoint(f), xs, batch_size=k)" in p.advice
+    assert "without batch_size" in p.advice
+
+
 def test_jax_15924_a_committed_argument_compiles_the_step_again_and_is_named():
     """jax.device_put(x, sharding) commits x: the jitted step, first called with an
     uncommitted array of the same shape, compiles again, and JAX explains no cache miss (the
@@ -160,7 +184,8 @@ def test_jax_1923_vmap_materialises_the_whole_batch_and_lax_map_is_named():
     p = preflight.preflight_step(jax.vmap(nearest), queries)
     top = p.largest_temporaries[0]
     assert top.batched and top.nbytes == 128 * 1024 * 64 * 4 and "test_user_reports" in top.line
-    assert "jax.lax.map" in p.advice and "batch_size" in p.advice
+    assert "jax.lax.map(f, xs, batch_size=k) computes k elements" in p.advice
+    assert not top.in_derivative and "jax.checkpoint(f)" not in p.advice  # no derivative here
     # and the fix does what the advice says: 16 at a time, 1/8 of the batch's 128
     fixed = preflight.preflight_step(lambda qs: jax.lax.map(nearest, qs, batch_size=16), queries)
     assert "jax.lax.map" not in fixed.advice
