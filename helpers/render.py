@@ -472,8 +472,9 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         ("aliased (outputs written into donated arguments)", format_bytes(p.alias_bytes)),
         *reuse,
         ("temporaries", format_bytes(p.temp_bytes)),
-        *[(f"  a large one: {t.op} {t.dtype}{list(t.shape)}", format_bytes(t.nbytes)
-           + (f", {t.line}" if t.line else "")) for t in p.largest_temporaries
+        *[(f"  a large {'one' if t.nbytes <= p.temp_bytes else 'output'}: {t.op} {t.dtype}"
+           f"{list(t.shape)}", format_bytes(t.nbytes) + (f", {t.line}" if t.line else ""))
+          for t in p.largest_temporaries  # more than all temporaries: written as an output
           if t.nbytes >= 1024],  # a few bytes are no "large one"
         ("generated code", format_bytes(p.code_bytes)),
         *([("constants baked into the program (closed-over arrays"

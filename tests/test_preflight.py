@@ -967,6 +967,9 @@ def test_xlas_own_peak_below_the_temporaries_is_said_to_leave_them_out():
     assert "a large one: add f32[512]" in str(low) and "copy u32[4]" not in str(low)
     high = dataclasses.replace(low, xla_peak_bytes=13 * 2**20)
     assert "less than the temporaries alone" not in str(high)
+    # a value larger than all the temporaries is written as an output (jax#824's gradient)
+    out = dataclasses.replace(low, temp_bytes=1024)
+    assert "a large output: add f32[512]" in str(out) and "a large one" not in str(out)
 
 
 def test_random_numbers_drawn_whole_on_each_device_name_the_partitionable_flag():
