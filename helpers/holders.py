@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
@@ -286,6 +287,14 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
                             f"remove it from {found[0]} (or `del {found[0]}`)")
         if isinstance(ref, tuple) and any(isinstance(o, types.FunctionType) for o in owners):
             return ("a function's default arguments", "")
+        for o in owners:  # an attribute of an object a variable names (aimz#168: ds.arrays)
+            obj, attr = _attribute_holding(o, ref, mine)
+            for _, ns in names if obj is not None else ():
+                if keys := _keys_holding(ns, obj):
+                    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+                    return (f"{type(ref).__name__} {keys[0]}.{attr}{inside}: a {kind} object, "
+                            f"the variable {keys[0]!r} in {_name_in(ns, names)}",
+                            f"`del {keys[0]}` (or `{keys[0]}.{attr} = None`) when you are done")
         if owners and all(_is_jax_owned(o) for o in owners):
             return ("", "")
         return (f"{_VAGUE}{type(ref).__name__}{inside} not named in the notebook",
@@ -324,6 +333,26 @@ def _object_holder(obj, names, mine) -> tuple[str, str]:
                 "0.10.2 deleting the jitted function and its clear_cache() do not); keep arrays "
                 "out of static arguments: pass them as traced arguments instead")
     return (kind, "")
+
+
+def _attribute_holding(owner, value, mine) -> tuple[Any, str]:
+    """(the object, the attribute's name) where ``owner`` is an object whose attribute is
+    ``value``, or the ``__dict__`` of one; (None, "") otherwise."""
+    import gc
+    import types
+
+    if isinstance(owner, dict):  # an instance's __dict__: the object is one of its referrers
+        found = [o for o in gc.get_referrers(owner) if id(o) not in mine
+                 and not isinstance(o, (type, types.ModuleType, types.FrameType))
+                 and getattr(o, "__dict__", None) is owner]
+        owner = found[0] if found else None
+    if owner is None or isinstance(owner, (type, types.ModuleType, types.FrameType)):
+        return None, ""
+    try:
+        attrs = [k for k, v in vars(owner).items() if v is value]
+    except TypeError:  # no __dict__
+        return None, ""
+    return (owner, attrs[0]) if attrs else (None, "")
 
 
 def _keys_holding(ns: Mapping, value) -> list:

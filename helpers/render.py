@@ -576,8 +576,9 @@ def transfer_log_text(log: TransferLog) -> str:
     by_line = [r for r in log.by_line() if r["line"] != "(line not known)"]
     if by_line:
         lines.append("made by:")
-        lines += [f"  {r['count']:>3} x {r['line']}\n        {'; '.join(r['reasons'])}"
-                  for r in by_line]
+        lines += [f"  {r['count']:>3} x {r['line']}\n        "
+                  f"{format_bytes(r['bytes']) if r['bytes'] else 'bytes not logged'}: "
+                  f"{'; '.join(r['reasons'])}" for r in by_line]
     return "\n".join(lines)
 
 

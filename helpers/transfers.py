@@ -223,7 +223,8 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
         if "[" in source and dtype and "int" in dtype:
             return "a Python int used as an index or slice bound"
         return "a Python scalar turned into an array"
-    return ("a NumPy array passed to a JAX operation or a jit: copied on every call"
+    return ("a NumPy array passed to a JAX operation or a jit: copied each time it is passed "
+            "(jax.device_put it once and pass the result to copy it once)"
             + (_ON_THE_CPU if cpu else ""))
 
 

@@ -185,3 +185,18 @@ def test_an_array_whose_computation_ran_out_of_memory_is_skipped_not_fatal():
     assert lines[:2] == ["raised True", "listed by jax True"]
     assert int(lines[2].split()[1]) < 2**31  # the largest held array is a real one
     assert lines[3] == "snapshot True"  # the 2 GiB never made is not counted as in use
+
+
+class _Dataset:  # keeps its arrays in a tuple attribute, as markean/aimz's ArrayDataset did
+    def __init__(self, *arrays):
+        self.arrays = tuple(arrays)
+
+
+def test_a_tuple_inside_an_object_is_named_by_the_variable_and_the_attribute():
+    """aimz#168: the whole dataset, jnp.asarray-ed into ds.arrays, was 'a container: tuple[0]
+    not named in the notebook'; it is ds.arrays[0] of the variable ds."""
+    ns = {"ds": _Dataset(big(40), big(1))}
+    a = _find(holders.largest(3, namespace=ns), 40 * MiB)
+    assert a.held_by == ("tuple ds.arrays[0]: a tests.test_holders._Dataset object, the "
+                         "variable 'ds' in the notebook",)
+    assert "`del ds` (or `ds.arrays = None`)" in a.fix

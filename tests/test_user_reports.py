@@ -15,6 +15,7 @@ import pytest
 
 from helpers import compiles, devices, holders, memory, preflight, settings, transfers
 from helpers._internal import jaxcompat
+from helpers.units import format_bytes
 
 MiB = 2**20
 
@@ -92,6 +93,25 @@ def test_jax_8409_a_vmapped_cond_runs_both_branches_and_the_fix_checkpoints_the_
     assert "both branches run for every element" in p.advice
     assert "jax.lax.map(jax.checkpoint(f), xs, batch_size=k)" in p.advice
     assert "without batch_size" in p.advice
+
+
+class _ArrayDataset:  # markean/aimz's: the arrays converted eagerly, kept as an attribute
+    def __init__(self, *arrays):
+        self.arrays = tuple(jnp.asarray(a) for a in arrays)
+
+
+def test_aimz_168_a_dataset_converted_whole_is_found_by_its_line_bytes_and_holder():
+    """The whole dataset went to the device at setup while the loader put each batch there
+    anyway: the line and its bytes (the kit gave only a total), and who holds it (the kit
+    stopped at 'a container: tuple[0]')."""
+    x = np.ones((1 << 20, 8), np.float32)[:, 1:]  # 28 MiB, not 64-byte aligned: a copy
+    with transfers.trace() as log:
+        ds = _ArrayDataset(x)
+    (row,) = [r for r in log.by_line() if "jnp.asarray(a)" in r["line"]]
+    assert row["bytes"] == x.nbytes and format_bytes(x.nbytes) in str(log)
+    h = holders.largest(1, namespace={"ds": ds})
+    assert h.arrays[0].held_by[0].startswith("tuple ds.arrays[0]: a ")
+    assert "`ds.arrays = None`" in h.arrays[0].fix
 
 
 def test_jax_15924_a_committed_argument_compiles_the_step_again_and_is_named():
@@ -652,3 +672,21 @@ def test_jax_25842_debug_print_of_a_sharded_value_gathers_it_whole():
         return y
 
     assert "gathered" not in preflight.preflight_step(peek, x).advice
+
+
+def test_the_readme_and_the_table_count_the_same_threads():
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    table = (root / "docs" / "user-reports.md").read_text()
+    rows = [r for r in table.splitlines() if r.startswith("| [")]
+    threads = sum(len(re.findall(r"#\d+\]", r.split("|")[1])) for r in rows)
+    verdicts = [r.split("|")[-2].strip() for r in rows]
+    named = sum(len(re.findall(r"#\d+\]", r.split("|")[1])) for r, v in zip(rows, verdicts)
+                if v.startswith("named") and not v.startswith(("named on the GPU",
+                                                                "named with the GPU faked")))
+    said = re.search(r"Of the (\d+) threads, (\d+) are named on the CPU", table)
+    assert said and (int(said[1]), int(said[2])) == (threads, named)
+    readme = (root / "README.md").read_text()
+    assert f"{threads} problems JAX users reported" in readme
+    assert f"{named} of them named on the CPU" in " ".join(readme.split())
