@@ -682,7 +682,8 @@ def test_the_readme_and_the_table_count_the_same_threads():
     rows = [r for r in table.splitlines() if r.startswith("| [")]
     threads = sum(len(re.findall(r"#\d+\]", r.split("|")[1])) for r in rows)
     verdicts = [r.split("|")[-2].strip() for r in rows]
-    named = sum(len(re.findall(r"#\d+\]", r.split("|")[1])) for r, v in zip(rows, verdicts, strict=True)
+    named = sum(len(re.findall(r"#\d+\]", r.split("|")[1]))
+                for r, v in zip(rows, verdicts, strict=True)
                 if v.startswith("named") and not v.startswith(("named on the GPU",
                                                                 "named with the GPU faked")))
     said = re.search(r"Of the (\d+) threads, (\d+) are named on the CPU", table)
