@@ -619,7 +619,9 @@ def test_donation_by_name_never_lands_on_another_argument():
                                  donate_argnames="p")
 
 
-def test_a_step_that_places_values_on_several_devices_is_refused_clearly():
+def test_a_step_that_places_values_on_several_devices_is_sized_there_or_refused_clearly():
+    """A sharding inside the step: sized over the devices it names, one device's share (it
+    was refused before); asked for one device, it is refused with the way to XLA's sizes."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -629,8 +631,11 @@ def test_a_step_that_places_values_on_several_devices_is_refused_clearly():
     def spread(x):
         return jax.lax.with_sharding_constraint(x * 2, split)
 
+    p = preflight.preflight_step(spread, jnp.ones(8))
+    assert "the first of the 2 devices its own shardings" in p.device_reason
+    assert p.output_bytes == 8 * 4 // 2  # one device's half
     with pytest.raises(BadInputError, match="prices a step on one device") as err:
-        preflight.preflight_step(spread, jnp.ones(8))
+        preflight.preflight_step(spread, jnp.ones(8), device="cpu")
     assert "memory_analysis()" in str(err.value)
 
 
