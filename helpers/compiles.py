@@ -20,13 +20,15 @@ changed between them, the line that called it, and the fix, in a sentence.
 >>> log.function("<lambda>").compiles, log.function("<lambda>").cause
 (3, 'new shapes')
 
-A function that compiled in the block and compiles again with no cache miss was traced as
-before (same shapes, dtypes and static values) and lowered again: its arguments were placed
-differently, committed to a device or not, or on another device or sharding ("new placement").
+A function that compiled in the block and compiles again with no cache miss, for argument types
+it compiled for before but other shardings (JAX's own "Compiling ... Argument mapping" line,
+which it logs at DEBUG), had its arguments placed differently: committed to a device or not,
+another device or sharding ("new placement").
 What JAX does not explain is counted, not guessed at: a jnp call outside jit compiles a
 one-operation program per new shape ("eager operations"), and a pmap, a function from a
-library's files, a call on another thread, or a function compiled before the block compiles
-without a word from JAX ("compiles JAX did not explain").
+library's files, a call on another thread, a jax.grad or jax.vmap of a jitted function, or a
+function compiled before the block compiles without a word from JAX ("compiles JAX did not
+explain").
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ class FunctionCompiles(Record):
         if self.cause == UNEXPLAINED:
             return (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "
                     "calls traced on this thread from your own files; a pmap, a library's "
-                    "function, another thread, or a function compiled before the block for a new "
+                    "function, another thread, a jax.grad or jax.vmap of a jitted function (compiled "
+                    "under its name), or a function compiled before the block for a new "
                     "placement compile without a word.")
         if self.cause == "function made anew":
             at = f" at {self.called_at[0]}" if self.called_at else ""
@@ -249,6 +252,11 @@ class _Events(logging.Handler):
         if parsed is not None:
             with self.guard:
                 self.events.append(("miss", record.thread, CacheMiss(**parsed)))
+            return
+        lowering = jaxcompat.parse_compiling(record.getMessage())
+        if lowering is not None:  # what the next compile of this name lowers, on this thread
+            with self.guard:
+                self.events.append(("lowering", record.thread, *lowering))
 
     def cleared(self) -> None:
         """jax.clear_caches() ran: every cache emptied, so a function seen before misses."""
@@ -267,7 +275,9 @@ class _Quiet(logging.Filter):
     (they are kept, verbatim, in the log's ``misses``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(jaxcompat.CACHE_MISS_PREFIX)
+        text = record.getMessage()
+        return not (text.startswith(jaxcompat.CACHE_MISS_PREFIX) or (
+            record.levelno < logging.WARNING and jaxcompat.parse_compiling(text) is not None))
 
 
 def _jax_handlers(besides: logging.Handler) -> list[logging.Handler]:
@@ -294,8 +304,9 @@ def watch() -> Iterator[CompileLog]:
         log = CompileLog()
         events, quiet = _Events(), _Quiet()
         logger = logging.getLogger("jax")
+        lowering = logging.getLogger(jaxcompat.COMPILING_LOGGER)  # says what each compile lowers
         others = _jax_handlers(events)
-        level = logger.level
+        level, lowering_level = logger.level, lowering.level
         t0 = time.perf_counter()
         jax.monitoring.register_event_duration_secs_listener(events.compiled)
         clear_caches = jax.clear_caches
@@ -312,12 +323,15 @@ def watch() -> Iterator[CompileLog]:
                 h.addFilter(quiet)
             if logger.getEffectiveLevel() > logging.WARNING:  # JAX explains at WARNING
                 logger.setLevel(logging.WARNING)
+            if lowering.getEffectiveLevel() > logging.DEBUG:  # and says what it lowers at DEBUG
+                lowering.setLevel(logging.DEBUG)
             with jax.explain_cache_misses(True):
                 yield log
         finally:
             try:
                 jax.clear_caches = clear_caches
                 logger.setLevel(level)
+                lowering.setLevel(lowering_level)
                 logger.removeHandler(events)
                 for h in others:
                     h.removeFilter(quiet)
@@ -348,14 +362,20 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     seconds: dict[tuple[str, str], list[float]] = {}
     pending: dict[tuple[int, str], tuple[str, str]] = {}
     traced: dict[tuple[int, str], tuple[str, str]] = {}  # the latest function of a name
-    placed: dict[tuple[str, str], int] = {}  # its compiles without a trace
+    placed: dict[tuple[str, str], list[str]] = {}  # its compiles without a trace: what changed
+    lowerings: dict[tuple[int, str], tuple[str, str]] = {}  # the next compile's types, shardings
+    lowered: dict[tuple[str, str], list[tuple[str, str]]] = {}  # each compile's, per function
     unpaired: dict[str, list[float]] = {}
     clears: dict[tuple[str, str], list[int]] = {}  # per miss: jax.clear_caches() calls before it
     cleared = 0
     primitives = _primitive_names()
+    logged = any(e[0] == "lowering" for e in events)  # JAX says what it lowers, in this JAX
     for event in events:
         if event[0] == "clear":
             cleared += 1
+        elif event[0] == "lowering":
+            _, thread, raw, types, shardings = event
+            lowerings[(thread, jaxcompat.compiled_function_name(raw))] = (types, shardings)
         elif event[0] == "miss":
             _, thread, m = event
             key = (m.function, m.defined_at)
@@ -366,18 +386,23 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
             _, thread, raw, s = event
             name = jaxcompat.compiled_function_name(raw)
             key = pending.pop((thread, name), None)
-            if key is None and name not in primitives and seconds.get(
-                    again := traced.get((thread, name))):
-                # compiled before in the block, and compiled again with no new trace: jit's
-                # trace was reused (same shapes, dtypes, static values), its lowering was not
-                # (a primitive's name is an eager operation's compile: not one of these)
+            lowering = lowerings.pop((thread, name), None)
+            again = traced.get((thread, name))
+            if key is None and name not in primitives and seconds.get(again) and (
+                    moved := _placement_change(lowering, lowered.get(again, []), logged)):
+                # compiled before in the block with these types, and compiled again with no new
+                # trace for other shardings of its arguments: committed or not, another device
+                # (a jax.grad or jax.vmap of it also compiles with no miss: other types, or the
+                # same shardings, so not this)
                 seconds[again].append(s)
-                placed[again] = placed.get(again, 0) + 1
+                placed.setdefault(again, []).append(moved)
             elif key is None:
                 unpaired.setdefault(name, []).append(s)
             else:
                 seconds.setdefault(key, []).append(s)
-    out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, 0))
+                if lowering is not None:
+                    lowered.setdefault(key, []).append(lowering)
+    out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []))
            for key, mine in misses.items()]
     for label in (EAGER, UNEXPLAINED):
         names = {n: v for n, v in unpaired.items() if (n in primitives) == (label == EAGER)}
@@ -393,13 +418,41 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                                             f.function)))
 
 
+def _placement_change(lowering: tuple[str, str] | None, before: list[tuple[str, str]],
+                      logged: bool) -> str:
+    """What changed when a function that compiled before compiles again with no cache miss:
+    for the argument types of one of its earlier compiles with other shardings (committed or
+    not), or, where JAX lowered nothing new (it logs each new lowering, and logged others in
+    this block), the same program for other devices. "" otherwise (a jax.grad or jax.vmap of
+    it lowers other types, or the same shardings): no new placement."""
+    if lowering is None:
+        return ("the same program compiled again for other devices (JAX lowered nothing new)"
+                if logged and before else "")
+    types, shardings = lowering
+    earlier = [m for t, m in before if t == types]
+    if not earlier or shardings in earlier:
+        return ""
+    return f"argument shardings now {_shardings(shardings)}, before {_shardings(earlier[-1])}"
+
+
+_ONE_DEVICE = re.compile(r"SingleDeviceSharding\(device=(\w+?)Device\(id=(\d+)\)[^()]*\)")
+
+
+def _shardings(text: str) -> str:
+    """JAX's "(UnspecifiedValue, SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=
+    device))" in a few words: "(uncommitted, committed to cpu:0)"."""
+    text = _ONE_DEVICE.sub(lambda m: f"committed to {m.group(1).lower()}:{m.group(2)}", text)
+    return text.replace("UnspecifiedValue", "uncommitted")[:200]
+
+
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
-           clears: list[int] | None = None, placed: int = 0) -> FunctionCompiles:
+           clears: list[int] | None = None, placed: list[str] | None = None) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
               and (m.cause != "function made anew" or len(mine) > 1)]
-    causes += ["new placement"] * placed
+    placed = placed or []
+    causes += ["new placement"] * len(placed)
     cause = (max(causes, key=lambda c: (causes.count(c), -CAUSES.index(c))) if causes
              else "first compile")
     if cause == "function made anew" and _cleared_between(mine, clears or []):
@@ -409,8 +462,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
         compile_seconds=sum(seconds), cause=cause,
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
-        changed=(f"{placed} of them with no new trace (the same shapes, dtypes and static "
-                 "values)",) if cause == "new placement" else _changes(mine, cause),
+        changed=(f"{len(placed)} of them with no new trace, for the same argument types",
+                 *dict.fromkeys(placed)) if cause == "new placement" else _changes(mine, cause),
         fix=(IDENTITY_FIX if _by_identity(mine, cause) else
              WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])

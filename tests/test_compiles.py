@@ -158,11 +158,43 @@ def test_a_new_device_compiles_again_without_a_trace_and_is_named_new_placement(
         step(x1)
     entry = log.function("<lambda>")
     assert entry.compiles == 2 and entry.cause == "new placement" and entry.recompiled
-    assert entry.changed == ("1 of them with no new trace (the same shapes, dtypes and static "
-                             "values)",)
+    assert entry.changed == ("1 of them with no new trace, for the same argument types",
+                             "the same program compiled again for other devices (JAX lowered "
+                             "nothing new)")
     assert "placed differently" in log.diagnosis and "jax.device_put them" in log.diagnosis
     assert all(f.function != "compiles JAX did not explain" for f in log.functions)
     str(log)  # renders
+
+
+def test_a_grad_or_vmap_of_a_jitted_function_is_no_new_placement():
+    """jax.grad and jax.vmap of a jitted function compile it again under its name with no
+    cache miss: other argument types, or the same shardings. Not arguments placed anew."""
+    @jax.jit
+    def loss(w):
+        return jnp.sum(jnp.tanh(w))
+
+    w = jnp.ones(3)
+    with compiles.watch() as log:
+        loss(w)
+        for _ in range(2):
+            jax.grad(loss)(w)
+            jax.vmap(loss)(jnp.ones((2, 3)))
+    assert all(f.cause != "new placement" for f in log.functions)
+    assert "placed differently" not in log.diagnosis
+    assert log.function("loss").compiles == 1
+
+
+def test_jax_s_compiling_line_still_parses(caplog):
+    """The "Compiling ... Argument mapping" line watch() reads to tell a new placement."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger=jaxcompat.COMPILING_LOGGER):
+        jax.jit(lambda x: x * 3)(jax.device_put(np.ones(5, np.float32), jax.devices()[1]))
+    found = [jaxcompat.parse_compiling(r.getMessage()) for r in caplog.records]
+    found = [f for f in found if f and f[0] == "jit(<lambda>)"]
+    assert found, [r.getMessage() for r in caplog.records]
+    name, types, shardings = found[-1]
+    assert "float32[5]" in types and "id=1" in shardings
 
 
 def test_a_compile_with_no_new_trace_is_a_first_one_where_the_function_had_not_compiled():

@@ -29,13 +29,14 @@ from typing import Any
 
 from helpers._internal import frames
 
-__all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "GUARD_LINE", "INTERNALS",
-           "Internal", "InternalMoved", "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters",
+__all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "COMPILING_LOGGER",
+           "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved", "STARTUP_VARS",
+           "TESTED_FLOOR", "aliased_parameters",
            "asarray_is_explicit", "backend_errors", "backend_factories", "backend_start_snapshot",
            "backends_started", "compiled_function_name", "device_name", "distributed_coordinator",
            "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
            "import_jax", "jax_version", "jax_version_tuple", "live_executables",
-           "on_backend_start", "parse_cache_miss", "parse_guard_line",
+           "on_backend_start", "parse_cache_miss", "parse_compiling", "parse_guard_line",
            "unregister_duration_listener", "verify", "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -502,6 +503,20 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 #: how each of JAX's explanations starts when ``jax_explain_cache_misses`` is on
 CACHE_MISS_PREFIX = "TRACING CACHE MISS"
+#: the logger that says, at DEBUG (WARNING with jax_log_compiles), what each compile lowers:
+#: "Compiling jit(f) with global shapes and types (ShapedArray(float32[3]),). Argument
+#: mapping: (UnspecifiedValue,)." (jax/_src/interpreters/pxla.py; 0.8.0 and 0.10.2 alike)
+COMPILING_LOGGER = "jax._src.interpreters.pxla"
+_COMPILING = re.compile(r"^Compiling (\S+) with global shapes and types (.*)\. "
+                        r"Argument mapping: (.*)\.$", re.S)
+
+
+def parse_compiling(text: str) -> tuple[str, str, str] | None:
+    """(the function's name as jax.monitoring gives it, e.g. "jit(f)"; the argument types;
+    their shardings) of one "Compiling ..." log line; None for any other line."""
+    m = _COMPILING.match(text)
+    return (m.group(1), m.group(2), m.group(3)) if m else None
+
 _MISS_AT = re.compile(r"^TRACING CACHE MISS at (.+?):(\d+)(?::\d+)? \(")
 _NEVER_SEEN = re.compile(r"never seen function:\s*\n\s*(\S+) id=\d+ defined at (.+?):(\d+)")
 _SEEN_FOR = re.compile(r"\bfor (\S+) defined at (.+?):(\d+)")
