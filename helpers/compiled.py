@@ -346,14 +346,16 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     name = function_name(fn)
     lowered, err = _lower(jitted, arg_specs, kw_specs)
     placed_by_jit = False
-    if err is not None and device is None and not mesh and _placement_conflict(err):
+    retried = False
+    if err is not None and device is None and over_mesh and not mesh and _placement_conflict(err):
         # the step's own shardings (a jit's in_shardings or out_shardings, a sharding inside
         # it) name other devices than the one its arguments were placed on here: leave the
         # arguments nothing commits for jit to place, as a real call does
         retry_specs = specs(keep_shardings=True)
-        retried, again = _lower(jitted, *retry_specs)
-        if again is None:
-            lowered, err, placed_by_jit = retried, None, True
+        again, err_again = _lower(jitted, *retry_specs)
+        retried = True
+        if err_again is None:
+            lowered, err, placed_by_jit = again, None, True
             arg_specs, kw_specs = retry_specs
     if err is not None:
         kind = type(err).__name__
@@ -366,13 +368,22 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 f"(static_argnums=... or static_argnames=... here, as for jax.jit)") from None
         several = ("incompatible devices" in first and "inside jit" in first
                    and " one device" not in first)
+        if several and retried:  # placed as a real call places them, it fails as well
+            hint = (". The call itself fails so: an argument is committed to one device and "
+                    "the step places values on several (a sharding inside it). Put that "
+                    "argument on the same devices (jax.device_put(x, sharding)), or pass it "
+                    "uncommitted")
+        elif several:
+            hint = (". Sized here on one device, as asked (device= or measure_step), while "
+                    "this step places values on several (a sharding inside it): without "
+                    "device=, preflight_step sizes it over them; jax.jit(f).lower(...)"
+                    ".compile().memory_analysis() gives XLA's sizes per device")
+        else:
+            hint = ""
         raise BadInputError(f"{name} fails on these arguments "
                             f"({describe_arguments((args, kwargs))})"
                             f"{user_line(err)}: {kind}: {first}{_misspelled(kwargs)}"
-                            + (". preflight_step prices a step on one device, and this one "
-                               "places values on several (a sharding inside it): jax.jit(f)."
-                               "lower(...).compile().memory_analysis() gives XLA's sizes per "
-                               "device for it" if several else "")) from None
+                            + hint) from None
     try:
         compiled = lowered.compile()
     except Exception as err:

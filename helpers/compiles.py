@@ -96,9 +96,10 @@ IDENTITY_FIX = ("the static values print as Python's default <... object at 0x..
                 "the object once and pass the same one")
 #: the fix for new dtypes where only the weak type changed (jax#3163, optax#1440)
 WEAK_FIX = ("only the weak type changed: a Python number, or an array made from one without a "
-            "dtype (jnp.asarray(0.0)), is weakly typed, and what a jitted function returns is "
-            "not, so a value fed back into the next call changes type once. Give it its dtype "
-            "from the start: np.int32(0), jnp.asarray(0.0, jnp.float32)")
+            "dtype (jnp.asarray(0.0)), is weakly typed, and arithmetic with a typed array "
+            "(np.int32, float32 data) makes a result that is not, so a value fed back into "
+            "the next call changes type once. Give it its dtype from the start: np.int32(0), "
+            "jnp.asarray(0.0, jnp.float32)")
 _WEAK_ONLY = re.compile(r"now (\w+\[[\d,\s]*\])\{weak_type=\w+\}, "
                         r"before (\w+\[[\d,\s]*\])\{weak_type=\w+\}")
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
@@ -164,9 +165,9 @@ class FunctionCompiles(Record):
         if self.cause == UNEXPLAINED:
             return (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "
                     "calls traced on this thread from your own files; a pmap, a library's "
-                    "function, another thread, a jax.grad or jax.vmap of a jitted function (compiled "
-                    "under its name), or a function compiled before the block for a new "
-                    "placement compile without a word.")
+                    "function, another thread, a jax.grad or jax.vmap of a jitted function "
+                    "(compiled under its name), or a function compiled before the block for a "
+                    "new placement compile without a word.")
         if self.cause == "function made anew":
             at = f" at {self.called_at[0]}" if self.called_at else ""
             head = f"`{self.function}`{where} was jitted anew {self.compiles} times{at}"

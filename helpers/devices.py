@@ -457,7 +457,7 @@ def resolve(device: str | jax.Device | None = None) -> tuple[jax.Device, str]:
     "cuda", "tpu": that backend's first device; a ``jax.Device`` itself), and why that one.
     BadInputError for a name that is none of these or a backend this machine lacks."""
     jax = start_jax()
-    if device is None or device == "default":
+    if device is None or (isinstance(device, str) and device.lower() == "default"):
         d = default_device()
         why = ("the default device, set by jax.default_device"
                if jax.config.jax_default_device is not None
@@ -475,7 +475,8 @@ def resolve(device: str | jax.Device | None = None) -> tuple[jax.Device, str]:
                                 f"{', '.join(_backend_names())}); {_DOCTOR}") from None
     if isinstance(device, jax.Device):
         return device, "asked for this device"
-    raise TypeError(f"device must be None, 'cpu', 'gpu' or a jax.Device, got {device!r}")
+    raise BadInputError(f"device must be None, 'default', 'cpu', 'gpu' or a jax.Device, got "
+                        f"{device!r}")
 
 
 def _backend_names() -> list[str]:

@@ -277,7 +277,7 @@ def _batched_note(t: compiled.Temporary) -> str:
     head = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
             f"{at}), is made under jax.vmap for every element of the batch at once, as the "
             "vectorized code would be")
-    cond = t.op == "select_n" and "cond(" in t.line
+    cond = t.op == "select_n" and re.search(r"\bcond\(", t.line) is not None
     if cond:
         head += (". A lax.cond whose predicate jax.vmap batches becomes a select (XLA has no "
                  "batched conditional), so both branches run for every element")
@@ -291,7 +291,8 @@ def _batched_note(t: compiled.Temporary) -> str:
                "values shrink in proportion")
     if cond:
         fix += ("; without batch_size, jax.lax.map keeps the predicate unbatched, so only the "
-                "branch taken runs")
+                "branch taken runs" + (" (jax.lax.map(jax.checkpoint(f), xs) under the "
+                                       "derivative)" if t.in_derivative else ""))
     return f"{head}: {fix}."
 
 
@@ -462,12 +463,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             f"Priced whole on {device_name(dev)}, as asked: arguments are sharded ({listed}), "
             "so these sizes are the whole step's, not one device's share (without device=, "
             "the kit sizes one device's share).")
-    if c.over_mesh and _random_bits_whole(c):
+    bits = [t for t in temporaries if t.dtype == "u32"]  # threefry's words, largest first
+    if c.over_mesh and sum(t.nbytes for t in bits) * 4 >= peak and _random_bits_whole(c):
         notes.append(
             "This step draws random numbers over several devices with "
             "jax_threefry_partitionable off: each device makes the random bits for the whole "
-            f"array, then keeps its own part ({format_bytes(a['temp'])} of temporaries here, "
-            f"against {format_bytes(a['output'])} of outputs). jax.config.update("
+            f"array, then keeps its own part (the largest value of random bits, "
+            f"u32{list(bits[0].shape)}, is {format_bytes(bits[0].nbytes)} on each device). "
+            "jax.config.update("
             "'jax_threefry_partitionable', True), JAX's default, lets each device draw only "
             "its part; the numbers drawn change with it.")
     if ignored := c.ignored_device_puts():

@@ -200,9 +200,9 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "jax.device_put(x, device), which copies nothing")
     if direction == D2D and split and not explicit:
         return ("an array split over the devices of a sharding (a jit's in_shardings, or a "
-                "sharded operation), each device's piece copied from where it was whole: put "
-                "host data straight onto its pieces, jax.device_put(x, sharding), or make it "
-                "inside the step, rather than whole on one device first")
+                "sharded operation), each device's piece copied to it from where the array "
+                "was: put host data straight onto its pieces, jax.device_put(x, sharding), or "
+                "make it inside the step, rather than on other devices first")
     if direction == D2D:
         return "an array on another device moved to where the computation runs"
     if direction == D2H:

@@ -408,3 +408,19 @@ def test_a_function_compiled_again_after_clear_caches_is_not_called_made_anew():
         for lr in (0.1, 0.01, 0.001):
             jax.jit(lambda p, lr=lr: p * lr)(jnp.ones(4))
     assert [f.cause for f in anew.functions if f.recompiled] == ["function made anew"]
+
+
+def test_a_weak_type_beside_a_real_dtype_change_is_not_called_weak_only():
+    """Two arguments change in one call: x only its weak type, y from float32 to float16. The
+    weak-type fix alone would be wrong (a reviewer's finding)."""
+    @jax.jit
+    def f(x, y):
+        return x + 1, y
+
+    y = jnp.ones(3, jnp.float32)
+    with compiles.watch() as log:
+        f(0, y)
+        f(jnp.asarray(1, jnp.int32), y.astype(jnp.float16))
+    entry = log.function("f")
+    assert entry.cause == "new dtypes" and entry.fix != compiles.WEAK_FIX
+    assert "f16" in " ".join(entry.changed)

@@ -634,9 +634,28 @@ def test_a_step_that_places_values_on_several_devices_is_sized_there_or_refused_
     p = preflight.preflight_step(spread, jnp.ones(8))
     assert "the first of the 2 devices its own shardings" in p.device_reason
     assert p.output_bytes == 8 * 4 // 2  # one device's half
-    with pytest.raises(BadInputError, match="prices a step on one device") as err:
+    with pytest.raises(BadInputError, match="Sized here on one device, as asked") as err:
         preflight.preflight_step(spread, jnp.ones(8), device="cpu")
     assert "memory_analysis()" in str(err.value)
+    # committed to one device against the sharding inside: the real call fails too, and says so
+    committed = jax.device_put(jnp.ones(8), jax.devices()[3])
+    with pytest.raises(ValueError):
+        jax.jit(spread)(committed)
+    with pytest.raises(BadInputError, match="The call itself fails so") as err:
+        preflight.preflight_step(spread, committed)
+    assert "jax.device_put(x, sharding)" in str(err.value)
+
+
+def test_measure_step_of_a_jit_that_declares_shardings_is_refused_clearly():
+    """measure_step runs a step whole on one device; a jit whose in_shardings span several
+    cannot be, and says so rather than crashing inside JAX (a reviewer's finding)."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    step = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P("d")))
+    with pytest.raises(BadInputError, match="fails on these arguments"):
+        measure.measure_step(step, np.ones((64, 4), np.float32))
 
 
 def _adam_like(params):
@@ -989,10 +1008,34 @@ def test_random_numbers_drawn_whole_on_each_device_name_the_partitionable_flag()
     assert jax.config.jax_threefry_partitionable  # JAX's default
     on = preflight.preflight_step(init, jax.random.PRNGKey(0))
     assert "jax_threefry_partitionable" not in on.advice
+    scale = jax.jit(lambda key, x: x * jax.random.normal(key, (8,)).sum(),  # a small draw
+                    out_shardings=NamedSharding(mesh, P(None, "model")))
     jax.config.update("jax_threefry_partitionable", False)
     try:
         off = preflight.preflight_step(init, jax.random.PRNGKey(0))
+        small = preflight.preflight_step(scale, jax.random.PRNGKey(0), jnp.ones((256, 1024)))
     finally:
         jax.config.update("jax_threefry_partitionable", True)
+    assert "jax_threefry_partitionable" not in small.advice  # 32 B of bits: nothing to say
     assert off.temp_bytes > 2 * on.temp_bytes  # the whole array's bits on each device
     assert "jax.config.update('jax_threefry_partitionable', True)" in off.advice
+
+
+def test_a_where_on_a_line_that_calls_a_function_named_second_is_no_cond():
+    """The cond note reads the line for a call of cond, not for the letters (second()): a
+    vmapped jnp.where is a select too, and its branches are not 'both run' by a cond."""
+    import dataclasses
+
+    from helpers.compiled import Temporary
+
+    p = preflight.preflight_step(jax.vmap(lambda x: jnp.tanh(jnp.outer(x, x)).sum()),
+                                 jnp.ones((64, 256)))
+    t = Temporary("select_n", "f32", (64, 256, 256), 16 * 2**20,
+                  "cell, line 3: h = jnp.where(x > 0, second(x), x)", batched=True)
+    note = preflight._batched_note(t)
+    assert "lax.cond" not in note and "jax.lax.map(f, xs, batch_size=k)" in note
+    cond = dataclasses.replace(t, line="cell, line 3: return jax.lax.cond(p, f, g, x)",
+                               in_derivative=True)
+    note = preflight._batched_note(cond)
+    assert "both branches run" in note and "jax.lax.map(jax.checkpoint(f), xs) under" in note
+    assert p.verdict == "fits"

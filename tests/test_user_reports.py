@@ -685,7 +685,7 @@ def test_the_readme_and_the_table_count_the_same_threads():
     named = sum(len(re.findall(r"#\d+\]", r.split("|")[1]))
                 for r, v in zip(rows, verdicts, strict=True)
                 if v.startswith("named") and not v.startswith(("named on the GPU",
-                                                                "named with the GPU faked")))
+                                                                "named with the GPU")))
     said = re.search(r"Of the (\d+) threads, (\d+) are named on the CPU", table)
     assert said and (int(said[1]), int(said[2])) == (threads, named)
     readme = (root / "README.md").read_text()

@@ -531,6 +531,13 @@ _PYTREE_CHANGE = re.compile(r"\* at (.+?), now (.+?)(?:,|$)", re.M)
 _KEYS = re.compile(r"symmetric difference of key sets: (\{.*?\})")
 
 
+def _weak_only(now: str, before: str) -> bool:
+    """Two types that differ only in their weak type ("i32[]{weak_type=False}", "i32[]{...
+    True}")."""
+    a, b = _BASE_TYPE.match(now.strip()), _BASE_TYPE.match(before.strip())
+    return bool(a and b and a.groups() == b.groups() and "weak_type" in now + before)
+
+
 def _type_change(now: str, before: str) -> str:
     """ "new shapes", "new dtypes" or "new sharding" for one argument's change of type."""
     a, b = _BASE_TYPE.match(now), _BASE_TYPE.match(before)
@@ -586,7 +593,9 @@ def parse_cache_miss(text: str) -> Mapping | None:
         cause = kinds[0]
         new_types = tuple(f"{name}: {now.strip()}" for (name, now, _), kind
                           in zip(types, kinds, strict=True) if kind == cause)
-        name, now, before = types[0]
+        # the change shown: one of the cause's kind, a real dtype change before a weak type's
+        ours = [t for t, kind in zip(types, kinds, strict=True) if kind == cause]
+        name, now, before = next((t for t in ours if not _weak_only(t[1], t[2])), ours[0])
         changed = f"{name}: now {now.strip()}, before {before.strip()}"
     elif "different input pytree" in clean:
         cause = "new pytree structure"
