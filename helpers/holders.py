@@ -71,6 +71,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
 
     t0 = time.perf_counter()
     names = _namespaces(namespace)
+    garbage = _cyclic_garbage()  # before the kit holds anything: what no root reaches
     live = live_arrays()
     count, total = len(live), sum(_nbytes(a) for a in live)
     many_small = _many_small(live, count, total)
@@ -85,7 +86,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
             if time.perf_counter() - t0 > seconds:
                 complete = False
                 break
-            found.append(_merge([_held(arr, names, mine) for arr in group]))
+            found.append(_merge([_held(arr, names, mine, garbage) for arr in group]))
     finally:
         del arrays  # the search holds nothing once it returns
     execs = jaxcompat.live_executables()
@@ -189,7 +190,30 @@ _FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` (or
             "`%reset -f out`) let it go, and ending a cell with `;` displays nothing")
 
 
-def _held(arr, names: list[tuple[str, Mapping]], mine: set[int]) -> HeldArray:
+def _cyclic_garbage() -> frozenset[int]:
+    """The ids of the objects only a reference cycle keeps (Python frees them at its next cycle
+    collection): a collection that saves them instead of freeing them (gc.DEBUG_SAVEALL), then
+    handed back as they were, still garbage. Their finalizers run, as a collection's would."""
+    import gc
+
+    flags, kept = gc.get_debug(), list(gc.garbage)
+    try:
+        gc.set_debug(flags | gc.DEBUG_SAVEALL)
+        gc.collect()
+        return frozenset(id(o) for o in gc.garbage[len(kept):])
+    finally:
+        gc.set_debug(flags)
+        gc.garbage[:] = kept  # the saved ones are garbage again, for the next collection
+
+
+_CYCLE_FIX = ("nothing you can reach holds it: objects that refer to each other, and that "
+              "nothing else refers to, keep it until Python's cycle collector next runs. "
+              "gc.collect() frees it now; to free such arrays at once, break the cycle (a "
+              "weakref.ref for the back reference), or call .delete() on the array")
+
+
+def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
+          garbage: frozenset[int] = frozenset()) -> HeldArray:
     """What refers to ``arr``, one or two steps up, described for a person."""
     import gc
     import sys
@@ -202,11 +226,25 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int]) -> HeldArray:
     tb_frames = _traceback_frames()
     refs = [r for r in gc.get_referrers(arr) if id(r) not in mine and r is not here
             and not (isinstance(r, types.FrameType) and _is_kit_frame(r))]
+    if refs and all(id(r) in garbage for r in refs):  # jax-ml/jax#725
+        kinds = ", ".join(dict.fromkeys(f"{type(r).__module__}.{type(r).__qualname__}"
+                                        for r in refs))
+        del refs
+        return HeldArray(what, _nbytes(arr), (f"a reference cycle nothing reaches ({kinds})",),
+                         _CYCLE_FIX)
+    unnamed = []  # JAX's objects and containers nobody names: looked above if nothing better
     for r in refs:
         line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)})
         if line:
             (vague if line.startswith(_VAGUE) else held).append((line, fix))
+        if _is_jax_owned(r) or line.startswith(_VAGUE):
+            unnamed.append(r)
     del refs
+    for r in unnamed if not held else ():  # a JAX object the user keeps (what jax.vjp returns)
+        if above := _named_above(r, names, mine | {id(unnamed)}):
+            held.append(above)
+            break
+    del unnamed
     for _line, fix in held or vague[:1]:  # a container nobody names, only if nothing better
         if fix and fix not in fixes:
             fixes.append(fix)
@@ -215,6 +253,62 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int]) -> HeldArray:
         fixes.append("nothing outside JAX refers to it: JAX frees it when its own last "
                      "reference goes (a pending computation, a jit's cache of constants)")
     return HeldArray(what, _nbytes(arr), tuple(dict.fromkeys(held)), "; ".join(fixes))
+
+
+def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int = 6,
+                 most: int = 500) -> tuple[str, str] | None:
+    """(the line, the fix) for a JAX object that keeps an array (jax.tree_util.Partial, the
+    function jax.vjp returns), found by a bounded search up its referrers for a variable that
+    names it, or an object's attribute a variable names (jax-ml/jax#24053); None if none is
+    found within ``depth`` steps and ``most`` objects."""
+    import gc
+    import types
+
+    seen: dict[int, object] = {id(obj): obj}
+    below: dict[int, int] = {}  # id of an object -> id of the one it was found above
+
+    def kind(node) -> str:  # the first JAX object on the way up to it, else what holds it
+        chain = [node]
+        while id(chain[-1]) in below:
+            chain.append(seen[below[id(chain[-1])]])
+        first = next((x for x in reversed(chain) if _is_jax_owned(x)), chain[-1])
+        return f"{type(first).__module__}.{type(first).__qualname__}"
+
+    frontier = [obj]
+    for _ in range(depth):
+        ours = mine | {id(seen), id(frontier), id(below)}
+        nxt: list = []
+        for node in frontier:
+            for r in gc.get_referrers(node):
+                if id(r) in ours or id(r) in seen or isinstance(
+                        r, (types.FrameType, type, types.ModuleType)):
+                    continue
+                for label, ns in names:
+                    if r is ns and (keys := _keys_holding(ns, node)):
+                        return (f"a {kind(node)}, kept by the variable {keys[0]!r} in "
+                                f"{label or 'the notebook'}", _JAX_OBJECT_FIX.format(
+                                    f"`del {keys[0]}`"))
+                holder, attr = _attribute_holding(r, node, ours | {id(nxt)})
+                for label, ns in names if holder is not None else ():
+                    if keys := _keys_holding(ns, holder):
+                        return (f"a {kind(node)}, kept as {keys[0]}.{attr} (a "
+                                f"{type(holder).__module__}.{type(holder).__qualname__} object, "
+                                f"the variable {keys[0]!r} in {label or 'the notebook'})",
+                                _JAX_OBJECT_FIX.format(f"`{keys[0]}.{attr} = None`"))
+                seen[id(r)] = r
+                below[id(r)] = id(node)
+                nxt.append(r)
+                if len(seen) > most:
+                    return None
+        frontier = nxt
+        if not frontier:
+            return None
+    return None
+
+
+_JAX_OBJECT_FIX = ("{} when you are done: the object keeps the array for as long as it lives (the "
+                   "function jax.vjp or jax.linearize returns keeps the forward pass's values "
+                   "for the backward pass)")
 
 
 def _is_kit_frame(frame) -> bool:

@@ -200,3 +200,48 @@ def test_a_tuple_inside_an_object_is_named_by_the_variable_and_the_attribute():
     assert a.held_by == ("tuple ds.arrays[0]: a tests.test_holders._Dataset object, the "
                          "variable 'ds' in the notebook",)
     assert "`del ds` (or `ds.arrays = None`)" in a.fix
+
+
+class _Node:  # two of them refer to each other: a reference cycle
+    def __init__(self, mib: int):
+        self.value, self.other = big(mib), None
+
+
+def test_jax_725_an_array_only_a_reference_cycle_keeps_is_named_with_gc_collect():
+    """Held by objects that only refer to each other: the kit used to say 'held by a Node
+    object', with no fix, as if the user could reach it."""
+    gc.collect()
+    gc.disable()  # a stand-in for 'the cycle collector has not run yet'
+    try:
+        a, b = _Node(24), _Node(1)
+        a.other, b.other = b, a
+        del a, b
+        h = holders.largest(3, namespace={})
+        found = _find(h, 24 * MiB)
+        assert found.held_by == ("a reference cycle nothing reaches "
+                                 "(tests.test_holders._Node)",)
+        assert "gc.collect() frees it now" in found.fix
+        gone = weakref.ref(next(o for o in gc.get_objects() if isinstance(o, _Node)))
+    finally:
+        gc.enable()
+    gc.collect()
+    assert gone() is None  # the kit's look left it garbage, and the collector freed it
+
+
+class _Trainer:
+    def forward(self, params, x):
+        import jax
+
+        loss, self.pullback = jax.vjp(lambda p, x: jnp.tanh(x @ p).sum(), params, x)
+        return loss
+
+
+def test_jax_24053_what_the_function_jax_vjp_returns_keeps_is_named_by_its_holder():
+    """The function jax.vjp returns keeps the forward pass's values; the kit used to stop at
+    JAX's own object and say 'held by JAX alone... JAX frees it'."""
+    trainer = _Trainer()
+    trainer.forward(jnp.ones((256, 256)), big(16).reshape(-1, 256))
+    h = holders.largest(4, namespace={"trainer": trainer})
+    kept = [a for a in h.arrays if a.nbytes == 16 * MiB]
+    assert kept and any("kept as trainer.pullback" in line for a in kept for line in a.held_by)
+    assert "`trainer.pullback = None`" in " ".join(a.fix for a in kept)
