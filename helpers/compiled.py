@@ -216,6 +216,25 @@ def _same_buffer(a, b) -> bool:
         return False
 
 
+def _deleted(args, kwargs, jax) -> str:
+    """Why the call will fail, when an argument is an array already deleted (donated to an
+    earlier call, or .delete()): the call raises (jaxmg#29, measured on jax 0.8.0 and 0.10.2:
+    a jitted call's INVALID_ARGUMENT); "" when none is."""
+    paths = [(f"argument {where!r}" if isinstance(where, str) else f"argument {where}")
+             + jax.tree_util.keystr(path)
+             for where, value in [*enumerate(args), *kwargs.items()]
+             for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
+             if isinstance(leaf, jax.Array) and leaf.is_deleted()]
+    if not paths:
+        return ""
+    return (f"{', '.join(paths[:3])}{' and more' if len(paths) > 3 else ''} "
+            f"{'was' if len(paths) == 1 else 'were'} deleted (donated to an earlier call, or "
+            ".delete()): the call fails (INVALID_ARGUMENT: \"Buffer has been deleted or donated\" "
+            "from a jitted call; \"Array has been deleted\" from an operation). Fix: pass what "
+            "the earlier call returned in its place, or keep a copy (jnp.copy(x)) before "
+            "donating it where you need it again")
+
+
 def _donation_conflict(args, kwargs, donated, jax) -> str:
     """Why the call will fail, when a donated buffer is also passed again in the same call
     (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
@@ -423,7 +442,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     constants, folded = _constant_bytes(closed, text)
     return CompiledStep(compiled, dev, why, donated,
                         *_residency(compiled, dyn_args, dyn_kwargs, dev, jax, bool(mesh)),
-                        _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
+                        _deleted(dyn_args, dyn_kwargs, jax)
+                        or _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
                         constants,
                         _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, jax,
                                    bool(mesh)), name,

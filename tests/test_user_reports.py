@@ -692,3 +692,14 @@ def test_the_readme_and_the_table_count_the_same_threads():
     readme = (root / "README.md").read_text()
     assert f"{threads} problems JAX users reported" in readme
     assert f"{named} of them named on the CPU" in " ".join(readme.split())
+
+
+def test_jaxmg_29_an_argument_donated_to_an_earlier_call_will_fail():
+    """A buffer donated to the step before is passed again: the kit said FITS."""
+    step = jax.jit(lambda s, x: s + x, donate_argnums=0)
+    s, x = jnp.ones(1024), jnp.ones(1024)
+    step(s, x)  # s is donated, and deleted
+    p = preflight.preflight_step(step, s, x)
+    assert p.verdict == "will fail" and p.advice.startswith("argument 0 was deleted")
+    with pytest.raises(ValueError, match="deleted or donated"):  # what the call does
+        step(s, x)
