@@ -81,8 +81,10 @@ FIXES = {
     "new static values": "a static argument compiles once per value: make it a traced "
                          "argument if it only feeds arithmetic, or keep its values few",
     "new pytree structure": "keep the pytree's structure the same every call: the same keys, "
-                            "no leaf that is sometimes None, and each argument passed the same "
-                            "way (by position or by keyword)",
+                            "the same containers (a tuple stays a tuple: a state restored from "
+                            "a checkpoint as lists is a new structure), no leaf that is "
+                            "sometimes None, and each argument passed the same way (by "
+                            "position or by keyword)",
     "a changed setting": "a config option or context manager around the call differed "
                          "(jax.default_matmul_precision, jax.default_device, ...): keep one "
                          "setting around every call",
@@ -103,6 +105,24 @@ WEAK_FIX = ("only the weak type changed: a Python number, or an array made from 
 _WEAK_ONLY = re.compile(r"now (\w+\[[\d,\s]*\])\{weak_type=\w+\}, "
                         r"before (\w+\[[\d,\s]*\])\{weak_type=\w+\}")
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
+#: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
+_FUNCTION_REPR = re.compile(r"^<(?:function|bound method) [^<>]*?(?:<locals>[^<>]*?)? "
+                            r"(?:of .*? )?at 0x[0-9a-fA-F]+>$")
+#: the fix for new static values that are functions made anew (diffrax#142)
+FUNCTION_FIX = ("the static values are functions made anew for each call (a closure defined "
+                "inside the function that calls this one, or a lambda): a function compares by "
+                "identity, so each new one compiles again, and JAX's caches keep it with its "
+                "program. Define it once, outside, and pass what varies as a traced argument; "
+                "jax.clear_caches() drops what is kept so far")
+#: the fix for a pytree structure that differs only in an object compared by identity: the
+#: object, with its address masked, goes in the braces (flax#4329: an optax optimizer)
+IDENTITY_STRUCTURE_FIX = ("the structure differs only in an object that compares by identity, "
+                          "{}: one made anew for each call (an optax optimizer built each epoch, "
+                          "a closure) is a new structure that compiles again. Make it once, "
+                          "outside the loop, and reuse it; jax.clear_caches() drops what is "
+                          "kept so far")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>)*? at 0x[0-9a-fA-F]+>")
 EAGER = "eager operations"
 UNEXPLAINED = "compiles JAX did not explain"
 _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its function is "
@@ -466,6 +486,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
                  *dict.fromkeys(placed)) if cause == "new placement" else _changes(mine, cause),
         fix=(IDENTITY_FIX if _by_identity(mine, cause) else
+             FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
+             IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else
              WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
 
@@ -493,14 +515,35 @@ def _weak_only(misses: list[CacheMiss], cause: str) -> bool:
     return bool(found) and all(f is not None and f.group(1) == f.group(2) for f in found)
 
 
-def _by_identity(misses: list[CacheMiss], cause: str) -> bool:
+def _identity_only(misses: list[CacheMiss], cause: str) -> str:
+    """For a new pytree structure whose "now" and "before" differ only in addresses (an object
+    compared by identity in the structure's static data, made anew: flax#4329's optax
+    optimizer inside an nnx.Optimizer), the first such object, its address masked; "" else."""
+    if cause != "new pytree structure":
+        return ""
+    found = []
+    for m in (m for m in misses if m.cause == cause):
+        text = m.explanation.split(", so the pytree")[0]
+        i, j = text.find(", now "), text.rfind(" and before ")
+        if i < 0 or j < i:
+            return ""
+        now, before = text[i + len(", now "):j], text[j + len(" and before "):]
+        if now == before or _ADDRESS.sub("", now) != _ADDRESS.sub("", before):
+            return ""
+        found += [o for o in _OBJECT_AT.findall(now) if o not in before][:1]
+    return _ADDRESS.sub(" at 0x…", found[0]) if found else ""
+
+
+def _by_identity(misses: list[CacheMiss], cause: str, pattern: re.Pattern = _DEFAULT_REPR
+                 ) -> bool:
     """New static values that all print as Python's default repr (``<Config object at
-    0x...>``): a class without value equality, made anew for each call."""
+    0x...>``; with ``pattern``, a function's): a class without value equality, or a function,
+    made anew for each call."""
     if cause != "new static values":
         return False
     pairs = [m.changed.removeprefix("now ").split(", before ", 1) for m in misses
              if m.cause == cause]
-    return bool(pairs) and all(len(p) == 2 and all(_DEFAULT_REPR.match(v.strip()) for v in p)
+    return bool(pairs) and all(len(p) == 2 and all(pattern.match(v.strip()) for v in p)
                                for p in pairs)
 
 

@@ -424,3 +424,47 @@ def test_a_weak_type_beside_a_real_dtype_change_is_not_called_weak_only():
     entry = log.function("f")
     assert entry.cause == "new dtypes" and entry.fix != compiles.WEAK_FIX
     assert "f16" in " ".join(entry.changed)
+
+
+class _Box:  # a pytree whose static data is a function
+    def __init__(self, x, fn):
+        self.x, self.fn = x, fn
+
+
+jax.tree_util.register_pytree_node(_Box, lambda b: ((b.x,), b.fn), lambda fn, ch: _Box(ch[0], fn))
+
+
+def _make_update(lr):
+    def update(g):
+        return g * lr
+    return update
+
+
+def test_a_structure_that_differs_only_in_an_object_made_anew_is_named_with_make_it_once():
+    """flax#4329: an optax optimizer made each epoch inside nnx.Optimizer's static data; here a
+    closure in a pytree's metadata. The fix used to be 'the same keys, no None leaf'."""
+    step = jax.jit(lambda b: b.x * 2)
+    with compiles.watch() as log:
+        for _ in range(3):
+            step(_Box(jnp.ones(3), _make_update(0.1)))
+    entry = log.function("<lambda>")
+    assert entry.cause == "new pytree structure" and entry.compiles == 3
+    assert entry.fix.startswith("the structure differs only in an object that compares by "
+                                "identity, <function _make_update.<locals>.update at 0x…>")
+    same = _make_update(0.1)
+    with compiles.watch() as log:  # one object, made once: one compile
+        for _ in range(3):
+            step(_Box(jnp.ones(3), same))
+    assert not log.recompiled
+
+
+def test_static_functions_made_anew_are_named_with_define_it_once():
+    """diffrax#142: a vector field defined inside the solver's caller, static to the jit: each
+    call a new function, a new compile; the fix was 'make it a traced argument'."""
+    solve = jax.jit(lambda f, y: f(y), static_argnums=0)
+    with compiles.watch() as log:
+        for _ in range(3):
+            solve(_make_update(0.5), jnp.ones(3))
+    entry = log.function("<lambda>")
+    assert entry.cause == "new static values" and entry.fix == compiles.FUNCTION_FIX
+    assert "Define it once, outside" in log.diagnosis
