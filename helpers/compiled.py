@@ -364,7 +364,19 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                          static_argnames=static_names)
     name = function_name(fn)
     lowered, err = _lower(jitted, arg_specs, kw_specs)
-    placed_by_jit = False
+    placed_by_jit = with_values = False
+    if err is not None and jitted is fn and device is None and over_mesh and not _jax_jit(fn):
+        # a wrapper's own lower() (eqx.filter_jit) that takes non-arrays as static: a shape is
+        # no array to it. Lowering with the arguments themselves copies and runs nothing
+        again, err_again = _lower(fn, args, kwargs)
+        if err_again is None:  # its own Lowered wraps JAX's (equinox: .lowered)
+            if not isinstance(again, jax.stages.Lowered):
+                again = getattr(again, "lowered", again)
+            lowered, err, with_values = again, None, True
+            arg_specs, kw_specs = args, kwargs
+            why = (f"where its arguments are: {name}'s own lower() ({type(fn).__module__}) "
+                   "was given the arrays themselves, as it takes no shapes (nothing copied "
+                   "or run)")
     retried = False
     if err is not None and device is None and over_mesh and not mesh and _placement_conflict(err):
         # the step's own shardings (a jit's in_shardings or out_shardings, a sharding inside
@@ -424,7 +436,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                "each runs the same program" if len(mesh) > 1 else
                "where its own shardings place it")
         mesh = mesh if len(mesh) > 1 else ()
-    if jitted is fn:  # donation the user's jit declared: read it back from the lowering
+    if jitted is fn and not with_values:  # donation the user's jit declared: read it back
         donated = tuple(sorted(set(donated) | _declared_donation(lowered, len(args), jax)))
     # the executable takes the dynamic arguments only: the analyses below see those, with the
     # donated positions counted among them
@@ -447,11 +459,17 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         constants,
                         _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, jax,
                                    bool(mesh)), name,
-                        statics, static_names, closed, folded, bool(mesh), text)
+                        statics, static_names, closed, folded, bool(mesh), text, with_values)
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
             "target")
+
+
+def _jax_jit(fn) -> bool:
+    """``fn`` is jax.jit's own (a PjitFunction), not another library's wrapper with a lower()
+    method (eqx.filter_jit: it takes non-arrays as static, a ShapeDtypeStruct among them)."""
+    return type(fn).__module__.split(".")[0] in ("jax", "jaxlib")
 
 
 def _lower(jitted, arg_specs, kw_specs) -> tuple[Any, BaseException | None]:
@@ -531,6 +549,9 @@ class CompiledStep:
     folded: int = 0  # of ``constants``, what XLA computed while compiling
     over_mesh: bool = False  # compiled for the devices its arguments are placed over
     text: str | None = None  # the optimized program's text; None where the backend has none
+    #: lowered by the function's own lower() with the arguments themselves (a wrapper such as
+    #: eqx.filter_jit takes no shapes): its executable takes that wrapper's split of them
+    lowered_with_arguments: bool = False
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""

@@ -1039,3 +1039,35 @@ def test_a_where_on_a_line_that_calls_a_function_named_second_is_no_cond():
     note = preflight._batched_note(cond)
     assert "both branches run" in note and "jax.lax.map(jax.checkpoint(f), xs) under" in note
     assert p.verdict == "fits"
+
+
+class _FilterJit:
+    """A stand-in for eqx.filter_jit: its own lower() takes anything that is not an array as
+    static, so a ShapeDtypeStruct reaches the function as a Python object and fails there;
+    its Lowered wraps JAX's (``.lowered``), as equinox's does."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def lower(self, *args):
+        import types
+
+        if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(args)):
+            raise TypeError("unsupported operand type(s) for -: 'ShapeDtypeStruct' and 'ArrayImpl'")
+        return types.SimpleNamespace(lowered=jax.jit(self.fn).lower(*args))
+
+    def __call__(self, *args):
+        return jax.jit(self.fn)(*args)
+
+
+def test_a_wrapper_s_own_lower_that_takes_no_shapes_is_given_the_arrays():
+    """equinox#746's thread: preflight_step failed on every eqx.filter_jit step, blaming the
+    user's function ('fails on these arguments ... ShapeDtypeStruct'). Lowering with the
+    arrays themselves copies and runs nothing."""
+    step = _FilterJit(lambda w, x: jnp.tanh(x @ w).sum())
+    w, x = jnp.ones((256, 256)), jnp.ones((512, 256))
+    p = preflight.preflight_step(step, w, x)
+    assert p.argument_bytes == w.nbytes + x.nbytes and p.verdict == "fits"
+    assert "own lower()" in p.device_reason and "given the arrays themselves" in p.device_reason
+    with pytest.raises(BadInputError, match="fails on these arguments"):  # measure: one way
+        measure.measure_step(step, w, x)
