@@ -37,7 +37,7 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax
 import psutil
@@ -92,6 +92,11 @@ class MemorySnapshot(Display):
     time: float  # time.perf_counter() when taken
     devices: tuple[DeviceMemory, ...]
     host: HostMemory
+    #: host memory the process gave back while :func:`snapshot` read it (RSS before minus
+    #: after, from 16 MiB): JAX frees some buffers only at its next call into the runtime, and
+    #: reading a device's memory_stats() is one (jax-ml/jax#14882: a NumPy array device_put
+    #: copied, kept after `del` until then)
+    released_bytes: int = 0
 
     def device(self, name: str | jax.Device) -> DeviceMemory:
         """One device's numbers, by name ("cpu:0") or Device; KeyError naming those there are."""
@@ -334,9 +339,12 @@ def snapshot(devices: str | jax.Device | Sequence[str | jax.Device] | None = Non
              ) -> MemorySnapshot:
     """Bytes per device (all local devices of every backend, or the ones given: Devices, names
     like "cpu:0" or a platform like "cpu") and host."""
+    before = psutil.Process().memory_info().rss  # before any call into JAX
     devs = _resolve_devices(devices)
-    return MemorySnapshot(time=time.perf_counter(), devices=_device_memory(devs),
+    snap = MemorySnapshot(time=time.perf_counter(), devices=_device_memory(devs),
                           host=_host_memory())
+    released = before - snap.host.rss
+    return replace(snap, released_bytes=released) if released >= 16 * 2**20 else snap
 
 
 # --- tracking -----------------------------------------------------------------------------

@@ -556,6 +556,12 @@ def snapshot_text(s: MemorySnapshot) -> str:
     lines.append(f"host RSS {format_bytes(h.rss)} (anonymous {format_bytes(h.anon)}, "
                  f"file-backed {format_bytes(h.file)}); "
                  f"available {format_bytes(h.available)} of {format_bytes(h.total)}")
+    if s.released_bytes:
+        lines.append(f"{format_bytes(s.released_bytes)} of host memory was given back while "
+                     "this was measured: JAX frees some buffers (a NumPy array it copied for "
+                     "device_put, among them) only at its next call into the runtime, and "
+                     "reading the devices' memory was one. Before it, that memory was held; "
+                     "gc.collect() frees it too (JAX collects its own garbage then)")
     return "\n".join(lines)
 
 

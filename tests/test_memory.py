@@ -357,3 +357,25 @@ def test_a_pool_grown_on_demand_is_said_to_count_whole_chunks(monkeypatch):
     monkeypatch.setattr(memory.jaxcompat, "backend_start_snapshot", lambda: (
         "installed", {"cpu": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}))
     assert "whole chunks" in memory.snapshot("cpu:0").devices[0].note
+
+
+def test_host_memory_jax_frees_while_the_snapshot_reads_is_said():
+    """jax#14882: a NumPy array device_put copied stays in host memory after `del` until JAX's
+    next garbage collection, which reading memory_stats() runs: the snapshot would show a clean
+    process and say nothing (a helper's round). Now it says what was given back."""
+    import gc
+
+    gc.collect()
+    gc.disable()  # no collection of the kit's own between the del and the snapshot
+    try:
+        x = np.ones(64 * 2**20 // 4 + 1, np.float32)[1:]  # 64 MiB, 4 bytes off: copied
+        y = jax.device_put(x)
+        y.block_until_ready()
+        del x, y
+        snap = memory.snapshot()
+    finally:
+        gc.enable()
+    assert snap.released_bytes >= 48 * 2**20
+    assert "was given back while this was measured" in str(snap)
+    again = memory.snapshot()
+    assert again.released_bytes == 0 and "given back" not in str(again)
