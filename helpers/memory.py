@@ -215,7 +215,7 @@ def _made(a) -> bool:
         return False
 
 
-def _live_bytes_by_device() -> dict:
+def _live_bytes_by_device(pending: dict | None = None) -> dict:
     """Bytes of live JAX arrays per device (each shard counted on its own device).
 
     Computed from each array's sharding, never through ``shard.data``: reading that makes
@@ -225,7 +225,9 @@ def _live_bytes_by_device() -> dict:
     asked for only where two arrays share device, shape and dtype, since asking can make JAX
     cache such a second Array too. The zero-copy alias of a token file that an open
     ``datasets.batches`` holds on a CPU device is not counted at all: it is the file's page
-    cache, not memory the device allocated.
+    cache, not memory the device allocated. An array still being computed is never asked for
+    its address (asking waits for it: jax-ml/jax#928's queue would drain before the count);
+    ``pending`` gets how many there are per device.
     """
     borrowed = borrowed_buffers()
     seen: set = {(d, addr) for d, addr, _, _ in borrowed}
@@ -245,7 +247,11 @@ def _live_bytes_by_device() -> dict:
     totals: dict = {}
     for arr, placed, group in placed_arrays:
         try:
-            if group is not None and groups[group] > 1:
+            ready = arr.is_ready()
+            if not ready and pending is not None:
+                for device in placed:
+                    pending[device] = pending.get(device, 0) + 1
+            if group is not None and groups[group] > 1 and ready:
                 key = (group[0], arr.unsafe_buffer_pointer())
                 if key in seen:
                     continue
@@ -273,12 +279,28 @@ def _device_memory(devices) -> tuple[DeviceMemory, ...]:
             ))
         else:
             if live is None:
-                live = _live_bytes_by_device()
+                pending: dict = {}
+                live = _live_bytes_by_device(pending)
             out.append(DeviceMemory(
                 device=device_name(d), platform=d.platform, bytes_in_use=int(live.get(d, 0)),
                 peak_bytes=NOT_AVAILABLE, limit_bytes=NOT_AVAILABLE, source=LIVE_ARRAYS,
+                note=_pending_note(pending.get(d, 0)),
             ))
     return tuple(out)
+
+
+#: this many results still being computed mean the Python loop runs ahead of the device
+QUEUED_AT = 10
+
+
+def _pending_note(n: int) -> str:
+    """What a count of arrays still being computed means (asynchronous dispatch)."""
+    if n < QUEUED_AT:
+        return ""
+    return (f"{n} of its arrays are still being computed (asynchronous dispatch: the Python "
+            "loop has run ahead of the device, and each queued step holds its inputs and "
+            "outputs). Call .block_until_ready() on a step's result every step, or every few, "
+            "to bound the queue (jax-ml/jax#928)")
 
 
 def _counting_note(stats: dict, platform: str) -> str:

@@ -379,3 +379,31 @@ def test_host_memory_jax_frees_while_the_snapshot_reads_is_said():
     assert "was given back while this was measured" in str(snap)
     again = memory.snapshot()
     assert again.released_bytes == 0 and "given back" not in str(again)
+
+
+class _Queued:  # an array whose computation has not finished: asking its address would wait
+    def __init__(self, device):
+        self.shape, self.dtype = (256, 256), np.dtype("float32")
+        self.sharding = jax.sharding.SingleDeviceSharding(device)
+
+    def is_deleted(self):
+        return False
+
+    def is_ready(self):
+        return False
+
+    def unsafe_buffer_pointer(self):
+        raise AssertionError("asked a queued array for its address: that waits for it")
+
+
+def test_arrays_still_being_computed_are_counted_without_waiting_and_named(monkeypatch):
+    """jax#928: a loop that runs ahead of the device; the kit's own reading waited for the
+    queue (asking an array for its address blocks until it is computed) and said nothing."""
+    dev = jax.devices()[2]
+    monkeypatch.setattr(memory, "live_arrays", lambda: [_Queued(dev) for _ in range(12)])
+    (d,) = memory.snapshot([dev]).devices
+    assert d.bytes_in_use == 12 * 256 * 256 * 4  # counted, never asked for an address
+    assert d.note.startswith("12 of its arrays are still being computed")
+    assert ".block_until_ready()" in d.note
+    monkeypatch.setattr(memory, "live_arrays", lambda: [_Queued(dev) for _ in range(3)])
+    assert memory.snapshot([dev]).devices[0].note == ""  # a few in flight: nothing to say
