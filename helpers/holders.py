@@ -75,12 +75,19 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     live = live_arrays()
     count, total = len(live), sum(_nbytes(a) for a in live)
     many_small = _many_small(live, count, total)
+    sample = _commonest(live) if many_small else []
     arrays = _largest_arrays(live, n)
     del live  # a referrer of every array: gone before the search
     found, complete = [], True
-    mine = {id(arrays)}
+    mine = {id(arrays), id(sample)}
     for group in arrays:
         mine.add(id(group))
+    if sample:  # who holds the tiny ones: a sample of the commonest kind (flax#1406)
+        lines = [line for arr in sample for line in _held(arr, names, mine, garbage).held_by]
+        sample.clear()
+        if lines:
+            line, seen = Counter(lines).most_common(1)[0]
+            many_small = _many_small_held(many_small, line, seen, len(lines))
     try:
         for group in arrays:
             if time.perf_counter() - t0 > seconds:
@@ -116,10 +123,32 @@ def _many_small(live: list, count: int, total: int) -> str:
         return ""
     kinds = Counter(f"{a.dtype}{list(a.shape)}" for a in live)
     kind, n = kinds.most_common(1)[0]
+    keys = (" (keys: keys = jax.random.split(key, n), not key, *keys = "
+            "jax.random.split(key, n + 1))" if kind == "uint32[2]" or kind.startswith("key<")
+            else "")
     return (f"{count:,} live arrays average {total / count:.0f} B each (the most common: {kind} "
             f"x{n:,}): each array costs the process memory beyond its bytes, so many tiny ones "
-            "weigh far more than their sum. Keep such values in one array and index it (keys: "
-            "keys = jax.random.split(key, n), not key, *keys = jax.random.split(key, n + 1)).")
+            f"weigh far more than their sum. Keep such values in one array and index it{keys}.")
+
+
+def _commonest(live: list, most: int = 5) -> list:
+    """A few arrays of the commonest kind (dtype and shape) among ``live``."""
+    kinds = Counter((str(a.dtype), tuple(a.shape)) for a in live)
+    (kind, _), = kinds.most_common(1)
+    return [a for a in live if (str(a.dtype), tuple(a.shape)) == kind][-most:]
+
+
+def _many_small_held(text: str, line: str, seen: int, looked: int) -> str:
+    """The many-tiny-arrays sentence with who holds them, and, for values other than keys, the
+    fix for values kept per step (flax#1406: metrics appended to a list every step)."""
+    if line.startswith("JAX alone") or "nothing outside" in line:
+        return text
+    fix = ("" if "jax.random.split" in text else
+           " Values kept for every step (metrics appended to a list) each stay on the device: "
+           "every few hundred steps, fetch them with jax.device_get, log them and start a new "
+           "list, or keep a running sum on the device.")
+    return (f"{text} {seen} of {looked} of the commonest kind looked at are held by {line}."
+            f"{fix}")
 
 
 def _merge(views: list[HeldArray]) -> HeldArray:

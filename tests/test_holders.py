@@ -245,3 +245,14 @@ def test_jax_24053_what_the_function_jax_vjp_returns_keeps_is_named_by_its_holde
     kept = [a for a in h.arrays if a.nbytes == 16 * MiB]
     assert kept and any("kept as trainer.pullback" in line for a in kept for line in a.held_by)
     assert "`trainer.pullback = None`" in " ".join(a.fix for a in kept)
+
+
+def test_flax_1406_many_tiny_metrics_are_named_by_the_list_that_keeps_them():
+    """Per-step metrics appended to a list stay on the device, 12,000 scalars: the kit counted
+    them and offered the random-keys fix; now it names the list and what to do with it."""
+    train_metrics = [{"loss": jnp.float32(i) + 0, "acc": jnp.float32(i) * 1,
+                      "lr": jnp.float32(i) - 0} for i in range(4000)]
+    h = holders.largest(1, namespace={"train_metrics": train_metrics})
+    assert "float32[] x12,000" in h.many_small
+    assert "kept by the variable 'train_metrics'" in h.many_small
+    assert "jax.device_get" in h.many_small and "jax.random.split" not in h.many_small
