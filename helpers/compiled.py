@@ -232,7 +232,7 @@ def _deleted(args, kwargs, jax) -> str:
             ".delete()): the call fails (INVALID_ARGUMENT: \"Buffer has been deleted or donated\" "
             "from a jitted call; \"Array has been deleted\" from an operation). Fix: pass what "
             "the earlier call returned in its place, or keep a copy (jnp.copy(x)) before "
-            "donating it where you need it again")
+            "donating it where you need it again.")
 
 
 def _donation_conflict(args, kwargs, donated, jax) -> str:
@@ -253,14 +253,16 @@ def _donation_conflict(args, kwargs, donated, jax) -> str:
     for n, (i, path, leaf) in enumerate(leaves):
         if i not in donated or not isinstance(leaf, jax.Array):
             continue
-        others = [named(w, q) for m, (w, q, x) in enumerate(leaves)
-                  if m != n and isinstance(x, jax.Array) and _same_buffer(leaf, x)]
-        if others:
+        again = [(named(w, q), w in donated) for m, (w, q, x) in enumerate(leaves)
+                 if m != n and isinstance(x, jax.Array) and _same_buffer(leaf, x)]
+        if again:
+            # XLA's words differ: donated twice, or donated and also passed as it is (jax#9635)
+            said = ("Attempt to donate the same buffer twice" if all(d for _, d in again) else
+                    "Attempt to use a buffer that was previously donated in the same call")
             return (f"{named(i, path)} is donated and the same buffer is passed again as "
-                    f"{', '.join(dict.fromkeys(others))}: the call fails (XLA: "
-                    "INVALID_ARGUMENT, \"Attempt to donate the same buffer twice\"). Fix: pass "
-                    "a copy (jnp.copy(x)) where it is not the donated one, or donate it in one "
-                    "place only")
+                    f"{', '.join(dict.fromkeys(w for w, _ in again))}: the call fails (XLA: "
+                    f"INVALID_ARGUMENT, \"{said}\"). Fix: pass a copy (jnp.copy(x)) where it "
+                    "is not the donated one, or donate it in one place only.")
     return ""
 
 

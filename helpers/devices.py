@@ -475,8 +475,8 @@ def resolve(device: str | jax.Device | None = None) -> tuple[jax.Device, str]:
                                 f"{', '.join(_backend_names())}); {_DOCTOR}") from None
     if isinstance(device, jax.Device):
         return device, "asked for this device"
-    raise BadInputError(f"device must be None, 'default', 'cpu', 'gpu' or a jax.Device, got "
-                        f"{device!r}")
+    raise TypeError(f"device must be None, 'default', 'cpu', 'gpu' or a jax.Device, got "
+                    f"{device!r}")
 
 
 def _backend_names() -> list[str]:

@@ -629,6 +629,22 @@ def test_jax_12792_fewer_residuals_need_not_lower_the_plan_and_the_kit_says_to_c
     assert "compare preflight_step(jax.grad(loss), ...) before and after" in plain.advice
 
 
+def test_jax_9635_a_buffer_passed_donated_and_as_it_is_will_fail_with_xla_s_own_words():
+    """batch = x; x = update(x, batch) with x donated: it hung once, JAX now raises; the kit
+    quoted the donated-twice message, and went on to advise donating batch, the same buffer."""
+    def update(x, batch):
+        return x + batch
+
+    x = jnp.zeros((1024, 1024))
+    with pytest.raises(Exception, match="previously donated in the same call"):
+        jax.jit(update, donate_argnums=0)(x, x)  # what the thread's loop meets now
+    x = jnp.zeros((1024, 1024))
+    p = preflight.preflight_step(update, x, x, donate_argnums=0)
+    assert p.verdict == "will fail"
+    assert "Attempt to use a buffer that was previously donated in the same call" in p.advice
+    assert "Nothing donated for" not in p.advice and "donate it in one place only." in p.advice
+
+
 def test_optax_1059_a_state_that_holds_one_buffer_twice_cannot_be_donated_and_both_are_named():
     """The schedule-free optimizer's state once held its parameters' array as ``z`` too."""
     w = jnp.ones((256, 256))
