@@ -167,10 +167,15 @@ class FunctionCompiles(Record):
 
     @property
     def recompiled(self) -> bool:
-        """Compiled more than once in the block (one compile for a new shape, after the block
-        has begun, is what a fix such as padding leaves: not a recompile). For the eager and
-        unexplained groups: one of their names compiled more than once."""
-        return (self.most_of_one if self.cause in (EAGER, UNEXPLAINED) else self.compiles) > 1
+        """Compiled more than once in the block, or once for a change JAX named against a compile
+        before the block (a structure restored as a list where it was a tuple: ferminet#105);
+        one compile for a new shape, after the block has begun, is what a fix such as padding
+        leaves: not a recompile. For the eager and unexplained groups: one of their names
+        compiled more than once."""
+        if self.cause in (EAGER, UNEXPLAINED):
+            return self.most_of_one > 1
+        return self.compiles > 1 or (self.compiles == 1 and self.cause not in (
+            "first compile", "new shapes"))
 
     @property
     def diagnosis(self) -> str:
@@ -201,8 +206,9 @@ class FunctionCompiles(Record):
                     "jax.clear_caches()")
         else:
             changed = f" ({'; '.join(self.changed[:3])})" if self.changed else ""
-            head = (f"`{self.function}`{where} compiled {self.compiles} times, for {self.cause}"
-                    f"{changed}")
+            times = (f"{self.compiles} times" if self.compiles != 1 else
+                     "again (it had compiled before this block)")
+            head = f"`{self.function}`{where} compiled {times}, for {self.cause}{changed}"
         said = f" JAX says: {self.jax_says}" if self.cause == "other" and self.jax_says else ""
         return (f"{head}, {self.compile_seconds:.2f} s of compiling: {self.fix}."
                 f"{said}")

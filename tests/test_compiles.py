@@ -452,10 +452,10 @@ def test_a_structure_that_differs_only_in_an_object_made_anew_is_named_with_make
     assert entry.fix.startswith("the structure differs only in an object that compares by "
                                 "identity, <function _make_update.<locals>.update at 0x…>")
     same = _make_update(0.1)
-    with compiles.watch() as log:  # one object, made once: one compile
+    with compiles.watch() as log:  # one object, made once: one compile (new to the cache)
         for _ in range(3):
             step(_Box(jnp.ones(3), same))
-    assert not log.recompiled
+    assert log.function("<lambda>").compiles == 1
 
 
 def test_static_functions_made_anew_are_named_with_define_it_once():
@@ -468,3 +468,22 @@ def test_static_functions_made_anew_are_named_with_define_it_once():
     entry = log.function("<lambda>")
     assert entry.cause == "new static values" and entry.fix == compiles.FUNCTION_FIX
     assert "Define it once, outside" in log.diagnosis
+
+
+def test_a_structure_changed_against_a_compile_before_the_block_is_a_recompile():
+    """ferminet#105: an optimizer state restored as a list where it was a tuple: one compile
+    in the block, for a change JAX names; the diagnosis said nothing compiled more than once."""
+    step = jax.jit(lambda params, state: (params * 2, state))
+    params, state = jnp.ones(3), (jnp.zeros(3), jnp.zeros(3))
+    step(params, state)  # before the block: the tuple
+    with compiles.watch() as log:
+        step(params, list(state))  # restored from a checkpoint as a list
+    entry = log.function("<lambda>")
+    assert entry.compiles == 1 and entry.cause == "new pytree structure" and entry.recompiled
+    assert "compiled again (it had compiled before this block)" in log.diagnosis
+    assert "a tuple stays a tuple" in log.diagnosis
+    double = jax.jit(lambda x: x * 2)
+    double(jnp.ones(3))
+    with compiles.watch() as log:  # a new shape once, as padding leaves it: no recompile
+        double(jnp.ones(4))
+    assert log.function("<lambda>").cause == "new shapes" and not log.recompiled
