@@ -12,6 +12,7 @@ time and keeps no reference to any array once it returns.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -83,7 +84,8 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     for group in arrays:
         mine.add(id(group))
     if sample:  # who holds the tiny ones: a sample of the commonest kind (flax#1406)
-        lines = [line for arr in sample for line in _held(arr, names, mine, garbage).held_by]
+        lines = [_INDEX.sub("", line) for arr in sample  # the same holder, whatever index
+                 for line in _held(arr, names, mine, garbage, t0 + seconds).held_by]
         sample.clear()
         if lines:
             line, seen = Counter(lines).most_common(1)[0]
@@ -93,9 +95,14 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
             if time.perf_counter() - t0 > seconds:
                 complete = False
                 break
-            found.append(_merge([_held(arr, names, mine, garbage) for arr in group]))
+            found.append(_merge([_held(arr, names, mine, garbage, t0 + seconds)
+                                 for arr in group]))
     finally:
         del arrays  # the search holds nothing once it returns
+    if any(line.startswith(_CYCLE) for h in found for line in h.held_by):
+        import gc
+
+        gc.collect()  # its look kept the cycles' garbage a generation longer: free it now
     execs = jaxcompat.live_executables()
     code: int | NotAvailable = NOT_AVAILABLE
     if execs is not None:
@@ -131,6 +138,9 @@ def _many_small(live: list, count: int, total: int) -> str:
             f"weigh far more than their sum. Keep such values in one array and index it{keys}.")
 
 
+_INDEX = re.compile(r"\[[^\]]*\]")  # "list 'metrics'[4]": the holder without its index
+
+
 def _commonest(live: list, most: int = 5) -> list:
     """A few arrays of the commonest kind (dtype and shape) among ``live``."""
     kinds = Counter((str(a.dtype), tuple(a.shape)) for a in live)
@@ -143,7 +153,8 @@ def _many_small_held(text: str, line: str, seen: int, looked: int) -> str:
     fix for values kept per step (flax#1406: metrics appended to a list every step)."""
     if line.startswith("JAX alone") or "nothing outside" in line:
         return text
-    fix = ("" if "jax.random.split" in text else
+    kept = any(w in line for w in ("list", "dict", "builtins."))  # appended, step by step
+    fix = ("" if "jax.random.split" in text or not kept else
            " Values kept for every step (metrics appended to a list) each stay on the device: "
            "every few hundred steps, fetch them with jax.device_get, log them and start a new "
            "list, or keep a running sum on the device.")
@@ -226,6 +237,8 @@ def _cyclic_garbage() -> frozenset[int]:
     import gc
 
     flags, kept = gc.get_debug(), list(gc.garbage)
+    if flags & gc.DEBUG_SAVEALL:  # the user keeps garbage on purpose: not the kit's to touch
+        return frozenset()
     try:
         gc.set_debug(flags | gc.DEBUG_SAVEALL)
         gc.collect()
@@ -235,14 +248,16 @@ def _cyclic_garbage() -> frozenset[int]:
         gc.garbage[:] = kept  # the saved ones are garbage again, for the next collection
 
 
+_CYCLE = "a reference cycle nothing reaches"
 _CYCLE_FIX = ("nothing you can reach holds it: objects that refer to each other, and that "
-              "nothing else refers to, keep it until Python's cycle collector next runs. "
-              "gc.collect() frees it now; to free such arrays at once, break the cycle (a "
-              "weakref.ref for the back reference), or call .delete() on the array")
+              "nothing else refers to, keep it until Python's cycle collector next runs (gc."
+              "collect(); the kit ran one once it had looked, which freed it). To free such "
+              "arrays at once, break the cycle (a weakref.ref for the back reference), or call "
+              ".delete() on the array")
 
 
 def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
-          garbage: frozenset[int] = frozenset()) -> HeldArray:
+          garbage: frozenset[int] = frozenset(), deadline: float = float("inf")) -> HeldArray:
     """What refers to ``arr``, one or two steps up, described for a person."""
     import gc
     import sys
@@ -259,8 +274,7 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
         kinds = ", ".join(dict.fromkeys(f"{type(r).__module__}.{type(r).__qualname__}"
                                         for r in refs))
         del refs
-        return HeldArray(what, _nbytes(arr), (f"a reference cycle nothing reaches ({kinds})",),
-                         _CYCLE_FIX)
+        return HeldArray(what, _nbytes(arr), (f"{_CYCLE} ({kinds})",), _CYCLE_FIX)
     unnamed = []  # JAX's objects and containers nobody names: looked above if nothing better
     for r in refs:
         line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)})
@@ -270,7 +284,7 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
             unnamed.append(r)
     del refs
     for r in unnamed if not held else ():  # a JAX object the user keeps (what jax.vjp returns)
-        if above := _named_above(r, names, mine | {id(unnamed)}):
+        if above := _named_above(r, names, mine | {id(unnamed)}, deadline=deadline):
             held.append(above)
             break
     del unnamed
@@ -285,7 +299,8 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
 
 
 def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int = 6,
-                 most: int = 500) -> tuple[str, str] | None:
+                 most: int = 500, scans: int = 40, deadline: float = float("inf")
+                 ) -> tuple[str, str] | None:
     """(the line, the fix) for a JAX object that keeps an array (jax.tree_util.Partial, the
     function jax.vjp returns), found by a bounded search up its referrers for a variable that
     names it, or an object's attribute a variable names (jax-ml/jax#24053); None if none is
@@ -308,10 +323,14 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
         ours = mine | {id(seen), id(frontier), id(below)}
         nxt: list = []
         for node in frontier:
+            scans -= 1  # each get_referrers reads the whole heap: a budget, and a deadline
+            if scans < 0 or time.perf_counter() > deadline:
+                return None
             for r in gc.get_referrers(node):
                 if id(r) in ours or id(r) in seen or isinstance(
-                        r, (types.FrameType, type, types.ModuleType)):
-                    continue
+                        r, (types.FrameType, type, types.ModuleType)) or (
+                        isinstance(r, dict) and "__spec__" in r and "__name__" in r):
+                    continue  # a module's globals: above them are its functions, not holders
                 for label, ns in names:
                     if r is ns and (keys := _keys_holding(ns, node)):
                         return (f"a {kind(node)}, kept by the variable {keys[0]!r} in "
