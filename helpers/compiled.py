@@ -229,8 +229,9 @@ def _deleted(args, kwargs, jax) -> str:
         return ""
     return (f"{', '.join(paths[:3])}{' and more' if len(paths) > 3 else ''} "
             f"{'was' if len(paths) == 1 else 'were'} deleted (donated to an earlier call, or "
-            ".delete()): the call fails (INVALID_ARGUMENT: \"Buffer has been deleted or donated\" "
-            "from a jitted call; \"Array has been deleted\" from an operation). Fix: pass what "
+            ".delete()): the call fails (JAX raises \"Array has been deleted\", or, from a "
+            "jitted call it has run before, INVALID_ARGUMENT \"Buffer has been deleted or "
+            "donated\"). Fix: pass what "
             "the earlier call returned in its place, or keep a copy (jnp.copy(x)) before "
             "donating it where you need it again.")
 
@@ -257,7 +258,8 @@ def _donation_conflict(args, kwargs, donated, jax) -> str:
                  if m != n and isinstance(x, jax.Array) and _same_buffer(leaf, x)]
         if again:
             # XLA's words differ: donated twice, or donated and also passed as it is (jax#9635)
-            said = ("Attempt to donate the same buffer twice" if all(d for _, d in again) else
+            said = ("Attempt to donate the same buffer twice\", or \"...previously donated in "
+                    "the same call" if all(d for _, d in again) else
                     "Attempt to use a buffer that was previously donated in the same call")
             return (f"{named(i, path)} is donated and the same buffer is passed again as "
                     f"{', '.join(dict.fromkeys(w for w, _ in again))}: the call fails (XLA: "
@@ -371,7 +373,9 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         # a wrapper's own lower() (eqx.filter_jit) that takes non-arrays as static: a shape is
         # no array to it. Lowering with the arguments themselves copies and runs nothing
         again, err_again = _lower(fn, args, kwargs)
-        if err_again is None:  # its own Lowered wraps JAX's (equinox: .lowered)
+        if err_again is not None:  # the arrays themselves fail too: that is the user's error
+            err = err_again
+        else:  # its own Lowered wraps JAX's (equinox: .lowered)
             if not isinstance(again, jax.stages.Lowered):
                 again = getattr(again, "lowered", again)
             lowered, err, with_values = again, None, True

@@ -106,7 +106,7 @@ _WEAK_ONLY = re.compile(r"now (\w+\[[\d,\s]*\])\{weak_type=\w+\}, "
                         r"before (\w+\[[\d,\s]*\])\{weak_type=\w+\}")
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
 #: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
-_FUNCTION_REPR = re.compile(r"^<(?:function|bound method) [^<>]*?(?:<locals>[^<>]*?)? "
+_FUNCTION_REPR = re.compile(r"^<(?:function|bound method) (?:[^<>]|<locals>|<lambda>)*? "
                             r"(?:of .*? )?at 0x[0-9a-fA-F]+>$")
 #: the fix for new static values that are functions made anew (diffrax#142)
 FUNCTION_FIX = ("the static values are functions made anew for each call (a closure defined "
@@ -116,13 +116,14 @@ FUNCTION_FIX = ("the static values are functions made anew for each call (a clos
                 "jax.clear_caches() drops what is kept so far")
 #: the fix for a pytree structure that differs only in an object compared by identity: the
 #: object, with its address masked, goes in the braces (flax#4329: an optax optimizer)
-IDENTITY_STRUCTURE_FIX = ("the structure differs only in an object that compares by identity, "
-                          "{}: one made anew for each call (an optax optimizer built each epoch, "
-                          "a closure) is a new structure that compiles again. Make it once, "
-                          "outside the loop, and reuse it; jax.clear_caches() drops what is "
-                          "kept so far")
+IDENTITY_STRUCTURE_FIX = ("the structure differs only in an object that prints its address, "
+                          "{}: if it compares by identity (a function, or a class without "
+                          "__eq__), one made anew for each call (an optax optimizer built each "
+                          "epoch, a closure) is a new structure that compiles again. Make it "
+                          "once, outside the loop, and reuse it; jax.clear_caches() drops what "
+                          "is kept so far")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>)*? at 0x[0-9a-fA-F]+>")
+_OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
 EAGER = "eager operations"
 UNEXPLAINED = "compiles JAX did not explain"
 _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its function is "

@@ -297,10 +297,10 @@ def _pending_note(n: int) -> str:
     """What a count of arrays still being computed means (asynchronous dispatch)."""
     if n < QUEUED_AT:
         return ""
-    return (f"{n} of its arrays are still being computed (asynchronous dispatch: the Python "
-            "loop has run ahead of the device, and each queued step holds its inputs and "
-            "outputs). Call .block_until_ready() on a step's result every step, or every few, "
-            "to bound the queue (jax-ml/jax#928)")
+    return (f"{n} of its arrays are still being computed (asynchronous dispatch: work was "
+            "queued and has not run yet). A loop that keeps queuing steps runs ahead of the "
+            "device, and each queued step holds its inputs and outputs: .block_until_ready() "
+            "on a step's result every few steps bounds the queue (jax-ml/jax#928)")
 
 
 def _counting_note(stats: dict, platform: str) -> str:
@@ -361,12 +361,18 @@ def snapshot(devices: str | jax.Device | Sequence[str | jax.Device] | None = Non
              ) -> MemorySnapshot:
     """Bytes per device (all local devices of every backend, or the ones given: Devices, names
     like "cpu:0" or a platform like "cpu") and host."""
-    before = psutil.Process().memory_info().rss  # before any call into JAX
+    before = _anonymous()  # around finding and reading the devices alone
     devs = _resolve_devices(devices)
-    snap = MemorySnapshot(time=time.perf_counter(), devices=_device_memory(devs),
-                          host=_host_memory())
-    released = before - snap.host.rss
+    found = _device_memory(devs)
+    released = before - _anonymous()
+    snap = MemorySnapshot(time=time.perf_counter(), devices=found, host=_host_memory())
     return replace(snap, released_bytes=released) if released >= 16 * 2**20 else snap
+
+
+def _anonymous() -> int:
+    """This process's anonymous resident memory (RSS less file-backed and shared pages)."""
+    info = psutil.Process().memory_info()
+    return int(info.rss - getattr(info, "shared", 0))
 
 
 # --- tracking -----------------------------------------------------------------------------

@@ -415,7 +415,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "the compile. Make such a value from an argument, or compile without "
                      "folding: jax.jit(f).lower(*args).compile(compiler_options="
                      "{'xla_disable_hlo_passes': 'constant_folding'}).")
-    if not c.conflict and (undonated := _donation_would_save(c, fn, args, kwargs)):
+    if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
+            undonated := _donation_would_save(c, fn, args, kwargs)):
         names, saving = undonated
         notes.append(f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
                      "the outputs have their shapes and dtypes: the old values stay alive "

@@ -558,10 +558,10 @@ def snapshot_text(s: MemorySnapshot) -> str:
                  f"available {format_bytes(h.available)} of {format_bytes(h.total)}")
     if s.released_bytes:
         lines.append(f"{format_bytes(s.released_bytes)} of host memory was given back while "
-                     "this was measured: JAX frees some buffers (a NumPy array it copied for "
-                     "device_put, among them) only at its next call into the runtime, and "
-                     "reading the devices' memory was one. Before it, that memory was held; "
-                     "gc.collect() frees it too (JAX collects its own garbage then)")
+                     "the devices' memory was read: JAX frees some buffers (a NumPy array it "
+                     "copied for device_put, among them) only at its next garbage collection, "
+                     "which reading memory_stats() runs, as gc.collect() does; until then that "
+                     "memory was held (another thread freeing memory meanwhile counts here too)")
     return "\n".join(lines)
 
 

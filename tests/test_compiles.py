@@ -449,13 +449,22 @@ def test_a_structure_that_differs_only_in_an_object_made_anew_is_named_with_make
             step(_Box(jnp.ones(3), _make_update(0.1)))
     entry = log.function("<lambda>")
     assert entry.cause == "new pytree structure" and entry.compiles == 3
-    assert entry.fix.startswith("the structure differs only in an object that compares by "
-                                "identity, <function _make_update.<locals>.update at 0x…>")
+    assert entry.fix.startswith("the structure differs only in an object that prints its "
+                                "address, <function _make_update.<locals>.update at 0x…>")
     same = _make_update(0.1)
     with compiles.watch() as log:  # one object, made once: one compile (new to the cache)
         for _ in range(3):
             step(_Box(jnp.ones(3), same))
     assert log.function("<lambda>").compiles == 1
+
+
+def test_static_lambdas_made_anew_are_named_with_define_it_once():
+    """The same for a lambda made anew each call (its repr holds <lambda>)."""
+    solve = jax.jit(lambda f, y: f(y), static_argnums=0)
+    with compiles.watch() as log:
+        for k in range(3):
+            solve(lambda y, k=k: y * 2, jnp.ones(3))
+    assert log.function("<lambda>").fix == compiles.FUNCTION_FIX
 
 
 def test_static_functions_made_anew_are_named_with_define_it_once():
