@@ -415,6 +415,11 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                     "this step places values on several (a sharding inside it): without "
                     "device=, preflight_step sizes it over them; jax.jit(f).lower(...)"
                     ".compile().memory_analysis() gives XLA's sizes per device")
+        elif jitted is fn and not _jax_jit(fn) and "ShapeDtypeStruct" in str(err):
+            hint = (f". {name} is {type(fn).__module__.split('.')[0]}'s wrapper (such as "
+                    "eqx.filter_jit), whose own lower() takes no shapes: preflight_step "
+                    "without device= gives it the arrays themselves; measure_step and device= "
+                    "need a jax.jit of the step")
         else:
             hint = ""
         raise BadInputError(f"{name} fails on these arguments "
