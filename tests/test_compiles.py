@@ -496,3 +496,22 @@ def test_a_structure_changed_against_a_compile_before_the_block_is_a_recompile()
     with compiles.watch() as log:  # a new shape once, as padding leaves it: no recompile
         double(jnp.ones(4))
     assert log.function("<lambda>").cause == "new shapes" and not log.recompiled
+
+
+@pytest.mark.gpu
+def test_gpu_a_committed_argument_is_a_new_placement_read_from_the_lowering_log():
+    """On a GPU, as on the CPU: an uncommitted then a committed argument on the default device
+    compile twice, told apart by JAX's "Compiling ... Argument mapping" line; a jax.grad of the
+    jitted function is not taken for one."""
+    @jax.jit
+    def loss(w):
+        return jnp.sum(jnp.tanh(w))
+
+    w = jnp.ones(3)
+    with compiles.watch() as log:
+        loss(w)
+        jax.grad(loss)(w)
+        loss(jax.device_put(w, jax.devices()[0]))
+    entry = log.function("loss")
+    assert entry.cause == "new placement" and entry.compiles == 2
+    assert any("committed to" in c for c in entry.changed)
