@@ -286,6 +286,22 @@ class _Events(logging.Handler):
             with self.guard:
                 self.events.append(("lowering", record.thread, *lowering))
 
+    def lowered(self, record: logging.LogRecord) -> bool:
+        """A filter on JAX's lowering logger: each DEBUG "Compiling ..." line the kit asked for
+        is kept here and goes no further, so no handler prints it (one added during the block
+        included); a WARNING one (jax_log_compiles) goes on as JAX sends it."""
+        if record.levelno >= logging.WARNING:
+            return True
+        try:
+            lowering = jaxcompat.parse_compiling(record.getMessage())
+        except Exception:  # never break the user's program over a log line
+            return True
+        if lowering is None:
+            return True
+        with self.guard:
+            self.events.append(("lowering", record.thread, *lowering))
+        return False
+
     def cleared(self) -> None:
         """jax.clear_caches() ran: every cache emptied, so a function seen before misses."""
         with self.guard:
@@ -347,6 +363,7 @@ def watch() -> Iterator[CompileLog]:
         try:
             jax.clear_caches = counted_clear_caches
             logger.addHandler(events)
+            lowering.addFilter(events.lowered)  # its DEBUG lines end with the kit
             for h in others:
                 h.addFilter(quiet)
             if logger.getEffectiveLevel() > logging.WARNING:  # JAX explains at WARNING
@@ -360,6 +377,7 @@ def watch() -> Iterator[CompileLog]:
                 jax.clear_caches = clear_caches
                 logger.setLevel(level)
                 lowering.setLevel(lowering_level)
+                lowering.removeFilter(events.lowered)
                 logger.removeHandler(events)
                 for h in others:
                     h.removeFilter(quiet)

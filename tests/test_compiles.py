@@ -513,3 +513,21 @@ def test_gpu_a_committed_argument_is_a_new_placement_read_from_the_lowering_log(
     entry = log.function("_tanh_sum")
     assert entry.cause == "new placement" and entry.compiles == 2
     assert any("committed to" in c for c in entry.changed)
+
+
+def test_a_handler_added_inside_the_block_hears_none_of_the_kit_s_lowering_lines():
+    """watch() turns on JAX's DEBUG "Compiling ..." lines to tell a new placement; none may
+    reach a handler, one the user adds during the block included (a reviewer's finding)."""
+    heard = []
+    handler = logging.Handler()
+    handler.emit = lambda record: heard.append(record.getMessage())
+    f = jax.jit(lambda x: x + 1)
+    with compiles.watch() as log:
+        logging.getLogger().addHandler(handler)
+        try:
+            f(jnp.ones(3))
+            f(jax.device_put(jnp.ones(3), jax.devices()[0]))
+        finally:
+            logging.getLogger().removeHandler(handler)
+    assert not [m for m in heard if m.startswith("Compiling")]
+    assert log.function("<lambda>").cause == "new placement"
