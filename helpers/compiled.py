@@ -199,11 +199,8 @@ def _specs(args, kwargs, device, jax, keep_shardings: bool = False):
 def _kept(compiled, n_leaves: int, jax) -> list[bool] | None:
     """Which argument leaves the executable takes (jit drops the ones the step never reads:
     their input sharding is None); None when this JAX does not say."""
-    try:
-        shardings = jax.tree.leaves(compiled.input_shardings, is_leaf=lambda x: x is None)
-    except Exception:
-        return None
-    return [s is not None for s in shardings] if len(shardings) == n_leaves else None
+    shardings = _input_shardings(compiled, n_leaves, jax)
+    return None if shardings is None else [s is not None for s in shardings]
 
 
 def _same_buffer(a, b) -> bool:
@@ -342,9 +339,10 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         raise BadInputError(f"argument(s) {sorted(set(statics) & asked)} are both static "
                             "and donated: a static argument is a Python value, not a buffer")
     donated = _check_donation(args, donate_argnums)
-    dynamic = ([a for i, a in enumerate(args) if i not in statics],
-               {k: v for k, v in kwargs.items() if k not in static_names})
-    mesh = _mesh_devices(dynamic, jax) if device is None and over_mesh else ()
+    # the executable takes the dynamic arguments only: the analyses below see those
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+    mesh = _mesh_devices((dyn_args, dyn_kwargs), jax) if device is None and over_mesh else ()
     if mesh:
         dev = mesh[0]
         why = (f"the first of the {len(mesh)} devices its arguments are placed over: XLA's "
@@ -449,11 +447,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         mesh = mesh if len(mesh) > 1 else ()
     if jitted is fn and not with_values:  # donation the user's jit declared: read it back
         donated = tuple(sorted(set(donated) | _declared_donation(lowered, len(args), jax)))
-    # the executable takes the dynamic arguments only: the analyses below see those, with the
-    # donated positions counted among them
-    dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
-    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
-    dyn_donated = tuple(i - sum(s < i for s in statics) for i in donated)
+    dyn_donated = tuple(i - sum(s < i for s in statics) for i in donated)  # among dyn_args
     try:
         closed = jitted.trace(*arg_specs, **kw_specs).jaxpr
     except Exception:  # a JAX that cannot trace apart from lowering

@@ -102,8 +102,7 @@ WEAK_FIX = ("only the weak type changed: a Python number, or an array made from 
             "(np.int32, float32 data) makes a result that is not, so a value fed back into "
             "the next call changes type once. Give it its dtype from the start: np.int32(0), "
             "jnp.asarray(0.0, jnp.float32)")
-_WEAK_ONLY = re.compile(r"now (\w+\[[\d,\s]*\])\{weak_type=\w+\}, "
-                        r"before (\w+\[[\d,\s]*\])\{weak_type=\w+\}")
+_CHANGE = re.compile(r"now (.*), before (.*)$")  # a CacheMiss's "x: now f32[3], before ..."
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
 #: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
 _FUNCTION_REPR = re.compile(r"^<(?:function|bound method) (?:[^<>]|<locals>|<lambda>)*? "
@@ -280,18 +279,12 @@ class _Events(logging.Handler):
         if parsed is not None:
             with self.guard:
                 self.events.append(("miss", record.thread, CacheMiss(**parsed)))
-            return
-        lowering = jaxcompat.parse_compiling(record.getMessage())
-        if lowering is not None:  # what the next compile of this name lowers, on this thread
-            with self.guard:
-                self.events.append(("lowering", record.thread, *lowering))
 
     def lowered(self, record: logging.LogRecord) -> bool:
-        """A filter on JAX's lowering logger: each DEBUG "Compiling ..." line the kit asked for
-        is kept here and goes no further, so no handler prints it (one added during the block
-        included); a WARNING one (jax_log_compiles) goes on as JAX sends it."""
-        if record.levelno >= logging.WARNING:
-            return True
+        """A filter on JAX's lowering logger, where each "Compiling ..." line is kept: what the
+        next compile of that name lowers, on its thread. A DEBUG one, which the kit asked for,
+        goes no further, so no handler prints it (one added during the block included); a
+        WARNING one (jax_log_compiles) goes on as JAX sends it."""
         try:
             lowering = jaxcompat.parse_compiling(record.getMessage())
         except Exception:  # never break the user's program over a log line
@@ -300,7 +293,7 @@ class _Events(logging.Handler):
             return True
         with self.guard:
             self.events.append(("lowering", record.thread, *lowering))
-        return False
+        return record.levelno >= logging.WARNING
 
     def cleared(self) -> None:
         """jax.clear_caches() ran: every cache emptied, so a function seen before misses."""
@@ -319,9 +312,7 @@ class _Quiet(logging.Filter):
     (they are kept, verbatim, in the log's ``misses``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        return not (text.startswith(jaxcompat.CACHE_MISS_PREFIX) or (
-            record.levelno < logging.WARNING and jaxcompat.parse_compiling(text) is not None))
+        return not record.getMessage().startswith(jaxcompat.CACHE_MISS_PREFIX)
 
 
 def _jax_handlers(besides: logging.Handler) -> list[logging.Handler]:
@@ -536,8 +527,9 @@ def _weak_only(misses: list[CacheMiss], cause: str) -> bool:
     against ``i32[]{weak_type=True}``): the same dtype and shape."""
     if cause != "new dtypes":
         return False
-    found = [_WEAK_ONLY.search(m.changed) for m in misses if m.cause == cause]
-    return bool(found) and all(f is not None and f.group(1) == f.group(2) for f in found)
+    found = [_CHANGE.search(m.changed) for m in misses if m.cause == cause]
+    return bool(found) and all(f is not None and jaxcompat.weak_type_only(*f.groups())
+                               for f in found)
 
 
 def _identity_only(misses: list[CacheMiss], cause: str) -> str:

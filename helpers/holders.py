@@ -271,8 +271,7 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
     refs = [r for r in gc.get_referrers(arr) if id(r) not in mine and r is not here
             and not (isinstance(r, types.FrameType) and _is_kit_frame(r))]
     if refs and all(id(r) in garbage for r in refs):  # jax-ml/jax#725
-        kinds = ", ".join(dict.fromkeys(f"{type(r).__module__}.{type(r).__qualname__}"
-                                        for r in refs))
+        kinds = ", ".join(dict.fromkeys(_type_name(r) for r in refs))
         del refs
         return HeldArray(what, _nbytes(arr), (f"{_CYCLE} ({kinds})",), _CYCLE_FIX)
     unnamed = []  # JAX's objects and containers nobody names: looked above if nothing better
@@ -316,7 +315,7 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
         while id(chain[-1]) in below:
             chain.append(seen[below[id(chain[-1])]])
         first = next((x for x in reversed(chain) if _is_jax_owned(x)), chain[-1])
-        return f"{type(first).__module__}.{type(first).__qualname__}"
+        return _type_name(first)
 
     frontier = [obj]
     for _ in range(depth):
@@ -331,18 +330,16 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
                         r, (types.FrameType, type, types.ModuleType)) or (
                         isinstance(r, dict) and "__spec__" in r and "__name__" in r):
                     continue  # a module's globals: above them are its functions, not holders
-                for label, ns in names:
+                for _, ns in names:
                     if r is ns and (keys := _keys_holding(ns, node)):
                         return (f"a {kind(node)}, kept by the variable {keys[0]!r} in "
-                                f"{label or 'the notebook'}", _JAX_OBJECT_FIX.format(
+                                f"{_name_in(ns, names)}", _JAX_OBJECT_FIX.format(
                                     f"`del {keys[0]}`"))
-                holder, attr = _attribute_holding(r, node, ours | {id(nxt)})
-                for label, ns in names if holder is not None else ():
-                    if keys := _keys_holding(ns, holder):
-                        return (f"a {kind(node)}, kept as {keys[0]}.{attr} (a "
-                                f"{type(holder).__module__}.{type(holder).__qualname__} object, "
-                                f"the variable {keys[0]!r} in {label or 'the notebook'})",
-                                _JAX_OBJECT_FIX.format(f"`{keys[0]}.{attr} = None`"))
+                if found := _named_attribute(r, node, names, ours | {id(nxt)}):
+                    var, attr, holder, where = found
+                    return (f"a {kind(node)}, kept as {var}.{attr} (a {_type_name(holder)} "
+                            f"object, the variable {var!r} in {where})",
+                            _JAX_OBJECT_FIX.format(f"`{var}.{attr} = None`"))
                 seen[id(r)] = r
                 below[id(r)] = id(node)
                 nxt.append(r)
@@ -430,13 +427,11 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
         if isinstance(ref, tuple) and any(isinstance(o, types.FunctionType) for o in owners):
             return ("a function's default arguments", "")
         for o in owners:  # an attribute of an object a variable names (aimz#168: ds.arrays)
-            obj, attr = _attribute_holding(o, ref, mine)
-            for _, ns in names if obj is not None else ():
-                if keys := _keys_holding(ns, obj):
-                    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-                    return (f"{type(ref).__name__} {keys[0]}.{attr}{inside}: a {kind} object, "
-                            f"the variable {keys[0]!r} in {_name_in(ns, names)}",
-                            f"`del {keys[0]}` (or `{keys[0]}.{attr} = None`) when you are done")
+            if found := _named_attribute(o, ref, names, mine):
+                var, attr, obj, where = found
+                return (f"{type(ref).__name__} {var}.{attr}{inside}: a {_type_name(obj)} "
+                        f"object, the variable {var!r} in {where}",
+                        f"`del {var}` (or `{var}.{attr} = None`) when you are done")
         if owners and all(_is_jax_owned(o) for o in owners):
             return ("", "")
         return (f"{_VAGUE}{type(ref).__name__}{inside} not named in the notebook",
@@ -461,7 +456,7 @@ def _object_holder(obj, names, mine) -> tuple[str, str]:
     import gc
     import types
 
-    kind = f"a {type(obj).__module__}.{type(obj).__qualname__} object"
+    kind = f"a {_type_name(obj)} object"
     owners = [o for o in gc.get_referrers(obj)
               if id(o) not in mine and not isinstance(o, types.FrameType)]
     for _, ns in names:
@@ -495,6 +490,23 @@ def _attribute_holding(owner, value, mine) -> tuple[Any, str]:
     except TypeError:  # no __dict__
         return None, ""
     return (owner, attrs[0]) if attrs else (None, "")
+
+
+def _named_attribute(owner, value, names: list[tuple[str, Mapping]], mine: set[int]
+                     ) -> tuple[str, str, Any, str] | None:
+    """(the variable, the attribute, the object, where the variable is) where ``owner`` is an
+    object, or its ``__dict__``, whose attribute is ``value`` and a variable names the object;
+    None otherwise."""
+    obj, attr = _attribute_holding(owner, value, mine)
+    for _, ns in names if obj is not None else ():
+        if keys := _keys_holding(ns, obj):
+            return keys[0], attr, obj, _name_in(ns, names)
+    return None
+
+
+def _type_name(obj) -> str:
+    """An object's type as module.qualname, e.g. "__main__.Trainer"."""
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def _keys_holding(ns: Mapping, value) -> list:

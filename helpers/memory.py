@@ -92,10 +92,10 @@ class MemorySnapshot(Display):
     time: float  # time.perf_counter() when taken
     devices: tuple[DeviceMemory, ...]
     host: HostMemory
-    #: host memory the process gave back while :func:`snapshot` read it (RSS before minus
-    #: after, from 16 MiB): JAX frees some buffers only at its next call into the runtime, and
-    #: reading a device's memory_stats() is one (jax-ml/jax#14882: a NumPy array device_put
-    #: copied, kept after `del` until then)
+    #: host memory the process gave back while :func:`snapshot` found and read the devices
+    #: (anonymous memory before minus after, from 16 MiB): JAX frees some buffers only at its
+    #: next garbage collection, which reading a device's memory_stats() runs (jax-ml/jax#14882:
+    #: a NumPy array device_put copied, kept after `del` until then)
     released_bytes: int = 0
 
     def device(self, name: str | jax.Device) -> DeviceMemory:

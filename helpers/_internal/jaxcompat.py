@@ -37,7 +37,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "COMPILING_LO
            "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
            "import_jax", "jax_version", "jax_version_tuple", "live_executables",
            "on_backend_start", "parse_cache_miss", "parse_compiling", "parse_guard_line",
-           "unregister_duration_listener", "verify", "weight_gradient_convolutions"]
+           "unregister_duration_listener", "verify", "weak_type_only",
+           "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -531,7 +532,7 @@ _PYTREE_CHANGE = re.compile(r"\* at (.+?), now (.+?)(?:,|$)", re.M)
 _KEYS = re.compile(r"symmetric difference of key sets: (\{.*?\})")
 
 
-def _weak_only(now: str, before: str) -> bool:
+def weak_type_only(now: str, before: str) -> bool:
     """Two types that differ only in their weak type ("i32[]{weak_type=False}", "i32[]{...
     True}")."""
     a, b = _BASE_TYPE.match(now.strip()), _BASE_TYPE.match(before.strip())
@@ -543,7 +544,7 @@ def _type_change(now: str, before: str) -> str:
     a, b = _BASE_TYPE.match(now), _BASE_TYPE.match(before)
     if not (a and b):
         return "new dtypes"
-    if a.group(1) != b.group(1) or ("weak_type" in now + before and a.groups() == b.groups()):
+    if a.group(1) != b.group(1) or weak_type_only(now, before):
         return "new dtypes"
     return "new shapes" if a.group(2) != b.group(2) else "new sharding"
 
@@ -595,7 +596,7 @@ def parse_cache_miss(text: str) -> Mapping | None:
                           in zip(types, kinds, strict=True) if kind == cause)
         # the change shown: one of the cause's kind, a real dtype change before a weak type's
         ours = [t for t, kind in zip(types, kinds, strict=True) if kind == cause]
-        name, now, before = next((t for t in ours if not _weak_only(t[1], t[2])), ours[0])
+        name, now, before = next((t for t in ours if not weak_type_only(t[1], t[2])), ours[0])
         changed = f"{name}: now {now.strip()}, before {before.strip()}"
     elif "different input pytree" in clean:
         cause = "new pytree structure"
