@@ -246,10 +246,18 @@ def test_host_is_sampled_by_a_helper_process_while_this_process_holds_the_gil():
         data.sort()  # one C call that holds the GIL all the way: no thread can sample
         trace.mark("sorted")
     (t0, _), (t1, _) = trace.marks
-    inside = [s for t, s in zip(trace.times, trace.samples, strict=True) if t0 < t < t1]
-    device_samples_inside = {id(s.devices) for s in inside}  # each thread sample: a new tuple
-    assert len(inside) >= 5  # samples while the GIL was held: only the helper can take them
-    assert len(device_samples_inside) <= 2  # the thread took (almost) none
+    # In the merged series a sample whose `devices` is a new tuple is one the thread (or a mark)
+    # took; the others are the helper's. Around the sort the thread may get the GIL a time or
+    # two (how often is the scheduler's business); during it, never.
+    thread_times, helper_times, last = [], [], None
+    for t, s in zip(trace.times, trace.samples, strict=True):
+        (thread_times if s.devices is not last else helper_times).append(t)
+        last = s.devices
+    stops = sorted({t0, t1, *(t for t in thread_times if t0 < t < t1)})
+    start, end = max(zip(stops, stops[1:]), key=lambda gap: gap[1] - gap[0])
+    helper_in_gap = [t for t in helper_times if start < t < end]
+    assert end - start > 0.5 * (t1 - t0)  # the thread stood still through most of the sort...
+    assert len(helper_in_gap) >= 5  # ...while the helper went on sampling the host
     assert all(s.host.source == "helper process (/proc)" for s in trace.samples[1:])
     assert set(trace.achieved_hz_by_source) == {"devices", "host"}
     assert trace.achieved_hz == min(trace.achieved_hz_by_source.values())
