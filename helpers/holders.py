@@ -46,7 +46,7 @@ class Holders(Display):
 
     arrays: tuple[HeldArray, ...]  # largest first
     live_arrays: int  # how many live arrays there are in all
-    live_bytes: int
+    live_bytes: int  # of every live array, each buffer once (two Arrays over one buffer: once)
     user_bytes: int  # of the arrays looked at: held by something outside JAX
     jax_bytes: int  # of the arrays looked at: no reference outside JAX and the kit
     executables: int | NotAvailable  # compiled programs loaded
@@ -68,13 +68,13 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise BadInputError(f"n must be a positive int, got {n!r}")
-    from helpers.memory import live_arrays  # imports JAX: only when asked
+    from helpers.memory import live_arrays, live_bytes_by_device  # imports JAX: when asked
 
     t0 = time.perf_counter()
     names = _namespaces(namespace)
     garbage = _cyclic_garbage()  # before the kit holds anything: what no root reaches
     live = live_arrays()
-    count, total = len(live), sum(_nbytes(a) for a in live)
+    count, total = len(live), sum(live_bytes_by_device().values())  # each buffer once
     many_small = _many_small(live, count, total)
     sample = _commonest(live) if many_small else []
     arrays = _largest_arrays(live, n)

@@ -51,8 +51,8 @@ from helpers.units import NOT_AVAILABLE, NotAvailable
 jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at start
 
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "DeviceMemory", "HostMemory", "MemorySnapshot",
-           "MemoryTrace", "borrowed_buffers", "live_arrays", "memory_stats", "register_borrowed",
-           "reset_host_peak", "samples_to_dict", "snapshot", "track"]
+           "MemoryTrace", "borrowed_buffers", "live_arrays", "live_bytes_by_device", "memory_stats",
+           "register_borrowed", "reset_host_peak", "samples_to_dict", "snapshot", "track"]
 
 ALLOCATOR = "allocator"
 LIVE_ARRAYS = "live arrays"
@@ -213,6 +213,14 @@ def _made(a) -> bool:
         return True
     except Exception:
         return False
+
+
+def live_bytes_by_device() -> dict:
+    """Bytes of live JAX arrays per device (``{Device: bytes}``), each buffer counted once:
+    two Arrays over one buffer (JAX caches such a second Array when a buffer's address is
+    asked for, and views alias their source) are one buffer. The number behind a CPU
+    :func:`snapshot` and :func:`helpers.holders.largest`'s ``live_bytes``."""
+    return _live_bytes_by_device()
 
 
 def _live_bytes_by_device(pending: dict | None = None) -> dict:

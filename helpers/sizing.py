@@ -212,6 +212,7 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     for _ in range(64):
         fits = sorted(b for b, n in known.items() if n <= budget_bytes)
         over = sorted(b for b, n in known.items() if n > budget_bytes)
+        slope = fixed = 0.0  # a halving draws no line
         if not fits:  # everything compiled is over the budget: go down
             if g in known:
                 if known[g] == known[over[-1]] and over[-1] >= 1024 * g:  # flat, a wide range
@@ -219,15 +220,30 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
                                         f"{g} and {over[-1]}: is the batch in make_args' "
                                         "shapes?")
                 return done(0, 0.0, float(known[g]), "even the smallest batch does not fit")
-            a, b = over[0], over[1]
-            slope, fixed = line(a, b)
-            if slope <= 0:  # a flat step (the batch padded to a multiple): halve towards g
+            a = min(over + sorted(uncompiled))
+            if a == g:
+                raise CompileOutOfMemory(f"XLA ran out of the device's memory compiling {name} "
+                                         f"at batch {g}, and every batch it compiled was over "
+                                         "the budget: the step does not fit at any batch")
+            if a in uncompiled or len(over) < 2:  # no line below it: halve towards g
                 guess = max(g, a // 2 // g * g)
             else:
-                guess = max(g, min(int((budget_bytes - fixed) // slope) // g * g, a - g))
+                slope, fixed = line(a, over[1])
+                if slope <= 0:  # a flat step (the batch padded to a multiple): halve towards g
+                    guess = max(g, a // 2 // g * g)
+                else:
+                    guess = max(g, min(int((budget_bytes - fixed) // slope) // g * g, a - g))
         else:  # a bracket: the largest batch that fits, the smallest above it that does not
             lo = fits[-1]
-            hi = min(x for x in over if x > lo)
+            # (a batch XLA could not compile counts as over: on a GPU, its autotuner can run
+            # out of memory at a batch below one that compiled)
+            hi = min(x for x in over + sorted(uncompiled) if x > lo)
+            if hi in uncompiled:
+                if hi - lo <= g:
+                    return done(lo, 0.0, float(known[lo]), "halving between compiles: the batch "
+                                "above it is too large for XLA to compile on this device")
+                compiles(max(lo + g, (lo + hi) // 2 // g * g))
+                continue
             if hi - lo <= g:
                 slope, fixed = line(lo, hi)
                 return done(lo, slope, fixed, "a line, then narrowed by compiles (the need is "
@@ -240,13 +256,15 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
             guess = int((budget_bytes - fixed) // slope) // g * g if slope > 0 else lo + g
             # a secant that did not halve a real bracket is followed by a halving (the
             # largest batch allowed as its top is no bracket yet: no halving towards it)
-            halve = guess >= hi or guess in known or (hi != top and hi - lo > width / 2)
+            halve = guess >= hi or guess in known or guess in uncompiled or (
+                hi != top and hi - lo > width / 2)
             width = hi - lo
             if guess <= lo:  # the line says lo is the answer: compile the batch above it
                 guess = lo + g
             elif halve:
                 guess = max(lo + g, (lo + hi) // 2 // g * g)
-        need(guess)
+        if not compiles(guess):  # over the budget, with no need to draw a line through
+            continue
         # accepted where the compile lies on the line (to a 64th of an example's bytes: a line
         # through a bend or a step misses by more) and the line, from that compile, puts the
         # next batch over the budget by more than that

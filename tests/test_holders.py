@@ -291,3 +291,23 @@ def test_many_tiny_arrays_in_one_list_are_counted_as_one_holder():
     h = holders.largest(1, namespace={"losses": losses})
     assert "5 of 5 of the commonest kind looked at are held by list 'losses'" in h.many_small
     assert "jax.device_get" in h.many_small
+
+
+def test_two_arrays_over_one_buffer_are_counted_once_as_the_snapshot_counts_them():
+    import jax
+    import numpy as np
+
+    from helpers import memory
+
+    host = np.ones((10, 2**20), np.float32)  # 40 MiB
+    ns = {"a": jnp.asarray(host), "c": jax.device_put(host)}
+    holders.largest(2, namespace=ns)  # asking buffers' addresses: JAX caches a second Array
+
+    def buffer(x):
+        return (x.devices().pop(), x.unsafe_buffer_pointer()) if len(x.devices()) == 1 else id(x)
+
+    by_buffer = {buffer(x): x.nbytes for x in memory.live_arrays()}
+    assert len(by_buffer) < len(memory.live_arrays())  # a twin, there to be counted twice
+    h = holders.largest(2, namespace=ns)
+    assert h.live_bytes == sum(by_buffer.values())  # each buffer once (it was counted twice)
+    assert h.live_bytes == sum(memory.live_bytes_by_device().values())

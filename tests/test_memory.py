@@ -254,7 +254,7 @@ def test_host_is_sampled_by_a_helper_process_while_this_process_holds_the_gil():
         (thread_times if s.devices is not last else helper_times).append(t)
         last = s.devices
     stops = sorted({t0, t1, *(t for t in thread_times if t0 < t < t1)})
-    start, end = max(zip(stops, stops[1:]), key=lambda gap: gap[1] - gap[0])
+    start, end = max(zip(stops, stops[1:], strict=False), key=lambda gap: gap[1] - gap[0])
     helper_in_gap = [t for t in helper_times if start < t < end]
     assert end - start > 0.5 * (t1 - t0)  # the thread stood still through most of the sort...
     assert len(helper_in_gap) >= 5  # ...while the helper went on sampling the host

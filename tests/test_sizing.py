@@ -194,6 +194,42 @@ def test_a_batch_too_large_to_compile_is_over_the_budget(monkeypatch):
         assert max(step.asked) == 1 << 24 and step.asked.count(1 << 24) == 1
 
 
+class _Band(_TooLarge):
+    """A step XLA cannot compile at batches in ``[lo, hi)`` only, below batches that compile (a
+    GPU's autotuner can fail at one shape and not at a larger one)."""
+
+    def __init__(self, f, lo, hi):
+        super().__init__(f, 1 << 30)
+        self.band = range(lo, hi)
+
+    def __call__(self, fn, b, **kw):
+        if b in self.band:
+            self.asked.append(b)
+            raise CompileOutOfMemory(f"RESOURCE_EXHAUSTED at batch {b}")
+        return super().__call__(fn, b, **kw)
+
+
+def test_a_batch_that_does_not_compile_below_one_that_did_is_over_the_budget(monkeypatch):
+    def f(b):
+        return 10**6 + 1000 * b
+
+    budget = 4_000_500  # the need alone allows 3000
+    for lo, hi, best in [(2500, 3600, 2499), (2999, 3001, 2998), (100, 200, 3000),
+                         (1, 3600, 0)]:
+        step = _Band(f, lo, hi)
+        monkeypatch.setattr(preflight, "preflight_step", step)
+        if best == 0:
+            with pytest.raises(CompileOutOfMemory, match="every batch it compiled was over"):
+                sizing.largest_batch(lambda b: b, lambda b: (b,), budget)
+            continue
+        found = sizing.largest_batch(lambda b: b, lambda b: (b,), budget)
+        assert found.batch == best, (lo, hi, found)
+        assert found.needed_bytes == f(best) <= budget
+        if best + 1 in step.band:  # the batch above could not be compiled: no need made up
+            assert found.next_needed_bytes is NOT_AVAILABLE and "compile" in found.method
+        assert len(step.asked) == len(set(step.asked))  # each batch tried once
+
+
 def test_a_step_too_large_to_compile_at_any_batch_says_so(monkeypatch):
     monkeypatch.setattr(preflight, "preflight_step", _TooLarge(lambda b: b, 0))
     with pytest.raises(CompileOutOfMemory, match="even at batch 1: the step does not fit"):
