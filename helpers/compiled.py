@@ -24,6 +24,7 @@ arguments as shapes there (nothing runs, no argument is copied), and what that p
 from __future__ import annotations
 
 import math
+import re
 import traceback
 import warnings
 from collections import Counter
@@ -638,7 +639,8 @@ class CompiledStep:
 
     def ignored_device_puts(self) -> tuple[tuple[str, str], ...]:
         """(device, line) of each ``jax.device_put`` inside the step to a Device other than the
-        one it runs on, which jit ignores."""
+        one it runs on, which jit ignores; and ("device=...", line) of each line that gives a
+        creation such as ``jnp.zeros`` a ``device=``, which jit drops."""
         return _ignored_device_puts(self.jaxpr, self.device)
 
     def runtime_bytes(self) -> int:
@@ -744,14 +746,25 @@ def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
     where the step runs). A device_put to a sharding or a memory kind is honoured, and not
     listed."""
     jax = devices.start_jax()
-    out = []
+    out, put_lines, keywords = [], set(), {}
     for j, _ in _jaxprs(closed):
         for eqn in getattr(j, "eqns", ()):
+            line = _equation_line(eqn)
             if eqn.primitive.name == "device_put":
-                out += [(device_name(d), _equation_line(eqn))
-                        for d in eqn.params.get("devices", ())
+                put_lines.add(line)
+                out += [(device_name(d), line) for d in eqn.params.get("devices", ())
                         if isinstance(d, jax.Device) and d != dev]
+            elif line and (said := _DEVICE_KEYWORD.search(line.split(": ", 1)[-1].split("#")[0])):
+                keywords.setdefault(line, said.group(0))
+    # a creation's `device=` (jnp.zeros(n, device=d)) leaves nothing in the program: JAX drops
+    # it and makes the value where the step runs (jax 0.8.0 and 0.10.2 alike, a Sharding too;
+    # lax.full's docstring: "sharding will currently be ignored in jitted mode")
+    out += [(said, line) for line, said in keywords.items() if line not in put_lines]
     return tuple(out)
+
+
+#: a ``device=`` keyword in a line of the user's code (the text up to the next comma or paren)
+_DEVICE_KEYWORD = re.compile(r"\bdevice\s*=\s*[^,)\s]+")
 
 
 def _scan_role(eqn) -> str:

@@ -236,7 +236,8 @@ class StepPreflight(_Verdict, Display):
     #: (argument, devices) of each argument spread over several devices: priced whole here
     spread_arguments: tuple[tuple[str, int], ...] = ()
     #: (device, line) of each jax.device_put to another device inside the step, which jit
-    #: ignores: a device_put to a Device does not move a value inside jit
+    #: ignores: a device_put to a Device does not move a value inside jit; and ("device=d",
+    #: line) of each creation given a device= inside the step, which jit drops
     ignored_device_puts: tuple[tuple[str, str], ...] = ()
 
 
@@ -474,8 +475,17 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "jax.config.update("
             "'jax_threefry_partitionable', True), JAX's default, lets each device draw only "
             "its part; the numbers drawn change with it.")
-    if ignored := c.ignored_device_puts():
-        put_to, put_at = ignored[0]
+    ignored = c.ignored_device_puts()  # both kinds stay in the record
+    if dropped := [(said, at) for said, at in ignored if said.startswith("device")]:
+        said, at = dropped[0]
+        notes.append(
+            f"{said} is dropped inside jit ({at}): JAX makes the value where the step runs, "
+            f"{device_name(dev)}, and nothing in the program moves it. To get the result on "
+            "that device, give the jit out_shardings=jax.sharding.SingleDeviceSharding(device), "
+            "or make the value outside jit, or pass the step an argument already there (jit "
+            "runs where its committed arguments are).")
+    if puts := [(to, at) for to, at in ignored if not to.startswith("device")]:
+        put_to, put_at = puts[0]
         notes.append(
             f"jax.device_put(..., {put_to}){f' ({put_at})' if put_at else ''} does nothing "
             f"inside jit: a device_put to a Device does not move the value, and the step runs "

@@ -722,3 +722,34 @@ def test_jaxmg_29_an_argument_donated_to_an_earlier_call_will_fail():
     assert p.verdict == "will fail" and p.advice.startswith("argument 0 was deleted")
     with pytest.raises(ValueError, match="deleted or donated"):  # what the call does
         step(s, x)
+
+
+def test_jax_26000_a_creation_s_device_inside_jit_is_named_as_dropped():
+    cpu0, cpu1, cpu2 = jax.devices()[:3]  # the session's simulated CPU devices (conftest)
+
+    def make(n):
+        return jnp.zeros(n, device=cpu1) + 1  # the user meant: make it on cpu:1
+
+    step = jax.jit(make, static_argnums=0)
+    assert step(8).devices() == {cpu0}  # what the thread saw: device= did nothing
+    p = preflight.preflight_step(step, 8)
+    ((said, line),) = p.ignored_device_puts
+    assert said == "device=cpu1" and "jnp.zeros(n, device=cpu1)" in line
+    assert "device=cpu1 is dropped inside jit" in p.advice and "runs, cpu:0" in p.advice
+    assert "does nothing inside jit" not in p.advice  # not the device_put note
+    fixed = jax.jit(make, static_argnums=0,
+                    out_shardings=jax.sharding.SingleDeviceSharding(cpu1))
+    assert fixed(8).devices() == {cpu1}  # the fix the note gives
+
+    def beside(n, x):
+        return jnp.zeros(n, device=cpu1) + x  # runs where x is: cpu:2
+
+    x = jax.device_put(1.0, cpu2)
+    assert jax.jit(beside, static_argnums=0)(8, x).devices() == {cpu2}
+    q = preflight.preflight_step(jax.jit(beside, static_argnums=0), 8, x)
+    assert "runs, cpu:2" in q.advice
+
+    def plain(n):
+        return jnp.zeros(n) + 1  # device: a comment is not a keyword, device=cpu1
+
+    assert preflight.preflight_step(jax.jit(plain, static_argnums=0), 8).ignored_device_puts == ()
