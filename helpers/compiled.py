@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "ScanStack", "Temporary",
            "array_bytes", "bytes_per_device", "compile_step", "describe_arguments",
-           "devices_split_over", "elements_per_device", "function_name", "same_sharding",
-           "user_line"]
+           "devices_split_over", "elements_per_device", "function_name", "metadata_arrays",
+           "same_sharding", "user_line"]
 
 # --- the records -------------------------------------------------------------------------------
 _TRACE_ERRORS = ("ConcretizationTypeError", "TracerBoolConversionError",
@@ -276,6 +276,38 @@ def user_line(err: BaseException) -> str:
     return at
 
 
+def metadata_arrays(tree: Any) -> list[tuple[str, Any]]:
+    """(node type's name, array) of each array of more than one element that a pytree keeps in
+    its metadata, the static part JAX compares with == to find a compiled program again (a
+    JAX array in an Equinox static field, equinox#746): JAX raises for one that is not the
+    same object, and a step bakes it in as a constant. Read from each node's ``node_data()``:
+    nothing is flattened or copied."""
+    jax = devices.start_jax()
+    out, stack = [], [jax.tree.structure(tree)]
+    while stack:
+        node = stack.pop()
+        data = node.node_data()
+        if data is None:  # a leaf
+            continue
+        kind, metadata = data
+        out += [(getattr(kind, "__name__", str(kind)), a) for a in _arrays_in(metadata, jax)
+                if math.prod(a.shape) > 1]
+        stack.extend(node.children())
+    return out
+
+
+def _arrays_in(metadata: Any, jax: Any, depth: int = 3) -> list:
+    """Arrays (JAX, NumPy) in a node's metadata, looked for through tuples, lists and dicts
+    ``depth`` levels down (Equinox keeps its static fields' values in a tuple)."""
+    if isinstance(metadata, (np.ndarray, jax.Array)):
+        return [metadata]
+    if depth == 0:
+        return []
+    items = (metadata.values() if isinstance(metadata, dict) else
+             metadata if isinstance(metadata, (tuple, list)) else ())
+    return [a for item in items for a in _arrays_in(item, jax, depth - 1)]
+
+
 def describe_arguments(args: Any) -> str:
     """The arguments' array leaves as dtype and shape ("float32[8, 256]"), other leaves as
     their repr: for an error that names the call."""
@@ -419,6 +451,12 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                     "eqx.filter_jit), whose own lower() takes no shapes: preflight_step "
                     "without device= gives it the arrays themselves; measure_step and device= "
                     "need a jax.jit of the step")
+        elif kept := metadata_arrays((args, kwargs)):
+            node, a = kept[0]
+            hint = (f". An argument's {node} keeps an array, {a.dtype}{list(a.shape)}, in its "
+                    "static part (the pytree's metadata: a field marked static), which JAX "
+                    "compares with == at each call: make it an ordinary field, a child of "
+                    "the pytree")
         else:
             hint = ""
         raise BadInputError(f"{name} fails on these arguments "

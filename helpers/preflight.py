@@ -239,6 +239,9 @@ class StepPreflight(_Verdict, Display):
     #: ignores: a device_put to a Device does not move a value inside jit; and ("device=d",
     #: line) of each creation given a device= inside the step, which jit drops
     ignored_device_puts: tuple[tuple[str, str], ...] = ()
+    #: (argument, its pytree node's type, the array) of each array of more than one element
+    #: kept in a pytree's static part (its metadata: a field marked static)
+    static_arrays: tuple[tuple[str, str, str], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -450,6 +453,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(_stack_note(named[0], peak))
     if device is None and target is None and (host := _on_the_host_by_commitment(dev)):
         notes.append(host)
+    if static := _static_arrays(c, fn, args, kwargs):
+        name, node, array = static[0]
+        notes.append(
+            f"{name} keeps an array, {array}, in the static part of its {node} (the pytree's "
+            "metadata: a field marked static): jit bakes it into the program as a constant and "
+            "compares it with == at every call, which raises for another array of more than "
+            "one element (\"arrays cannot be passed as metadata fields\"). Make it an ordinary "
+            "field, a child of the pytree, so it is passed to the step as an argument.")
     spread = _spread_arguments(c, fn, args, kwargs)
     if spread and device is None and (gathered := _gathered(temporaries, args, kwargs)):
         t = gathered[0]
@@ -513,7 +524,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         folded_bytes=c.folded,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
-        ignored_device_puts=ignored, spread_arguments=spread)
+        ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static)
 
 
 def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs
@@ -581,6 +592,15 @@ def _donatable_leaves(c: compiled.CompiledStep, fn, args, kwargs, jax) -> dict |
             for x, s in zip(leaves, mine, strict=True)
             if hasattr(x, "shape") and hasattr(x, "dtype") and (wanted is None or s is not None)]
     return out
+
+
+def _static_arrays(c: compiled.CompiledStep, fn, args, kwargs
+                   ) -> tuple[tuple[str, str, str], ...]:
+    """(argument, node type, "float32[3] (12 B)") of each array of more than one element that
+    an argument's pytree keeps in its metadata (equinox#746: a JAX array in a static field)."""
+    return tuple((name, node, f"{a.dtype}{list(a.shape)} ({format_bytes(compiled.array_bytes(a))})")
+                 for name, value in c.arguments(fn, args, kwargs)
+                 for node, a in compiled.metadata_arrays(value))
 
 
 def _argument_split(c: compiled.CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:

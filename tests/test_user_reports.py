@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import compiles, devices, holders, memory, preflight, settings, transfers
+from helpers import compiles, devices, errors, holders, memory, preflight, settings, transfers
 from helpers._internal import jaxcompat
 from helpers.units import format_bytes
 
@@ -753,3 +753,42 @@ def test_jax_26000_a_creation_s_device_inside_jit_is_named_as_dropped():
         return jnp.zeros(n) + 1  # device: a comment is not a keyword, device=cpu1
 
     assert preflight.preflight_step(jax.jit(plain, static_argnums=0), 8).ignored_device_puts == ()
+
+
+@jax.tree_util.register_pytree_node_class
+class _Model:
+    """A stand-in for an Equinox module with a static field (Equinox is not a dependency):
+    ``w`` is a child, ``table`` is metadata, as ``eqx.field(static=True)`` makes it."""
+
+    def __init__(self, w, table):
+        self.w, self.table = w, table
+
+    def tree_flatten(self):
+        return (self.w,), ("table", self.table)
+
+    @classmethod
+    def tree_unflatten(cls, metadata, children):
+        return cls(children[0], metadata[1])
+
+
+def test_equinox_746_an_array_in_a_static_field_is_named_before_the_call_that_fails():
+    @jax.jit
+    def step(model, x):
+        return (model.w * x * model.table).sum()
+
+    first = _Model(jnp.ones(3), np.arange(3.0))
+    p = preflight.preflight_step(step, first, 1.0)  # before the call that fails
+    assert p.static_arrays == (("model", "_Model", "float64[3] (24 B)"),)
+    assert "model keeps an array, float64[3] (24 B), in the static part of its _Model" in p.advice
+    assert "field marked static" in p.advice and "Make it an ordinary field" in p.advice
+    step(first, 1.0)
+    second = _Model(jnp.ones(3), np.arange(3.0))
+    with pytest.raises(ValueError, match="arrays cannot be passed as metadata fields"):
+        step(second, 2.0)  # what the thread saw, in JAX's words
+    with pytest.raises(errors.BadInputError) as after:  # the kit's lowering meets it too
+        preflight.preflight_step(step, second, 2.0)
+    assert "An argument's _Model keeps an array, float64[3], in its static part" in str(
+        after.value) and "make it an ordinary field" in str(after.value)
+    scalar = preflight.preflight_step(lambda model, x: (model.w * x * model.table).sum(),
+                                      _Model(jnp.ones(3), np.float32(2.0)), 1.0)
+    assert scalar.static_arrays == () and "keeps an array" not in scalar.advice
