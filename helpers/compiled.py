@@ -45,8 +45,8 @@ from helpers.units import NOT_AVAILABLE
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "ScanStack", "Temporary",
-           "array_bytes", "bytes_per_device", "compile_step", "describe_arguments",
+__all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "ScanStack",
+           "Temporary", "array_bytes", "bytes_per_device", "compile_step", "describe_arguments",
            "devices_split_over", "elements_per_device", "function_name", "metadata_arrays",
            "same_sharding", "user_line"]
 
@@ -98,6 +98,30 @@ class ScanStack(Record):
     #: "" for a scan of the user's; "forward" in a derivative's forward pass (its stack holds
     #: what the backward pass needs too); "backward" in the backward pass (JAX's own scan)
     role: str = ""
+
+
+@dataclass(frozen=True)
+class Jacobian(Record):
+    """A ``jax.jacrev`` or ``jax.jacfwd`` in the step. jacrev makes the Jacobian one row per
+    output of the function, pulling back an identity of outputs x outputs; jacfwd one column
+    per input, pushing forward an identity of inputs x inputs; either makes all of them at
+    once under vmap."""
+
+    mode: str  # "reverse" (jax.jacrev) or "forward" (jax.jacfwd)
+    outputs: int  # the function's outputs, flattened: the Jacobian's rows
+    inputs: int  # the inputs differentiated, flattened: its columns
+    basis_bytes: int  # the identity it pulls back or pushes forward
+    line: str  # the user's line that called it ("" where not recorded)
+
+    @property
+    def batch(self) -> int:
+        """How many vectors it carries at once: the rows (reverse) or the columns (forward)."""
+        return self.outputs if self.mode == "reverse" else self.inputs
+
+    @property
+    def other_way(self) -> int:
+        """How many the other mode would carry: the columns (reverse) or the rows (forward)."""
+        return self.inputs if self.mode == "reverse" else self.outputs
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -661,6 +685,13 @@ class CompiledStep:
         operation per array (jax-ml/jax#4667); "" otherwise."""
         return _unrolled(self.values, leaves)
 
+    def jacobians(self) -> tuple[Jacobian, ...]:
+        """Each ``jax.jacrev`` and ``jax.jacfwd`` in the step, with its rows (outputs) and
+        columns (inputs). Read from JAX's own functions in each equation's traceback
+        (``_std_basis``, ``_jacrev_unravel``, ``_jacfwd_unravel`` under the ``jacfun`` of
+        ``jacrev`` or ``jacfwd``; jax 0.8.0 and 0.10.2 alike)."""
+        return _jacobians(self.jaxpr)
+
     def scan_stacks(self, room: int, most: int = 3) -> tuple[ScanStack, ...]:
         """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its
         length, largest first, from 1 MiB: only where the program still has a value of the
@@ -803,6 +834,40 @@ def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
 
 #: a ``device=`` keyword in a line of the user's code (the text up to the next comma or paren)
 _DEVICE_KEYWORD = re.compile(r"\bdevice\s*=\s*[^,)\s]+")
+
+
+def _jacobians(closed) -> tuple[Jacobian, ...]:
+    """See :meth:`CompiledStep.jacobians`. Per call (its mode and user line): the identity's
+    bytes from ``_std_basis``; from the split of each unravel, the other sizes. jacrev's is
+    (outputs, *an input's shape), once per input; jacfwd's (*an output's shape, inputs), once
+    per output (jax/_src/api.py, _jacrev_unravel and _jacfwd_unravel)."""
+    found: dict[tuple[str, str], list[int]] = {}  # (mode, line): [outputs, inputs, basis]
+    for j, _ in _jaxprs(closed):
+        for eqn in getattr(j, "eqns", ()):
+            try:
+                names = [f.function_name for f in eqn.source_info.traceback.frames]
+            except Exception:  # an equation without a traceback
+                continue
+            mode = next(("reverse" if n.startswith("jacrev.") else "forward" for n in names
+                         if n.startswith(("jacrev.", "jacfwd."))), "")
+            if not mode or "vmap(" in str(eqn.source_info.name_stack):
+                continue  # (under an enclosing vmap, as in jax.hessian, shapes carry its batch)
+            sizes = found.setdefault((mode, _equation_line(eqn)), [0, 0, 0])
+            if "_std_basis" in names:
+                sizes[2] = max([sizes[2]] + [math.prod(v.aval.shape) * v.aval.dtype.itemsize
+                                             for v in eqn.outvars])
+            elif eqn.primitive.name == "split" and eqn.invars and (
+                    "_jacrev_unravel" in names or "_jacfwd_unravel" in names):
+                shape = tuple(getattr(eqn.invars[0].aval, "shape", ()))
+                if not shape:
+                    continue
+                if mode == "reverse":
+                    sizes[0], sizes[1] = shape[0], sizes[1] + math.prod(shape[1:])
+                else:
+                    sizes[0], sizes[1] = sizes[0] + math.prod(shape[:-1]), shape[-1]
+    return tuple(Jacobian(mode, outputs, inputs, basis, line)
+                 for (mode, line), (outputs, inputs, basis) in found.items()
+                 if basis and outputs and inputs)
 
 
 def _scan_role(eqn) -> str:

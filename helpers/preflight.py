@@ -242,6 +242,8 @@ class StepPreflight(_Verdict, Display):
     #: (argument, its pytree node's type, the array) of each array of more than one element
     #: kept in a pytree's static part (its metadata: a field marked static)
     static_arrays: tuple[tuple[str, str, str], ...] = ()
+    #: each jax.jacrev and jax.jacfwd in the step, with its rows (outputs) and columns (inputs)
+    jacobians: tuple[compiled.Jacobian, ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -269,6 +271,31 @@ def _spread_arguments(c: compiled.CompiledStep, fn, args, kwargs
         if n > 1:
             out.append((name, n))
     return tuple(out)
+
+
+def _jacobian_note(r: compiled.Jacobian, temporaries: Sequence[compiled.Temporary]) -> str:
+    """A Jacobian made the long way: jax.jacrev over a function with more outputs than inputs
+    (jax#215), or jax.jacfwd over one with more inputs than outputs (jax#719); given where
+    XLA's plan holds values of its batch (``temporaries`` with it as their first dimension).
+    Measured by the kit: jax#215's function with 5,120 outputs of 20 inputs, a peak of 107 MiB
+    with jacrev and 401 KiB with jacfwd on jax 0.10.2, whose plan holds the 100 MiB identity;
+    6.8 MiB and 401 KiB on jax 0.8.0, whose plan fuses the identity away."""
+    at = f" ({r.line})" if r.line else ""
+    if r.mode == "reverse":
+        made, one, other, fix, how = ("row per output", "output", "input", "jax.jacfwd",
+                                      "pulling back")
+    else:
+        made, one, other, fix, how = ("column per input", "input", "output", "jax.jacrev",
+                                      "pushing forward")
+    others = f"{r.other_way:,} {other}{'s' if r.other_way != 1 else ''}"
+    held = max((t for t in temporaries if t.shape[:1] == (r.batch,)), key=lambda t: t.nbytes)
+    return (f"jax.{'jacrev' if r.mode == 'reverse' else 'jacfwd'}{at} makes its Jacobian one "
+            f"{made} of the function, all {r.batch:,} at once under vmap ({how} an identity "
+            f"of {r.batch:,} x {r.batch:,}), for {others}: XLA's plan holds {held.op} "
+            f"{held.dtype}{list(held.shape)} ({format_bytes(held.nbytes)}) for them. With "
+            f"more {one}s than {other}s, {fix} makes the same Jacobian one "
+            f"{'column' if r.mode == 'reverse' else 'row'} per {other} ({others} here) and "
+            "needs far less.")
 
 
 def _batched_note(t: compiled.Temporary) -> str:
@@ -441,6 +468,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "reads (XLA drops them); they stay on the device while you hold them.")
     temporaries = c.temporaries()
     batched = [t for t in temporaries if t.batched and t.nbytes * 4 >= peak]
+    jacobians = c.jacobians()
+    if the_long_way := [r for r in jacobians if r.batch > r.other_way and 4 * max(
+            [t.nbytes for t in temporaries if t.shape[:1] == (r.batch,)], default=0) >= peak]:
+        notes.append(_jacobian_note(the_long_way[0], temporaries))
+        batched = []  # its rows or columns are the batch there: the other mode, not lax.map
     if batched:
         notes.append(_batched_note(batched[0]))
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
@@ -524,7 +556,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         folded_bytes=c.folded,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
-        ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static)
+        ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
+        jacobians=jacobians)
 
 
 def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs

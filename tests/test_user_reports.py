@@ -792,3 +792,54 @@ def test_equinox_746_an_array_in_a_static_field_is_named_before_the_call_that_fa
     scalar = preflight.preflight_step(lambda model, x: (model.w * x * model.table).sum(),
                                       _Model(jnp.ones(3), np.float32(2.0)), 1.0)
     assert scalar.static_arrays == () and "keeps an array" not in scalar.advice
+
+
+def test_jax_215_jacrev_over_a_tall_jacobian_is_named_with_jacfwd():
+    lm = np.random.RandomState(0).randn(10, 2).astype(np.float32)  # 20 inputs
+    uvw = np.random.RandomState(1).randn(32, 3).astype(np.float32)  # the thread's 128, less
+    freq = np.linspace(0.856e9, 0.856e9 * 2, 16).astype(np.float32)
+
+    def fn(lm, uvw, frequency):  # the thread's function: 10 x 32 x 16 = 5,120 outputs
+        l, m = lm[:, 0, None, None], lm[:, 1, None, None]
+        n = jnp.sqrt(1.0 - l**2 - m**2) - 1.0
+        u, v, w = uvw[None, :, 0, None], uvw[None, :, 1, None], uvw[None, :, 2, None]
+        return (u * l + v * m + w * n) * frequency
+
+    def step(lm, uvw, freq):
+        return jax.jacrev(fn, 0)(lm, uvw, freq)
+
+    p = preflight.preflight_step(step, lm, uvw, freq)
+    (jac,) = p.jacobians
+    assert (jac.mode, jac.outputs, jac.inputs) == ("reverse", 5120, 20)
+    assert jac.basis_bytes == 5120 * 5120 * 4 and "jax.jacrev(fn, 0)(lm, uvw, freq)" in jac.line
+    assert "one row per output of the function, all 5,120 at once under vmap" in p.advice
+    assert "jax.jacfwd makes the same Jacobian one column per input (20 inputs here)" in p.advice
+    rows = max((t for t in p.largest_temporaries if t.shape[0] == 5120), key=lambda t: t.nbytes)
+    assert f"XLA's plan holds {rows.op} {rows.dtype}{list(rows.shape)}" in p.advice
+    assert "lax.map" not in p.advice  # not the vmap note: its batch is jacrev's rows
+    forward = preflight.preflight_step(
+        lambda lm, uvw, freq: jax.jacfwd(fn, 0)(lm, uvw, freq), lm, uvw, freq)
+    # the fix, as the kit's own sizes show it: 107 MiB to 401 KiB on jax 0.10.2 (whose plan
+    # holds the 100 MiB identity), 6.8 MiB to 401 KiB on 0.8.0 (whose plan fuses it away)
+    assert forward.peak_bytes * 10 < p.peak_bytes
+    assert "needs far less" not in forward.advice
+    assert [(j.mode, j.outputs, j.inputs) for j in forward.jacobians] == [("forward", 5120, 20)]
+
+
+def test_jax_719_jacfwd_over_a_wide_jacobian_is_named_with_jacrev():
+    idx = jnp.arange(10) * 400
+
+    def gather_mmul(a, b):  # the thread's function: a scalar of 4,096 inputs
+        return jnp.sum(jnp.matmul(a[idx], b))
+
+    a, b = jnp.ones(4096), jnp.ones((10, 10))
+    p = preflight.preflight_step(jax.jacfwd(gather_mmul), a, b)
+    assert [(j.mode, j.outputs, j.inputs) for j in p.jacobians] == [("forward", 1, 4096)]
+    assert "one column per input of the function, all 4,096 at once" in p.advice
+    assert "jax.jacrev makes the same Jacobian one row per output (1 output here)" in p.advice
+    reverse = preflight.preflight_step(jax.jacrev(gather_mmul), a, b)
+    assert reverse.peak_bytes * 20 < p.peak_bytes and "needs far less" not in reverse.advice
+    square = preflight.preflight_step(jax.hessian(lambda x: jnp.sum(jnp.tanh(x) ** 2)),
+                                      jnp.ones(512))  # jacfwd of jacrev: nothing the long way
+    assert [(j.mode, j.outputs, j.inputs) for j in square.jacobians] == [("forward", 512, 512)]
+    assert "needs far less" not in square.advice
