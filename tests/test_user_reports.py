@@ -800,10 +800,10 @@ def test_jax_215_jacrev_over_a_tall_jacobian_is_named_with_jacfwd():
     freq = np.linspace(0.856e9, 0.856e9 * 2, 16).astype(np.float32)
 
     def fn(lm, uvw, frequency):  # the thread's function: 10 x 32 x 16 = 5,120 outputs
-        l, m = lm[:, 0, None, None], lm[:, 1, None, None]
-        n = jnp.sqrt(1.0 - l**2 - m**2) - 1.0
+        el, m = lm[:, 0, None, None], lm[:, 1, None, None]
+        n = jnp.sqrt(1.0 - el**2 - m**2) - 1.0
         u, v, w = uvw[None, :, 0, None], uvw[None, :, 1, None], uvw[None, :, 2, None]
-        return (u * l + v * m + w * n) * frequency
+        return (u * el + v * m + w * n) * frequency
 
     def step(lm, uvw, freq):
         return jax.jacrev(fn, 0)(lm, uvw, freq)
