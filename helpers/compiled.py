@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import devices
-from helpers._internal import frames, jaxcompat
+from helpers._internal import frames, jaxcompat, own
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Record
 from helpers.errors import BadInputError, CompileOutOfMemory, MeasurementFailed
@@ -488,7 +488,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                             f"{user_line(err)}: {kind}: {first}{_misspelled(kwargs)}"
                             + hint) from None
     try:
-        compiled = lowered.compile()
+        with own.compiling():  # the kit's compile, not the user's: compiles.watch skips it
+            compiled = lowered.compile()
     except Exception as err:
         if "RESOURCE_EXHAUSTED" in str(err):  # the GPU autotuner's candidates did not fit
             raise CompileOutOfMemory(
@@ -543,7 +544,8 @@ def _jax_jit(fn) -> bool:
 def _lower(jitted, arg_specs, kw_specs) -> tuple[Any, BaseException | None]:
     """(the lowering, None), or (None, the error lowering raised)."""
     try:
-        with warnings.catch_warnings():  # "Some donated buffers were not usable": see donations
+        with warnings.catch_warnings(), own.compiling():  # the kit's: compiles.watch skips it
+            # "Some donated buffers were not usable": see donations
             warnings.filterwarnings("ignore", "Some donated buffers were not usable")
             return jitted.lower(*arg_specs, **kw_specs), None
     except Exception as err:

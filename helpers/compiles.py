@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import jax
 
-from helpers._internal import jaxcompat
+from helpers._internal import jaxcompat, own
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, InUseError
 
@@ -221,6 +221,9 @@ class CompileLog(Display):
         self.functions: tuple[FunctionCompiles, ...] = ()
         self.misses: tuple[CacheMiss, ...] = ()
         self.seconds = 0.0  # the block's wall time
+        #: compiles the kit made itself inside the block (preflight_step pricing a step): not
+        #: the user's program compiling, so left out of ``functions`` and ``compiles``
+        self.kit_compiles = 0
         self.finished = False
 
     @property
@@ -257,7 +260,8 @@ class CompileLog(Display):
 
     def to_dict(self) -> dict:
         """Plain data: every function's entry and every cache miss JAX explained."""
-        return {"compiles": self.compiles, "compile_seconds": self.compile_seconds,
+        return {"compiles": self.compiles, "kit_compiles": self.kit_compiles,
+                "compile_seconds": self.compile_seconds,
                 "seconds": self.seconds, "functions": [f.to_dict() for f in self.functions],
                 "misses": [m.to_dict() for m in self.misses], "diagnosis": self.diagnosis}
 
@@ -270,15 +274,18 @@ class _Events(logging.Handler):
         super().__init__(logging.DEBUG)
         self.events: list[tuple] = []
         self.guard = threading.Lock()
+        #: compiles the kit made itself (preflight_step pricing a step), left out of the log;
+        #: JAX's explanation of a trace the kit made stays, for the user's compile of it
+        self.own = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             parsed = jaxcompat.parse_cache_miss(record.getMessage())
         except Exception:  # never break the user's program over a log line
             return
-        if parsed is not None:
+        if parsed is not None:  # (a trace the kit made: kept for a compile of the user's)
             with self.guard:
-                self.events.append(("miss", record.thread, CacheMiss(**parsed)))
+                self.events.append(("miss", record.thread, CacheMiss(**parsed), own.active()))
 
     def lowered(self, record: logging.LogRecord) -> bool:
         """A filter on JAX's lowering logger, where each "Compiling ..." line is kept: what the
@@ -289,8 +296,8 @@ class _Events(logging.Handler):
             lowering = jaxcompat.parse_compiling(record.getMessage())
         except Exception:  # never break the user's program over a log line
             return True
-        if lowering is None:
-            return True
+        if lowering is None or own.active():
+            return True if lowering is None else record.levelno >= logging.WARNING
         with self.guard:
             self.events.append(("lowering", record.thread, *lowering))
         return record.levelno >= logging.WARNING
@@ -301,7 +308,10 @@ class _Events(logging.Handler):
             self.events.append(("clear",))
 
     def compiled(self, event: str, seconds: float, **kwargs) -> None:
-        if event == jaxcompat.COMPILE_EVENT:
+        if event == jaxcompat.COMPILE_EVENT and own.active():
+            with self.guard:
+                self.own += 1
+        elif event == jaxcompat.COMPILE_EVENT:
             with self.guard:
                 self.events.append(("compile", threading.get_ident(),
                                     str(kwargs.get("fun_name", "")), seconds))
@@ -377,6 +387,7 @@ def watch() -> Iterator[CompileLog]:
                 log.seconds = time.perf_counter() - t0
                 log.misses = tuple(e[2] for e in events.events if e[0] == "miss")
                 log.functions = _summarise(events.events)
+                log.kit_compiles = events.own
                 log.finished = True
     finally:
         _active.release()
@@ -403,6 +414,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     lowerings: dict[tuple[int, str], tuple[str, str]] = {}  # the next compile's types, shardings
     lowered: dict[tuple[str, str], list[tuple[str, str]]] = {}  # each compile's, per function
     unpaired: dict[str, list[float]] = {}
+    kits: dict[tuple[int, str], tuple[CacheMiss, int]] = {}  # traces the kit made, unpaired
     clears: dict[tuple[str, str], list[int]] = {}  # per miss: jax.clear_caches() calls before it
     cleared = 0
     primitives = _primitive_names()
@@ -413,8 +425,11 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
         elif event[0] == "lowering":
             _, thread, raw, types, shardings = event
             lowerings[(thread, jaxcompat.compiled_function_name(raw))] = (types, shardings)
+        elif event[0] == "miss" and event[3]:  # the kit's trace: the user's if they compile it
+            _, thread, m, _ = event
+            kits[(thread, m.function)] = (m, cleared)
         elif event[0] == "miss":
-            _, thread, m = event
+            _, thread, m, _ = event
             key = (m.function, m.defined_at)
             misses.setdefault(key, []).append(m)
             clears.setdefault(key, []).append(cleared)
@@ -423,6 +438,11 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
             _, thread, raw, s = event
             name = jaxcompat.compiled_function_name(raw)
             key = pending.pop((thread, name), None)
+            if key is None and (kit := kits.pop((thread, name), None)):  # traced by the kit
+                m, at = kit
+                key = traced[(thread, name)] = (m.function, m.defined_at)
+                misses.setdefault(key, []).append(m)
+                clears.setdefault(key, []).append(at)
             lowering = lowerings.pop((thread, name), None)
             again = traced.get((thread, name))
             if key is None and name not in primitives and seconds.get(again) and (

@@ -343,7 +343,9 @@ def compile_log_text(log: CompileLog) -> str:
     if not log.finished:
         return "compiles: the block has not ended yet"
     lines = [f"{log.compiles} compile(s), {log.compile_seconds:.2f} s of XLA compiling, in a "
-             f"block of {log.seconds:.2f} s"]
+             f"block of {log.seconds:.2f} s" + (
+                 f" ({log.kit_compiles} more the kit made itself to price a step, such as "
+                 "preflight_step, left out)" if log.kit_compiles else "")]
     for f in log.functions:
         where = f" ({f.defined_at})" if f.defined_at else ""
         traced = (f", traced {f.traces} times" if f.traces != f.compiles and f.function not in

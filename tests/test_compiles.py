@@ -531,3 +531,28 @@ def test_a_handler_added_inside_the_block_hears_none_of_the_kit_s_lowering_lines
             logging.getLogger().removeHandler(handler)
     assert not [m for m in heard if m.startswith("Compiling")]
     assert log.function("<lambda>").cause == "new placement"
+
+
+def test_the_kit_s_own_compiles_are_left_out_and_its_trace_explains_the_user_s_compile():
+    from helpers import preflight
+
+    @jax.jit
+    def priced(x):
+        return jnp.tanh(x).sum()
+
+    x, other = jnp.ones((128, 128)), jnp.ones((64, 64))
+    priced(x)
+    with compiles.watch() as log:
+        preflight.preflight_step(priced, x)  # the kit lowers and compiles it: not the user
+        priced(x)  # cached: nothing compiles
+        preflight.preflight_step(priced, other)  # a new trace, by the kit
+    assert log.kit_compiles == 2
+    assert [f.function for f in log.functions] == []  # the user compiled nothing
+    assert "2 more the kit made itself to price a step" in str(log)
+    assert log.to_dict()["kit_compiles"] == 2
+    with compiles.watch() as log:
+        preflight.preflight_step(priced, jnp.ones((32, 32)))
+        priced(jnp.ones((32, 32)))  # the user's compile, of the trace the kit made
+    entry = log.function("priced")
+    assert (entry.compiles, entry.cause, log.kit_compiles) == (1, "new shapes", 1)
+    assert any("f32[32,32]" in c for c in entry.changed)
