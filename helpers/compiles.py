@@ -376,8 +376,10 @@ def watch() -> Iterator[CompileLog]:
         finally:
             try:
                 jax.clear_caches = clear_caches
-                logger.setLevel(level)
-                lowering.setLevel(lowering_level)
+                for x, before, kit in ((logger, level, logging.WARNING),
+                                       (lowering, lowering_level, logging.DEBUG)):
+                    if x.level == kit:  # the kit's level: the user's before it comes back
+                        x.setLevel(before)  # (one the user set in the block stays)
                 lowering.removeFilter(events.lowered)
                 logger.removeHandler(events)
                 for h in others:

@@ -99,6 +99,20 @@ def _listeners():
     return list(monitoring.get_event_duration_listeners())
 
 
+def test_a_level_the_user_sets_inside_the_block_stays():
+    jax_logger = logging.getLogger("jax")
+    before = jax_logger.level
+    try:
+        with compiles.watch():
+            jax_logger.setLevel(logging.ERROR)  # the user's own choice, made in the block
+        assert jax_logger.level == logging.ERROR  # not put back to what it was at the start
+        with compiles.watch():
+            pass
+        assert jax_logger.level == logging.ERROR  # and a block that sets nothing keeps it
+    finally:
+        jax_logger.setLevel(before)
+
+
 def test_everything_is_restored_also_when_the_block_raises():
     before = (jax.config.jax_explain_cache_misses, list(logging.getLogger("jax").handlers),
               logging.getLogger("jax").level, _listeners())
