@@ -326,20 +326,21 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
             if scans < 0 or time.perf_counter() > deadline:
                 return None
             for r in gc.get_referrers(node):
-                if id(r) in ours or id(r) in seen or isinstance(
-                        r, (types.FrameType, type, types.ModuleType)) or (
-                        isinstance(r, dict) and "__spec__" in r and "__name__" in r):
-                    continue  # a module's globals: above them are its functions, not holders
-                for _, ns in names:
+                if id(r) in ours or id(r) in seen:
+                    continue
+                for _, ns in names:  # (the notebook's namespace has __spec__ and __name__ too)
                     if r is ns and (keys := _keys_holding(ns, node)):
                         return (f"a {kind(node)}, kept by the variable {keys[0]!r} in "
-                                f"{_name_in(ns, names)}", _JAX_OBJECT_FIX.format(
-                                    f"`del {keys[0]}`"))
+                                f"{_name_in(ns, names)}", _object_fix(
+                                    f"`del {keys[0]}`", node, seen, below))
+                if isinstance(r, (types.FrameType, type, types.ModuleType)) or (
+                        isinstance(r, dict) and "__spec__" in r and "__name__" in r):
+                    continue  # a module's globals: above them are its functions, not holders
                 if found := _named_attribute(r, node, names, ours | {id(nxt)}):
                     var, attr, holder, where = found
                     return (f"a {kind(node)}, kept as {var}.{attr} (a {_type_name(holder)} "
                             f"object, the variable {var!r} in {where})",
-                            _JAX_OBJECT_FIX.format(f"`{var}.{attr} = None`"))
+                            _object_fix(f"`{var}.{attr} = None`", node, seen, below))
                 seen[id(r)] = r
                 below[id(r)] = id(node)
                 nxt.append(r)
@@ -354,6 +355,17 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
 _JAX_OBJECT_FIX = ("{} when you are done: the object keeps the array for as long as it lives (the "
                    "function jax.vjp or jax.linearize returns keeps the forward pass's values "
                    "for the backward pass)")
+
+
+def _object_fix(action: str, node, seen: dict, below: dict) -> str:
+    """The fix for what keeps the array: the word on jax.vjp only where a JAX object is on the
+    way up (a nested dict of parameters is no such thing)."""
+    chain = [node]
+    while id(chain[-1]) in below:
+        chain.append(seen[below[id(chain[-1])]])
+    if any(_is_jax_owned(x) for x in chain):
+        return _JAX_OBJECT_FIX.format(action)
+    return f"{action} when you are done: what it holds stays alive as long as it does"
 
 
 def _is_kit_frame(frame) -> bool:

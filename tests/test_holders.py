@@ -311,3 +311,13 @@ def test_two_arrays_over_one_buffer_are_counted_once_as_the_snapshot_counts_them
     h = holders.largest(2, namespace=ns)
     assert h.live_bytes == sum(by_buffer.values())  # each buffer once (it was counted twice)
     assert h.live_bytes == sum(memory.live_bytes_by_device().values())
+
+
+def test_a_nested_dict_of_parameters_is_named_by_its_variable_in_the_notebook():
+    # a Flax parameter tree is a dict of dicts; a script's or IPython's namespace has __spec__
+    # and __name__ as a module's globals do, and the search up took it for one (no name)
+    ns = {"__name__": "__main__", "__spec__": None,
+          "params": {"dense_0": {"kernel": big(40)}}}
+    (h,) = holders.largest(1, namespace=ns).arrays
+    assert h.held_by == ("a builtins.dict, kept by the variable 'params' in the notebook",)
+    assert h.fix.startswith("`del params` when you are done") and "jax.vjp" not in h.fix
