@@ -694,6 +694,22 @@ class CompiledStep:
         ``jacrev`` or ``jacfwd``; jax 0.8.0 and 0.10.2 alike)."""
         return _jacobians(self.jaxpr)
 
+    def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:
+        """("f32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
+        (``optax.scale(0.0)`` on frozen parameters, google-research/big_vision#14): XLA keeps
+        what such a value is made of, since 0 * x is not 0 for an infinite or NaN x."""
+        out = []
+        for j, _ in _jaxprs(self.jaxpr):
+            for eqn in getattr(j, "eqns", ()):
+                if eqn.primitive.name != "mul" or not any(_zero_literal(v) for v in eqn.invars):
+                    continue
+                aval = eqn.outvars[0].aval
+                if getattr(aval, "shape", ()):
+                    out.append((f"{aval.dtype}{list(aval.shape)}",
+                                math.prod(aval.shape) * aval.dtype.itemsize,
+                                _equation_line(eqn)))
+        return tuple(sorted(out, key=lambda x: -x[1]))
+
     def scan_stacks(self, room: int, most: int = 3) -> tuple[ScanStack, ...]:
         """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its
         length, largest first, from 1 MiB: only where the program still has a value of the
@@ -870,6 +886,15 @@ def _jacobians(closed) -> tuple[Jacobian, ...]:
     return tuple(Jacobian(mode, outputs, inputs, basis, line)
                  for (mode, line), (outputs, inputs, basis) in found.items()
                  if basis and outputs and inputs)
+
+
+def _zero_literal(v) -> bool:
+    """A jaxpr operand that is the literal 0 (a Python 0.0 the step multiplies by)."""
+    val = getattr(v, "val", None)  # a Var has none
+    try:
+        return val is not None and np.ndim(val) == 0 and float(val) == 0.0
+    except (TypeError, ValueError):  # a value that is no number
+        return False
 
 
 def _scan_role(eqn) -> str:

@@ -244,6 +244,8 @@ class StepPreflight(_Verdict, Display):
     static_arrays: tuple[tuple[str, str, str], ...] = ()
     #: each jax.jacrev and jax.jacfwd in the step, with its rows (outputs) and columns (inputs)
     jacobians: tuple[compiled.Jacobian, ...] = ()
+    #: ("float32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
+    scaled_by_zero: tuple[tuple[str, int, str], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -485,6 +487,16 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(_stack_note(named[0], peak))
     if device is None and target is None and (host := _on_the_host_by_commitment(dev)):
         notes.append(host)
+    if (zeroed := c.scaled_by_zero()) and zeroed[0][1] >= 64 * 1024:
+        what, _, at = zeroed[0]
+        notes.append(
+            f"{len(zeroed)} array{'s' if len(zeroed) > 1 else ''} "
+            f"({format_bytes(sum(z[1] for z in zeroed))}; the largest {what}"
+            f"{', ' + at if at else ''}) {'are' if len(zeroed) > 1 else 'is'} multiplied by the "
+            "constant 0.0, as optax.scale(0.0) does to frozen parameters' updates: XLA keeps the "
+            "work that makes them (0 * x is not 0 for an infinite or NaN x), so the step still "
+            "computes those gradients. Zeros that read nothing, optax.set_to_zero() (under "
+            "optax.masked or optax.multi_transform) or jnp.zeros_like, let XLA drop it.")
     if static := _static_arrays(c, fn, args, kwargs):
         name, node, array = static[0]
         notes.append(
@@ -557,7 +569,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
-        jacobians=jacobians)
+        jacobians=jacobians, scaled_by_zero=zeroed)
 
 
 def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs

@@ -843,3 +843,30 @@ def test_jax_719_jacfwd_over_a_wide_jacobian_is_named_with_jacrev():
                                       jnp.ones(512))  # jacfwd of jacrev: nothing the long way
     assert [(j.mode, j.outputs, j.inputs) for j in square.jacobians] == [("forward", 512, 512)]
     assert "needs far less" not in square.advice
+
+
+def test_big_vision_14_frozen_updates_multiplied_by_zero_are_named_with_set_to_zero():
+    # optax.scale(0.0) over frozen parameters, as big_vision did before the pull request; a
+    # plain-JAX stand-in (optax is not a dependency): the same literal 0.0 times each update
+    params = {"frozen": [jnp.full((512, 512), 0.05) for _ in range(4)],
+              "head": jnp.full((512, 10), 0.05)}
+    x = jnp.ones((256, 512))
+
+    def loss(p, x):
+        for w in p["frozen"]:
+            x = jax.nn.relu(x @ w)
+        return (x @ p["head"]).sum()
+
+    def step(p, x, zeros):
+        g = jax.grad(loss)(p, x)
+        update = {"frozen": [zeros(gi) for gi in g["frozen"]], "head": -1e-3 * g["head"]}
+        return jax.tree.map(lambda a, b: a + b, p, update)
+
+    scaled = preflight.preflight_step(lambda p, x: step(p, x, lambda gi: 0.0 * gi), params, x)
+    assert [z[:2] for z in scaled.scaled_by_zero] == [("float32[512, 512]", 2**20)] * 4
+    assert "4 arrays (4.00 MiB; the largest float32[512, 512], " in scaled.advice
+    assert "optax.set_to_zero()" in scaled.advice
+    assert "still computes those gradients" in scaled.advice
+    fixed = preflight.preflight_step(lambda p, x: step(p, x, jnp.zeros_like), params, x)
+    assert fixed.scaled_by_zero == () and "set_to_zero" not in fixed.advice
+    assert fixed.temp_bytes < scaled.temp_bytes  # XLA drops the frozen gradients' work
