@@ -45,7 +45,7 @@ class CellMemory(Display):
     host_after: int
     host_peak: int | NotAvailable  # the kernel's RSS high-water mark over the cell (Linux)
     transfers: tuple[Mapping[str, Any], ...]  # TransferLog.summary() rows
-    seconds: float
+    seconds: float  # the cell's wall time, with the kit's line tracer on (slower Python code)
     failed: bool  # the cell raised
     compiles: int = 0  # XLA compiles during the cell
     recompiled: tuple[str, ...] = ()  # the cause and the fix, per function compiled again

@@ -414,8 +414,9 @@ def cell_memory_text(c: CellMemory) -> str:
                       f"({'explicit' if r['explicit'] else 'implicit'}"
                       f"{', ' + format_bytes(r['bytes']) if r['bytes'] else ''})"
                       for r in c.transfers) or "none seen"
-    lines.append(f"copies: {moved}; {c.seconds:.2f} s" + (" (the cell raised)" if c.failed
-                                                          else ""))
+    lines.append(f"copies: {moved}; {c.seconds:.2f} s with the kit watching (its line tracer "
+                 "slows Python code: time the cell without %%memory)"
+                 + (" (the cell raised)" if c.failed else ""))
     lines.append(f"compiles: {c.compiles}" + (" (each function once)"
                                               if c.compiles and not c.recompiled else ""))
     lines += c.recompiled

@@ -85,6 +85,7 @@ def test_percent_percent_memory_measures_the_cell(shell, capsys):
     assert dev0.after - dev0.before >= 4 * 2**20 and dev0.peak >= dev0.after
     assert not c.failed and any(r["direction"] == "host->device" for r in c.transfers)
     assert "cpu:0" in str(c) and "copies:" in str(c)
+    assert f"{c.seconds:.2f} s with the kit watching (its line tracer" in str(c)  # jax#968
 
 
 def test_percent_percent_memory_names_a_function_the_cell_compiled_again(shell):
