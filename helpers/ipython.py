@@ -49,6 +49,10 @@ class CellMemory(Display):
     failed: bool  # the cell raised
     compiles: int = 0  # XLA compiles during the cell
     recompiled: tuple[str, ...] = ()  # the cause and the fix, per function compiled again
+    #: live arrays still being computed (asynchronous dispatch) when the cell began, and when
+    #: it ended: work queued before it, and work it queued and did not wait for
+    pending_before: int = 0
+    pending_after: int = 0
 
 
 def load(ip: Any) -> None:
@@ -102,10 +106,12 @@ def _run_measured(shell, cell: str) -> CellMemory:
     from helpers import compiles, memory, transfers
 
     before = memory.snapshot()
+    queued = _still_computing(memory)
     t0 = time.perf_counter()
     with transfers.trace() as log, memory.track(interval=0.01) as trace, \
             compiles.watch() as compiled:
         result = shell.run_cell(cell)
+    left = _still_computing(memory)
     after = memory.snapshot()
     rows = tuple(
         CellDevice(d.device, d.bytes_in_use, after.device(d.device).bytes_in_use,
@@ -117,5 +123,17 @@ def _run_measured(shell, cell: str) -> CellMemory:
     return CellMemory(rows, before.host.rss, after.host.rss, peak,
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
-                      tuple(f.diagnosis for f in compiled.recompiled))
+                      tuple(f.diagnosis for f in compiled.recompiled), queued, left)
+
+
+def _still_computing(memory: Any) -> int:
+    """How many live arrays are still being computed: asked with ``is_ready()``, which never
+    waits (neuralgcm#197: a call returns at once, and the first print waits for its work)."""
+    n = 0
+    for a in memory.live_arrays():
+        try:
+            n += not a.is_ready()
+        except Exception:  # deleted meanwhile
+            continue
+    return n
 

@@ -420,6 +420,14 @@ def cell_memory_text(c: CellMemory) -> str:
     lines.append(f"compiles: {c.compiles}" + (" (each function once)"
                                               if c.compiles and not c.recompiled else ""))
     lines += c.recompiled
+    if c.pending_before:
+        lines.append(f"{c.pending_before} arrays were still being computed when the cell began "
+                     "(JAX returns before its work is done): a cell that reads them, or prints "
+                     "them, waits for that work, and its seconds include it.")
+    if c.pending_after:
+        lines.append(f"{c.pending_after} arrays were still being computed when the cell ended: "
+                     "its seconds are mostly the time to queue the work, not to do it. "
+                     "jax.block_until_ready(result) at the end of the cell times the work.")
     return "\n".join(lines)
 
 

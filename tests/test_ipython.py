@@ -88,6 +88,29 @@ def test_percent_percent_memory_measures_the_cell(shell, capsys):
     assert f"{c.seconds:.2f} s with the kit watching (its line tracer" in str(c)  # jax#968
 
 
+def test_percent_percent_memory_says_when_work_was_still_queued(shell, monkeypatch):
+    """neuralgcm#197: an unroll returns at once and the first print of its result waits. A
+    queued array is a stand-in here (whether a real one is still running is the scheduler's
+    business): is_ready() False, as jax#928's test in test_memory.py makes it."""
+    from helpers import memory
+    from tests.test_memory import _Queued
+
+    queued: list = []
+    real = memory.live_arrays
+    monkeypatch.setattr(memory, "live_arrays", lambda: real() + queued)
+    shell.user_ns["queue"] = lambda: queued.extend(_Queued(jax.devices()[0]) for _ in range(3))
+    c = shell.run_cell_magic("memory", "", "queue()")
+    assert (c.pending_before, c.pending_after) == (0, 3)
+    assert "3 arrays were still being computed when the cell ended" in str(c)
+    assert "jax.block_until_ready(result)" in str(c) and "when the cell began" not in str(c)
+    c = shell.run_cell_magic("memory", "", "queued_before = True")
+    assert (c.pending_before, c.pending_after) == (3, 3)
+    assert "3 arrays were still being computed when the cell began" in str(c)
+    queued.clear()
+    c = shell.run_cell_magic("memory", "", "x = 1")
+    assert (c.pending_before, c.pending_after) == (0, 0) and "still being computed" not in str(c)
+
+
 def test_percent_percent_memory_names_a_function_the_cell_compiled_again(shell):
     shell.run_cell("import numpy as np\nnorm = jax.jit(lambda x: (x * x).sum())")
     cell = "for n in (3, 4, 5):\n    norm(np.ones(n, np.float32))"
