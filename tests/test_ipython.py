@@ -88,7 +88,7 @@ def test_percent_percent_memory_measures_the_cell(shell, capsys):
     assert f"{c.seconds:.2f} s with the kit watching (its line tracer" in str(c)  # jax#968
 
 
-def test_percent_percent_memory_says_when_work_was_still_queued(shell, monkeypatch):
+def test_neuralgcm_197_percent_percent_memory_says_when_work_was_still_queued(shell, monkeypatch):
     """neuralgcm#197: an unroll returns at once and the first print of its result waits. A
     queued array is a stand-in here (whether a real one is still running is the scheduler's
     business): is_ready() False, as jax#928's test in test_memory.py makes it."""

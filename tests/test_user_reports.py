@@ -360,7 +360,7 @@ def test_the_table_lists_every_report_tested_here():
                  "24053": "tests/test_holders.py", "4329": "tests/test_compiles.py",
                  "142": "tests/test_compiles.py", "14882": "tests/test_memory.py",
                  "928": "tests/test_memory.py", "1406": "tests/test_holders.py",
-                 "105": "tests/test_compiles.py",
+                 "105": "tests/test_compiles.py", "197": "tests/test_ipython.py",
                  "4310": "the H100 record"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
