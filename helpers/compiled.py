@@ -475,7 +475,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                     "eqx.filter_jit), whose own lower() takes no shapes: preflight_step "
                     "without device= gives it the arrays themselves; measure_step and device= "
                     "need a jax.jit of the step")
-        elif kept := metadata_arrays((args, kwargs)):
+        elif "metadata" in str(err) and (kept := metadata_arrays((args, kwargs))):
             node, a = kept[0]
             hint = (f". An argument's {node} keeps an array, {a.dtype}{list(a.shape)}, in its "
                     "static part (the pytree's metadata: a field marked static), which JAX "
@@ -695,16 +695,21 @@ class CompiledStep:
         return _jacobians(self.jaxpr)
 
     def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:
-        """("f32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
-        (``optax.scale(0.0)`` on frozen parameters, google-research/big_vision#14): XLA keeps
-        what such a value is made of, since 0 * x is not 0 for an infinite or NaN x."""
+        """("float32[512, 512]", bytes, line) of each floating array the step computes and then
+        multiplies by the constant 0.0 (``optax.scale(0.0)`` on frozen parameters' gradients,
+        google-research/big_vision#14): XLA keeps the work that makes it, since 0 * x is not 0
+        for an infinite or NaN x. An argument times 0.0 (a weight decay of 0.0) is not listed:
+        nothing is computed for it."""
         out = []
         for j, _ in _jaxprs(self.jaxpr):
+            made = {id(v) for eqn in getattr(j, "eqns", ()) for v in eqn.outvars}
             for eqn in getattr(j, "eqns", ()):
                 if eqn.primitive.name != "mul" or not any(_zero_literal(v) for v in eqn.invars):
                     continue
                 aval = eqn.outvars[0].aval
-                if getattr(aval, "shape", ()):
+                computed = any(id(v) in made for v in eqn.invars)  # not an argument (0.0 * W)
+                if computed and getattr(aval, "shape", ()) and np.issubdtype(
+                        aval.dtype, np.floating):  # 0 * an integer XLA folds to a constant
                     out.append((f"{aval.dtype}{list(aval.shape)}",
                                 math.prod(aval.shape) * aval.dtype.itemsize,
                                 _equation_line(eqn)))
@@ -837,12 +842,12 @@ def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
     for j, _ in _jaxprs(closed):
         for eqn in getattr(j, "eqns", ()):
             line = _equation_line(eqn)
-            if eqn.primitive.name == "device_put":
-                put_lines.add(line)
+            if eqn.primitive.name in ("device_put", "sharding_constraint"):
+                put_lines.add(line)  # (jnp.asarray(x, device=d) is honoured, as a constraint)
                 out += [(device_name(d), line) for d in eqn.params.get("devices", ())
                         if isinstance(d, jax.Device) and d != dev]
             elif line and (said := _DEVICE_KEYWORD.search(line.split(": ", 1)[-1].split("#")[0])):
-                keywords.setdefault(line, said.group(0))
+                keywords.setdefault(line, said.group(1))
     # a creation's `device=` (jnp.zeros(n, device=d)) leaves nothing in the program: JAX drops
     # it and makes the value where the step runs (jax 0.8.0 and 0.10.2 alike, a Sharding too;
     # lax.full's docstring: "sharding will currently be ignored in jitted mode")
@@ -850,8 +855,11 @@ def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-#: a ``device=`` keyword in a line of the user's code (the text up to the next comma or paren)
-_DEVICE_KEYWORD = re.compile(r"\bdevice\s*=\s*[^,)\s]+")
+#: a ``device=`` keyword given to a jnp creation in a line of the user's code (the text up to
+#: the next comma or paren; not ``device == ...``, not ``device=None``)
+_DEVICE_KEYWORD = re.compile(
+    r"\b(?:zeros|ones|full|empty|arange|eye|identity|linspace|zeros_like|ones_like|full_like|"
+    r"empty_like)\([^#]*?\b(device\s*=(?!=)\s*(?!None\b)[^,)\s]+)")
 
 
 def _jacobians(closed) -> tuple[Jacobian, ...]:

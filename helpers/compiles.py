@@ -355,6 +355,7 @@ def watch() -> Iterator[CompileLog]:
         t0 = time.perf_counter()
         jax.monitoring.register_event_duration_secs_listener(events.compiled)
         clear_caches = jax.clear_caches
+        set_here: list = []  # the loggers whose level the kit sets: only those go back
 
         @functools.wraps(clear_caches)
         def counted_clear_caches(*args, **kwargs):  # noted in the log, then JAX's own
@@ -369,15 +370,16 @@ def watch() -> Iterator[CompileLog]:
                 h.addFilter(quiet)
             if logger.getEffectiveLevel() > logging.WARNING:  # JAX explains at WARNING
                 logger.setLevel(logging.WARNING)
+                set_here.append((logger, level, logging.WARNING))
             if lowering.getEffectiveLevel() > logging.DEBUG:  # and says what it lowers at DEBUG
                 lowering.setLevel(logging.DEBUG)
+                set_here.append((lowering, lowering_level, logging.DEBUG))
             with jax.explain_cache_misses(True):
                 yield log
         finally:
             try:
                 jax.clear_caches = clear_caches
-                for x, before, kit in ((logger, level, logging.WARNING),
-                                       (lowering, lowering_level, logging.DEBUG)):
+                for x, before, kit in set_here:
                     if x.level == kit:  # the kit's level: the user's before it comes back
                         x.setLevel(before)  # (one the user set in the block stays)
                 lowering.removeFilter(events.lowered)
@@ -387,7 +389,7 @@ def watch() -> Iterator[CompileLog]:
                 jaxcompat.unregister_duration_listener(events.compiled)
             finally:
                 log.seconds = time.perf_counter() - t0
-                log.misses = tuple(e[2] for e in events.events if e[0] == "miss")
+                log.misses = tuple(e[2] for e in events.events if e[0] == "miss" and not e[3])
                 log.functions = _summarise(events.events)
                 log.kit_compiles = events.own
                 log.finished = True
@@ -416,7 +418,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     lowerings: dict[tuple[int, str], tuple[str, str]] = {}  # the next compile's types, shardings
     lowered: dict[tuple[str, str], list[tuple[str, str]]] = {}  # each compile's, per function
     unpaired: dict[str, list[float]] = {}
-    kits: dict[tuple[int, str], tuple[CacheMiss, int]] = {}  # traces the kit made, unpaired
+    kits: dict[tuple[int, str], list] = {}  # traces the kit made, unpaired: (miss, clears)
     clears: dict[tuple[str, str], list[int]] = {}  # per miss: jax.clear_caches() calls before it
     cleared = 0
     primitives = _primitive_names()
@@ -429,7 +431,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
             lowerings[(thread, jaxcompat.compiled_function_name(raw))] = (types, shardings)
         elif event[0] == "miss" and event[3]:  # the kit's trace: the user's if they compile it
             _, thread, m, _ = event
-            kits[(thread, m.function)] = (m, cleared)
+            kits.setdefault((thread, m.function), []).append((m, cleared))
         elif event[0] == "miss":
             _, thread, m, _ = event
             key = (m.function, m.defined_at)
@@ -440,8 +442,9 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
             _, thread, raw, s = event
             name = jaxcompat.compiled_function_name(raw)
             key = pending.pop((thread, name), None)
-            if key is None and (kit := kits.pop((thread, name), None)):  # traced by the kit
-                m, at = kit
+            kit = kits.pop((thread, name), [])  # traced by the kit: only where one trace is
+            if key is None and len(kit) == 1:  # pending (of several, which one is not known)
+                ((m, at),) = kit
                 key = traced[(thread, name)] = (m.function, m.defined_at)
                 misses.setdefault(key, []).append(m)
                 clears.setdefault(key, []).append(at)

@@ -471,10 +471,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     temporaries = c.temporaries()
     batched = [t for t in temporaries if t.batched and t.nbytes * 4 >= peak]
     jacobians = c.jacobians()
-    if the_long_way := [r for r in jacobians if r.batch > r.other_way and 4 * max(
+    if the_long_way := [r for r in jacobians if r.batch >= 4 * r.other_way and 4 * max(
             [t.nbytes for t in temporaries if t.shape[:1] == (r.batch,)], default=0) >= peak]:
         notes.append(_jacobian_note(the_long_way[0], temporaries))
-        batched = []  # its rows or columns are the batch there: the other mode, not lax.map
+        long_way = the_long_way[0].batch  # its rows or columns: the other mode, not lax.map
+        batched = [t for t in batched if t.shape[:1] != (long_way,)]
     if batched:
         notes.append(_batched_note(batched[0]))
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
@@ -535,8 +536,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         said, at = dropped[0]
         notes.append(
             f"{said} is dropped inside jit ({at}): JAX makes the value where the step runs, "
-            f"{device_name(dev)}, and nothing in the program moves it. To get the result on "
-            "that device, give the jit out_shardings=jax.sharding.SingleDeviceSharding(device), "
+            f"{device_name(dev)}, and nothing in the program moves it (if that is the device "
+            "you named, nothing is lost). To get the result on another device, give the jit "
+            "out_shardings=jax.sharding.SingleDeviceSharding(device), "
             "or make the value outside jit, or pass the step an argument already there (jit "
             "runs where its committed arguments are).")
     if puts := [(to, at) for to, at in ignored if not to.startswith("device")]:

@@ -402,6 +402,10 @@ def oom_report_text(r: OomReport) -> str:
     return "\n".join(lines)
 
 
+def _arrays(n: int) -> str:
+    return f"{n} array was" if n == 1 else f"{n} arrays were"
+
+
 def cell_memory_text(c: CellMemory) -> str:
     lines = [f"{'device':<10} {'before':>14} {'after':>14} {'peak':>14}  source"]
     for d in c.devices:
@@ -421,13 +425,13 @@ def cell_memory_text(c: CellMemory) -> str:
                                               if c.compiles and not c.recompiled else ""))
     lines += c.recompiled
     if c.pending_before:
-        lines.append(f"{c.pending_before} arrays were still being computed when the cell began "
+        lines.append(f"{_arrays(c.pending_before)} still being computed when the cell began "
                      "(JAX returns before its work is done): a cell that reads them, or prints "
                      "them, waits for that work, and its seconds include it.")
     if c.pending_after:
-        lines.append(f"{c.pending_after} arrays were still being computed when the cell ended: "
-                     "its seconds are mostly the time to queue the work, not to do it. "
-                     "jax.block_until_ready(result) at the end of the cell times the work.")
+        lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended: "
+                     "its seconds may not include that work. jax.block_until_ready(result) at "
+                     "the end of the cell times it.")
     return "\n".join(lines)
 
 

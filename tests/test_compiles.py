@@ -109,6 +109,10 @@ def test_a_level_the_user_sets_inside_the_block_stays():
         with compiles.watch():
             pass
         assert jax_logger.level == logging.ERROR  # and a block that sets nothing keeps it
+        jax_logger.setLevel(logging.NOTSET)  # the default: WARNING in effect, nothing to set
+        with compiles.watch():
+            jax_logger.setLevel(logging.WARNING)  # the user's, the same as the kit would set
+        assert jax_logger.level == logging.WARNING
     finally:
         jax_logger.setLevel(before)
 
@@ -570,3 +574,10 @@ def test_the_kit_s_own_compiles_are_left_out_and_its_trace_explains_the_user_s_c
     entry = log.function("priced")
     assert (entry.compiles, entry.cause, log.kit_compiles) == (1, "new shapes", 1)
     assert any("f32[32,32]" in c for c in entry.changed)
+    assert log.misses == ()  # JAX's explanations of the kit's own traces are not the user's
+    a, b = jnp.ones((16, 16)), jnp.ones((8, 8))
+    with compiles.watch() as log:
+        preflight.preflight_step(priced, a)
+        preflight.preflight_step(priced, b)
+        priced(a)  # of two traces the kit made, which one: not guessed
+    assert "f32[8,8]" not in str(log) and log.kit_compiles == 2

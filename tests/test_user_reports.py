@@ -754,6 +754,18 @@ def test_jax_26000_a_creation_s_device_inside_jit_is_named_as_dropped():
 
     assert preflight.preflight_step(jax.jit(plain, static_argnums=0), 8).ignored_device_puts == ()
 
+    def honoured(x):
+        return jnp.asarray(x, device=cpu1) * 2  # a constraint inside jit: it does move
+
+    assert jax.jit(honoured)(jnp.ones(8)).devices() == {cpu1}
+    device = "cpu"
+
+    def not_a_keyword(x):
+        return jnp.zeros(8, device=None) + (x * 2 if device == "gpu" else x + 1)
+
+    for f in (honoured, not_a_keyword):
+        assert preflight.preflight_step(f, jnp.ones(8)).ignored_device_puts == (), f
+
 
 @jax.tree_util.register_pytree_node_class
 class _Model:
@@ -789,6 +801,9 @@ def test_equinox_746_an_array_in_a_static_field_is_named_before_the_call_that_fa
         preflight.preflight_step(step, second, 2.0)
     assert "An argument's _Model keeps an array, float64[3], in its static part" in str(
         after.value) and "make it an ordinary field" in str(after.value)
+    with pytest.raises(errors.BadInputError) as other:  # an error of another kind: no hint
+        preflight.preflight_step(lambda model, x: model.w.reshape(7), first, 1.0)
+    assert "static part" not in str(other.value)
     scalar = preflight.preflight_step(lambda model, x: (model.w * x * model.table).sum(),
                                       _Model(jnp.ones(3), np.float32(2.0)), 1.0)
     assert scalar.static_arrays == () and "keeps an array" not in scalar.advice
@@ -839,6 +854,9 @@ def test_jax_719_jacfwd_over_a_wide_jacobian_is_named_with_jacrev():
     assert "jax.jacrev makes the same Jacobian one row per output (1 output here)" in p.advice
     reverse = preflight.preflight_step(jax.jacrev(gather_mmul), a, b)
     assert reverse.peak_bytes * 20 < p.peak_bytes and "needs far less" not in reverse.advice
+    w = jnp.full((601, 600), 0.01)
+    near = preflight.preflight_step(jax.jacrev(lambda x: jnp.tanh(w @ x)), jnp.ones(600))
+    assert near.jacobians[0].outputs == 601 and "needs far less" not in near.advice  # ~square
     square = preflight.preflight_step(jax.hessian(lambda x: jnp.sum(jnp.tanh(x) ** 2)),
                                       jnp.ones(512))  # jacfwd of jacrev: nothing the long way
     assert [(j.mode, j.outputs, j.inputs) for j in square.jacobians] == [("forward", 512, 512)]
@@ -870,3 +888,12 @@ def test_big_vision_14_frozen_updates_multiplied_by_zero_are_named_with_set_to_z
     fixed = preflight.preflight_step(lambda p, x: step(p, x, jnp.zeros_like), params, x)
     assert fixed.scaled_by_zero == () and "set_to_zero" not in fixed.advice
     assert fixed.temp_bytes < scaled.temp_bytes  # XLA drops the frozen gradients' work
+
+    def no_decay(p, x):  # a weight decay of 0.0 times the argument: nothing computed for it
+        return jax.tree.map(lambda w: w - 1e-3 * (0.0 * w), p)
+
+    def counted(p, x):
+        return jnp.arange(512 * 512).reshape(512, 512) * 0 + x.sum().astype(int)  # integers
+
+    for f in (no_decay, counted):
+        assert preflight.preflight_step(f, params, x).scaled_by_zero == (), f
