@@ -296,10 +296,11 @@ class _Events(logging.Handler):
             lowering = jaxcompat.parse_compiling(record.getMessage())
         except Exception:  # never break the user's program over a log line
             return True
-        if lowering is None or own.active():
-            return True if lowering is None else record.levelno >= logging.WARNING
-        with self.guard:
-            self.events.append(("lowering", record.thread, *lowering))
+        if lowering is None:
+            return True
+        if not own.active():  # the kit's own lowering: not the user's program
+            with self.guard:
+                self.events.append(("lowering", record.thread, *lowering))
         return record.levelno >= logging.WARNING
 
     def cleared(self) -> None:
@@ -308,11 +309,12 @@ class _Events(logging.Handler):
             self.events.append(("clear",))
 
     def compiled(self, event: str, seconds: float, **kwargs) -> None:
-        if event == jaxcompat.COMPILE_EVENT and own.active():
-            with self.guard:
+        if event != jaxcompat.COMPILE_EVENT:
+            return
+        with self.guard:
+            if own.active():  # the kit's own compile (preflight_step): counted apart
                 self.own += 1
-        elif event == jaxcompat.COMPILE_EVENT:
-            with self.guard:
+            else:
                 self.events.append(("compile", threading.get_ident(),
                                     str(kwargs.get("fun_name", "")), seconds))
 

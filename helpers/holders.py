@@ -310,12 +310,16 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
     seen: dict[int, object] = {id(obj): obj}
     below: dict[int, int] = {}  # id of an object -> id of the one it was found above
 
-    def kind(node) -> str:  # the first JAX object on the way up to it, else what holds it
+    def held_as(node, kept: str, action: str) -> tuple[str, str]:
+        """The line and the fix for ``node``: named by the first JAX object on the way up to
+        it, else by what holds the array; the word on jax.vjp only where there is such an
+        object (a nested dict of parameters is none)."""
         chain = [node]
         while id(chain[-1]) in below:
             chain.append(seen[below[id(chain[-1])]])
-        first = next((x for x in reversed(chain) if _is_jax_owned(x)), chain[-1])
-        return _type_name(first)
+        owned = next((x for x in reversed(chain) if _is_jax_owned(x)), None)
+        return (f"a {_type_name(chain[-1] if owned is None else owned)}, {kept}",
+                (_HELD_FIX if owned is None else _JAX_OBJECT_FIX).format(action))
 
     frontier = [obj]
     for _ in range(depth):
@@ -330,17 +334,16 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
                     continue
                 for _, ns in names:  # (the notebook's namespace has __spec__ and __name__ too)
                     if r is ns and (keys := _keys_holding(ns, node)):
-                        return (f"a {kind(node)}, kept by the variable {keys[0]!r} in "
-                                f"{_name_in(ns, names)}", _object_fix(
-                                    f"`del {keys[0]}`", node, seen, below))
+                        return held_as(node, f"kept by the variable {keys[0]!r} in "
+                                             f"{_name_in(ns, names)}", f"`del {keys[0]}`")
                 if isinstance(r, (types.FrameType, type, types.ModuleType)) or (
                         isinstance(r, dict) and "__spec__" in r and "__name__" in r):
                     continue  # a module's globals: above them are its functions, not holders
                 if found := _named_attribute(r, node, names, ours | {id(nxt)}):
                     var, attr, holder, where = found
-                    return (f"a {kind(node)}, kept as {var}.{attr} (a {_type_name(holder)} "
-                            f"object, the variable {var!r} in {where})",
-                            _object_fix(f"`{var}.{attr} = None`", node, seen, below))
+                    return held_as(node, f"kept as {var}.{attr} (a {_type_name(holder)} "
+                                         f"object, the variable {var!r} in {where})",
+                                   f"`{var}.{attr} = None`")
                 seen[id(r)] = r
                 below[id(r)] = id(node)
                 nxt.append(r)
@@ -356,16 +359,7 @@ _JAX_OBJECT_FIX = ("{} when you are done: the object keeps the array for as long
                    "function jax.vjp or jax.linearize returns keeps the forward pass's values "
                    "for the backward pass)")
 
-
-def _object_fix(action: str, node, seen: dict, below: dict) -> str:
-    """The fix for what keeps the array: the word on jax.vjp only where a JAX object is on the
-    way up (a nested dict of parameters is no such thing)."""
-    chain = [node]
-    while id(chain[-1]) in below:
-        chain.append(seen[below[id(chain[-1])]])
-    if any(_is_jax_owned(x) for x in chain):
-        return _JAX_OBJECT_FIX.format(action)
-    return f"{action} when you are done: what it holds stays alive as long as it does"
+_HELD_FIX = "{} when you are done: what it holds stays alive as long as it does"
 
 
 def _is_kit_frame(frame) -> bool:

@@ -275,10 +275,10 @@ def _spread_arguments(c: compiled.CompiledStep, fn, args, kwargs
     return tuple(out)
 
 
-def _jacobian_note(r: compiled.Jacobian, temporaries: Sequence[compiled.Temporary]) -> str:
+def _jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
     """A Jacobian made the long way: jax.jacrev over a function with more outputs than inputs
-    (jax#215), or jax.jacfwd over one with more inputs than outputs (jax#719); given where
-    XLA's plan holds values of its batch (``temporaries`` with it as their first dimension).
+    (jax#215), or jax.jacfwd over one with more inputs than outputs (jax#719); ``held``: the
+    largest value XLA's plan holds for its batch (its first dimension).
     Measured by the kit: jax#215's function with 5,120 outputs of 20 inputs, a peak of 107 MiB
     with jacrev and 401 KiB with jacfwd on jax 0.10.2, whose plan holds the 100 MiB identity;
     6.8 MiB and 401 KiB on jax 0.8.0, whose plan fuses the identity away."""
@@ -290,7 +290,6 @@ def _jacobian_note(r: compiled.Jacobian, temporaries: Sequence[compiled.Temporar
         made, one, other, fix, how = ("column per input", "input", "output", "jax.jacrev",
                                       "pushing forward")
     others = f"{r.other_way:,} {other}{'s' if r.other_way != 1 else ''}"
-    held = max((t for t in temporaries if t.shape[:1] == (r.batch,)), key=lambda t: t.nbytes)
     return (f"jax.{'jacrev' if r.mode == 'reverse' else 'jacfwd'}{at} makes its Jacobian one "
             f"{made} of the function, all {r.batch:,} at once under vmap ({how} an identity "
             f"of {r.batch:,} x {r.batch:,}), for {others}: XLA's plan holds {held.op} "
@@ -471,11 +470,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     temporaries = c.temporaries()
     batched = [t for t in temporaries if t.batched and t.nbytes * 4 >= peak]
     jacobians = c.jacobians()
-    if the_long_way := [r for r in jacobians if r.batch >= 4 * r.other_way and 4 * max(
-            [t.nbytes for t in temporaries if t.shape[:1] == (r.batch,)], default=0) >= peak]:
-        notes.append(_jacobian_note(the_long_way[0], temporaries))
-        long_way = the_long_way[0].batch  # its rows or columns: the other mode, not lax.map
-        batched = [t for t in batched if t.shape[:1] != (long_way,)]
+    the_long_way = [(r, held) for r in jacobians if r.batch >= 4 * r.other_way and (
+        held := max((t for t in temporaries if t.shape[:1] == (r.batch,)),
+                    key=lambda t: t.nbytes, default=None)) is not None
+        and 4 * held.nbytes >= peak]
+    if the_long_way:
+        r, held = the_long_way[0]
+        notes.append(_jacobian_note(r, held))
+        batched = [t for t in batched if t.shape[:1] != (r.batch,)]  # its rows: not lax.map
     if batched:
         notes.append(_batched_note(batched[0]))
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
