@@ -24,11 +24,10 @@ arguments as shapes there (nothing runs, no argument is copied), and what that p
 from __future__ import annotations
 
 import math
-import re
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import devices
-from helpers._internal import frames, jaxcompat, own
+from helpers._internal import frames, jaxcompat, jaxprs, own
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Record
 from helpers.errors import BadInputError, CompileOutOfMemory, MeasurementFailed
@@ -692,7 +691,7 @@ class CompiledStep:
         columns (inputs). Read from JAX's own functions in each equation's traceback
         (``_std_basis``, ``_jacrev_unravel``, ``_jacfwd_unravel`` under the ``jacfun`` of
         ``jacrev`` or ``jacfwd``; jax 0.8.0 and 0.10.2 alike)."""
-        return _jacobians(self.jaxpr)
+        return tuple(Jacobian(*sizes) for sizes in jaxprs.jacobian_sizes(self.jaxpr))
 
     def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:
         """("float32[512, 512]", bytes, line) of each floating array the step computes and then
@@ -700,20 +699,22 @@ class CompiledStep:
         google-research/big_vision#14): XLA keeps the work that makes it, since 0 * x is not 0
         for an infinite or NaN x. An argument times 0.0 (a weight decay of 0.0) is not listed:
         nothing is computed for it."""
-        out = []
-        for j, _ in _jaxprs(self.jaxpr):
-            made = {id(v) for eqn in getattr(j, "eqns", ()) for v in eqn.outvars}
-            for eqn in getattr(j, "eqns", ()):
-                if eqn.primitive.name != "mul" or not any(_zero_literal(v) for v in eqn.invars):
-                    continue
-                aval = eqn.outvars[0].aval
-                computed = any(id(v) in made for v in eqn.invars)  # not an argument (0.0 * W)
-                if computed and getattr(aval, "shape", ()) and np.issubdtype(
-                        aval.dtype, np.floating):  # 0 * an integer XLA folds to a constant
-                    out.append((f"{aval.dtype}{list(aval.shape)}",
-                                math.prod(aval.shape) * aval.dtype.itemsize,
-                                _equation_line(eqn)))
-        return tuple(sorted(out, key=lambda x: -x[1]))
+        return jaxprs.scaled_by_zero(self.jaxpr)
+
+    def narrowed_inputs(self, args: Sequence, kwargs: dict) -> tuple[tuple[tuple, Any, str, str],
+                                                                       ...]:
+        """(the leaf's key path in the dynamic arguments, the leaf, the dtype it is cast to,
+        the line) of each floating array argument the step reads only through a cast to a
+        narrower floating type, never as it is (float32 parameters under a bfloat16
+        computation, huggingface/transformers#12534). Empty where the jaxpr's inputs are not
+        the arguments' leaves (a wrapper such as eqx.filter_jit splits them its own way)."""
+        jax = devices.start_jax()
+        flat = jax.tree_util.tree_flatten_with_path(self.dynamic(args, kwargs))[0]
+        invars = getattr(getattr(self.jaxpr, "jaxpr", None), "invars", ())
+        if self.lowered_with_arguments or len(invars) != len(flat):
+            return ()
+        return tuple((flat[n][0], flat[n][1], to, line)
+                     for n, to, line in jaxprs.narrowed_inputs(self.jaxpr))
 
     def scan_stacks(self, room: int, most: int = 3) -> tuple[ScanStack, ...]:
         """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its
@@ -726,14 +727,16 @@ class CompiledStep:
     def primitives(self) -> frozenset[str]:
         """The names of the JAX primitives in the step's jaxpr, nested ones included (empty
         where this JAX cannot trace apart from lowering)."""
-        return frozenset(eqn.primitive.name for j, _ in _jaxprs(self.jaxpr)
+        return frozenset(eqn.primitive.name for j, _ in jaxprs.walk(self.jaxpr)
                          for eqn in getattr(j, "eqns", ()))
 
     def ignored_device_puts(self) -> tuple[tuple[str, str], ...]:
         """(device, line) of each ``jax.device_put`` inside the step to a Device other than the
         one it runs on, which jit ignores; and ("device=...", line) of each line that gives a
         creation such as ``jnp.zeros`` a ``device=``, which jit drops."""
-        return _ignored_device_puts(self.jaxpr, self.device)
+        puts, dropped = jaxprs.device_keywords_and_puts(self.jaxpr, self.device,
+                                                        devices.start_jax().Device)
+        return puts + dropped
 
     def runtime_bytes(self) -> int:
         """Memory the CPU runtime takes outside XLA's buffer plan: it copies both operands of a
@@ -758,23 +761,6 @@ def _uniform(c) -> bool:
         return False
 
 
-def _jaxprs(closed) -> Iterator[tuple[Any, Sequence]]:
-    """Each jaxpr of a closed jaxpr, and every one nested in its equations (a scan's body, a
-    cond's branches, an inner jit), with its constants (none for an open one)."""
-    from jax.extend import core
-
-    stack = [closed] if closed is not None else []
-    while stack:
-        j, consts = stack.pop(), ()
-        if isinstance(j, core.ClosedJaxpr):
-            j, consts = j.jaxpr, j.consts
-        yield j, consts
-        for eqn in getattr(j, "eqns", ()):
-            for v in eqn.params.values():
-                stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
-                          if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
-
-
 def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     """(the array constants the compiled program holds, the part of them XLA computed while
     compiling). The closed-over part is the program's constants with the shape of a constant
@@ -786,7 +772,7 @@ def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     no program text, the jaxpr's alone. With jax's default settings (0.10): a flag,
     ``jax_use_simplified_jaxpr_constants``, makes closed-over arrays arguments instead."""
     seen: dict[int, tuple] = {}
-    for _, consts in _jaxprs(closed):
+    for _, consts in jaxprs.walk(closed):
         for c in consts:
             if hasattr(c, "nbytes") and id(c) not in seen and not _uniform(c):
                 seen[id(c)] = (tuple(c.shape), int(c.nbytes))
@@ -807,7 +793,7 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
     temporaries (``room``) could hold the stacks (XLA drops a stack that nothing uses). Without
     program text, every stack counts."""
     out = []
-    for j, _ in _jaxprs(closed):
+    for j, _ in jaxprs.walk(closed):
         for eqn in getattr(j, "eqns", ()):
             if eqn.primitive.name != "scan":
                 continue
@@ -820,7 +806,8 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
                     text is not None and f"[{','.join(map(str, big.shape))}]" not in text):
                 continue
             out.append(ScanStack(int(eqn.params["length"]), sum(sizes), len(ys), str(big.dtype),
-                                 tuple(big.shape), _equation_line(eqn), _scan_role(eqn)))
+                                 tuple(big.shape), jaxprs.equation_line(eqn),
+                                 jaxprs.scan_role(eqn)))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
@@ -830,98 +817,6 @@ def devices_split_over(leaf: Any) -> int:
     if sharding is None or sharding.is_fully_replicated:
         return 1
     return len(sharding.device_set)
-
-
-def _ignored_device_puts(closed, dev) -> tuple[tuple[str, str], ...]:
-    """(device, line) of each ``jax.device_put`` inside the step to a Device other than the
-    one it runs on: jit ignores those (jax 0.8 and 0.10 alike: the value stays, uncommitted,
-    where the step runs). A device_put to a sharding or a memory kind is honoured, and not
-    listed."""
-    jax = devices.start_jax()
-    out, put_lines, keywords = [], set(), {}
-    for j, _ in _jaxprs(closed):
-        for eqn in getattr(j, "eqns", ()):
-            line = _equation_line(eqn)
-            if eqn.primitive.name in ("device_put", "sharding_constraint"):
-                put_lines.add(line)  # (jnp.asarray(x, device=d) is honoured, as a constraint)
-                out += [(device_name(d), line) for d in eqn.params.get("devices", ())
-                        if isinstance(d, jax.Device) and d != dev]
-            elif line and (said := _DEVICE_KEYWORD.search(line.split(": ", 1)[-1].split("#")[0])):
-                keywords.setdefault(line, said.group(1))
-    # a creation's `device=` (jnp.zeros(n, device=d)) leaves nothing in the program: JAX drops
-    # it and makes the value where the step runs (jax 0.8.0 and 0.10.2 alike, a Sharding too;
-    # lax.full's docstring: "sharding will currently be ignored in jitted mode")
-    out += [(said, line) for line, said in keywords.items() if line not in put_lines]
-    return tuple(out)
-
-
-#: a ``device=`` keyword given to a jnp creation in a line of the user's code (the text up to
-#: the next comma or paren; not ``device == ...``, not ``device=None``)
-_DEVICE_KEYWORD = re.compile(
-    r"\b(?:zeros|ones|full|empty|arange|eye|identity|linspace|zeros_like|ones_like|full_like|"
-    r"empty_like)\([^#]*?\b(device\s*=(?!=)\s*(?!None\b)[^,)\s]+)")
-
-
-def _jacobians(closed) -> tuple[Jacobian, ...]:
-    """See :meth:`CompiledStep.jacobians`. Per call (its mode and user line): the identity's
-    bytes from ``_std_basis``; from the split of each unravel, the other sizes. jacrev's is
-    (outputs, *an input's shape), once per input; jacfwd's (*an output's shape, inputs), once
-    per output (jax/_src/api.py, _jacrev_unravel and _jacfwd_unravel)."""
-    found: dict[tuple[str, str], list[int]] = {}  # (mode, line): [outputs, inputs, basis]
-    for j, _ in _jaxprs(closed):
-        for eqn in getattr(j, "eqns", ()):
-            try:
-                names = [f.function_name for f in eqn.source_info.traceback.frames]
-            except Exception:  # an equation without a traceback
-                continue
-            mode = next(("reverse" if n.startswith("jacrev.") else "forward" for n in names
-                         if n.startswith(("jacrev.", "jacfwd."))), "")
-            if not mode or "vmap(" in str(eqn.source_info.name_stack):
-                continue  # (under an enclosing vmap, as in jax.hessian, shapes carry its batch)
-            sizes = found.setdefault((mode, _equation_line(eqn)), [0, 0, 0])
-            if "_std_basis" in names:
-                sizes[2] = max([sizes[2]] + [math.prod(v.aval.shape) * v.aval.dtype.itemsize
-                                             for v in eqn.outvars])
-            elif eqn.primitive.name == "split" and eqn.invars and (
-                    "_jacrev_unravel" in names or "_jacfwd_unravel" in names):
-                shape = tuple(getattr(eqn.invars[0].aval, "shape", ()))
-                if not shape:
-                    continue
-                if mode == "reverse":
-                    sizes[0], sizes[1] = shape[0], sizes[1] + math.prod(shape[1:])
-                else:
-                    sizes[0], sizes[1] = sizes[0] + math.prod(shape[:-1]), shape[-1]
-    return tuple(Jacobian(mode, outputs, inputs, basis, line)
-                 for (mode, line), (outputs, inputs, basis) in found.items()
-                 if basis and outputs and inputs)
-
-
-def _zero_literal(v) -> bool:
-    """A jaxpr operand that is the literal 0 (a Python 0.0 the step multiplies by)."""
-    val = getattr(v, "val", None)  # a Var has none
-    try:
-        return val is not None and np.ndim(val) == 0 and float(val) == 0.0
-    except (TypeError, ValueError):  # a value that is no number
-        return False
-
-
-def _scan_role(eqn) -> str:
-    """"forward" for a derivative's forward pass, "backward" for its backward pass (JAX's name
-    stack says jvp, transpose), "" otherwise."""
-    try:
-        stack = str(eqn.source_info.name_stack)
-    except Exception:  # an equation without a name stack
-        return ""
-    return "backward" if "transpose(" in stack else "forward" if "jvp(" in stack else ""
-
-
-def _equation_line(eqn) -> str:
-    """The user's line that made a jaxpr equation ("" where its traceback names none)."""
-    try:
-        user = [f for f in eqn.source_info.traceback.frames if frames.is_user_file(f.file_name)]
-    except Exception:  # an equation without a traceback
-        return ""
-    return frames.line(user[0].file_name, user[0].line_num) if user else ""
 
 
 def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple],

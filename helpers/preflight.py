@@ -185,6 +185,19 @@ class StateCopy(Record):
 
 
 @dataclass(frozen=True)
+class NarrowedArgument(Record):
+    """An array argument the step reads only through a cast to a narrower floating type: kept
+    at full width on the device for a computation that never uses it so."""
+
+    argument: str  # as fn names it, with the path in it, e.g. "params['Dense_0']['kernel']"
+    dtype: str  # as stored, e.g. "float32"
+    shape: tuple[int, ...]
+    nbytes: int
+    read_as: str  # the type the step casts it to, e.g. "bfloat16"
+    line: str  # the user's line that casts it ("" where not recorded)
+
+
+@dataclass(frozen=True)
 class StepPreflight(_Verdict, Display):
     """Will this step fit: XLA's sizes for the compiled step, what is in use and free on its
     device now, a verdict and what to try."""
@@ -246,6 +259,10 @@ class StepPreflight(_Verdict, Display):
     jacobians: tuple[compiled.Jacobian, ...] = ()
     #: ("float32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
     scaled_by_zero: tuple[tuple[str, int, str], ...] = ()
+    #: each floating argument the step reads only through a cast to a narrower type (float32
+    #: parameters under a bfloat16 computation), unless an output has its shape and dtype (a
+    #: gradient, an update: master weights)
+    narrowed_arguments: tuple[NarrowedArgument, ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -500,6 +517,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "work that makes them (0 * x is not 0 for an infinite or NaN x), so the step still "
             "computes those gradients. Zeros that read nothing, optax.set_to_zero() (under "
             "optax.masked or optax.multi_transform) or jnp.zeros_like, let XLA drop it.")
+    narrowed = _narrowed_arguments(c, fn, args, kwargs)
+    if (wide := sum(n.nbytes for n in narrowed)) >= 2**20 and 8 * wide >= peak:
+        notes.append(_narrowed_note(narrowed, wide))
     if static := _static_arrays(c, fn, args, kwargs):
         name, node, array = static[0]
         notes.append(
@@ -573,7 +593,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
-        jacobians=jacobians, scaled_by_zero=zeroed)
+        jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed)
 
 
 def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs
@@ -650,6 +670,51 @@ def _static_arrays(c: compiled.CompiledStep, fn, args, kwargs
     return tuple((name, node, f"{a.dtype}{list(a.shape)} ({format_bytes(compiled.array_bytes(a))})")
                  for name, value in c.arguments(fn, args, kwargs)
                  for node, a in compiled.metadata_arrays(value))
+
+
+def _narrowed_arguments(c: compiled.CompiledStep, fn, args, kwargs
+                        ) -> tuple[NarrowedArgument, ...]:
+    """Each array argument the step reads only through a narrower cast, largest first; not one
+    with an output of its shape and dtype (a gradient or an updated copy: master weights kept
+    at full width on purpose)."""
+    jax = devices.start_jax()
+    try:
+        outputs = {(tuple(o.shape), str(o.dtype)) for o in jax.tree.leaves(c.executable.out_info)}
+    except Exception:  # an executable that does not say: no way to tell master weights apart
+        return ()
+    positional = [name for where, name in c.argument_names(fn, args, kwargs)
+                  if isinstance(where, int)]
+    out = []
+    for path, leaf, to, line in c.narrowed_inputs(args, kwargs):
+        if (tuple(leaf.shape), str(leaf.dtype)) in outputs or not hasattr(leaf, "dtype"):
+            continue
+        top = path[1]  # (args, kwargs)[0][i] or [1][key]
+        name = positional[top.idx] if path[0].idx == 0 else str(top.key)
+        out.append(NarrowedArgument(name + jax.tree_util.keystr(path[2:]), str(leaf.dtype),
+                                    tuple(leaf.shape), compiled.array_bytes(leaf), to, line))
+    return tuple(sorted(out, key=lambda n: -n.nbytes))
+
+
+def _narrowed_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
+    """The note for arguments read only through a narrower cast: what they cost, the fix."""
+    jnp = devices.start_jax().numpy
+    first, more = narrowed[0], len(narrowed) - 1
+    saved = wide - sum(n.nbytes * jnp.dtype(n.read_as).itemsize // jnp.dtype(n.dtype).itemsize
+                       for n in narrowed)
+    hf = {"bfloat16": "to_bf16", "float16": "to_fp16"}.get(first.read_as)
+    root = re.split(r"[\[.]", first.argument, maxsplit=1)[0]
+    return (
+        f"{first.argument}{f' and {more} more argument arrays' if more else ''} "
+        f"({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only as "
+        f"{first.read_as}{f' ({first.line})' if first.line else ''}: the step casts "
+        f"{'them' if more else 'it'} at every call, and the {first.dtype} "
+        f"cop{'ies stay' if more else 'y stays'} on the device though the computation uses "
+        f"only the {first.read_as} one{'s' if more else ''}. Stored as {first.read_as} "
+        f"(jax.tree.map(lambda p: p.astype(jnp.{first.read_as}), {root})"
+        f"{f'; a Hugging Face Flax model: model.{hf}({root})' if hf else ''}) they take "
+        f"{format_bytes(saved)} less. A Flax module's dtype= sets the computation's type, not "
+        "the parameters' (param_dtype does). Keep them "
+        f"{first.dtype} where they are master weights that an optimizer updates.")
 
 
 def _argument_split(c: compiled.CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:

@@ -1,0 +1,216 @@
+"""Reading a step's jaxpr for what the user's code asked of JAX, before XLA plans anything: the
+patterns :class:`helpers.compiled.CompiledStep` names (a ``device=`` jit drops, a Jacobian made
+the long way, values multiplied by the constant 0.0, parameters used only through a narrower
+cast), each with the user's line that made it.
+
+Plain tuples out; :mod:`helpers.compiled` makes the records.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from helpers._internal import frames
+from helpers._internal.jaxcompat import device_name
+
+__all__ = ["device_keywords_and_puts", "equation_line", "jacobian_sizes", "narrowed_inputs",
+           "scaled_by_zero", "scan_role", "walk"]
+
+
+def _floating(dtype) -> bool:
+    """A floating dtype, bfloat16 included (NumPy's issubdtype says no to bfloat16)."""
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
+def walk(closed) -> Iterator[tuple[Any, Sequence]]:
+    """Each jaxpr of a closed jaxpr, and every one nested in its equations (a scan's body, a
+    cond's branches, an inner jit), with its constants (none for an open one)."""
+    from jax.extend import core
+
+    stack = [closed] if closed is not None else []
+    while stack:
+        j, consts = stack.pop(), ()
+        if isinstance(j, core.ClosedJaxpr):
+            j, consts = j.jaxpr, j.consts
+        yield j, consts
+        for eqn in getattr(j, "eqns", ()):
+            for v in eqn.params.values():
+                stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
+                          if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+
+
+def equation_line(eqn) -> str:
+    """The user's line that made a jaxpr equation ("" where its traceback names none)."""
+    try:
+        user = [f for f in eqn.source_info.traceback.frames if frames.is_user_file(f.file_name)]
+    except Exception:  # an equation without a traceback
+        return ""
+    return frames.line(user[0].file_name, user[0].line_num) if user else ""
+
+
+def scan_role(eqn) -> str:
+    """"forward" for a derivative's forward pass, "backward" for its backward pass (JAX's name
+    stack says jvp, transpose), "" otherwise."""
+    try:
+        stack = str(eqn.source_info.name_stack)
+    except Exception:  # an equation without a name stack
+        return ""
+    return "backward" if "transpose(" in stack else "forward" if "jvp(" in stack else ""
+
+
+#: a ``device=`` keyword given to a jnp creation in a line of the user's code (the text up to
+#: the next comma or paren; not ``device == ...``, not ``device=None``)
+_DEVICE_KEYWORD = re.compile(
+    r"\b(?:zeros|ones|full|empty|arange|eye|identity|linspace|zeros_like|ones_like|full_like|"
+    r"empty_like)\([^#]*?\b(device\s*=(?!=)\s*(?!None\b)[^,)\s]+)")
+
+
+def device_keywords_and_puts(closed, dev, device_type: type
+                             ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """((device, line) of each ``jax.device_put`` inside the step to a Device other than
+    ``dev``, ("device=...", line) of each line that gives a jnp creation a ``device=``).
+
+    jit ignores both (jax 0.8 and 0.10 alike): the value stays, uncommitted, where the step
+    runs. A device_put to a sharding or a memory kind is honoured, and not listed; so is
+    ``jnp.asarray(x, device=d)``, which becomes a sharding constraint. ``device_type``:
+    ``jax.Device``."""
+    puts, put_lines, keywords = [], set(), {}
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            line = equation_line(eqn)
+            if eqn.primitive.name in ("device_put", "sharding_constraint"):
+                put_lines.add(line)
+                puts += [(device_name(d), line) for d in eqn.params.get("devices", ())
+                         if isinstance(d, device_type) and d != dev]
+            elif line and (said := _DEVICE_KEYWORD.search(line.split(": ", 1)[-1].split("#")[0])):
+                keywords.setdefault(line, said.group(1))
+    # a creation's `device=` (jnp.zeros(n, device=d)) leaves nothing in the program: JAX drops
+    # it and makes the value where the step runs (jax 0.8.0 and 0.10.2 alike, a Sharding too;
+    # lax.full's docstring: "sharding will currently be ignored in jitted mode")
+    dropped = tuple((said, line) for line, said in keywords.items() if line not in put_lines)
+    return tuple(puts), dropped
+
+
+def jacobian_sizes(closed) -> list[tuple[str, int, int, int, str]]:
+    """(mode, outputs, inputs, the identity's bytes, line) of each ``jax.jacrev`` ("reverse")
+    and ``jax.jacfwd`` ("forward") in the step, per call (its mode and user line). Read from
+    JAX's own functions in each equation's traceback: the identity's bytes from
+    ``_std_basis``; from the split of each unravel, the other sizes. jacrev's is (outputs,
+    *an input's shape), once per input; jacfwd's (*an output's shape, inputs), once per output
+    (jax/_src/api.py, _jacrev_unravel and _jacfwd_unravel; jax 0.8.0 and 0.10.2 alike). Under
+    an enclosing vmap (``jax.hessian``) shapes carry its batch: skipped."""
+    found: dict[tuple[str, str], list[int]] = {}  # (mode, line): [outputs, inputs, basis]
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            try:
+                names = [f.function_name for f in eqn.source_info.traceback.frames]
+            except Exception:  # an equation without a traceback
+                continue
+            mode = next(("reverse" if n.startswith("jacrev.") else "forward" for n in names
+                         if n.startswith(("jacrev.", "jacfwd."))), "")
+            if not mode or "vmap(" in str(eqn.source_info.name_stack):
+                continue
+            sizes = found.setdefault((mode, equation_line(eqn)), [0, 0, 0])
+            if "_std_basis" in names:
+                sizes[2] = max([sizes[2]] + [math.prod(v.aval.shape) * v.aval.dtype.itemsize
+                                             for v in eqn.outvars])
+            elif eqn.primitive.name == "split" and eqn.invars and (
+                    "_jacrev_unravel" in names or "_jacfwd_unravel" in names):
+                shape = tuple(getattr(eqn.invars[0].aval, "shape", ()))
+                if not shape:
+                    continue
+                if mode == "reverse":
+                    sizes[0], sizes[1] = shape[0], sizes[1] + math.prod(shape[1:])
+                else:
+                    sizes[0], sizes[1] = sizes[0] + math.prod(shape[:-1]), shape[-1]
+    return [(mode, outputs, inputs, basis, line)
+            for (mode, line), (outputs, inputs, basis) in found.items()
+            if basis and outputs and inputs]
+
+
+def _zero_literal(v) -> bool:
+    """A jaxpr operand that is the literal 0 (a Python 0.0 the step multiplies by)."""
+    val = getattr(v, "val", None)  # a Var has none
+    try:
+        return val is not None and np.ndim(val) == 0 and float(val) == 0.0
+    except (TypeError, ValueError):  # a value that is no number
+        return False
+
+
+def scaled_by_zero(closed) -> tuple[tuple[str, int, str], ...]:
+    """("float32[512, 512]", bytes, line) of each floating array the step computes and then
+    multiplies by the constant 0.0, largest first. An argument times 0.0 (a weight decay of
+    0.0) is not listed: nothing is computed for it; nor an integer, which XLA folds."""
+    out = []
+    for j, _ in walk(closed):
+        made = {id(v) for eqn in getattr(j, "eqns", ()) for v in eqn.outvars}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "mul" or not any(_zero_literal(v) for v in eqn.invars):
+                continue
+            aval = eqn.outvars[0].aval
+            computed = any(id(v) in made for v in eqn.invars)
+            if computed and getattr(aval, "shape", ()) and _floating(aval.dtype):
+                out.append((f"{aval.dtype}{list(aval.shape)}",
+                            math.prod(aval.shape) * aval.dtype.itemsize, equation_line(eqn)))
+    return tuple(sorted(out, key=lambda x: -x[1]))
+
+
+#: equations that call a jaxpr with their own operands, one for one: an inner jit, a remat
+_CALL_JAXPRS = ("jaxpr", "call_jaxpr")
+
+
+def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
+    """(the input's position among the jaxpr's inputs, the dtype it is cast to, the line) of
+    each floating input the step reads only through a cast to a narrower floating type
+    (float32 parameters under a bfloat16 computation, huggingface/transformers#12534): never
+    as it is. Followed into inner jits and remats; any other use (returned, passed to a scan,
+    read at full width) keeps an input off the list."""
+    from jax.extend import core
+
+    def uses(j, var) -> list[tuple[str, str]] | None:
+        """[(dtype, line)] of each use of ``var`` in ``j``, all narrowing casts; else None."""
+        if any(v is var for v in getattr(j, "outvars", ())):
+            return None
+        found = []
+        for eqn in j.eqns:
+            at = [i for i, v in enumerate(eqn.invars) if v is var]
+            if not at:
+                continue
+            inner = next((p for k in _CALL_JAXPRS
+                          if isinstance(p := eqn.params.get(k), (core.ClosedJaxpr, core.Jaxpr))),
+                         None)
+            if inner is not None:
+                body = inner.jaxpr if isinstance(inner, core.ClosedJaxpr) else inner
+                if len(body.invars) != len(eqn.invars):
+                    return None
+                for i in at:
+                    below = uses(body, body.invars[i])
+                    if below is None:
+                        return None
+                    found += below
+                continue
+            to = eqn.params.get("new_dtype") if eqn.primitive.name == "convert_element_type" \
+                else None
+            if to is None or not _floating(to) or \
+                    np.dtype(to).itemsize >= var.aval.dtype.itemsize:
+                return None
+            found.append((str(np.dtype(to)), equation_line(eqn)))
+        return found
+
+    jaxpr = getattr(closed, "jaxpr", None)
+    out = []
+    for n, var in enumerate(getattr(jaxpr, "invars", ())):
+        dtype = getattr(var.aval, "dtype", None)
+        if dtype is None or not _floating(dtype) or not var.aval.shape:
+            continue
+        found = uses(jaxpr, var)
+        if found:  # (an input never read at all is XLA's to drop: not listed)
+            out.append((n, found[0][0], found[0][1]))
+    return tuple(out)
