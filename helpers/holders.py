@@ -55,6 +55,10 @@ class Holders(Display):
     complete: bool  # False: the time budget ran out before every array was looked at
     #: when there are very many tiny live arrays: how many, the most common kind, and the fix
     many_small: str = ""
+    #: trees of arrays alike (the same keys, shapes and dtypes, different buffers) held under
+    #: different names: (the names, the bytes of each), largest first (transformers#15766: a
+    #: random init beside the loaded weights)
+    alike: tuple[tuple[tuple[str, ...], int], ...] = ()
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -103,6 +107,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
         import gc
 
         gc.collect()  # its look kept the cycles' garbage a generation longer: free it now
+    alike = _trees_alike(names, t0 + seconds)
     execs = jaxcompat.live_executables()
     code: int | NotAvailable = NOT_AVAILABLE
     if execs is not None:
@@ -115,7 +120,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                if any(not line.startswith(_JIT_CACHE) for line in h.held_by))
     return Holders(tuple(found), count, total, user, sum(h.nbytes for h in found) - user,
                    NOT_AVAILABLE if execs is None else len(execs), code,
-                   time.perf_counter() - t0, complete, many_small)
+                   time.perf_counter() - t0, complete, many_small, alike)
 
 
 #: this many live arrays averaging under 1 KiB are "many tiny arrays" (jax-ml/jax#17432)
@@ -228,6 +233,70 @@ _VAGUE = "a container: "  # what a list, dict or tuple nobody names is called
 _JIT_CACHE = "jit's caches"  # an array that only a static argument in those caches keeps
 _FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` (or "
             "`%reset -f out`) let it go, and ending a cell with `;` displays nothing")
+
+
+def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 3
+                 ) -> tuple[tuple[tuple[str, ...], int], ...]:
+    """Trees of two or more arrays and 1 MiB or more, alike in keys, shapes and dtypes, held
+    under different names of the notebook (a variable, a key of a dict it holds, an attribute
+    of an object it holds: ``model.params``) over different buffers. A tree inside another
+    named one deeper than that (an optimizer's ``mu``) is not looked at."""
+    import jax
+
+    groups: dict[tuple, list[tuple[str, set[int], int]]] = {}
+    for label, ns in names:
+        if label:  # IPython's output history: not a variable of the user's
+            continue
+        for name, value in list(ns.items()):
+            if time.perf_counter() > deadline:
+                break
+            if name.startswith("_") or isinstance(value, (type, type(os))):
+                continue
+            for where, tree in _trees_under(name, value, jax):
+                try:
+                    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+                except Exception:  # a pytree node of the user's whose flatten fails
+                    continue
+                leaves = [(jax.tree_util.keystr(path), leaf) for path, leaf in flat
+                          if isinstance(leaf, jax.Array)]
+                if len(leaves) < 2 or len(leaves) > 100_000:
+                    continue
+                nbytes = sum(_nbytes(leaf) for _, leaf in leaves)
+                if nbytes < 2**20:
+                    continue
+                key = tuple((path, leaf.shape, str(leaf.dtype)) for path, leaf in leaves)
+                groups.setdefault(key, []).append((where, {id(x) for _, x in leaves}, nbytes))
+    out = []
+    for found in groups.values():
+        names_alike: list[str] = []
+        buffers: set[int] = set()
+        for where, ids, _ in found:
+            if not ids & buffers:  # the same arrays under two names are one tree, not two
+                names_alike.append(where)
+                buffers |= ids
+        if len(names_alike) > 1:
+            out.append((tuple(names_alike), found[0][2]))
+    return tuple(sorted(out, key=lambda x: -x[1] * len(x[0]))[:most])
+
+
+def _trees_under(name: str, value: Any, jax: Any) -> list[tuple[str, Any]]:
+    """The value a name holds, and each dict value or attribute one step into it, named as the
+    user would write them (``variables['params']``, ``model.params``)."""
+    if isinstance(value, jax.Array):
+        return []
+    out = [(name, value)]
+    if isinstance(value, dict):
+        out += [(f"{name}[{k!r}]", v) for k, v in list(value.items())[:100]
+                if isinstance(k, str) and isinstance(v, (dict, list, tuple))]
+    else:
+        try:
+            fields = dict(vars(value))
+        except Exception:  # no __dict__ (a tuple, a number), or one that cannot be read
+            fields = {}
+        out += [(f"{name}.{k}", v) for k, v in list(fields.items())[:100]
+                if not k.startswith("_") and not isinstance(v, jax.Array)
+                and not callable(v)]
+    return out
 
 
 def _cyclic_garbage() -> frozenset[int]:
@@ -421,8 +490,12 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
         return (f"a running function's local {', '.join(map(repr, local)) or 'value'} in "
                 f"{where}", "")
     if isinstance(ref, (list, tuple, set, dict)):
-        inside = _index_of(ref, arr)
         owners = [o for o in gc.get_referrers(ref) if id(o) not in mine]
+        if isinstance(ref, dict) and (obj := _instance_of(ref, owners)) is not None:
+            # an object's attributes, once something read its __dict__ (Python 3.11+ makes
+            # that dict only then; before, the object itself refers to the array)
+            return _describe(obj, arr, names, tb_frames, mine | {id(owners)})
+        inside = _index_of(ref, arr)
         for o in owners:
             for _, ns in names:
                 found = _keys_holding(ns, ref) if o is ns else []
@@ -454,6 +527,15 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
     if _is_jax_owned(ref):
         return ("", "")
     return _object_holder(ref, names, mine)
+
+
+def _instance_of(attributes: dict, owners: list) -> Any:
+    """The object whose ``__dict__`` is ``attributes``, among its referrers; None if none."""
+    import types
+
+    return next((o for o in owners if not isinstance(o, (type, types.ModuleType,
+                                                         types.FrameType, dict))
+                 and getattr(o, "__dict__", None) is attributes), None)
 
 
 def _object_holder(obj, names, mine) -> tuple[str, str]:

@@ -6,7 +6,8 @@
   likely fixes, ranked. Other errors are shown as usual.
 - ``%%memory``: runs the cell and shows, per device and for the host, the bytes before, after
   and at the peak, the copies the cell made, and its compiles, with the cause and the fix for
-  any function it compiled more than once (:class:`CellMemory`).
+  any function it compiled more than once, and any line of a Python loop that dispatches JAX
+  operations one by one (:class:`CellMemory`).
 
 ``%unload_ext helpers`` takes both away again.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from helpers._internal.records import Display, Record
 from helpers.units import NotAvailable
 
-__all__ = ["CellDevice", "CellMemory", "load", "unload"]
+__all__ = ["EAGER_RUNS", "CellDevice", "CellMemory", "load", "unload"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ class CellMemory(Display):
     #: it ended: work queued before it, and work it queued and did not wait for
     pending_before: int = 0
     pending_after: int = 0
+    #: (line, times it ran, its calls into JAX outside jit) of each line that ran
+    #: ``EAGER_RUNS`` times or more and called JAX twice or more each time, most calls first:
+    #: operations dispatched one by one from a Python loop (jax-ml/jax#968)
+    eager_lines: tuple[tuple[str, int, int], ...] = ()
+
+
+#: a line that runs this many times in a cell, calling JAX outside jit twice or more each time,
+#: is a Python loop of operations dispatched one by one
+EAGER_RUNS = 100
 
 
 def load(ip: Any) -> None:
@@ -104,12 +114,13 @@ def _run_measured(shell, cell: str) -> CellMemory:
     import time
 
     from helpers import compiles, memory, transfers
+    from helpers._internal import linetrace
 
     before = memory.snapshot()
     queued = _still_computing(memory)
     t0 = time.perf_counter()
-    with transfers.trace() as log, memory.track(interval=0.01) as trace, \
-            compiles.watch() as compiled:
+    with linetrace.follow() as followed, transfers.trace() as log, \
+            memory.track(interval=0.01) as trace, compiles.watch() as compiled:
         result = shell.run_cell(cell)
     left = _still_computing(memory)
     after = memory.snapshot()
@@ -123,7 +134,21 @@ def _run_measured(shell, cell: str) -> CellMemory:
     return CellMemory(rows, before.host.rss, after.host.rss, peak,
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
-                      tuple(f.diagnosis for f in compiled.recompiled), queued, left)
+                      tuple(f.diagnosis for f in compiled.recompiled), queued, left,
+                      _eager_lines(followed))
+
+
+def _eager_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ...]:
+    """The lines that ran ``EAGER_RUNS`` times or more and called into JAX outside jit twice or
+    more each time, most calls first ((), where another tool's tracer left nothing followed)."""
+    from helpers._internal import frames
+
+    if followed is None:
+        return ()
+    hot = [(where, followed.runs[where], calls) for where, calls in followed.jax_calls.items()
+           if followed.runs[where] >= EAGER_RUNS and calls >= 2 * followed.runs[where]]
+    return tuple((frames.line(*where), runs, calls)
+                 for where, runs, calls in sorted(hot, key=lambda h: -h[2])[:most])
 
 
 def _still_computing(memory: Any) -> int:

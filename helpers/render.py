@@ -334,9 +334,19 @@ def holders_text(h: Holders) -> str:
                  f"{format_bytes(h.executable_code_bytes)})")
     if h.many_small:
         lines.append(h.many_small)
+    lines += [_alike_text(names, nbytes) for names, nbytes in h.alike]
     if not h.complete:
         lines.append(f"(stopped after {h.seconds:.1f} s: the time budget ran out)")
     return "\n".join(lines)
+
+
+def _alike_text(names: tuple[str, ...], nbytes: int) -> str:
+    listed = ", ".join(names[:-1]) + " and " + names[-1]
+    return (f"{listed} hold trees alike (the same keys, shapes and dtypes, {format_bytes(nbytes)} "
+            f"each, in different buffers): {len(names)} copies. If one is a leftover (a random "
+            "init made before loading pretrained weights, the parameters before training), "
+            "`del` it, or let it go where it is made (a Hugging Face Flax model: "
+            "from_pretrained(..., _do_init=False)); a copy kept on purpose (an EMA) is fine.")
 
 
 def compile_log_text(log: CompileLog) -> str:
@@ -432,6 +442,14 @@ def cell_memory_text(c: CellMemory) -> str:
         lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended: "
                      "its seconds may not include that work. jax.block_until_ready(result) at "
                      "the end of the cell times it.")
+    for line, runs, calls in c.eager_lines:
+        lines.append(
+            f"{line}: ran {runs:,} times and called JAX {calls:,} times outside jit. Outside "
+            "jit each JAX operation is dispatched on its own, a fixed cost of microseconds that "
+            "for small arrays is far more than the arithmetic (jax-ml/jax#968). Jit the loop's "
+            "body, or the whole loop as jax.lax.fori_loop or jax.lax.scan, or give each call "
+            "more work: one call over a batch (jax.vmap; jax.random.split(key, n) makes n keys "
+            "at once).")
     return "\n".join(lines)
 
 

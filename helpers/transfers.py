@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from helpers._internal import frames, jaxcompat
+from helpers._internal import frames, jaxcompat, linetrace
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, InUseError
 from helpers.units import NOT_AVAILABLE, NotAvailable
@@ -329,12 +329,9 @@ def _label(frame) -> str:
 @contextlib.contextmanager
 def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
     """While active, each line of user code that runs in this thread writes a marker to the
-    log first, so the guard's lines that follow belong to it. Does nothing while another
-    tracer (a debugger, coverage) is installed: the kit never displaces it."""
-    if sys.gettrace() is not None:
-        yield
-        return
-
+    log first, so the guard's lines that follow belong to it (the kit's one line tracer, shared
+    with ``%%memory``). Does nothing while another tracer (a debugger, coverage) is installed:
+    the kit never displaces it."""
     labels: dict[tuple[str, int], str] = {}  # (file, line) -> its marker, made once
     last = [""]  # the marker written last: writing it again would change nothing
 
@@ -347,35 +344,8 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
             last[0] = marker
             write(marker)
 
-    def local(frame, event, arg):
-        if event == "line":
-            mark(frame)
-        elif event == "return":  # back to the innermost user frame still running: its line again
-            # (a jitted function traced, or a callback of the user's, has returned: a copy that
-            # follows belongs to the line that called into JAX, not to the last line that ran)
-            back = frame.f_back
-            while back is not None and not frames.is_user_frame(back):
-                back = back.f_back
-            if back is not None:
-                mark(back)
-        return local
-
-    def calls(frame, event, arg):
-        return local if event == "call" and frames.is_user_frame(frame) else None
-
-    caller = sys._getframe(1)
-    while caller is not None and not frames.is_user_frame(caller):
-        caller = caller.f_back  # the frame that runs the `with` block: traced from now on
-    sys.settrace(calls)
-    if caller is not None:
-        caller.f_trace_lines = True
-        caller.f_trace = local
-    try:
+    with linetrace.follow(mark):
         yield
-    finally:
-        sys.settrace(None)
-        if caller is not None:
-            caller.f_trace = None
 
 
 _markers_verified = False  # set once a probe showed the markers work in this process

@@ -106,12 +106,17 @@ class _Model:  # compares by identity, and holds an array
         return x * 2.0
 
 
-def test_an_object_that_holds_an_array_is_named_by_its_variable_then_by_jit_s_caches():
-    """jax#16226: an object passed as a static argument stays in jit's caches after `del`."""
+@pytest.mark.parametrize("read", [False, True], ids=["as-made", "dict-read"])
+def test_an_object_that_holds_an_array_is_named_by_its_variable_then_by_jit_s_caches(read):
+    """jax#16226: an object passed as a static argument stays in jit's caches after `del`.
+    Once something reads an object's ``__dict__`` (vars(), pickling), Python 3.11+ keeps its
+    attributes in a dict, the array's referrer: the object is named all the same."""
     import jax
 
     apply = jax.jit(lambda x, model: model(x), static_argnums=1)
     ns = {"model": _Model(84)}
+    if read:
+        assert "table" in vars(ns["model"])
     apply(jnp.ones(3), ns["model"])
     a = _find(holders.largest(3, namespace=ns), 84 * MiB)
     assert a.held_by == ("a tests.test_holders._Model object, the variable 'model' in the "

@@ -121,6 +121,45 @@ def test_percent_percent_memory_names_a_function_the_cell_compiled_again(shell):
     assert again.compiles == 0 and again.recompiled == () and "compiles: 0" in str(again)
 
 
+def test_jax_968_a_loop_of_tiny_operations_outside_jit_is_named_with_its_calls(shell):
+    """jax#968: a Python loop of tiny jax.random calls runs far slower than NumPy: each
+    operation outside jit is dispatched on its own. The counts are the tracer's, not times."""
+    shell.run_cell("key = jax.random.key(0)\nstep = jax.jit(lambda x: x * 2)")
+    loop = textwrap.dedent("""
+        x = jnp.zeros(10)
+        for i in range(200):
+            key, sub = jax.random.split(key)
+            x = x + jax.random.normal(sub, (10,))
+    """)
+    c = shell.run_cell_magic("memory", "", loop)
+    lines = {line.split(": ", 1)[1]: (runs, calls) for line, runs, calls in c.eager_lines}
+    assert set(lines) == {"key, sub = jax.random.split(key)",
+                          "x = x + jax.random.normal(sub, (10,))"}
+    assert all(runs == 200 and calls >= 2 * runs for runs, calls in lines.values())
+    assert "ran 200 times and called JAX" in str(c) and "jax.lax.fori_loop" in str(c)
+    assert "jax.random.split(key, n)" in str(c)
+    # the fix: the loop inside jit, one call; a jitted step called in a loop is one dispatch a
+    # pass, a sum one more (float() reads, no operation), and a loop jit traces dispatches none
+    fixed = textwrap.dedent("""
+        def body(i, carry):
+            key, x = carry
+            key, sub = jax.random.split(key)
+            return key, x + jax.random.normal(sub, (10,))
+        key, x = jax.jit(lambda k: jax.lax.fori_loop(0, 200, body, (k, jnp.zeros(10))))(key)
+        for i in range(200):
+            x = step(x)
+            total = float(x.sum())
+        @jax.jit
+        def unrolled(x):
+            for i in range(200):
+                x = jnp.sin(x) + 1.0
+            return x
+        y = unrolled(x)
+    """)
+    c = shell.run_cell_magic("memory", "", fixed)
+    assert c.eager_lines == () and "outside jit" not in str(c)
+
+
 def test_a_real_oom_in_a_capped_child_is_explained_and_the_shell_lives():
     """CPU stand-in: RLIMIT_AS caps the child's address space, so XLA's own allocation fails
     with RESOURCE_EXHAUSTED, as the CUDA allocator's does on a GPU."""

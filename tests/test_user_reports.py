@@ -361,6 +361,7 @@ def test_the_table_lists_every_report_tested_here():
                  "142": "tests/test_compiles.py", "14882": "tests/test_memory.py",
                  "928": "tests/test_memory.py", "1406": "tests/test_holders.py",
                  "105": "tests/test_compiles.py", "197": "tests/test_ipython.py",
+                 "968": "tests/test_ipython.py",
                  "4310": "the H100 record"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
@@ -897,3 +898,84 @@ def test_big_vision_14_frozen_updates_multiplied_by_zero_are_named_with_set_to_z
 
     for f in (no_decay, counted):
         assert preflight.preflight_step(f, params, x).scaled_by_zero == (), f
+
+
+def test_transformers_12534_float32_parameters_read_only_as_bfloat16_are_named_with_the_cast():
+    # a Flax model's dtype=bfloat16 sets the computation's type, and its parameters stay
+    # float32: a plain-JAX stand-in of its Dense layers (Flax casts each kernel with
+    # jnp.asarray(kernel, dtype), a convert_element_type, as .astype does here)
+    params = {"dense_0": {"kernel": jnp.full((1024, 1024), 0.01), "bias": jnp.zeros(1024)},
+              "dense_1": {"kernel": jnp.full((1024, 1024), 0.01), "bias": jnp.zeros(1024)}}
+    x = jnp.ones((8, 1024), jnp.bfloat16)
+
+    def forward(params, x):
+        for layer in ("dense_0", "dense_1"):
+            p = params[layer]
+            x = jax.nn.relu(x @ p["kernel"].astype(jnp.bfloat16) + p["bias"].astype(jnp.bfloat16))
+        return x
+
+    p = preflight.preflight_step(forward, params, x)
+    assert [(n.argument, n.read_as) for n in p.narrowed_arguments][:2] == [
+        ("params['dense_0']['kernel']", "bfloat16"), ("params['dense_1']['kernel']", "bfloat16")]
+    assert len(p.narrowed_arguments) == 4 and "x @ p[\"kernel\"]" in p.narrowed_arguments[0].line
+    assert "and 3 more argument arrays (8.01 MiB, float32) are read only as bfloat16" in p.advice
+    assert "p.astype(jnp.bfloat16), params)" in p.advice and "model.to_bf16(params)" in p.advice
+    assert "they take 4.00 MiB less" in p.advice
+    # stored as bfloat16, as the fix says: nothing to name, and the arguments take half
+    half = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
+    fixed = preflight.preflight_step(forward, half, x)
+    assert fixed.narrowed_arguments == () and "read only as" not in fixed.advice
+    assert p.argument_bytes - fixed.argument_bytes == 4 * MiB + 2 * 1024 * 2
+
+
+def test_transformers_12534_master_weights_and_full_width_reads_are_not_named():
+    params = {"kernel": jnp.full((1024, 1024), 0.01), "bias": jnp.zeros(1024)}
+    x = jnp.ones((8, 1024), jnp.bfloat16)
+
+    def forward(params, x):
+        return x @ params["kernel"].astype(jnp.bfloat16) + params["bias"].astype(jnp.bfloat16)
+
+    def loss(params, x):
+        return forward(params, x).astype(jnp.float32).sum()
+
+    def step(params, x):  # mixed precision: float32 master weights, updated in float32
+        g = jax.grad(loss)(params, x)
+        return jax.tree.map(lambda w, d: w - 1e-3 * d, params, g)
+
+    def wide(params, x):  # the kernel is also read as float32
+        return forward(params, x).astype(jnp.float32) @ params["kernel"]
+
+    assert [n.argument for n in preflight.preflight_step(jax.jit(forward), params, x)
+            .narrowed_arguments] == ["params['kernel']", "params['bias']"]  # into an inner jit
+    for f in (jax.grad(loss), step):  # an output of their shape and dtype: master weights
+        assert preflight.preflight_step(f, params, x).narrowed_arguments == (), f
+    assert [n.argument for n in preflight.preflight_step(wide, params, x)
+            .narrowed_arguments] == ["params['bias']"]
+
+
+def test_transformers_15766_a_random_init_beside_the_loaded_weights_is_named_as_two_copies():
+    # a Hugging Face Flax model made from its config initializes random weights; loading the
+    # pretrained ones makes a second tree alike. A stand-in model object that holds .params
+    def init(key):
+        k1, k2 = jax.random.split(key)
+        return {"encoder": {"kernel": jax.random.normal(k1, (512, 512)), "bias": jnp.zeros(512)},
+                "head": jax.random.normal(k2, (512, 64))}
+
+    class FlaxModel:
+        def __init__(self, params):
+            self.params = params
+
+    model = FlaxModel(init(jax.random.key(0)))  # FlaxBertModel(config): a random init
+    loaded = init(jax.random.key(1))  # the pretrained weights, read from a file
+    ns = {"model": model, "loaded": loaded, "also_loaded": loaded,  # one tree, two names
+          "opt_state": ({"mu": init(jax.random.key(2))},)}  # inside a tuple: not looked at
+    h = holders.largest(2, namespace=ns)
+    each = 4 * (512 * 512 + 512 + 512 * 64)
+    assert h.alike == ((("model.params", "loaded"), each),)
+    text = str(h)
+    assert "model.params and loaded hold trees alike" in text and "2 copies" in text
+    assert "_do_init=False" in text and "`del` it" in text
+    model.params = loaded  # the fix: the model holds the loaded tree, the random one is gone
+    assert holders.largest(2, namespace=ns).alike == ()
+    del ns["opt_state"], model
+    gc.collect()

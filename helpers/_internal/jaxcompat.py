@@ -36,7 +36,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "COMPILING_LO
            "backends_started", "compiled_function_name", "device_name", "distributed_coordinator",
            "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
            "import_jax", "jax_version", "jax_version_tuple", "live_executables",
-           "on_backend_start", "parse_cache_miss", "parse_compiling", "parse_guard_line",
+           "on_backend_start", "outside_transforms", "parse_cache_miss", "parse_compiling",
+           "parse_guard_line",
            "unregister_duration_listener", "verify", "weak_type_only",
            "weight_gradient_convolutions"]
 
@@ -115,6 +116,11 @@ INTERNALS: dict[str, Internal] = {
         "jax._src.api_util:_HashableWithStrictTypeEquality",
         "the same on older JAX (0.8.0 boxes a static argument in this type)",
         "none"),
+    "trace_state_clean": Internal(
+        "jax._src.core:trace_state_clean",
+        "%%memory counts a line's calls into JAX outside any transformation: a call made while "
+        "jit, vmap or grad trace the line is not an operation dispatched on its own",
+        "none documented"),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
@@ -183,6 +189,23 @@ def _get(name: str, default=None):
         return _resolve(name)
     except Exception:
         return default
+
+
+def outside_transforms() -> Callable[[], bool]:
+    """A function that answers, each time it is called and cheaply, whether no transformation
+    (jit, vmap, grad) is tracing on this thread: a JAX call then runs at once, dispatched on
+    its own. Where this JAX moved the answer, one that always says True (every call counts)."""
+    clean = _get("trace_state_clean")
+    if not callable(clean):
+        return lambda: True
+
+    def outside() -> bool:
+        try:
+            return bool(clean())
+        except Exception:  # changed under us: count the call
+            return True
+
+    return outside
 
 
 def static_argument_boxes() -> tuple[type, ...]:

@@ -1,0 +1,141 @@
+"""The kit's one line tracer: which line of the user's code is running, how often each ran, and
+how often each called into JAX outside any transformation.
+
+Python lets a thread have one tracer (``sys.settrace``), so the kit installs one and its users
+share it: :func:`helpers.transfers.trace` marks its log with the running line, and ``%%memory``
+(:mod:`helpers.ipython`) counts each line's runs and its calls into JAX, where a loop of tiny
+operations outside ``jit`` pays JAX's dispatch for each (jax-ml/jax#968). Nesting a second
+:func:`follow` adds to the tracer already running; a tracer of another tool (a debugger,
+coverage) is never displaced: then nothing is followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from helpers._internal import frames, jaxcompat
+
+__all__ = ["Followed", "follow"]
+
+#: JAX functions that read an array back or describe it, rather than start work on it: a call
+#: to one is not an operation dispatched (float(loss) in a training loop is not jax#968's cost)
+_NOT_OPERATIONS = frozenset({
+    "__float__", "__int__", "__bool__", "__index__", "__complex__", "__array__", "__len__",
+    "__repr__", "__str__", "__format__", "__hash__", "__dlpack__", "item", "tolist",
+    "block_until_ready", "is_ready", "copy_to_host_async", "is_deleted", "delete",
+    "shape", "dtype", "ndim", "size", "nbytes", "itemsize", "sharding", "devices", "device",
+    "weak_type", "aval", "committed", "is_fully_addressable", "is_fully_replicated",
+    "addressable_shards", "format", "layout", "_value", "__del__"})
+
+
+_OTHER, _USER, _JAX_CALL = 0, 1, 2
+
+
+@dataclass
+class Followed:
+    """What the tracer saw while it ran: per user line, keyed by (file, line number)."""
+
+    runs: Counter = field(default_factory=Counter)  # times the line ran
+    #: calls from the line into JAX's Python code outside any transformation (not while jit,
+    #: vmap or grad trace it), reads and descriptions of an array left out
+    jax_calls: Counter = field(default_factory=Counter)
+
+
+class _Tracer:
+    def __init__(self) -> None:
+        self.seen = Followed()
+        self.on_line: list[Callable] = []
+        self.kinds: dict = {}  # code object -> its kind
+        import jax
+
+        self.jax_dir = os.path.dirname(jax.__file__) + os.sep
+        self.clean = jaxcompat.outside_transforms()
+
+    def kind(self, frame) -> int:
+        """_USER, _JAX_CALL (JAX's Python code, not a read), or _OTHER: once per code object."""
+        code = frame.f_code
+        kind = self.kinds.get(code)
+        if kind is None:
+            kind = self.kinds[code] = (
+                _USER if frames.is_user_frame(frame) else
+                _JAX_CALL if code.co_filename.startswith(self.jax_dir)
+                and code.co_name not in _NOT_OPERATIONS else _OTHER)
+        return kind
+
+    def mark(self, frame) -> None:
+        for on_line in self.on_line:
+            on_line(frame)
+
+    def local(self, frame, event, arg):
+        if event == "line":
+            self.seen.runs[(frame.f_code.co_filename, frame.f_lineno)] += 1
+            self.mark(frame)
+        elif event == "return":  # back to the innermost user frame still running: its line again
+            # (a jitted function traced, or a callback of the user's, has returned: what follows
+            # belongs to the line that called into JAX, not to the last line that ran)
+            back = frame.f_back
+            while back is not None and self.kind(back) != _USER:
+                back = back.f_back
+            if back is not None:
+                self.mark(back)
+        return self.local
+
+    def calls(self, frame, event, arg):
+        if event != "call":
+            return None
+        kind = self.kind(frame)
+        if kind == _USER:
+            return self.local
+        if kind == _JAX_CALL:
+            back = frame.f_back
+            if back is not None and self.kind(back) == _USER and self.clean():
+                self.seen.jax_calls[(back.f_code.co_filename, back.f_lineno)] += 1
+        return None
+
+
+_local = threading.local()  # .tracer: the one running on this thread, if the kit's
+
+
+@contextlib.contextmanager
+def follow(on_line: Callable | None = None) -> Iterator[Followed | None]:
+    """Follow the user's code on this thread while the block runs: ``on_line(frame)`` is
+    called as each user line starts (and again when a call into a library returns to it).
+    Yields what was seen, filled as the block runs (shared with an enclosing ``follow``); None
+    while another tool's tracer is installed (nothing is followed then)."""
+    running = getattr(_local, "tracer", None)
+    if running is not None and sys.gettrace() == running.calls:
+        if on_line is not None:
+            running.on_line.append(on_line)
+        try:
+            yield running.seen
+        finally:
+            if on_line is not None:
+                running.on_line.remove(on_line)
+        return
+    if sys.gettrace() is not None:
+        yield None
+        return
+    tracer = _Tracer()
+    if on_line is not None:
+        tracer.on_line.append(on_line)
+    caller = sys._getframe(1)
+    while caller is not None and not frames.is_user_frame(caller):
+        caller = caller.f_back  # the user's frame that runs it: traced from now on
+    _local.tracer = tracer
+    sys.settrace(tracer.calls)
+    if caller is not None:
+        caller.f_trace_lines = True
+        caller.f_trace = tracer.local
+    try:
+        yield tracer.seen
+    finally:
+        sys.settrace(None)
+        _local.tracer = None
+        if caller is not None:
+            caller.f_trace = None
