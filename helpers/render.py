@@ -442,14 +442,16 @@ def cell_memory_text(c: CellMemory) -> str:
         lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended: "
                      "its seconds may not include that work. jax.block_until_ready(result) at "
                      "the end of the cell times it.")
-    for line, runs, calls in c.eager_lines:
+    if c.eager_lines:
+        lines.append("JAX operations dispatched one by one from a Python loop:")
+        lines += [f"  {line}: ran {runs:,} times and called JAX {calls:,} times outside jit"
+                  for line, runs, calls in c.eager_lines]
         lines.append(
-            f"{line}: ran {runs:,} times and called JAX {calls:,} times outside jit. Outside "
-            "jit each JAX operation is dispatched on its own, a fixed cost of microseconds that "
-            "for small arrays is far more than the arithmetic (jax-ml/jax#968). Jit the loop's "
-            "body, or the whole loop as jax.lax.fori_loop or jax.lax.scan, or give each call "
-            "more work: one call over a batch (jax.vmap; jax.random.split(key, n) makes n keys "
-            "at once).")
+            "Outside jit each JAX operation is dispatched on its own, a fixed cost of "
+            "microseconds that for small arrays is far more than the arithmetic "
+            "(jax-ml/jax#968). Jit the loop's body, or the whole loop as jax.lax.fori_loop or "
+            "jax.lax.scan, or give each call more work: one call over a batch (jax.vmap; "
+            "jax.random.split(key, n) makes n keys at once).")
     return "\n".join(lines)
 
 

@@ -1071,3 +1071,15 @@ def test_a_wrapper_s_own_lower_that_takes_no_shapes_is_given_the_arrays():
     assert "own lower()" in p.device_reason and "given the arrays themselves" in p.device_reason
     with pytest.raises(BadInputError, match="whose own lower\\(\\) takes no shapes"):
         measure.measure_step(step, w, x)  # measure runs jax.jit's executable: it says how
+
+
+def test_a_bfloat16_value_multiplied_by_zero_is_listed_as_a_float32_one_is():
+    # bfloat16 is no floating type to NumPy's issubdtype: the kit asks JAX's
+    w = jnp.full((256, 256), 0.5, jnp.bfloat16)
+
+    def step(w, x):
+        return w + 0.0 * jnp.tanh(w @ x)
+
+    for dtype in (jnp.bfloat16, jnp.float32):
+        c = preflight.preflight_step(step, w.astype(dtype), jnp.ones((256, 256), dtype))
+        assert [z[0] for z in c.scaled_by_zero] == [f"{jnp.dtype(dtype).name}[256, 256]"], dtype
