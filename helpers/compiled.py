@@ -10,7 +10,8 @@ arguments as shapes there (nothing runs, no argument is copied), and what that p
   reused or not and why, the argument bytes already on the device, the largest values the
   program materializes and the lines that made them (``temporaries()``), scans that stack a
   value for every step (``scan_stacks()``), a Python loop unrolled (``unrolled()``), and each
-  ``jax.device_put`` to a Device that jit ignores (``ignored_device_puts()``).
+  ``jax.device_put`` to a Device that jit ignores (``ignored_device_puts()``), and each
+  ``device=`` given to a creation, which jit drops (``dropped_device_keywords()``).
 
 :func:`helpers.preflight.preflight_step` turns these into a verdict and advice;
 :func:`helpers.measure.measure_step` runs the executable.
@@ -732,11 +733,18 @@ class CompiledStep:
 
     def ignored_device_puts(self) -> tuple[tuple[str, str], ...]:
         """(device, line) of each ``jax.device_put`` inside the step to a Device other than the
-        one it runs on, which jit ignores; and ("device=...", line) of each line that gives a
-        creation such as ``jnp.zeros`` a ``device=``, which jit drops."""
-        puts, dropped = jaxprs.device_keywords_and_puts(self.jaxpr, self.device,
-                                                        devices.start_jax().Device)
-        return puts + dropped
+        one it runs on, which jit ignores."""
+        return self._device_requests[0]
+
+    def dropped_device_keywords(self) -> tuple[tuple[str, str], ...]:
+        """("device=...", line) of each line inside the step that gives a creation such as
+        ``jnp.zeros`` a ``device=``, which jit drops (jax-ml/jax#26000)."""
+        return self._device_requests[1]
+
+    @cached_property
+    def _device_requests(self) -> tuple[tuple, tuple]:
+        return jaxprs.device_keywords_and_puts(self.jaxpr, self.device,
+                                               devices.start_jax().Device)
 
     def runtime_bytes(self) -> int:
         """Memory the CPU runtime takes outside XLA's buffer plan: it copies both operands of a

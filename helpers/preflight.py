@@ -249,8 +249,7 @@ class StepPreflight(_Verdict, Display):
     #: (argument, devices) of each argument spread over several devices: priced whole here
     spread_arguments: tuple[tuple[str, int], ...] = ()
     #: (device, line) of each jax.device_put to another device inside the step, which jit
-    #: ignores: a device_put to a Device does not move a value inside jit; and ("device=d",
-    #: line) of each creation given a device= inside the step, which jit drops
+    #: ignores: a device_put to a Device does not move a value inside jit
     ignored_device_puts: tuple[tuple[str, str], ...] = ()
     #: (argument, its pytree node's type, the array) of each array of more than one element
     #: kept in a pytree's static part (its metadata: a field marked static)
@@ -263,6 +262,8 @@ class StepPreflight(_Verdict, Display):
     #: parameters under a bfloat16 computation), unless an output has its shape and dtype (a
     #: gradient, an update: master weights)
     narrowed_arguments: tuple[NarrowedArgument, ...] = ()
+    #: ("device=d", line) of each creation given a device= inside the step, which jit drops
+    dropped_device_keywords: tuple[tuple[str, str], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -553,8 +554,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "jax.config.update("
             "'jax_threefry_partitionable', True), JAX's default, lets each device draw only "
             "its part; the numbers drawn change with it.")
-    ignored = c.ignored_device_puts()  # both kinds stay in the record
-    if dropped := [(said, at) for said, at in ignored if said.startswith("device")]:
+    ignored, dropped = c.ignored_device_puts(), c.dropped_device_keywords()
+    if dropped:
         said, at = dropped[0]
         notes.append(
             f"{said} is dropped inside jit ({at}): JAX makes the value where the step runs, "
@@ -563,8 +564,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "out_shardings=jax.sharding.SingleDeviceSharding(device), "
             "or make the value outside jit, or pass the step an argument already there (jit "
             "runs where its committed arguments are).")
-    if puts := [(to, at) for to, at in ignored if not to.startswith("device")]:
-        put_to, put_at = puts[0]
+    if ignored:
+        put_to, put_at = ignored[0]
         notes.append(
             f"jax.device_put(..., {put_to}){f' ({put_at})' if put_at else ''} does nothing "
             f"inside jit: a device_put to a Device does not move the value, and the step runs "
@@ -593,7 +594,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
-        jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed)
+        jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed,
+        dropped_device_keywords=dropped)
 
 
 def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs

@@ -734,8 +734,9 @@ def test_jax_26000_a_creation_s_device_inside_jit_is_named_as_dropped():
     step = jax.jit(make, static_argnums=0)
     assert step(8).devices() == {cpu0}  # what the thread saw: device= did nothing
     p = preflight.preflight_step(step, 8)
-    ((said, line),) = p.ignored_device_puts
-    assert said == "device=cpu1" and "jnp.zeros(n, device=cpu1)" in line
+    ((said, line),) = p.dropped_device_keywords
+    assert p.ignored_device_puts == () and said == "device=cpu1"
+    assert "jnp.zeros(n, device=cpu1)" in line
     assert "device=cpu1 is dropped inside jit" in p.advice and "runs, cpu:0" in p.advice
     assert "does nothing inside jit" not in p.advice  # not the device_put note
     fixed = jax.jit(make, static_argnums=0,
@@ -753,7 +754,8 @@ def test_jax_26000_a_creation_s_device_inside_jit_is_named_as_dropped():
     def plain(n):
         return jnp.zeros(n) + 1  # device: a comment is not a keyword, device=cpu1
 
-    assert preflight.preflight_step(jax.jit(plain, static_argnums=0), 8).ignored_device_puts == ()
+    assert preflight.preflight_step(jax.jit(plain, static_argnums=0), 8
+                                    ).dropped_device_keywords == ()
 
     def honoured(x):
         return jnp.asarray(x, device=cpu1) * 2  # a constraint inside jit: it does move
@@ -765,7 +767,8 @@ def test_jax_26000_a_creation_s_device_inside_jit_is_named_as_dropped():
         return jnp.zeros(8, device=None) + (x * 2 if device == "gpu" else x + 1)
 
     for f in (honoured, not_a_keyword):
-        assert preflight.preflight_step(f, jnp.ones(8)).ignored_device_puts == (), f
+        p = preflight.preflight_step(f, jnp.ones(8))
+        assert p.dropped_device_keywords == p.ignored_device_puts == (), f
 
 
 @jax.tree_util.register_pytree_node_class
