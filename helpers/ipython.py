@@ -117,12 +117,12 @@ def _run_measured(shell, cell: str) -> CellMemory:
     from helpers._internal import linetrace
 
     before = memory.snapshot()
-    queued = _still_computing(memory)
+    queued = memory.still_computing()
     t0 = time.perf_counter()
     with linetrace.follow() as followed, transfers.trace() as log, \
             memory.track(interval=0.01) as trace, compiles.watch() as compiled:
         result = shell.run_cell(cell)
-    left = _still_computing(memory)
+    left = memory.still_computing()
     after = memory.snapshot()
     rows = tuple(
         CellDevice(d.device, d.bytes_in_use, after.device(d.device).bytes_in_use,
@@ -149,16 +149,3 @@ def _eager_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ..
            if followed.runs[where] >= EAGER_RUNS and calls >= 2 * followed.runs[where]]
     return tuple((frames.line(*where), runs, calls)
                  for where, runs, calls in sorted(hot, key=lambda h: -h[2])[:most])
-
-
-def _still_computing(memory: Any) -> int:
-    """How many live arrays are still being computed: asked with ``is_ready()``, which never
-    waits (neuralgcm#197: a call returns at once, and the first print waits for its work)."""
-    n = 0
-    for a in memory.live_arrays():
-        try:
-            n += not a.is_ready()
-        except Exception:  # deleted meanwhile
-            continue
-    return n
-

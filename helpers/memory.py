@@ -52,7 +52,8 @@ jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at st
 
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "DeviceMemory", "HostMemory", "MemorySnapshot",
            "MemoryTrace", "borrowed_buffers", "live_arrays", "live_bytes_by_device", "memory_stats",
-           "register_borrowed", "reset_host_peak", "samples_to_dict", "snapshot", "track"]
+           "register_borrowed", "reset_host_peak", "samples_to_dict", "snapshot",
+           "still_computing", "track"]
 
 ALLOCATOR = "allocator"
 LIVE_ARRAYS = "live arrays"
@@ -213,6 +214,19 @@ def _made(a) -> bool:
         return True
     except Exception:
         return False
+
+
+def still_computing() -> int:
+    """How many live arrays are still being computed (asynchronous dispatch: a call returns
+    at once, and the first read waits for its work; neuralgcm#197). Asked with ``is_ready()``,
+    which never waits; on every backend (a GPU snapshot reads the allocator and counts none)."""
+    n = 0
+    for a in live_arrays():
+        try:
+            n += not a.is_ready()
+        except Exception:  # deleted meanwhile
+            continue
+    return n
 
 
 def live_bytes_by_device() -> dict:
