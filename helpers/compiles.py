@@ -327,6 +327,29 @@ class _Quiet(logging.Filter):
         return not record.getMessage().startswith(jaxcompat.CACHE_MISS_PREFIX)
 
 
+class _Disabled(logging.Filter):
+    """Keeps out of every other handler what ``logging.disable`` kept from being made: the kit
+    lifts it while it watches, so that JAX's explanations reach the kit alone."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > self.level
+
+
+def _every_handler(besides: logging.Handler) -> list[logging.Handler]:
+    """Every handler a record could reach: the root's, every logger's, and logging's last
+    resort (handlers added while the block runs are not seen)."""
+    loggers = [logging.getLogger()] + [x for x in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(x, logging.Logger)]
+    found = [h for x in loggers for h in x.handlers if h is not besides]
+    if logging.lastResort is not None:
+        found.append(logging.lastResort)
+    return list({id(h): h for h in found}.values())
+
+
 def _jax_handlers(besides: logging.Handler) -> list[logging.Handler]:
     """The handlers that would print a JAX log record: the root's and those of every logger
     named "jax" or "jax.*" (handlers added while the block runs are not seen)."""
@@ -343,6 +366,8 @@ def watch() -> Iterator[CompileLog]:
     printed as they come. Exceptions from the block propagate; JAX's setting, the logger and the
     listener are restored either way. JAX explains only this thread's cache misses (its setting
     is per thread); compiles on other threads are counted among those JAX did not explain.
+    Under ``logging.disable(level)`` the kit lifts it for the block and keeps every other
+    handler from what it would have silenced.
     """
     if not _active.acquire(blocking=False):
         raise InUseError("compiles.watch() is already active in this process (%%memory runs "
@@ -358,6 +383,9 @@ def watch() -> Iterator[CompileLog]:
         jax.monitoring.register_event_duration_secs_listener(events.compiled)
         clear_caches = jax.clear_caches
         set_here: list = []  # the loggers whose level the kit sets: only those go back
+        disabled = logging.root.manager.disable  # logging.disable(level): no record made
+        gate = _Disabled(disabled)
+        gated = _every_handler(events) if disabled >= logging.DEBUG else []
 
         @functools.wraps(clear_caches)
         def counted_clear_caches(*args, **kwargs):  # noted in the log, then JAX's own
@@ -370,6 +398,10 @@ def watch() -> Iterator[CompileLog]:
             lowering.addFilter(events.lowered)  # its DEBUG lines end with the kit
             for h in others:
                 h.addFilter(quiet)
+            for h in gated:  # what logging.disable silenced stays silent for the user
+                h.addFilter(gate)
+            if gated:
+                logging.disable(logging.NOTSET)
             if logger.getEffectiveLevel() > logging.WARNING:  # JAX explains at WARNING
                 logger.setLevel(logging.WARNING)
                 set_here.append((logger, level, logging.WARNING))
@@ -388,6 +420,10 @@ def watch() -> Iterator[CompileLog]:
                 logger.removeHandler(events)
                 for h in others:
                     h.removeFilter(quiet)
+                for h in gated:
+                    h.removeFilter(gate)
+                if gated and logging.root.manager.disable == logging.NOTSET:
+                    logging.disable(disabled)  # (one the user set in the block stays)
                 jaxcompat.unregister_duration_listener(events.compiled)
             finally:
                 log.seconds = time.perf_counter() - t0

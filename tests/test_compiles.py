@@ -581,3 +581,29 @@ def test_the_kit_s_own_compiles_are_left_out_and_its_trace_explains_the_user_s_c
         preflight.preflight_step(priced, b)
         priced(a)  # of two traces the kit made, which one: not guessed
     assert "f32[8,8]" not in str(log) and log.kit_compiles == 2
+
+
+def test_logging_disable_neither_hides_jax_s_reasons_from_the_kit_nor_prints_them():
+    """A notebook that silences libraries with logging.disable(logging.WARNING) made every
+    recompile unexplained. The kit lifts it inside the block, and no other handler sees what
+    it silenced."""
+    root = logging.getLogger()
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    root.addHandler(handler)
+    f = jax.jit(lambda x: x * 7)
+    logging.disable(logging.WARNING)
+    try:
+        with compiles.watch() as log:
+            f(jnp.ones(2))
+            f(jnp.ones(3))
+            logging.getLogger("someone.else").warning("silenced by the user")
+            logging.getLogger("someone.else").error("above the user's level")
+        assert logging.root.manager.disable == logging.WARNING  # the user's, back
+    finally:
+        logging.disable(logging.NOTSET)
+        root.removeHandler(handler)
+    assert log.function("<lambda>").cause == "new shapes"
+    assert [r.getMessage() for r in seen] == ["above the user's level"]
+    assert not handler.filters and not logging.lastResort.filters
