@@ -751,6 +751,17 @@ def test_jax_26000_a_creation_s_device_inside_jit_is_named_as_dropped():
     q = preflight.preflight_step(jax.jit(beside, static_argnums=0), 8, x)
     assert "runs, cpu:2" in q.advice
 
+    def spread(n):  # a long call as black writes it: the keyword on a later line
+        return jnp.zeros(
+            (n,),
+            dtype=jnp.float32,
+            device=cpu1,
+        ) + 1
+
+    ((said, line),) = preflight.preflight_step(jax.jit(spread, static_argnums=0), 8
+                                               ).dropped_device_keywords
+    assert said == "device=cpu1" and line.endswith("return jnp.zeros(")
+
     def plain(n):
         return jnp.zeros(n) + 1  # device: a comment is not a keyword, device=cpu1
 

@@ -46,13 +46,36 @@ def walk(closed) -> Iterator[tuple[Any, Sequence]]:
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
 
 
-def equation_line(eqn) -> str:
-    """The user's line that made a jaxpr equation ("" where its traceback names none)."""
+def _user_frame(eqn) -> tuple[str, int] | None:
+    """(file, line) of the user's innermost frame that made a jaxpr equation, or None."""
     try:
         user = [f for f in eqn.source_info.traceback.frames if frames.is_user_file(f.file_name)]
     except Exception:  # an equation without a traceback
-        return ""
-    return frames.line(user[0].file_name, user[0].line_num) if user else ""
+        return None
+    return (user[0].file_name, user[0].line_num) if user else None
+
+
+def equation_line(eqn) -> str:
+    """The user's line that made a jaxpr equation ("" where its traceback names none)."""
+    where = _user_frame(eqn)
+    return frames.line(*where) if where else ""
+
+
+def _statement(file: str, line: int, most: int = 12) -> str:
+    """The code from ``line`` on until its brackets close (a call black spreads over several
+    lines), comments left out; at most ``most`` lines."""
+    import linecache
+
+    text, depth = [], 0
+    for n in range(line, line + most):
+        code = linecache.getline(file, n).split("#")[0]
+        if not code:
+            break
+        text.append(code.strip())
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        if depth <= 0:
+            break
+    return " ".join(text)
 
 
 def scan_role(eqn) -> str:
@@ -81,7 +104,7 @@ def device_keywords_and_puts(closed, dev, device_type: type
     runs. A device_put to a sharding or a memory kind is honoured, and not listed; so is
     ``jnp.asarray(x, device=d)``, which becomes a sharding constraint. ``device_type``:
     ``jax.Device``."""
-    puts, put_lines, keywords = [], set(), {}
+    puts, put_lines, keywords, looked = [], set(), {}, set()
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
             line = equation_line(eqn)
@@ -89,8 +112,10 @@ def device_keywords_and_puts(closed, dev, device_type: type
                 put_lines.add(line)
                 puts += [(device_name(d), line) for d in eqn.params.get("devices", ())
                          if isinstance(d, device_type) and d != dev]
-            elif line and (said := _DEVICE_KEYWORD.search(line.split(": ", 1)[-1].split("#")[0])):
-                keywords.setdefault(line, said.group(1))
+            elif line and line not in looked:
+                looked.add(line)  # (the whole call: black spreads a long one over lines)
+                if said := _DEVICE_KEYWORD.search(_statement(*_user_frame(eqn))):
+                    keywords[line] = said.group(1)
     # a creation's `device=` (jnp.zeros(n, device=d)) leaves nothing in the program: JAX drops
     # it and makes the value where the step runs (jax 0.8.0 and 0.10.2 alike, a Sharding too;
     # lax.full's docstring: "sharding will currently be ignored in jitted mode")
