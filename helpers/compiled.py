@@ -717,6 +717,22 @@ class CompiledStep:
         return tuple((flat[n][0], flat[n][1], to, line)
                      for n, to, line in jaxprs.narrowed_inputs(self.jaxpr))
 
+    def outputs(self) -> list[tuple[str, Any, str]]:
+        """(the output's path as jax.tree_util.keystr writes it, its shape and dtype, its kind)
+        for each array the step returns. The kind: "gradient" (made by a derivative's backward
+        pass), "zero gradient" (one JAX knows is zero and makes all the same), or ""; "" for
+        every output where the jaxpr's outputs are not the executable's (a wrapper's split)."""
+        jax = devices.start_jax()
+        try:
+            flat = jax.tree_util.tree_flatten_with_path(self.executable.out_info)[0]
+        except Exception:  # an executable that does not say
+            return []
+        kinds = jaxprs.output_kinds(self.jaxpr)
+        if self.lowered_with_arguments or len(kinds) != len(flat):
+            kinds = [""] * len(flat)
+        return [(jax.tree_util.keystr(path), leaf, kind)
+                for (path, leaf), kind in zip(flat, kinds, strict=True)]
+
     def scan_stacks(self, room: int, most: int = 3) -> tuple[ScanStack, ...]:
         """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its
         length, largest first, from 1 MiB: only where the program still has a value of the

@@ -264,6 +264,9 @@ class StepPreflight(_Verdict, Display):
     narrowed_arguments: tuple[NarrowedArgument, ...] = ()
     #: ("device=d", line) of each creation given a device= inside the step, which jit drops
     dropped_device_keywords: tuple[tuple[str, str], ...] = ()
+    #: (the output's path, "float32[2048, 2048]", bytes) of each gradient the step returns
+    #: that JAX knows is zero and makes all the same (a parameter under stop_gradient)
+    zero_gradients: tuple[tuple[str, str, int], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -518,6 +521,19 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "work that makes them (0 * x is not 0 for an infinite or NaN x), so the step still "
             "computes those gradients. Zeros that read nothing, optax.set_to_zero() (under "
             "optax.masked or optax.multi_transform) or jnp.zeros_like, let XLA drop it.")
+    zeros = tuple((path, f"{o.dtype}{list(o.shape)}", compiled.array_bytes(o))
+                  for path, o, kind in c.outputs() if kind == "zero gradient")
+    if (zero_bytes := sum(z[2] for z in zeros)) >= 2**20:
+        path, what, _ = max(zeros, key=lambda z: z[2])
+        many = len(zeros) > 1
+        notes.append(
+            (f"{len(zeros)} outputs ({format_bytes(zero_bytes)}; the largest {path}, {what}) "
+             "are gradients" if many else
+             f"The output {path} ({what}, {format_bytes(zero_bytes)}) is a gradient") +
+            " JAX knows to be zero and makes all the same: a parameter under "
+            "jax.lax.stop_gradient, or one the loss never reads. Differentiate only the "
+            "parameters you train: pass the frozen ones as another argument, outside jax.grad's "
+            "argnums (eqx.partition splits a model so), and no zero gradient is made or kept.")
     narrowed = _narrowed_arguments(c, fn, args, kwargs)
     if (wide := sum(n.nbytes for n in narrowed)) >= 2**20 and 8 * wide >= peak:
         notes.append(_narrowed_note(narrowed, wide))
@@ -595,7 +611,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed,
-        dropped_device_keywords=dropped)
+        dropped_device_keywords=dropped, zero_gradients=zeros)
 
 
 def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs
@@ -606,18 +622,21 @@ def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs
     mesh XLA matches the sharding too (an output of another layout takes nothing), and bytes
     are each device's."""
     jax = devices.start_jax()
+    made = c.outputs()
+    outputs = [(tuple(o.shape), str(o.dtype)) for _, o, _ in made]
     try:
-        outputs = [(tuple(o.shape), str(o.dtype))
-                   for o in jax.tree.leaves(c.executable.out_info)]
         out_shardings = (jax.tree.leaves(c.executable.output_shardings) if c.over_mesh
                          else [None] * len(outputs))
     except Exception:
         return None
     arrays = _donatable_leaves(c, fn, args, kwargs, jax)
-    if arrays is None or len(out_shardings) != len(outputs):
+    if not outputs or arrays is None or len(out_shardings) != len(outputs):
         return None
     names = dict(c.argument_names(fn, args, kwargs))
-    free = list(zip(outputs, out_shardings, strict=True))
+    # a gradient has its parameter's shape, and is no new value of it: donating the parameters
+    # to a step that only returns gradients would lose them (only an update replaces them)
+    free = [(o, s) for o, s, (_, _, kind) in zip(outputs, out_shardings, made, strict=True)
+            if not kind.endswith("gradient")]
     chosen, saving = [], 0
     for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(n for _, n, _ in kv[1])):
         total = sum(n for _, n, _ in leaves)

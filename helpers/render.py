@@ -343,10 +343,11 @@ def holders_text(h: Holders) -> str:
 def _alike_text(names: tuple[str, ...], nbytes: int) -> str:
     listed = ", ".join(names[:-1]) + " and " + names[-1]
     return (f"{listed} hold trees alike (the same keys, shapes and dtypes, {format_bytes(nbytes)} "
-            f"each, in different buffers): {len(names)} copies. If one is a leftover (a random "
-            "init made before loading pretrained weights, the parameters before training), "
-            "`del` it, or let it go where it is made (a Hugging Face Flax model: "
-            "from_pretrained(..., _do_init=False)); a copy kept on purpose (an EMA) is fine.")
+            f"each, {format_bytes(nbytes * len(names))} together, in different buffers). If one "
+            "is a leftover copy (a random init made before loading pretrained weights, the "
+            "parameters before training), `del` it, or let it go where it is made (a Hugging "
+            "Face Flax model: from_pretrained(..., _do_init=False)); trees alike on purpose "
+            "(gradients, an EMA) are fine.")
 
 
 def compile_log_text(log: CompileLog) -> str:

@@ -987,9 +987,47 @@ def test_transformers_15766_a_random_init_beside_the_loaded_weights_is_named_as_
     each = 4 * (512 * 512 + 512 + 512 * 64)
     assert h.alike == ((("model.params", "loaded"), each),)
     text = str(h)
-    assert "model.params and loaded hold trees alike" in text and "2 copies" in text
+    assert "model.params and loaded hold trees alike" in text
+    assert f"{format_bytes(2 * each)} together" in text and "gradients, an EMA" in text
     assert "_do_init=False" in text and "`del` it" in text
     model.params = loaded  # the fix: the model holds the loaded tree, the random one is gone
     assert holders.largest(2, namespace=ns).alike == ()
     del ns["opt_state"], model
     gc.collect()
+
+
+def test_jax_23316_a_frozen_parameter_s_zero_gradient_is_named_and_not_offered_for_donation():
+    # LoRA: the frozen weight under stop_gradient, yet jax.grad returns a zero array its size
+    params = {"frozen": jnp.full((1024, 1024), 0.01), "lora_a": jnp.full((1024, 8), 0.01),
+              "lora_b": jnp.zeros((8, 1024))}
+    x = jnp.ones((16, 1024))
+
+    def loss(p, x):
+        w = jax.lax.stop_gradient(p["frozen"]) + p["lora_a"] @ p["lora_b"]
+        return jnp.tanh(x @ w).sum()
+
+    grads = jax.grad(loss)(params, x)
+    assert not grads["frozen"].any()  # what the thread saw: zeros, made all the same
+    p = preflight.preflight_step(jax.grad(loss), params, x)
+    assert p.zero_gradients == (("['frozen']", "float32[1024, 1024]", 4 * MiB),)
+    assert "The output ['frozen'] (float32[1024, 1024], 4.00 MiB) is a gradient JAX knows to " \
+           "be zero" in p.advice and "outside jax.grad's argnums" in p.advice
+    # gradients have their parameters' shapes, and are no new value of them: not "donate"
+    assert "Nothing donated" not in p.advice
+
+    def split(trained, frozen, x):  # the fix: differentiate only what is trained
+        return loss({**trained, "frozen": frozen}, x)
+
+    trained = {k: v for k, v in params.items() if k != "frozen"}
+    fixed = preflight.preflight_step(jax.grad(split), trained, params["frozen"], x)
+    assert fixed.zero_gradients == () and fixed.output_bytes < p.output_bytes - 4 * MiB + 1
+
+    def step(p, x):  # the gradients applied inside the step: no zero output is left
+        return jax.tree.map(lambda w, g: w - 0.1 * g, p, jax.grad(loss)(p, x))
+
+    def init(p, x):  # an optimizer's zeros are no gradient
+        return jax.tree.map(jnp.zeros_like, p)
+
+    for f in (step, init):
+        assert preflight.preflight_step(f, params, x).zero_gradients == (), f
+    assert "Nothing donated for p" in preflight.preflight_step(step, params, x).advice

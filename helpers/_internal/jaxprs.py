@@ -19,7 +19,7 @@ from helpers._internal import frames
 from helpers._internal.jaxcompat import device_name
 
 __all__ = ["device_keywords_and_puts", "equation_line", "jacobian_sizes", "narrowed_inputs",
-           "scaled_by_zero", "scan_role", "walk"]
+           "output_kinds", "scaled_by_zero", "scan_role", "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -239,3 +239,36 @@ def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
         if found:  # (an input never read at all is XLA's to drop: not listed)
             out.append((n, found[0][0], found[0][1]))
     return tuple(out)
+
+
+def output_kinds(closed) -> list[str]:
+    """One word per output of the step: "zero gradient" for a gradient JAX knows is zero and
+    makes all the same (``instantiate_zeros``: a parameter under ``stop_gradient``, or one the
+    loss never reads; jax-ml/jax#23316), "gradient" for one a derivative's backward pass made
+    (its name stack says transpose), "" otherwise (an update ``p - lr * g`` is ""). Followed
+    into inner jits."""
+    from jax.extend import core
+
+    def kind(j, var) -> str:
+        made = next((e for e in j.eqns if any(v is var for v in e.outvars)), None)
+        if made is None:
+            return ""
+        inner = next((p for k in _CALL_JAXPRS
+                      if isinstance(p := made.params.get(k), (core.ClosedJaxpr, core.Jaxpr))),
+                     None)
+        if inner is not None:
+            body = inner.jaxpr if isinstance(inner, core.ClosedJaxpr) else inner
+            at = next(i for i, v in enumerate(made.outvars) if v is var)
+            return kind(body, body.outvars[at]) if len(body.outvars) == len(made.outvars) \
+                else ""
+        try:
+            names = {f.function_name for f in made.source_info.traceback.frames}
+        except Exception:  # an equation without a traceback
+            names = set()
+        if made.primitive.name == "broadcast_in_dim" and "instantiate_zeros" in names and \
+                any(_zero_literal(v) for v in made.invars):
+            return "zero gradient"
+        return "gradient" if "transpose(" in str(made.source_info.name_stack) else ""
+
+    jaxpr = getattr(closed, "jaxpr", None)
+    return [kind(jaxpr, v) for v in getattr(jaxpr, "outvars", ())]
