@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import allocation, compiled, devices
-from helpers._internal import frames, jaxcompat
+from helpers._internal import frames, jaxcompat, jaxprs
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header
@@ -866,6 +866,18 @@ def _short(source: str) -> str:
                             source, count=1)
 
 
+def _scan_lengths(fn: Callable, args, kwargs) -> set[int] | None:
+    """The lengths of the scans in ``fn``'s forward pass, nested ones included; None where it
+    cannot be traced apart (then every scan output counts as stacked)."""
+    jax = devices.start_jax()
+    try:
+        closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    except Exception:
+        return None
+    return {int(eqn.params["length"]) for j, _ in jaxprs.walk(closed)
+            for eqn in getattr(j, "eqns", ()) if eqn.primitive.name == "scan"}
+
+
 def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     """What ``jax.grad(fn)`` keeps from the forward pass, from JAX's own list
     (``jax.ad_checkpoint.print_saved_residuals``): each array, its size and where it was made.
@@ -895,7 +907,11 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                             str(source).startswith("from the argument")))
     out.sort(key=lambda r: -r.nbytes)
     extra = [r for r in out if not r.is_argument]
-    scans = [r for r in extra if r.source.startswith("output of scan") and r.shape]
+    # a scan's stacked outputs lead with its length; its final carry, also "output of scan",
+    # does not grow with the length
+    lengths_run = _scan_lengths(fn, args, kwargs)
+    scans = [r for r in extra if r.source.startswith("output of scan") and r.shape
+             and (lengths_run is None or r.shape[0] in lengths_run)]
     saved_bytes, scan_bytes = sum(r.nbytes for r in extra), sum(r.nbytes for r in scans)
     lengths = tuple(sorted({r.shape[0] for r in scans}))
     advice = ""

@@ -443,6 +443,22 @@ def test_residuals_of_a_scan_grow_with_its_length_and_remat_shrinks_them():
     assert "keeps" in str(plain)
 
 
+def test_a_scan_s_final_carry_is_not_counted_as_stacked_over_its_length():
+    """A carry is an "output of scan" in JAX's list too; it does not grow with the length (the
+    kit called a 64x64 carry 'stacked over 64 steps')."""
+    w = jnp.eye(64) * 0.5
+
+    def loss(x):
+        c, ys = jax.lax.scan(lambda c, _: (jnp.sin(c @ w), jnp.cos(c)), x, None, length=1000)
+        return jnp.sum(c * x) + ys.sum()
+
+    r = preflight.residuals(loss, jnp.ones((64, 64)))
+    carries = [x for x in r.residuals if x.shape == (64, 64) and "scan" in x.source]
+    assert carries and r.scan_lengths == (1000,)
+    assert r.scan_bytes == sum(x.nbytes for x in r.residuals if x.shape[:1] == (1000,))
+    assert "stacked over 1000 steps" in r.advice
+
+
 def test_residuals_of_something_that_cannot_be_traced():
     with pytest.raises(BadInputError, match="could not be differentiated.*float32\\[3\\]"):
         preflight.residuals(lambda x: x.no_such_method(), jnp.ones(3))
