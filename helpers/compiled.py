@@ -98,6 +98,8 @@ class ScanStack(Record):
     #: "" for a scan of the user's; "forward" in a derivative's forward pass (its stack holds
     #: what the backward pass needs too); "backward" in the backward pass (JAX's own scan)
     role: str = ""
+    #: False for a scan without a carry: jax.lax.map, whose stack is its result
+    has_carry: bool = True
 
 
 @dataclass(frozen=True)
@@ -831,7 +833,7 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
                 continue
             out.append(ScanStack(int(eqn.params["length"]), sum(sizes), len(ys), str(big.dtype),
                                  tuple(big.shape), jaxprs.equation_line(eqn),
-                                 jaxprs.scan_role(eqn)))
+                                 jaxprs.scan_role(eqn), eqn.params["num_carry"] > 0))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 

@@ -390,6 +390,12 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
                 "is not there yet, keeps only "
                 "each step's carry and recomputes the rest; if it is, the carries are what is "
                 "left, and a shorter scan shrinks them.")
+    if not t.has_carry:
+        return (f"{head.replace('A lax.scan', 'A jax.lax.map (a scan without a carry)', 1)}: "
+                "its result, each step's stacked. Where what follows needs only a reduction of "
+                "it (a sum, a maximum), compute that in a lax.scan's carry instead, and no "
+                "step's result is kept; where it needs all of it, this is memory the step "
+                "must have.")
     return (f"{head}: what its body returns beside the carry. Return less from the body (a "
             "sum, or the last value, belongs in the carry).")
 

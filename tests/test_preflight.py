@@ -743,6 +743,22 @@ def _history(x):
     return jax.lax.scan(body, x, None, length=64)
 
 
+def test_a_lax_map_s_stack_is_named_as_its_result_not_as_a_body_returning_too_much():
+    keys = jax.random.split(jax.random.key(0), 16)
+    p = preflight.preflight_step(
+        lambda keys: jax.lax.map(lambda k: jax.random.normal(k, (512, 512)), keys), keys)
+    (t,) = p.scan_stacks
+    assert not t.has_carry and t.nbytes == 16 * 2**20 and _history_has_carry()
+    assert "A jax.lax.map (a scan without a carry)" in p.advice
+    assert "in a lax.scan's carry instead" in p.advice and "Return less from the body" \
+        not in p.advice
+
+
+def _history_has_carry() -> bool:
+    (t,) = preflight.preflight_step(_history, jnp.ones((128, 128))).scan_stacks
+    return t.has_carry
+
+
 def test_what_a_scan_stacks_over_its_length_is_named_with_its_line():
     x = jnp.ones((128, 128))  # 64 KiB a step, 4 MiB over 64 steps
     p = preflight.preflight_step(_history, x)
