@@ -164,6 +164,9 @@ class FunctionCompiles(Record):
     #: the eager and unexplained groups: the most compiles of any one name in them (1 where
     #: each name compiled once); 0 for a function's entry, whose count is ``compiles``
     most_of_one: int = 0
+    #: the eager group: each loop or branch operation (while, scan, cond) compiled outside jit
+    #: more than once with the same argument types: its body is a new program each call
+    same_types_again: tuple[str, ...] = ()
 
     @property
     def recompiled(self) -> bool:
@@ -184,9 +187,20 @@ class FunctionCompiles(Record):
         where = f" ({self.defined_at})" if self.defined_at else ""
         listed = ", ".join(self.changed)
         if self.cause == EAGER:
-            return (f"{self.compiles} one-operation programs were compiled outside jit "
+            text = (f"{self.compiles} one-operation programs were compiled outside jit "
                     f"({listed}): a jnp call outside jit is compiled for each new shape too; "
                     "inside a jitted function it is part of one program.")
+            if self.same_types_again:
+                loops = " and ".join(self.same_types_again)
+                text += (f" {loops} compiled again with the same argument types: a "
+                         "lax.while_loop, lax.scan or lax.cond outside jit compiles its body "
+                         "with it, and a body made anew at each call (a closure over that "
+                         "call's arrays, as jax.scipy.sparse.linalg.cg's is) is a new program "
+                         "every time, each kept in JAX's caches, so host memory grows "
+                         "(jax-ml/jax#9714). Jit the function that calls it (its sizes "
+                         "static: jax.jit(cg, static_argnames='maxiter')), and it compiles "
+                         "once.")
+            return text
         if self.cause == UNEXPLAINED:
             return (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "
                     "calls traced on this thread from your own files; a pmap, a library's "
@@ -456,6 +470,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     lowerings: dict[tuple[int, str], tuple[str, str]] = {}  # the next compile's types, shardings
     lowered: dict[tuple[str, str], list[tuple[str, str]]] = {}  # each compile's, per function
     unpaired: dict[str, list[float]] = {}
+    eager_types: dict[str, list[str | None]] = {}  # per name compiled outside jit: its types
     kits: dict[tuple[int, str], list] = {}  # traces the kit made, unpaired: (miss, clears)
     clears: dict[tuple[str, str], list[int]] = {}  # per miss: jax.clear_caches() calls before it
     cleared = 0
@@ -498,6 +513,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 placed.setdefault(again, []).append(moved)
             elif key is None:
                 unpaired.setdefault(name, []).append(s)
+                eager_types.setdefault(name, []).append(lowering[0] if lowering else None)
             else:
                 seconds.setdefault(key, []).append(s)
                 if lowering is not None:
@@ -513,9 +529,21 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 compile_seconds=sum(sum(v) for v in names.values()), cause=label,
                 changed=tuple(f"{n} ×{c}" for n, c in counts[:6]), called_at=(),
                 fix="move jnp calls inside the jitted function" if label == EAGER else "",
-                jax_says="", most_of_one=counts[0][1]))
+                jax_says="", most_of_one=counts[0][1],
+                same_types_again=tuple(n for n, _ in counts if label == EAGER
+                                       and n in _LOOPS and _repeated(eager_types[n]))))
     return tuple(sorted(out, key=lambda f: (f.cause in (EAGER, UNEXPLAINED), -f.compiles,
                                             f.function)))
+
+
+#: operations that carry a jaxpr of the user's: compiled outside jit, their body with them
+_LOOPS = ("while", "scan", "cond")
+
+
+def _repeated(types: list[str | None]) -> bool:
+    """Two compiles with the same argument types, where JAX said them (its lowering log)."""
+    known = [t for t in types if t is not None]
+    return len(set(known)) < len(known)
 
 
 def _placement_change(lowering: tuple[str, str] | None, before: list[tuple[str, str]],

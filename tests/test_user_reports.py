@@ -1031,3 +1031,40 @@ def test_jax_23316_a_frozen_parameter_s_zero_gradient_is_named_and_not_offered_f
     for f in (step, init):
         assert preflight.preflight_step(f, params, x).zero_gradients == (), f
     assert "Nothing donated for p" in preflight.preflight_step(step, params, x).advice
+
+
+def test_jax_9714_cg_outside_jit_compiles_its_loop_every_call_and_the_kit_says_why():
+    """Host memory grew with every call of jax.scipy.sparse.linalg.cg outside jit: its while
+    loop's body closes over each call's matrix, a new program every call (the thread: no growth
+    with cg jitted, maxiter static)."""
+    from jax.scipy.sparse.linalg import cg
+
+    def system(i):
+        a = jax.random.normal(jax.random.key(i), (32, 32))
+        return a @ a.T + 32 * jnp.eye(32), jnp.ones(32)
+
+    with compiles.watch() as log:
+        for i in range(3):
+            cg(*system(i), maxiter=20)[0].block_until_ready()
+    (eager,) = [f for f in log.functions if f.cause == compiles.EAGER]
+    assert eager.same_types_again == ("while",)
+    assert "while compiled again with the same argument types" in log.diagnosis
+    assert "jax.jit(cg, static_argnames='maxiter')" in log.diagnosis
+    jitted = jax.jit(cg, static_argnames="maxiter")
+    with compiles.watch() as fixed:
+        for i in range(3):
+            jitted(*system(i), maxiter=20)[0].block_until_ready()
+    assert not any("while" in c for f in fixed.functions for c in f.changed)  # one program
+    assert all(f.same_types_again == () for f in fixed.functions)
+
+    def cond(c):
+        return c[0] < 10
+
+    def body(c):  # one body function, called again: JAX's cache serves it, nothing to say
+        return c[0] + 1, c[1] * 2.0
+
+    with compiles.watch() as same:
+        for i in range(3):
+            jax.lax.while_loop(cond, body, (0, jnp.ones(4) * i))
+    assert all(f.same_types_again == () for f in same.functions)
+    assert "compiled again with the same argument types" not in same.diagnosis
