@@ -125,6 +125,11 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
 EAGER = "eager operations"
 UNEXPLAINED = "compiles JAX did not explain"
+#: compiling this many seconds, this share of a block's time, with nothing compiled twice and
+#: no persistent cache: a new process pays it again (a diagnosis; no test times it)
+HEAVY_COMPILE_SECONDS = 1.0
+HEAVY_COMPILE_SHARE = 0.5
+
 _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its function is "
            "gone or the bounded caches drop it; jax.clear_caches() drops them all.")
 _active = threading.Lock()  # one watch at a time per process: the config and logger are global
@@ -164,8 +169,9 @@ class FunctionCompiles(Record):
     #: the eager and unexplained groups: the most compiles of any one name in them (1 where
     #: each name compiled once); 0 for a function's entry, whose count is ``compiles``
     most_of_one: int = 0
-    #: the eager group: each loop or branch operation (while, scan, cond) compiled outside jit
-    #: more than once with the same argument types: its body is a new program each call
+    #: the eager group: each operation compiled outside jit more than once with the same
+    #: argument types: a value it bakes in changed (integer_pow's exponent), or, for a loop or
+    #: branch (while, scan, cond), its body is a new program each call
     same_types_again: tuple[str, ...] = ()
 
     @property
@@ -190,9 +196,16 @@ class FunctionCompiles(Record):
             text = (f"{self.compiles} one-operation programs were compiled outside jit "
                     f"({listed}): a jnp call outside jit is compiled for each new shape too; "
                     "inside a jitted function it is part of one program.")
-            if self.same_types_again:
-                loops = " and ".join(self.same_types_again)
-                text += (f" {loops} compiled again with the same argument types: a "
+            others = [n for n in self.same_types_again if n not in _LOOPS]
+            if others:
+                text += (f" {' and '.join(others)} compiled again with the same argument "
+                         "types: what changed is a value each program bakes in (x ** n with an "
+                         "integer n makes one integer_pow per n, as Adam's bias correction "
+                         "outside jit made one per step, optax#328; an axis; an index). Inside "
+                         "jit it is one program; a power of a float exponent "
+                         "(x ** n.astype(jnp.float32)) takes n as an argument.")
+            if loops := [n for n in self.same_types_again if n in _LOOPS]:
+                text += (f" {' and '.join(loops)} compiled again with the same argument types: a "
                          "lax.while_loop, lax.scan or lax.cond outside jit compiles its body "
                          "with it, and a body made anew at each call (a closure over that "
                          "call's arrays, as jax.scipy.sparse.linalg.cg's is) is a new program "
@@ -238,6 +251,15 @@ class CompileLog(Display):
         #: compiles the kit made itself inside the block (preflight_step pricing a step): not
         #: the user's program compiling, so left out of ``functions`` and ``compiles``
         self.kit_compiles = 0
+        #: of ``compiles``, the programs loaded from JAX's persistent compilation cache (on disk)
+        #: rather than compiled by XLA
+        self.cache_loads = 0
+        self.load_seconds = 0.0  # of compile_seconds, the loading from that cache
+        #: jax.disable_jit was on when the block began (JAX_DISABLE_JIT): every jitted function
+        #: ran operation by operation
+        self.jit_disabled = False
+        #: JAX's persistent compilation cache directory, "" where none is set
+        self.cache_dir = ""
         self.finished = False
 
     @property
@@ -268,16 +290,36 @@ class CompileLog(Display):
         """The cause and the fix, one or two sentences per function that compiled again."""
         if not self.finished:
             return "the block has not ended yet"
+        notes = []
+        if self.jit_disabled and any(f.cause == EAGER for f in self.functions):
+            notes.append(
+                "jax.disable_jit is on (jax.config.update('jax_disable_jit', True), "
+                "JAX_DISABLE_JIT or `with jax.disable_jit()`): every jitted function, a "
+                "library's too (an optimizer's update), runs operation by operation, each "
+                "operation compiled on its own, and one that bakes in a value that changes "
+                "compiles at every step (jax-ml/jax#19654). Keep it to the code you debug.")
+        if (not self.recompiled and not self.cache_dir
+                and self.compile_seconds - self.load_seconds >= HEAVY_COMPILE_SECONDS
+                and self.compile_seconds >= HEAVY_COMPILE_SHARE * self.seconds):
+            notes.append(
+                f"XLA compiling took {self.compile_seconds:.2f} s of the block's "
+                f"{self.seconds:.2f} s, and nothing compiled twice: a new process compiles all "
+                "of it again. If this program starts often (a script, a restarted kernel), "
+                "jax.config.update('jax_compilation_cache_dir', '<a folder>') keeps compiled "
+                "programs on disk, and the next process loads them (numpyro#1249).")
         if not self.recompiled:
-            return f"No function compiled more than once in this block: {self.compiles} compile(s)."
-        return "\n".join([*(f.diagnosis for f in self.recompiled), _CACHED])
+            return "\n".join([f"No function compiled more than once in this block: "
+                              f"{self.compiles} compile(s).", *notes])
+        return "\n".join([*notes, *(f.diagnosis for f in self.recompiled), _CACHED])
 
     def to_dict(self) -> dict:
         """Plain data: every function's entry and every cache miss JAX explained."""
         return {"compiles": self.compiles, "kit_compiles": self.kit_compiles,
                 "compile_seconds": self.compile_seconds,
                 "seconds": self.seconds, "functions": [f.to_dict() for f in self.functions],
-                "misses": [m.to_dict() for m in self.misses], "diagnosis": self.diagnosis}
+                "misses": [m.to_dict() for m in self.misses], "diagnosis": self.diagnosis,
+                "cache_loads": self.cache_loads, "load_seconds": self.load_seconds,
+                "jit_disabled": self.jit_disabled, "cache_dir": self.cache_dir}
 
 
 class _Events(logging.Handler):
@@ -291,6 +333,8 @@ class _Events(logging.Handler):
         #: compiles the kit made itself (preflight_step pricing a step), left out of the log;
         #: JAX's explanation of a trace the kit made stays, for the user's compile of it
         self.own = 0
+        self.loading: set[int] = set()  # threads whose next compile event is a cache load
+        self.loads: list[float] = []  # the seconds of each program loaded from the cache
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -323,14 +367,21 @@ class _Events(logging.Handler):
             self.events.append(("clear",))
 
     def compiled(self, event: str, seconds: float, **kwargs) -> None:
+        if event == jaxcompat.CACHE_LOAD_EVENT:  # the compile event that follows is a load
+            self.loading.add(threading.get_ident())
+            return
         if event != jaxcompat.COMPILE_EVENT:
             return
         with self.guard:
+            loaded = threading.get_ident() in self.loading
+            self.loading.discard(threading.get_ident())
             if own.active():  # the kit's own compile (preflight_step): counted apart
                 self.own += 1
             else:
                 self.events.append(("compile", threading.get_ident(),
                                     str(kwargs.get("fun_name", "")), seconds))
+                if loaded:
+                    self.loads.append(seconds)
 
 
 class _Quiet(logging.Filter):
@@ -397,6 +448,8 @@ def watch() -> Iterator[CompileLog]:
         jax.monitoring.register_event_duration_secs_listener(events.compiled)
         clear_caches = jax.clear_caches
         set_here: list = []  # the loggers whose level the kit sets: only those go back
+        log.jit_disabled = bool(jax.config.jax_disable_jit)  # (this thread's, as the user set)
+        log.cache_dir = str(jax.config.jax_compilation_cache_dir or "")
         disabled = logging.root.manager.disable  # logging.disable(level): no record made
         gate = _Disabled(disabled)
         gated = _every_handler(events) if disabled >= logging.DEBUG else []
@@ -444,6 +497,7 @@ def watch() -> Iterator[CompileLog]:
                 log.misses = tuple(e[2] for e in events.events if e[0] == "miss" and not e[3])
                 log.functions = _summarise(events.events)
                 log.kit_compiles = events.own
+                log.cache_loads, log.load_seconds = len(events.loads), sum(events.loads)
                 log.finished = True
     finally:
         _active.release()
@@ -531,7 +585,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 fix="move jnp calls inside the jitted function" if label == EAGER else "",
                 jax_says="", most_of_one=counts[0][1],
                 same_types_again=tuple(n for n, _ in counts if label == EAGER
-                                       and n in _LOOPS and _repeated(eager_types[n]))))
+                                       and _repeated(eager_types[n]))))
     return tuple(sorted(out, key=lambda f: (f.cause in (EAGER, UNEXPLAINED), -f.compiles,
                                             f.function)))
 
@@ -541,8 +595,9 @@ _LOOPS = ("while", "scan", "cond")
 
 
 def _repeated(types: list[str | None]) -> bool:
-    """Two compiles with the same argument types, where JAX said them (its lowering log)."""
-    known = [t for t in types if t is not None]
+    """Two compiles with the same argument types, where JAX said them (its lowering log); not
+    for an operation of no argument (iota, a creation: its shape is what it bakes in)."""
+    known = [t for t in types if t is not None and t.strip("()[], ")]
     return len(set(known)) < len(known)
 
 

@@ -122,7 +122,7 @@ def _run_measured(shell, cell: str) -> CellMemory:
     with linetrace.follow() as followed, transfers.trace() as log, \
             memory.track(interval=0.01) as trace, compiles.watch() as compiled:
         result = shell.run_cell(cell)
-    left = memory.still_computing()
+        left = memory.still_computing()  # at once: the kit's own wind-down takes time too
     after = memory.snapshot()
     rows = tuple(
         CellDevice(d.device, d.bytes_in_use, after.device(d.device).bytes_in_use,

@@ -320,7 +320,21 @@ def _jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
             "needs far less.")
 
 
-def _batched_note(t: compiled.Temporary) -> str:
+def _batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
+                     ) -> list[tuple[compiled.Temporary, int, int]]:
+    """(the largest, how many, their bytes) of the values made under jax.vmap, per line of the
+    user's code, where they come to a quarter of the peak or more, largest first (one line can
+    make several: each of a layer's weights, drawn for every layer at once; equinox#673)."""
+    lines: dict[str, list[compiled.Temporary]] = {}
+    for t in c.temporaries(most):
+        if t.batched:
+            lines.setdefault(t.line or f"({t.op})", []).append(t)
+    out = [(max(ts, key=lambda t: t.nbytes), len(ts), sum(t.nbytes for t in ts))
+           for ts in lines.values()]
+    return sorted([b for b in out if b[2] * 4 >= peak], key=lambda b: -b[2])
+
+
+def _batched_note(t: compiled.Temporary, count: int = 1, total: int = 0) -> str:
     """The largest value made under jax.vmap for the whole batch at once, and how to make it
     in chunks: under a derivative, chunks alone keep every chunk's values for the backward
     pass (jax#8409: 16 MiB of temporaries with vmap, 40 MiB with lax.map(f, batch_size=8),
@@ -330,6 +344,11 @@ def _batched_note(t: compiled.Temporary) -> str:
     head = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
             f"{at}), is made under jax.vmap for every element of the batch at once, as the "
             "vectorized code would be")
+    if count > 1:
+        head = (f"{count} values from one line, {format_bytes(total)} together, are made "
+                f"under jax.vmap for every element of the batch at once, as the vectorized code "
+                f"would be (the largest, {t.op} {t.dtype}{list(t.shape)}, "
+                f"{format_bytes(t.nbytes)}{at})")
     cond = t.op == "select_n" and re.search(r"\bcond\(", t.line) is not None
     if cond:
         head += (". A lax.cond whose predicate jax.vmap batches becomes a select (XLA has no "
@@ -495,7 +514,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
                      "reads (XLA drops them); they stay on the device while you hold them.")
     temporaries = c.temporaries()
-    batched = [t for t in temporaries if t.batched and t.nbytes * 4 >= peak]
+    batched = _batched_by_line(c, peak)
     jacobians = c.jacobians()
     the_long_way = [(r, held) for r in jacobians if r.batch >= 4 * r.other_way and (
         held := max((t for t in temporaries if t.shape[:1] == (r.batch,)),
@@ -504,9 +523,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if the_long_way:
         r, held = the_long_way[0]
         notes.append(_jacobian_note(r, held))
-        batched = [t for t in batched if t.shape[:1] != (r.batch,)]  # its rows: not lax.map
+        batched = [b for b in batched if b[0].shape[:1] != (r.batch,)]  # its rows: not lax.map
     if batched:
-        notes.append(_batched_note(batched[0]))
+        notes.append(_batched_note(*batched[0]))
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
                  if hasattr(leaf, "shape"))
     if unrolled := c.unrolled(leaves):

@@ -355,6 +355,8 @@ def compile_log_text(log: CompileLog) -> str:
         return "compiles: the block has not ended yet"
     lines = [f"{log.compiles} compile(s), {log.compile_seconds:.2f} s of XLA compiling, in a "
              f"block of {log.seconds:.2f} s" + (
+                 f" ({log.cache_loads} of them loaded from the persistent compilation cache, "
+                 f"{log.load_seconds:.2f} s)" if log.cache_loads else "") + (
                  f" ({log.kit_compiles} more the kit made itself to price a step, such as "
                  "preflight_step, left out)" if log.kit_compiles else "")]
     for f in log.functions:

@@ -88,8 +88,10 @@ def test_percent_percent_memory_measures_the_cell(shell, capsys):
     assert f"{c.seconds:.2f} s with the kit watching (its line tracer" in str(c)  # jax#968
 
 
-def test_neuralgcm_197_percent_percent_memory_says_when_work_was_still_queued(shell, monkeypatch):
-    """neuralgcm#197: an unroll returns at once and the first print of its result waits. A
+def test_neuralgcm_197_jax_4474_percent_percent_memory_says_when_work_was_still_queued(
+        shell, monkeypatch):
+    """neuralgcm#197: an unroll returns at once and the first print of its result waits;
+    jax#4474: a timed cell that never waits for its result looks fast. A
     queued array is a stand-in here (whether a real one is still running is the scheduler's
     business): is_ready() False, as jax#928's test in test_memory.py makes it."""
     from helpers import memory
@@ -124,7 +126,9 @@ def test_percent_percent_memory_names_a_function_the_cell_compiled_again(shell):
 def test_jax_968_a_loop_of_tiny_operations_outside_jit_is_named_with_its_calls(shell):
     """jax#968: a Python loop of tiny jax.random calls runs far slower than NumPy: each
     operation outside jit is dispatched on its own. The counts are the tracer's, not times."""
-    shell.run_cell("key = jax.random.key(0)\nstep = jax.jit(lambda x: x * 2)")
+    shell.run_cell("key = jax.random.key(0)\nstep = jax.jit(lambda x: x * 2)\n"
+                   "keyed = jax.jit(lambda x, k: (x + jax.random.normal(k, x.shape), "
+                   "jax.random.split(k)[0]))")
     loop = textwrap.dedent("""
         x = jnp.zeros(10)
         for i in range(200):
@@ -149,6 +153,8 @@ def test_jax_968_a_loop_of_tiny_operations_outside_jit_is_named_with_its_calls(s
         for i in range(200):
             x = step(x)
             total = float(x.sum())
+        for i in range(200):  # a typed key's flatten runs in Python: no operation either
+            x, key = keyed(x, key)
         @jax.jit
         def unrolled(x):
             for i in range(200):

@@ -29,9 +29,9 @@ from typing import Any
 
 from helpers._internal import frames
 
-__all__ = ["ALLOCATOR_VARS", "CACHE_MISS_PREFIX", "COMPILE_EVENT", "COMPILING_LOGGER",
-           "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved", "STARTUP_VARS",
-           "TESTED_FLOOR", "aliased_parameters",
+__all__ = ["ALLOCATOR_VARS", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX", "COMPILE_EVENT",
+           "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved",
+           "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters",
            "asarray_is_explicit", "backend_errors", "backend_factories", "backend_start_snapshot",
            "backends_started", "compiled_function_name", "device_name", "distributed_coordinator",
            "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
@@ -525,6 +525,10 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
 # --- compiles: JAX's cache-miss explanations and its compile events ------------------------
 #: jax.monitoring's event for one XLA compile; its ``fun_name`` is "jit(f)" (0.8.0 and 0.10.2)
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+#: recorded only when a program is loaded from the persistent compilation cache, inside the
+#: COMPILE_EVENT that then follows on the thread (jax/_src/compiler.py, compile_or_get_cached;
+#: 0.8.0 and 0.10.2 alike)
+CACHE_LOAD_EVENT = "/jax/compilation_cache/cache_retrieval_time_sec"
 #: how each of JAX's explanations starts when ``jax_explain_cache_misses`` is on
 CACHE_MISS_PREFIX = "TRACING CACHE MISS"
 #: the logger that says, at DEBUG (WARNING with jax_log_compiles), what each compile lowers:

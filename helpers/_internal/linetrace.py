@@ -24,7 +24,8 @@ from helpers._internal import frames, jaxcompat
 __all__ = ["Followed", "follow"]
 
 #: JAX functions that read an array back or describe it, rather than start work on it: a call
-#: to one is not an operation dispatched (float(loss) in a training loop is not jax#968's cost)
+#: to one is not an operation dispatched (float(loss) in a training loop is not jax#968's cost);
+#: nor is a pytree's flatten or unflatten (a typed key's, which a jitted call runs in Python)
 _NOT_OPERATIONS = frozenset({
     "__float__", "__int__", "__bool__", "__index__", "__complex__", "__array__", "__len__",
     "__repr__", "__str__", "__format__", "__hash__", "__dlpack__", "item", "tolist",
@@ -65,7 +66,8 @@ class _Tracer:
             kind = self.kinds[code] = (
                 _USER if frames.is_user_frame(frame) else
                 _JAX_CALL if code.co_filename.startswith(self.jax_dir)
-                and code.co_name not in _NOT_OPERATIONS else _OTHER)
+                and code.co_name not in _NOT_OPERATIONS and "flatten" not in code.co_name
+                else _OTHER)
         return kind
 
     def mark(self, frame) -> None:
