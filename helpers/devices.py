@@ -758,6 +758,9 @@ class LeafPlacement(Record):
     memory_kind: str | None
     committed: bool | None  # None for NumPy and Python values
     deleted: bool = False
+    #: the devices in its mesh's order, where its sharding has a mesh (two meshes over the same
+    #: devices in other orders do not mix in a jit); () otherwise
+    mesh_order: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -797,9 +800,14 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
             return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), 0, (), None,
                                  None, deleted=True)
         names = tuple(s.device for s in _shards(x))
+        mesh = getattr(x.sharding, "mesh", None)
+        try:
+            order = tuple(device_name(d) for d in mesh.devices.flat) if mesh is not None else ()
+        except Exception:  # an abstract mesh: no devices of its own
+            order = ()
         return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), int(x.nbytes),
                              names, getattr(x.sharding, "memory_kind", None),
-                             bool(x.committed))
+                             bool(x.committed), mesh_order=order)
     if isinstance(x, np.ndarray):
         return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
                              int(x.nbytes), (), None, None)
@@ -830,9 +838,26 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
     if len(committed) > 1:
         groups = "; ".join(f"{', '.join(devs)}: {_paths(paths)}"
                            for devs, paths in committed.items())
+        spread = max(committed, key=len)
+        fix = ("jax.device_put(tree, device) to put every leaf in one place first" if
+               len(spread) == 1 else
+               "put the others where the spread ones are, replicated over their mesh "
+               "(jax.device_put(leaf, NamedSharding(mesh, P())), mesh the spread leaves' "
+               "sharding.mesh), or make them under that mesh: putting the whole tree on one "
+               "device would gather the spread ones there")
         out.append(f"committed leaves sit on different devices ({groups}): a jit over the whole "
-                   "tree raises 'Received incompatible devices for jitted computation'. Fix: "
-                   "jax.device_put(tree, device) to put every leaf in one place first.")
+                   f"tree raises 'Received incompatible devices for jitted computation'. Fix: "
+                   f"{fix}.")
+    orders: dict[tuple[str, ...], list[str]] = {}
+    for leaf in leaves:
+        if leaf.committed and len(leaf.mesh_order) > 1:
+            orders.setdefault(leaf.mesh_order, []).append(leaf.path)
+    if len(orders) > 1 and len({tuple(sorted(o)) for o in orders}) == 1:
+        listed = "; ".join(f"[{', '.join(o)}]: {_paths(paths)}" for o, paths in orders.items())
+        out.append(f"leaves sit on the same devices through meshes of different device orders "
+                   f"({listed}): a jit over them raises 'Received incompatible devices for "
+                   "jitted computation', though the devices are the same. Fix: build every "
+                   "sharding from one Mesh (NamedSharding(x.sharding.mesh, spec)).")
     moved = [leaf.path for leaf in leaves if leaf.committed is False and committed
              and all(leaf.devices != devs for devs in committed)]
     if len(committed) == 1 and moved:

@@ -44,6 +44,48 @@ def test_committed_leaves_on_two_devices_are_flagged_as_jax_raises(two):
     jax.jit(add)(fixed).block_until_ready()
 
 
+def _mesh(order):
+    from jax.sharding import Mesh
+
+    return Mesh(np.array([jax.devices()[i] for i in order]), ("x",))
+
+
+def test_meshes_of_one_device_set_in_other_orders_are_flagged_as_jax_raises():
+    """levanter#635, jax#15903: two meshes over the same devices in different orders; the kit
+    said 'no problem', comparing the sorted devices."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    a = jax.device_put(jnp.ones(8), NamedSharding(_mesh([0, 1, 2, 3]), P("x")))
+    b = jax.device_put(jnp.ones(8), NamedSharding(_mesh([0, 2, 1, 3]), P("x")))
+    tree = {"w": a, "b": b}
+    (problem,) = devices.tree_placement(tree).problems
+    assert "meshes of different device orders" in problem and "one Mesh" in problem
+    with pytest.raises(ValueError, match="incompatible devices"):  # what the kit says
+        jax.jit(add)(tree)
+    fixed = {"w": a, "b": jax.device_put(b, NamedSharding(a.sharding.mesh, P("x")))}
+    assert devices.tree_placement(fixed).problems == ()
+    jax.jit(add)(fixed).block_until_ready()
+
+
+def test_a_leaf_on_one_device_beside_a_mesh_is_put_on_the_mesh_not_the_tree_on_one_device():
+    """keras#18681: a variable made outside the distribution scope sits on one device beside
+    the sharded ones; putting the whole tree on one device would gather them there."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh([0, 1, 2, 3])
+    tree = {"w": jax.device_put(jnp.ones(8), NamedSharding(mesh, P("x"))),
+            "b": jax.device_put(jnp.ones(8), jax.devices()[0])}
+    (problem,) = devices.tree_placement(tree).problems
+    assert "NamedSharding(mesh, P())" in problem and "jax.device_put(tree, device)" not in problem
+    with pytest.raises(ValueError, match="incompatible devices"):
+        jax.jit(add)(tree)
+    fixed = {**tree, "b": jax.device_put(tree["b"], NamedSharding(mesh, P()))}  # the fix
+    assert devices.tree_placement(fixed).problems == ()
+    assert jax.jit(add)(fixed).sharding.mesh == mesh
+
+
 def test_uncommitted_leaves_elsewhere_are_copied_on_every_call(two):
     _, d1 = two
     tree = {"w": jax.device_put(jnp.ones(3), d1), "b": jnp.ones(3)}  # b: uncommitted, cpu:0
