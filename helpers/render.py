@@ -429,7 +429,7 @@ def cell_memory_text(c: CellMemory) -> str:
                  "high-water mark")
     moved = ", ".join(f"{r['count']} {r['direction']} "
                       f"({'explicit' if r['explicit'] else 'implicit'}"
-                      f"{', ' + format_bytes(r['bytes']) if r['bytes'] else ''})"
+                      f"{', ' + _copied_size(r) if r['bytes'] or r['unknown_size'] else ''})"
                       for r in c.transfers) or "none seen"
     lines.append(f"copies: {moved}; {c.seconds:.2f} s with the kit watching (its line tracer "
                  "slows Python code: time the cell without %%memory)"
@@ -606,15 +606,20 @@ def snapshot_text(s: MemorySnapshot) -> str:
 _KIND = {True: "explicit", False: "implicit", None: "?"}
 
 
+def _copied_size(r: dict) -> str:
+    """A summary row's bytes: "?" where no copy's size was logged (jit's fast path), "+?" where
+    some were not."""
+    if r["unknown_size"] == r["count"]:
+        return "?"
+    return format_bytes(r["bytes"]) + ("+?" if r["unknown_size"] else "")
+
+
 def transfer_log_text(log: TransferLog) -> str:
     if not log.transfers:
         return "no transfers"
     lines = [f"{'direction':<15} {'kind':<9} {'count':>5} {'bytes':>12}"]
     for r in log.summary():
-        if r["unknown_size"] == r["count"]:
-            size = "?"  # logged without shapes (jit's fast path)
-        else:
-            size = format_bytes(r["bytes"]) + ("+?" if r["unknown_size"] else "")
+        size = _copied_size(r)
         lines.append(f"{r['direction']:<15} {_KIND[r['explicit']]:<9} {r['count']:>5} "
                      f"{size:>12}")
     by_line = [r for r in log.by_line() if r["line"] != "(line not known)"]

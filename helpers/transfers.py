@@ -167,7 +167,22 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
                                   fields["raw"], where,
                                   _reason(direction, explicit, shape, dtype, where, dst, split),
                                   logged_at(line), piece))
-    return transfers, other
+    return _whole_then_split(transfers), other
+
+
+def _whole_then_split(transfers: list) -> list:
+    """An explicit device_put's pieces read as "whole on one device" only where every piece
+    at its line came from one device: pieces of an array already split (a reshard) are plain
+    moves."""
+    import dataclasses
+
+    sources: dict[str, set] = {}
+    for t in transfers:
+        if t.reason.startswith(_WHOLE_PUT):
+            sources.setdefault(t.line, set()).add(t.source)
+    spread = {line for line, devs in sources.items() if len(devs) > 1}
+    return [dataclasses.replace(t, reason=_MOVED) if t.line in spread and t.reason.startswith(
+        _WHOLE_PUT) else t for t in transfers]
 
 
 #: jnp's creation functions that, given ``device=``, build the whole array on the default device
@@ -188,11 +203,26 @@ _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in pla
                "copy, but NumPy promises only 16-byte alignment)")
 
 
+_WHOLE_PUT = "jax.device_put of an array whole on one device"
+_MOVED = "an array on another device moved to where the computation runs"
+
+
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
             destination: str | None = None, split: bool = False) -> str:
     """Why the copy happened, in a few words, from what the guard logged and the user's line
     (``split``: the destination is split over a mesh, one copy per device)."""
     source = where.split(": ", 1)[-1] if where else ""
+    if direction == D2D and split and _MADE_ON_DEFAULT.search(source):
+        return ("made whole on the default device, then split over the sharding you named, "
+                "each piece copied from there: that device holds the whole array and its "
+                "pieces at once (jax-ml/jax#14075); make it inside jax.jit(lambda: ..., "
+                "out_shardings=sharding)() instead, and each device makes its own piece")
+    if direction == D2D and split and explicit:
+        return (_WHOLE_PUT + " to a sharding over several: "
+                "each piece is copied from that device, which holds the whole array and the "
+                "pieces at once (jax-ml/jax#14075); put host data (NumPy) straight onto the "
+                "sharding, or make the array inside jax.jit(..., out_shardings=sharding), and "
+                "no device holds it whole")
     if direction in (D2D, D2H) and _MADE_ON_DEFAULT.search(source):
         return ("made whole on the default device, then copied to the device= you named "
                 "(jnp's creation functions do so): it needs room there first; create it "
@@ -204,7 +234,7 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "was: put host data straight onto its pieces, jax.device_put(x, sharding), or "
                 "make it inside the step, rather than on other devices first")
     if direction == D2D:
-        return "an array on another device moved to where the computation runs"
+        return _MOVED
     if direction == D2H:
         return ("jax.device_get" if explicit else
                 "reading a value back (np.asarray, float(), print, .item(), a Python if)")

@@ -166,6 +166,17 @@ def test_jax_968_a_loop_of_tiny_operations_outside_jit_is_named_with_its_calls(s
     assert c.eager_lines == () and "outside jit" not in str(c)
 
 
+def test_percent_percent_memory_shows_copies_of_unlogged_size_as_unknown_not_as_the_total():
+    from helpers.ipython import CellMemory
+
+    row = {"direction": "host->device", "explicit": False, "count": 1000, "bytes": 8,
+           "unknown_size": 998}  # jit's fast path logs no shape: most sizes are not known
+    c = CellMemory((), 0, 0, 0, (row,), 0.1, False)
+    assert "1000 host->device (implicit, 8 B+?)" in str(c)
+    c = CellMemory((), 0, 0, 0, ({**row, "bytes": 0, "unknown_size": 1000},), 0.1, False)
+    assert "1000 host->device (implicit, ?)" in str(c)
+
+
 def test_a_real_oom_in_a_capped_child_is_explained_and_the_shell_lives():
     """CPU stand-in: RLIMIT_AS caps the child's address space, so XLA's own allocation fails
     with RESOURCE_EXHAUSTED, as the CUDA allocator's does on a GPU."""

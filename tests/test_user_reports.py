@@ -1194,3 +1194,28 @@ def test_jax_9672_jit_of_a_bound_method_made_in_a_loop_compiles_every_call():
         for _ in range(3):
             f(a)
     assert fixed.function("f").compiles == 1
+
+
+def test_jax_14075_an_array_made_whole_then_split_over_devices_is_named_with_out_shardings():
+    """device_put(jnp.zeros(n), sharding) over several devices failed at half of one device's
+    memory: the whole array is made on one device and each piece copied from it (pschuh; the
+    fix, jax#18263: make it inside jit with out_shardings)."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    s = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x"))
+    n = 1 << 18
+    whole = jnp.zeros(n)
+    with transfers.trace() as log:
+        jax.device_put(whole, s)
+        jnp.zeros(n, device=s)
+    reasons = {r["line"].split(": ", 1)[1]: " ".join(r["reasons"]) for r in log.by_line()}
+    put = reasons["jax.device_put(whole, s)"]
+    assert "whole on one device" in put and "jax-ml/jax#14075" in put and "out_shardings" in put
+    made = reasons["jnp.zeros(n, device=s)"]
+    assert "made whole on the default device, then split" in made and "out_shardings" in made
+    assert "jax.default_device" not in made  # it takes a device, not a sharding
+    with transfers.trace() as fixed:
+        out = jax.jit(lambda: jnp.zeros(n), out_shardings=s)()  # the fix: made in pieces
+    assert not any("14075" in " ".join(r["reasons"]) for r in fixed.by_line())
+    assert out.sharding == s and len(out.addressable_shards) == len(jax.devices())
