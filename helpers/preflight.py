@@ -264,6 +264,9 @@ class StepPreflight(_Verdict, Display):
     narrowed_arguments: tuple[NarrowedArgument, ...] = ()
     #: ("device=d", line) of each creation given a device= inside the step, which jit drops
     dropped_device_keywords: tuple[tuple[str, str], ...] = ()
+    #: (the spec, line) of each jax.device_put inside the step to a NamedSharding that splits
+    #: over a mesh of Auto axes: jit lowers no sharding for it, the value comes back whole
+    unsplit_sharding_puts: tuple[tuple[str, str], ...] = ()
     #: (the output's path, "float32[2048, 2048]", bytes) of each gradient the step returns
     #: that JAX knows is zero and makes all the same (a parameter under stop_gradient)
     zero_gradients: tuple[tuple[str, str, int], ...] = ()
@@ -605,6 +608,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "out_shardings=jax.sharding.SingleDeviceSharding(device), "
             "or make the value outside jit, or pass the step an argument already there (jit "
             "runs where its committed arguments are).")
+    if unsplit := c.unsplit_sharding_puts():
+        spec, at = unsplit[0]
+        notes.append(
+            f"jax.device_put(..., NamedSharding(mesh, {spec})) inside jit"
+            f"{f' ({at})' if at else ''} does not split the value: on a mesh of Auto axes "
+            "(Mesh(...)'s default) JAX lowers no sharding for it, and it comes back whole on "
+            "every device of the mesh (jax 0.8.0 and 0.10.2). jax.lax.with_sharding_constraint("
+            "x, sharding) inside jit splits it, as does out_shardings on the jit.")
     if ignored:
         put_to, put_at = ignored[0]
         notes.append(
@@ -636,7 +647,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed,
-        dropped_device_keywords=dropped, zero_gradients=zeros)
+        dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit)
 
 
 def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs

@@ -1115,3 +1115,35 @@ def test_a_bfloat16_value_multiplied_by_zero_is_listed_as_a_float32_one_is():
     for dtype in (jnp.bfloat16, jnp.float32):
         c = preflight.preflight_step(step, w.astype(dtype), jnp.ones((256, 256), dtype))
         assert [z[0] for z in c.scaled_by_zero] == [f"{jnp.dtype(dtype).name}[256, 256]"], dtype
+
+
+def test_a_device_put_to_a_split_sharding_inside_jit_on_an_auto_mesh_is_named_as_not_split():
+    """On a Mesh(...) of Auto axes, jax.device_put(x, NamedSharding(mesh, P('x'))) inside jit
+    lowers no sharding: the value comes back whole on every device (found by a helper putting
+    sharding threads to the kit)."""
+    from jax.sharding import AxisType, Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    s = NamedSharding(mesh, P("x"))
+    x = jnp.ones(64)
+
+    def put(x):
+        return jax.device_put(x * 2, s)
+
+    assert jax.jit(put)(x).sharding.is_fully_replicated  # what the note says
+    p = preflight.preflight_step(put, x)
+    ((spec, line),) = p.unsplit_sharding_puts
+    assert spec in ("P('x',)", "PartitionSpec('x',)") and "jax.device_put(x * 2, s)" in line
+    assert "does not split the value" in p.advice and "with_sharding_constraint" in p.advice
+
+    def constrained(x):  # the fix the note gives
+        return jax.lax.with_sharding_constraint(x * 2, s)
+
+    assert not jax.jit(constrained)(x).sharding.is_fully_replicated
+    assert preflight.preflight_step(constrained, x).unsplit_sharding_puts == ()
+    explicit = NamedSharding(jax.make_mesh((len(jax.devices()),), ("x",),
+                                           axis_types=(AxisType.Explicit,)), P("x"))
+    for fine in (lambda x: jax.device_put(x * 2, explicit),
+                 lambda x: jax.device_put(x * 2, NamedSharding(mesh, P()))):
+        assert preflight.preflight_step(fine, x).unsplit_sharding_puts == ()
