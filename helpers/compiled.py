@@ -724,16 +724,20 @@ class CompiledStep:
         for each array the step returns. The kind: "gradient" (made by a derivative's backward
         pass), "zero gradient" (one JAX knows is zero and makes all the same), or ""; "" for
         every output where the jaxpr's outputs are not the executable's (a wrapper's split)."""
+        return list(self._outputs)
+
+    @cached_property
+    def _outputs(self) -> tuple[tuple[str, Any, str], ...]:
         jax = devices.start_jax()
         try:
             flat = jax.tree_util.tree_flatten_with_path(self.executable.out_info)[0]
         except Exception:  # an executable that does not say
-            return []
+            return ()
         kinds = jaxprs.output_kinds(self.jaxpr)
         if self.lowered_with_arguments or len(kinds) != len(flat):
             kinds = [""] * len(flat)
-        return [(jax.tree_util.keystr(path), leaf, kind)
-                for (path, leaf), kind in zip(flat, kinds, strict=True)]
+        return tuple((jax.tree_util.keystr(path), leaf, kind)
+                     for (path, leaf), kind in zip(flat, kinds, strict=True))
 
     def scan_stacks(self, room: int, most: int = 3) -> tuple[ScanStack, ...]:
         """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its

@@ -253,13 +253,10 @@ def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 
             if name.startswith("_") or isinstance(value, (type, type(os))):
                 continue
             for where, tree in _trees_under(name, value, jax):
-                try:
-                    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-                except Exception:  # a pytree node of the user's whose flatten fails
-                    continue
+                flat = _bounded_flatten(tree, jax, deadline)
                 leaves = [(jax.tree_util.keystr(path), leaf) for path, leaf in flat
-                          if isinstance(leaf, jax.Array)]
-                if len(leaves) < 2 or len(leaves) > 100_000:
+                          if isinstance(leaf, jax.Array) and not leaf.is_deleted()]
+                if len(leaves) < 2:  # (a donated tree's arrays are deleted: no memory)
                     continue
                 nbytes = sum(_nbytes(leaf) for _, leaf in leaves)
                 if nbytes < 2**20:
@@ -279,6 +276,33 @@ def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 
     return tuple(sorted(out, key=lambda x: -x[1] * len(x[0]))[:most])
 
 
+class _TooBig(Exception):
+    pass
+
+
+#: a tree of more nodes than this is no parameter tree the kit compares (a token list, records)
+_MOST_NODES = 20_000
+
+
+def _bounded_flatten(tree: Any, jax: Any, deadline: float) -> list:
+    """``tree_flatten_with_path``, given up ([]) past ``_MOST_NODES`` nodes or the deadline: a
+    namespace can hold a list of millions of numbers, which a whole flatten would copy."""
+    seen = [0]
+
+    def is_leaf(node) -> bool:
+        seen[0] += 1
+        if seen[0] > _MOST_NODES or (seen[0] % 1000 == 0 and time.perf_counter() > deadline):
+            raise _TooBig
+        if isinstance(node, (list, tuple, dict)) and len(node) > _MOST_NODES:
+            raise _TooBig
+        return False
+
+    try:
+        return jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
+    except Exception:  # too big, or a pytree node of the user's whose flatten fails
+        return []
+
+
 def _trees_under(name: str, value: Any, jax: Any) -> list[tuple[str, Any]]:
     """The value a name holds, and each dict value or attribute one step into it, named as the
     user would write them (``variables['params']``, ``model.params``)."""
@@ -293,10 +317,19 @@ def _trees_under(name: str, value: Any, jax: Any) -> list[tuple[str, Any]]:
             fields = dict(vars(value))
         except Exception:  # no __dict__ (a tuple, a number), or one that cannot be read
             fields = {}
-        out += [(f"{name}.{k}", v) for k, v in list(fields.items())[:100]
-                if not k.startswith("_") and not isinstance(v, jax.Array)
-                and not callable(v)]
+        kind = type(value)
+        out += [(f"{name}.{_public(kind, k)}", v) for k, v in list(fields.items())[:100]
+                if _public(kind, k) and not isinstance(v, jax.Array) and not callable(v)]
     return out
+
+
+def _public(kind: type, attribute: str) -> str:
+    """The name a user reads an attribute by: itself, or for ``_params`` behind a ``params``
+    property (a Hugging Face Flax model) the property's; "" for another private one."""
+    if not attribute.startswith("_"):
+        return attribute
+    public = attribute.lstrip("_")
+    return public if public and isinstance(getattr(kind, public, None), property) else ""
 
 
 def _cyclic_garbage() -> frozenset[int]:

@@ -563,8 +563,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "parameters you train: pass the frozen ones as another argument, outside jax.grad's "
             "argnums (eqx.partition splits a model so), and no zero gradient is made or kept.")
     narrowed = _narrowed_arguments(c, fn, args, kwargs)
-    if (wide := sum(n.nbytes for n in narrowed)) >= 2**20 and 8 * wide >= peak:
-        notes.append(_narrowed_note(narrowed, wide))
+    in_trees = tuple(n for n in narrowed if n.argument != _root(n.argument))  # parameters
+    whole = tuple(n for n in narrowed if n.argument == _root(n.argument))  # an array: data
+    for group, note in ((in_trees, _narrowed_note), (whole, _narrowed_data_note)):
+        if (wide := sum(n.nbytes for n in group)) >= 2**20 and 8 * wide >= peak:
+            notes.append(note(group, wide))
     if static := _static_arrays(c, fn, args, kwargs):
         name, node, array = static[0]
         notes.append(
@@ -752,14 +755,24 @@ def _narrowed_arguments(c: compiled.CompiledStep, fn, args, kwargs
     return tuple(sorted(out, key=lambda n: -n.nbytes))
 
 
-def _narrowed_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
-    """The note for arguments read only through a narrower cast: what they cost, the fix."""
+def _root(argument: str) -> str:
+    """The top-level argument's name in a leaf's path ("params" of "params['w']")."""
+    return re.split(r"[\[.]", argument, maxsplit=1)[0]
+
+
+def _saved(narrowed: tuple[NarrowedArgument, ...], wide: int) -> int:
+    """The bytes the narrower type would save."""
     jnp = devices.start_jax().numpy
+    return wide - sum(n.nbytes * jnp.dtype(n.read_as).itemsize // jnp.dtype(n.dtype).itemsize
+                      for n in narrowed)
+
+
+def _narrowed_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
+    """The note for arrays of argument trees (parameters) read only through a narrower cast:
+    what they cost, the fix."""
     first, more = narrowed[0], len(narrowed) - 1
-    saved = wide - sum(n.nbytes * jnp.dtype(n.read_as).itemsize // jnp.dtype(n.dtype).itemsize
-                       for n in narrowed)
     hf = {"bfloat16": "to_bf16", "float16": "to_fp16"}.get(first.read_as)
-    root = re.split(r"[\[.]", first.argument, maxsplit=1)[0]
+    root = _root(first.argument)
     return (
         f"{first.argument}{f' and {more} more argument arrays' if more else ''} "
         f"({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only as "
@@ -768,23 +781,42 @@ def _narrowed_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
         f"cop{'ies stay' if more else 'y stays'} on the device though the computation uses "
         f"only the {first.read_as} one{'s' if more else ''}. Stored as {first.read_as} "
         f"(jax.tree.map(lambda p: p.astype(jnp.{first.read_as}), {root})"
-        f"{f'; a Hugging Face Flax model: model.{hf}({root})' if hf else ''}) they take "
-        f"{format_bytes(saved)} less. A Flax module's dtype= sets the computation's type, not "
-        "the parameters' (param_dtype does). Keep them "
-        f"{first.dtype} where they are master weights that an optimizer updates.")
+        f"{f'; a Hugging Face Flax model: model.{hf}({root})' if hf else ''}) "
+        f"{'they take' if more else 'it takes'} {format_bytes(_saved(narrowed, wide))} less. "
+        "A Flax module's dtype= sets the computation's type, not the parameters' (param_dtype "
+        f"does). Keep them {first.dtype} where they are master weights that an optimizer "
+        "updates.")
+
+
+def _narrowed_data_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
+    """The note for whole array arguments (a batch of data) read only through a narrower
+    cast."""
+    first, more = narrowed[0], len(narrowed) - 1
+    names = " and ".join(n.argument for n in narrowed[:3])
+    return (
+        f"{names} ({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only "
+        f"as {first.read_as}{f' ({first.line})' if first.line else ''}: made or loaded as "
+        f"{first.read_as}, {'they take' if more else 'it takes'} "
+        f"{format_bytes(_saved(narrowed, wide))} less on the device, and in each copy to it.")
 
 
 def _argument_split(c: compiled.CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:
     """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
     parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
-    seen: set[int] = set()
+    seen: dict[int, str] = {}  # id of an array -> the argument it was counted under
     out = []
     for name, value in c.arguments(fn, args, kwargs):
-        total = 0
+        total, elsewhere = 0, []
         for leaf in devices.start_jax().tree.leaves(value):
-            if hasattr(leaf, "shape") and hasattr(leaf, "dtype") and id(leaf) not in seen:
-                seen.add(id(leaf))
-                total += compiled.array_bytes(leaf)
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                continue
+            if id(leaf) in seen:
+                elsewhere.append(seen[id(leaf)])
+                continue
+            seen[id(leaf)] = name
+            total += compiled.array_bytes(leaf)
+        if elsewhere and not total:  # passed twice: XLA's argument size counts it twice
+            name = f"{name} (the same arrays as {', '.join(dict.fromkeys(elsewhere))})"
         out.append((name, total))
     return tuple(sorted(out, key=lambda kv: -kv[1]))
 
@@ -902,16 +934,20 @@ def _short(source: str) -> str:
                             source, count=1)
 
 
-def _scan_lengths(fn: Callable, args, kwargs) -> set[int] | None:
-    """The lengths of the scans in ``fn``'s forward pass, nested ones included; None where it
-    cannot be traced apart (then every scan output counts as stacked)."""
+def _scan_lengths(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple]]:
+    """(the lengths of the scans in ``fn``'s forward pass, nested ones included; the (shape,
+    dtype) of their carries, which a stacked output is not). None where it cannot be traced
+    apart (then every scan output counts as stacked)."""
     jax = devices.start_jax()
     try:
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
     except Exception:
-        return None
-    return {int(eqn.params["length"]) for j, _ in jaxprs.walk(closed)
-            for eqn in getattr(j, "eqns", ()) if eqn.primitive.name == "scan"}
+        return None, set()
+    scans = [eqn for j, _ in jaxprs.walk(closed) for eqn in getattr(j, "eqns", ())
+             if eqn.primitive.name == "scan"]
+    return ({int(eqn.params["length"]) for eqn in scans},
+            {(tuple(v.aval.shape), str(v.aval.dtype)) for eqn in scans
+             for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape")})
 
 
 def residuals(fn: Callable, *args, **kwargs) -> Residuals:
@@ -945,9 +981,10 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     extra = [r for r in out if not r.is_argument]
     # a scan's stacked outputs lead with its length; its final carry, also "output of scan",
     # does not grow with the length
-    lengths_run = _scan_lengths(fn, args, kwargs)
+    lengths_run, carries = _scan_lengths(fn, args, kwargs)
     scans = [r for r in extra if r.source.startswith("output of scan") and r.shape
-             and (lengths_run is None or r.shape[0] in lengths_run)]
+             and (lengths_run is None or (r.shape[0] in lengths_run
+                                          and (r.shape, r.dtype) not in carries))]
     saved_bytes, scan_bytes = sum(r.nbytes for r in extra), sum(r.nbytes for r in scans)
     lengths = tuple(sorted({r.shape[0] for r in scans}))
     advice = ""

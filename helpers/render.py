@@ -447,8 +447,8 @@ def cell_memory_text(c: CellMemory) -> str:
                      "the end of the cell times it.")
     if c.eager_lines:
         lines.append("JAX operations dispatched one by one from a Python loop:")
-        lines += [f"  {line}: ran {runs:,} times and called JAX {calls:,} times outside jit"
-                  for line, runs, calls in c.eager_lines]
+        lines += [f"  {line}: ran {runs:,} times and made {calls:,} calls into JAX's Python "
+                  "code outside jit" for line, runs, calls in c.eager_lines]
         lines.append(
             "Outside jit each JAX operation is dispatched on its own, a fixed cost of "
             "microseconds that for small arrays is far more than the arithmetic "

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import devices, measure, preflight
+from helpers import compiled, devices, measure, preflight
 from helpers._internal import jaxcompat
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
@@ -457,6 +457,14 @@ def test_a_scan_s_final_carry_is_not_counted_as_stacked_over_its_length():
     assert carries and r.scan_lengths == (1000,)
     assert r.scan_bytes == sum(x.nbytes for x in r.residuals if x.shape[:1] == (1000,))
     assert "stacked over 1000 steps" in r.advice
+
+    def loss64(x):  # a carry whose first dimension is the scan's length (the review's case)
+        c, ys = jax.lax.scan(lambda c, _: (jnp.sin(c @ w), jnp.cos(c)), x, None, length=64)
+        return jnp.sum(c * x) + ys.sum()
+
+    r64 = preflight.residuals(loss64, jnp.ones((64, 64)))
+    assert r64.scan_bytes == sum(x.nbytes for x in r64.residuals if x.shape[:1] == (64,)
+                                 and len(x.shape) == 3)
 
 
 def test_residuals_of_something_that_cannot_be_traced():
@@ -1147,3 +1155,40 @@ def test_a_device_put_to_a_split_sharding_inside_jit_on_an_auto_mesh_is_named_as
     for fine in (lambda x: jax.device_put(x * 2, explicit),
                  lambda x: jax.device_put(x * 2, NamedSharding(mesh, P()))):
         assert preflight.preflight_step(fine, x).unsplit_sharding_puts == ()
+
+
+def test_an_array_passed_as_two_arguments_is_named_as_the_same_arrays_in_the_split():
+    x = jnp.ones((256, 256))
+    p = preflight.preflight_step(lambda a, b: a + b, x, x)
+    assert p.argument_split == (("a", x.nbytes), ("b (the same arrays as a)", 0))
+    assert p.argument_bytes == 2 * x.nbytes  # XLA's size counts the buffer once per argument
+    assert "b (the same arrays as a)" in str(p)
+    scalar = preflight.preflight_step(lambda a, s: a * s, x, 2.0)
+    assert scalar.argument_split == (("a", x.nbytes), ("s", 0))  # no array: nothing shared
+
+
+def test_gradients_of_scanned_layers_are_gradients_and_a_scan_s_carry_is_no_narrowed_input():
+    """A review found both: output kinds followed a scan into its body, where the name stack
+    no longer says transpose (so 'donate the parameters' came back for scanned layers), and a
+    float32 carry read in the body through a cast was called a narrowed input, whose fix
+    (store it as bfloat16) breaks the scan's carry types."""
+    w = jnp.full((8, 256, 256), 0.01)
+    x = jnp.ones((16, 256))
+
+    def loss(w, x):
+        h, _ = jax.lax.scan(lambda h, wi: (jnp.tanh(h @ wi), None), x, w)
+        return h.sum()
+
+    p = preflight.preflight_step(jax.grad(loss), w, x)
+    assert [kind for _, _, kind in compiled.compile_step(jax.grad(loss), w, x).outputs()] \
+        == ["gradient"]
+    assert "Nothing donated" not in p.advice
+
+    def rnn(h0, xs):
+        def body(h, x):
+            h = jnp.tanh(h.astype(jnp.bfloat16) @ x).astype(jnp.float32)
+            return h, None
+        return jax.lax.scan(body, h0, xs)[0]
+
+    r = preflight.preflight_step(rnn, jnp.ones((512, 512)), jnp.ones((4, 512, 512), jnp.bfloat16))
+    assert r.narrowed_arguments == ()

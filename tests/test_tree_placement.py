@@ -50,7 +50,7 @@ def _mesh(order):
     return Mesh(np.array([jax.devices()[i] for i in order]), ("x",))
 
 
-def test_meshes_of_one_device_set_in_other_orders_are_flagged_as_jax_raises():
+def test_levanter_635_meshes_of_one_device_set_in_other_orders_are_flagged_as_jax_raises():
     """levanter#635, jax#15903: two meshes over the same devices in different orders; the kit
     said 'no problem', comparing the sorted devices."""
     from jax.sharding import NamedSharding
@@ -68,7 +68,7 @@ def test_meshes_of_one_device_set_in_other_orders_are_flagged_as_jax_raises():
     jax.jit(add)(fixed).block_until_ready()
 
 
-def test_a_leaf_on_one_device_beside_a_mesh_is_put_on_the_mesh_not_the_tree_on_one_device():
+def test_keras_18681_a_leaf_on_one_device_beside_a_mesh_is_put_on_the_mesh_replicated():
     """keras#18681: a variable made outside the distribution scope sits on one device beside
     the sharded ones; putting the whole tree on one device would gather them there."""
     from jax.sharding import NamedSharding

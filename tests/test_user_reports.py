@@ -362,6 +362,8 @@ def test_the_table_lists_every_report_tested_here():
                  "928": "tests/test_memory.py", "1406": "tests/test_holders.py",
                  "105": "tests/test_compiles.py", "197": "tests/test_ipython.py",
                  "968": "tests/test_ipython.py", "4474": "tests/test_ipython.py",
+                 "802": "tests/test_ipython.py", "635": "tests/test_tree_placement.py",
+                 "18681": "tests/test_tree_placement.py",
                  "4310": "the H100 record"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
@@ -992,6 +994,22 @@ def test_transformers_15766_a_random_init_beside_the_loaded_weights_is_named_as_
     assert "_do_init=False" in text and "`del` it" in text
     model.params = loaded  # the fix: the model holds the loaded tree, the random one is gone
     assert holders.largest(2, namespace=ns).alike == ()
+
+    class PreTrained:  # transformers' FlaxPreTrainedModel: _params behind a params property
+        def __init__(self, params):
+            self._params = params
+
+        @property
+        def params(self):
+            return self._params
+
+    ns["model"] = PreTrained(init(jax.random.key(3)))
+    assert holders.largest(2, namespace=ns).alike == ((("model.params", "loaded"), each),)
+    donated = jax.jit(lambda p: jax.tree.map(lambda a: a + 1, p), donate_argnums=0)
+    ns["model"] = PreTrained(donated(ns["model"].params))  # the old tree's arrays are deleted
+    ns["old"] = loaded
+    ns["loaded"] = donated(loaded)  # `old` holds only deleted arrays now: no memory
+    assert all("old" not in names for names, _ in holders.largest(2, namespace=ns).alike)
     del ns["opt_state"], model
     gc.collect()
 
@@ -1144,6 +1162,7 @@ print(log)
     cold = run_python(code.format(cache=""))
     assert cold.returncode == 0, cold.stderr
     assert "jax_compilation_cache_dir" in cold.stdout and "numpyro#1249" in cold.stdout
+    assert "jax_persistent_cache_min_compile_time_secs" in cold.stdout  # 1 s by default
     cache = str(tmp_path / "jax-cache")
     first, second = (run_python(code.format(cache=cache)) for _ in range(2))
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr

@@ -212,8 +212,40 @@ def scaled_by_zero(closed) -> tuple[tuple[str, int, str], ...]:
     return tuple(sorted(out, key=lambda x: -x[1]))
 
 
-#: equations that call a jaxpr with their own operands, one for one: an inner jit, a remat
-_CALL_JAXPRS = ("jaxpr", "call_jaxpr")
+#: primitives that call a jaxpr with their own operands, one for one, and return its outputs:
+#: an inner jit, a remat, a custom derivative's function (not a scan, a loop or a branch, whose
+#: body runs per step or per case)
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call",
+          "custom_vjp_call", "custom_vjp_call_jaxpr")
+
+
+def _called(eqn):
+    """The jaxpr an inner jit or remat equation calls with its operands, one for one (None for
+    any other equation, or one whose counts do not match)."""
+    from jax.extend import core
+
+    if eqn.primitive.name not in _CALLS:
+        return None
+    inner = next((p for k in ("jaxpr", "call_jaxpr", "fun_jaxpr")
+                  if isinstance(p := eqn.params.get(k), (core.ClosedJaxpr, core.Jaxpr))), None)
+    body = inner.jaxpr if isinstance(inner, core.ClosedJaxpr) else inner
+    if body is None or len(body.invars) != len(eqn.invars) or \
+            len(body.outvars) != len(eqn.outvars):
+        return None
+    return body
+
+
+def _index(j) -> tuple[dict, dict]:
+    """(id of a variable -> the equation that makes it, id -> the equations that read it), for
+    one jaxpr: made once, so each question about a variable is a lookup."""
+    made, read = {}, {}
+    for eqn in j.eqns:
+        for v in eqn.outvars:
+            made[id(v)] = eqn
+        for v in eqn.invars:
+            if not hasattr(v, "val"):  # a Literal is no variable
+                read.setdefault(id(v), []).append(eqn)
+    return made, read
 
 
 def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
@@ -222,29 +254,25 @@ def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
     (float32 parameters under a bfloat16 computation, huggingface/transformers#12534): never
     as it is. Followed into inner jits and remats; any other use (returned, passed to a scan,
     read at full width) keeps an input off the list."""
-    from jax.extend import core
+    indexes: dict[int, tuple[dict, dict]] = {}
 
     def uses(j, var) -> list[tuple[str, str]] | None:
         """[(dtype, line)] of each use of ``var`` in ``j``, all narrowing casts; else None."""
         if any(v is var for v in getattr(j, "outvars", ())):
             return None
+        if id(j) not in indexes:
+            indexes[id(j)] = _index(j)
+        _, read = indexes[id(j)]
         found = []
-        for eqn in j.eqns:
-            at = [i for i, v in enumerate(eqn.invars) if v is var]
-            if not at:
-                continue
-            inner = next((p for k in _CALL_JAXPRS
-                          if isinstance(p := eqn.params.get(k), (core.ClosedJaxpr, core.Jaxpr))),
-                         None)
-            if inner is not None:
-                body = inner.jaxpr if isinstance(inner, core.ClosedJaxpr) else inner
-                if len(body.invars) != len(eqn.invars):
-                    return None
-                for i in at:
-                    below = uses(body, body.invars[i])
-                    if below is None:
-                        return None
-                    found += below
+        for eqn in dict.fromkeys(read.get(id(var), [])):  # (an equation reading it twice)
+            body = _called(eqn)
+            if body is not None:
+                for i, v in enumerate(eqn.invars):
+                    if v is var:
+                        below = uses(body, body.invars[i])
+                        if below is None:
+                            return None
+                        found += below
                 continue
             to = eqn.params.get("new_dtype") if eqn.primitive.name == "convert_element_type" \
                 else None
@@ -270,22 +298,21 @@ def output_kinds(closed) -> list[str]:
     """One word per output of the step: "zero gradient" for a gradient JAX knows is zero and
     makes all the same (``instantiate_zeros``: a parameter under ``stop_gradient``, or one the
     loss never reads; jax-ml/jax#23316), "gradient" for one a derivative's backward pass made
-    (its name stack says transpose), "" otherwise (an update ``p - lr * g`` is ""). Followed
-    into inner jits."""
-    from jax.extend import core
+    (its name stack says transpose: a scan of the backward pass too), "" otherwise (an update
+    ``p - lr * g`` is ""). Followed into inner jits and remats, not into a scan's body."""
+    indexes: dict[int, tuple[dict, dict]] = {}
 
     def kind(j, var) -> str:
-        made = next((e for e in j.eqns if any(v is var for v in e.outvars)), None)
+        if id(j) not in indexes:
+            indexes[id(j)] = _index(j)
+        made_by, _ = indexes[id(j)]
+        made = made_by.get(id(var))
         if made is None:
             return ""
-        inner = next((p for k in _CALL_JAXPRS
-                      if isinstance(p := made.params.get(k), (core.ClosedJaxpr, core.Jaxpr))),
-                     None)
-        if inner is not None:
-            body = inner.jaxpr if isinstance(inner, core.ClosedJaxpr) else inner
+        body = _called(made)
+        if body is not None:
             at = next(i for i, v in enumerate(made.outvars) if v is var)
-            return kind(body, body.outvars[at]) if len(body.outvars) == len(made.outvars) \
-                else ""
+            return kind(body, body.outvars[at])
         try:
             names = {f.function_name for f in made.source_info.traceback.frames}
         except Exception:  # an equation without a traceback

@@ -12,6 +12,7 @@ coverage) is never displaced: then nothing is followed.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 import threading
@@ -36,6 +37,8 @@ _NOT_OPERATIONS = frozenset({
 
 
 _OTHER, _USER, _JAX_CALL = 0, 1, 2
+#: a generator's or coroutine's code: each resume is a "call" event, not a call into JAX
+_RESUMED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 @dataclass
@@ -44,7 +47,8 @@ class Followed:
 
     runs: Counter = field(default_factory=Counter)  # times the line ran
     #: calls from the line into JAX's Python code outside any transformation (not while jit,
-    #: vmap or grad trace it), reads and descriptions of an array left out
+    #: vmap or grad trace it), reads and descriptions of an array left out. Not dispatches:
+    #: a jnp function JAX jits in C++ (jnp.sin) is dispatched with no Python call to count
     jax_calls: Counter = field(default_factory=Counter)
 
 
@@ -67,7 +71,7 @@ class _Tracer:
                 _USER if frames.is_user_frame(frame) else
                 _JAX_CALL if code.co_filename.startswith(self.jax_dir)
                 and code.co_name not in _NOT_OPERATIONS and "flatten" not in code.co_name
-                else _OTHER)
+                and not code.co_flags & _RESUMED else _OTHER)
         return kind
 
     def mark(self, frame) -> None:
