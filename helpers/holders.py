@@ -548,6 +548,16 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
             return ("", "")
         return (f"{_VAGUE}{type(ref).__name__}{inside} not named in the notebook",
                 "find and clear the container that holds it")
+    if type(ref).__name__ == "managedbuffer":  # a buffer protocol export: a NumPy view of it
+        for label, ns in names:
+            views = [k for k, v in list(ns.items()) if not label and _views(v, arr)]
+            if views:
+                return (f"a NumPy view of it, the variable {views[0]!r} in "
+                        f"{_name_in(ns, names)} (np.asarray of a CPU array shares its buffer)",
+                        f"`del {views[0]}`, or np.array(x) for a copy that holds nothing of "
+                        "JAX's")
+        return ("a NumPy view of it (np.asarray of a CPU array shares its buffer), not named "
+                "in the notebook", "find and delete the NumPy array made from it")
     if type(ref).__name__ == "cell":
         fns = [o for t in gc.get_referrers(ref) if isinstance(t, tuple)
                for o in gc.get_referrers(t) if isinstance(o, types.FunctionType)]
@@ -560,6 +570,19 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
     if _is_jax_owned(ref):
         return ("", "")
     return _object_holder(ref, names, mine)
+
+
+def _views(value: Any, arr: Any) -> bool:
+    """``value`` is a NumPy array whose memory is ``arr``'s buffer (np.asarray of a CPU array:
+    its base is a memoryview of the JAX array)."""
+    import numpy as np
+
+    base = value
+    for _ in range(8):  # a view of a view: follow the chain of bases
+        if not isinstance(base, np.ndarray):
+            break
+        base = base.base
+    return isinstance(base, memoryview) and base.obj is arr
 
 
 def _instance_of(attributes: dict, owners: list) -> Any:

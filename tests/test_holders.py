@@ -341,3 +341,19 @@ def test_trees_alike_give_up_on_a_huge_container_rather_than_flatten_it():
     assert h._bounded_flatten(list(range(h._MOST_NODES + 1)), jax, deadline) == []
     assert h._bounded_flatten([[0] * 1000] * 100, jax, deadline) == []  # many nodes in all
     assert len(h._bounded_flatten({"a": [1, 2], "b": 3}, jax, deadline)) == 3
+
+
+def test_a_numpy_view_of_a_cpu_array_is_named_by_its_variable():
+    """np.asarray of a CPU array shares its buffer: after `del x` the view keeps it (the kit
+    said 'a builtins.managedbuffer object'; found putting jax#4486 to the kit)."""
+    import numpy as np
+
+    ns = {"x": big(8)}
+    ns["view"] = np.asarray(ns["x"])[:, None]  # a view of the view: its base chain still leads
+    del ns["x"]
+    gc.collect()
+    a = _find(holders.largest(3, namespace=ns), 8 * MiB)
+    assert a.held_by == ("a NumPy view of it, the variable 'view' in the notebook (np.asarray "
+                         "of a CPU array shares its buffer)",)
+    assert "`del view`" in a.fix
+    ns.clear()
