@@ -21,7 +21,7 @@ from typing import Any
 from helpers._internal.records import Display, Record
 from helpers.units import NotAvailable
 
-__all__ = ["EAGER_RUNS", "CellDevice", "CellMemory", "load", "unload"]
+__all__ = ["EAGER_RUNS", "WAITED_RUNS", "CellDevice", "CellMemory", "load", "unload"]
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,18 @@ class CellMemory(Display):
     #: ``EAGER_RUNS`` times or more and called JAX twice or more each time, most calls first:
     #: operations dispatched one by one from a Python loop (jax-ml/jax#968)
     eager_lines: tuple[tuple[str, int, int], ...] = ()
+    #: (line, times it ran, its reads that waited for the last work queued) of each line that
+    #: ran ``WAITED_RUNS`` times or more and did so on half of its runs or more: a loop that
+    #: waits for each step before queuing the next (poets-ai/elegy#141)
+    waited_lines: tuple[tuple[str, int, int], ...] = ()
 
 
 #: a line that runs this many times in a cell, calling JAX outside jit twice or more each time,
 #: is a Python loop of operations dispatched one by one
 EAGER_RUNS = 100
+#: a line that runs this many times, waiting on half of them for a value still being computed,
+#: is a loop that keeps the host from queuing work ahead
+WAITED_RUNS = 10
 
 
 def load(ip: Any) -> None:
@@ -135,7 +142,21 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
-                      _eager_lines(followed))
+                      _eager_lines(followed), _waited_lines(followed))
+
+
+def _waited_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ...]:
+    """The lines that ran ``WAITED_RUNS`` times or more and, on half of their runs or more
+    (of those looked at), read back a value still being computed, after which nothing was."""
+    from helpers._internal import frames, linetrace
+
+    if followed is None:
+        return ()
+    hot = [(where, followed.runs[where], n) for where, n in followed.idle_reads.items()
+           if followed.runs[where] >= WAITED_RUNS
+           and 2 * n >= min(followed.runs[where], linetrace.MOST_LOOKS)]
+    return tuple((frames.line(*where), runs, n)
+                 for where, runs, n in sorted(hot, key=lambda h: -h[2])[:most])
 
 
 def _eager_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ...]:

@@ -445,6 +445,13 @@ def cell_memory_text(c: CellMemory) -> str:
         lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended: "
                      "its seconds may not include that work. jax.block_until_ready(result) at "
                      "the end of the cell times it.")
+    for line, runs, waited in c.waited_lines:
+        lines.append(
+            f"{line}: ran {runs:,} times, and {waited:,} times read back a value still being "
+            "computed, after which nothing was: each such read (print, float(), .item(), an "
+            "if) waits for the last step queued, and the device idles until the host queues "
+            "the next (poets-ai/elegy#141). Read the previous step's value after starting the "
+            "next one, or read every k steps.")
     if c.eager_lines:
         lines.append("JAX operations dispatched one by one from a Python loop:")
         lines += [f"  {line}: ran {runs:,} times and made {calls:,} calls into JAX's Python "

@@ -177,6 +177,33 @@ def test_percent_percent_memory_shows_copies_of_unlogged_size_as_unknown_not_as_
     assert "1000 host->device (implicit, ?)" in str(c)
 
 
+def test_elegy_141_a_loop_that_reads_each_step_s_value_as_it_is_made_is_named(shell, monkeypatch):
+    """elegy#141: printing each step's loss waits for that step, and the device idles until
+    the host queues the next. Whether a real step is still running at the read is the
+    scheduler's business, so the arrays' readiness is a stand-in here: every read finds its
+    value still being computed; after it, nothing is (synced) or the next step is (read one
+    step late, the thread's fix)."""
+    array_type = type(jax.numpy.ones(1))
+    monkeypatch.setattr(array_type, "is_ready", lambda self: False)
+    later: list = []  # what is still computing after each read: nothing, or the next step
+    monkeypatch.setattr(jax, "live_arrays", lambda *a: later)
+    shell.run_cell("step = jax.jit(lambda w: (w * 0.5, (w * w).sum()))\nw = jnp.ones(8)")
+    synced = "for i in range(20):\n    w, loss = step(w)\n    s = f'{loss}'\n"
+    c = shell.run_cell_magic("memory", "", synced)
+    ((line, runs, waited),) = c.waited_lines
+    assert line.endswith("s = f'{loss}'") and runs == waited == 20
+    assert "the device idles until the host queues the next" in str(c)
+    assert "poets-ai/elegy#141" in str(c)
+
+    class Queued:  # the step queued after the read one, still computing
+        def is_ready(self):
+            return False
+
+    later.append(Queued())
+    c = shell.run_cell_magic("memory", "", synced)
+    assert c.waited_lines == () and "elegy#141" not in str(c)
+
+
 def test_a_real_oom_in_a_capped_child_is_explained_and_the_shell_lives():
     """CPU stand-in: RLIMIT_AS caps the child's address space, so XLA's own allocation fails
     with RESOURCE_EXHAUSTED, as the CUDA allocator's does on a GPU."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from helpers._internal import frames, jaxcompat
 
-__all__ = ["Followed", "follow"]
+__all__ = ["MOST_LOOKS", "Followed", "follow"]
 
 #: JAX functions that read an array back or describe it, rather than start work on it: a call
 #: to one is not an operation dispatched (float(loss) in a training loop is not jax#968's cost);
@@ -36,7 +36,14 @@ _NOT_OPERATIONS = frozenset({
     "addressable_shards", "format", "layout", "_value", "__del__"})
 
 
-_OTHER, _USER, _JAX_CALL = 0, 1, 2
+#: JAX functions that read an array's value back to Python: each waits for the array's work
+_READS = frozenset({"__float__", "__int__", "__bool__", "__index__", "__complex__",
+                    "__array__", "__repr__", "__str__", "__format__", "item", "tolist"})
+
+_OTHER, _USER, _JAX_CALL, _JAX_READ = 0, 1, 2, 3
+#: per line, the reads that waited which the tracer follows to their return (each look lists
+#: the live arrays)
+MOST_LOOKS = 64
 #: a generator's or coroutine's code: each resume is a "call" event, not a call into JAX
 _RESUMED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
@@ -50,6 +57,11 @@ class Followed:
     #: vmap or grad trace it), reads and descriptions of an array left out. Not dispatches:
     #: a jnp function JAX jits in C++ (jnp.sin) is dispatched with no Python call to count
     jax_calls: Counter = field(default_factory=Counter)
+    #: reads of an array's value back to Python (float(), print, .item(), an if) that waited
+    #: for the last work queued: the array was still being computed, and once read nothing
+    #: was (the device idles until the host queues more). Looked at for the first
+    #: ``MOST_LOOKS`` reads that waited, per line
+    idle_reads: Counter = field(default_factory=Counter)
 
 
 class _Tracer:
@@ -57,6 +69,7 @@ class _Tracer:
         self.seen = Followed()
         self.on_line: list[Callable] = []
         self.kinds: dict = {}  # code object -> its kind
+        self.looked: Counter = Counter()  # per line: reads that waited, looked at after
         import jax
 
         self.jax_dir = os.path.dirname(jax.__file__) + os.sep
@@ -69,6 +82,8 @@ class _Tracer:
         if kind is None:
             kind = self.kinds[code] = (
                 _USER if frames.is_user_frame(frame) else
+                _JAX_READ if code.co_filename.startswith(self.jax_dir)
+                and code.co_name in _READS else
                 _JAX_CALL if code.co_filename.startswith(self.jax_dir)
                 and code.co_name not in _NOT_OPERATIONS and "flatten" not in code.co_name
                 and not code.co_flags & _RESUMED else _OTHER)
@@ -102,7 +117,35 @@ class _Tracer:
             back = frame.f_back
             if back is not None and self.kind(back) == _USER and self.clean():
                 self.seen.jax_calls[(back.f_code.co_filename, back.f_lineno)] += 1
+        elif kind == _JAX_READ:
+            back = frame.f_back
+            key = (back.f_code.co_filename, back.f_lineno) if back is not None else None
+            if key and self.kind(back) == _USER and self.looked[key] < MOST_LOOKS \
+                    and self.clean():
+                try:  # (is_ready never waits; at a "call" event f_locals holds the arguments)
+                    waits = not frame.f_locals["self"].is_ready()
+                except Exception:  # no array there, or one deleted
+                    waits = False
+                if waits:
+                    self.looked[key] += 1
+                    return self._after_read(key)
         return None
+
+    def _after_read(self, key):
+        """A tracer for a read that waited: when it returns, was anything left computing?
+        Nothing: the read waited for the last work queued, and the device now idles."""
+        def local(frame, event, arg):
+            if event == "return":
+                try:
+                    import jax
+
+                    pending = any(not a.is_ready() for a in jax.live_arrays())
+                except Exception:  # an array deleted meanwhile: no verdict
+                    return None
+                if not pending:
+                    self.seen.idle_reads[key] += 1
+            return local
+        return local
 
 
 _local = threading.local()  # .tracer: the one running on this thread, if the kit's
