@@ -394,13 +394,30 @@ def _remember(ok: bool) -> None:
     _markers_verified = ok
 
 
+def _live_stderr(saved: int):
+    """A text stream onto the real stderr (``saved``, a copy of fd 2 from before the capture)
+    for Python's own writes, where ``sys.stderr`` writes to fd 2: only the guard's C++ lines
+    need capturing, and a warning held back until the block ends is lost if it never ends (a
+    forked worker that hangs: jax-ml/jax#9190). None where ``sys.stderr`` is another stream
+    (Jupyter's, pytest's): those are not captured anyway."""
+    try:
+        if sys.stderr.fileno() != 2:
+            return None
+    except Exception:  # no file descriptor: a notebook's stream
+        return None
+    return open(os.dup(saved), "w", encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                errors="backslashreplace", buffering=1)
+
+
 @contextlib.contextmanager
 def trace(*, lines: bool = True) -> Iterator[TransferLog]:
     """Record the transfers the block makes; the log is filled when the block ends.
 
     ``lines``: also note which line of your code made each copy (a line tracer marks the log
     as your code runs; it slows pure-Python code in the block, and is skipped while a debugger
-    or coverage tool traces this thread). Exceptions from the block propagate; stderr, JAX's
+    or coverage tool traces this thread). JAX's log lines on stderr are read while the block
+    runs, and what is not the kit's is written back when it ends; Python's own writes to
+    stderr (a warning) show at once. Exceptions from the block propagate; stderr, JAX's
     transfer-guard setting and the tracer are restored either way.
     """
     if not _active.acquire(blocking=False):
@@ -412,6 +429,9 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
         saved = os.dup(2)
         capture = tempfile.TemporaryFile(mode="w+b")
         os.dup2(capture.fileno(), 2)
+        python_stderr, live = sys.stderr, _live_stderr(saved)
+        if live is not None:  # Python's own stderr (warnings, tracebacks) still shows at once
+            sys.stderr = live
 
         def write(marker: str) -> None:
             os.write(2, (marker + "\n").encode())
@@ -430,6 +450,10 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
             try:
                 sys.stderr.flush()
             finally:
+                if live is not None:
+                    if sys.stderr is live:
+                        sys.stderr = python_stderr
+                    live.close()
                 os.dup2(saved, 2)
                 os.close(saved)
             capture.seek(0)

@@ -291,3 +291,21 @@ def test_an_array_split_over_a_jits_in_shardings_counts_each_devices_piece():
     assert len(moved) == 4 and all(t.shard_shape == (16, 16) for t in moved)
     assert sum(t.nbytes for t in moved) == x.nbytes  # not four times the array
     assert "jax.device_put(x, sharding)" in moved[0].reason
+
+
+def test_python_s_own_stderr_shows_at_once_inside_a_trace_not_when_it_ends():
+    """A block that never ends (a forked worker hung: jax#9190) must not take JAX's warning
+    with it: the trace captures fd 2 for the guard's lines, and Python's writes go around it.
+    A stand-in for the hang: the process is killed inside the block."""
+    from tests.conftest import run_python
+
+    done = run_python(
+        "import os, signal, sys, warnings\n"
+        "import jax.numpy as jnp\n"
+        "from helpers import transfers\n"
+        "with transfers.trace():\n"
+        "    jnp.ones(3) + 1\n"
+        "    warnings.warn('os.fork() was called')\n"
+        "    sys.stderr.flush()\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert done.returncode == -9 and "os.fork() was called" in done.stderr
