@@ -62,6 +62,10 @@ class CellMemory(Display):
     #: ran ``WAITED_RUNS`` times or more and did so on half of its runs or more: a loop that
     #: waits for each step before queuing the next (poets-ai/elegy#141)
     waited_lines: tuple[tuple[str, int, int], ...] = ()
+    #: (line, times it ran, its reads back to Python) of each line of ``eager_lines`` that also
+    #: reads a JAX value back on every run (bool(), float(), a Python if): jit cannot trace it,
+    #: so the fix is NumPy for what the loop only reads (micdoh/XLRON#27)
+    read_back_lines: tuple[tuple[str, int, int], ...] = ()
 
 
 #: a line that runs this many times in a cell, calling JAX outside jit twice or more each time,
@@ -142,7 +146,20 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
-                      _eager_lines(followed), _waited_lines(followed))
+                      *_loop_lines(followed))
+
+
+def _loop_lines(followed: Any) -> tuple[tuple, tuple, tuple]:
+    """(eager_lines without those that read back, waited_lines, read_back_lines)."""
+    eager, waited = _eager_lines(followed), _waited_lines(followed)
+    if followed is None:
+        return eager, waited, ()
+    from helpers._internal import frames
+
+    reading = {frames.line(*where) for where, n in followed.reads.items()
+               if n >= followed.runs[where] > 0}
+    return (tuple(e for e in eager if e[0] not in reading), waited,
+            tuple((line, runs, calls) for line, runs, calls in eager if line in reading))
 
 
 def _waited_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ...]:

@@ -452,6 +452,17 @@ def cell_memory_text(c: CellMemory) -> str:
             "if) waits for the last step queued, and the device idles until the host queues "
             "the next (poets-ai/elegy#141). Read the previous step's value after starting the "
             "next one, or read every k steps.")
+    if c.read_back_lines:
+        lines.append("A Python loop that reads JAX values back to decide what to do:")
+        lines += [f"  {line}: ran {runs:,} times, each time reading a JAX value back to Python "
+                  f"({calls:,} calls into JAX's Python code outside jit)"
+                  for line, runs, calls in c.read_back_lines]
+        lines.append(
+            "Each operation outside jit is dispatched on its own, and each read back (bool(), "
+            "float(), a Python if on a value) waits for it and copies it to the host; jit "
+            "cannot trace a Python if on a value. Keep what the loop only reads as NumPy "
+            "(np.asarray(table) once, before the loop: micdoh/XLRON#27), or write the branch "
+            "as jnp.where or jax.lax.cond inside jit.")
     if c.eager_lines:
         lines.append("JAX operations dispatched one by one from a Python loop:")
         lines += [f"  {line}: ran {runs:,} times and made {calls:,} calls into JAX's Python "

@@ -204,6 +204,30 @@ def test_elegy_141_a_loop_that_reads_each_step_s_value_as_it_is_made_is_named(sh
     assert c.waited_lines == () and "elegy#141" not in str(c)
 
 
+def test_xlron_27_a_loop_reading_a_jax_table_back_each_pass_is_named_with_numpy(shell):
+    """XLRON#27: a lookup table kept as a JAX array and compared with Python floats path by
+    path: operations dispatched one by one, and a bool() read back each time; jitting the loop
+    cannot trace the Python if, so the fix is the table as NumPy, once."""
+    shell.run_cell(textwrap.dedent("""
+        import numpy as np
+        table = jnp.array([[4000., 1.], [2000., 2.], [1000., 3.], [500., 4.]])
+        def efficiency(distance, table):
+            for row in table:
+                if distance <= row[0]:
+                    return 1.0
+            return 0.0
+        distances = [float(d) for d in range(100, 5000, 40)]
+    """))
+    c = shell.run_cell_magic("memory", "", "out = [efficiency(d, table) for d in distances]")
+    ((line, runs, calls),) = c.read_back_lines
+    assert line.endswith("if distance <= row[0]:") and runs >= 100 and calls >= 2 * runs
+    assert c.eager_lines == ()  # named once, with the fix that applies to it
+    assert "np.asarray(table) once, before the loop" in str(c) and "XLRON#27" in str(c)
+    fixed = shell.run_cell_magic("memory", "", "t = np.asarray(table)\n"
+                                 "out = [efficiency(d, t) for d in distances]")
+    assert fixed.read_back_lines == () == fixed.eager_lines
+
+
 def test_a_real_oom_in_a_capped_child_is_explained_and_the_shell_lives():
     """CPU stand-in: RLIMIT_AS caps the child's address space, so XLA's own allocation fails
     with RESOURCE_EXHAUSTED, as the CUDA allocator's does on a GPU."""

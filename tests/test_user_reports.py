@@ -363,7 +363,7 @@ def test_the_table_lists_every_report_tested_here():
                  "105": "tests/test_compiles.py", "197": "tests/test_ipython.py",
                  "968": "tests/test_ipython.py", "4474": "tests/test_ipython.py",
                  "802": "tests/test_ipython.py", "635": "tests/test_tree_placement.py",
-                 "141": "tests/test_ipython.py",
+                 "141": "tests/test_ipython.py", "27": "tests/test_ipython.py",
                  "18681": "tests/test_tree_placement.py",
                  "4310": "the H100 record"}
     for row in table.splitlines():

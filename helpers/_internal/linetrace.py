@@ -62,6 +62,8 @@ class Followed:
     #: was (the device idles until the host queues more). Looked at for the first
     #: ``MOST_LOOKS`` reads that waited, per line
     idle_reads: Counter = field(default_factory=Counter)
+    #: every read of an array's value back to Python from the line, outside any transformation
+    reads: Counter = field(default_factory=Counter)
 
 
 class _Tracer:
@@ -119,9 +121,11 @@ class _Tracer:
                 self.seen.jax_calls[(back.f_code.co_filename, back.f_lineno)] += 1
         elif kind == _JAX_READ:
             back = frame.f_back
-            key = (back.f_code.co_filename, back.f_lineno) if back is not None else None
-            if key and self.kind(back) == _USER and self.looked[key] < MOST_LOOKS \
-                    and self.clean():
+            if back is None or self.kind(back) != _USER or not self.clean():
+                return None
+            key = (back.f_code.co_filename, back.f_lineno)
+            self.seen.reads[key] += 1
+            if self.looked[key] < MOST_LOOKS:
                 try:  # (is_ready never waits; at a "call" event f_locals holds the arguments)
                     waits = not frame.f_locals["self"].is_ready()
                 except Exception:  # no array there, or one deleted
