@@ -765,9 +765,17 @@ class CompiledStep:
 
     def unsplit_sharding_puts(self) -> tuple[tuple[str, str], ...]:
         """(the spec, line) of each ``jax.device_put`` inside the step to a NamedSharding that
-        splits the value over a mesh of Auto axes: jit lowers no sharding for it, and the value
-        comes back whole on every device (jax 0.8.0 and 0.10.2)."""
-        return self._device_requests[2]
+        splits the value over a mesh of Auto axes, where that value is an output of the step
+        and the compiled program returns it whole on every device: jit lowered no sharding for
+        it (jax 0.8.0 and 0.10.2; split where its input already was)."""
+        jax = devices.start_jax()
+        try:
+            shardings = jax.tree.leaves(self.executable.output_shardings)
+        except Exception:  # an executable that does not say
+            return ()
+        return tuple((spec, line) for spec, line, n in self._device_requests[2]
+                     if n is not None and n < len(shardings)
+                     and shardings[n].is_fully_replicated)
 
     @cached_property
     def _device_requests(self) -> tuple[tuple, tuple, tuple]:

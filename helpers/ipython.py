@@ -58,10 +58,11 @@ class CellMemory(Display):
     #: ``EAGER_RUNS`` times or more and called JAX twice or more each time, most calls first:
     #: operations dispatched one by one from a Python loop (jax-ml/jax#968)
     eager_lines: tuple[tuple[str, int, int], ...] = ()
-    #: (line, times it ran, its reads that waited for the last work queued) of each line that
-    #: ran ``WAITED_RUNS`` times or more and did so on half of its runs or more: a loop that
-    #: waits for each step before queuing the next (poets-ai/elegy#141)
-    waited_lines: tuple[tuple[str, int, int], ...] = ()
+    #: (line, times it ran, its reads that waited for the last work queued, the reads that
+    #: waited which were looked at) of each line that ran ``WAITED_RUNS`` times or more, on
+    #: half of its loop's passes or more, and did so on half of the reads looked at: a loop
+    #: that waits for each step before queuing the next (poets-ai/elegy#141)
+    waited_lines: tuple[tuple[str, int, int, int], ...] = ()
     #: (line, times it ran, its reads back to Python) of each line of ``eager_lines`` that also
     #: reads a JAX value back on every run (bool(), float(), a Python if): jit cannot trace it,
     #: so the fix is NumPy for what the loop only reads (micdoh/XLRON#27)
@@ -162,18 +163,25 @@ def _loop_lines(followed: Any) -> tuple[tuple, tuple, tuple]:
             tuple((line, runs, calls) for line, runs, calls in eager if line in reading))
 
 
-def _waited_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ...]:
-    """The lines that ran ``WAITED_RUNS`` times or more and, on half of their runs or more
-    (of those looked at), read back a value still being computed, after which nothing was."""
-    from helpers._internal import frames, linetrace
+def _waited_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int, int], ...]:
+    """The lines that ran ``WAITED_RUNS`` times or more, on half of their loop's passes or
+    more (a line read every 100 steps is not one), and on half of the reads looked at read
+    back a value still being computed, after which nothing was."""
+    from helpers._internal import frames
 
     if followed is None:
         return ()
-    hot = [(where, followed.runs[where], n) for where, n in followed.idle_reads.items()
+    passes: dict = {}  # per function: its most-run line's runs, the loop's passes
+    for where, runs in followed.runs.items():
+        f = followed.function_of.get(where)
+        passes[f] = max(passes.get(f, 0), runs)
+    hot = [(where, followed.runs[where], n, followed.looked[where])
+           for where, n in followed.idle_reads.items()
            if followed.runs[where] >= WAITED_RUNS
-           and 2 * n >= min(followed.runs[where], linetrace.MOST_LOOKS)]
-    return tuple((frames.line(*where), runs, n)
-                 for where, runs, n in sorted(hot, key=lambda h: -h[2])[:most])
+           and 2 * followed.runs[where] >= passes.get(followed.function_of.get(where), 0)
+           and 2 * n >= followed.looked[where]]
+    return tuple((frames.line(*where), runs, n, looked)
+                 for where, runs, n, looked in sorted(hot, key=lambda h: -h[2])[:most])
 
 
 def _eager_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ...]:

@@ -563,8 +563,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "parameters you train: pass the frozen ones as another argument, outside jax.grad's "
             "argnums (eqx.partition splits a model so), and no zero gradient is made or kept.")
     narrowed = _narrowed_arguments(c, fn, args, kwargs)
-    in_trees = tuple(n for n in narrowed if n.argument != _root(n.argument))  # parameters
-    whole = tuple(n for n in narrowed if n.argument == _root(n.argument))  # an array: data
+    in_trees = tuple(n for n in narrowed if not _is_data(n))  # parameters
+    whole = tuple(n for n in narrowed if _is_data(n))  # a batch of data
     for group, note in ((in_trees, _narrowed_note), (whole, _narrowed_data_note)):
         if (wide := sum(n.nbytes for n in group)) >= 2**20 and 8 * wide >= peak:
             notes.append(note(group, wide))
@@ -753,6 +753,24 @@ def _narrowed_arguments(c: compiled.CompiledStep, fn, args, kwargs
         out.append(NarrowedArgument(name + jax.tree_util.keystr(path[2:]), str(leaf.dtype),
                                     tuple(leaf.shape), compiled.array_bytes(leaf), to, line))
     return tuple(sorted(out, key=lambda n: -n.nbytes))
+
+
+#: argument names that say what they hold: a batch of data, or parameters
+_DATA_NAME = re.compile(r"^(?:x|xs|y|batch\w*|inputs?|data\w*|images?|tokens?|features?|obs\w*|"
+                        r"examples?|samples?)$", re.IGNORECASE)
+_PARAMS_NAME = re.compile(r"param|weight|variables|state|model|kernel|^w\d*$", re.IGNORECASE)
+
+
+def _is_data(n: NarrowedArgument) -> bool:
+    """A batch of data rather than parameters: by the argument's name where it says (x, batch,
+    inputs; params, weights, state), else by its shape of tree (a whole array is data, a leaf
+    of a tree a parameter)."""
+    root = _root(n.argument)
+    if _DATA_NAME.match(root):
+        return True
+    if _PARAMS_NAME.search(root):
+        return False
+    return n.argument == root
 
 
 def _root(argument: str) -> str:

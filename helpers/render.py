@@ -445,13 +445,14 @@ def cell_memory_text(c: CellMemory) -> str:
         lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended: "
                      "its seconds may not include that work. jax.block_until_ready(result) at "
                      "the end of the cell times it.")
-    for line, runs, waited in c.waited_lines:
+    for line, runs, waited, looked in c.waited_lines:
+        of = f"{waited:,} of {looked:,} reads looked at" if looked < runs else f"{waited:,} times"
         lines.append(
-            f"{line}: ran {runs:,} times, and {waited:,} times read back a value still being "
-            "computed, after which nothing was: each such read (print, float(), .item(), an "
-            "if) waits for the last step queued, and the device idles until the host queues "
-            "the next (poets-ai/elegy#141). Read the previous step's value after starting the "
-            "next one, or read every k steps.")
+            f"{line}: ran {runs:,} times and, {of}, read back a value still being computed, "
+            "after which nothing was: each such read (print, float(), .item(), an if) waits "
+            "for the last step queued, and the device idles until the host queues the next "
+            "(poets-ai/elegy#141). Read the previous step's value after starting the next one, "
+            "or read every k steps; a convergence test belongs in jax.lax.while_loop.")
     if c.read_back_lines:
         lines.append("A Python loop that reads JAX values back to decide what to do:")
         lines += [f"  {line}: ran {runs:,} times, each time reading a JAX value back to Python "
@@ -462,7 +463,8 @@ def cell_memory_text(c: CellMemory) -> str:
             "float(), a Python if on a value) waits for it and copies it to the host; jit "
             "cannot trace a Python if on a value. Keep what the loop only reads as NumPy "
             "(np.asarray(table) once, before the loop: micdoh/XLRON#27), or write the branch "
-            "as jnp.where or jax.lax.cond inside jit.")
+            "as jnp.where or jax.lax.cond inside jit; a test on values the loop computes (a "
+            "convergence check) belongs in jax.lax.while_loop.")
     if c.eager_lines:
         lines.append("JAX operations dispatched one by one from a Python loop:")
         lines += [f"  {line}: ran {runs:,} times and made {calls:,} calls into JAX's Python "

@@ -167,22 +167,7 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
                                   fields["raw"], where,
                                   _reason(direction, explicit, shape, dtype, where, dst, split),
                                   logged_at(line), piece))
-    return _whole_then_split(transfers), other
-
-
-def _whole_then_split(transfers: list) -> list:
-    """An explicit device_put's pieces read as "whole on one device" only where every piece
-    at its line came from one device: pieces of an array already split (a reshard) are plain
-    moves."""
-    import dataclasses
-
-    sources: dict[str, set] = {}
-    for t in transfers:
-        if t.reason.startswith(_WHOLE_PUT):
-            sources.setdefault(t.line, set()).add(t.source)
-    spread = {line for line, devs in sources.items() if len(devs) > 1}
-    return [dataclasses.replace(t, reason=_MOVED) if t.line in spread and t.reason.startswith(
-        _WHOLE_PUT) else t for t in transfers]
+    return transfers, other
 
 
 #: jnp's creation functions that, given ``device=``, build the whole array on the default device
@@ -203,7 +188,6 @@ _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in pla
                "copy, but NumPy promises only 16-byte alignment)")
 
 
-_WHOLE_PUT = "jax.device_put of an array whole on one device"
 _MOVED = "an array on another device moved to where the computation runs"
 
 
@@ -218,11 +202,11 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "pieces at once (jax-ml/jax#14075); make it inside jax.jit(lambda: ..., "
                 "out_shardings=sharding)() instead, and each device makes its own piece")
     if direction == D2D and split and explicit:
-        return (_WHOLE_PUT + " to a sharding over several: "
-                "each piece is copied from that device, which holds the whole array and the "
-                "pieces at once (jax-ml/jax#14075); put host data (NumPy) straight onto the "
-                "sharding, or make the array inside jax.jit(..., out_shardings=sharding), and "
-                "no device holds it whole")
+        return ("jax.device_put to a sharding over several devices, each piece copied from "
+                "another device: where the array was whole on one device, that device holds "
+                "it and the pieces at once (jax-ml/jax#14075); put host data (NumPy) straight "
+                "onto the sharding, or make the array inside jax.jit(..., "
+                "out_shardings=sharding), and no device holds it whole")
     if direction in (D2D, D2H) and _MADE_ON_DEFAULT.search(source):
         return ("made whole on the default device, then copied to the device= you named "
                 "(jnp's creation functions do so): it needs room there first; create it "
@@ -394,19 +378,27 @@ def _remember(ok: bool) -> None:
     _markers_verified = ok
 
 
-def _live_stderr(saved: int):
-    """A text stream onto the real stderr (``saved``, a copy of fd 2 from before the capture)
-    for Python's own writes, where ``sys.stderr`` writes to fd 2: only the guard's C++ lines
-    need capturing, and a warning held back until the block ends is lost if it never ends (a
-    forked worker that hangs: jax-ml/jax#9190). None where ``sys.stderr`` is another stream
-    (Jupyter's, pytest's): those are not captured anyway."""
+_live: list = [None, None]  # the stream onto the real stderr, and what fd 2 was when made
+
+
+def _live_stderr():
+    """A text stream onto the real stderr for Python's own writes while fd 2 is captured,
+    where ``sys.stderr`` writes to fd 2: only the guard's C++ lines need capturing, and a
+    warning held back until the block ends is lost if it never ends (a forked worker that
+    hangs: jax-ml/jax#9190). Made once, on a copy of fd 2, and never closed: a logging handler
+    or a progress bar made inside the block keeps it (one made anew if fd 2 has moved). None
+    where ``sys.stderr`` is another stream (Jupyter's, pytest's): those are not captured."""
     try:
         if sys.stderr.fileno() != 2:
             return None
+        now = os.fstat(2)
     except Exception:  # no file descriptor: a notebook's stream
         return None
-    return open(os.dup(saved), "w", encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
-                errors="backslashreplace", buffering=1)
+    if _live[0] is None or _live[1] != (now.st_dev, now.st_ino):
+        _live[:] = [open(os.dup(2), "w", encoding=getattr(sys.stderr, "encoding", None)
+                         or "utf-8", errors="backslashreplace", buffering=1),
+                    (now.st_dev, now.st_ino)]
+    return _live[0]
 
 
 @contextlib.contextmanager
@@ -426,10 +418,10 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
     log = TransferLog()
     try:
         sys.stderr.flush()
+        python_stderr, live = sys.stderr, _live_stderr()  # before fd 2 moves
         saved = os.dup(2)
         capture = tempfile.TemporaryFile(mode="w+b")
         os.dup2(capture.fileno(), 2)
-        python_stderr, live = sys.stderr, _live_stderr(saved)
         if live is not None:  # Python's own stderr (warnings, tracebacks) still shows at once
             sys.stderr = live
 
@@ -450,10 +442,8 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
             try:
                 sys.stderr.flush()
             finally:
-                if live is not None:
-                    if sys.stderr is live:
-                        sys.stderr = python_stderr
-                    live.close()
+                if live is not None and sys.stderr is live:  # (left open: see _live_stderr)
+                    sys.stderr = python_stderr
                 os.dup2(saved, 2)
                 os.close(saved)
             capture.seek(0)

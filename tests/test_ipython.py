@@ -190,8 +190,13 @@ def test_elegy_141_a_loop_that_reads_each_step_s_value_as_it_is_made_is_named(sh
     shell.run_cell("step = jax.jit(lambda w: (w * 0.5, (w * w).sum()))\nw = jnp.ones(8)")
     synced = "for i in range(20):\n    w, loss = step(w)\n    s = f'{loss}'\n"
     c = shell.run_cell_magic("memory", "", synced)
-    ((line, runs, waited),) = c.waited_lines
-    assert line.endswith("s = f'{loss}'") and runs == waited == 20
+    ((line, runs, waited, looked),) = c.waited_lines
+    assert line.endswith("s = f'{loss}'") and runs == waited == looked == 20
+    every = ("for i in range(200):\n    w, loss = step(w)\n    if i % 10 == 0:\n"
+             "        s = f'{loss}'\n")  # a log every 10 steps: the device is busy between
+    assert shell.run_cell_magic("memory", "", every).waited_lines == ()
+    item = "for i in range(20):\n    w, loss = step(w)\n    s = loss.item()\n"  # .item() reads
+    assert len(shell.run_cell_magic("memory", "", item).waited_lines) == 1
     assert "the device idles until the host queues the next" in str(c)
     assert "poets-ai/elegy#141" in str(c)
 

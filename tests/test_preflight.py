@@ -1150,6 +1150,9 @@ def test_a_device_put_to_a_split_sharding_inside_jit_on_an_auto_mesh_is_named_as
 
     assert not jax.jit(constrained)(x).sharding.is_fully_replicated
     assert preflight.preflight_step(constrained, x).unsplit_sharding_puts == ()
+    split_in = jax.device_put(x, s)  # already split: the program returns it split (checked)
+    assert not jax.jit(put)(split_in).sharding.is_fully_replicated
+    assert preflight.preflight_step(put, split_in).unsplit_sharding_puts == ()
     explicit = NamedSharding(jax.make_mesh((len(jax.devices()),), ("x",),
                                            axis_types=(AxisType.Explicit,)), P("x"))
     for fine in (lambda x: jax.device_put(x * 2, explicit),
@@ -1192,3 +1195,28 @@ def test_gradients_of_scanned_layers_are_gradients_and_a_scan_s_carry_is_no_narr
 
     r = preflight.preflight_step(rnn, jnp.ones((512, 512)), jnp.ones((4, 512, 512), jnp.bfloat16))
     assert r.narrowed_arguments == ()
+
+    def scanned(w, x):  # stacked float32 layers, each read as bfloat16: still named
+        def body(h, wi):
+            return jnp.tanh(h @ wi.astype(jnp.bfloat16)), None
+        return jax.lax.scan(body, x, w)[0]
+
+    s = preflight.preflight_step(scanned, w, x.astype(jnp.bfloat16))
+    assert [(n.argument, n.read_as) for n in s.narrowed_arguments] == [("w", "bfloat16")]
+
+
+def test_a_narrowed_batch_gets_the_data_note_and_a_narrowed_weight_the_parameter_note():
+    """By the argument's name where it says: a dict batch is data, a single matrix w is a
+    parameter (a review found the parameter advice, model.to_bf16(batch), for a batch)."""
+    batch = {"image": jnp.ones((2048, 1024))}
+    w = jnp.ones((1024, 1024))
+
+    def forward(w, batch):
+        return (batch["image"].astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).sum()
+
+    p = preflight.preflight_step(forward, w, batch)
+    data = p.advice.split("batch['image'] (8.00 MiB, float32) is read only as bfloat16")[1]
+    assert data.split(". ")[0].count("made or loaded as bfloat16") == 1
+    assert "model.to_bf16(batch)" not in p.advice
+    assert "w (4.00 MiB, float32) is read only as bfloat16" in p.advice
+    assert "master weights" in p.advice

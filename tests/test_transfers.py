@@ -309,3 +309,11 @@ def test_python_s_own_stderr_shows_at_once_inside_a_trace_not_when_it_ends():
         "    sys.stderr.flush()\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n")
     assert done.returncode == -9 and "os.fork() was called" in done.stderr
+    after = run_python(  # a handler made inside the block (logging.basicConfig, a progress bar)
+        "import logging, sys\n"  # keeps the stream it found: it must still write afterwards
+        "from helpers import transfers\n"
+        "with transfers.trace():\n"
+        "    logging.basicConfig()\n"
+        "logging.getLogger('train').warning('step 1 done')\n")
+    assert after.returncode == 0 and "step 1 done" in after.stderr
+    assert "Logging error" not in after.stderr

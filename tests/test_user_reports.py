@@ -1232,6 +1232,7 @@ def test_jax_14075_an_array_made_whole_then_split_over_devices_is_named_with_out
     reasons = {r["line"].split(": ", 1)[1]: " ".join(r["reasons"]) for r in log.by_line()}
     put = reasons["jax.device_put(whole, s)"]
     assert "whole on one device" in put and "jax-ml/jax#14075" in put and "out_shardings" in put
+    assert put.startswith("jax.device_put to a sharding over several devices")
     made = reasons["jnp.zeros(n, device=s)"]
     assert "made whole on the default device, then split" in made and "out_shardings" in made
     assert "jax.default_device" not in made  # it takes a device, not a sharding

@@ -98,8 +98,8 @@ _DEVICE_KEYWORD = re.compile(
 def device_keywords_and_puts(closed, dev, device_type: type) -> tuple[tuple, tuple, tuple]:
     """((device, line) of each ``jax.device_put`` inside the step to a Device other than
     ``dev``, ("device=...", line) of each line that gives a jnp creation a ``device=``,
-    (the sharding's spec, line) of each device_put to a NamedSharding that splits the value
-    over a mesh of Auto axes).
+    (the sharding's spec, line, the step's output it is or None) of each device_put to a
+    NamedSharding that splits the value over a mesh of Auto axes).
 
     jit ignores the first two (jax 0.8 and 0.10 alike): the value stays, uncommitted, where
     the step runs. The third places the step over the mesh's devices but lowers no sharding:
@@ -117,7 +117,9 @@ def device_keywords_and_puts(closed, dev, device_type: type) -> tuple[tuple, tup
                 puts += [(device_name(d), line) for d in eqn.params.get("devices", ())
                          if isinstance(d, device_type) and d != dev]
                 if eqn.primitive.name == "device_put":
-                    unsplit += [(str(d.spec), line) for d in eqn.params.get("devices", ())
+                    unsplit += [(str(d.spec), line, id(out)) for d, out
+                                in zip(eqn.params.get("devices", ()), eqn.outvars,
+                                       strict=False)
                                 if _splits_over_auto_axes(d)]
             elif line and line not in looked:
                 looked.add(line)  # (the whole call: black spreads a long one over lines)
@@ -127,7 +129,26 @@ def device_keywords_and_puts(closed, dev, device_type: type) -> tuple[tuple, tup
     # it and makes the value where the step runs (jax 0.8.0 and 0.10.2 alike, a Sharding too;
     # lax.full's docstring: "sharding will currently be ignored in jitted mode")
     dropped = tuple((said, line) for line, said in keywords.items() if line not in put_lines)
-    return tuple(puts), dropped, tuple(unsplit)
+    outputs = _output_positions(closed)  # the value put is read back from the program's output
+    return tuple(puts), dropped, tuple((spec, line, outputs.get(v)) for spec, line, v in unsplit)
+
+
+def _output_positions(closed) -> dict[int, int]:
+    """id of a variable -> the step's output it is, for the top jaxpr's outputs and, through
+    an inner jit or remat that makes one, its body's."""
+    jaxpr = getattr(closed, "jaxpr", None)
+    out: dict[int, int] = {}
+    if jaxpr is None:
+        return out
+    made, _ = _index(jaxpr)
+    for n, v in enumerate(jaxpr.outvars):
+        out[id(v)] = n
+        eqn = made.get(id(v))
+        body = _called(eqn) if eqn is not None else None
+        if body is not None:
+            at = next(i for i, w in enumerate(eqn.outvars) if w is v)
+            out[id(body.outvars[at])] = n
+    return out
 
 
 def _splits_over_auto_axes(sharding) -> bool:
@@ -252,8 +273,9 @@ def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
     """(the input's position among the jaxpr's inputs, the dtype it is cast to, the line) of
     each floating input the step reads only through a cast to a narrower floating type
     (float32 parameters under a bfloat16 computation, huggingface/transformers#12534): never
-    as it is. Followed into inner jits and remats; any other use (returned, passed to a scan,
-    read at full width) keeps an input off the list."""
+    as it is. Followed into inner jits and remats, and into a scan's body for its constants and
+    what it scans (stacked layers); any other use (returned, a scan's carry, read at full
+    width) keeps an input off the list."""
     indexes: dict[int, tuple[dict, dict]] = {}
 
     def uses(j, var) -> list[tuple[str, str]] | None:
@@ -265,6 +287,17 @@ def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
         _, read = indexes[id(j)]
         found = []
         for eqn in dict.fromkeys(read.get(id(var), [])):  # (an equation reading it twice)
+            if eqn.primitive.name == "scan":  # its constants and the slices of what it scans,
+                body = eqn.params["jaxpr"].jaxpr  # not its carry (whose type must not change)
+                consts, carry = eqn.params["num_consts"], eqn.params["num_carry"]
+                for i, v in enumerate(eqn.invars):
+                    if v is not var:
+                        continue
+                    below = None if consts <= i < consts + carry else uses(body, body.invars[i])
+                    if below is None:
+                        return None
+                    found += below
+                continue
             body = _called(eqn)
             if body is not None:
                 for i, v in enumerate(eqn.invars):

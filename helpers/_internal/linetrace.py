@@ -29,7 +29,8 @@ __all__ = ["MOST_LOOKS", "Followed", "follow"]
 #: nor is a pytree's flatten or unflatten (a typed key's, which a jitted call runs in Python)
 _NOT_OPERATIONS = frozenset({
     "__float__", "__int__", "__bool__", "__index__", "__complex__", "__array__", "__len__",
-    "__repr__", "__str__", "__format__", "__hash__", "__dlpack__", "item", "tolist",
+    "__repr__", "__str__", "__format__", "__hash__", "__dlpack__", "item", "_item", "tolist",
+    "_tolist",
     "block_until_ready", "is_ready", "copy_to_host_async", "is_deleted", "delete",
     "shape", "dtype", "ndim", "size", "nbytes", "itemsize", "sharding", "devices", "device",
     "weak_type", "aval", "committed", "is_fully_addressable", "is_fully_replicated",
@@ -38,7 +39,8 @@ _NOT_OPERATIONS = frozenset({
 
 #: JAX functions that read an array's value back to Python: each waits for the array's work
 _READS = frozenset({"__float__", "__int__", "__bool__", "__index__", "__complex__",
-                    "__array__", "__repr__", "__str__", "__format__", "item", "tolist"})
+                    "__array__", "__repr__", "__str__", "__format__", "item", "_item",
+                    "tolist", "_tolist"})
 
 _OTHER, _USER, _JAX_CALL, _JAX_READ = 0, 1, 2, 3
 #: per line, the reads that waited which the tracer follows to their return (each look lists
@@ -64,6 +66,12 @@ class Followed:
     idle_reads: Counter = field(default_factory=Counter)
     #: every read of an array's value back to Python from the line, outside any transformation
     reads: Counter = field(default_factory=Counter)
+    #: of those, the reads that waited which were followed to their return (``MOST_LOOKS``
+    #: at most per line): ``idle_reads`` is out of these
+    looked: Counter = field(default_factory=Counter)
+    #: the function each line belongs to ((file, first line, name) of its code): the lines of
+    #: one loop body are in one function, and its most-run line is the loop's passes
+    function_of: dict = field(default_factory=dict)
 
 
 class _Tracer:
@@ -71,7 +79,6 @@ class _Tracer:
         self.seen = Followed()
         self.on_line: list[Callable] = []
         self.kinds: dict = {}  # code object -> its kind
-        self.looked: Counter = Counter()  # per line: reads that waited, looked at after
         import jax
 
         self.jax_dir = os.path.dirname(jax.__file__) + os.sep
@@ -97,7 +104,12 @@ class _Tracer:
 
     def local(self, frame, event, arg):
         if event == "line":
-            self.seen.runs[(frame.f_code.co_filename, frame.f_lineno)] += 1
+            key = (frame.f_code.co_filename, frame.f_lineno)
+            self.seen.runs[key] += 1
+            if key not in self.seen.function_of:
+                code = frame.f_code
+                self.seen.function_of[key] = (code.co_filename, code.co_firstlineno,
+                                              code.co_name)
             self.mark(frame)
         elif event == "return":  # back to the innermost user frame still running: its line again
             # (a jitted function traced, or a callback of the user's, has returned: what follows
@@ -125,13 +137,13 @@ class _Tracer:
                 return None
             key = (back.f_code.co_filename, back.f_lineno)
             self.seen.reads[key] += 1
-            if self.looked[key] < MOST_LOOKS:
+            if self.seen.looked[key] < MOST_LOOKS:
                 try:  # (is_ready never waits; at a "call" event f_locals holds the arguments)
                     waits = not frame.f_locals["self"].is_ready()
                 except Exception:  # no array there, or one deleted
                     waits = False
                 if waits:
-                    self.looked[key] += 1
+                    self.seen.looked[key] += 1
                     return self._after_read(key)
         return None
 
