@@ -413,10 +413,16 @@ def _every_handler(besides: logging.Handler) -> list[logging.Handler]:
     resort (handlers added while the block runs are not seen)."""
     loggers = [logging.getLogger()] + [x for x in logging.Logger.manager.loggerDict.values()
                                        if isinstance(x, logging.Logger)]
-    found = [h for x in loggers for h in x.handlers if h is not besides]
-    if logging.lastResort is not None:
+    found = _handlers_of(loggers, besides)
+    if logging.lastResort is not None and logging.lastResort not in found:
         found.append(logging.lastResort)
-    return list({id(h): h for h in found}.values())
+    return found
+
+
+def _handlers_of(loggers: list[logging.Logger], besides: logging.Handler
+                 ) -> list[logging.Handler]:
+    """The handlers of ``loggers``, each once, ``besides`` left out."""
+    return list({id(h): h for x in loggers for h in x.handlers if h is not besides}.values())
 
 
 def _jax_handlers(besides: logging.Handler) -> list[logging.Handler]:
@@ -425,7 +431,7 @@ def _jax_handlers(besides: logging.Handler) -> list[logging.Handler]:
     loggers = [logging.getLogger(), logging.getLogger("jax")] + [
         x for name, x in logging.Logger.manager.loggerDict.items()
         if name.startswith("jax.") and isinstance(x, logging.Logger)]
-    return list({id(h): h for x in loggers for h in x.handlers if h is not besides}.values())
+    return _handlers_of(loggers, besides)
 
 
 @contextlib.contextmanager

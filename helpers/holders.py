@@ -317,9 +317,9 @@ def _trees_under(name: str, value: Any, jax: Any) -> list[tuple[str, Any]]:
             fields = dict(vars(value))
         except Exception:  # no __dict__ (a tuple, a number), or one that cannot be read
             fields = {}
-        kind = type(value)
-        out += [(f"{name}.{_public(kind, k)}", v) for k, v in list(fields.items())[:100]
-                if _public(kind, k) and not isinstance(v, jax.Array) and not callable(v)]
+        readable = ((_public(type(value), k), v) for k, v in list(fields.items())[:100])
+        out += [(f"{name}.{k}", v) for k, v in readable
+                if k and not isinstance(v, jax.Array) and not callable(v)]
     return out
 
 
@@ -550,8 +550,9 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
                 "find and clear the container that holds it")
     if type(ref).__name__ == "managedbuffer":  # a buffer protocol export: a NumPy view of it
         for label, ns in names:
-            views = [k for k, v in list(ns.items()) if not label and _views(v, arr)]
-            if views:
+            if label:  # IPython's output history: no variable of the user's
+                continue
+            if views := [k for k, v in list(ns.items()) if _views(v, arr)]:
                 return (f"a NumPy view of it, the variable {views[0]!r} in "
                         f"{_name_in(ns, names)} (np.asarray of a CPU array shares its buffer)",
                         f"`del {views[0]}`, or np.array(x) for a copy that holds nothing of "
@@ -623,10 +624,7 @@ def _attribute_holding(owner, value, mine) -> tuple[Any, str]:
     import types
 
     if isinstance(owner, dict):  # an instance's __dict__: the object is one of its referrers
-        found = [o for o in gc.get_referrers(owner) if id(o) not in mine
-                 and not isinstance(o, (type, types.ModuleType, types.FrameType))
-                 and getattr(o, "__dict__", None) is owner]
-        owner = found[0] if found else None
+        owner = _instance_of(owner, [o for o in gc.get_referrers(owner) if id(o) not in mine])
     if owner is None or isinstance(owner, (type, types.ModuleType, types.FrameType)):
         return None, ""
     try:

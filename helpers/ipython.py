@@ -151,47 +151,43 @@ def _run_measured(shell, cell: str) -> CellMemory:
 
 
 def _loop_lines(followed: Any) -> tuple[tuple, tuple, tuple]:
-    """(eager_lines without those that read back, waited_lines, read_back_lines)."""
-    eager, waited = _eager_lines(followed), _waited_lines(followed)
+    """(eager_lines, waited_lines, read_back_lines): the eager lines that also read a value
+    back on every run are read-back lines instead. All () where another tool's tracer left
+    nothing followed."""
     if followed is None:
-        return eager, waited, ()
+        return (), (), ()
+    eager = _eager(followed)
+    reading = {where for where, n in followed.reads.items() if n >= followed.runs[where] > 0}
+    return (_named([e for e in eager if e[0] not in reading]), _waited_lines(followed),
+            _named([e for e in eager if e[0] in reading]))
+
+
+def _named(rows: list, most: int = 3) -> tuple:
+    """The ``most`` rows with the most calls (their third field, first the line's key), each
+    with its line of code in place of its key."""
     from helpers._internal import frames
 
-    reading = {frames.line(*where) for where, n in followed.reads.items()
-               if n >= followed.runs[where] > 0}
-    return (tuple(e for e in eager if e[0] not in reading), waited,
-            tuple((line, runs, calls) for line, runs, calls in eager if line in reading))
+    return tuple((frames.line(*where), *rest)
+                 for where, *rest in sorted(rows, key=lambda h: -h[2])[:most])
 
 
-def _waited_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int, int], ...]:
+def _waited_lines(followed: Any) -> tuple[tuple[str, int, int, int], ...]:
     """The lines that ran ``WAITED_RUNS`` times or more, on half of their loop's passes or
     more (a line read every 100 steps is not one), and on half of the reads looked at read
     back a value still being computed, after which nothing was."""
-    from helpers._internal import frames
-
-    if followed is None:
-        return ()
     passes: dict = {}  # per function: its most-run line's runs, the loop's passes
     for where, runs in followed.runs.items():
         f = followed.function_of.get(where)
         passes[f] = max(passes.get(f, 0), runs)
-    hot = [(where, followed.runs[where], n, followed.looked[where])
-           for where, n in followed.idle_reads.items()
-           if followed.runs[where] >= WAITED_RUNS
-           and 2 * followed.runs[where] >= passes.get(followed.function_of.get(where), 0)
-           and 2 * n >= followed.looked[where]]
-    return tuple((frames.line(*where), runs, n, looked)
-                 for where, runs, n, looked in sorted(hot, key=lambda h: -h[2])[:most])
+    return _named([(where, followed.runs[where], n, followed.looked[where])
+                   for where, n in followed.idle_reads.items()
+                   if followed.runs[where] >= WAITED_RUNS
+                   and 2 * followed.runs[where] >= passes.get(followed.function_of.get(where), 0)
+                   and 2 * n >= followed.looked[where]])
 
 
-def _eager_lines(followed: Any, most: int = 3) -> tuple[tuple[str, int, int], ...]:
-    """The lines that ran ``EAGER_RUNS`` times or more and called into JAX outside jit twice or
-    more each time, most calls first ((), where another tool's tracer left nothing followed)."""
-    from helpers._internal import frames
-
-    if followed is None:
-        return ()
-    hot = [(where, followed.runs[where], calls) for where, calls in followed.jax_calls.items()
-           if followed.runs[where] >= EAGER_RUNS and calls >= 2 * followed.runs[where]]
-    return tuple((frames.line(*where), runs, calls)
-                 for where, runs, calls in sorted(hot, key=lambda h: -h[2])[:most])
+def _eager(followed: Any) -> list[tuple[tuple[str, int], int, int]]:
+    """(key, runs, calls) of the lines that ran ``EAGER_RUNS`` times or more and called into
+    JAX outside jit twice or more each time."""
+    return [(where, followed.runs[where], calls) for where, calls in followed.jax_calls.items()
+            if followed.runs[where] >= EAGER_RUNS and calls >= 2 * followed.runs[where]]

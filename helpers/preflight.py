@@ -738,10 +738,10 @@ def _narrowed_arguments(c: compiled.CompiledStep, fn, args, kwargs
     with an output of its shape and dtype (a gradient or an updated copy: master weights kept
     at full width on purpose)."""
     jax = devices.start_jax()
-    try:
-        outputs = {(tuple(o.shape), str(o.dtype)) for o in jax.tree.leaves(c.executable.out_info)}
-    except Exception:  # an executable that does not say: no way to tell master weights apart
+    made = c.outputs()
+    if not made:  # an executable that does not say: no way to tell master weights apart
         return ()
+    outputs = {(tuple(o.shape), str(o.dtype)) for _, o, _ in made}
     positional = [name for where, name in c.argument_names(fn, args, kwargs)
                   if isinstance(where, int)]
     out = []

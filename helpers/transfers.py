@@ -188,9 +188,6 @@ _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in pla
                "copy, but NumPy promises only 16-byte alignment)")
 
 
-_MOVED = "an array on another device moved to where the computation runs"
-
-
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
             destination: str | None = None, split: bool = False) -> str:
     """Why the copy happened, in a few words, from what the guard logged and the user's line
@@ -218,7 +215,7 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "was: put host data straight onto its pieces, jax.device_put(x, sharding), or "
                 "make it inside the step, rather than on other devices first")
     if direction == D2D:
-        return _MOVED
+        return "an array on another device moved to where the computation runs"
     if direction == D2H:
         return ("jax.device_get" if explicit else
                 "reading a value back (np.asarray, float(), print, .item(), a Python if)")

@@ -24,23 +24,21 @@ from helpers._internal import frames, jaxcompat
 
 __all__ = ["MOST_LOOKS", "Followed", "follow"]
 
-#: JAX functions that read an array back or describe it, rather than start work on it: a call
-#: to one is not an operation dispatched (float(loss) in a training loop is not jax#968's cost);
-#: nor is a pytree's flatten or unflatten (a typed key's, which a jitted call runs in Python)
-_NOT_OPERATIONS = frozenset({
-    "__float__", "__int__", "__bool__", "__index__", "__complex__", "__array__", "__len__",
-    "__repr__", "__str__", "__format__", "__hash__", "__dlpack__", "item", "_item", "tolist",
-    "_tolist",
-    "block_until_ready", "is_ready", "copy_to_host_async", "is_deleted", "delete",
-    "shape", "dtype", "ndim", "size", "nbytes", "itemsize", "sharding", "devices", "device",
-    "weak_type", "aval", "committed", "is_fully_addressable", "is_fully_replicated",
-    "addressable_shards", "format", "layout", "_value", "__del__"})
-
-
 #: JAX functions that read an array's value back to Python: each waits for the array's work
 _READS = frozenset({"__float__", "__int__", "__bool__", "__index__", "__complex__",
                     "__array__", "__repr__", "__str__", "__format__", "item", "_item",
                     "tolist", "_tolist"})
+
+#: JAX functions that read an array back (``_READS``) or describe it, rather than start work
+#: on it: a call to one is not an operation dispatched (float(loss) in a training loop is not
+#: jax#968's cost); nor is a pytree's flatten or unflatten (a typed key's, which a jitted call
+#: runs in Python)
+_NOT_OPERATIONS = _READS | frozenset({
+    "__len__", "__hash__", "__dlpack__",
+    "block_until_ready", "is_ready", "copy_to_host_async", "is_deleted", "delete",
+    "shape", "dtype", "ndim", "size", "nbytes", "itemsize", "sharding", "devices", "device",
+    "weak_type", "aval", "committed", "is_fully_addressable", "is_fully_replicated",
+    "addressable_shards", "format", "layout", "_value", "__del__"})
 
 _OTHER, _USER, _JAX_CALL, _JAX_READ = 0, 1, 2, 3
 #: per line, the reads that waited which the tracer follows to their return (each look lists
@@ -85,7 +83,8 @@ class _Tracer:
         self.clean = jaxcompat.outside_transforms()
 
     def kind(self, frame) -> int:
-        """_USER, _JAX_CALL (JAX's Python code, not a read), or _OTHER: once per code object."""
+        """_USER, _JAX_READ (JAX reading a value back), _JAX_CALL (JAX's other Python code
+        that starts work), or _OTHER: once per code object."""
         code = frame.f_code
         kind = self.kinds.get(code)
         if kind is None:
