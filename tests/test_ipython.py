@@ -22,7 +22,7 @@ def shell():
     ip.run_line_magic("load_ext", "helpers")
     yield ip
     ip.run_line_magic("unload_ext", "helpers")
-    ip.run_cell("big = None")
+    ip.reset()  # the shell is one per process: a later test must not meet this one's arrays
 
 
 def test_the_extension_registers_and_unregisters(shell):
