@@ -634,7 +634,7 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
         )
     memory_kind = getattr(x.sharding, "memory_kind", None)
     if held_here:
-        why += _layout_note(x, shards) + _process_note(x, shards)
+        why += _layout_note(x, shards) + _process_note(x, shards) + _mesh_note(x, shards)
     why += _memory_kind_note(memory_kind)
     return Placement(
         kind="jax.Array", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
@@ -734,6 +734,42 @@ def _process_note(x, shards: tuple[Shard, ...]) -> str:
                 "every process with jax.experimental.multihost_utils.process_allgather(x)")
     return (f". It spans {len(processes)} processes: this one holds {len(mine)} of its "
             f"{len(shards)} shards ({sum(s.nbytes for s in mine):,} B){readable}")
+
+
+def _mesh_in_use(x, platform: str) -> str:
+    """The mesh a program of this process spreads arrays over, described ("{'x': 4}, set by
+    jax.set_mesh" or "{'x': 4}, over which other live arrays are split"); "" where none is
+    (one device, or no mesh set and no live array of ``platform`` over several devices)."""
+    jax = jaxcompat.import_jax()
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and mesh.size > 1:
+        return f"{dict(mesh.shape)}, set by jax.set_mesh"
+    for other in jax.live_arrays(platform):
+        if other is x or other.is_deleted():
+            continue
+        spread = getattr(other.sharding, "mesh", None)
+        if spread is not None and len(other.sharding.device_set) > 1:
+            return (f"{dict(spread.shape)}, over which other live arrays are split "
+                    f"(a {other.dtype}{list(other.shape)} among them)")
+    return ""
+
+
+def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
+    """For an array whole on one device where a mesh is in use (jax#24332: jnp.meshgrid of
+    arrays made on one device returns its outputs whole there): how to have it made split."""
+    if len(shards) != 1 or x.ndim == 0:
+        return ""
+    platform = next(iter(x.sharding.device_set)).platform
+    jax = jaxcompat.import_jax()
+    if len(jax.devices(platform)) < 2 or not (mesh := _mesh_in_use(x, platform)):
+        return ""
+    return (f". A mesh is in use ({mesh}), but this array is whole on {shards[0].device}, all "
+            f"{x.nbytes:,} B on that one device: an operation on arrays that sit on one device "
+            "(jnp.linspace, then jnp.meshgrid of it) makes its result there too. To have it "
+            "split from the start, make it inside a jit that names the split: "
+            "jax.jit(make, out_shardings=NamedSharding(mesh, P(...))); "
+            "jax.device_put(x, NamedSharding(mesh, P(...))) splits it only after one device "
+            "has held it whole")
 
 
 def _memory_kind_note(kind: str | None) -> str:

@@ -1240,3 +1240,30 @@ def test_jax_14075_an_array_made_whole_then_split_over_devices_is_named_with_out
         out = jax.jit(lambda: jnp.zeros(n), out_shardings=s)()  # the fix: made in pieces
     assert not any("14075" in " ".join(r["reasons"]) for r in fixed.by_line())
     assert out.sharding == s and len(out.addressable_shards) == len(jax.devices())
+
+
+def test_jax_24332_an_array_whole_on_one_device_where_a_mesh_is_in_use_is_named():
+    """jnp.meshgrid of arrays made on one device returns its outputs whole there, while the
+    user's program splits its arrays over a mesh; a maintainer's fix: a jit that names the
+    outputs' sharding (out_shardings), as for any function of arrays."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = len(jax.devices())
+    mesh = jax.make_mesh((n,), ("x",))
+    xlin = jnp.linspace(0.0, 100.0, 64 * n)
+    X, _ = jnp.meshgrid(xlin, xlin)
+    alone = devices.placement(X).explanation
+    assert "A mesh is in use" not in alone  # no mesh yet: one device is all the program uses
+    params = jax.device_put(jnp.ones((2 * n, 3)), NamedSharding(mesh, P("x")))
+    said = devices.placement(X).explanation
+    assert f"A mesh is in use ({{'x': {n}}}, over which other live arrays are split" in said
+    assert f"whole on cpu:0, all {X.nbytes:,} B on that one device" in said
+    assert "jax.jit(make, out_shardings=NamedSharding(mesh, P(...)))" in said
+    del params
+    with jax.set_mesh(mesh):  # a mesh set for the program counts too
+        assert "set by jax.set_mesh" in devices.placement(X).explanation
+    X2, _ = jax.jit(jnp.meshgrid, out_shardings=NamedSharding(mesh, P("x")))(xlin, xlin)
+    assert len(X2.sharding.device_set) == n  # the fix: made split, no device holds it whole
+    assert devices.placement(X2).shards[0].shape == (64, 64 * n)
+    assert "A mesh is in use" not in devices.placement(jnp.float32(1.0)).explanation
