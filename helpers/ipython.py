@@ -103,21 +103,27 @@ def unload(ip: Any) -> None:
 
 def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     """IPython's custom exception handler: the usual traceback (shown, and kept in
-    ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED, the
-    explanation. Never raises (IPython would unregister it)."""
+    ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED or a CUDA
+    library that could not start, the explanation. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     from helpers import oom
 
-    if not oom.is_out_of_memory(value):
+    if oom.is_out_of_memory(value):
+        explain, head = (lambda: oom.explain(value, namespace=shell.user_ns),
+                         "why this cell ran out of memory")
+    elif oom.is_library_failure(value):
+        explain, head = (lambda: oom.explain_library_failure(value),
+                         "why a CUDA library could not start")
+    else:
         return None
     try:
-        report = oom.explain(value, namespace=shell.user_ns)
+        report = explain()
     except Exception as err:  # the explanation must never hide the error itself
-        print(f"(the kit could not explain this OOM: {type(err).__name__}: {err})")
+        print(f"(the kit could not explain this error: {type(err).__name__}: {err})")
         return None
     from IPython.display import display
 
-    print("JAX Device Kit: why this cell ran out of memory")
+    print(f"JAX Device Kit: {head}")
     display(report)
     return None
 

@@ -40,8 +40,9 @@ from helpers.errors import (
 from helpers.holders import Holders
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
 
-__all__ = ["CappedCell", "OomReport", "Reproduction", "explain", "is_out_of_memory",
-           "reproduce", "run_cells_capped"]
+__all__ = ["CappedCell", "LibraryFailure", "OomReport", "Reproduction", "explain",
+           "explain_library_failure", "is_library_failure", "is_out_of_memory", "reproduce",
+           "run_cells_capped"]
 
 
 # --- reproduction in a child process ------------------------------------------------------
@@ -420,6 +421,142 @@ def _fixes(r: OomReport) -> tuple[str, ...]:
 
 
 # --- a cell that runs out of memory, in a capped child with the extension loaded ---------------
+# --- a CUDA library that could not start -------------------------------------------------
+#: what a CUDA library that could not start says (cuDNN, cuBLAS, cuSOLVER, cuFFT), and the
+#: driver refusing memory outside JAX's pool: most often too little of the card was left
+#: outside the pools, else a copy of the library other than jaxlib's was loaded first (JAX's
+#: FAQ, "Why do some CUDA libraries fail to load/initialize?"; jax#17217, jax#7118, flax#445)
+_LIBRARY_FAILURE = re.compile(
+    r"(?P<cuDNN>DNN library initialization failed|Could not create cudnn handle|"
+    r"CUDNN_STATUS_(?:NOT_INITIALIZED|INTERNAL_ERROR|ALLOC_FAILED))|"
+    r"(?P<cuBLAS>CUBLAS_STATUS_(?:NOT_INITIALIZED|ALLOC_FAILED)|failed to create cublas handle)|"
+    r"(?P<cuSOLVER>CUSOLVER_STATUS_(?:NOT_INITIALIZED|ALLOC_FAILED))|(?P<cuFFT>CUFFT_ALLOC_FAILED)|"
+    r"(?P<CUDA>cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY)")
+#: the CUDA libraries whose loaded copies the explanation lists, by file name
+_CUDA_LIBRARY_FILE = re.compile(r"^lib(cudnn|cublas|cublasLt|cusolver|cufft|cusparse|cudart|nccl)"
+                                r"(?:_\w+)?\.so[.\d]*$")
+#: a card with this share of its memory free when asked: memory may not be the cause
+_ROOMY = 0.25
+
+
+@dataclass(frozen=True)
+class LibraryFailure(Display):
+    """A CUDA library that could not start, explained: the card's memory outside JAX's pool and
+    who holds it (other processes, TensorFlow or PyTorch in this one), the copies of the CUDA
+    libraries this process loaded, and the likely fixes, ranked. The numbers are read when
+    asked, after the failure."""
+
+    error: str  # the error's first line
+    library: str  # "cuDNN", "cuBLAS", "cuSOLVER", "cuFFT" or "CUDA" (the driver's memory)
+    device: str  # "" where JAX could not say
+    total_bytes: int | NotAvailable  # the card's, by the driver
+    free_bytes: int | NotAvailable  # free on the card when asked, by the driver
+    pool_bytes: int | NotAvailable  # JAX's pool on it (its allocator's bytes_limit)
+    other_processes_bytes: int | NotAvailable
+    beside: tuple[str, ...]  # another GPU framework in this process, each with its fix
+    loaded: tuple[str, ...]  # "cudnn: <folder>" for each CUDA library folder loaded
+    fixes: tuple[str, ...]  # most likely first
+
+
+def is_library_failure(error: BaseException) -> bool:
+    """Whether ``error`` says a CUDA library could not start (cuDNN's "DNN library
+    initialization failed", cuBLAS's CUBLAS_STATUS_NOT_INITIALIZED...) or the driver refused
+    memory outside JAX's pool; an out-of-memory error of the pool itself is not one."""
+    return not is_out_of_memory(error) and bool(_LIBRARY_FAILURE.search(str(error)))
+
+
+def _loaded_cuda_libraries(maps: str = "/proc/self/maps") -> tuple[str, ...]:
+    """Each CUDA library this process has loaded, with the folder its file came from, from
+    the kernel's list of the process's mapped files (Linux; () elsewhere)."""
+    try:
+        text = Path(maps).read_text()
+    except OSError:
+        return ()
+    found = set()
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)  # address, perms, offset, dev, inode, path
+        path = fields[5].strip() if len(fields) == 6 else ""
+        m = _CUDA_LIBRARY_FILE.match(os.path.basename(path))
+        if m:
+            found.add(f"{m.group(1)}: {os.path.dirname(path)}")
+    return tuple(sorted(found))
+
+
+def explain_library_failure(error: BaseException, *,
+                            maps: str = "/proc/self/maps") -> LibraryFailure:
+    """Why a CUDA library could not start: the card's memory now (the driver's numbers),
+    JAX's pool, other processes and other GPU frameworks in this one
+    (:func:`helpers.settings.check_process`'s rules), and where this process loaded its CUDA
+    libraries from; ranked fixes. Reads; changes nothing. Not yet run on a GPU: written from
+    JAX's FAQ and the threads named in ``docs/user-reports.md``.
+
+    >>> r = explain_library_failure(RuntimeError("DNN library initialization failed"))
+    >>> r.library
+    'cuDNN'
+    """
+    from helpers import memory, settings
+
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    m = _LIBRARY_FAILURE.search(text)
+    library = m.lastgroup if m else "CUDA"
+    dev = None
+    try:
+        import jax
+
+        dev = jax.devices()[0]
+    except Exception:  # the backend itself may not have started
+        pass
+    on_gpu = dev is not None and dev.platform == "gpu"
+    total = gpu.total_bytes() if on_gpu else None
+    used = gpu.device_used_bytes() if on_gpu else None
+    stats = (memory.memory_stats(dev) or {}) if on_gpu else {}
+    pool = int(stats["bytes_limit"]) if "bytes_limit" in stats else NOT_AVAILABLE
+    beside = tuple(f"{w.message} Fix: {w.fix}." for w in settings.check_environment()
+                   if w.code in ("tensorflow-sees-the-gpu", "pytorch-holds-the-gpu"))
+    report = LibraryFailure(
+        first, library, device_name(dev) if dev is not None else "",
+        total if total else NOT_AVAILABLE,
+        total - used if total and used is not None and used <= total else NOT_AVAILABLE,
+        pool, _other_processes(dev) if dev is not None else NOT_AVAILABLE, beside,
+        _loaded_cuda_libraries(maps), ())
+    return dataclasses.replace(report, fixes=_library_fixes(report))
+
+
+def _library_fixes(r: LibraryFailure) -> tuple[str, ...]:
+    """The likely fixes for a library that could not start, most likely first."""
+    room = []
+    room += [b.split(" Fix: ", 1)[1] for b in r.beside]
+    if isinstance(r.other_processes_bytes, int) and r.other_processes_bytes > 0:
+        room.append(f"Other processes hold {format_bytes(r.other_processes_bytes)} on this card: "
+                    "give each JAX process a share (XLA_CLIENT_MEM_FRACTION) or "
+                    "XLA_PYTHON_CLIENT_PREALLOCATE=false in every one of them.")
+    pool = (f" (JAX's pool is {format_bytes(r.pool_bytes)} of the card's "
+            f"{format_bytes(r.total_bytes)})" if isinstance(r.pool_bytes, int)
+            and isinstance(r.total_bytes, int) else "")
+    room.append(f"Leave {r.library} room outside JAX's pool{pool}: set "
+                "XLA_CLIENT_MEM_FRACTION lower (0.6, say) or XLA_PYTHON_CLIENT_PREALLOCATE=false "
+                "before JAX starts (restart the kernel; JAX's FAQ, \"Why do some CUDA libraries "
+                "fail to load/initialize?\").")
+    twice = sorted({line.split(":", 1)[0] for line in r.loaded
+                    if sum(x.split(":", 1)[0] == line.split(":", 1)[0] for x in r.loaded) > 1})
+    version = ("This process loaded " + (
+        f"{', '.join(twice)} from more than one folder (listed above): a copy other than the "
+        "one jaxlib was built for" if twice else
+        "its CUDA libraries from the folders listed above: if a library there is not the "
+        "version jaxlib was built for") +
+        " makes the start fail the same way, and JAX's log (stderr) says \"Loaded runtime ... "
+        "but source was compiled with ...\". Import JAX before the package that brought "
+        "the other copy (PyTorch, TensorFlow), or install versions that agree "
+        "(reinstall JAX with the CUDA extra you use, e.g. pip install -U \"jax[cuda12]\").")
+    roomy = (isinstance(r.free_bytes, int) and isinstance(r.total_bytes, int)
+             and r.free_bytes >= _ROOMY * r.total_bytes and not r.beside)
+    if roomy:  # memory was there when asked: the library's copy comes first
+        return (f"{format_bytes(r.free_bytes)} of the card's {format_bytes(r.total_bytes)} is "
+                "free, so memory may not be the cause. " + version, *room)
+    return (*room, version)
+
+
 @dataclass(frozen=True)
 class CappedCell(Display):
     """What an IPython shell with ``%load_ext helpers`` printed when it ran cells under a

@@ -25,18 +25,18 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.ipython import CellMemory
     from helpers.measure import StepMeasurement
     from helpers.memory import MemorySnapshot
-    from helpers.oom import CappedCell, OomReport, Reproduction
+    from helpers.oom import CappedCell, LibraryFailure, OomReport, Reproduction
     from helpers.preflight import Preflight, Residuals, StepPreflight
     from helpers.processes import Job, ProcessReport
     from helpers.settings import ProcessCheck
     from helpers.transfers import TransferLog
 
-__all__ = ["capped_cell_text", "cell_memory_text", "compile_log_text", "holders_text", "load_table",
-           "oom_report_text", "placement_html", "placement_text", "preflight_text",
-           "process_check_text", "report_html", "report_text", "reproduction_text",
-           "residuals_text", "snapshot_text", "step_measurement_text", "step_preflight_html",
-           "step_preflight_text", "token_file_text", "transfer_log_html", "transfer_log_text",
-           "tree_placement_html", "tree_placement_text"]
+__all__ = ["capped_cell_text", "cell_memory_text", "compile_log_text", "holders_text",
+           "library_failure_text", "load_table", "oom_report_text", "placement_html",
+           "placement_text", "preflight_text", "process_check_text", "report_html", "report_text",
+           "reproduction_text", "residuals_text", "snapshot_text", "step_measurement_text",
+           "step_preflight_html", "step_preflight_text", "token_file_text", "transfer_log_html",
+           "transfer_log_text", "tree_placement_html", "tree_placement_text"]
 
 _STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved")
 
@@ -415,6 +415,20 @@ def oom_report_text(r: OomReport) -> str:
     return "\n".join(lines)
 
 
+def library_failure_text(r: LibraryFailure) -> str:
+    lines = [f"{r.library} could not start{' on ' + r.device if r.device else ''}: {r.error}",
+             f"  the card: {format_bytes(r.free_bytes)} free of {format_bytes(r.total_bytes)} "
+             f"(when asked, after the failure); JAX's pool {format_bytes(r.pool_bytes)}; other "
+             f"processes {format_bytes(r.other_processes_bytes)}"]
+    lines += [f"  beside JAX in this process: {b.split(' Fix: ', 1)[0]}" for b in r.beside]
+    if r.loaded:
+        lines.append("CUDA libraries this process loaded, and from where:")
+        lines += [f"  {line}" for line in r.loaded]
+    lines.append("What to change, most likely first:")
+    lines += [f"  {i}. {f}" for i, f in enumerate(r.fixes, 1)]
+    return "\n".join(lines)
+
+
 def _arrays(n: int) -> str:
     return f"{n} array was" if n == 1 else f"{n} arrays were"
 
@@ -738,6 +752,7 @@ records.renders("helpers.holders.Holders", text=holders_text)
 records.renders("helpers.preflight.Residuals", text=residuals_text)
 records.renders("helpers.ipython.CellMemory", text=cell_memory_text)
 records.renders("helpers.oom.OomReport", text=oom_report_text)
+records.renders("helpers.oom.LibraryFailure", text=library_failure_text)
 records.renders("helpers.oom.CappedCell", text=capped_cell_text)
 records.renders("helpers.settings.ProcessCheck", text=process_check_text)
 records.renders("helpers.devices.TreePlacement", text=tree_placement_text,

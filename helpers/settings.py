@@ -687,6 +687,49 @@ def _gpu_backend_unused(env: Mapping[str, str], started_platforms=()) -> list[En
     )]
 
 
+def _gpu_framework_beside(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # TensorFlow and PyTorch keep GPU pools of their own. In the same process as JAX they take
+    # memory JAX's pool cannot have, and a CUDA library JAX starts later may find too little
+    # left (JAX's "GPU memory allocation" page, "Running JAX and GPU TensorFlow concurrently";
+    # flax#445). Read without starting either: TensorFlow's visible devices list the physical
+    # GPUs only; torch.cuda.is_initialized() starts nothing. Not yet run on a GPU.
+    out = []
+    tf = sys.modules.get("tensorflow")
+    try:
+        gpus = list(tf.config.get_visible_devices("GPU")) if tf is not None else []
+        growing = all(tf.config.experimental.get_memory_growth(g) for g in gpus)
+    except Exception:  # a stub or a TensorFlow without these: nothing to say
+        gpus, growing = [], False
+    if gpus and not (growing or env.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true"):
+        out.append(EnvWarning(
+            "tensorflow-sees-the-gpu",
+            f"TensorFlow is imported in this process and sees {len(gpus)} GPU(s): at its "
+            "first operation (a tf.data pipeline's included) it takes most of the free GPU "
+            "memory for a pool of its own, which JAX cannot use; JAX may then run out of "
+            "memory, or fail to start cuDNN or cuBLAS (\"DNN library initialization failed\").",
+            "right after `import tensorflow as tf`, before TensorFlow runs anything: "
+            "tf.config.set_visible_devices([], 'GPU') (loading data needs no GPU), or set "
+            "TF_FORCE_GPU_ALLOW_GROWTH=true before TensorFlow starts",
+        ))
+    torch = sys.modules.get("torch")
+    try:
+        started = bool(torch.cuda.is_initialized()) if torch is not None else False
+        held = (sum(int(torch.cuda.memory_reserved(i))
+                    for i in range(torch.cuda.device_count())) if started else 0)
+    except Exception:
+        started, held = False, 0
+    if started:
+        out.append(EnvWarning(
+            "pytorch-holds-the-gpu",
+            f"PyTorch started CUDA in this process and its caching allocator holds "
+            f"{format_bytes(held)} (torch.cuda.memory_reserved), beside its CUDA context: GPU "
+            "memory JAX's pool cannot have.",
+            "keep PyTorch on the CPU where it only loads data (no .cuda() or .to('cuda')); "
+            "torch.cuda.empty_cache() gives back what no tensor holds",
+        ))
+    return out
+
+
 #: The checks check_environment runs, in this order; each is
 #: ``rule(env, started_platforms) -> list[EnvWarning]``.
 RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
@@ -706,6 +749,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _cpu_devices_after_start,
     _default_device_assigned,
     _gpu_backend_unused,
+    _gpu_framework_beside,
 )
 
 
@@ -713,4 +757,5 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
 #: its backends started with): meaningless for another process's environment.
 PROCESS_RULES = (_platforms_after_import, _x64_after_import, _allocator_after_start,
                  _xla_flags_after_start,
-                 _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused)
+                 _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused,
+                 _gpu_framework_beside)

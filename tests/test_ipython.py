@@ -69,6 +69,23 @@ def test_a_gpu_oom_names_the_request_and_the_program_that_asked(asked, expected)
     assert odd.requested_bytes is NOT_AVAILABLE and odd.program == "jit_broadcast_in_dim"
 
 
+#: what jax#22626's cell raised (jax 0.4.30, an RTX card): cuDNN could not start
+DNN_FAILED = ("FAILED_PRECONDITION: DNN library initialization failed. Look at the errors above "
+              "for more details.")
+
+
+def test_a_cuda_library_that_could_not_start_is_explained_in_the_cell(shell, capsys):
+    """The error's text from the thread, on the CPU: the cause and the fixes are named; the
+    card's numbers are not available here (a GPU is needed to read them)."""
+    r = shell.run_cell(f"raise jax.errors.JaxRuntimeError({DNN_FAILED!r})")
+    out = capsys.readouterr().out
+    assert not r.success and "DNN library initialization failed" in out
+    assert "why a CUDA library could not start" in out and "cuDNN could not start on cpu:0" in out
+    assert "XLA_CLIENT_MEM_FRACTION lower" in out and "Loaded runtime" in out
+    assert "why this cell ran out of memory" not in out
+    assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
+
+
 def test_other_jax_errors_are_shown_as_usual(shell, capsys):
     r = shell.run_cell("raise jax.errors.JaxRuntimeError('INVALID_ARGUMENT: not memory')")
     out = capsys.readouterr().out

@@ -4,6 +4,7 @@ import pytest
 
 from helpers import datasets, oom
 from helpers.errors import FileError
+from helpers.units import NOT_AVAILABLE
 from tests.conftest import run_cli
 from tests.test_preflight_file import write_raw
 
@@ -76,3 +77,80 @@ def test_cli_reproduce_oom_json(small_file):
     assert out.returncode == 0, out.stderr
     seed, fix = json.loads(out.stdout)
     assert not seed["ok"] and "RESOURCE_EXHAUSTED" in seed["error_message"] and fix["ok"]
+
+
+@pytest.mark.parametrize("text, library", [
+    ("FAILED_PRECONDITION: DNN library initialization failed. Look at the errors above for "
+     "more details.", "cuDNN"),  # jax#22626, jax#23145
+    ("INTERNAL: CUBLAS_STATUS_NOT_INITIALIZED", "cuBLAS"),  # jax#7118
+    ("failed to create cublas handle: CUBLAS_STATUS_ALLOC_FAILED", "cuBLAS"),  # acme#208
+    ("cudaErrorMemoryAllocation : out of memory", "CUDA"),  # jax#17217
+])
+def test_a_cuda_library_that_could_not_start_is_told_from_an_oom(text, library):
+    from helpers import oom
+
+    error = RuntimeError(text)
+    assert oom.is_library_failure(error) and not oom.is_out_of_memory(error)
+    r = oom.explain_library_failure(error)
+    assert r.library == library and r.error == text.splitlines()[0]
+    assert r.free_bytes is NOT_AVAILABLE and r.pool_bytes is NOT_AVAILABLE  # the CPU: no card
+    assert any("XLA_CLIENT_MEM_FRACTION lower" in f for f in r.fixes)
+    assert "Loaded runtime" in r.fixes[-1]  # memory first: nothing says there was room
+    pool = RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9437184 "
+                        "bytes. CUDA_ERROR_OUT_OF_MEMORY")
+    assert oom.is_out_of_memory(pool) and not oom.is_library_failure(pool)
+    assert not oom.is_library_failure(RuntimeError("INVALID_ARGUMENT: shapes differ"))
+
+
+def test_two_copies_of_a_cuda_library_are_named(tmp_path):
+    from helpers import oom
+
+    maps = tmp_path / "maps"
+    site = "/venv/lib/python3.12/site-packages"
+    maps.write_text(
+        f"7f00-7f10 r-xp 00000000 08:01 11 {site}/torch/lib/libcudnn.so.9\n"
+        f"7f10-7f20 r-xp 00000000 08:01 12 {site}/nvidia/cudnn/lib/libcudnn_ops.so.9\n"
+        f"7f20-7f30 r-xp 00000000 08:01 13 {site}/nvidia/cublas/lib/libcublasLt.so.12\n"
+        "7f30-7f40 r-xp 00000000 08:01 14 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+        "7f40-7f50 rw-p 00000000 00:00 0 \n")
+    r = oom.explain_library_failure(RuntimeError("DNN library initialization failed"),
+                                    maps=str(maps))
+    assert r.loaded == (f"cublasLt: {site}/nvidia/cublas/lib", f"cudnn: {site}/nvidia/cudnn/lib",
+                        f"cudnn: {site}/torch/lib")
+    assert "loaded cudnn from more than one folder" in r.fixes[-1]
+    assert "Import JAX before the package that brought the other copy" in r.fixes[-1]
+    assert f"cudnn: {site}/torch/lib" in str(r)
+    assert oom.explain_library_failure(RuntimeError("CUBLAS_STATUS_NOT_INITIALIZED"),
+                                       maps=str(tmp_path / "none")).loaded == ()
+
+
+def test_tensorflow_beside_jax_comes_first_and_room_on_the_card_puts_the_copy_first(
+        monkeypatch):
+    """The GPU faked: a stand-in TensorFlow that sees a GPU (flax#445), then a card with room
+    to spare, where the library's copy is the likelier cause (jax#28752: 16.6 of 16.9 GB free)."""
+    import sys
+    from types import SimpleNamespace
+
+    import jax
+
+    from helpers import gpu, memory, oom
+
+    tf = SimpleNamespace(config=SimpleNamespace(
+        get_visible_devices=lambda kind: ["GPU:0"],
+        experimental=SimpleNamespace(get_memory_growth=lambda d: False)))
+    monkeypatch.setitem(sys.modules, "tensorflow", tf)
+    r = oom.explain_library_failure(RuntimeError("DNN library initialization failed"))
+    assert r.fixes[0].startswith("right after `import tensorflow as tf`")
+    assert "TensorFlow is imported in this process" in str(r)
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    card = SimpleNamespace(platform="gpu", id=0, device_kind="H100")
+    monkeypatch.setattr(jax, "devices", lambda *a: [card])
+    monkeypatch.setattr(gpu, "total_bytes", lambda i=0: 16928342016)
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: 16928342016 - 16601251840)
+    monkeypatch.setattr(gpu, "process_used_bytes", lambda pid: 16928342016 - 16601251840)
+    monkeypatch.setattr(memory, "memory_stats", lambda d: {"bytes_limit": 12 * 2**30})
+    roomy = oom.explain_library_failure(RuntimeError("DNN library initialization failed"))
+    assert roomy.free_bytes == 16601251840 and roomy.pool_bytes == 12 * 2**30
+    assert roomy.fixes[0].startswith("15.46 GiB of the card's 15.77 GiB is free, so memory may "
+                                     "not be the cause")
+    assert "(JAX's pool is 12.00 GiB of the card's 15.77 GiB)" in roomy.fixes[1]

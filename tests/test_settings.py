@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 
 from helpers import settings
@@ -427,3 +429,50 @@ def test_jax_enable_x64_set_after_import_is_named():
     before, codes_before, after, codes_after = proc.stdout.splitlines()[:4]
     assert before == "float32" and "x64-set-after-import" in codes_before
     assert after == "float64" and "x64-set-after-import" not in codes_after
+
+
+def _fake_tensorflow(gpus: int, growth: bool = False):
+    """A stand-in for TensorFlow's module: the two config calls the rule makes, nothing else
+    (TensorFlow is not a dependency of the kit, and this machine has no GPU)."""
+    from types import SimpleNamespace
+
+    found = [SimpleNamespace(name=f"/physical_device:GPU:{i}") for i in range(gpus)]
+    return SimpleNamespace(config=SimpleNamespace(
+        get_visible_devices=lambda kind: found if kind == "GPU" else [],
+        experimental=SimpleNamespace(get_memory_growth=lambda d: growth)))
+
+
+def _fake_torch(started: bool, reserved: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(cuda=SimpleNamespace(
+        is_initialized=lambda: started, device_count=lambda: 1,
+        memory_reserved=lambda i: reserved))
+
+
+def test_tensorflow_that_sees_the_gpu_is_named_with_its_fix(monkeypatch):
+    """flax#445: TensorFlow in the same process takes most of the GPU at its first operation;
+    the fix is to hide the GPU from it (the GPU faked: a stand-in module)."""
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(1))
+    (w,) = [w for w in settings.check_environment({}) if w.code == "tensorflow-sees-the-gpu"]
+    assert "sees 1 GPU(s)" in w.message and "DNN library initialization failed" in w.message
+    assert "tf.config.set_visible_devices([], 'GPU')" in w.fix
+    assert "TF_FORCE_GPU_ALLOW_GROWTH=true" in w.fix
+    for quiet, env in ((_fake_tensorflow(0), {}), (_fake_tensorflow(1, growth=True), {}),
+                       (_fake_tensorflow(1), {"TF_FORCE_GPU_ALLOW_GROWTH": "true"})):
+        monkeypatch.setitem(sys.modules, "tensorflow", quiet)  # hidden, or growing on demand
+        assert not [w for w in settings.check_environment(env)
+                    if w.code == "tensorflow-sees-the-gpu"]
+    monkeypatch.setitem(sys.modules, "tensorflow", object())  # a module without tf.config
+    assert not [w for w in settings.check_environment({}) if "tensorflow" in w.code]
+    assert not [w for w in settings.check_environment({}, this_process=False)
+                if "tensorflow" in w.code]
+
+
+def test_pytorch_that_started_cuda_is_named_with_what_it_holds(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(True, 3 * 2**30))
+    (w,) = [w for w in settings.check_environment({}) if w.code == "pytorch-holds-the-gpu"]
+    assert "holds 3.00 GiB (torch.cuda.memory_reserved)" in w.message
+    assert "torch.cuda.empty_cache()" in w.fix
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(False, 0))  # torch on the CPU only
+    assert not [w for w in settings.check_environment({}) if w.code == "pytorch-holds-the-gpu"]
