@@ -103,6 +103,8 @@ def test_a_cuda_library_that_could_not_start_is_told_from_an_oom(text, library):
 
 
 def test_two_copies_of_a_cuda_library_are_named(tmp_path):
+    """jax#16901: cuDNN could not start because the one loaded was not jaxlib's version; the
+    process's mapped files (a stand-in /proc/self/maps) show where each library came from."""
     from helpers import oom
 
     maps = tmp_path / "maps"
