@@ -156,3 +156,50 @@ def test_tensorflow_beside_jax_comes_first_and_room_on_the_card_puts_the_copy_fi
     assert roomy.fixes[0].startswith("15.46 GiB of the card's 15.77 GiB is free, so memory may "
                                      "not be the cause")
     assert "(JAX's pool is 12.00 GiB of the card's 15.77 GiB)" in roomy.fixes[1]
+
+
+#: the second process: JAX's defaults, a convolution (cuDNN) and a matmul (cuBLAS), and what
+#: the kit says of whatever fails
+_SECOND = """
+import jax, jax.numpy as jnp
+from helpers import oom
+try:
+    x = jnp.ones((8, 3, 64, 64))
+    jax.lax.conv(x, jnp.ones((16, 3, 3, 3)), (1, 1), "SAME").block_until_ready()
+    (jnp.ones((512, 512)) @ jnp.ones((512, 512))).block_until_ready()
+    print("NO ERROR")
+except Exception as err:
+    r = oom.explain_library_failure(err) if oom.is_library_failure(err) else oom.explain(err)
+    print(type(r).__name__)
+    print(r)
+"""
+
+
+@pytest.mark.gpu
+def test_a_second_default_process_starves_a_cuda_library_and_is_explained():
+    """jax#17217: a JAX process beside another that holds its default 75% takes most of what
+    is left for its pool, and cuDNN or cuBLAS may find too little to start. Written from the
+    threads, not yet run on a GPU: if the second process raises nothing, this fails, and the
+    record says what the card did instead."""
+    import subprocess
+    import sys
+
+    from helpers._internal.child import child_env
+    from tests.conftest import REPO, run_python
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, jax.numpy as jnp; x = jnp.ones(2**20); "
+         "x.block_until_ready(); print('ready', flush=True); sys.stdin.read()"],
+        cwd=REPO, env=child_env(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"  # its pool is taken
+        out = run_python(_SECOND, timeout=300)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    print(out.stdout[-3000:], out.stderr[-3000:])  # the record keeps what the card said
+    assert "NO ERROR" not in out.stdout, "the second process started cuDNN and cuBLAS"
+    kind = out.stdout.split("\n", 1)[0].strip()
+    assert kind in ("LibraryFailure", "OomReport"), out.stdout + out.stderr
+    if kind == "LibraryFailure":
+        assert "Other processes hold" in out.stdout and "XLA_CLIENT_MEM_FRACTION" in out.stdout
