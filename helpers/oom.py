@@ -540,15 +540,20 @@ def _library_fixes(r: LibraryFailure) -> tuple[str, ...]:
                 "fail to load/initialize?\").")
     twice = sorted({line.split(":", 1)[0] for line in r.loaded
                     if sum(x.split(":", 1)[0] == line.split(":", 1)[0] for x in r.loaded) > 1})
-    version = ("This process loaded " + (
-        f"{', '.join(twice)} from more than one folder (listed above): a copy other than the "
-        "one jaxlib was built for" if twice else
-        "its CUDA libraries from the folders listed above: if a library there is not the "
-        "version jaxlib was built for") +
-        " makes the start fail the same way, and JAX's log (stderr) says \"Loaded runtime ... "
-        "but source was compiled with ...\". Import JAX before the package that brought "
-        "the other copy (PyTorch, TensorFlow), or install versions that agree "
-        "(reinstall JAX with the CUDA extra you use, e.g. pip install -U \"jax[cuda12]\").")
+    log = ("the start fails the same way, and JAX's log (stderr) says \"Loaded runtime ... but "
+           "source was compiled with ...\"")
+    agree = ("install versions that agree (reinstall JAX with the CUDA extra you use, e.g. "
+             "pip install -U \"jax[cuda12]\")")
+    if twice:
+        version = (f"This process loaded {', '.join(twice)} from more than one folder (listed "
+                   f"above): if the copy in use is not the version jaxlib was built for, {log}. "
+                   "Import JAX before the package that brought the other copy (PyTorch, "
+                   f"TensorFlow), or {agree}.")
+    else:
+        where = " (its folder is listed above)" if r.loaded else ""
+        version = (f"If the {r.library} library this process loaded{where} is not the version "
+                   f"jaxlib was built for, {log}: {agree}, and import JAX before a package "
+                   "that brings its own copy (PyTorch, TensorFlow).")
     roomy = (isinstance(r.free_bytes, int) and isinstance(r.total_bytes, int)
              and r.free_bytes >= _ROOMY * r.total_bytes and not r.beside)
     if roomy:  # memory was there when asked: the library's copy comes first

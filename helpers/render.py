@@ -417,9 +417,10 @@ def oom_report_text(r: OomReport) -> str:
 
 def library_failure_text(r: LibraryFailure) -> str:
     lines = [f"{r.library} could not start{' on ' + r.device if r.device else ''}: {r.error}",
-             f"  the card: {format_bytes(r.free_bytes)} free of {format_bytes(r.total_bytes)} "
-             f"(when asked, after the failure); JAX's pool {format_bytes(r.pool_bytes)}; other "
-             f"processes {format_bytes(r.other_processes_bytes)}"]
+             (f"  the card: {format_bytes(r.free_bytes)} free of {format_bytes(r.total_bytes)} "
+              f"(when asked, after the failure); JAX's pool {format_bytes(r.pool_bytes)}; other "
+              f"processes {format_bytes(r.other_processes_bytes)}" if r.total_bytes else
+              "  the card's memory: not read (no NVIDIA driver answered here)")]
     lines += [f"  beside JAX in this process: {b.split(' Fix: ', 1)[0]}" for b in r.beside]
     if r.loaded:
         lines.append("CUDA libraries this process loaded, and from where:")
