@@ -39,6 +39,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -230,7 +231,7 @@ class FunctionCompiles(Record):
                     "another device, or with another sharding)")
         elif self.cause == "caches cleared":
             head = (f"`{self.function}`{where} compiled {self.compiles} times, each after "
-                    "jax.clear_caches()")
+                    f"{' or '.join(self.changed) or 'jax.clear_caches()'}")
         else:
             changed = f" ({'; '.join(self.changed[:3])})" if self.changed else ""
             times = (f"{self.compiles} times" if self.compiles != 1 else
@@ -261,6 +262,11 @@ class CompileLog(Display):
         self.jit_disabled = False
         #: JAX's persistent compilation cache directory, "" where none is set
         self.cache_dir = ""
+        #: with a cache folder set: the programs JAX wrote to it, and those it did not, by its
+        #: reason ("quicker than jax_persistent_cache_min_compile_time_secs", "uses host
+        #: callbacks", "smaller than jax_persistent_cache_min_entry_size_bytes", ...)
+        self.cache_written = 0
+        self.cache_skipped: tuple[tuple[str, int], ...] = ()
         self.finished = False
 
     @property
@@ -311,10 +317,30 @@ class CompileLog(Display):
                 "only those that took jax_persistent_cache_min_compile_time_secs or more to "
                 f"compile (1 s by default; the longest here took {self.longest_compile:.2f} s), "
                 "so lower that too if they are short.")
+        if self.cache_dir and self.cache_skipped and not self.cache_written:
+            notes.append(self._not_cached())
         if not self.recompiled:
             return "\n".join([f"No function compiled more than once in this block: "
                               f"{self.compiles} compile(s).", *notes])
         return "\n".join([*notes, *(f.diagnosis for f in self.recompiled), _CACHED])
+
+    def _not_cached(self) -> str:
+        """Why nothing compiled in the block reached the persistent cache, in JAX's reasons
+        (jax-ml/jax#21908: a folder set, and left empty)."""
+        why = "; ".join(f"{n} {reason}" for reason, n in self.cache_skipped)
+        fixes = []
+        if any(r.startswith("quicker") for r, _ in self.cache_skipped):
+            fixes.append("jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)")
+        if any(r.startswith("smaller") for r, _ in self.cache_skipped):
+            fixes.append("jax.config.update('jax_persistent_cache_min_entry_size_bytes', -1)")
+        callbacks = any(r == "uses host callbacks" for r, _ in self.cache_skipped)
+        return (f"Nothing compiled in this block was written to the persistent cache in "
+                f"{self.cache_dir} ({why}): JAX writes a program only if it took "
+                "jax_persistent_cache_min_compile_time_secs (1 s by default) or more to compile "
+                "and is at least jax_persistent_cache_min_entry_size_bytes."
+                + (f" To keep short programs too: {' and '.join(fixes)}." if fixes else "")
+                + (" A program with a host callback (jax.debug.print, jax.pure_callback, "
+                   "breakpoint) is never written." if callbacks else ""))
 
     def to_dict(self) -> dict:
         """Plain data: every function's entry and every cache miss JAX explained."""
@@ -323,7 +349,9 @@ class CompileLog(Display):
                 "seconds": self.seconds, "functions": [f.to_dict() for f in self.functions],
                 "misses": [m.to_dict() for m in self.misses], "diagnosis": self.diagnosis,
                 "cache_loads": self.cache_loads, "load_seconds": self.load_seconds,
-                "jit_disabled": self.jit_disabled, "cache_dir": self.cache_dir}
+                "jit_disabled": self.jit_disabled, "cache_dir": self.cache_dir,
+                "cache_written": self.cache_written,
+                "cache_skipped": [list(kv) for kv in self.cache_skipped]}
 
 
 class _Events(logging.Handler):
@@ -339,11 +367,21 @@ class _Events(logging.Handler):
         self.own = 0
         self.loading: set[int] = set()  # threads whose next compile event is a cache load
         self.loads: list[float] = []  # the seconds of each program loaded from the cache
+        #: per program compiled, what became of it in the persistent cache: "written", or why
+        #: not (JAX says so only while a cache folder is set)
+        self.writes: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            parsed = jaxcompat.parse_cache_miss(record.getMessage())
+            message = record.getMessage()
+            written = jaxcompat.parse_cache_write(message)
+            parsed = None if written else jaxcompat.parse_cache_miss(message)
         except Exception:  # never break the user's program over a log line
+            return
+        if written is not None:
+            if not own.active():
+                with self.guard:
+                    self.writes.append(written[0])
             return
         if parsed is not None:  # (a trace the kit made: kept for a compile of the user's)
             with self.guard:
@@ -365,10 +403,11 @@ class _Events(logging.Handler):
                 self.events.append(("lowering", record.thread, *lowering))
         return record.levelno >= logging.WARNING
 
-    def cleared(self) -> None:
-        """jax.clear_caches() ran: every cache emptied, so a function seen before misses."""
+    def cleared(self, what: str = "jax.clear_caches()") -> None:
+        """jax.clear_caches() or a jitted function's clear_cache() ("jit(f).clear_cache()")
+        ran: a function seen before misses."""
         with self.guard:
-            self.events.append(("clear",))
+            self.events.append(("clear", what))
 
     def compiled(self, event: str, seconds: float, **kwargs) -> None:
         if event == jaxcompat.CACHE_LOAD_EVENT:  # the compile event that follows is a load
@@ -390,10 +429,15 @@ class _Events(logging.Handler):
 
 class _Quiet(logging.Filter):
     """Keeps JAX's cache-miss lines out of the notebook's stderr while the kit collects them
-    (they are kept, verbatim, in the log's ``misses``)."""
+    (they are kept, verbatim, in the log's ``misses``), and the lines on programs not written to
+    the persistent cache, which JAX logs at WARNING only because the kit asked it to explain
+    (they are counted in ``cache_skipped``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(jaxcompat.CACHE_MISS_PREFIX)
+        message = record.getMessage()
+        return not (message.startswith(jaxcompat.CACHE_MISS_PREFIX) or (
+            record.levelno < logging.ERROR
+            and message.startswith(jaxcompat.CACHE_EXPLAINED_PREFIXES)))
 
 
 class _Disabled(logging.Filter):
@@ -485,7 +529,7 @@ def watch() -> Iterator[CompileLog]:
             if lowering.getEffectiveLevel() > logging.DEBUG:  # and says what it lowers at DEBUG
                 lowering.setLevel(logging.DEBUG)
                 set_here.append((lowering, lowering_level, logging.DEBUG))
-            with jax.explain_cache_misses(True):
+            with jax.explain_cache_misses(True), jaxcompat.jit_cache_clears(events.cleared):
                 yield log
         finally:
             try:
@@ -508,6 +552,9 @@ def watch() -> Iterator[CompileLog]:
                 log.functions = _summarise(events.events)
                 log.kit_compiles = events.own
                 log.cache_loads, log.load_seconds = len(events.loads), sum(events.loads)
+                log.cache_written = events.writes.count("written")
+                log.cache_skipped = tuple(Counter(w for w in events.writes
+                                                  if w != "written").most_common())
                 log.longest_compile = max((e[3] for e in events.events if e[0] == "compile"),
                                           default=0.0)
                 log.finished = True
@@ -538,13 +585,15 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     unpaired: dict[str, list[float]] = {}
     eager_types: dict[str, list[str | None]] = {}  # per name compiled outside jit: its types
     kits: dict[tuple[int, str], list] = {}  # traces the kit made, unpaired: (miss, clears)
-    clears: dict[tuple[str, str], list[int]] = {}  # per miss: jax.clear_caches() calls before it
+    clears: dict[tuple[str, str], list[int]] = {}  # per miss: the clears before it
+    cleared_by: list[str] = []  # each clear, in order: "jax.clear_caches()", "jit(f).clear_cache()"
     cleared = 0
     primitives = _primitive_names()
     logged = any(e[0] == "lowering" for e in events)  # JAX says what it lowers, in this JAX
     for event in events:
         if event[0] == "clear":
             cleared += 1
+            cleared_by.append(event[1])
         elif event[0] == "lowering":
             _, thread, raw, types, shardings = event
             lowerings[(thread, jaxcompat.compiled_function_name(raw))] = (types, shardings)
@@ -584,7 +633,7 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 seconds.setdefault(key, []).append(s)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
-    out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []))
+    out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by)
            for key, mine in misses.items()]
     for label in (EAGER, UNEXPLAINED):
         names = {n: v for n, v in unpaired.items() if (n in primitives) == (label == EAGER)}
@@ -641,7 +690,8 @@ def _shardings(text: str) -> str:
 
 
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
-           clears: list[int] | None = None, placed: list[str] | None = None) -> FunctionCompiles:
+           clears: list[int] | None = None, placed: list[str] | None = None,
+           cleared_by: list[str] | None = None) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -650,15 +700,19 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
     causes += ["new placement"] * len(placed)
     cause = (max(causes, key=lambda c: (causes.count(c), -CAUSES.index(c))) if causes
              else "first compile")
+    clearing: tuple[str, ...] = ()
     if cause == "function made anew" and _cleared_between(mine, clears or []):
         cause = "caches cleared"  # JAX's "never seen" of a function object it had seen
+        first, last = (clears or [0])[0], (clears or [0])[-1]
+        clearing = tuple(dict.fromkeys((cleared_by or [])[first:last]))
     said = next((m.explanation for m in mine if m.cause in (cause, "function made anew")), "")
     return FunctionCompiles(
         function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
         compile_seconds=sum(seconds), cause=cause,
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
-                 *dict.fromkeys(placed)) if cause == "new placement" else _changes(mine, cause),
+                 *dict.fromkeys(placed)) if cause == "new placement" else
+        clearing or _changes(mine, cause),
         fix=(IDENTITY_FIX if _by_identity(mine, cause) else
              FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
              IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else

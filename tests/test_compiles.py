@@ -429,6 +429,26 @@ def test_a_function_compiled_again_after_clear_caches_is_not_called_made_anew():
     assert [f.cause for f in anew.functions if f.recompiled] == ["function made anew"]
 
 
+def test_a_jitted_functions_own_clear_cache_is_not_called_made_anew():
+    """jax#14220: `g1.clear_cache()` inside the loop, g1 made once: the kit said "jitted anew:
+    make it once" (it saw only jax.clear_caches()), a fix already followed."""
+    def g(x):
+        return jax.lax.cond(x > 0.0, lambda x: x, jax.grad(lambda x: x ** 2), x)
+
+    g1 = jax.jit(g)
+    g1(1.0)
+    with compiles.watch() as log:
+        for _ in range(5):
+            g1(1.0)
+            g1.clear_cache()
+    f = log.function("g")
+    assert f.cause == "caches cleared" and f.compiles == 4  # the first call hit the cache
+    assert "each after jit(g).clear_cache()" in f.diagnosis and "jitted anew" not in f.diagnosis
+    assert g1.clear_cache.__func__.__module__.startswith("jax")  # JAX's own again after
+    h = jax.jit(lambda x: x + 1)  # a jit made after the block: JAX's own clear_cache too
+    assert h.clear_cache.__func__.__module__.startswith("jax")
+
+
 def test_a_weak_type_beside_a_real_dtype_change_is_not_called_weak_only():
     """Two arguments change in one call: x only its weak type, y from float32 to float16. The
     weak-type fix alone would be wrong (a reviewer's finding)."""

@@ -1174,6 +1174,38 @@ print(log)
     assert "loaded from the persistent compilation cache" in second.stdout
 
 
+def test_jax_21908_a_cache_folder_left_empty_is_explained_by_jaxs_thresholds(tmp_path):
+    """The cache folder set as the docs say, and nothing written: JAX keeps only programs that
+    took jax_persistent_cache_min_compile_time_secs (1 s) to compile (the thread's answer).
+    JAX says so for each program while it explains cache misses, which watch() turns on; the
+    kit hid those lines and said nothing. Fresh processes: the cache is process-wide."""
+    from tests.conftest import run_python
+
+    code = """
+import os, jax, jax.numpy as jnp
+from helpers import compiles
+jax.config.update("jax_compilation_cache_dir", {cache!r})
+if {fixed!r}:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+with compiles.watch() as log:
+    jax.jit(lambda x, y: jnp.matmul(x, y))(jnp.ones((2, 2)), jnp.ones((2, 2)))
+print("WRITTEN", log.cache_written, "FILES", len(os.listdir({cache!r})))
+print(log.diagnosis)
+"""
+    empty = run_python(code.format(cache=str(tmp_path / "a"), fixed=False))
+    assert empty.returncode == 0, empty.stderr
+    assert "WRITTEN 0 FILES 0" in empty.stdout
+    assert "Nothing compiled in this block was written to the persistent cache" in empty.stdout
+    assert "quicker than jax_persistent_cache_min_compile_time_secs" in empty.stdout
+    assert "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)" in empty.stdout
+    assert "Not writing persistent cache entry" not in empty.stderr  # counted, not printed
+    fixed = run_python(code.format(cache=str(tmp_path / "b"), fixed=True))  # the fix works
+    assert fixed.returncode == 0, fixed.stderr
+    written = int(fixed.stdout.split("WRITTEN ")[1].split()[0])
+    assert written >= 1 and f"FILES {written}" in fixed.stdout
+    assert "Nothing compiled" not in fixed.stdout
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said

@@ -29,17 +29,16 @@ from typing import Any
 
 from helpers._internal import frames
 
-__all__ = ["ALLOCATOR_VARS", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX", "COMPILE_EVENT",
-           "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS", "Internal", "InternalMoved",
-           "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters",
+__all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
+           "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS", "Internal",
+           "InternalMoved", "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters",
            "asarray_is_explicit", "backend_errors", "backend_factories", "backend_start_snapshot",
            "backends_started", "compiled_function_name", "device_name", "distributed_coordinator",
            "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
-           "import_jax", "jax_version", "jax_version_tuple", "live_executables",
-           "on_backend_start", "outside_transforms", "parse_cache_miss", "parse_compiling",
-           "parse_guard_line",
-           "unregister_duration_listener", "verify", "weak_type_only",
-           "weight_gradient_convolutions"]
+           "import_jax", "jax_version", "jax_version_tuple", "jit_cache_clears", "live_executables",
+           "on_backend_start", "outside_transforms", "parse_cache_miss", "parse_cache_write",
+           "parse_compiling", "parse_guard_line", "unregister_duration_listener", "verify",
+           "weak_type_only", "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -121,6 +120,12 @@ INTERNALS: dict[str, Internal] = {
         "%%memory counts a line's calls into JAX outside any transformation: a call made while "
         "jit, vmap or grad trace the line is not an operation dispatched on its own",
         "none documented"),
+    "jit_evict_fn": Internal(
+        "jax._src.pjit:jit_evict_fn",
+        "helpers.compiles notes each jitted function's clear_cache() during its block (JAX's "
+        "cache-miss text cannot tell a cleared cache from a function made anew at a freed "
+        "address): jit() sets this function as its class's clear_cache on every call",
+        "none: jax.clear_caches() is public, a jitted function's clear_cache() has no hook"),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
@@ -531,6 +536,38 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_LOAD_EVENT = "/jax/compilation_cache/cache_retrieval_time_sec"
 #: how each of JAX's explanations starts when ``jax_explain_cache_misses`` is on
 CACHE_MISS_PREFIX = "TRACING CACHE MISS"
+#: what JAX says of each program it writes, or does not write, to the persistent compilation
+#: cache: at WARNING while jax_explain_cache_misses is on and a cache folder is set, else at
+#: DEBUG (jax/_src/compiler.py and compilation_cache.py; 0.8.0 and 0.10.2 alike). The reasons,
+#: keyed as CompileLog.cache_skipped keys them
+_CACHE_WRITES = (
+    ("written", re.compile(r"^Writing (\S+) to persistent compilation cache")),
+    ("quicker than jax_persistent_cache_min_compile_time_secs",
+     re.compile(r"^Not writing persistent cache entry for '([^']*)' because it took <")),
+    ("uses host callbacks",
+     re.compile(r"^Not writing persistent cache entry for '([^']*)' because it uses host")),
+    ("smaller than jax_persistent_cache_min_entry_size_bytes",
+     re.compile(r"^Not writing persistent cache entry with key .* since its size()")),
+    ("not process 0", re.compile(r"^Not writing persistent cache entry since process_id()")),
+    ("no cache", re.compile(r"^Not writing persistent cache entry with key .* since cache is "
+                            r"disabled()")),
+)
+#: the other lines JAX logs at WARNING about the persistent cache only because
+#: jax_explain_cache_misses is on (which compiles.watch turns on): kept from the user's stderr
+CACHE_EXPLAINED_PREFIXES = ("Not writing persistent cache entry", "PERSISTENT COMPILATION CACHE "
+                            "MISS")
+
+
+def parse_cache_write(message: str) -> tuple[str, str] | None:
+    """("written", program) or (why it was not written, program or "") for one of JAX's lines
+    on writing the persistent compilation cache; None for any other line."""
+    for outcome, pattern in _CACHE_WRITES:
+        m = pattern.match(message)
+        if m:
+            return outcome, m.group(1)
+    return None
+
+
 #: the logger that says, at DEBUG (WARNING with jax_log_compiles), what each compile lowers:
 #: "Compiling jit(f) with global shapes and types (ShapedArray(float32[3]),). Argument
 #: mapping: (UnspecifiedValue,)." (jax/_src/interpreters/pxla.py; 0.8.0 and 0.10.2 alike)
@@ -580,6 +617,35 @@ def unregister_duration_listener(callback: Callable) -> None:
     """Stop a jax.monitoring duration listener (public in newer JAX, private in 0.8)."""
     public = getattr(_import("jax.monitoring"), "unregister_event_duration_listener", None)
     (public or verify("unregister_duration_listener"))(callback)
+
+
+@contextlib.contextmanager
+def jit_cache_clears(note: Callable[[str], None]) -> Iterator[bool]:
+    """While the block runs, ``note("jit(f).clear_cache()")`` is called at each jitted
+    function's ``clear_cache()``, before JAX's own; yields False (and notes nothing) where this
+    JAX has no ``jit_evict_fn``.
+    jit() sets the class's ``clear_cache`` from the module's function on every call, so both
+    are replaced, and both put back."""
+    evict = _get("jit_evict_fn")
+    if evict is None:
+        yield False
+        return
+    pjit = _import("jax._src.pjit")
+    cls = type(_import("jax").jit(_same))
+
+    def counted(self, *args, **kwargs):
+        note(f"jit({getattr(self, '__name__', 'f')}).clear_cache()")
+        return evict(self, *args, **kwargs)
+
+    pjit.jit_evict_fn = cls.clear_cache = counted
+    try:
+        yield True
+    finally:
+        pjit.jit_evict_fn = cls.clear_cache = evict
+
+
+def _same(x):
+    return x
 
 
 def compiled_function_name(fun_name: str) -> str:
