@@ -108,6 +108,14 @@ _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
 #: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
 _FUNCTION_REPR = re.compile(r"^<(?:function|bound method) (?:[^<>]|<locals>|<lambda>)*? "
                             r"(?:of .*? )?at 0x[0-9a-fA-F]+>$")
+#: the fix where a function jitted anew also had new argument types on every call (jax#7930):
+#: making it once saves no compile, and keeps every shape's program
+NEW_SHAPES_ANEW_FIX = (
+    "the arguments' shapes changed at every call, so each call compiles whether the function "
+    "is made once or anew (it is also made anew here: making it once saves no compile, and "
+    "keeps every shape's program alive as long as the function is; jit caches by the Python "
+    "function, not by the jax.jit wrapper). Pad or bucket the inputs to a few fixed shapes "
+    "(say, powers of two), so one compiled program serves many")
 #: the fix for new static values that are functions made anew (diffrax#142)
 FUNCTION_FIX = ("the static values are functions made anew for each call (a closure defined "
                 "inside the function that calls this one, or a lambda): a function compares by "
@@ -131,8 +139,10 @@ UNEXPLAINED = "compiles JAX did not explain"
 HEAVY_COMPILE_SECONDS = 1.0
 HEAVY_COMPILE_SHARE = 0.5
 
-_CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its function is "
-           "gone or the bounded caches drop it; jax.clear_caches() drops them all.")
+_CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its Python "
+           "function is gone (the one passed to jax.jit: dropping the jitted wrapper frees "
+           "nothing, jax-ml/jax#7930) or the bounded caches drop it; jax.clear_caches() drops "
+           "them all.")
 _active = threading.Lock()  # one watch at a time per process: the config and logger are global
 
 
@@ -633,7 +643,8 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 seconds.setdefault(key, []).append(s)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
-    out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by)
+    out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
+                  [t for t, _ in lowered.get(key, [])])
            for key, mine in misses.items()]
     for label in (EAGER, UNEXPLAINED):
         names = {n: v for n, v in unpaired.items() if (n in primitives) == (label == EAGER)}
@@ -691,7 +702,8 @@ def _shardings(text: str) -> str:
 
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            clears: list[int] | None = None, placed: list[str] | None = None,
-           cleared_by: list[str] | None = None) -> FunctionCompiles:
+           cleared_by: list[str] | None = None, types: list[str] | None = None
+           ) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -705,6 +717,11 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         cause = "caches cleared"  # JAX's "never seen" of a function object it had seen
         first, last = (clears or [0])[0], (clears or [0])[-1]
         clearing = tuple(dict.fromkeys((cleared_by or [])[first:last]))
+    fresh = ()
+    if cause == "function made anew" and _each_new(types or [], len(seconds)):
+        # each compile lowered argument types no earlier one had: making the function once
+        # saves no compile, and keeps every shape's program alive with it (jax-ml/jax#7930)
+        cause, fresh = "new shapes", tuple(_short_types(t) for t in (types or []))
     said = next((m.explanation for m in mine if m.cause in (cause, "function made anew")), "")
     return FunctionCompiles(
         function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
@@ -712,12 +729,27 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
                  *dict.fromkeys(placed)) if cause == "new placement" else
-        clearing or _changes(mine, cause),
-        fix=(IDENTITY_FIX if _by_identity(mine, cause) else
+        clearing or fresh[:6] or _changes(mine, cause),
+        fix=(NEW_SHAPES_ANEW_FIX if fresh else
+             IDENTITY_FIX if _by_identity(mine, cause) else
              FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
              IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else
              WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
+
+
+def _each_new(types: list[str], compiles: int) -> bool:
+    """Two or more compiles, each with argument types (JAX's lowering log) no earlier one had."""
+    return compiles >= 2 and len(types) == compiles and len(set(types)) == len(types)
+
+
+_SHAPED = re.compile(r"ShapedArray\(([^()]*)\)")
+
+
+def _short_types(types: str) -> str:
+    """JAX's "(ShapedArray(float32[200,200]),)" as "float32[200,200]"."""
+    found = _SHAPED.findall(types)
+    return ", ".join(found)[:120] if found else types[:120]
 
 
 _FUNCTION_ID = re.compile(r"\bid=(\d+)")

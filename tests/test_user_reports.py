@@ -1206,6 +1206,28 @@ print(log.diagnosis)
     assert "Nothing compiled" not in fixed.stdout
 
 
+def test_jax_7930_a_function_made_anew_with_a_new_shape_each_call_is_called_new_shapes():
+    """jit(f) made anew each pass, with a new shape each pass: "make it once" saves no compile
+    and keeps every shape's program alive as long as f is (the kit gave that fix); the cause is
+    the shapes. JAX keys its caches on f, not on the jit wrapper."""
+    with compiles.watch() as anew:
+        for n in range(8, 12):
+            def f(x):
+                return jnp.mean(x @ x.T)
+            jax.jit(f)(np.ones((n, n), np.float32))
+    fresh = anew.function("f")
+    assert fresh.cause == "new shapes" and fresh.compiles == 4
+    assert "making it once saves no compile" in fresh.fix and "Pad or bucket" in fresh.fix
+    assert fresh.changed[0] == "float32[8,8]"
+    assert "dropping the jitted wrapper frees nothing" in anew.diagnosis
+    with compiles.watch() as same:  # made anew, the same shape: making it once is the fix
+        for _ in range(3):
+            def g(x):
+                return jnp.mean(x @ x.T)
+            jax.jit(g)(np.ones((8, 8), np.float32))
+    assert same.function("g").cause == "function made anew"
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said
