@@ -736,15 +736,17 @@ def _process_note(x, shards: tuple[Shard, ...]) -> str:
             f"{len(shards)} shards ({sum(s.nbytes for s in mine):,} B){readable}")
 
 
+def _context_mesh():
+    """The mesh ``jax.set_mesh`` set for this thread (an AbstractMesh of more than one device),
+    or None."""
+    mesh = jaxcompat.import_jax().sharding.get_abstract_mesh()
+    return mesh if not mesh.empty and mesh.size > 1 else None
+
+
 def _mesh_in_use(x, platform: str) -> str:
-    """The mesh a program of this process spreads arrays over, described ("{'x': 4}, set by
-    jax.set_mesh" or "{'x': 4}, over which other live arrays are split"); "" where none is
-    (one device, or no mesh set and no live array of ``platform`` over several devices)."""
-    jax = jaxcompat.import_jax()
-    mesh = jax.sharding.get_abstract_mesh()
-    if not mesh.empty and mesh.size > 1:
-        return f"{dict(mesh.shape)}, set by jax.set_mesh"
-    for other in jax.live_arrays(platform):
+    """A mesh other live arrays of ``platform`` are spread over, described ("{'x': 4}, over
+    which other live arrays are split (a float32[8, 4] among them)"); "" where none is."""
+    for other in jaxcompat.import_jax().live_arrays(platform):
         if other is x or other.is_deleted():
             continue
         spread = getattr(other.sharding, "mesh", None)
@@ -755,18 +757,35 @@ def _mesh_in_use(x, platform: str) -> str:
 
 
 def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
-    """For an array whole on one device where a mesh is in use (jax#24332: jnp.meshgrid of
-    arrays made on one device returns its outputs whole there): how to have it made split."""
+    """For an array whole on one device where a mesh is in use: under ``jax.set_mesh``, what
+    an operation on it does there (committed: it raises; uncommitted: its result is copied
+    whole onto every device of the mesh); beside arrays split over a mesh, how to have it made
+    split (jax#24332: jnp.meshgrid of arrays made on one device keeps its outputs there).
+    Checked on simulated CPU devices, jax 0.8.0 and 0.10.2."""
     if len(shards) != 1 or x.ndim == 0:
         return ""
+    if (context := _context_mesh()) is not None:
+        mesh = dict(context.shape)
+        if x.committed:
+            return (f". A mesh is set by jax.set_mesh ({mesh}) and this array is committed to "
+                    f"{shards[0].device} alone: inside that block any operation on it, jitted "
+                    "or not, raises \"Received incompatible devices ... jit's context mesh\" "
+                    "(`with mesh:` inside it does not undo it). Read it on the host "
+                    "(np.asarray(x)), put it on the mesh (jax.device_put(x, NamedSharding(mesh, "
+                    "P())), replicated), or use it outside the jax.set_mesh block")
+        return (f". A mesh is set by jax.set_mesh ({mesh}): an operation on this uncommitted "
+                "array inside that block runs over the whole mesh and returns its result "
+                f"whole on each of the {context.size} devices ({context.size} x its bytes). "
+                "Split it first (jax.device_put(x, NamedSharding(mesh, P('x')))), or compute "
+                "outside the block")
     platform = next(iter(x.sharding.device_set)).platform
     jax = jaxcompat.import_jax()
-    if len(jax.devices(platform)) < 2 or not (mesh := _mesh_in_use(x, platform)):
+    if len(jax.devices(platform)) < 2 or not (mesh_text := _mesh_in_use(x, platform)):
         return ""
-    return (f". A mesh is in use ({mesh}), but this array is whole on {shards[0].device}, all "
-            f"{x.nbytes:,} B on that one device: an operation on arrays that sit on one device "
-            "(jnp.linspace, then jnp.meshgrid of it) makes its result there too. To have it "
-            "split from the start, make it inside a jit that names the split: "
+    return (f". A mesh is in use ({mesh_text}), but this array is whole on {shards[0].device}, "
+            f"all {x.nbytes:,} B on that one device: an operation on arrays that sit on one "
+            "device (jnp.linspace, then jnp.meshgrid of it) makes its result there too. To have "
+            "it split from the start, make it inside a jit that names the split: "
             "jax.jit(make, out_shardings=NamedSharding(mesh, P(...))); "
             "jax.device_put(x, NamedSharding(mesh, P(...))) splits it only after one device "
             "has held it whole")
@@ -884,6 +903,15 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
         out.append(f"committed leaves sit on different devices ({groups}): a jit over the whole "
                    f"tree raises 'Received incompatible devices for jitted computation'. Fix: "
                    f"{fix}.")
+    context = _context_mesh()
+    alone = [leaf.path for leaf in leaves if leaf.committed and len(leaf.devices) == 1]
+    if context is not None and alone:  # (orbax#3183, tpu-inference#3140, maxtext#2863)
+        out.append(f"{_some(alone)} committed to one device while jax.set_mesh has set a mesh "
+                   f"({dict(context.shape)}): inside that block any operation on them, jitted "
+                   "or not, raises 'Received incompatible devices ... jit's context mesh'. Fix: "
+                   "read them on the host (np.asarray), put them on the mesh "
+                   "(jax.device_put(leaf, NamedSharding(mesh, P())), replicated), or use them "
+                   "outside the jax.set_mesh block.")
     orders: dict[tuple[str, ...], list[str]] = {}
     for leaf in leaves:
         if leaf.committed and len(leaf.mesh_order) > 1:

@@ -315,6 +315,7 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
     (from the error), the pool (``memory_stats``), who holds the largest arrays
     (:func:`helpers.holders.largest`), where the largest buffers were made
     (``jax.profiler.device_memory_profile``), other processes on the card, ranked fixes.
+    BadInputError for an error that is not RESOURCE_EXHAUSTED, with where to look instead.
 
     >>> report = explain(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 64 bytes."))
     >>> report.requested_bytes
@@ -326,6 +327,14 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
 
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
+    if not is_out_of_memory(error):
+        raise BadInputError(
+            f"not an out-of-memory error (no RESOURCE_EXHAUSTED in it): {first[:200]}. "
+            + ("oom.explain_library_failure(error) explains a CUDA library that could not "
+               "start" if is_library_failure(error) else
+               "For 'incompatible devices', devices.tree_placement(arguments) names the leaves "
+               "on other devices" if "incompatible devices" in text else
+               "oom.explain reads RESOURCE_EXHAUSTED errors only"))
     requested: int | NotAvailable = NOT_AVAILABLE
     for pattern in _REQUEST:
         m = pattern.search(text)

@@ -366,7 +366,8 @@ def test_the_table_lists_every_report_tested_here():
                  "141": "tests/test_ipython.py", "27": "tests/test_ipython.py",
                  "18681": "tests/test_tree_placement.py", "445": "tests/test_settings.py",
                  "17217": "tests/test_oom.py", "7118": "tests/test_oom.py",
-                 "16901": "tests/test_oom.py",
+                 "16901": "tests/test_oom.py", "3140": "the orbax#3183 test here",
+                 "2863": "the orbax#3183 test here",
                  "4310": "the H100 record"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
@@ -1226,6 +1227,38 @@ def test_jax_7930_a_function_made_anew_with_a_new_shape_each_call_is_called_new_
                 return jnp.mean(x @ x.T)
             jax.jit(g)(np.ones((8, 8), np.float32))
     assert same.function("g").cause == "function made anew"
+
+
+def test_orbax_3183_an_array_committed_to_one_device_under_set_mesh_is_named():
+    """Inside jax.set_mesh, any operation on an array committed to one device raises
+    "incompatible devices" (orbax#3183, tpu-inference#3140, maxtext#2863: a mesh in plain device
+    order too); tree_placement said "no problem for a jit over it", and oom.explain called the
+    ValueError an out-of-memory error."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import oom
+
+    mesh = jax.make_mesh((len(jax.devices()),), ("x",))
+    t = jax.device_put(jnp.arange(64.0), jax.devices()[0])
+    u = jnp.arange(64.0)  # uncommitted
+    assert not devices.tree_placement({"t": t}).problems  # no mesh set: nothing to say
+    with jax.set_mesh(mesh):
+        with pytest.raises(ValueError, match="incompatible devices") as raised:
+            t[:16]
+        (problem,) = devices.tree_placement({"t": t}).problems
+        said = devices.placement(t).explanation
+        moved = devices.placement(u).explanation
+        assert np.asarray(t)[:16].shape == (16,)  # the fixes the kit gives work
+        assert jax.device_put(t, NamedSharding(mesh, P()))[:16].shape == (16,)
+        copied = u * 2
+    assert "committed to one device while jax.set_mesh has set a mesh" in problem
+    assert "np.asarray" in problem and "outside the jax.set_mesh block" in problem
+    assert "raises \"Received incompatible devices" in said and "np.asarray(x)" in said
+    assert f"whole on each of the {len(jax.devices())} devices" in moved
+    assert len(copied.sharding.device_set) == len(jax.devices())  # as the note says
+    with pytest.raises(errors.BadInputError, match="not an out-of-memory error .*tree_placement"):
+        oom.explain(raised.value)
 
 
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
