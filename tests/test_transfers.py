@@ -149,6 +149,16 @@ def test_other_stderr_lines_pass_through():
     ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(int8[8]), "
      "dst_sharding=NamedSharding(mesh=Mesh('d': 4), spec=P(P.UNCONSTRAINED,), "
      "memory_kind=device)", (H2D, (8,), 8, "host", None)),  # unreadable: the whole, not a guess
+    # XLA's tiles, as a pmap (0.8.0) or a jit of one logs its destination: counted 4x before
+    ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(float32[4,256,1024]), "
+     "dst_sharding=GSPMDSharding({devices=[4,1,1]<=[4]}, memory_kind=device)",
+     (H2D, (4, 256, 1024), 256 * 1024 * 4, "host", None)),
+    ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(float32[8,6]), "
+     "dst_sharding=GSPMDSharding({devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}, "
+     "memory_kind=device)", (H2D, (8, 6), 4 * 6 * 4, "host", None)),
+    ("W1 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray(float32[8,6]), "
+     "dst_sharding=GSPMDSharding({devices=[2,1,2]<=[4] last_tile_dims={manual}}, "
+     "memory_kind=device)", (H2D, (8, 6), 8 * 6 * 4, "host", None)),  # not read: the whole
 ])
 def test_parser(line, expect):
     (t,), other = transfers.parse_guard_output(line + "\nunrelated line\n", marked=False)

@@ -720,12 +720,37 @@ _DST_MESH = re.compile(r"dst_sharding=NamedSharding\(mesh=Mesh\(([^)]*?)"
 _MESH_AXIS = re.compile(r"'([^']+)': (\d+)")
 
 
-def _shard_shape(rest: str, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """Each device's piece of an array of ``shape`` whose destination is a NamedSharding the
-    line spells out; None where it is not one or cannot be read."""
-    m = _DST_MESH.search(rest)
-    if m is None or shape is None:
+#: a destination in XLA's own notation, as a pmap's (0.8.0) or a jit of one logs it:
+#: "dst_sharding=GSPMDSharding({devices=[4,1,1]<=[4]}, memory_kind=device)", the tiles per
+#: dimension, then how devices fill them (an iota "<=[4]" or a list "0,2,1,3")
+_DST_TILES = re.compile(r"dst_sharding=GSPMDSharding\(\{devices=\[([\d,]+)\]"
+                        r"(?:<=\[[\d,]+\](?:T\([\d,]+\))?|[\d,]+)([^}]*)\}")
+
+
+def _tiled_shape(rest: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Each device's piece where the destination is a GSPMDSharding of tiles; None where it is
+    not one or cannot be read (subgroups other than a replicated last dimension)."""
+    m = _DST_TILES.search(rest)
+    if m is None:
         return None
+    tiles, extra = [int(n) for n in m.group(1).split(",")], m.group(2)
+    if "last_tile_dim_replicate" in extra and len(tiles) == len(shape) + 1:
+        tiles = tiles[:-1]
+    elif extra.strip(" ,"):
+        return None
+    if len(tiles) != len(shape):
+        return None
+    return tuple(-(-n // t) for n, t in zip(shape, tiles, strict=True))
+
+
+def _shard_shape(rest: str, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Each device's piece of an array of ``shape`` whose destination is a NamedSharding or a
+    GSPMDSharding of tiles the line spells out; None where it is not one or cannot be read."""
+    if shape is None:
+        return None
+    m = _DST_MESH.search(rest)
+    if m is None:
+        return _tiled_shape(rest, shape)
     sizes = {name: int(n) for name, n in _MESH_AXIS.findall(m.group(1))}
     try:
         spec = ast.literal_eval(f"[{m.group(2)}]")
