@@ -100,6 +100,9 @@ class ScanStack(Record):
     role: str = ""
     #: False for a scan without a carry: jax.lax.map, whose stack is its result
     has_carry: bool = True
+    #: of ``nbytes``, the values the body returns as its slice of what the scan reads,
+    #: unchanged: a copy of that array, stacked (maxtext#4405: an NNX layer's parameters)
+    copied_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -849,9 +852,11 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
             if sum(sizes) > room or (
                     text is not None and f"[{','.join(map(str, big.shape))}]" not in text):
                 continue
+            copied = sum(n for n, same in zip(sizes, jaxprs.scan_copied_xs(eqn), strict=True)
+                         if same)
             out.append(ScanStack(int(eqn.params["length"]), sum(sizes), len(ys), str(big.dtype),
                                  tuple(big.shape), jaxprs.equation_line(eqn),
-                                 jaxprs.scan_role(eqn), eqn.params["num_carry"] > 0))
+                                 jaxprs.scan_role(eqn), eqn.params["num_carry"] > 0, copied))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 

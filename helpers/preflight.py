@@ -418,6 +418,12 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
                 "it (a sum, a maximum), compute that in a lax.scan's carry instead, and no "
                 "step's result is kept; where it needs all of it, this is memory the step "
                 "must have.")
+    if t.copied_bytes * 2 >= t.nbytes:
+        return (f"{head}: {format_bytes(t.copied_bytes)} of it is the body returning its slice "
+                "of what the scan reads, unchanged, so the scan stacks a copy of that array. "
+                "Drop it from the body's outputs (Flax NNX: return only the state that "
+                "changes, not nnx.state(layer) with its nnx.Param, maxtext#4405). Under "
+                "jax.checkpoint JAX keeps the copy; without it JAX drops it itself.")
     return (f"{head}: what its body returns beside the carry. Return less from the body (a "
             "sum, or the last value, belongs in the carry).")
 

@@ -1261,6 +1261,30 @@ def test_orbax_3183_an_array_committed_to_one_device_under_set_mesh_is_named():
         oom.explain(raised.value)
 
 
+def test_maxtext_4405_a_scan_body_that_returns_its_layer_unchanged_is_named():
+    """An NNX scan over layers returned nnx.state(layer), the read-only parameters too, so the
+    scan stacked a copy of every parameter (the PR's analysis). The kit named the stack, with a
+    sum-in-the-carry fix that does not apply. It shows under jax.checkpoint, as maxtext's
+    layers are; without it JAX drops the copy itself."""
+    layers, d = 8, 384  # 4.5 MiB of weights
+
+    def decoder(params, x, checkpoint):
+        def body(h, layer):
+            return jnp.tanh(h @ layer["w"]), layer  # the layer's state, unchanged
+        h, state = jax.lax.scan(jax.checkpoint(body) if checkpoint else body, x, params)
+        return h.sum(), state  # NNX writes the returned state back into the module
+
+    params = {"w": jnp.full((layers, d, d), 0.01)}
+    x = jnp.ones((4, d))
+    p = preflight.preflight_step(lambda p, x: decoder(p, x, True), params, x)
+    (stack,) = p.scan_stacks
+    assert stack.copied_bytes == stack.nbytes == params["w"].nbytes
+    assert "the body returning its slice of what the scan reads, unchanged" in p.advice
+    assert "nnx.Param" in p.advice and "a sum, or the last value" not in p.advice
+    plain = preflight.preflight_step(lambda p, x: decoder(p, x, False), params, x)
+    assert not plain.scan_stacks  # no checkpoint: JAX forwarded the slice, nothing stacked
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said

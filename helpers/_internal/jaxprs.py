@@ -88,6 +88,46 @@ def scan_role(eqn) -> str:
     return "backward" if "transpose(" in stack else "forward" if "jvp(" in stack else ""
 
 
+def scan_copied_xs(eqn) -> list[bool]:
+    """For each value a ``lax.scan`` stacks over its length (its outputs beside the carry):
+    whether the body returns its slice of what the scan reads (an ``xs``) unchanged, followed
+    through the calls in the body (``jax.checkpoint``, an inner jit). The scan then stacks a
+    copy of that array. JAX drops such a copy itself where nothing hides it (a body returning
+    its ``xs`` slice directly traces to a scan that returns no such output; under
+    ``jax.checkpoint`` it stays: jax 0.8.0 and 0.10.2, maxtext#4405)."""
+    body = eqn.params["jaxpr"]
+    body = getattr(body, "jaxpr", body)
+    consts, carry = eqn.params["num_consts"], eqn.params["num_carry"]
+    first_xs = consts + carry
+    out = []
+    for var in body.outvars[carry:]:
+        source = _invar_index(body, var)
+        out.append(source is not None and source >= first_xs)
+    return out
+
+
+def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
+    """The index of the input of ``jaxpr`` that its value ``var`` is, unchanged, followed
+    through call-like equations (an inner jaxpr whose output is its own input); None else."""
+    for i, v in enumerate(jaxpr.invars):
+        if v is var:
+            return i
+    if depth > 8:
+        return None
+    for eqn in jaxpr.eqns:
+        for k, out in enumerate(eqn.outvars):
+            if out is not var:
+                continue
+            inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+            inner = getattr(inner, "jaxpr", inner)
+            if inner is None or not hasattr(inner, "outvars") or len(inner.outvars) != len(
+                    eqn.outvars) or len(inner.invars) != len(eqn.invars):
+                return None
+            at = _invar_index(inner, inner.outvars[k], depth + 1)
+            return None if at is None else _invar_index(jaxpr, eqn.invars[at], depth + 1)
+    return None
+
+
 #: a ``device=`` keyword given to a jnp creation in a line of the user's code (the text up to
 #: the next comma or paren; not ``device == ...``, not ``device=None``)
 _DEVICE_KEYWORD = re.compile(
