@@ -707,6 +707,12 @@ class CompiledStep:
         nothing is computed for it."""
         return jaxprs.scaled_by_zero(self.jaxpr)
 
+    def threefry_draws(self) -> tuple[tuple[tuple[int, ...], int, str], ...]:
+        """(shape, bytes, line) of each ``jax.random`` draw through the threefry2x32 generator
+        (JAX's default), largest first: XLA's plan may hold its uint32 bits several times over
+        while making them (jax-ml/jax#20328)."""
+        return jaxprs.threefry_draws(self.jaxpr)
+
     def narrowed_inputs(self, args: Sequence, kwargs: dict) -> tuple[tuple[tuple, Any, str, str],
                                                                        ...]:
         """(the leaf's key path in the dynamic arguments, the leaf, the dtype it is cast to,

@@ -428,6 +428,29 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
             "sum, or the last value, belongs in the carry).")
 
 
+def _threefry_note(c: compiled.CompiledStep, temp: int, peak: int) -> str:
+    """For a step whose temporaries are mostly a large ``jax.random`` draw's bits (threefry2x32,
+    JAX's default generator: jax-ml/jax#20328): the draw, and the generator that holds less.
+    Only where XLA's plan keeps uint32 values of the draw's shape (measured on the CPU, jax
+    0.8.0 and 0.10.2: an 8 MiB normal table, 24 MiB of temporaries; with an rbg key, none)."""
+    draws = [d for d in c.threefry_draws() if d[1] >= 2**20]
+    if not draws or 2 * temp < peak:
+        return ""
+    shape, nbytes, line = draws[0]
+    kept = sum(t.nbytes for t in c.temporaries(8) if t.dtype in ("u32", "uint32")
+               and tuple(t.shape) == shape)
+    if 2 * kept < temp:
+        return ""
+    return (f"jax.random{' at ' + line if line else ''} draws {format_bytes(nbytes)} of random "
+            f"bits through threefry2x32, JAX's default generator, and XLA's plan holds "
+            f"{format_bytes(kept)} of uint32 values that size while making them "
+            f"({kept / nbytes:.0f}x the draw). A key of the 'rbg' generator makes them with no "
+            "such temporaries: jax.random.key(seed, impl='rbg'), or "
+            "jax.config.update('jax_default_prng_impl', 'rbg') before any key is made (other "
+            "numbers, the same distribution; froystig in jax-ml/jax#17982). Or draw a large "
+            "table in pieces.")
+
+
 def _in_use(dev) -> tuple[int | NotAvailable, str]:
     from helpers import memory  # imports JAX: only once devices.start_jax() has
 
@@ -545,6 +568,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(_stack_note(named[0], peak))
     if device is None and target is None and (host := _on_the_host_by_commitment(dev)):
         notes.append(host)
+    if bits := _threefry_note(c, a["temp"], peak):
+        notes.append(bits)
     if (zeroed := c.scaled_by_zero()) and zeroed[0][1] >= 64 * 1024:
         what, _, at = zeroed[0]
         notes.append(

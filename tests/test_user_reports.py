@@ -1285,6 +1285,22 @@ def test_maxtext_4405_a_scan_body_that_returns_its_layer_unchanged_is_named():
     assert not plain.scan_stacks  # no checkpoint: JAX forwarded the slice, nothing stacked
 
 
+def test_jax_20328_an_embedding_table_drawn_with_threefry_holds_its_bits_several_times():
+    """Initializing a large table with the default generator (threefry2x32) takes several
+    times the table while its bits are made; froystig (jax#13012, jax#17982): the default
+    over-generates bits, and at scale jax_default_prng_impl=rbg is the way round."""
+    def init(key):
+        return jax.random.normal(key, (4096, 256), jnp.float32) * 0.02  # 4 MiB
+
+    p = preflight.preflight_step(init, jax.random.key(0))
+    assert "draws 4.00 MiB of random bits through threefry2x32" in p.advice
+    assert "test_user_reports.py" in p.advice  # the user's line
+    assert "jax.random.key(seed, impl='rbg')" in p.advice and "jax-ml/jax#17982" in p.advice
+    rbg = preflight.preflight_step(init, jax.random.key(0, impl="rbg"))  # the fix
+    assert "threefry2x32" not in rbg.advice and 4 * rbg.temp_bytes < p.temp_bytes
+    assert "threefry2x32" in preflight.preflight_step(init, jax.random.PRNGKey(0)).advice
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said

@@ -19,7 +19,8 @@ from helpers._internal import frames
 from helpers._internal.jaxcompat import device_name
 
 __all__ = ["device_keywords_and_puts", "equation_line", "jacobian_sizes", "narrowed_inputs",
-           "output_kinds", "scaled_by_zero", "scan_role", "walk"]
+           "output_kinds", "scaled_by_zero", "scan_copied_xs", "scan_role", "threefry_draws",
+           "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -108,7 +109,7 @@ def scan_copied_xs(eqn) -> list[bool]:
 
 def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
     """The index of the input of ``jaxpr`` that its value ``var`` is, unchanged, followed
-    through call-like equations (an inner jaxpr whose output is its own input); None else."""
+    through inner jits and remats (an inner jaxpr whose output is its own input); None else."""
     for i, v in enumerate(jaxpr.invars):
         if v is var:
             return i
@@ -116,16 +117,36 @@ def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
         return None
     for eqn in jaxpr.eqns:
         for k, out in enumerate(eqn.outvars):
-            if out is not var:
-                continue
-            inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
-            inner = getattr(inner, "jaxpr", inner)
-            if inner is None or not hasattr(inner, "outvars") or len(inner.outvars) != len(
-                    eqn.outvars) or len(inner.invars) != len(eqn.invars):
-                return None
-            at = _invar_index(inner, inner.outvars[k], depth + 1)
-            return None if at is None else _invar_index(jaxpr, eqn.invars[at], depth + 1)
+            if out is var:
+                inner = _called(eqn)
+                at = None if inner is None else _invar_index(inner, inner.outvars[k], depth + 1)
+                return None if at is None else _invar_index(jaxpr, eqn.invars[at], depth + 1)
     return None
+
+
+def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
+    """(shape, bytes, line) of each ``jax.random`` draw of the step made through the
+    threefry2x32 generator (JAX's default), largest first: its uint32 bits, which XLA may hold
+    several times over while making them (jax-ml/jax#20328)."""
+    from jax.extend import core
+
+    out = []
+    # (a jaxpr, the user's line of the equation that holds it): jax.random.normal's own jit
+    # keeps too short a traceback on jax 0.10.2 to reach the user's frame, its caller's does
+    stack = [(closed, "")] if closed is not None else []
+    while stack:
+        j, above = stack.pop()
+        for eqn in getattr(getattr(j, "jaxpr", j), "eqns", ()):
+            line = equation_line(eqn) or above
+            if eqn.primitive.name == "random_bits" and str(
+                    eqn.invars[0].aval).startswith("key<fry>"):
+                aval = eqn.outvars[0].aval
+                out.append((tuple(aval.shape), math.prod(aval.shape) * aval.dtype.itemsize,
+                            line))
+            for v in eqn.params.values():
+                stack += [(sub, line) for sub in (v if isinstance(v, (tuple, list)) else (v,))
+                          if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+    return tuple(sorted(out, key=lambda x: -x[1]))
 
 
 #: a ``device=`` keyword given to a jnp creation in a line of the user's code (the text up to
@@ -276,8 +297,8 @@ def scaled_by_zero(closed) -> tuple[tuple[str, int, str], ...]:
 #: primitives that call a jaxpr with their own operands, one for one, and return its outputs:
 #: an inner jit, a remat, a custom derivative's function (not a scan, a loop or a branch, whose
 #: body runs per step or per case)
-_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call",
-          "custom_vjp_call", "custom_vjp_call_jaxpr")
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
+          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
 
 
 def _called(eqn):
