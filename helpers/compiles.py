@@ -116,6 +116,10 @@ NEW_SHAPES_ANEW_FIX = (
     "keeps every shape's program alive as long as the function is; jit caches by the Python "
     "function, not by the jax.jit wrapper). Pad or bucket the inputs to a few fixed shapes "
     "(say, powers of two), so one compiled program serves many")
+#: the fix where the only change is how arguments were passed (jax#523, mattjj in jax#595)
+KEYWORD_FIX = ("jit keys its cache on how each argument is passed, so f(x, 2) and f(x, p=2) are "
+               "two programs: pass each argument the same way in every call (by position, or "
+               "by keyword)")
 #: the fix for new static values that are functions made anew (diffrax#142)
 FUNCTION_FIX = ("the static values are functions made anew for each call (a closure defined "
                 "inside the function that calls this one, or a lambda): a function compares by "
@@ -731,11 +735,20 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
                  *dict.fromkeys(placed)) if cause == "new placement" else
         clearing or fresh[:6] or _changes(mine, cause),
         fix=(NEW_SHAPES_ANEW_FIX if fresh else
+             KEYWORD_FIX if _keywords_only(mine, cause) else
              IDENTITY_FIX if _by_identity(mine, cause) else
              FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
              IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else
              WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
+
+
+def _keywords_only(misses: list[CacheMiss], cause: str) -> bool:
+    """A new pytree structure where each change is an argument passed by keyword in one call
+    and by position in another (jax#523)."""
+    found = [m for m in misses if m.cause == cause]
+    return cause == "new pytree structure" and bool(found) and all(
+        m.changed.endswith("by position in another") for m in found)
 
 
 def _each_new(types: list[str], compiles: int) -> bool:

@@ -1301,6 +1301,29 @@ def test_jax_20328_an_embedding_table_drawn_with_threefry_holds_its_bits_several
     assert "threefry2x32" in preflight.preflight_step(init, jax.random.PRNGKey(0)).advice
 
 
+def test_jax_523_an_argument_passed_by_keyword_then_by_position_is_named():
+    """f(x, 11.0) then f(x, foo_power=11.0) compiles again: jit does not match keywords to
+    parameters (mattjj, jax#595). On jax 0.8.0 the kit said "new shapes: pad or bucket"."""
+    @jax.jit
+    def foo(x, foo_power=10.0):
+        return x ** foo_power
+
+    x = jnp.ones(4)
+    with compiles.watch() as log:
+        foo(x, 11.0)
+        foo(x, foo_power=11.0)
+        foo(x, 12.0)  # by position again: a cache hit
+    f = log.function("foo")
+    assert f.compiles == 2 and f.cause == "new pytree structure"
+    assert f.changed == ("'foo_power' passed by keyword in one call and by position in another",)
+    assert f.fix.startswith("jit keys its cache on how each argument is passed")
+    with compiles.watch() as keys:  # a dict argument whose keys change: not this fix
+        g = jax.jit(lambda d: sum(d.values()))
+        g({"a": x})
+        g({"a": x, "b": x})
+    assert not keys.function("<lambda>").fix.startswith("jit keys its cache on how")
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said

@@ -659,6 +659,33 @@ def _where(filename: str, lineno: str) -> str:
     return frames.where(filename, int(lineno))
 
 
+#: the same arguments passed by keyword in one call and by position in another (jax#523):
+#: 0.8.0 "key with different number of args and kwargs, but same total number. now 1 args and
+#: kwargs with keys ['p'] before 1 args and kwargs with keys []"; 0.10.2 "at input path [0],
+#: now tuple of length 1 and before tuple of length 2 ... at input path [1], ... dict ...
+#: symmetric difference of key sets: {'p'}"
+_KWARGS_08 = re.compile(r"different number of args and kwargs, but same total number\.\s*now "
+                        r"\d+ args and kwargs with keys (\[[^\]]*\])\s*before \d+ args and "
+                        r"kwargs with keys (\[[^\]]*\])")
+_KWARGS_010 = re.compile(r"at input path \[0\], now tuple of length (\d+) and before tuple of "
+                         r"length (\d+).*?at input path \[1\], now <class 'dict'>.*?key sets: "
+                         r"(\{[^}]*\})", re.S)
+
+
+def _keyword_moved(clean: str) -> str:
+    """ "'p' passed by keyword in one call and by position in another" where JAX's miss says
+    so (both wordings); "" otherwise."""
+    if m := _KWARGS_08.search(clean):
+        now, before = (set(ast.literal_eval(g)) for g in m.groups())
+        keys = sorted(now ^ before)
+    elif m := _KWARGS_010.search(clean):
+        keys = sorted(ast.literal_eval(m.group(3)))
+    else:
+        return ""
+    return (f"{', '.join(map(repr, keys))} passed by keyword in one call and by position in "
+            "another")
+
+
 def parse_cache_miss(text: str) -> Mapping | None:
     """One of JAX's "TRACING CACHE MISS" explanations as fields (None for any other line): the
     function, where it was called and defined, the cause (the kit's words for JAX's), what
@@ -682,6 +709,8 @@ def parse_cache_miss(text: str) -> Mapping | None:
                                 for i, a, b in _SETTING_AT.findall(clean)])
     elif m := (_STATIC_NEW.search(clean) or _STATIC_OLD.search(clean)):
         cause, changed = "new static values", f"now {m.group(1)}, before {m.group(2).strip()}"
+    elif moved := _keyword_moved(clean):  # (0.8.0 words it so; 0.10.2 as a new pytree)
+        cause, changed = "new pytree structure", moved
     elif "different input types" in clean and (types := _TYPE_CHANGE.findall(clean)):
         kinds = [_type_change(now.strip(), before.strip()) for _, now, before in types]
         cause = kinds[0]
