@@ -116,6 +116,13 @@ NEW_SHAPES_ANEW_FIX = (
     "keeps every shape's program alive as long as the function is; jit caches by the Python "
     "function, not by the jax.jit wrapper). Pad or bucket the inputs to a few fixed shapes "
     "(say, powers of two), so one compiled program serves many")
+#: the fix for a buffer that grows by one along a dimension at every call (a KV cache fed back
+#: into a decode step: NovaSky-AI/SkyRL#539, where the maintainers preallocated it)
+GROWING_FIX = ("an argument grows by one along a dimension at every call (a cache or a buffer "
+               "fed back into the step), so every length is a new program: make it its final "
+               "length once, write each step into it with jax.lax.dynamic_update_slice at the "
+               "step's index, and mask the part not yet written; padding to a few fixed lengths "
+               "(powers of two) compiles fewer if the final length is not known")
 #: the fix where the only change is how arguments were passed (jax#523, mattjj in jax#595)
 KEYWORD_FIX = ("jit keys its cache on how each argument is passed, so f(x, 2) and f(x, p=2) are "
                "two programs: pass each argument the same way in every call (by position, or "
@@ -649,7 +656,9 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                     lowered.setdefault(key, []).append(lowering)
     out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
                   [t for t, _ in lowered.get(key, [])])
-           for key, mine in misses.items()]
+           for key, mine in misses.items()
+           if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
+    # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
     for label in (EAGER, UNEXPLAINED):
         names = {n: v for n, v in unpaired.items() if (n in primitives) == (label == EAGER)}
         if names:
@@ -735,12 +744,38 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
                  *dict.fromkeys(placed)) if cause == "new placement" else
         clearing or fresh[:6] or _changes(mine, cause),
         fix=(NEW_SHAPES_ANEW_FIX if fresh else
+             GROWING_FIX if cause == "new shapes" and _grows_by_one(mine) else
              KEYWORD_FIX if _keywords_only(mine, cause) else
              IDENTITY_FIX if _by_identity(mine, cause) else
              FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
              IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else
              WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
+
+
+_DIMS = re.compile(r"\[([\d,\s]*)\]")
+
+
+def _grows_by_one(misses: list[CacheMiss]) -> bool:
+    """Three or more new shapes of one argument, each one longer than the one before along a
+    single dimension: a buffer grown one step per call (a KV cache, NovaSky-AI/SkyRL#539)."""
+    types: dict[str, list[tuple[int, ...]]] = {}
+    for m in misses:
+        for pair in m.new_types:
+            arg, new = pair.split(": ", 1)
+            if (dims := _DIMS.search(new)) and dims.group(1).strip():
+                shape = tuple(int(d) for d in dims.group(1).split(","))
+                if shape not in types.setdefault(arg, []):  # (0.8.0 repeats one per key)
+                    types[arg].append(shape)
+    for shapes in types.values():
+        if len(shapes) < 3 or len({len(x) for x in shapes}) != 1:
+            continue
+        steps = [[b - a for a, b in zip(x, y, strict=True)]
+                 for x, y in zip(shapes, shapes[1:], strict=False)]
+        if all(sorted(step) == [0] * (len(step) - 1) + [1] for step in steps) and len(
+                {step.index(1) for step in steps}) == 1:
+            return True
+    return False
 
 
 def _keywords_only(misses: list[CacheMiss], cause: str) -> bool:

@@ -1324,6 +1324,31 @@ def test_jax_523_an_argument_passed_by_keyword_then_by_position_is_named():
     assert not keys.function("<lambda>").fix.startswith("jit keys its cache on how")
 
 
+def test_skyrl_539_a_kv_cache_grown_one_token_per_step_is_named_with_preallocation():
+    """A decode step whose cache grows by one token per call compiles at every length; the
+    maintainers preallocated the cache and wrote into it. The kit advised powers of two, and
+    listed jnp.einsum's own inner jit as a nameless function "made anew" (jax 0.10.2)."""
+    @jax.jit
+    def decode(x, cache):
+        cache = jnp.concatenate([cache, x[:, None, :]], axis=1)
+        scores = jnp.einsum("bd,btd->bt", x, cache)
+        return jax.nn.softmax(scores, axis=-1) @ cache, cache
+
+    x, cache = jnp.ones((2, 8)), jnp.zeros((2, 0, 8))
+    with compiles.watch() as log:
+        for _ in range(5):
+            out, cache = decode(x, cache)
+            x = out[:, 0]
+    f = log.function("decode")
+    assert f.cause == "new shapes" and f.compiles == 5
+    assert "grows by one along a dimension" in f.fix and "dynamic_update_slice" in f.fix
+    assert all(g.function for g in log.functions)  # no nameless row
+    with compiles.watch() as sizes:  # shapes that do not grow by one: padding is the fix
+        for n in (5, 11, 13):
+            decode(jnp.ones((2, 8)), jnp.zeros((2, n, 8)))
+    assert sizes.function("decode").fix.startswith("pad or bucket")
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said
