@@ -118,11 +118,12 @@ NEW_SHAPES_ANEW_FIX = (
     "(say, powers of two), so one compiled program serves many")
 #: the fix for a buffer that grows by one along a dimension at every call (a KV cache fed back
 #: into a decode step: NovaSky-AI/SkyRL#539, where the maintainers preallocated it)
-GROWING_FIX = ("an argument grows by one along a dimension at every call (a cache or a buffer "
-               "fed back into the step), so every length is a new program: make it its final "
-               "length once, write each step into it with jax.lax.dynamic_update_slice at the "
-               "step's index, and mask the part not yet written; padding to a few fixed lengths "
-               "(powers of two) compiles fewer if the final length is not known")
+GROWING_FIX = ("an argument grows by one along a dimension at every call, so every length is a "
+               "new program. Where it is a buffer the step feeds back (a cache), make it its "
+               "final length once, write each step into it with jax.lax.dynamic_update_slice at "
+               "the step's index, and mask the part not yet written: one program. Otherwise pad "
+               "or bucket the inputs to a few fixed shapes (say, powers of two), so one compiled "
+               "program serves many")
 #: the fix where the only change is how arguments were passed (jax#523, mattjj in jax#595)
 KEYWORD_FIX = ("jit keys its cache on how each argument is passed, so f(x, 2) and f(x, p=2) are "
                "two programs: pass each argument the same way in every call (by position, or "
