@@ -232,7 +232,11 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "every call (jit's fast path logs no shape)" + (_ON_THE_CPU if cpu else ""))
     if shape == ():
         if "[" in source and dtype and "int" in dtype:
-            return "a Python int used as an index or slice bound"
+            return ("an index or slice bound: JAX's slicing outside jit puts each start index "
+                    "on the device, 4 bytes per sliced dimension, whether your int or a "
+                    "constant (jax.lax.slice with static bounds too; jax-ml/jax#26425). Inside "
+                    "jax.jit the bounds are part of the program and nothing is copied; it "
+                    "matters in a hot loop or under jax.transfer_guard('disallow')")
         return "a Python scalar turned into an array"
     return ("a NumPy array passed to a JAX operation or a jit: copied each time it is passed "
             "(jax.device_put it once and pass the result to copy it once)"
