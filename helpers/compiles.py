@@ -233,9 +233,14 @@ class FunctionCompiles(Record):
                          "with it, and a body made anew at each call (a closure over that "
                          "call's arrays, as jax.scipy.sparse.linalg.cg's is) is a new program "
                          "every time, each kept in JAX's caches, so host memory grows "
-                         "(jax-ml/jax#9714). Jit the function that calls it (its sizes "
-                         "static: jax.jit(cg, static_argnames='maxiter')), and it compiles "
-                         "once.")
+                         "(jax-ml/jax#9714). Jit the function that calls it, made once (its "
+                         "sizes static: jax.jit(cg, static_argnames='maxiter')), and it "
+                         "compiles once.")
+                if "cond" in loops:
+                    text += (" For a lax.cond or lax.switch, define its branches once, not as "
+                             "lambdas made at each call over that call's arrays, and pass the "
+                             "arrays as its operands: lax.switch(i, [branch0, branch1], x) "
+                             "compiles once (jax-ml/jax#5210).")
             return text
         if self.cause == UNEXPLAINED:
             return (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "

@@ -1349,6 +1349,35 @@ def test_skyrl_539_a_kv_cache_grown_one_token_per_step_is_named_with_preallocati
     assert sizes.function("decode").fix.startswith("pad or bucket")
 
 
+def test_jax_5210_a_switch_outside_jit_with_branches_made_anew_compiles_every_call():
+    """lax.switch called outside jit with branch lambdas made at each call over that call's
+    arrays: "we are repeatedly compiling cond primitive and never getting cache hits"
+    (hawkinsp). The kit named it with a fix for cg; the fix for a switch is branches made once,
+    the arrays passed as operands."""
+    def anew(i, x, y):
+        return jax.lax.switch(i, [lambda _: x, lambda _: y], None)
+
+    def first(ops):
+        return ops[0]
+
+    def second(ops):
+        return ops[1]
+
+    x, y, i = jnp.ones(8), jnp.zeros(8), jnp.int32(1)
+    with compiles.watch() as log:
+        for _ in range(4):
+            anew(i, x + 1, y)
+    eager = log.function("eager operations")
+    assert "cond" in eager.same_types_again
+    assert "define its branches once" in eager.diagnosis and "jax-ml/jax#5210" in eager.diagnosis
+    jax.lax.switch(i, [first, second], (x, y))  # the fix, compiled once before the block
+    with compiles.watch() as fixed:
+        for _ in range(4):
+            jax.lax.switch(i, [first, second], (x + 1, y))
+    assert not any(f.function == "eager operations" and "cond" in f.changed[0]
+                   for f in fixed.functions)
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said
