@@ -59,6 +59,11 @@ class Holders(Display):
     #: different names: (the names, the bytes of each), largest first (transformers#15766: a
     #: random init beside the loaded weights)
     alike: tuple[tuple[tuple[str, ...], int], ...] = ()
+    #: (program name, how many loaded, the array constants they hold together) for the
+    #: compiled programs JAX keeps that hold 1 MiB of constants or more, largest first: each
+    #: compile of a function (a new static value, a new shape) keeps its own copy of an array
+    #: it closes over or makes with NumPy (jax-ml/jax#10878)
+    program_constants: tuple[tuple[str, int, int], ...] = ()
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -116,11 +121,30 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                        for e in execs)
         except Exception:
             code = NOT_AVAILABLE
+    constants = _program_constants(execs or [], t0 + 2 * seconds)
     user = sum(h.nbytes for h in found
                if any(not line.startswith(_JIT_CACHE) for line in h.held_by))
     return Holders(tuple(found), count, total, user, sum(h.nbytes for h in found) - user,
                    NOT_AVAILABLE if execs is None else len(execs), code,
-                   time.perf_counter() - t0, complete, many_small, alike)
+                   time.perf_counter() - t0, complete, many_small, alike, constants)
+
+
+def _program_constants(execs: list, deadline: float) -> tuple[tuple[str, int, int], ...]:
+    """(name, programs, constant bytes) per program name holding 1 MiB of array constants or
+    more, read from each loaded program's optimized text until ``deadline``."""
+    by_name: dict[str, list[int]] = {}
+    for e in execs:
+        if time.perf_counter() > deadline:
+            break
+        try:
+            module = e.hlo_modules()[0]
+            found = jaxcompat.constant_bytes(module.to_string())
+        except Exception:  # a program that does not say
+            continue
+        if found:
+            by_name.setdefault(module.name, []).append(found)
+    rows = [(name, len(v), sum(v)) for name, v in by_name.items() if sum(v) >= 2**20]
+    return tuple(sorted(rows, key=lambda r: -r[2])[:3])
 
 
 #: this many live arrays averaging under 1 KiB are "many tiny arrays" (jax-ml/jax#17432)

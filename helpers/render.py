@@ -332,6 +332,15 @@ def holders_text(h: Holders) -> str:
             lines.append(f"              -> {a.fix}")
     lines.append(f"compiled programs loaded: {h.executables} (generated code "
                  f"{format_bytes(h.executable_code_bytes)})")
+    for name, programs, nbytes in h.program_constants:
+        each = (f"{programs} programs named {name} hold {format_bytes(nbytes)} of constants"
+                if programs > 1 else f"the program {name} holds {format_bytes(nbytes)} of "
+                "constants")
+        lines.append(
+            f"{each}, kept for as long as JAX keeps the programs: arrays baked into the "
+            "program (one the function closes over, or makes with NumPy), a copy per compile, "
+            "so each new static value or shape adds one (jax-ml/jax#10878). Pass the array as "
+            "an argument; f.clear_cache() or jax.clear_caches() drops the programs.")
     if h.many_small:
         lines.append(h.many_small)
     lines += [_alike_text(names, nbytes) for names, nbytes in h.alike]

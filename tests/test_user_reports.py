@@ -1378,6 +1378,32 @@ def test_jax_5210_a_switch_outside_jit_with_branches_made_anew_compiles_every_ca
                    for f in fixed.functions)
 
 
+def test_jax_10878_each_compile_for_a_new_static_value_keeps_its_own_constant():
+    """A function with a static argument makes an array with NumPy inside: each new static
+    value compiles a program holding its own copy of that array, kept in jit's cache. The kit
+    counted the recompiles and called the loaded programs "generated code 0 B"; hawkinsp's
+    jax#11064 made f.clear_cache() drop them."""
+    from functools import partial
+
+    table = np.random.default_rng(0).random(300_000).astype(np.float32)  # 1.14 MiB
+
+    @partial(jax.jit, static_argnums=1)
+    def f(x, n):
+        return jnp.asarray(table) * x.sum() * n  # the table kept: it meets an argument
+
+    x = jnp.ones(4)
+    f.clear_cache()
+    for n in (1, 2, 3):
+        f(x, n)
+    h = holders.largest(namespace={})
+    (name, programs, nbytes), *_ = h.program_constants
+    assert name == "jit_f" and programs == 3 and nbytes >= 3 * table.nbytes
+    assert "3 programs named jit_f hold" in str(h) and "f.clear_cache()" in str(h)
+    f.clear_cache()  # the thread's fix
+    gc.collect()
+    assert not any(r[0] == "jit_f" for r in holders.largest(namespace={}).program_constants)
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said
