@@ -707,6 +707,13 @@ class CompiledStep:
         nothing is computed for it."""
         return jaxprs.scaled_by_zero(self.jaxpr)
 
+    def cast_before_scan(self) -> tuple[tuple[str, str, tuple[int, ...], int, str, str, str],
+                                        ...]:
+        """(dtype, narrower dtype, shape, bytes, the cast's line, the scan's line, the scan's
+        role) of each input cast whole to a narrower float and then read by a ``lax.scan`` one
+        step at a time (marin-community/levanter#426)."""
+        return jaxprs.cast_before_scan(self.jaxpr)
+
     def threefry_draws(self) -> tuple[tuple[tuple[int, ...], int, str], ...]:
         """(shape, bytes, line) of each ``jax.random`` draw through the threefry2x32 generator
         (JAX's default), largest first: XLA's plan may hold its uint32 bits several times over

@@ -270,6 +270,9 @@ class StepPreflight(_Verdict, Display):
     #: (the output's path, "float32[2048, 2048]", bytes) of each gradient the step returns
     #: that JAX knows is zero and makes all the same (a parameter under stop_gradient)
     zero_gradients: tuple[tuple[str, str, int], ...] = ()
+    #: ("bfloat16[16, 512, 512]", bytes, line) of each input cast whole to a narrower float
+    #: before a lax.scan reads it one step at a time (a model cast before its layer loop)
+    cast_before_scan: tuple[tuple[str, int, str], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -428,6 +431,22 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
             "sum, or the last value, belongs in the carry).")
 
 
+def _cast_note(wide: str, narrow: str, shape: tuple[int, ...], nbytes: int, line: str,
+               scan: str, role: str) -> str:
+    """An input cast whole to a narrower float before a scan reads it step by step
+    (marin-community/levanter#426: "we store a full bf16 copy of all the parameters")."""
+    note = (f"A {wide}{list(shape)} input is cast to {narrow} whole"
+            f"{' (' + line + ')' if line else ''}, {format_bytes(nbytes)} for all "
+            f"{shape[0]} steps at once, before the lax.scan{' (' + scan + ')' if scan else ''} "
+            "reads it one step at a time: the cast copy is made before the loop and held "
+            "through it. Cast each step's slice inside the body instead (the maintainer's fix "
+            "in marin-community/levanter#426).")
+    if role == "forward":
+        note += (" Under a derivative also put the body under jax.checkpoint: otherwise JAX "
+                 "keeps each step's cast for the backward pass all the same.")
+    return note
+
+
 def _threefry_note(c: compiled.CompiledStep, temp: int, peak: int) -> str:
     """For a step whose temporaries are mostly a large ``jax.random`` draw's bits (threefry2x32,
     JAX's default generator: jax-ml/jax#20328): the draw, and the generator that holds less.
@@ -570,6 +589,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(host)
     if bits := _threefry_note(c, a["temp"], peak):
         notes.append(bits)
+    casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
+    if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
+        notes.append(_cast_note(*casts[0]))
     if (zeroed := c.scaled_by_zero()) and zeroed[0][1] >= 64 * 1024:
         what, _, at = zeroed[0]
         notes.append(
@@ -681,6 +703,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed,
+        cast_before_scan=tuple((f"{to}{list(shape)}", n, line)
+                               for _, to, shape, n, line, _, _ in casts),
         dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit)
 
 

@@ -1404,6 +1404,36 @@ def test_jax_10878_each_compile_for_a_new_static_value_keeps_its_own_constant():
     assert not any(r[0] == "jit_f" for r in holders.largest(namespace={}).program_constants)
 
 
+def test_levanter_426_a_model_cast_whole_before_its_layer_loop_is_named():
+    """Mixed precision cast the whole model to bfloat16, then looped over its layers: "we store
+    a full bf16 copy of all the parameters" (dlwh); cast each layer inside the loop. The kit
+    listed the copy among the temporaries with no cause."""
+    params = {"w": jnp.full((16, 256, 256), 0.01)}  # 4 MiB of float32 layers
+    x = jnp.ones((64, 256))
+
+    def upfront(params, x):
+        m = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)
+        h, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x.astype(jnp.bfloat16), m["w"])
+        return h.astype(jnp.float32).sum()
+
+    def per_layer(params, x, checkpoint=False):
+        def body(h, w):
+            return jnp.tanh(h @ w.astype(jnp.bfloat16)), None
+        body = jax.checkpoint(body) if checkpoint else body
+        h, _ = jax.lax.scan(body, x.astype(jnp.bfloat16), params["w"])
+        return h.astype(jnp.float32).sum()
+
+    ahead = preflight.preflight_step(upfront, params, x)
+    assert ahead.cast_before_scan[0][:2] == ("bfloat16[16, 256, 256]", 2 * MiB)
+    assert "is cast to bfloat16 whole" in ahead.advice and "levanter#426" in ahead.advice
+    inside = preflight.preflight_step(per_layer, params, x)  # the fix, forward
+    assert not inside.cast_before_scan and inside.temp_bytes < ahead.temp_bytes
+    grad = preflight.preflight_step(jax.grad(upfront), params, x)
+    assert "also put the body under jax.checkpoint" in grad.advice
+    fixed = preflight.preflight_step(jax.grad(lambda p, x: per_layer(p, x, True)), params, x)
+    assert not fixed.cast_before_scan and fixed.temp_bytes < grad.temp_bytes
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said

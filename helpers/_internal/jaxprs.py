@@ -18,9 +18,9 @@ import numpy as np
 from helpers._internal import frames
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["device_keywords_and_puts", "equation_line", "jacobian_sizes", "narrowed_inputs",
-           "output_kinds", "scaled_by_zero", "scan_copied_xs", "scan_role", "threefry_draws",
-           "walk"]
+__all__ = ["cast_before_scan", "device_keywords_and_puts", "equation_line", "jacobian_sizes",
+           "narrowed_inputs", "output_kinds", "scaled_by_zero", "scan_copied_xs", "scan_role",
+           "threefry_draws", "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -122,6 +122,34 @@ def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
                 at = None if inner is None else _invar_index(inner, inner.outvars[k], depth + 1)
                 return None if at is None else _invar_index(jaxpr, eqn.invars[at], depth + 1)
     return None
+
+
+def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str, str, str],
+                                        ...]:
+    """(dtype, narrower dtype, shape, the cast's bytes, the cast's line, the scan's line, the
+    scan's role) of each input of a jaxpr cast whole to a narrower floating type and then read
+    by a ``lax.scan`` one step at a time: the cast copy of every step is made before the loop
+    and held through it (marin-community/levanter#426: a model cast to bfloat16, then a loop
+    over its layers). Largest first."""
+    out = []
+    for j, _ in walk(closed):
+        inputs = {id(v) for v in getattr(j, "invars", ())}
+        casts = {}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name == "convert_element_type" and id(eqn.invars[0]) in inputs:
+                before, after = eqn.invars[0].aval, eqn.outvars[0].aval
+                if (_floating(before.dtype) and _floating(after.dtype)
+                        and after.dtype.itemsize < before.dtype.itemsize and after.shape):
+                    casts[id(eqn.outvars[0])] = (eqn, before, after)
+            elif eqn.primitive.name == "scan" and casts:
+                first = eqn.params["num_consts"] + eqn.params["num_carry"]
+                for v in eqn.invars[first:]:
+                    if id(v) in casts:
+                        cast, before, after = casts[id(v)]
+                        out.append((str(before.dtype), str(after.dtype), tuple(after.shape),
+                                    math.prod(after.shape) * after.dtype.itemsize,
+                                    equation_line(cast), equation_line(eqn), scan_role(eqn)))
+    return tuple(sorted(out, key=lambda x: -x[3]))
 
 
 def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
