@@ -237,7 +237,7 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                     "constant (jax.lax.slice with static bounds too; jax-ml/jax#26425). Inside "
                     "jax.jit the bounds are part of the program and nothing is copied; it "
                     "matters in a hot loop or under jax.transfer_guard('disallow')")
-        return "a Python scalar turned into an array"
+        return "a Python number (or a 0-d NumPy array) turned into an array"
     return ("a NumPy array passed to a JAX operation or a jit: copied each time it is passed "
             "(jax.device_put it once and pass the result to copy it once)"
             + (_ON_THE_CPU if cpu else ""))
