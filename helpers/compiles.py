@@ -126,8 +126,8 @@ GROWING_FIX = ("an argument grows by one along a dimension at every call, so eve
                "program serves many")
 #: the fix where the only change is how arguments were passed (jax#523, mattjj in jax#595)
 KEYWORD_FIX = ("jit keys its cache on how each argument is passed, so f(x, 2) and f(x, p=2) are "
-               "two programs: pass each argument the same way in every call (by position, or "
-               "by keyword)")
+               "two programs: where the keyword and the positional argument are the same "
+               "parameter, pass it the same way in every call (by position, or by keyword)")
 #: the fix for new static values that are functions made anew (diffrax#142)
 FUNCTION_FIX = ("the static values are functions made anew for each call (a closure defined "
                 "inside the function that calls this one, or a lambda): a function compares by "
@@ -257,8 +257,8 @@ class FunctionCompiles(Record):
                     "again for arguments placed differently (committed to a device or not, on "
                     "another device, or with another sharding)")
         elif self.cause == "caches cleared":
-            head = (f"`{self.function}`{where} compiled {self.compiles} times, each after "
-                    f"{' or '.join(self.changed) or 'jax.clear_caches()'}")
+            head = (f"`{self.function}`{where} compiled {self.compiles} times, each recompile "
+                    f"after {' or '.join(self.changed) or 'jax.clear_caches()'}")
         else:
             changed = f" ({'; '.join(self.changed[:3])})" if self.changed else ""
             times = (f"{self.compiles} times" if self.compiles != 1 else
@@ -355,6 +355,13 @@ class CompileLog(Display):
         """Why nothing compiled in the block reached the persistent cache, in JAX's reasons
         (jax-ml/jax#21908: a folder set, and left empty)."""
         why = "; ".join(f"{n} {reason}" for reason, n in self.cache_skipped)
+        reasons = {r for r, _ in self.cache_skipped}
+        if reasons <= {"not process 0", "no cache"}:
+            return (f"Nothing compiled in this block was written to the persistent cache in "
+                    f"{self.cache_dir} ({why}): "
+                    + ("only process 0 of a job writes it, so this is as JAX means it here"
+                       if "not process 0" in reasons else
+                       "JAX's cache was not initialized when these compiled") + ".")
         fixes = []
         if any(r.startswith("quicker") for r, _ in self.cache_skipped):
             fixes.append("jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)")

@@ -737,10 +737,16 @@ def _process_note(x, shards: tuple[Shard, ...]) -> str:
 
 
 def _context_mesh():
-    """The mesh ``jax.set_mesh`` set for this thread (an AbstractMesh of more than one device),
-    or None."""
-    mesh = jaxcompat.import_jax().sharding.get_abstract_mesh()
-    return mesh if not mesh.empty and mesh.size > 1 else None
+    """The mesh ``jax.set_mesh`` set for this thread, of more than one device, or None: the
+    concrete one where this JAX says (``jax.sharding.get_mesh``, 0.10), else the abstract one
+    (0.8.0, where ``jax.sharding.use_abstract_mesh`` alone counts too)."""
+    sharding = jaxcompat.import_jax().sharding
+    getter = getattr(sharding, "get_mesh", None) or sharding.get_abstract_mesh
+    try:
+        mesh = getter()
+    except Exception:  # no mesh of either kind
+        return None
+    return mesh if mesh is not None and not mesh.empty and mesh.size > 1 else None
 
 
 def _mesh_in_use(x, platform: str) -> str:
@@ -750,7 +756,9 @@ def _mesh_in_use(x, platform: str) -> str:
         if other is x or other.is_deleted():
             continue
         spread = getattr(other.sharding, "mesh", None)
-        if spread is not None and len(other.sharding.device_set) > 1:
+        if (spread is not None and len(other.sharding.device_set) > 1
+                and not other.sharding.is_fully_replicated
+                and any(d % spread.size == 0 for d in x.shape)):
             return (f"{dict(spread.shape)}, over which other live arrays are split "
                     f"(a {other.dtype}{list(other.shape)} among them)")
     return ""
@@ -762,7 +770,7 @@ def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
     whole onto every device of the mesh); beside arrays split over a mesh, how to have it made
     split (jax#24332: jnp.meshgrid of arrays made on one device keeps its outputs there).
     Checked on simulated CPU devices, jax 0.8.0 and 0.10.2."""
-    if len(shards) != 1 or x.ndim == 0:
+    if len(shards) != 1:
         return ""
     if (context := _context_mesh()) is not None:
         mesh = dict(context.shape)
@@ -776,8 +784,10 @@ def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
         return (f". A mesh is set by jax.set_mesh ({mesh}): an operation on this uncommitted "
                 "array inside that block runs over the whole mesh and returns its result "
                 f"whole on each of the {context.size} devices ({context.size} x its bytes). "
-                "Split it first (jax.device_put(x, NamedSharding(mesh, P('x')))), or compute "
-                "outside the block")
+                f"Split it first (jax.device_put(x, NamedSharding(mesh, "
+                f"P({context.axis_names[0]!r})))), or compute outside the block")
+    if x.ndim == 0:
+        return ""
     platform = next(iter(x.sharding.device_set)).platform
     jax = jaxcompat.import_jax()
     if len(jax.devices(platform)) < 2 or not (mesh_text := _mesh_in_use(x, platform)):

@@ -457,7 +457,7 @@ class LibraryFailure(Display):
 
     error: str  # the error's first line
     library: str  # "cuDNN", "cuBLAS", "cuSOLVER", "cuFFT" or "CUDA" (the driver's memory)
-    device: str  # "" where JAX could not say
+    device: str  # "" where JAX could not say, or its first device is not a GPU
     total_bytes: int | NotAvailable  # the card's, by the driver
     free_bytes: int | NotAvailable  # free on the card when asked, by the driver
     pool_bytes: int | NotAvailable  # JAX's pool on it (its allocator's bytes_limit)
@@ -478,7 +478,7 @@ def _loaded_cuda_libraries(maps: str = "/proc/self/maps") -> tuple[str, ...]:
     """Each CUDA library this process has loaded, with the folder its file came from, from
     the kernel's list of the process's mapped files (Linux; () elsewhere)."""
     try:
-        text = Path(maps).read_text()
+        text = Path(maps).read_text(errors="surrogateescape")  # (a path need not be UTF-8)
     except OSError:
         return ()
     found = set()
@@ -524,7 +524,7 @@ def explain_library_failure(error: BaseException, *,
     beside = tuple(f"{w.message} Fix: {w.fix}." for w in settings.check_environment()
                    if w.code in ("tensorflow-sees-the-gpu", "pytorch-holds-the-gpu"))
     report = LibraryFailure(
-        first, library, device_name(dev) if dev is not None else "",
+        first, library, device_name(dev) if on_gpu else "",
         total if total else NOT_AVAILABLE,
         total - used if total and used is not None and used <= total else NOT_AVAILABLE,
         pool, _other_processes(dev) if dev is not None else NOT_AVAILABLE, beside,

@@ -426,7 +426,8 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
                 "of what the scan reads, unchanged, so the scan stacks a copy of that array. "
                 "Drop it from the body's outputs (Flax NNX: return only the state that "
                 "changes, not nnx.state(layer) with its nnx.Param, maxtext#4405). Under "
-                "jax.checkpoint JAX keeps the copy; without it JAX drops it itself.")
+                "jax.checkpoint or an inner jax.jit JAX keeps the copy; returned directly, "
+                "JAX drops it itself.")
     return (f"{head}: what its body returns beside the carry. Return less from the body (a "
             "sum, or the last value, belongs in the carry).")
 

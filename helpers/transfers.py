@@ -232,9 +232,10 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "every call (jit's fast path logs no shape)" + (_ON_THE_CPU if cpu else ""))
     if shape == ():
         if "[" in source and dtype and "int" in dtype:
-            return ("an index or slice bound: JAX's slicing outside jit puts each start index "
-                    "on the device, 4 bytes per sliced dimension, whether your int or a "
-                    "constant (jax.lax.slice with static bounds too; jax-ml/jax#26425). Inside "
+            return ("an index or slice bound: JAX's slicing outside jit puts a start index on "
+                    "the device for every dimension of the array, 4 bytes each, sliced or not, "
+                    "whether your int or a constant (jax.lax.slice with static bounds too; "
+                    "jax-ml/jax#26425); after the first, its fast path logs no shape. Inside "
                     "jax.jit the bounds are part of the program and nothing is copied; it "
                     "matters in a hot loop or under jax.transfer_guard('disallow')")
         return "a Python number (or a 0-d NumPy array) turned into an array"

@@ -465,8 +465,9 @@ def test_tensorflow_that_sees_the_gpu_is_named_with_its_fix(monkeypatch):
                     if w.code == "tensorflow-sees-the-gpu"]
     monkeypatch.setitem(sys.modules, "tensorflow", object())  # a module without tf.config
     assert not [w for w in settings.check_environment({}) if "tensorflow" in w.code]
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(1))
     assert not [w for w in settings.check_environment({}, this_process=False)
-                if "tensorflow" in w.code]
+                if "tensorflow" in w.code]  # another process's environment: not this one's
 
 
 def test_pytorch_that_started_cuda_is_named_with_what_it_holds(monkeypatch):

@@ -213,6 +213,11 @@ def test_slicing_outside_jit_copies_its_start_indices_and_inside_jit_nothing():
         a[1:, :10]
     (row,) = log.by_line()
     assert row["count"] == 2 and row["reasons"][0].startswith("an index or slice bound")
+    assert "for every dimension of the array" in row["reasons"][0]
+    b = jnp.ones((16, 8))
+    with transfers.trace() as one:  # one dimension sliced: a start index for each of two
+        b[1:3]
+    assert one.count("host->device") == 2
     with transfers.trace() as inside:  # the fix the kit gives
         sliced(a)
     assert inside.count() == 0

@@ -1256,6 +1256,7 @@ def test_orbax_3183_an_array_committed_to_one_device_under_set_mesh_is_named():
     assert "np.asarray" in problem and "outside the jax.set_mesh block" in problem
     assert "raises \"Received incompatible devices" in said and "np.asarray(x)" in said
     assert f"whole on each of the {len(jax.devices())} devices" in moved
+    assert "P('x')" in moved  # the mesh's own axis
     assert len(copied.sharding.device_set) == len(jax.devices())  # as the note says
     with pytest.raises(errors.BadInputError, match="not an out-of-memory error .*tree_placement"):
         oom.explain(raised.value)
@@ -1315,8 +1316,10 @@ def test_jax_523_an_argument_passed_by_keyword_then_by_position_is_named():
         foo(x, 12.0)  # by position again: a cache hit
     f = log.function("foo")
     assert f.compiles == 2 and f.cause == "new pytree structure"
-    assert f.changed == ("'foo_power' passed by keyword in one call and by position in another",)
+    assert f.changed == ("'foo_power' by keyword in one call, as many arguments by position "
+                         "in another",)
     assert f.fix.startswith("jit keys its cache on how each argument is passed")
+    assert "where the keyword and the positional argument are the same parameter" in f.fix
     with compiles.watch() as keys:  # a dict argument whose keys change: not this fix
         g = jax.jit(lambda d: sum(d.values()))
         g({"a": x})
@@ -1529,3 +1532,10 @@ def test_jax_24332_an_array_whole_on_one_device_where_a_mesh_is_in_use_is_named(
     assert len(X2.sharding.device_set) == n  # the fix: made split, no device holds it whole
     assert devices.placement(X2).shards[0].shape == (64, 64 * n)
     assert "A mesh is in use" not in devices.placement(jnp.float32(1.0)).explanation
+    del X2, _  # the fixed outputs, split over the mesh
+    both = jax.device_put(jnp.ones((2 * n, 3)), NamedSharding(mesh, P()))  # replicated only
+    assert "A mesh is in use" not in devices.placement(X).explanation
+    split = jax.device_put(jnp.ones((2 * n, 3)), NamedSharding(mesh, P("x")))
+    assert "A mesh is in use" not in devices.placement(jax.random.PRNGKey(0)).explanation
+    assert "A mesh is in use" in devices.placement(X).explanation  # (2,) divides over no mesh
+    del both, split

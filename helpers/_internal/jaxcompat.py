@@ -555,7 +555,7 @@ _CACHE_WRITES = (
 #: the other lines JAX logs at WARNING about the persistent cache only because
 #: jax_explain_cache_misses is on (which compiles.watch turns on): kept from the user's stderr
 CACHE_EXPLAINED_PREFIXES = ("Not writing persistent cache entry", "PERSISTENT COMPILATION CACHE "
-                            "MISS")
+                            "MISS", "Writing ")
 
 
 def parse_cache_write(message: str) -> tuple[str, str] | None:
@@ -673,8 +673,9 @@ _KWARGS_010 = re.compile(r"at input path \[0\], now tuple of length (\d+) and be
 
 
 def _keyword_moved(clean: str) -> str:
-    """ "'p' passed by keyword in one call and by position in another" where JAX's miss says
-    so (both wordings); "" otherwise."""
+    """ "'p' by keyword in one call, one more argument by position in another" where JAX's
+    miss says so (both wordings); "" otherwise. JAX's text does not say which parameter the
+    positional argument was: it may be another one than the keyword's."""
     if m := _KWARGS_08.search(clean):
         now, before = (set(ast.literal_eval(g)) for g in m.groups())
         keys = sorted(now ^ before)
@@ -682,8 +683,8 @@ def _keyword_moved(clean: str) -> str:
         keys = sorted(ast.literal_eval(m.group(3)))
     else:
         return ""
-    return (f"{', '.join(map(repr, keys))} passed by keyword in one call and by position in "
-            "another")
+    return (f"{', '.join(map(repr, keys))} by keyword in one call, as many arguments by position "
+            "in another")
 
 
 def parse_cache_miss(text: str) -> Mapping | None:
