@@ -419,9 +419,13 @@ def oom_report_text(r: OomReport) -> str:
     if r.made_at:
         lines.append("Where the largest buffers were made (device memory profile):")
         lines += [f"  {m}" for m in r.made_at]
-    lines.append("What to change, most likely first:")
-    lines += [f"  {i}. {f}" for i, f in enumerate(r.fixes, 1)]
-    return "\n".join(lines)
+    return "\n".join(lines + _ranked(r.fixes))
+
+
+def _ranked(fixes: tuple[str, ...]) -> list[str]:
+    """The fixes of an explanation, numbered, most likely first."""
+    return ["What to change, most likely first:",
+            *(f"  {i}. {f}" for i, f in enumerate(fixes, 1))]
 
 
 def library_failure_text(r: LibraryFailure) -> str:
@@ -434,9 +438,7 @@ def library_failure_text(r: LibraryFailure) -> str:
     if r.loaded:
         lines.append("CUDA libraries this process loaded, and from where:")
         lines += [f"  {line}" for line in r.loaded]
-    lines.append("What to change, most likely first:")
-    lines += [f"  {i}. {f}" for i, f in enumerate(r.fixes, 1)]
-    return "\n".join(lines)
+    return "\n".join(lines + _ranked(r.fixes))
 
 
 def _arrays(n: int) -> str:
