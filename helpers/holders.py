@@ -297,7 +297,13 @@ def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 
                 buffers |= ids
         if len(names_alike) > 1:
             out.append((tuple(names_alike), found[0][2]))
-    return tuple(sorted(out, key=lambda x: -x[1] * len(x[0]))[:most])
+    out.sort(key=lambda x: -x[1] * len(x[0]))
+    kept: list[tuple[tuple[str, ...], int]] = []
+    for names, nbytes in out:  # a part of trees already named alike says nothing more
+        if not any(all(any(n.startswith(whole) and n[len(whole):len(whole) + 1] in "[."
+                           for whole in bigger) for n in names) for bigger, _ in kept):
+            kept.append((names, nbytes))
+    return tuple(kept[:most])
 
 
 class _TooBig(Exception):

@@ -354,9 +354,11 @@ def _alike_text(names: tuple[str, ...], nbytes: int) -> str:
     return (f"{listed} hold trees alike (the same keys, shapes and dtypes, {format_bytes(nbytes)} "
             f"each, {format_bytes(nbytes * len(names))} together, in different buffers). If one "
             "is a leftover copy (a random init made before loading pretrained weights, the "
-            "parameters before training), `del` it, or let it go where it is made (a Hugging "
-            "Face Flax model: from_pretrained(..., _do_init=False)); trees alike on purpose "
-            "(gradients, an EMA) are fine.")
+            "parameters before training, a state initialized and then restored from a "
+            "checkpoint), `del` it, or never make it: a Hugging Face Flax model's "
+            "from_pretrained(..., _do_init=False); a state released before the restore "
+            "(marin-community/marin#8480), or restored into jax.eval_shape(init, ...)'s shapes. "
+            "Trees alike on purpose (gradients, an EMA) are fine.")
 
 
 def compile_log_text(log: CompileLog) -> str:

@@ -1437,6 +1437,27 @@ def test_levanter_426_a_model_cast_whole_before_its_layer_loop_is_named():
     assert not fixed.cast_before_scan and fixed.temp_bytes < grad.temp_bytes
 
 
+def test_marin_8480_a_state_initialized_then_restored_is_two_trees_alike():
+    """A resume held the initialized state and the restored one together; the PR releases the
+    initialized state before the restore."""
+    def init(key):
+        k1, k2 = jax.random.split(key)
+        return {"params": {"w": jax.random.normal(k1, (512, 512))},
+                "opt": {"mu": jnp.zeros((512, 512)), "nu": jnp.zeros((512, 512))}}
+
+    state = init(jax.random.key(0))
+    restored = jax.tree.map(lambda x: x + 1, state)  # as a checkpoint's restore hands it back
+    text = str(holders.largest(namespace={"state": state, "restored": restored}))
+    assert "state and restored hold trees alike" in text
+    assert "state['opt'] and" not in text  # a part of the two says nothing more
+    assert "a state released before the restore (marin-community/marin#8480)" in text
+    assert "jax.eval_shape(init, ...)" in text
+    abstract = jax.eval_shape(init, jax.random.key(0))  # the other way: nothing is made
+    assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(abstract))
+    del state, restored
+    gc.collect()
+
+
 def test_equinox_673_layers_made_under_vmap_at_once_are_named_with_lax_map():
     """Out of memory at model creation: filter_vmap makes every layer's weights at once, in
     float32 (the maintainer's words). No one value was a quarter of the peak, so the kit said
