@@ -1447,7 +1447,7 @@ def test_marin_8480_a_state_initialized_then_restored_is_two_trees_alike():
 
     state = init(jax.random.key(0))
     restored = jax.tree.map(lambda x: x + 1, state)  # as a checkpoint's restore hands it back
-    text = str(holders.largest(namespace={"state": state, "restored": restored}))
+    text = str(holders.largest(2, namespace={"state": state, "restored": restored}, seconds=30))
     assert "state and restored hold trees alike" in text
     assert "state['opt'] and" not in text  # a part of the two says nothing more
     assert "a state released before the restore (marin-community/marin#8480)" in text
