@@ -772,15 +772,11 @@ _DIMS = re.compile(r"\[([\d,\s]*)\]")
 def _grows_by_one(misses: list[CacheMiss]) -> bool:
     """Three or more new shapes of one argument, each one longer than the one before along a
     single dimension: a buffer grown one step per call (a KV cache, NovaSky-AI/SkyRL#539)."""
-    types: dict[str, list[tuple[int, ...]]] = {}
-    for m in misses:
-        for pair in m.new_types:
-            arg, new = pair.split(": ", 1)
-            if (dims := _DIMS.search(new)) and dims.group(1).strip():
-                shape = tuple(int(d) for d in dims.group(1).split(","))
-                if shape not in types.setdefault(arg, []):  # (0.8.0 repeats one per key)
-                    types[arg].append(shape)
-    for shapes in types.values():
+    for types in _new_types(misses, "new shapes").values():
+        dims = [_DIMS.search(t) for t in types]
+        if not all(d and d.group(1).strip() for d in dims):
+            continue
+        shapes = [tuple(int(n) for n in d.group(1).split(",")) for d in dims]
         if len(shapes) < 3 or len({len(x) for x in shapes}) != 1:
             continue
         steps = [[b - a for a, b in zip(x, y, strict=True)]
@@ -869,18 +865,24 @@ def _by_identity(misses: list[CacheMiss], cause: str, pattern: re.Pattern = _DEF
                                for p in pairs)
 
 
+def _new_types(misses: list[CacheMiss], cause: str) -> dict[str, list[str]]:
+    """Each argument's new types over the misses of ``cause``, in the order they came, each
+    once (jax 0.8.0 repeats one per closest key)."""
+    types: dict[str, list[str]] = {}
+    for m in misses:
+        if m.cause == cause:
+            for pair in m.new_types:
+                arg, new = pair.split(": ", 1)
+                if new not in types.setdefault(arg, []):
+                    types[arg].append(new)
+    return types
+
+
 def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:
     """What changed: for new shapes, dtypes or shardings, each argument's new types in the
     order they came ("x: f32[5], f32[11], f32[13]"); otherwise JAX's first few differences."""
     if cause in ("new shapes", "new dtypes", "new sharding"):
-        types: dict[str, list[str]] = {}
-        for m in misses:
-            if m.cause == cause:
-                for pair in m.new_types:
-                    arg, new = pair.split(": ", 1)
-                    if new not in types.setdefault(arg, []):
-                        types[arg].append(new)
         return tuple(f"{arg}: {', '.join(new[:6])}{', …' if len(new) > 6 else ''}"
-                     for arg, new in types.items())
+                     for arg, new in _new_types(misses, cause).items())
     return tuple(dict.fromkeys(m.changed for m in misses if m.cause == cause and m.changed))[:5]
 

@@ -462,7 +462,8 @@ class LibraryFailure(Display):
     free_bytes: int | NotAvailable  # free on the card when asked, by the driver
     pool_bytes: int | NotAvailable  # JAX's pool on it (its allocator's bytes_limit)
     other_processes_bytes: int | NotAvailable
-    beside: tuple[str, ...]  # another GPU framework in this process, each with its fix
+    #: (what, fix) for each other GPU framework in this process (settings' rules)
+    beside: tuple[tuple[str, str], ...]
     loaded: tuple[str, ...]  # "cudnn: <folder>" for each CUDA library folder loaded
     fixes: tuple[str, ...]  # most likely first
 
@@ -521,7 +522,7 @@ def explain_library_failure(error: BaseException, *,
     used = gpu.device_used_bytes() if on_gpu else None
     stats = (memory.memory_stats(dev) or {}) if on_gpu else {}
     pool = int(stats["bytes_limit"]) if "bytes_limit" in stats else NOT_AVAILABLE
-    beside = tuple(f"{w.message} Fix: {w.fix}." for w in settings.check_environment()
+    beside = tuple((w.message, f"{w.fix}.") for w in settings.check_environment()
                    if w.code in ("tensorflow-sees-the-gpu", "pytorch-holds-the-gpu"))
     report = LibraryFailure(
         first, library, device_name(dev) if on_gpu else "",
@@ -534,8 +535,7 @@ def explain_library_failure(error: BaseException, *,
 
 def _library_fixes(r: LibraryFailure) -> tuple[str, ...]:
     """The likely fixes for a library that could not start, most likely first."""
-    room = []
-    room += [b.split(" Fix: ", 1)[1] for b in r.beside]
+    room = [fix for _, fix in r.beside]
     if isinstance(r.other_processes_bytes, int) and r.other_processes_bytes > 0:
         room.append(f"Other processes hold {format_bytes(r.other_processes_bytes)} on this card: "
                     "give each JAX process a share (XLA_CLIENT_MEM_FRACTION) or "

@@ -436,7 +436,7 @@ def library_failure_text(r: LibraryFailure) -> str:
               f"(when asked, after the failure); JAX's pool {format_bytes(r.pool_bytes)}; other "
               f"processes {format_bytes(r.other_processes_bytes)}" if r.total_bytes else
               "  the card's memory: not read (no NVIDIA driver answered here)")]
-    lines += [f"  beside JAX in this process: {b.split(' Fix: ', 1)[0]}" for b in r.beside]
+    lines += [f"  beside JAX in this process: {what}" for what, _ in r.beside]
     if r.loaded:
         lines.append("CUDA libraries this process loaded, and from where:")
         lines += [f"  {line}" for line in r.loaded]
