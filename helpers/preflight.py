@@ -13,22 +13,21 @@ it runs: :mod:`helpers.measure`.
   memory goes, and why, is in the record with what to change: constants, donations, the largest
   temporaries and their lines (what the program holds: :mod:`helpers.compiled`), and what the
   arguments hold (an optimizer state's copies of the parameters, state not donated, arrays split
-  over devices).
+  over devices: :mod:`helpers.step_arguments`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from helpers import allocation, compiled, devices
+from helpers import allocation, compiled, devices, step_arguments
 from helpers._internal import frames, jaxcompat, jaxprs
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
@@ -39,7 +38,7 @@ from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["FIX", "Preflight", "Residual", "Residuals", "StateCopy", "StepPreflight",
+__all__ = ["FIX", "Preflight", "Residual", "Residuals", "StepPreflight",
            "TensorInfo", "judge", "preflight",
            "preflight_step", "residuals"]
 
@@ -173,31 +172,6 @@ def _as_target(target: str | int | allocation.Target) -> allocation.Target:
 
 
 @dataclass(frozen=True)
-class StateCopy(Record):
-    """A subtree of one argument with another argument's shapes: state kept between steps (an
-    optimizer's moments, a gradient accumulator), as large again as what it copies."""
-
-    holder: str  # the argument that holds it, as fn names it, e.g. "opt_state"
-    path: str  # where in it, as jax.tree_util.keystr writes it, e.g. "[0].mu"
-    of: str  # the argument whose shapes it has, e.g. "params"
-    nbytes: int
-    of_nbytes: int  # the bytes of the argument it copies
-
-
-@dataclass(frozen=True)
-class NarrowedArgument(Record):
-    """An array argument the step reads only through a cast to a narrower floating type: kept
-    at full width on the device for a computation that never uses it so."""
-
-    argument: str  # as fn names it, with the path in it, e.g. "params['Dense_0']['kernel']"
-    dtype: str  # as stored, e.g. "float32"
-    shape: tuple[int, ...]
-    nbytes: int
-    read_as: str  # the type the step casts it to, e.g. "bfloat16"
-    line: str  # the user's line that casts it ("" where not recorded)
-
-
-@dataclass(frozen=True)
 class StepPreflight(_Verdict, Display):
     """Will this step fit: XLA's sizes for the compiled step, what is in use and free on its
     device now, a verdict and what to try."""
@@ -240,7 +214,7 @@ class StepPreflight(_Verdict, Display):
     argument_split: tuple[tuple[str, int], ...] = ()
     #: subtrees of one argument with another's shapes (an optimizer's moments, a gradient
     #: accumulator): what makes a state a multiple of its parameters, and where
-    state_copies: tuple[StateCopy, ...] = ()
+    state_copies: tuple[step_arguments.StateCopy, ...] = ()
     #: each lax.scan that stacks 1 MiB or more over its length, largest first
     scan_stacks: tuple[compiled.ScanStack, ...] = ()
     #: of ``constant_bytes``, what XLA computed while compiling (constant folding: a value
@@ -261,7 +235,7 @@ class StepPreflight(_Verdict, Display):
     #: each floating argument the step reads only through a cast to a narrower type (float32
     #: parameters under a bfloat16 computation), unless an output has its shape and dtype (a
     #: gradient, an update: master weights)
-    narrowed_arguments: tuple[NarrowedArgument, ...] = ()
+    narrowed_arguments: tuple[step_arguments.NarrowedArgument, ...] = ()
     #: ("device=d", line) of each creation given a device= inside the step, which jit drops
     dropped_device_keywords: tuple[tuple[str, str], ...] = ()
     #: (the spec, line) of each jax.device_put inside the step to a NamedSharding that splits
@@ -287,19 +261,6 @@ def _gathered(temporaries, args, kwargs) -> list:
              if compiled.devices_split_over(leaf) > 1}
     return [t for t in temporaries if t.op in _CALLBACKS and tuple(t.shape) in whole
             and t.nbytes >= 2**20]
-
-
-def _spread_arguments(c: compiled.CompiledStep, fn, args, kwargs
-                      ) -> tuple[tuple[str, int], ...]:
-    """(name, devices) of each argument with an array split over several devices (one that
-    is whole on each, replicated, costs a device what it is priced at)."""
-    jax, out = devices.start_jax(), []
-    for name, value in c.arguments(fn, args, kwargs):
-        n = max((compiled.devices_split_over(leaf) for leaf in jax.tree.leaves(value)),
-                default=1)
-        if n > 1:
-            out.append((name, n))
-    return tuple(out)
 
 
 def _jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
@@ -509,8 +470,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      donate_argnames=donate_argnames, **kwargs)
     dev = c.device
     a = c.sizes()
-    split = _argument_split(c, fn, args, kwargs)
-    copies = _state_copies(c, fn, args, kwargs)
+    split = step_arguments.argument_split(c, fn, args, kwargs)
+    copies = step_arguments.state_copies(c, fn, args, kwargs)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
     runtime = c.runtime_bytes() if target is None else 0
     peak = a["peak"] + c.constants + runtime
@@ -546,17 +507,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "folding: jax.jit(f).lower(*args).compile(compiler_options="
                      "{'xla_disable_hlo_passes': 'constant_folding'}).")
     if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
-            undonated := _donation_would_save(c, fn, args, kwargs)):
-        names, saving = undonated
-        notes.append(f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
-                     "the outputs have their shapes and dtypes: the old values stay alive "
-                     f"beside the new. Donating {' and '.join(names)} (donate_argnums or "
-                     "donate_argnames; nnx.jit takes them too), if you do not use the old "
-                     "values after the call, lets XLA write the outputs into them: up to that "
-                     "much less at the peak, as XLA plans it (preflight_step with the donation "
-                     "shows its plan).")
+            undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
+        notes.append(step_arguments.donation_note(*undonated))
     if copies:
-        notes.append(_copies_note(copies))
+        notes.append(step_arguments.copies_note(copies))
     unused = [d for d in c.donations if not d.reused]
     if unused:
         notes.append("Donated but not reused: " + "; ".join(
@@ -616,21 +570,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "jax.lax.stop_gradient, or one the loss never reads. Differentiate only the "
             "parameters you train: pass the frozen ones as another argument, outside jax.grad's "
             "argnums (eqx.partition splits a model so), and no zero gradient is made or kept.")
-    narrowed = _narrowed_arguments(c, fn, args, kwargs)
-    in_trees = tuple(n for n in narrowed if not _is_data(n))  # parameters
-    whole = tuple(n for n in narrowed if _is_data(n))  # a batch of data
-    for group, note in ((in_trees, _narrowed_note), (whole, _narrowed_data_note)):
-        if (wide := sum(n.nbytes for n in group)) >= 2**20 and 8 * wide >= peak:
-            notes.append(note(group, wide))
-    if static := _static_arrays(c, fn, args, kwargs):
-        name, node, array = static[0]
-        notes.append(
-            f"{name} keeps an array, {array}, in the static part of its {node} (the pytree's "
-            "metadata: a field marked static): jit bakes it into the program as a constant and "
-            "compares it with == at every call, which raises for another array of more than "
-            "one element (\"arrays cannot be passed as metadata fields\"). Make it an ordinary "
-            "field, a child of the pytree, so it is passed to the step as an argument.")
-    spread = _spread_arguments(c, fn, args, kwargs)
+    narrowed = step_arguments.narrowed_arguments(c, fn, args, kwargs)
+    notes += step_arguments.narrowed_notes(narrowed, peak)
+    if static := step_arguments.static_arrays(c, fn, args, kwargs):
+        notes.append(step_arguments.static_array_note(static))
+    spread = step_arguments.spread_arguments(c, fn, args, kwargs)
     if spread and device is None and (gathered := _gathered(temporaries, args, kwargs)):
         t = gathered[0]
         notes.append(
@@ -707,270 +651,6 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         cast_before_scan=tuple((f"{to}{list(shape)}", n, line)
                                for _, to, shape, n, line, _, _ in casts),
         dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit)
-
-
-def _donation_would_save(c: compiled.CompiledStep, fn, args, kwargs
-                         ) -> tuple[list[str], int] | None:
-    """(the arguments worth donating, the output bytes they could take) when an undonated
-    top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
-    and 1 MiB; None otherwise. Outputs are matched once each, largest arguments first. Over a
-    mesh XLA matches the sharding too (an output of another layout takes nothing), and bytes
-    are each device's."""
-    jax = devices.start_jax()
-    made = c.outputs()
-    outputs = [(tuple(o.shape), str(o.dtype)) for _, o, _ in made]
-    try:
-        out_shardings = (jax.tree.leaves(c.executable.output_shardings) if c.over_mesh
-                         else [None] * len(outputs))
-    except Exception:
-        return None
-    arrays = _donatable_leaves(c, fn, args, kwargs, jax)
-    if not outputs or arrays is None or len(out_shardings) != len(outputs):
-        return None
-    names = dict(c.argument_names(fn, args, kwargs))
-    # a gradient has its parameter's shape, and is no new value of it: donating the parameters
-    # to a step that only returns gradients would lose them (only an update replaces them)
-    free = [(o, s) for o, s, (_, _, kind) in zip(outputs, out_shardings, made, strict=True)
-            if not kind.endswith("gradient")]
-    chosen, saving = [], 0
-    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(n for _, n, _ in kv[1])):
-        total = sum(n for _, n, _ in leaves)
-        matched, took = 0, []
-        for key, nbytes, sharding in leaves:
-            hit = next((f for f in free if f[0] == key and (
-                sharding is None or compiled.same_sharding(f[1], sharding, len(key[0])))), None)
-            if hit is not None:
-                free.remove(hit)
-                took.append(hit)
-                matched += nbytes
-        if total and matched * 2 >= total and matched >= 2**20:
-            chosen.append(names[i])
-            saving += matched
-        else:
-            free += took  # not worth donating: give its outputs back
-    return (chosen, saving) if chosen else None
-
-
-def _donatable_leaves(c: compiled.CompiledStep, fn, args, kwargs, jax) -> dict | None:
-    """For each undonated positional argument the executable takes: its array leaves as
-    ((shape, dtype), bytes, the sharding it is taken with, over a mesh; else None), a leaf XLA
-    drops left out over a mesh. None where the executable does not say its shardings."""
-    wanted = None
-    if c.over_mesh:
-        wanted = c.input_shardings(args, kwargs)
-        if wanted is None:
-            return None
-    names = dict(c.argument_names(fn, args, kwargs))
-    out, i = {}, 0
-    for where, value in enumerate(args):
-        if where in c.static_argnums:
-            continue  # not among the executable's arguments
-        leaves = jax.tree.leaves(value)
-        mine = wanted[i:i + len(leaves)] if wanted else [None] * len(leaves)
-        i += len(leaves)
-        if where in c.donated or where not in names:
-            continue
-        out[where] = [
-            ((tuple(x.shape), str(x.dtype)),
-             compiled.array_bytes(x) if s is None else
-             math.prod(s.shard_shape(tuple(x.shape))) * x.dtype.itemsize, s)
-            for x, s in zip(leaves, mine, strict=True)
-            if hasattr(x, "shape") and hasattr(x, "dtype") and (wanted is None or s is not None)]
-    return out
-
-
-def _static_arrays(c: compiled.CompiledStep, fn, args, kwargs
-                   ) -> tuple[tuple[str, str, str], ...]:
-    """(argument, node type, "float32[3] (12 B)") of each array of more than one element that
-    an argument's pytree keeps in its metadata (equinox#746: a JAX array in a static field)."""
-    return tuple((name, node, f"{a.dtype}{list(a.shape)} ({format_bytes(compiled.array_bytes(a))})")
-                 for name, value in c.arguments(fn, args, kwargs)
-                 for node, a in compiled.metadata_arrays(value))
-
-
-def _narrowed_arguments(c: compiled.CompiledStep, fn, args, kwargs
-                        ) -> tuple[NarrowedArgument, ...]:
-    """Each array argument the step reads only through a narrower cast, largest first; not one
-    with an output of its shape and dtype (a gradient or an updated copy: master weights kept
-    at full width on purpose)."""
-    jax = devices.start_jax()
-    made = c.outputs()
-    if not made:  # an executable that does not say: no way to tell master weights apart
-        return ()
-    outputs = {(tuple(o.shape), str(o.dtype)) for _, o, _ in made}
-    positional = [name for where, name in c.argument_names(fn, args, kwargs)
-                  if isinstance(where, int)]
-    out = []
-    for path, leaf, to, line in c.narrowed_inputs(args, kwargs):
-        if (tuple(leaf.shape), str(leaf.dtype)) in outputs or not hasattr(leaf, "dtype"):
-            continue
-        top = path[1]  # (args, kwargs)[0][i] or [1][key]
-        name = positional[top.idx] if path[0].idx == 0 else str(top.key)
-        out.append(NarrowedArgument(name + jax.tree_util.keystr(path[2:]), str(leaf.dtype),
-                                    tuple(leaf.shape), compiled.array_bytes(leaf), to, line))
-    return tuple(sorted(out, key=lambda n: -n.nbytes))
-
-
-#: argument names that say what they hold: a batch of data, or parameters
-_DATA_NAME = re.compile(r"^(?:x|xs|y|batch\w*|inputs?|data\w*|images?|tokens?|features?|obs\w*|"
-                        r"examples?|samples?)$", re.IGNORECASE)
-_PARAMS_NAME = re.compile(r"param|weight|variables|state|model|kernel|^w\d*$", re.IGNORECASE)
-
-
-def _is_data(n: NarrowedArgument) -> bool:
-    """A batch of data rather than parameters: by the argument's name where it says (x, batch,
-    inputs; params, weights, state), else by its shape of tree (a whole array is data, a leaf
-    of a tree a parameter)."""
-    root = _root(n.argument)
-    if _DATA_NAME.match(root):
-        return True
-    if _PARAMS_NAME.search(root):
-        return False
-    return n.argument == root
-
-
-def _root(argument: str) -> str:
-    """The top-level argument's name in a leaf's path ("params" of "params['w']")."""
-    return re.split(r"[\[.]", argument, maxsplit=1)[0]
-
-
-def _saved(narrowed: tuple[NarrowedArgument, ...], wide: int) -> int:
-    """The bytes the narrower type would save."""
-    jnp = devices.start_jax().numpy
-    return wide - sum(n.nbytes * jnp.dtype(n.read_as).itemsize // jnp.dtype(n.dtype).itemsize
-                      for n in narrowed)
-
-
-def _narrowed_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
-    """The note for arrays of argument trees (parameters) read only through a narrower cast:
-    what they cost, the fix."""
-    first, more = narrowed[0], len(narrowed) - 1
-    hf = {"bfloat16": "to_bf16", "float16": "to_fp16"}.get(first.read_as)
-    root = _root(first.argument)
-    return (
-        f"{first.argument}{f' and {more} more argument arrays' if more else ''} "
-        f"({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only as "
-        f"{first.read_as}{f' ({first.line})' if first.line else ''}: the step casts "
-        f"{'them' if more else 'it'} at every call, and the {first.dtype} "
-        f"cop{'ies stay' if more else 'y stays'} on the device though the computation uses "
-        f"only the {first.read_as} one{'s' if more else ''}. Stored as {first.read_as} "
-        f"(jax.tree.map(lambda p: p.astype(jnp.{first.read_as}), {root})"
-        f"{f'; a Hugging Face Flax model: model.{hf}({root})' if hf else ''}) "
-        f"{'they take' if more else 'it takes'} {format_bytes(_saved(narrowed, wide))} less. "
-        "A Flax module's dtype= sets the computation's type, not the parameters' (param_dtype "
-        f"does). Keep them {first.dtype} where they are master weights that an optimizer "
-        "updates.")
-
-
-def _narrowed_data_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
-    """The note for whole array arguments (a batch of data) read only through a narrower
-    cast."""
-    first, more = narrowed[0], len(narrowed) - 1
-    names = " and ".join(n.argument for n in narrowed[:3])
-    return (
-        f"{names} ({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only "
-        f"as {first.read_as}{f' ({first.line})' if first.line else ''}: made or loaded as "
-        f"{first.read_as}, {'they take' if more else 'it takes'} "
-        f"{format_bytes(_saved(narrowed, wide))} less on the device, and in each copy to it.")
-
-
-def _argument_split(c: compiled.CompiledStep, fn, args, kwargs) -> tuple[tuple[str, int], ...]:
-    """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
-    parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
-    seen: dict[int, str] = {}  # id of an array -> the argument it was counted under
-    out = []
-    for name, value in c.arguments(fn, args, kwargs):
-        total, elsewhere = 0, []
-        for leaf in devices.start_jax().tree.leaves(value):
-            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
-                continue
-            if id(leaf) in seen:
-                elsewhere.append(seen[id(leaf)])
-                continue
-            seen[id(leaf)] = name
-            total += compiled.array_bytes(leaf)
-        if elsewhere and not total:  # passed twice: XLA's argument size counts it twice
-            name = f"{name} (the same arrays as {', '.join(dict.fromkeys(elsewhere))})"
-        out.append((name, total))
-    return tuple(sorted(out, key=lambda kv: -kv[1]))
-
-
-def _state_copies(c: compiled.CompiledStep, fn, args, kwargs) -> tuple[StateCopy, ...]:
-    """Each subtree of an argument that has the structure, keys and shapes of another argument,
-    or of another field of the same argument (a Flax TrainState holds ``params`` and
-    ``opt_state``): an Adam state's ``mu`` and ``nu`` beside the parameters. Only for a tree of
-    two arrays or more and at least 1 MiB (a single array's shape can recur by chance); a tree
-    that is a copy as a whole (the gradients beside the parameters) is not one, and of two
-    trees alike only the first is looked for."""
-    jax = devices.start_jax()
-    arrays = {}
-    for name, value in c.arguments(fn, args, kwargs):
-        arrays[name] = [(tuple(str(k) for k in path), leaf) for path, leaf
-                        in jax.tree_util.tree_flatten_with_path(value)[0]
-                        if hasattr(leaf, "shape") and hasattr(leaf, "dtype")]
-    trees = []  # (label, argument, the field's key or None, its arrays by relative path)
-    for name, leaves in arrays.items():
-        trees.append((name, name, None, leaves))
-        for key in dict.fromkeys(path[0] for path, _ in leaves if len(path) > 1):
-            trees.append((f"{name}{key}", name, key,
-                          [(path[1:], x) for path, x in leaves if path[0] == key]))
-    out, looked_for, found = [], set(), []  # found: (holder, key path) of each copy so far
-    for of, of_arg, key, like in trees:
-        want = tuple((path, tuple(x.shape)) for path, x in like)
-        size = sum(compiled.array_bytes(x) for _, x in like)
-        if len(like) < 2 or want in looked_for or size < 2**20:
-            continue
-        looked_for.add(want)
-        for holder, held in arrays.items():
-            if holder == of_arg and key is None:
-                continue
-            for path, nbytes in _subtrees_like(held, list(want)):
-                # within one argument, only deeper than a field (TrainState.opt_state.mu): a
-                # field beside it with its shapes is a sibling (two identical layers); and a
-                # part of a copy already found (mu['l1'] of params['l1']) is no new one
-                if (holder == of_arg and len(path) < 2) or any(
-                        h == holder and path[:len(q)] == q for h, q in found):
-                    continue
-                found.append((holder, path))
-                out.append(StateCopy(holder, "".join(path), of, nbytes, size))
-    return tuple(out)
-
-
-def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple]
-                   ) -> list[tuple[tuple[str, ...], int]]:
-    """(key path, bytes) of each subtree whose arrays have the key paths and shapes in ``want``,
-    beneath it and in order, as the tree holds them. Never the whole tree: a tree that is a
-    copy as a whole (as gradients are of the parameters) is not state kept beside it."""
-    under: dict[tuple[str, ...], list[int]] = {}
-    for i, (path, _) in enumerate(leaves):
-        for k in range(1, len(path)):
-            under.setdefault(path[:k], []).append(i)
-    found = []
-    for prefix, idx in under.items():
-        if len(idx) == len(want) and [(leaves[i][0][len(prefix):], tuple(leaves[i][1].shape))
-                                      for i in idx] == want:
-            found.append((idx[0], prefix, sum(compiled.array_bytes(leaves[i][1]) for i in idx)))
-    return [(path, nbytes) for _, path, nbytes in sorted(found)]
-
-
-def _copies_note(copies: tuple[StateCopy, ...]) -> str:
-    """One sentence per argument that holds copies of another: how many, where, and how to
-    shrink them."""
-    out = []
-    for holder, of in dict.fromkeys((c.holder, c.of) for c in copies):
-        mine = [c for c in copies if (c.holder, c.of) == (holder, of)]
-        total = sum(c.nbytes for c in mine)
-        where = ", ".join(f"{holder}{c.path}" for c in mine)
-        n, whose = len(mine), of + ("'" if of.endswith("s") else "'s")
-        out.append(
-            f"{holder} holds {n} {'copy' if n == 1 else 'copies'} of {whose} shapes ({where}: "
-            f"{format_bytes(total)}, {total / mine[0].of_nbytes:.2f}x {of}): state kept from "
-            "step to step, such as an optimizer's moments or a gradient accumulator, each as "
-            f"many numbers as {of}. To shrink it: a smaller dtype where the optimizer "
-            "takes one (optax.adam's mu_dtype, optax.MultiSteps' accumulator_dtype), an "
-            "optimizer that keeps less (optax.adafactor factors its second moment; optax.sgd "
-            "without momentum keeps none), or the state sharded over devices.")
-    return " ".join(out)
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -1,0 +1,361 @@
+"""What a step's arguments cost, read from the step compiled for them
+(:func:`helpers.compiled.compile_step`) and from the arguments themselves: each argument's
+bytes, the subtrees of one argument with another's shapes (an optimizer state's copies of the
+parameters), arguments worth donating, arrays kept in a pytree's static part, arguments read
+only through a cast to a narrower float, and arguments split over devices. Each finding comes
+with the note that names its cause and fix; :func:`helpers.preflight.preflight_step` keeps the
+findings in its record and the notes in its advice.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from helpers import compiled, devices
+from helpers._internal.records import Record
+from helpers.units import format_bytes
+
+__all__ = ["NarrowedArgument", "StateCopy", "argument_split", "copies_note", "donation_note",
+           "donation_would_save", "narrowed_arguments", "narrowed_notes", "spread_arguments",
+           "state_copies", "static_array_note", "static_arrays"]
+
+
+@dataclass(frozen=True)
+class StateCopy(Record):
+    """A subtree of one argument with another argument's shapes: state kept between steps (an
+    optimizer's moments, a gradient accumulator), as large again as what it copies."""
+
+    holder: str  # the argument that holds it, as fn names it, e.g. "opt_state"
+    path: str  # where in it, as jax.tree_util.keystr writes it, e.g. "[0].mu"
+    of: str  # the argument whose shapes it has, e.g. "params"
+    nbytes: int
+    of_nbytes: int  # the bytes of the argument it copies
+
+
+@dataclass(frozen=True)
+class NarrowedArgument(Record):
+    """An array argument the step reads only through a cast to a narrower floating type: kept
+    at full width on the device for a computation that never uses it so."""
+
+    argument: str  # as fn names it, with the path in it, e.g. "params['Dense_0']['kernel']"
+    dtype: str  # as stored, e.g. "float32"
+    shape: tuple[int, ...]
+    nbytes: int
+    read_as: str  # the type the step casts it to, e.g. "bfloat16"
+    line: str  # the user's line that casts it ("" where not recorded)
+
+
+def spread_arguments(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                      ) -> tuple[tuple[str, int], ...]:
+    """(name, devices) of each argument with an array split over several devices (one that
+    is whole on each, replicated, costs a device what it is priced at)."""
+    jax, out = devices.start_jax(), []
+    for name, value in c.arguments(fn, args, kwargs):
+        n = max((compiled.devices_split_over(leaf) for leaf in jax.tree.leaves(value)),
+                default=1)
+        if n > 1:
+            out.append((name, n))
+    return tuple(out)
+
+
+def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                         ) -> tuple[list[str], int] | None:
+    """(the arguments worth donating, the output bytes they could take) when an undonated
+    top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
+    and 1 MiB; None otherwise. Outputs are matched once each, largest arguments first. Over a
+    mesh XLA matches the sharding too (an output of another layout takes nothing), and bytes
+    are each device's."""
+    jax = devices.start_jax()
+    made = c.outputs()
+    outputs = [(tuple(o.shape), str(o.dtype)) for _, o, _ in made]
+    try:
+        out_shardings = (jax.tree.leaves(c.executable.output_shardings) if c.over_mesh
+                         else [None] * len(outputs))
+    except Exception:
+        return None
+    arrays = _donatable_leaves(c, fn, args, kwargs, jax)
+    if not outputs or arrays is None or len(out_shardings) != len(outputs):
+        return None
+    names = dict(c.argument_names(fn, args, kwargs))
+    # a gradient has its parameter's shape, and is no new value of it: donating the parameters
+    # to a step that only returns gradients would lose them (only an update replaces them)
+    free = [(o, s) for o, s, (_, _, kind) in zip(outputs, out_shardings, made, strict=True)
+            if not kind.endswith("gradient")]
+    chosen, saving = [], 0
+    for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(n for _, n, _ in kv[1])):
+        total = sum(n for _, n, _ in leaves)
+        matched, took = 0, []
+        for key, nbytes, sharding in leaves:
+            hit = next((f for f in free if f[0] == key and (
+                sharding is None or compiled.same_sharding(f[1], sharding, len(key[0])))), None)
+            if hit is not None:
+                free.remove(hit)
+                took.append(hit)
+                matched += nbytes
+        if total and matched * 2 >= total and matched >= 2**20:
+            chosen.append(names[i])
+            saving += matched
+        else:
+            free += took  # not worth donating: give its outputs back
+    return (chosen, saving) if chosen else None
+
+
+def _donatable_leaves(c: compiled.CompiledStep, fn, args, kwargs, jax) -> dict | None:
+    """For each undonated positional argument the executable takes: its array leaves as
+    ((shape, dtype), bytes, the sharding it is taken with, over a mesh; else None), a leaf XLA
+    drops left out over a mesh. None where the executable does not say its shardings."""
+    wanted = None
+    if c.over_mesh:
+        wanted = c.input_shardings(args, kwargs)
+        if wanted is None:
+            return None
+    names = dict(c.argument_names(fn, args, kwargs))
+    out, i = {}, 0
+    for where, value in enumerate(args):
+        if where in c.static_argnums:
+            continue  # not among the executable's arguments
+        leaves = jax.tree.leaves(value)
+        mine = wanted[i:i + len(leaves)] if wanted else [None] * len(leaves)
+        i += len(leaves)
+        if where in c.donated or where not in names:
+            continue
+        out[where] = [
+            ((tuple(x.shape), str(x.dtype)),
+             compiled.array_bytes(x) if s is None else
+             math.prod(s.shard_shape(tuple(x.shape))) * x.dtype.itemsize, s)
+            for x, s in zip(leaves, mine, strict=True)
+            if hasattr(x, "shape") and hasattr(x, "dtype") and (wanted is None or s is not None)]
+    return out
+
+
+def static_arrays(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                   ) -> tuple[tuple[str, str, str], ...]:
+    """(argument, node type, "float32[3] (12 B)") of each array of more than one element that
+    an argument's pytree keeps in its metadata (equinox#746: a JAX array in a static field)."""
+    return tuple((name, node, f"{a.dtype}{list(a.shape)} ({format_bytes(compiled.array_bytes(a))})")
+                 for name, value in c.arguments(fn, args, kwargs)
+                 for node, a in compiled.metadata_arrays(value))
+
+
+def narrowed_arguments(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                        ) -> tuple[NarrowedArgument, ...]:
+    """Each array argument the step reads only through a narrower cast, largest first; not one
+    with an output of its shape and dtype (a gradient or an updated copy: master weights kept
+    at full width on purpose)."""
+    jax = devices.start_jax()
+    made = c.outputs()
+    if not made:  # an executable that does not say: no way to tell master weights apart
+        return ()
+    outputs = {(tuple(o.shape), str(o.dtype)) for _, o, _ in made}
+    positional = [name for where, name in c.argument_names(fn, args, kwargs)
+                  if isinstance(where, int)]
+    out = []
+    for path, leaf, to, line in c.narrowed_inputs(args, kwargs):
+        if (tuple(leaf.shape), str(leaf.dtype)) in outputs or not hasattr(leaf, "dtype"):
+            continue
+        top = path[1]  # (args, kwargs)[0][i] or [1][key]
+        name = positional[top.idx] if path[0].idx == 0 else str(top.key)
+        out.append(NarrowedArgument(name + jax.tree_util.keystr(path[2:]), str(leaf.dtype),
+                                    tuple(leaf.shape), compiled.array_bytes(leaf), to, line))
+    return tuple(sorted(out, key=lambda n: -n.nbytes))
+
+
+#: argument names that say what they hold: a batch of data, or parameters
+_DATA_NAME = re.compile(r"^(?:x|xs|y|batch\w*|inputs?|data\w*|images?|tokens?|features?|obs\w*|"
+                        r"examples?|samples?)$", re.IGNORECASE)
+_PARAMS_NAME = re.compile(r"param|weight|variables|state|model|kernel|^w\d*$", re.IGNORECASE)
+
+
+def _is_data(n: NarrowedArgument) -> bool:
+    """A batch of data rather than parameters: by the argument's name where it says (x, batch,
+    inputs; params, weights, state), else by its shape of tree (a whole array is data, a leaf
+    of a tree a parameter)."""
+    root = _root(n.argument)
+    if _DATA_NAME.match(root):
+        return True
+    if _PARAMS_NAME.search(root):
+        return False
+    return n.argument == root
+
+
+def _root(argument: str) -> str:
+    """The top-level argument's name in a leaf's path ("params" of "params['w']")."""
+    return re.split(r"[\[.]", argument, maxsplit=1)[0]
+
+
+def _saved(narrowed: tuple[NarrowedArgument, ...], wide: int) -> int:
+    """The bytes the narrower type would save."""
+    jnp = devices.start_jax().numpy
+    return wide - sum(n.nbytes * jnp.dtype(n.read_as).itemsize // jnp.dtype(n.dtype).itemsize
+                      for n in narrowed)
+
+
+def _narrowed_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
+    """The note for arrays of argument trees (parameters) read only through a narrower cast:
+    what they cost, the fix."""
+    first, more = narrowed[0], len(narrowed) - 1
+    hf = {"bfloat16": "to_bf16", "float16": "to_fp16"}.get(first.read_as)
+    root = _root(first.argument)
+    return (
+        f"{first.argument}{f' and {more} more argument arrays' if more else ''} "
+        f"({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only as "
+        f"{first.read_as}{f' ({first.line})' if first.line else ''}: the step casts "
+        f"{'them' if more else 'it'} at every call, and the {first.dtype} "
+        f"cop{'ies stay' if more else 'y stays'} on the device though the computation uses "
+        f"only the {first.read_as} one{'s' if more else ''}. Stored as {first.read_as} "
+        f"(jax.tree.map(lambda p: p.astype(jnp.{first.read_as}), {root})"
+        f"{f'; a Hugging Face Flax model: model.{hf}({root})' if hf else ''}) "
+        f"{'they take' if more else 'it takes'} {format_bytes(_saved(narrowed, wide))} less. "
+        "A Flax module's dtype= sets the computation's type, not the parameters' (param_dtype "
+        f"does). Keep them {first.dtype} where they are master weights that an optimizer "
+        "updates.")
+
+
+def _narrowed_data_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
+    """The note for whole array arguments (a batch of data) read only through a narrower
+    cast."""
+    first, more = narrowed[0], len(narrowed) - 1
+    names = " and ".join(n.argument for n in narrowed[:3])
+    return (
+        f"{names} ({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only "
+        f"as {first.read_as}{f' ({first.line})' if first.line else ''}: made or loaded as "
+        f"{first.read_as}, {'they take' if more else 'it takes'} "
+        f"{format_bytes(_saved(narrowed, wide))} less on the device, and in each copy to it.")
+
+
+def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                   ) -> tuple[tuple[str, int], ...]:
+    """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
+    parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
+    seen: dict[int, str] = {}  # id of an array -> the argument it was counted under
+    out = []
+    for name, value in c.arguments(fn, args, kwargs):
+        total, elsewhere = 0, []
+        for leaf in devices.start_jax().tree.leaves(value):
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                continue
+            if id(leaf) in seen:
+                elsewhere.append(seen[id(leaf)])
+                continue
+            seen[id(leaf)] = name
+            total += compiled.array_bytes(leaf)
+        if elsewhere and not total:  # passed twice: XLA's argument size counts it twice
+            name = f"{name} (the same arrays as {', '.join(dict.fromkeys(elsewhere))})"
+        out.append((name, total))
+    return tuple(sorted(out, key=lambda kv: -kv[1]))
+
+
+def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                 ) -> tuple[StateCopy, ...]:
+    """Each subtree of an argument that has the structure, keys and shapes of another argument,
+    or of another field of the same argument (a Flax TrainState holds ``params`` and
+    ``opt_state``): an Adam state's ``mu`` and ``nu`` beside the parameters. Only for a tree of
+    two arrays or more and at least 1 MiB (a single array's shape can recur by chance); a tree
+    that is a copy as a whole (the gradients beside the parameters) is not one, and of two
+    trees alike only the first is looked for."""
+    jax = devices.start_jax()
+    arrays = {}
+    for name, value in c.arguments(fn, args, kwargs):
+        arrays[name] = [(tuple(str(k) for k in path), leaf) for path, leaf
+                        in jax.tree_util.tree_flatten_with_path(value)[0]
+                        if hasattr(leaf, "shape") and hasattr(leaf, "dtype")]
+    trees = []  # (label, argument, the field's key or None, its arrays by relative path)
+    for name, leaves in arrays.items():
+        trees.append((name, name, None, leaves))
+        for key in dict.fromkeys(path[0] for path, _ in leaves if len(path) > 1):
+            trees.append((f"{name}{key}", name, key,
+                          [(path[1:], x) for path, x in leaves if path[0] == key]))
+    out, looked_for, found = [], set(), []  # found: (holder, key path) of each copy so far
+    for of, of_arg, key, like in trees:
+        want = tuple((path, tuple(x.shape)) for path, x in like)
+        size = sum(compiled.array_bytes(x) for _, x in like)
+        if len(like) < 2 or want in looked_for or size < 2**20:
+            continue
+        looked_for.add(want)
+        for holder, held in arrays.items():
+            if holder == of_arg and key is None:
+                continue
+            for path, nbytes in _subtrees_like(held, list(want)):
+                # within one argument, only deeper than a field (TrainState.opt_state.mu): a
+                # field beside it with its shapes is a sibling (two identical layers); and a
+                # part of a copy already found (mu['l1'] of params['l1']) is no new one
+                if (holder == of_arg and len(path) < 2) or any(
+                        h == holder and path[:len(q)] == q for h, q in found):
+                    continue
+                found.append((holder, path))
+                out.append(StateCopy(holder, "".join(path), of, nbytes, size))
+    return tuple(out)
+
+
+def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple]
+                   ) -> list[tuple[tuple[str, ...], int]]:
+    """(key path, bytes) of each subtree whose arrays have the key paths and shapes in ``want``,
+    beneath it and in order, as the tree holds them. Never the whole tree: a tree that is a
+    copy as a whole (as gradients are of the parameters) is not state kept beside it."""
+    under: dict[tuple[str, ...], list[int]] = {}
+    for i, (path, _) in enumerate(leaves):
+        for k in range(1, len(path)):
+            under.setdefault(path[:k], []).append(i)
+    found = []
+    for prefix, idx in under.items():
+        if len(idx) == len(want) and [(leaves[i][0][len(prefix):], tuple(leaves[i][1].shape))
+                                      for i in idx] == want:
+            found.append((idx[0], prefix, sum(compiled.array_bytes(leaves[i][1]) for i in idx)))
+    return [(path, nbytes) for _, path, nbytes in sorted(found)]
+
+
+def copies_note(copies: tuple[StateCopy, ...]) -> str:
+    """One sentence per argument that holds copies of another: how many, where, and how to
+    shrink them."""
+    out = []
+    for holder, of in dict.fromkeys((c.holder, c.of) for c in copies):
+        mine = [c for c in copies if (c.holder, c.of) == (holder, of)]
+        total = sum(c.nbytes for c in mine)
+        where = ", ".join(f"{holder}{c.path}" for c in mine)
+        n, whose = len(mine), of + ("'" if of.endswith("s") else "'s")
+        out.append(
+            f"{holder} holds {n} {'copy' if n == 1 else 'copies'} of {whose} shapes ({where}: "
+            f"{format_bytes(total)}, {total / mine[0].of_nbytes:.2f}x {of}): state kept from "
+            "step to step, such as an optimizer's moments or a gradient accumulator, each as "
+            f"many numbers as {of}. To shrink it: a smaller dtype where the optimizer "
+            "takes one (optax.adam's mu_dtype, optax.MultiSteps' accumulator_dtype), an "
+            "optimizer that keeps less (optax.adafactor factors its second moment; optax.sgd "
+            "without momentum keeps none), or the state sharded over devices.")
+    return " ".join(out)
+
+
+def donation_note(names: list[str], saving: int) -> str:
+    """The note for undonated arguments whose new values the step returns
+    (:func:`donation_would_save`'s answer): the bytes and the fix."""
+    return (f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
+            "the outputs have their shapes and dtypes: the old values stay alive "
+            f"beside the new. Donating {' and '.join(names)} (donate_argnums or "
+            "donate_argnames; nnx.jit takes them too), if you do not use the old "
+            "values after the call, lets XLA write the outputs into them: up to that "
+            "much less at the peak, as XLA plans it (preflight_step with the donation "
+            "shows its plan).")
+
+
+def static_array_note(static: tuple[tuple[str, str, str], ...]) -> str:
+    """The note for the first array kept in a pytree's static part (:func:`static_arrays`)."""
+    name, node, array = static[0]
+    return (f"{name} keeps an array, {array}, in the static part of its {node} (the pytree's "
+            "metadata: a field marked static): jit bakes it into the program as a constant and "
+            "compares it with == at every call, which raises for another array of more than "
+            "one element (\"arrays cannot be passed as metadata fields\"). Make it an ordinary "
+            "field, a child of the pytree, so it is passed to the step as an argument.")
+
+
+def narrowed_notes(narrowed: tuple[NarrowedArgument, ...], peak: int) -> list[str]:
+    """The notes for arguments read only through a narrower cast (:func:`narrowed_arguments`):
+    one for parameters, one for a batch of data, each where it holds 1 MiB or more and an
+    eighth of the step's peak."""
+    in_trees = tuple(n for n in narrowed if not _is_data(n))  # parameters
+    whole = tuple(n for n in narrowed if _is_data(n))  # a batch of data
+    return [note(group, wide)
+            for group, note in ((in_trees, _narrowed_note), (whole, _narrowed_data_note))
+            if (wide := sum(n.nbytes for n in group)) >= 2**20 and 8 * wide >= peak]
