@@ -861,8 +861,34 @@ def _by_identity(misses: list[CacheMiss], cause: str, pattern: re.Pattern = _DEF
         return False
     pairs = [m.changed.removeprefix("now ").split(", before ", 1) for m in misses
              if m.cause == cause]
-    return bool(pairs) and all(len(p) == 2 and all(pattern.match(v.strip()) for v in p)
+    return bool(pairs) and all(len(p) == 2 and _changed_values_match(*p, pattern)
                                for p in pairs)
+
+
+def _changed_values_match(now: str, before: str, pattern: re.Pattern) -> bool:
+    """Whether the static values that changed all match ``pattern``. jax 0.8.0 lists every
+    static value of the call ("<function f at 0x1>, 16"), not only the one that changed
+    (keras-hub#779: a closure beside a length): compared one by one where both lists have the
+    same number of values, else whole."""
+    now_values, before_values = _top_level_values(now), _top_level_values(before)
+    if len(now_values) != len(before_values):
+        now_values, before_values = [now.strip()], [before.strip()]
+    changed = [(a, b) for a, b in zip(now_values, before_values, strict=True) if a != b]
+    return bool(changed) and all(pattern.match(a) and pattern.match(b) for a, b in changed)
+
+
+def _top_level_values(text: str) -> list[str]:
+    """``text`` split at each ", " outside brackets and Python's <...> reprs."""
+    values, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and text.startswith(", ", i):
+            values.append(text[start:i].strip())
+            start = i + 2
+    return [*values, text[start:].strip()]
 
 
 def _new_types(misses: list[CacheMiss], cause: str) -> dict[str, list[str]]:

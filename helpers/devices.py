@@ -30,6 +30,7 @@ True
 from __future__ import annotations
 
 import importlib.metadata as md
+import math
 import platform as _platform
 import re
 from collections.abc import Mapping
@@ -798,7 +799,9 @@ def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
             "it split from the start, make it inside a jit that names the split: "
             "jax.jit(make, out_shardings=NamedSharding(mesh, P(...))); "
             "jax.device_put(x, NamedSharding(mesh, P(...))) splits it only after one device "
-            "has held it whole")
+            "has held it whole. Data loaded or unpickled (which keeps no device: jax-ml/jax#12253) "
+            "is not made by a jit: keep it on the host as NumPy and device_put that straight "
+            "onto the sharding (vllm-project/tpu-inference#1989)")
 
 
 def _memory_kind_note(kind: str | None) -> str:
@@ -826,6 +829,9 @@ class LeafPlacement(Record):
     #: the devices in its mesh's order, where its sharding has a mesh (two meshes over the same
     #: devices in other orders do not mix in a jit); () otherwise
     mesh_order: tuple[str, ...] = ()
+    #: the bytes its shards hold on all its devices together: ``nbytes`` times the copies of a
+    #: replicated leaf (0 for NumPy, Python values and deleted leaves)
+    device_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -856,7 +862,56 @@ def tree_placement(tree: Any) -> TreePlacement:
     for leaf in leaves:
         where = _place(leaf)
         places[where] = places.get(where, 0) + leaf.nbytes
-    return TreePlacement(leaves, MappingProxyType(places), _tree_problems(leaves))
+    problems = _tree_problems(leaves)
+    if other_mesh := _restored_on_another_mesh([leaf for _, leaf in flat], jax):
+        problems += (other_mesh,)
+    return TreePlacement(leaves, MappingProxyType(places), problems)
+
+
+def _split_mesh(x: Any) -> Any:
+    """The mesh a live array is split over (not replicated, on several devices); else None."""
+    mesh = getattr(x.sharding, "mesh", None)
+    if (mesh is None or getattr(mesh, "devices", None) is None or x.is_deleted()
+            or len(x.sharding.device_set) < 2 or x.sharding.is_fully_replicated):
+        return None
+    return mesh
+
+
+def _mesh_key(mesh: Any) -> tuple:
+    """Its axes and their sizes (two orders of one shape are another problem, named apart)."""
+    return tuple(mesh.shape.items())
+
+
+def _restored_on_another_mesh(arrays: list, jax: Any) -> str:
+    """A tree split over a mesh that no other live array uses, while other live arrays are
+    split over another mesh: the layout a checkpoint was saved with, restored into a target
+    without shardings (google/flax#5110, jax-ml/jax#19656). "" otherwise."""
+    mine = [x for x in arrays if isinstance(x, jax.Array) and _split_mesh(x) is not None]
+    meshes = {_mesh_key(_split_mesh(x)): _split_mesh(x) for x in mine}
+    if len(meshes) != 1:
+        return ""
+    (key, mesh), = meshes.items()
+    platform = next(iter(mine[0].sharding.device_set)).platform
+    ids = {id(x) for x in arrays}
+    others = {}
+    for x in jax.live_arrays(platform):
+        if id(x) in ids or (theirs := _split_mesh(x)) is None:
+            continue
+        if _mesh_key(theirs) == key:
+            return ""  # other arrays use this tree's mesh too: nothing stands out
+        others[_mesh_key(theirs)] = theirs
+    if len(others) != 1:
+        return ""
+    (other,) = others.values()
+    return (f"the tree is split over a mesh ({dict(mesh.shape)}) that no other live array "
+            f"uses, while other arrays are split over {dict(other.shape)}: a jit over both "
+            "compiles again for each layout, or raises 'Mesh for all inputs should be equal'. "
+            "A checkpoint restored into a target without shardings comes back in the layout "
+            "it was saved with (google/flax#5110). Fix: give the restore target shardings, "
+            "jax.ShapeDtypeStruct(shape, dtype, sharding=...) or "
+            "jax.eval_shape(jax.jit(init, out_shardings=...)) (jax.eval_shape of a function "
+            "with with_sharding_constraint inside gives none: jax-ml/jax#19656); or "
+            "jax.device_put(tree, shardings on the other mesh) once.")
 
 
 def _leaf(path: str, x: Any, jax) -> LeafPlacement:
@@ -870,9 +925,10 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
             order = tuple(device_name(d) for d in mesh.devices.flat) if mesh is not None else ()
         except Exception:  # an abstract mesh: no devices of its own
             order = ()
+        held = math.prod(x.sharding.shard_shape(tuple(x.shape))) * x.dtype.itemsize * len(names)
         return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), int(x.nbytes),
                              names, getattr(x.sharding, "memory_kind", None),
-                             bool(x.committed), mesh_order=order)
+                             bool(x.committed), mesh_order=order, device_bytes=held)
     if isinstance(x, np.ndarray):
         return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
                              int(x.nbytes), (), None, None)
@@ -936,8 +992,25 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
              and all(leaf.devices != devs for devs in committed)]
     if len(committed) == 1 and moved:
         (target,) = committed
+        fix = ("jax.device_put(tree, device) once" if len(target) == 1 else
+               "put them where the others are, once: jax.device_put(leaf, other.sharding) with "
+               "a leaf already spread there (or NamedSharding(mesh, P()) to replicate; a "
+               "pickled or loaded array: device_put its NumPy data straight onto the sharding). "
+               "Putting the tree on one device would make a jit over it raise 'Received "
+               "incompatible devices' (jax-ml/jax#12253)")
         out.append(f"{_some(moved)} uncommitted elsewhere: a jit over the tree copies them to "
-                   f"{', '.join(target)} on every call. Fix: jax.device_put(tree, device) once.")
+                   f"{', '.join(target)} on every call. Fix: {fix}.")
+    copies = [leaf for leaf in leaves if leaf.device_bytes > leaf.nbytes
+              and all(d.startswith("cpu:") for d in leaf.devices)]
+    if (extra := sum(leaf.device_bytes - leaf.nbytes for leaf in copies)) >= 2**20:
+        n = max(len(leaf.devices) for leaf in copies)
+        out.append(f"{_some([leaf.path for leaf in copies])} whole on each of up to {n} CPU "
+                   f"devices: simulated devices share this process's RAM, so the copies cost "
+                   f"{extra:,} B of host memory beyond the arrays. For work on the host alone "
+                   "(a checkpoint converted or inspected), run with one CPU device (leave "
+                   "JAX_NUM_CPU_DEVICES and xla_force_host_platform_device_count unset), split "
+                   "the leaves over the mesh instead of replicating them, or restore them as "
+                   "NumPy (AI-Hypercomputer/maxtext#3192).")
     numpy = [leaf for leaf in leaves if leaf.kind == "numpy.ndarray"]
     if numpy:
         total = sum(leaf.nbytes for leaf in numpy)

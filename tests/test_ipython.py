@@ -103,6 +103,9 @@ def test_percent_percent_memory_measures_the_cell(shell, capsys):
     assert not c.failed and any(r["direction"] == "host->device" for r in c.transfers)
     assert "cpu:0" in str(c) and "copies:" in str(c)
     assert f"{c.seconds:.2f} s with the kit watching (its line tracer" in str(c)  # jax#968
+    # a live-arrays peak is sampled, and says so (apple/axlearn#293: a cast of a loaded tree
+    # held both dtypes for less than a sample's interval, and the peak showed one)
+    assert dev0.source == "live arrays" and "peak is sampled every 10 ms" in str(c)
 
 
 def test_neuralgcm_197_jax_4474_802_percent_percent_memory_says_when_work_was_queued(

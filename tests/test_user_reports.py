@@ -1560,3 +1560,132 @@ def test_jax_24332_an_array_whole_on_one_device_where_a_mesh_is_in_use_is_named(
     assert "A mesh is in use" not in devices.placement(jax.random.PRNGKey(0)).explanation
     assert "A mesh is in use" in devices.placement(X).explanation  # (2,) divides over no mesh
     del both, split
+
+
+def test_keras_hub_779_a_closure_passed_as_a_static_argument_beside_another_is_named():
+    """jax 0.8.0 lists every static value in its explanation ("<function ...>, 4"); the kit
+    matched the whole list, missed the function and advised a traced argument for it."""
+    import functools
+
+    @functools.partial(jax.jit, static_argnums=(0, 2))
+    def sample(next_fn, prompt, length):
+        return jax.lax.fori_loop(0, length, lambda i, t: next_fn(t), prompt)
+
+    def generate(params, prompt):
+        def next_fn(t):  # made anew at every call, as keras-hub's sampler was
+            return t + params
+        return sample(next_fn, prompt, 4)
+
+    generate(jnp.ones(4), jnp.zeros(4))
+    with compiles.watch() as log:
+        for _ in range(3):
+            generate(jnp.ones(4), jnp.zeros(4))
+    entry = log.function("sample")
+    assert entry.compiles == 3 and entry.cause == "new static values"
+    assert compiles.FUNCTION_FIX in log.diagnosis
+    assert "make it a traced argument" not in log.diagnosis
+
+
+def test_jax_12253_an_unpickled_array_is_put_where_the_tree_is_split_not_on_one_device():
+    import pickle
+
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((4,), ("x",))
+    w = jax.device_put(jnp.ones((64, 8)), NamedSharding(mesh, PartitionSpec("x")))
+    loaded = pickle.loads(pickle.dumps(w))
+    assert len(loaded.sharding.device_set) == 1  # pickle keeps no device or sharding
+    (problem,) = devices.tree_placement({"loaded": loaded, "w": w}).problems
+    assert "jax.device_put(tree, device)" not in problem and "other.sharding" in problem
+    step = jax.jit(lambda a, b: a + b)
+    step(jax.device_put(loaded, w.sharding), w)  # the fix given works
+    with pytest.raises(ValueError, match="incompatible devices"):  # the one it replaced did not
+        step(jax.device_put(loaded, jax.devices()[0]), w)
+    assert "NumPy and device_put that straight onto the sharding" in devices.placement(
+        loaded).explanation
+
+
+def test_maxtext_3192_a_tree_replicated_over_simulated_cpu_devices_costs_host_ram_per_copy():
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((4,), ("x",))
+    restored = {f"layer{i}": jax.device_put(jnp.ones((256, 256)),  # 256 KiB, replicated
+                                            NamedSharding(mesh, PartitionSpec()))
+                for i in range(2)}
+    t = devices.tree_placement(restored)
+    assert [leaf.device_bytes for leaf in t.leaves] == [4 * 256 * 1024] * 2
+    (problem,) = t.problems
+    assert "share this process's RAM" in problem and f"{2 * 3 * 256 * 1024:,} B" in problem
+    assert "one CPU device" in problem and "split" in problem
+    split = {k: jax.device_put(v, NamedSharding(mesh, PartitionSpec("x")))
+             for k, v in restored.items()}
+    assert devices.tree_placement(split).problems == ()  # the fix: one copy of each byte
+
+
+def test_flax_5110_jax_19656_a_tree_restored_in_its_saved_layout_beside_another_mesh():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    four = np.array(jax.devices()[:4])
+    saved, now = Mesh(four.reshape(4, 1), ("c", "u")), Mesh(four.reshape(2, 2), ("a", "b"))
+    want = NamedSharding(now, PartitionSpec("a", "b"))
+
+    def init():
+        return {"w": jax.lax.with_sharding_constraint(jnp.ones((64, 64)), want)}
+
+    # jax#19656: eval_shape gives a restore target no sharding; with out_shardings it has one
+    assert jax.eval_shape(jax.jit(init))["w"].sharding is None
+    assert jax.eval_shape(jax.jit(init, out_shardings={"w": want}))["w"].sharding == want
+    batch = jax.device_put(jnp.ones((64, 64)), want)
+    restored = {"w": jax.device_put(jnp.ones((64, 64)), NamedSharding(saved, PartitionSpec("c")))}
+    (problem,) = devices.tree_placement(restored).problems  # flax#5110: the saved layout
+    assert "{'c': 4, 'u': 1}" in problem and "{'a': 2, 'b': 2}" in problem
+    assert "out_shardings" in problem and "ShapeDtypeStruct" in problem
+    fixed = {"w": jax.device_put(restored["w"], want)}
+    assert devices.tree_placement(fixed).problems == ()
+    del batch
+
+
+def test_tpu_inference_1989_weights_loaded_onto_the_default_device_then_sharded():
+    import tempfile
+
+    from jax.sharding import NamedSharding, PartitionSpec
+    from safetensors.flax import load_file
+    from safetensors.numpy import save_file
+
+    s = NamedSharding(jax.make_mesh((4,), ("x",)), PartitionSpec("x"))
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/w.safetensors"
+        save_file({"w": np.ones((256, 64), np.float32)}, path)
+        loaded = load_file(path)["w"]  # a jnp array, whole on the default device
+        with transfers.trace() as log:
+            jax.device_put(loaded, s)
+        (put,) = [" ".join(r["reasons"]) for r in log.by_line()]
+        assert "whole on one device" in put and "put host data (NumPy) straight onto" in put
+        from safetensors.numpy import load_file as load_numpy
+
+        with transfers.trace() as fixed:  # the PR's fix: NumPy onto the sharding
+            jax.device_put(load_numpy(path)["w"], s)
+        assert all(r["direction"] == "host->device" for r in fixed.summary())
+
+
+def test_jaxpi_4_a_restored_state_of_numpy_leaves_is_named_with_device_put():
+    """flax.serialization.from_bytes returns NumPy leaves ("'numpy.ndarray' object has no
+    attribute 'sharding'"); the maintainer's fix made them JAX arrays."""
+    restored = {"params": {"w": np.ones((512, 512), np.float32)}, "step": np.int32(3)}
+    (problem,) = devices.tree_placement(restored).problems
+    assert "NumPy" in problem and "jax.device_put(tree) once" in problem
+    assert devices.tree_placement(jax.device_put(restored)).problems == ()
+
+
+def test_sglang_jax_65_a_kv_cache_not_donated_is_copied_every_decode_step():
+    def decode(params, cache, tok, pos):
+        k = jax.lax.dynamic_update_slice(cache["k"], (tok @ params)[:, None, :], (0, pos, 0))
+        return k.sum(), {"k": k, "v": cache["v"] + 0}
+
+    params, tok = jnp.ones((32, 32)), jnp.ones((4, 32))
+    cache = {"k": jnp.zeros((4, 2048, 32)), "v": jnp.zeros((4, 2048, 32))}  # 1 MiB each
+    kept = preflight.preflight_step(decode, params, cache, tok, 3)
+    assert "Nothing donated for cache" in kept.advice
+    donated = preflight.preflight_step(decode, params, cache, tok, 3, donate_argnums=1)
+    assert all(d.reused for d in donated.donations)
+    assert kept.peak_bytes - donated.peak_bytes >= 2 * MiB  # the copy the thread removed
