@@ -103,6 +103,16 @@ class ScanStack(Record):
     #: of ``nbytes``, the values the body returns as its slice of what the scan reads,
     #: unchanged: a copy of that array, stacked (maxtext#4405: an NNX layer's parameters)
     copied_bytes: int = 0
+    #: the bytes of one step's carry: what jax.checkpoint on the body keeps per step
+    carry_bytes: int = 0
+    #: its body runs under jax.checkpoint (read from the body, or, in a gradient, from the
+    #: backward scan of the same line, where JAX keeps the checkpoint)
+    checkpointed: bool = False
+    #: that checkpoint holds a scan: a scan of checkpointed chunks of steps already
+    chunked: bool = False
+    #: the jax.custom_vjp fwd rule of the user's that runs this scan ("" for none): what the
+    #: rule returns as residuals no jax.checkpoint inside it drops (sglang-jax#823)
+    fwd_rule: str = ""
 
 
 @dataclass(frozen=True)
@@ -852,24 +862,30 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
     optimized program still has a value of the largest one's shape and its outputs and
     temporaries (``room``) could hold the stacks (XLA drops a stack that nothing uses). Without
     program text, every stack counts."""
+    scans = [eqn for j, _ in jaxprs.walk(closed) for eqn in getattr(j, "eqns", ())
+             if eqn.primitive.name == "scan"]
+    # a gradient's forward scan has lost the checkpoint its backward scan of the same line keeps
+    remat = {(int(eqn.params["length"]), line): found for eqn in scans
+             if (line := jaxprs.equation_line(eqn))
+             and (found := jaxprs.scan_checkpoint(eqn))[0]}
     out = []
-    for j, _ in jaxprs.walk(closed):
-        for eqn in getattr(j, "eqns", ()):
-            if eqn.primitive.name != "scan":
-                continue
-            ys = [v.aval for v in eqn.outvars[eqn.params["num_carry"]:]]
-            sizes = [array_bytes(a) for a in ys]
-            if sum(sizes) < 2**20:
-                continue
-            big = ys[sizes.index(max(sizes))]
-            if sum(sizes) > room or (
-                    text is not None and f"[{','.join(map(str, big.shape))}]" not in text):
-                continue
-            copied = sum(n for n, same in zip(sizes, jaxprs.scan_copied_xs(eqn), strict=True)
-                         if same)
-            out.append(ScanStack(int(eqn.params["length"]), sum(sizes), len(ys), str(big.dtype),
-                                 tuple(big.shape), jaxprs.equation_line(eqn),
-                                 jaxprs.scan_role(eqn), eqn.params["num_carry"] > 0, copied))
+    for eqn in scans:
+        ys = [v.aval for v in eqn.outvars[eqn.params["num_carry"]:]]
+        sizes = [array_bytes(a) for a in ys]
+        if sum(sizes) < 2**20:
+            continue
+        big = ys[sizes.index(max(sizes))]
+        if sum(sizes) > room or (
+                text is not None and f"[{','.join(map(str, big.shape))}]" not in text):
+            continue
+        copied = sum(n for n, same in zip(sizes, jaxprs.scan_copied_xs(eqn), strict=True)
+                     if same)
+        length, line = int(eqn.params["length"]), jaxprs.equation_line(eqn)
+        checkpointed, chunked = remat.get((length, line), jaxprs.scan_checkpoint(eqn))
+        out.append(ScanStack(length, sum(sizes), len(ys), str(big.dtype), tuple(big.shape),
+                             line, jaxprs.scan_role(eqn), eqn.params["num_carry"] > 0,
+                             copied, jaxprs.scan_carry_bytes(eqn), checkpointed, chunked,
+                             jaxprs.custom_vjp_rule(eqn)))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 

@@ -29,6 +29,11 @@ one-operation program per new shape ("eager operations"), and a pmap, a function
 library's files, a call on another thread, a jax.grad or jax.vmap of a jitted function, or a
 function compiled before the block compiles without a word from JAX ("compiles JAX did not
 explain").
+
+Before XLA compiles, JAX traces the Python function to a jaxpr and lowers it; both report their
+seconds to :mod:`jax.monitoring` too, and the log keeps them beside XLA's. Where tracing
+outweighs compiling and XLA kept few instructions, the program was built far larger than what
+it computes (nested ``jax.jvp``, jax-ml/jax#520), and the log says so.
 """
 
 from __future__ import annotations
@@ -37,17 +42,19 @@ import contextlib
 import functools
 import logging
 import re
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax
 
-from helpers._internal import jaxcompat, own
+from helpers._internal import frames, jaxcompat, own
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, InUseError
+from helpers.units import NOT_AVAILABLE, NotAvailable
 
 __all__ = ["CacheMiss", "CompileLog", "FunctionCompiles", "watch"]
 
@@ -151,6 +158,29 @@ UNEXPLAINED = "compiles JAX did not explain"
 HEAVY_COMPILE_SECONDS = 1.0
 HEAVY_COMPILE_SHARE = 0.5
 
+#: jax.monitoring's events for tracing a function to a jaxpr and for lowering the jaxpr to MLIR,
+#: before XLA compiles it; recorded on every backend, the CPU's too, with the function's name
+#: (fun_name: "f" for a trace, "jit(f)" for a lowering; jax 0.8.0 and 0.10.2 alike). 0.8.0 also
+#: reports each jnp function traced inside a trace, nested in the outer one's seconds
+_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+#: tracing and lowering a function this many seconds or more, no less than XLA's compiling of
+#: it, and this many seconds or more per instruction XLA kept of it: a program JAX built far
+#: larger than what XLA kept (nested jvp at order 7: 4 ms per instruction; an MLP step's trace
+#: 0.1 ms, a 300-step unrolled loop 0.02 ms). A diagnosis; no test times it
+HEAVY_TRACE_SECONDS = 0.1
+TRACE_SECONDS_PER_INSTRUCTION = 1e-3
+#: the advice where a function's trace outweighs its compile and XLA kept little of it
+#: (jax-ml/jax#520; jet measured at order 9 on the CPU: 0.26 s against 5.7 s nested, jax 0.10.2)
+LARGE_TRACE_FIX = (
+    "unless the function does slow Python work while it is traced, JAX built a program far "
+    "larger than what XLA kept, by massive repetition that XLA merges only after tracing has "
+    "paid for it (nested jax.jvp or jax.grad, each level repeating all below it, "
+    "jax-ml/jax#520; or a Python loop unrolled). For k derivatives along one direction, "
+    "jax.experimental.jet.jet(f, (x,), ([v] + [zeros] * (k - 1),)) gives all k in one pass "
+    "(the k-th at index k - 1 of its second result); a loop traces its body once in "
+    "lax.fori_loop or lax.scan")
+
 _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until its Python "
            "function is gone (the one passed to jax.jit: dropping the jitted wrapper frees "
            "nothing, jax-ml/jax#7930) or the bounded caches drop it; jax.clear_caches() drops "
@@ -176,8 +206,9 @@ class CacheMiss(Record):
 class FunctionCompiles(Record):
     """One function's compiles in the block: XLA's compiles (``compiles``) and the traces JAX
     explained (``traces``: a nested jit or ``jax.eval_shape`` traces without compiling), the
-    seconds XLA spent, why it compiled again (``cause``: the most frequent of its misses'
-    causes), what changed, where it was called, and the fix in a sentence."""
+    seconds XLA spent (and JAX's tracing and lowering before it), why it compiled again
+    (``cause``: the most frequent of its misses' causes), what changed, where it was called,
+    and the fix in a sentence."""
 
     function: str
     defined_at: str
@@ -196,6 +227,25 @@ class FunctionCompiles(Record):
     #: argument types: a value it bakes in changed (integer_pow's exponent), or, for a loop or
     #: branch (while, scan, cond), its body is a new program each call
     same_types_again: tuple[str, ...] = ()
+    #: the seconds JAX spent tracing this function to a jaxpr for the compiles here (its
+    #: outermost traces) and lowering that to MLIR, before XLA's ``compile_seconds``
+    trace_seconds: float = 0.0
+    lowering_seconds: float = 0.0
+    #: the instructions of XLA's optimized program for it (the largest, where it compiled more
+    #: than once), read only where tracing outweighed compiling; NOT_AVAILABLE where not read
+    xla_instructions: int | NotAvailable = NOT_AVAILABLE
+    #: the eager group: where each loop (while, scan, cond) compiled outside jit was called: the
+    #: user's function, its line, and "cg" where jax.scipy.sparse.linalg.cg was in between
+    loop_callers: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def traced_large(self) -> bool:
+        """Tracing and lowering outweighed XLA's compiling, at a millisecond or more per
+        instruction XLA kept: a program built far larger than what it computes (jax#520)."""
+        tracing = self.trace_seconds + self.lowering_seconds
+        return bool(self.xla_instructions) and tracing >= HEAVY_TRACE_SECONDS and (
+            tracing >= self.compile_seconds
+            and tracing >= TRACE_SECONDS_PER_INSTRUCTION * self.xla_instructions)
 
     @property
     def recompiled(self) -> bool:
@@ -231,11 +281,9 @@ class FunctionCompiles(Record):
                 text += (f" {' and '.join(loops)} compiled again with the same argument types: a "
                          "lax.while_loop, lax.scan or lax.cond outside jit compiles its body "
                          "with it, and a body made anew at each call (a closure over that "
-                         "call's arrays, as jax.scipy.sparse.linalg.cg's is) is a new program "
-                         "every time, each kept in JAX's caches, so host memory grows "
-                         "(jax-ml/jax#9714). Jit the function that calls it, made once (its "
-                         "sizes static: jax.jit(cg, static_argnames='maxiter')), and it "
-                         "compiles once.")
+                         "call's arrays) is a new program every time, each kept in JAX's "
+                         "caches, so host memory grows (jax-ml/jax#9714). "
+                         + _loop_fix(self.loop_callers, loops))
                 if "cond" in loops:
                     text += (" For a lax.cond or lax.switch, define its branches once, not as "
                              "lambdas made at each call over that call's arrays, and pass the "
@@ -269,6 +317,35 @@ class FunctionCompiles(Record):
                 f"{said}")
 
 
+def _loop_fix(callers: tuple[tuple[str, str, str], ...], loops: list[str]) -> str:
+    """The fix for ``loops`` compiled outside jit again and again, naming the user's code that
+    called them where the kit saw it (flowMC#133), with cg's own example where cg called them;
+    for a scan or while loop, why a body with __eq__ compiles again (jax#14743)."""
+    if any(via == "cg" for _, _, via in callers):
+        return ("Jit the function that calls it, made once (its sizes static: "
+                "jax.jit(cg, static_argnames='maxiter')), and it compiles once.")
+    # jax 0.8.0 and 0.10.2: a new callable object with __eq__ and __hash__ compiled 3 times in 3
+    # calls, each object dropped after its call; 0 while an equal one was alive; the same object,
+    # or the caller jitted, 0
+    identity = (" Outside jit its program is kept only while the body object lives (JAX holds "
+                "it by a weak reference), so __eq__ and __hash__ on a callable class help only "
+                "while an equal object from an earlier call is still alive, and a body made "
+                "anew at each call and dropped compiles again (jax-ml/jax#14743): make it once "
+                "and pass the same object every call, or jit the caller."
+                if {"scan", "while"} & set(loops) else "")  # (cond: its branches, below)
+    named = [(name, at) for name, at, _ in callers if name and at]
+    if not named:
+        return ("Jit the function that calls it, made once (an argument that sets a size, such "
+                "as a step count, in static_argnames), and it compiles once." + identity)
+    name, at = named[0]
+    if name.startswith("<"):  # called at a module's or a cell's top level
+        return (f"Call it from a function jitted once, not at the top level ({at}), and it "
+                "compiles once." + identity)
+    return (f"Jit `{name}`, the function that calls it ({at}), once (an argument that sets a "
+            f"size, such as a step count, in static_argnames: jax.jit({name}, "
+            "static_argnames=...)), and it compiles once." + identity)
+
+
 class CompileLog(Display):
     """What a :func:`watch` block compiled. Filled when the block ends."""
 
@@ -276,6 +353,10 @@ class CompileLog(Display):
         self.functions: tuple[FunctionCompiles, ...] = ()
         self.misses: tuple[CacheMiss, ...] = ()
         self.seconds = 0.0  # the block's wall time
+        #: the seconds JAX spent tracing functions to jaxprs (the outermost traces: a trace
+        #: inside another is in its seconds) and lowering them to MLIR, in the user's code
+        self.trace_seconds = 0.0
+        self.lowering_seconds = 0.0
         #: compiles the kit made itself inside the block (preflight_step pricing a step): not
         #: the user's program compiling, so left out of ``functions`` and ``compiles``
         self.kit_compiles = 0
@@ -346,6 +427,13 @@ class CompileLog(Display):
                 "so lower that too if they are short.")
         if self.cache_dir and self.cache_skipped and not self.cache_written:
             notes.append(self._not_cached())
+        for f in self.functions:
+            if f.traced_large:
+                where = f" ({f.defined_at})" if f.defined_at else ""
+                notes.append(
+                    f"`{f.function}`{where} took {f.trace_seconds + f.lowering_seconds:.2f} s "
+                    f"to trace and lower, XLA {f.compile_seconds:.2f} s to compile, keeping "
+                    f"{f.xla_instructions} instructions: {LARGE_TRACE_FIX}.")
         if not self.recompiled:
             return "\n".join([f"No function compiled more than once in this block: "
                               f"{self.compiles} compile(s).", *notes])
@@ -380,7 +468,9 @@ class CompileLog(Display):
         """Plain data: every function's entry and every cache miss JAX explained."""
         return {"compiles": self.compiles, "kit_compiles": self.kit_compiles,
                 "compile_seconds": self.compile_seconds,
-                "seconds": self.seconds, "functions": [f.to_dict() for f in self.functions],
+                "seconds": self.seconds, "trace_seconds": self.trace_seconds,
+                "lowering_seconds": self.lowering_seconds,
+                "functions": [f.to_dict() for f in self.functions],
                 "misses": [m.to_dict() for m in self.misses], "diagnosis": self.diagnosis,
                 "cache_loads": self.cache_loads, "load_seconds": self.load_seconds,
                 "jit_disabled": self.jit_disabled, "cache_dir": self.cache_dir,
@@ -447,18 +537,39 @@ class _Events(logging.Handler):
         if event == jaxcompat.CACHE_LOAD_EVENT:  # the compile event that follows is a load
             self.loading.add(threading.get_ident())
             return
+        if event in (_TRACE_EVENT, _LOWER_EVENT):  # with when it ended, to tell nested traces
+            if not own.active():
+                with self.guard:
+                    self.events.append(("trace" if event == _TRACE_EVENT else "to_mlir",
+                                        threading.get_ident(), str(kwargs.get("fun_name", "")),
+                                        seconds, time.perf_counter()))
+            return
         if event != jaxcompat.COMPILE_EVENT:
             return
+        name = str(kwargs.get("fun_name", ""))
+        caller = (_loop_caller() if jaxcompat.compiled_function_name(name) in _LOOPS
+                  and not own.active() else None)
         with self.guard:
             loaded = threading.get_ident() in self.loading
             self.loading.discard(threading.get_ident())
             if own.active():  # the kit's own compile (preflight_step): counted apart
                 self.own += 1
             else:
-                self.events.append(("compile", threading.get_ident(),
-                                    str(kwargs.get("fun_name", "")), seconds))
+                self.events.append(("compile", threading.get_ident(), name, seconds, caller))
                 if loaded:
                     self.loads.append(seconds)
+
+
+def _loop_caller() -> tuple[str, str, str]:
+    """(the user's function, its line, "cg" where jax.scipy.sparse.linalg.cg was between) that
+    called the loop compiling now, read from this thread's stack; ("", "", "") where none."""
+    frame, via = sys._getframe(1), ""
+    while frame is not None and not frames.is_user_frame(frame):
+        via = "cg" if frame.f_code.co_name == "cg" else via
+        frame = frame.f_back
+    if frame is None:
+        return ("", "", via)
+    return (frame.f_code.co_name, frames.where(frame.f_code.co_filename, frame.f_lineno), via)
 
 
 class _Quiet(logging.Filter):
@@ -533,6 +644,7 @@ def watch() -> Iterator[CompileLog]:
         others = _jax_handlers(events)
         level, lowering_level = logger.level, lowering.level
         t0 = time.perf_counter()
+        loaded = _loaded()  # the programs loaded before: not the block's
         jax.monitoring.register_event_duration_secs_listener(events.compiled)
         clear_caches = jax.clear_caches
         set_here: list = []  # the loggers whose level the kit sets: only those go back
@@ -583,7 +695,11 @@ def watch() -> Iterator[CompileLog]:
             finally:
                 log.seconds = time.perf_counter() - t0
                 log.misses = tuple(e[2] for e in events.events if e[0] == "miss" and not e[3])
-                log.functions = _summarise(events.events)
+                log.functions = _with_instructions(_summarise(events.events), loaded)
+                nested = _nested_traces(events.events)
+                log.trace_seconds = sum(e[3] for i, e in enumerate(events.events)
+                                        if e[0] == "trace" and i not in nested)
+                log.lowering_seconds = sum(e[3] for e in events.events if e[0] == "to_mlir")
                 log.kit_compiles = events.own
                 log.cache_loads, log.load_seconds = len(events.loads), sum(events.loads)
                 log.cache_written = events.writes.count("written")
@@ -594,6 +710,62 @@ def watch() -> Iterator[CompileLog]:
                 log.finished = True
     finally:
         _active.release()
+
+
+def _loaded() -> set[int] | None:
+    """The ids of the compiled programs loaded now; None where JAX has started no backend (none
+    loaded, and asking would start one) or does not say."""
+    if not jaxcompat.backends_started():
+        return None
+    execs = jaxcompat.live_executables()
+    return None if execs is None else {id(e) for e in execs}
+
+
+def _with_instructions(functions: tuple[FunctionCompiles, ...], before: set[int] | None
+                       ) -> tuple[FunctionCompiles, ...]:
+    """``functions``, each whose tracing outweighed its compiling with the instructions of
+    XLA's optimized program for it (read only for those: the text of a large program takes
+    time), among the programs loaded since ``before``."""
+    heavy = [f for f in functions if f.cause not in (EAGER, UNEXPLAINED) and f.compiles
+             and f.trace_seconds + f.lowering_seconds >= max(HEAVY_TRACE_SECONDS,
+                                                             f.compile_seconds)]
+    if not heavy:
+        return functions
+    try:
+        execs = [e for e in jaxcompat.live_executables() or [] if id(e) not in (before or ())]
+        modules = [e.hlo_modules()[0] for e in execs]
+    except Exception:  # a jaxlib that does not say
+        return functions
+    found = {}
+    for f in heavy:
+        wanted = _squeezed(f"jit({f.function})")
+        counts = [sum(" = " in line for line in m.to_string().splitlines())
+                  for m in modules if _squeezed(m.name) == wanted]
+        if counts:
+            found[f.function, f.defined_at] = max(counts)
+    return tuple(replace(f, xla_instructions=found[f.function, f.defined_at])
+                 if (f.function, f.defined_at) in found else f for f in functions)
+
+
+def _squeezed(name: str) -> str:
+    """A program's name without what XLA and JAX change in it: "jit(<lambda>)" and XLA's
+    "jit__lambda" are both "jitlambda"."""
+    return re.sub(r"[\W_]", "", name)
+
+
+def _nested_traces(events: list[tuple]) -> set[int]:
+    """The indices of the trace events that ran inside a later one on their thread (jax 0.8.0
+    reports each jnp function traced inside the user's): their seconds are in the outer's."""
+    nested: set[int] = set()
+    open_: dict[int, list[tuple[int, float]]] = {}  # per thread: (index, end) of outer ones
+    for i, e in enumerate(events):
+        if e[0] == "trace":
+            _, thread, _, seconds, end = e
+            outer = open_.setdefault(thread, [])
+            while outer and outer[-1][1] > end - seconds:  # it ended after this one began
+                nested.add(outer.pop()[0])
+            outer.append((i, end))
+    return nested
 
 
 @functools.cache
@@ -624,8 +796,18 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     cleared = 0
     primitives = _primitive_names()
     logged = any(e[0] == "lowering" for e in events)  # JAX says what it lowers, in this JAX
-    for event in events:
-        if event[0] == "clear":
+    nested = _nested_traces(events)
+    tracing: dict[tuple[int, str], list[float]] = {}  # [trace, lowering] s not yet compiled
+    spent: dict = {}  # per function (or eager name): its compiles' [trace, lowering] seconds
+    callers: dict[str, list[tuple[str, str, str]]] = {}  # per loop compiled outside jit
+    for i, event in enumerate(events):
+        if event[0] in ("trace", "to_mlir"):
+            _, thread, raw, s, _ = event
+            if i not in nested:
+                both = tracing.setdefault((thread, jaxcompat.compiled_function_name(raw)),
+                                          [0.0, 0.0])
+                both[event[0] == "to_mlir"] += s
+        elif event[0] == "clear":
             cleared += 1
             cleared_by.append(event[1])
         elif event[0] == "lowering":
@@ -641,8 +823,9 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
             clears.setdefault(key, []).append(cleared)
             pending[(thread, m.function)] = traced[(thread, m.function)] = key
         else:
-            _, thread, raw, s = event
+            _, thread, raw, s, caller = event
             name = jaxcompat.compiled_function_name(raw)
+            took = tracing.pop((thread, name), [0.0, 0.0])
             key = pending.pop((thread, name), None)
             kit = kits.pop((thread, name), [])  # traced by the kit: only where one trace is
             if key is None and len(kit) == 1:  # pending (of several, which one is not known)
@@ -660,15 +843,21 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 # same shardings, so not this)
                 seconds[again].append(s)
                 placed.setdefault(again, []).append(moved)
+                key = again
             elif key is None:
                 unpaired.setdefault(name, []).append(s)
                 eager_types.setdefault(name, []).append(lowering[0] if lowering else None)
+                if caller is not None:
+                    callers.setdefault(name, []).append(caller)
+                key = name
             else:
                 seconds.setdefault(key, []).append(s)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
+            total = spent.setdefault(key, [0.0, 0.0])
+            total[0], total[1] = total[0] + took[0], total[1] + took[1]
     out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
-                  [t for t, _ in lowered.get(key, [])])
+                  [t for t, _ in lowered.get(key, [])], spent.get(key, [0.0, 0.0]))
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -682,8 +871,12 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
                 changed=tuple(f"{n} ×{c}" for n, c in counts[:6]), called_at=(),
                 fix="move jnp calls inside the jitted function" if label == EAGER else "",
                 jax_says="", most_of_one=counts[0][1],
-                same_types_again=tuple(n for n, _ in counts if label == EAGER
-                                       and _repeated(eager_types[n]))))
+                same_types_again=(repeated := tuple(n for n, _ in counts if label == EAGER
+                                                    and _repeated(eager_types[n]))),
+                trace_seconds=sum(spent[n][0] for n in names),
+                lowering_seconds=sum(spent[n][1] for n in names),
+                loop_callers=tuple(dict.fromkeys(c for n in repeated if n in _LOOPS
+                                                 for c in callers.get(n, [])))[:3]))
     return tuple(sorted(out, key=lambda f: (f.cause in (EAGER, UNEXPLAINED), -f.compiles,
                                             f.function)))
 
@@ -728,8 +921,8 @@ def _shardings(text: str) -> str:
 
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            clears: list[int] | None = None, placed: list[str] | None = None,
-           cleared_by: list[str] | None = None, types: list[str] | None = None
-           ) -> FunctionCompiles:
+           cleared_by: list[str] | None = None, types: list[str] | None = None,
+           spent: list[float] | None = None) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -763,7 +956,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
              FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
              IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else
              WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
-        jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300])
+        jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
+        trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1])
 
 
 _DIMS = re.compile(r"\[([\d,\s]*)\]")

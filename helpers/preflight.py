@@ -18,6 +18,7 @@ it runs: :mod:`helpers.measure`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -287,6 +288,33 @@ def _jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
             "needs far less.")
 
 
+def _basis_note(r: compiled.Jacobian, t: compiled.Temporary, count: int = 1,
+                total: int = 0) -> str:
+    """The largest values made under a vmap that is a Jacobian's own: jax.jacfwd (jax.hessian
+    is jacfwd(jacrev(f))) pushes its whole basis of tangents forward at once, jax.jacrev pulls
+    its whole basis back, so each value of the function is made once per basis vector
+    (jax-ml/jax#787: 551 GB asked for a 221 MB Hessian). Measured by the kit on the CPU, a
+    pairwise-distance energy of 96 atoms: jax.hessian 51.79 MiB of temporaries on jax 0.10.2,
+    51.47 MiB on 0.8.0; the HVP over the basis in chunks of 8, 1.85 MiB on both."""
+    at = f", {t.line}" if t.line else ""
+    what = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}{at}), "
+            "is" if count == 1 else
+            f"{count} values from one line, {format_bytes(total)} together (the largest, {t.op} "
+            f"{t.dtype}{list(t.shape)}, {format_bytes(t.nbytes)}{at}), are")
+    if r.mode == "forward":
+        who, how, plain = ("jax.jacfwd (jax.hessian is jacfwd(jacrev(f)))", "pushes forward",
+                           "for jax.jacfwd of f, jax.jvp(f, (x,), (v,))[1] the same way makes "
+                           "its columns")
+    else:
+        who, how, plain = ("jax.jacrev", "pulls back", "for jax.jacrev of f, jax.vjp(f, x)[1](u)"
+                           "[0] over the rows u of jnp.eye(m) makes its rows")
+    return (f"{what} made for all {r.batch:,} basis vectors at once, under the vmap of "
+            f"{who}, which {how} the whole identity of {r.batch:,} x {r.batch:,}. Make it a "
+            "few rows at a time instead, for a Hessian jax.lax.map(lambda v: jax.jvp(jax.grad(f), "
+            "(x,), (v,))[1], jnp.eye(n).reshape(n, *x.shape), batch_size=k) with "
+            f"n = {r.batch:,} ({plain}); such values shrink to k of the {r.batch:,}.")
+
+
 def _batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
                      ) -> list[tuple[compiled.Temporary, int, int]]:
     """(the largest, how many, their bytes) of the values made under jax.vmap, per line of the
@@ -362,6 +390,51 @@ def _on_the_host_by_commitment(dev) -> str:
             "call.")
 
 
+def _chunks_fix(length: int) -> str:
+    """The fix for a scan whose steps each keep their carry: checkpointed chunks of about
+    sqrt(length) steps (measured by the kit for jax#19250, a fori_loop of 256 steps of sin over
+    float32[4096]: 4.00 MiB kept became 256 KiB, XLA's temporaries 4.03 MiB became 0.53 MiB,
+    the same gradient; jax 0.8.0 and 0.10.2)."""
+    k = max(2, math.isqrt(length))
+    return (f"A lax.scan over jax.checkpoint-ed chunks of about {k} steps keeps one carry per "
+            f"chunk, {-(-length // k)} in all, and the backward pass recomputes one chunk at a "
+            f"time: jax.lax.scan(jax.checkpoint(chunk), carry, xs.reshape({length // k}, {k}, "
+            f"...)), where chunk runs the body over its {k} steps with a lax.scan (for a "
+            f"fori_loop: xs None, length={length // k}, and chunk a fori_loop of {k} steps).")
+
+
+def _checkpoint_fix(length: int, per_step: int, carry: int, checkpointed: bool,
+                    chunked: bool) -> str:
+    """What jax.checkpoint can do for a scan under a derivative that keeps ``per_step`` bytes
+    a step, whose carry is ``carry`` bytes: checkpointing the body keeps each step's carry, so
+    where that is all it keeps already, or the body is checkpointed already, the fix is
+    chunks (jax-ml/jax#19250: "jax.remat(body_fn) does not help")."""
+    if chunked:
+        return ("Its body is a jax.checkpoint-ed chunk of steps already: it keeps one carry per "
+                "chunk and recomputes one chunk at a time in the backward pass; chunks of about "
+                "the square root of all the steps keep the least.")
+    if checkpointed:
+        return ("Its body is under jax.checkpoint already, so each step keeps its carry (and "
+                "what the checkpoint's policy saves). " + _chunks_fix(length))
+    if carry and per_step <= carry:
+        return (f"Each step keeps {format_bytes(per_step)}, no more than its carry "
+                f"({format_bytes(carry)}), which is what jax.checkpoint on the body would keep: "
+                "it cannot shrink this (jax#19250). " + _chunks_fix(length))
+    return ("jax.checkpoint on the body keeps only each step's carry and recomputes the rest in "
+            "the backward pass.")
+
+
+def _fwd_rule_fix(rule: str) -> str:
+    """The fix for residuals a jax.custom_vjp fwd rule returns (sgl-project/sglang-jax#823:
+    measured by the kit on a chunked linear attention of 32 chunks, jax 0.8.0 and 0.10.2: 896
+    KiB kept, the same with jax.checkpoint on the scan's body inside the fwd rule; 256 KiB
+    with the rule returning only its inputs)."""
+    return (f"JAX keeps what {rule} returns until the bwd rule runs, and jax.checkpoint on code "
+            f"inside {rule} (a scan's body) cannot drop it; around the whole call it only makes "
+            f"{rule} run again in the backward pass. Return fewer residuals from {rule} (its "
+            "inputs, say) and recompute the rest in the bwd rule (sglang-jax#823).")
+
+
 def _stack_note(t: compiled.ScanStack, peak: int) -> str:
     at = f" ({t.line})" if t.line else ""
     largest = (f"; the largest, {t.dtype}{list(t.shape)}" if t.outputs > 1 else
@@ -369,13 +442,16 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
     head = (f"A lax.scan{at} keeps a value for each of its {t.length} steps, "
             f"{format_bytes(t.nbytes)} stacked over its length ({t.nbytes / peak:.0%} of the "
             f"peak{largest})")
+    if t.role == "forward" and t.fwd_rule:
+        return (f"{head}: it runs inside the jax.custom_vjp fwd rule {t.fwd_rule}; "
+                "preflight.residuals(loss, ...) lists which of its values the rule returns as "
+                "residuals. " + _fwd_rule_fix(t.fwd_rule))
     if t.role == "forward":
         return (f"{head}: it runs under a derivative (jax.grad, jax.vjp), so beside what its "
                 "body returns it keeps what the backward pass needs from each step. "
-                "preflight.residuals(loss, ...) lists those. jax.checkpoint on the body, if it "
-                "is not there yet, keeps only "
-                "each step's carry and recomputes the rest; if it is, the carries are what is "
-                "left, and a shorter scan shrinks them.")
+                "preflight.residuals(loss, ...) lists those. "
+                + _checkpoint_fix(t.length, t.nbytes // t.length, t.carry_bytes,
+                                  t.checkpointed, t.chunked))
     if not t.has_carry:
         return (f"{head.replace('A lax.scan', 'A jax.lax.map (a scan without a carry)', 1)}: "
                 "its result, each step's stacked. Where what follows needs only a reduction of "
@@ -530,7 +606,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         r, held = the_long_way[0]
         notes.append(_jacobian_note(r, held))
         batched = [b for b in batched if b[0].shape[:1] != (r.batch,)]  # its rows: not lax.map
-    if batched:
+    # a vmap the user never wrote: a Jacobian's own, over its basis (XLA may fold the batch
+    # into a dot's rows: f32[288 * 96, 96] for 288 tangents)
+    basis = [r for r in jacobians if batched and not the_long_way and r.batch > 1
+             and batched[0][0].shape and batched[0][0].shape[0] % r.batch == 0]
+    if basis and batched[0][2] >= 4 * basis[0].basis_bytes:
+        notes.append(_basis_note(basis[0], *batched[0]))
+    elif batched and not basis:  # (values the size of the Jacobian itself: nothing to save)
         notes.append(_batched_note(*batched[0]))
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
                  if hasattr(leaf, "shape"))
@@ -663,6 +745,9 @@ class Residual(Record):
     nbytes: int
     source: str  # JAX's words: "from the argument x", "output of scan from model.py:12 (f)"
     is_argument: bool  # an argument itself: kept anyway, costs nothing extra
+    #: the jax.custom_vjp fwd rule that returns it ("" for none): no jax.checkpoint inside
+    #: the rule drops it
+    fwd_rule: str = ""
 
 
 @dataclass(frozen=True)
@@ -688,20 +773,56 @@ def _short(source: str) -> str:
                             source, count=1)
 
 
-def _scan_lengths(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple]]:
+def _made_at(source: str) -> str:
+    """Where JAX's words say a residual was made, as the kit names lines ("" for none)."""
+    m = _SOURCE_LINE.search(source)
+    return frames.where(m.group(1), int(m.group(2))) if m else ""
+
+
+def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dict, object]:
     """(the lengths of the scans in ``fn``'s forward pass, nested ones included; the (shape,
-    dtype) of their carries, which a stacked output is not). None where it cannot be traced
-    apart (then every scan output counts as stacked)."""
+    dtype) of their carries, which a stacked output is not; (length, where) -> (one step's
+    carry bytes, checkpointed, chunked) of each; the jaxpr). None and empties where it cannot
+    be traced apart (then every scan output counts as stacked)."""
     jax = devices.start_jax()
     try:
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
     except Exception:
-        return None, set()
+        return None, set(), {}, None
     scans = [eqn for j, _ in jaxprs.walk(closed) for eqn in getattr(j, "eqns", ())
              if eqn.primitive.name == "scan"]
+    steps = {}
+    for eqn in scans:
+        steps.setdefault((int(eqn.params["length"]), jaxprs.equation_where(eqn)),
+                         (jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn)))
     return ({int(eqn.params["length"]) for eqn in scans},
             {(tuple(v.aval.shape), str(v.aval.dtype)) for eqn in scans
-             for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape")})
+             for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape")},
+            steps, closed)
+
+
+def _fwd_rules(fn: Callable, args, kwargs, closed) -> dict[tuple, str]:
+    """(shape, dtype, where made) -> the jax.custom_vjp fwd rule that returns it, for each
+    residual of ``fn``'s gradient that one returns: traced as JAX's saved_residuals traces
+    (the jaxpr of ``jax.linearize``'s linear function, whose inputs are the residuals), only
+    where ``fn`` calls a custom_vjp function."""
+    if closed is None or not any(eqn.primitive.name.startswith("custom_vjp_call")
+                                 for j, _ in jaxprs.walk(closed)
+                                 for eqn in getattr(j, "eqns", ())):
+        return {}
+    jax = devices.start_jax()
+    leaves, tree = jax.tree.flatten((args, kwargs))
+
+    def flat(*leaves):
+        a, k = jax.tree.unflatten(tree, leaves)
+        return fn(*a, **k)
+
+    try:
+        linear = jax.make_jaxpr(lambda *xs: jax.linearize(flat, *xs)[1])(*leaves)
+    except Exception:
+        return {}
+    return {(shape, dtype, where): rule
+            for shape, dtype, where, rule in jaxprs.custom_vjp_residuals(linear)}
 
 
 def residuals(fn: Callable, *args, **kwargs) -> Residuals:
@@ -726,29 +847,47 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                             f"these arguments ({compiled.describe_arguments((args, kwargs))})"
                             f"{compiled.user_line(err)}: "
                             f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
-    out = []
+    lengths_run, carries, steps, closed = _scans(fn, args, kwargs)
+    rules = _fwd_rules(fn, args, kwargs, closed)
+    out, made_at = [], {}
     for aval, source in found:
         nbytes = int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
-        out.append(Residual(tuple(aval.shape), str(aval.dtype), nbytes, _short(str(source)),
-                            str(source).startswith("from the argument")))
+        shape, dtype, where = tuple(aval.shape), str(aval.dtype), _made_at(str(source))
+        out.append(Residual(shape, dtype, nbytes, _short(str(source)),
+                            str(source).startswith("from the argument"),
+                            rules.get((shape, dtype, where), "")))
+        made_at[id(out[-1])] = where
     out.sort(key=lambda r: -r.nbytes)
     extra = [r for r in out if not r.is_argument]
     # a scan's stacked outputs lead with its length; its final carry, also "output of scan",
     # does not grow with the length
-    lengths_run, carries = _scan_lengths(fn, args, kwargs)
     scans = [r for r in extra if r.source.startswith("output of scan") and r.shape
              and (lengths_run is None or (r.shape[0] in lengths_run
                                           and (r.shape, r.dtype) not in carries))]
     saved_bytes, scan_bytes = sum(r.nbytes for r in extra), sum(r.nbytes for r in scans)
     lengths = tuple(sorted({r.shape[0] for r in scans}))
+    by_rule = [r for r in extra if r.fwd_rule]
     advice = ""
-    if scan_bytes:
+    if by_rule and 2 * sum(r.nbytes for r in by_rule) >= saved_bytes:
+        r = by_rule[0]
+        advice = (f"{format_bytes(sum(x.nbytes for x in by_rule))} of the "
+                  f"{format_bytes(saved_bytes)} kept are residuals the jax.custom_vjp fwd rule "
+                  f"{r.fwd_rule} returns (the largest, {r.dtype}{list(r.shape)}, {r.source}). "
+                  + _fwd_rule_fix(r.fwd_rule))
+    elif scan_bytes:
+        per_scan: dict[tuple[int, str], int] = {}  # (length, where): the bytes it stacks
+        for r in scans:
+            key = (r.shape[0], made_at[id(r)])
+            per_scan[key] = per_scan.get(key, 0) + r.nbytes
+        (length, where), stacked = max(per_scan.items(), key=lambda kv: kv[1])
+        fix = ("If the scan's body is not wrapped in jax.checkpoint yet, wrapping it keeps only "
+               "each step's carry and recomputes the rest in the backward pass; if it is, a "
+               "shorter scan (or fewer layers) is what shrinks it.")
+        if (length, where) in steps:
+            fix = _checkpoint_fix(length, stacked // length, *steps[(length, where)])
         advice = (f"{format_bytes(scan_bytes)} of the {format_bytes(saved_bytes)} kept are "
                   f"scan outputs stacked over {', '.join(map(str, lengths))} steps, so they "
-                  "grow with the length. If the scan's body is not wrapped in jax.checkpoint "
-                  "yet, wrapping it keeps only each step's carry and recomputes the rest in "
-                  "the backward pass; if it is, a shorter scan (or fewer layers) is what "
-                  "shrinks it.")
+                  f"grow with the length. {fix}")
     elif saved_bytes:
         advice = (f"{format_bytes(saved_bytes)} is kept between the forward and backward pass: "
                   "jax.checkpoint on the largest layer (or a policy such as "

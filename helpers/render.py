@@ -364,8 +364,10 @@ def _alike_text(names: tuple[str, ...], nbytes: int) -> str:
 def compile_log_text(log: CompileLog) -> str:
     if not log.finished:
         return "compiles: the block has not ended yet"
-    lines = [f"{log.compiles} compile(s), {log.compile_seconds:.2f} s of XLA compiling, in a "
-             f"block of {log.seconds:.2f} s" + (
+    tracing = (f", {log.trace_seconds:.2f} s of JAX tracing and {log.lowering_seconds:.2f} s "
+               "of lowering" if log.trace_seconds or log.lowering_seconds else "")
+    lines = [f"{log.compiles} compile(s), {log.compile_seconds:.2f} s of XLA compiling{tracing}, "
+             f"in a block of {log.seconds:.2f} s" + (
                  f" ({log.cache_loads} of them loaded from the persistent compilation cache, "
                  f"{log.load_seconds:.2f} s)" if log.cache_loads else "") + (
                  f" ({log.kit_compiles} more the kit made itself to price a step, such as "

@@ -628,3 +628,125 @@ def test_logging_disable_neither_hides_jax_s_reasons_from_the_kit_nor_prints_the
     assert log.function("<lambda>").cause == "new shapes"
     assert [r.getMessage() for r in seen] == ["above the user's level"]
     assert not handler.filters and not logging.lastResort.filters
+
+
+def test_jax_520_tracing_seconds_are_kept_and_a_program_built_by_nested_jvp_is_named():
+    """jax#520: the 9th derivative by nesting jax.jvp took 4.72 s, of which XLA compiled 0.56 s;
+    the rest was JAX tracing a 48,334-equation program that XLA's CSE shrank to 104 ops, and the
+    kit showed only XLA's seconds. It keeps JAX's tracing and lowering seconds beside XLA's now,
+    and names a program built far larger than what XLA kept, with jax.experimental.jet."""
+    from dataclasses import replace
+
+    from jax.experimental.jet import jet
+
+    def f(t):
+        return 0.3 * jnp.sin(t) * t ** 10
+
+    order, x = 7, jnp.linspace(0.5, 1.5, 256)
+    g = f
+    for _ in range(order):
+        g = (lambda h: (lambda v: jax.jvp(h, (v,), (jnp.ones_like(v),))[1]))(g)
+    with compiles.watch() as log:
+        nested = jax.jit(g)(x)
+    entry = log.function("<lambda>")
+    assert log.trace_seconds > 0 and log.lowering_seconds > 0  # JAX's own seconds, kept
+    assert entry.trace_seconds > 0 and entry.lowering_seconds > 0  # and the function's
+    assert "of JAX tracing" in str(log).splitlines()[0]
+    assert json.loads(json.dumps(log.to_dict()))["functions"][0]["trace_seconds"] > 0
+    equations = len(jax.make_jaxpr(g)(x).jaxpr.eqns)  # 6,173
+    if entry.xla_instructions:  # read where tracing outweighed compiling (no assertion timed)
+        assert entry.xla_instructions * 20 < equations  # XLA kept a few dozen
+        assert "jax.experimental.jet" in log.diagnosis  # (79 kept: 1 ms each is under 0.1 s)
+    # the rule, on the thread's numbers: 3.9 s tracing, 0.31 s lowering, 1.04 s compiling, 104
+    # instructions kept; the note names the cause and jet
+    log.functions = (replace(entry, trace_seconds=3.9, lowering_seconds=0.31,
+                             compile_seconds=1.04, xla_instructions=104),)
+    assert "104 instructions" in log.diagnosis and "nested jax.jvp" in log.diagnosis
+    assert "jax.experimental.jet" in log.diagnosis
+    log.functions = (replace(log.functions[0], xla_instructions=6000),)  # XLA kept most of it
+    assert "jet" not in log.diagnosis
+    # the fix: jet gives the same derivative from a program a fraction of the size
+    def kth(v):
+        return jet(f, (v,), ([jnp.ones_like(v)] + [jnp.zeros_like(v)] * (order - 1),))[1][-1]
+
+    assert len(jax.make_jaxpr(kth)(x).jaxpr.eqns) * 5 < equations
+    np.testing.assert_allclose(jax.jit(kth)(x), nested, rtol=1e-4)
+    plain = jax.jit(lambda v: jnp.sin(v) * 2)  # an ordinary function: no such note
+    with compiles.watch() as ordinary:
+        plain(x)
+    assert ordinary.trace_seconds > 0 and "jet" not in ordinary.diagnosis
+
+
+def test_flowmc_133_an_eager_scan_made_anew_names_the_function_that_calls_it():
+    """flowMC#133: the sampler's lax.scan, called outside jit with a body closed over each
+    call's arrays, compiled at every call. The kit's fix carried cg's example
+    (jax.jit(cg, static_argnames='maxiter')) into every case; it names the user's function
+    that calls the scan now, and jitting that function once compiles nothing more."""
+    w = jnp.eye(4) * 0.5
+
+    def nf_sample(params, key, n_steps=8):
+        def step(carry, k):  # made anew at each call, closed over this call's params
+            return jnp.tanh(carry @ params) + 0.1 * jax.random.normal(k, carry.shape), None
+        return jax.lax.scan(step, jnp.ones((2, 4)), jax.random.split(key, n_steps))[0]
+
+    keys = list(jax.random.split(jax.random.key(0), 4))
+    nf_sample(w, keys[0])
+    with compiles.watch() as log:
+        for k in keys[1:]:
+            nf_sample(w, k).block_until_ready()
+    eager = log.function("eager operations")
+    assert "scan" in eager.same_types_again
+    name, at, via = eager.loop_callers[0]
+    assert (name, via) == ("nf_sample", "") and at.startswith("test_compiles.py:")
+    assert "Jit `nf_sample`, the function that calls it (test_compiles.py:" in log.diagnosis
+    assert "jax.jit(cg" not in log.diagnosis  # cg's example only where cg called the loop
+    fixed = jax.jit(nf_sample, static_argnames="n_steps")  # the kit's fix, checked
+    fixed(w, keys[0])
+    with compiles.watch() as after:
+        for k in keys[1:]:
+            fixed(w, k).block_until_ready()
+    assert after.compiles == 0
+
+
+def test_jax_14743_an_eager_scan_keeps_its_program_only_while_its_body_lives():
+    """jax#14743: lax.scan outside jit compiled again for each new callable object that hashed
+    equal to the last; the thread's fix, __eq__ beside __hash__, does not help where each object
+    is dropped after its call (jax 0.8.0 and 0.10.2: JAX holds the body by a weak reference, and
+    its program goes with it). The kit says so and names what works: the same object every
+    call, or the caller jitted; at a module's top level, a function to jit."""
+    class Step:
+        def __call__(self, c, x):
+            return c + x * x, c
+
+        def __hash__(self):
+            return 0
+
+        def __eq__(self, other):
+            return isinstance(other, Step)
+
+    def accumulate(xs):
+        return jax.lax.scan(Step(), 0.0, xs)[0]
+
+    xs = jnp.arange(16.0)
+    accumulate(xs)
+    with compiles.watch() as log:
+        for _ in range(3):
+            accumulate(xs).block_until_ready()
+    assert log.function("eager operations").changed == ("scan ×3",)  # __eq__ did not help
+    assert "only while the body object lives" in log.diagnosis and "__eq__" in log.diagnosis
+    assert "pass the same object every call, or jit the caller" in log.diagnosis
+    assert "Jit `accumulate`" in log.diagnosis
+    top = compile("for _ in range(2):\n    jax.lax.scan(Step(), 0.0, xs)\n", "<string>", "exec")
+    with compiles.watch() as module:
+        exec(top, {"__name__": "__main__", "jax": jax, "Step": Step, "xs": xs})
+    assert "Call it from a function jitted once, not at the top level" in module.diagnosis
+    step = Step()  # the fix: one object, passed every call
+    jax.lax.scan(step, 0.0, xs)
+    with compiles.watch() as same:
+        for _ in range(3):
+            jax.lax.scan(step, 0.0, xs)[0].block_until_ready()
+    assert same.compiles == 0
+    with compiles.watch() as alive:  # what the note says of __eq__: equal to one still alive
+        for _ in range(3):
+            jax.lax.scan(Step(), 0.0, xs)[0].block_until_ready()
+    assert alive.compiles == 0

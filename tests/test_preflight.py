@@ -472,6 +472,145 @@ def test_residuals_of_something_that_cannot_be_traced():
         preflight.residuals(lambda x: x.no_such_method(), jnp.ones(3))
 
 
+# jax-ml/jax#19250: grad of a fori_loop of elementwise steps keeps one array per step, and
+# jax.remat on the body "does not help": each step keeps as much as its carry already
+_T, _D = 256, 1024  # 1 MiB stacked: 4 KiB a step
+
+
+def _loop(remat: bool):
+    def fn(x):
+        body = lambda _, x: jnp.sin(x)  # noqa: E731 (the thread's own)
+        return jax.lax.fori_loop(0, _T, jax.remat(body) if remat else body, x).sum()
+
+    return fn
+
+
+def _loop_in_chunks(x):  # the fix: a scan of 16 checkpointed chunks of 16 steps
+    @jax.checkpoint
+    def chunk(x, _):
+        return jax.lax.fori_loop(0, 16, lambda _, x: jnp.sin(x), x), None
+
+    return jax.lax.scan(chunk, x, None, length=_T // 16)[0].sum()
+
+
+def test_jax_19250_a_loop_whose_steps_keep_their_carry_is_not_told_to_checkpoint_its_body():
+    x = jnp.linspace(0.0, 1.0, _D)
+    plain, remat = (preflight.residuals(_loop(r), x) for r in (False, True))
+    assert plain.saved_bytes == remat.saved_bytes == _T * _D * 4  # remat changed nothing
+    assert "no more than its carry" in plain.advice and "cannot shrink this" in plain.advice
+    assert "under jax.checkpoint already" in remat.advice
+    for r in (plain, remat):  # the advice that cannot work is gone; the one that does is named
+        assert "If the scan's body is not wrapped" not in r.advice
+        assert "jax.checkpoint-ed chunks of about 16 steps" in r.advice
+    chunked = preflight.residuals(_loop_in_chunks, x)  # and it works: 1 MiB -> 64 KiB
+    assert chunked.saved_bytes * 16 == plain.saved_bytes
+    assert "a jax.checkpoint-ed chunk of steps already" in chunked.advice
+    assert np.allclose(jax.grad(_loop(False))(x), jax.grad(_loop_in_chunks)(x))
+    for fn, said in ((_loop(False), "cannot shrink this"),
+                     (_loop(True), "under jax.checkpoint already")):
+        p = preflight.preflight_step(jax.grad(fn), x)
+        assert p.scan_stacks[0].role == "forward" and said in p.advice
+        assert "if it is not there yet" not in p.advice and "chunks of about 16" in p.advice
+    assert preflight.preflight_step(jax.grad(_loop_in_chunks), x).temp_bytes * 4 < p.temp_bytes
+
+
+# sgl-project/sglang-jax#823: a chunked linear attention whose jax.custom_vjp fwd rule returns
+# every chunk's state as residuals: jax.checkpoint on the scan's body inside it drops nothing
+_BT, _H, _K = 16, 4, 32
+
+
+def _gla_scan(q, k, v, remat=False):
+    def step(S, qkv):
+        qc, kc, vc = qkv
+        A = jnp.einsum("htk,hsk->hts", qc, kc) * jnp.tril(jnp.ones((_BT, _BT)))
+        o = jnp.einsum("htk,hkv->htv", qc, S) + jnp.einsum("hts,hsv->htv", A, vc)
+        return S + jnp.einsum("htk,htv->hkv", kc, vc), (o, S, A)
+
+    return jax.lax.scan(jax.checkpoint(step) if remat else step, jnp.zeros((_H, _K, _K)),
+                        (q, k, v))[1]
+
+
+def _gla(saved: str):
+    """The op with a fwd rule that returns all (the thread's), all from a checkpointed
+    scan body (the kit's old advice), or only its inputs (the thread's fix)."""
+    @jax.custom_vjp
+    def gla(q, k, v):
+        return _gla_scan(q, k, v)[0]
+
+    def gla_fwd(q, k, v):
+        o, states, a = _gla_scan(q, k, v, remat=saved == "remat")
+        return o, (q, k, v) if saved == "inputs" else (q, k, v, states, a)
+
+    def gla_bwd(res, do):  # recomputes from the inputs
+        return jax.vjp(lambda q, k, v: _gla_scan(q, k, v)[0], *res[:3])[1](do)
+
+    gla.defvjp(gla_fwd, gla_bwd)
+    return lambda q, k, v: jnp.sum(gla(q, k, v) ** 2)
+
+
+def test_sglang_jax_823_custom_vjp_residuals_are_named_with_the_fwd_rule_and_its_fix():
+    q = k = v = jnp.ones((32, _H, _BT, _K))  # 32 chunks
+    r = preflight.residuals(_gla("all"), q, k, v)
+    assert r.saved_bytes == 896 * 1024
+    assert "residuals the jax.custom_vjp fwd rule gla_fwd returns" in r.advice
+    assert "cannot drop it" in r.advice and "Return fewer residuals from gla_fwd" in r.advice
+    assert {x.fwd_rule for x in r.residuals if "scan" in x.source} == {"gla_fwd"}
+    assert "If the scan's body is not wrapped" not in r.advice  # the advice that did nothing
+    remat = preflight.residuals(_gla("remat"), q, k, v)
+    assert remat.saved_bytes == r.saved_bytes and "gla_fwd" in remat.advice
+    fixed = preflight.residuals(_gla("inputs"), q, k, v)  # the thread's fix: 896 -> 256 KiB
+    assert fixed.saved_bytes == 256 * 1024 and not any(x.fwd_rule for x in fixed.residuals)
+    assert np.allclose(jax.grad(_gla("all"))(q, k, v), jax.grad(_gla("inputs"))(q, k, v))
+    q = k = v = jnp.ones((128, _H, _BT, _K))  # 128 chunks: 3.50 MiB stacked, a note of its own
+    p = preflight.preflight_step(jax.grad(_gla("all")), q, k, v)
+    assert p.scan_stacks[0].fwd_rule == "gla_fwd"
+    assert "inside the jax.custom_vjp fwd rule gla_fwd" in p.advice
+    assert "Return fewer residuals from gla_fwd" in p.advice
+    assert "jax.checkpoint on the body" not in p.advice
+
+
+# jax-ml/jax#787: a Hessian by jacfwd(jacrev(E)) of a pairwise-distance energy asks for far
+# more memory than the Hessian: jacfwd pushes all 3N tangents through E at once
+def _energy(conf):  # pairwise distances through a Gram matrix: a dot XLA keeps on 0.8 and 0.10
+    sq = jnp.sum(conf**2, axis=1)
+    return jnp.sum(jnp.sqrt(sq[:, None] + sq[None, :] - 2 * conf @ conf.T + 1e-6))
+
+
+def _energy_thread(conf):  # the thread's: on jax 0.10.2 XLA's CPU plan fuses the basis away
+    d = jnp.power(jnp.expand_dims(conf, 0) - jnp.expand_dims(conf, 1), 2)
+    return jnp.sum(jnp.sqrt(jnp.sum(d, axis=-1) + 1e-6))
+
+
+def _hessian_in_rows(x, energy=_energy):  # the fix the note gives, k = 8
+    n = x.size
+    return jax.lax.map(lambda v: jax.jvp(jax.grad(energy), (x,), (v,))[1],
+                       jnp.eye(n).reshape(n, *x.shape), batch_size=8)
+
+
+def test_jax_787_a_hessian_s_own_vmap_is_named_with_the_rows_at_a_time_fix():
+    x = jnp.asarray(np.random.RandomState(0).rand(48, 3), jnp.float32)  # 144 tangents
+    fix = "jax.lax.map(lambda v: jax.jvp(jax.grad(f), (x,), (v,))[1], jnp.eye(n)"
+    for hess, who in ((jax.hessian(_energy), "jax.jacfwd"),
+                      (jax.jacrev(jax.jacrev(_energy)), "jax.jacrev")):
+        p = preflight.preflight_step(hess, x)
+        assert f"made for all 144 basis vectors at once, under the vmap of {who}" in p.advice
+        assert fix in p.advice and "n = 144" in p.advice
+        assert "as the vectorized code would be" not in p.advice  # a vmap the user never wrote
+    rows = preflight.preflight_step(_hessian_in_rows, x)
+    assert rows.temp_bytes * 4 < p.temp_bytes and "basis vectors" not in rows.advice
+    assert np.allclose(jax.jit(jax.hessian(_energy))(x).reshape(144, 144),
+                       jax.jit(_hessian_in_rows)(x).reshape(144, 144), atol=1e-3)
+    # the thread's own energy: named where XLA's plan keeps the basis (jax 0.8.0), silent where
+    # it fuses it away (0.10.2: nothing to save), and never called a vmap of the user's
+    thread = preflight.preflight_step(jax.jacfwd(jax.jacrev(_energy_thread)), x)
+    assert "as the vectorized code would be" not in thread.advice
+    kept = max(t.nbytes for t in thread.largest_temporaries)
+    assert ("basis vectors at once" in thread.advice) == (kept >= 4 * 144 * 144 * 4)
+    if kept >= 4 * 144 * 144 * 4:
+        rows = preflight.preflight_step(lambda x: _hessian_in_rows(x, _energy_thread), x)
+        assert rows.temp_bytes * 2 < thread.temp_bytes
+
+
 # --- the largest temporaries, with the op and the user's line -----------------------------------
 def _two_layers(x, w):
     h = jnp.tanh(x @ w)  # LINE-H: an 8 MiB intermediate

@@ -368,7 +368,10 @@ def test_the_table_lists_every_report_tested_here():
                  "17217": "tests/test_oom.py", "7118": "tests/test_oom.py",
                  "16901": "tests/test_oom.py", "3140": "the orbax#3183 test here",
                  "2863": "the orbax#3183 test here", "26425": "tests/test_transfers.py",
-                 "4310": "the H100 record"}
+                 "4310": "the H100 record", "133": "tests/test_compiles.py",
+                 "14743": "tests/test_compiles.py", "520": "tests/test_compiles.py",
+                 "19250": "tests/test_preflight.py", "823": "tests/test_preflight.py",
+                 "787": "tests/test_preflight.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -1689,3 +1692,17 @@ def test_sglang_jax_65_a_kv_cache_not_donated_is_copied_every_decode_step():
     donated = preflight.preflight_step(decode, params, cache, tok, 3, donate_argnums=1)
     assert all(d.reused for d in donated.donations)
     assert kept.peak_bytes - donated.peak_bytes >= 2 * MiB  # the copy the thread removed
+
+
+def test_jax_5071_jit_of_a_gradient_closing_over_an_array_holds_its_own_copy():
+    a = jax.random.normal(jax.random.key(1), (1024, 256))  # 1 MiB, closed over
+
+    def fn(x):
+        return jnp.sum((a @ x) ** 2)
+
+    p = preflight.preflight_step(jax.value_and_grad(fn), jnp.ones(256))
+    assert p.constant_bytes - p.folded_bytes >= a.nbytes
+    assert "pass them as arguments instead" in p.advice
+    passed = preflight.preflight_step(jax.value_and_grad(lambda x, a: jnp.sum((a @ x) ** 2)),
+                                      jnp.ones(256), a)
+    assert passed.constant_bytes < a.nbytes  # the fix: an argument, no copy in the program

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import math
 import os
@@ -33,7 +34,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS", "Internal",
            "InternalMoved", "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters",
            "asarray_is_explicit", "backend_errors", "backend_factories", "backend_start_snapshot",
-           "backends_started", "compiled_function_name", "device_name", "distributed_coordinator",
+           "backends_started", "compiled_function_name", "custom_vjp_fwd_caller", "device_name",
+           "distributed_coordinator",
            "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
            "import_jax", "jax_version", "jax_version_tuple", "jit_cache_clears", "live_executables",
            "on_backend_start", "outside_transforms", "parse_cache_miss", "parse_cache_write",
@@ -126,6 +128,11 @@ INTERNALS: dict[str, Internal] = {
         "cache-miss text cannot tell a cleared cache from a function made anew at a freed "
         "address): jit() sets this function as its class's clear_cache on every call",
         "none: jax.clear_caches() is public, a jitted function's clear_cache() has no hook"),
+    "flatten_fwd": Internal(
+        "jax._src.custom_derivatives:_flatten_fwd",
+        "helpers.preflight names residuals that a jax.custom_vjp fwd rule returned: in an "
+        "equation's traceback the rule is the user's frame just under this function",
+        "none: jax.ad_checkpoint.print_saved_residuals names the line, not the rule"),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
@@ -194,6 +201,16 @@ def _get(name: str, default=None):
         return _resolve(name)
     except Exception:
         return default
+
+
+def custom_vjp_fwd_caller() -> str:
+    """The name tracebacks give JAX's function that calls a ``jax.custom_vjp`` fwd rule
+    ("_flatten_fwd" on jax 0.8.0 and 0.10.2, a ``lu.transformation`` partial of it); "" where
+    this JAX has none (the kit then names no rule)."""
+    wrapped = _get("flatten_fwd")
+    inner = (wrapped.args[0] if isinstance(wrapped, functools.partial) and wrapped.args
+             else wrapped)
+    return getattr(inner, "__name__", "") or ""
 
 
 def outside_transforms() -> Callable[[], bool]:

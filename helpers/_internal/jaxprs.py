@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from helpers._internal import frames
+from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["cast_before_scan", "device_keywords_and_puts", "equation_line", "jacobian_sizes",
-           "narrowed_inputs", "output_kinds", "scaled_by_zero", "scan_copied_xs", "scan_role",
-           "threefry_draws", "walk"]
+__all__ = ["cast_before_scan", "custom_vjp_residuals", "custom_vjp_rule",
+           "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_sizes",
+           "narrowed_inputs", "output_kinds", "scaled_by_zero", "scan_carry_bytes",
+           "scan_checkpoint", "scan_copied_xs", "scan_role", "threefry_draws", "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -60,6 +61,13 @@ def equation_line(eqn) -> str:
     """The user's line that made a jaxpr equation ("" where its traceback names none)."""
     where = _user_frame(eqn)
     return frames.line(*where) if where else ""
+
+
+def equation_where(eqn) -> str:
+    """The user's file and line that made a jaxpr equation, as JAX's residual list names it
+    ("model.py:12", "Cell In[3], line 2"); "" where its traceback names none."""
+    where = _user_frame(eqn)
+    return frames.where(*where) if where else ""
 
 
 def _statement(file: str, line: int, most: int = 12) -> str:
@@ -104,6 +112,68 @@ def scan_copied_xs(eqn) -> list[bool]:
     for var in body.outvars[carry:]:
         source = _invar_index(body, var)
         out.append(source is not None and source >= first_xs)
+    return out
+
+
+def scan_carry_bytes(eqn) -> int:
+    """The bytes of one step's carry of a ``lax.scan``: what ``jax.checkpoint`` on its body
+    keeps for each step (jax-ml/jax#19250)."""
+    return sum(math.prod(v.aval.shape) * v.aval.dtype.itemsize
+               for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape"))
+
+
+#: the primitives of jax.checkpoint (jax.remat): remat2 is its name on jax 0.8.0 and 0.10.2
+_REMATS = ("remat", "remat2", "checkpoint")
+
+
+def scan_checkpoint(eqn) -> tuple[bool, bool]:
+    """(whether a ``lax.scan``'s body runs under ``jax.checkpoint``, whether that checkpoint
+    holds a scan of its own: a scan of checkpointed chunks of steps). Read from the body and
+    the inner jits it calls, not from a scan nested in it. In a gradient's forward scan JAX has
+    already split the checkpoint off (its backward scan keeps it: jax 0.8.0 and 0.10.2)."""
+    body = eqn.params["jaxpr"]
+    stack = [getattr(body, "jaxpr", body)]
+    while stack:
+        for inner in stack.pop().eqns:
+            if inner.primitive.name in _REMATS:
+                return True, any(e.primitive.name == "scan"
+                                 for j, _ in walk(inner.params.get("jaxpr"))
+                                 for e in getattr(j, "eqns", ()))
+            if (called := _called(inner)) is not None:
+                stack.append(called)
+    return False, False
+
+
+def custom_vjp_rule(eqn) -> str:
+    """The name of the ``jax.custom_vjp`` fwd rule of the user's that made a jaxpr equation
+    ("" where none did): the user's outermost frame under JAX's ``_flatten_fwd``, which calls
+    the rule (jax/_src/custom_derivatives.py, named by jaxcompat; jax 0.8.0 and 0.10.2 alike).
+    What the rule returns as residuals JAX keeps until bwd runs, whatever jax.checkpoint
+    inside it says (sgl-project/sglang-jax#823)."""
+    try:
+        found = [(f.function_name, f.file_name) for f in eqn.source_info.traceback.frames]
+    except Exception:  # an equation without a traceback
+        return ""
+    caller = jaxcompat.custom_vjp_fwd_caller()
+    for n, (name, _) in enumerate(found):  # innermost first
+        if caller and name == caller:
+            user = [fn for fn, file in found[:n] if frames.is_user_file(file)]
+            return user[-1].rsplit("<locals>.", 1)[-1] if user else ""  # (a nested def's)
+    return ""
+
+
+def custom_vjp_residuals(closed) -> list[tuple[tuple[int, ...], str, str, str]]:
+    """(shape, dtype, where it was made, the fwd rule) of each residual of a linearized
+    function's jaxpr (``jax.make_jaxpr`` of ``jax.linearize(f, ...)[1]``: its outputs are what
+    the gradient keeps, as in JAX's ``saved_residuals``) that a ``jax.custom_vjp`` fwd rule
+    made."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    made, _ = _index(jaxpr)
+    out = []
+    for v in jaxpr.outvars:
+        eqn = made.get(id(v))
+        if eqn is not None and (rule := custom_vjp_rule(eqn)):
+            out.append((tuple(v.aval.shape), str(v.aval.dtype), equation_where(eqn), rule))
     return out
 
 
