@@ -724,6 +724,13 @@ class CompiledStep:
         step at a time (marin-community/levanter#426)."""
         return jaxprs.cast_before_scan(self.jaxpr)
 
+    def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
+                                    ...]:
+        """(the loop's primitive, the buffer's shape, one step's shape, dtype, bytes, the
+        write's line) of each buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
+        carries and only writes, one step's value per row (google-deepmind/gemma#534)."""
+        return jaxprs.loop_records(self.jaxpr)
+
     def threefry_draws(self) -> tuple[tuple[tuple[int, ...], int, str], ...]:
         """(shape, bytes, line) of each ``jax.random`` draw through the threefry2x32 generator
         (JAX's default), largest first: XLA's plan may hold its uint32 bits several times over

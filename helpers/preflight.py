@@ -248,6 +248,9 @@ class StepPreflight(_Verdict, Display):
     #: ("bfloat16[16, 512, 512]", bytes, line) of each input cast whole to a narrower float
     #: before a lax.scan reads it one step at a time (a model cast before its layer loop)
     cast_before_scan: tuple[tuple[str, int, str], ...] = ()
+    #: ("float32[4, 128, 4096]", "float32[4, 4096]", bytes, line) of each buffer a loop carries
+    #: and only writes, one step's value per row: a value of every step held (gemma#534)
+    loop_records: tuple[tuple[str, str, int, str], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -469,6 +472,24 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
             "sum, or the last value, belongs in the carry).")
 
 
+def _record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype: str,
+                 nbytes: int, line: str) -> str:
+    """The note for a buffer a loop carries and only writes, a step's value per row
+    (google-deepmind/gemma#534: a sampler kept every token's logits over the vocabulary; its
+    fix keeps the top-k logits and their indices. Measured by the kit on the CPU, B=4, 128
+    steps, a vocabulary of 4096: a peak of 10.44 MiB, 2.47 MiB with the top 8, jax 0.8.0 and
+    0.10.2)."""
+    kind = "lax.while_loop" if loop == "while" else "lax.scan (or lax.fori_loop)"
+    steps = math.prod(whole) // max(math.prod(step), 1)
+    return (f"A {kind} writes a {dtype}{list(step)} into its carried {dtype}{list(whole)} at "
+            f"each step{f' ({line})' if line else ''} and never reads it back: "
+            f"{format_bytes(nbytes)} held through the loop, a value of each of its {steps} "
+            "steps. Where what follows needs only part of each step's value (the top-k logits "
+            "and their indices, the chosen token's log-probability), write that instead, and "
+            "the buffer shrinks in proportion (google-deepmind/gemma#534); where it needs all "
+            "of it, this is memory the loop must have.")
+
+
 def _cast_note(wide: str, narrow: str, shape: tuple[int, ...], nbytes: int, line: str,
                scan: str, role: str) -> str:
     """An input cast whole to a narrower float before a scan reads it step by step
@@ -629,6 +650,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
     if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
         notes.append(_cast_note(*casts[0]))
+    records = c.loop_records()
+    if records and records[0][4] >= 2**20 and records[0][4] * 4 >= peak:
+        notes.append(_record_note(*records[0]))
     if (zeroed := c.scaled_by_zero()) and zeroed[0][1] >= 64 * 1024:
         what, _, at = zeroed[0]
         notes.append(
@@ -732,7 +756,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed,
         cast_before_scan=tuple((f"{to}{list(shape)}", n, line)
                                for _, to, shape, n, line, _, _ in casts),
-        dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit)
+        dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit,
+        loop_records=tuple((f"{dtype}{list(whole)}", f"{dtype}{list(step)}", n, line)
+                           for _, whole, step, dtype, n, line in records))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -1359,3 +1359,16 @@ def test_a_narrowed_batch_gets_the_data_note_and_a_narrowed_weight_the_parameter
     assert "model.to_bf16(batch)" not in p.advice
     assert "w (8.00 MiB, float32) is read only as bfloat16" in p.advice
     assert "master weights" in p.advice
+
+
+def test_a_buffer_a_loop_reads_back_is_no_record_of_its_steps():
+    """A KV cache is written a row per step too, but the body reads it: memory the loop needs,
+    not a record kept for later (the gemma#534 note stays out)."""
+    def decode(x):
+        def body(i, cache):
+            seen = (cache * x[:, None]).sum()  # attention reads the cache
+            return cache.at[:, i].set(x * seen)
+        return jax.lax.fori_loop(0, 64, body, jnp.zeros((4, 64, 2048)))
+
+    p = preflight.preflight_step(decode, jnp.ones((4, 2048)))
+    assert p.loop_records == () and "gemma#534" not in p.advice

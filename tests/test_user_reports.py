@@ -1706,3 +1706,34 @@ def test_jax_5071_jit_of_a_gradient_closing_over_an_array_holds_its_own_copy():
     passed = preflight.preflight_step(jax.value_and_grad(lambda x, a: jnp.sum((a @ x) ** 2)),
                                       jnp.ones(256), a)
     assert passed.constant_bytes < a.nbytes  # the fix: an argument, no copy in the program
+
+
+def test_gemma_534_a_sampler_that_keeps_every_step_s_logits_is_named_with_top_k():
+    steps, vocab = 64, 2048
+    w = jax.random.normal(jax.random.key(0), (vocab, 16))
+
+    def sampler(keep):
+        def sample(w, key):
+            def body(s):
+                i = s["step"]
+                logits = w[s["tokens"][:, i]] @ w.T  # [4, vocab]
+                nxt = jax.random.categorical(jax.random.fold_in(key, i), logits)
+                s = dict(s, step=i + 1, tokens=s["tokens"].at[:, i + 1].set(nxt))
+                if keep == "all":  # the sampler's state kept every step's logits
+                    return dict(s, logits=s["logits"].at[:, i].set(logits))
+                top, ids = jax.lax.top_k(logits, 8)  # the PR's fix: the top-k only
+                return dict(s, top=s["top"].at[:, i].set(top), ids=s["ids"].at[:, i].set(ids))
+
+            s = {"step": jnp.int32(0), "tokens": jnp.zeros((4, steps + 1), jnp.int32)}
+            s.update({"logits": jnp.zeros((4, steps, vocab))} if keep == "all" else
+                     {"top": jnp.zeros((4, steps, 8)), "ids": jnp.zeros((4, steps, 8), jnp.int32)})
+            return jax.lax.while_loop(lambda s: s["step"] < steps, body, s)
+        return sample
+
+    full = preflight.preflight_step(sampler("all"), w, jax.random.key(1))
+    (record, *_), = full.loop_records
+    assert record == "float32[4, 64, 2048]" and "top-k logits" in full.advice
+    assert "gemma#534" in full.advice and "each of its 64 steps" in full.advice
+    top = preflight.preflight_step(sampler("top"), w, jax.random.key(1))
+    assert "gemma#534" not in top.advice
+    assert full.peak_bytes - top.peak_bytes >= 1.5 * MiB  # the 2 MiB buffer, gone

@@ -20,7 +20,7 @@ from helpers._internal.jaxcompat import device_name
 
 __all__ = ["cast_before_scan", "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_sizes",
-           "narrowed_inputs", "output_kinds", "scaled_by_zero", "scan_carry_bytes",
+           "loop_records", "narrowed_inputs", "output_kinds", "scaled_by_zero", "scan_carry_bytes",
            "scan_checkpoint", "scan_copied_xs", "scan_role", "threefry_draws", "walk"]
 
 
@@ -192,6 +192,46 @@ def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
                 at = None if inner is None else _invar_index(inner, inner.outvars[k], depth + 1)
                 return None if at is None else _invar_index(jaxpr, eqn.invars[at], depth + 1)
     return None
+
+
+def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
+                                  ...]:
+    """(the loop's primitive, the buffer's shape, one step's shape, dtype, the buffer's bytes,
+    the write's line) of each buffer a ``lax.while_loop`` or ``lax.scan`` (``lax.fori_loop``)
+    carries and only writes: each step puts its value into one row (``.at[:, i].set(v)``,
+    ``lax.dynamic_update_slice``) and nothing in the body reads the buffer back, so it holds a
+    value of every step (google-deepmind/gemma#534: a sampler's logits over the whole
+    vocabulary, kept for every token). A buffer the body reads (a KV cache) is not one.
+    Largest first."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            name = eqn.primitive.name
+            if name == "while":
+                body, first = eqn.params["body_jaxpr"], eqn.params["body_nconsts"]
+                carries = len(eqn.outvars)
+            elif name == "scan":
+                body, first = eqn.params["jaxpr"], eqn.params["num_consts"]
+                carries = eqn.params["num_carry"]
+            else:
+                continue
+            body = getattr(body, "jaxpr", body)
+            for k, v in enumerate(body.invars[first:first + carries]):
+                users = [e for e in body.eqns if any(x is v for x in e.invars)]
+                if len(users) != 1 or users[0].primitive.name not in (
+                        "scatter", "dynamic_update_slice"):
+                    continue
+                write = users[0]
+                if write.invars[0] is not v or write.outvars[0] is not body.outvars[k]:
+                    continue
+                whole = v.aval
+                step = write.invars[2 if write.primitive.name == "scatter" else 1].aval
+                size, piece = math.prod(whole.shape), math.prod(step.shape)
+                if piece == 0 or size // piece < 2 or size // piece not in whole.shape:
+                    continue  # not one row of a dimension of steps
+                out.append((name, tuple(whole.shape), tuple(step.shape), str(whole.dtype),
+                            size * whole.dtype.itemsize, equation_line(write)))
+    return tuple(sorted(out, key=lambda r: -r[4]))
 
 
 def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str, str, str],
