@@ -724,6 +724,12 @@ class CompiledStep:
         step at a time (marin-community/levanter#426)."""
         return jaxprs.cast_before_scan(self.jaxpr)
 
+    @cached_property
+    def jacobian_lines(self) -> frozenset[str]:
+        """The user's lines traced inside ``jax.jacfwd`` or ``jax.jacrev``: where a vmapped
+        value may be the Jacobian's own basis, not a vmap of the user's (jax-ml/jax#787)."""
+        return jaxprs.jacobian_lines(self.jaxpr)
+
     def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
                                     ...]:
         """(the loop's primitive, the buffer's shape, one step's shape, dtype, bytes, the

@@ -327,18 +327,16 @@ def _loop_fix(callers: tuple[tuple[str, str, str], ...], loops: list[str]) -> st
     # jax 0.8.0 and 0.10.2: a new callable object with __eq__ and __hash__ compiled 3 times in 3
     # calls, each object dropped after its call; 0 while an equal one was alive; the same object,
     # or the caller jitted, 0
-    identity = (" Outside jit its program is kept only while the body object lives (JAX holds "
-                "it by a weak reference), so __eq__ and __hash__ on a callable class help only "
-                "while an equal object from an earlier call is still alive, and a body made "
-                "anew at each call and dropped compiles again (jax-ml/jax#14743): make it once "
-                "and pass the same object every call, or jit the caller."
+    identity = (" Outside jit JAX keeps the program only while the body object lives, so a "
+                "body made anew at each call compiles again, even a callable class with __eq__ "
+                "and __hash__ (jax-ml/jax#14743): make it once and pass the same object."
                 if {"scan", "while"} & set(loops) else "")  # (cond: its branches, below)
     named = [(name, at) for name, at, _ in callers if name and at]
     if not named:
         return ("Jit the function that calls it, made once (an argument that sets a size, such "
                 "as a step count, in static_argnames), and it compiles once." + identity)
     name, at = named[0]
-    if name.startswith("<"):  # called at a module's or a cell's top level
+    if name == "<module>":  # called at a module's or a cell's top level
         return (f"Call it from a function jitted once, not at the top level ({at}), and it "
                 "compiles once." + identity)
     return (f"Jit `{name}`, the function that calls it ({at}), once (an argument that sets a "
@@ -569,6 +567,14 @@ def _loop_caller() -> tuple[str, str, str]:
         frame = frame.f_back
     if frame is None:
         return ("", "", via)
+    # a comprehension or a lambda is not what to jit: the user's function around it is
+    while frame.f_code.co_name.startswith("<") and frame.f_code.co_name != "<module>":
+        outer = frame.f_back
+        while outer is not None and not frames.is_user_frame(outer):
+            outer = outer.f_back
+        if outer is None:
+            break
+        frame = outer
     return (frame.f_code.co_name, frames.where(frame.f_code.co_filename, frame.f_lineno), via)
 
 
@@ -1060,15 +1066,16 @@ def _by_identity(misses: list[CacheMiss], cause: str, pattern: re.Pattern = _DEF
 
 
 def _changed_values_match(now: str, before: str, pattern: re.Pattern) -> bool:
-    """Whether the static values that changed all match ``pattern``. jax 0.8.0 lists every
-    static value of the call ("<function f at 0x1>, 16"), not only the one that changed
-    (keras-hub#779: a closure beside a length): compared one by one where both lists have the
-    same number of values, else whole."""
+    """Whether a static value that changed matches ``pattern`` (an object or function made
+    anew compiles again whatever else changed with it). jax 0.8.0 lists every static value of
+    the call ("<function f at 0x1>, 16"), not only the one that changed (keras-hub#779: a
+    closure beside a length): compared one by one where both lists have the same number of
+    values, else whole."""
     now_values, before_values = _top_level_values(now), _top_level_values(before)
     if len(now_values) != len(before_values):
         now_values, before_values = [now.strip()], [before.strip()]
     changed = [(a, b) for a, b in zip(now_values, before_values, strict=True) if a != b]
-    return bool(changed) and all(pattern.match(a) and pattern.match(b) for a, b in changed)
+    return any(pattern.match(a) and pattern.match(b) for a, b in changed)
 
 
 def _top_level_values(text: str) -> list[str]:

@@ -30,7 +30,6 @@ True
 from __future__ import annotations
 
 import importlib.metadata as md
-import math
 import platform as _platform
 import re
 from collections.abc import Mapping
@@ -886,12 +885,13 @@ def _restored_on_another_mesh(arrays: list, jax: Any) -> str:
     """A tree split over a mesh that no other live array uses, while other live arrays are
     split over another mesh: the layout a checkpoint was saved with, restored into a target
     without shardings (google/flax#5110, jax-ml/jax#19656). "" otherwise."""
-    mine = [x for x in arrays if isinstance(x, jax.Array) and _split_mesh(x) is not None]
-    meshes = {_mesh_key(_split_mesh(x)): _split_mesh(x) for x in mine}
+    mine = {id(x): m for x in arrays if isinstance(x, jax.Array)
+            and (m := _split_mesh(x)) is not None}
+    meshes = {_mesh_key(m): m for m in mine.values()}
     if len(meshes) != 1:
         return ""
     (key, mesh), = meshes.items()
-    platform = next(iter(mine[0].sharding.device_set)).platform
+    platform = next(iter(mesh.devices.flat)).platform
     ids = {id(x) for x in arrays}
     others = {}
     for x in jax.live_arrays(platform):
@@ -900,12 +900,16 @@ def _restored_on_another_mesh(arrays: list, jax: Any) -> str:
         if _mesh_key(theirs) == key:
             return ""  # other arrays use this tree's mesh too: nothing stands out
         others[_mesh_key(theirs)] = theirs
-    if len(others) != 1:
+    # one other mesh, with the same axes in other sizes: the same model's mesh on another
+    # slice (a 2-D model mesh beside a 1-D data mesh is a design, not a restore)
+    if len(others) != 1 or set(next(iter(others.values())).axis_names) != set(mesh.axis_names):
         return ""
     (other,) = others.values()
     return (f"the tree is split over a mesh ({dict(mesh.shape)}) that no other live array "
-            f"uses, while other arrays are split over {dict(other.shape)}: a jit over both "
-            "compiles again for each layout, or raises 'Mesh for all inputs should be equal'. "
+            f"uses, while other arrays are split over the same axes in other sizes "
+            f"({dict(other.shape)}): a step given this tree compiles again for its layout, and "
+            "a jit over it beside arrays of the other mesh raises 'Mesh for all inputs should "
+            "be equal' where the axes are Explicit (jax.make_mesh's default on jax 0.10.2). "
             "A checkpoint restored into a target without shardings comes back in the layout "
             "it was saved with (google/flax#5110). Fix: give the restore target shardings, "
             "jax.ShapeDtypeStruct(shape, dtype, sharding=...) or "
@@ -919,13 +923,14 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
         if x.is_deleted():
             return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), 0, (), None,
                                  None, deleted=True)
-        names = tuple(s.device for s in _shards(x))
+        shards = _shards(x)
+        names = tuple(s.device for s in shards)
         mesh = getattr(x.sharding, "mesh", None)
         try:
             order = tuple(device_name(d) for d in mesh.devices.flat) if mesh is not None else ()
         except Exception:  # an abstract mesh: no devices of its own
             order = ()
-        held = math.prod(x.sharding.shard_shape(tuple(x.shape))) * x.dtype.itemsize * len(names)
+        held = sum(s.nbytes for s in shards if s.addressable)  # this process's memory
         return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), int(x.nbytes),
                              names, getattr(x.sharding, "memory_kind", None),
                              bool(x.committed), mesh_order=order, device_bytes=held)
@@ -996,16 +1001,19 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
                "put them where the others are, once: jax.device_put(leaf, other.sharding) with "
                "a leaf already spread there (or NamedSharding(mesh, P()) to replicate; a "
                "pickled or loaded array: device_put its NumPy data straight onto the sharding). "
-               "Putting the tree on one device would make a jit over it raise 'Received "
-               "incompatible devices' (jax-ml/jax#12253)")
+               "Not jax.device_put(leaf, device): a jit over the tree then raises 'Received "
+               "incompatible devices' (jax-ml/jax#12253); the whole tree put on one device "
+               "gathers the split leaves there")
         out.append(f"{_some(moved)} uncommitted elsewhere: a jit over the tree copies them to "
                    f"{', '.join(target)} on every call. Fix: {fix}.")
     copies = [leaf for leaf in leaves if leaf.device_bytes > leaf.nbytes
               and all(d.startswith("cpu:") for d in leaf.devices)]
     if (extra := sum(leaf.device_bytes - leaf.nbytes for leaf in copies)) >= 2**20:
-        n = max(len(leaf.devices) for leaf in copies)
-        out.append(f"{_some([leaf.path for leaf in copies])} whole on each of up to {n} CPU "
-                   f"devices: simulated devices share this process's RAM, so the copies cost "
+        n = max(leaf.device_bytes // max(leaf.nbytes, 1) for leaf in copies)
+        times = "twice" if n == 2 else f"{n} times"
+        out.append(f"{_some([leaf.path for leaf in copies])} held {times} over, replicated "
+                   "on CPU devices: simulated devices share this process's RAM, so the copies "
+                   "cost "
                    f"{extra:,} B of host memory beyond the arrays. For work on the host alone "
                    "(a checkpoint converted or inspected), run with one CPU device (leave "
                    "JAX_NUM_CPU_DEVICES and xla_force_host_platform_device_count unset), split "

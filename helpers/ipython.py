@@ -31,8 +31,11 @@ class CellDevice(Record):
     device: str
     before: int
     after: int
-    peak: int  # the highest sample (on a GPU the allocator's counter keeps it exact)
+    peak: int  # the allocator's high-water mark where it rose in the cell, else the highest sample
     source: str  # "allocator" or "live arrays"
+    #: the peak is the allocator's own high-water mark (it rose during the cell: exact), not a
+    #: sample every 10 ms, which misses an array made and dropped between two samples
+    peak_exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,12 @@ class CellMemory(Display):
     #: reads a JAX value back on every run (bool(), float(), a Python if): jit cannot trace it,
     #: so the fix is NumPy for what the loop only reads (micdoh/XLRON#27)
     read_back_lines: tuple[tuple[str, int, int], ...] = ()
+    #: how often the devices were sampled: a sampled peak misses what lived between two samples
+    sample_seconds: float = 0.01
 
 
+#: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
+SAMPLE_SECONDS = 0.01
 #: a line that runs this many times in a cell, calling JAX outside jit twice or more each time,
 #: is a Python loop of operations dispatched one by one
 EAGER_RUNS = 100
@@ -138,14 +145,12 @@ def _run_measured(shell, cell: str) -> CellMemory:
     queued = memory.still_computing()
     t0 = time.perf_counter()
     with linetrace.follow() as followed, transfers.trace() as log, \
-            memory.track(interval=0.01) as trace, compiles.watch() as compiled:
+            memory.track(interval=SAMPLE_SECONDS) as trace, compiles.watch() as compiled:
         result = shell.run_cell(cell)
         left = memory.still_computing()  # at once: the kit's own wind-down takes time too
     after = memory.snapshot()
-    rows = tuple(
-        CellDevice(d.device, d.bytes_in_use, after.device(d.device).bytes_in_use,
-                   max(trace.peak(d.device), d.bytes_in_use), d.source)
-        for d in before.devices)
+    rows = tuple(_cell_device(d, after.device(d.device), trace.peak(d.device))
+                 for d in before.devices)
     peak = trace.host_peak  # the kernel's high-water mark; never shown below "after"
     if isinstance(peak, int):
         peak = max(peak, after.host.rss)
@@ -153,7 +158,19 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
-                      *_loop_lines(followed))
+                      *_loop_lines(followed), SAMPLE_SECONDS)
+
+
+def _cell_device(before: Any, after: Any, sampled: int) -> CellDevice:
+    """One device's row: where the allocator's high-water mark (``peak_bytes_in_use``, kept
+    since the backend started) rose during the cell, the cell's peak is that mark, exactly;
+    otherwise the highest sample, which can miss an array made and dropped between two
+    (apple/axlearn#293: a tree cast on the device held both dtypes for less than a sample)."""
+    rose = (isinstance(after.peak_bytes, int) and isinstance(before.peak_bytes, int)
+            and after.peak_bytes > before.peak_bytes)
+    peak = after.peak_bytes if rose else max(sampled, before.bytes_in_use)
+    return CellDevice(before.device, before.bytes_in_use, after.bytes_in_use, peak,
+                      before.source, peak_exact=rose)
 
 
 def _loop_lines(followed: Any) -> tuple[tuple, tuple, tuple]:

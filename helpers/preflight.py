@@ -393,36 +393,54 @@ def _on_the_host_by_commitment(dev) -> str:
             "call.")
 
 
+def _chunk_size(length: int) -> int:
+    """The number of steps per chunk nearest the square root of ``length`` that divides it
+    (2 or more steps, 2 or more chunks); the square root itself where none does (a prime)."""
+    root = math.isqrt(length)
+    pairs = [d for k in range(2, root + 1) if length % k == 0 for d in (k, length // k)]
+    return min(pairs, key=lambda d: abs(d - math.sqrt(length)), default=max(root, 2))
+
+
 def _chunks_fix(length: int) -> str:
     """The fix for a scan whose steps each keep their carry: checkpointed chunks of about
     sqrt(length) steps (measured by the kit for jax#19250, a fori_loop of 256 steps of sin over
     float32[4096]: 4.00 MiB kept became 256 KiB, XLA's temporaries 4.03 MiB became 0.53 MiB,
     the same gradient; jax 0.8.0 and 0.10.2)."""
-    k = max(2, math.isqrt(length))
-    return (f"A lax.scan over jax.checkpoint-ed chunks of about {k} steps keeps one carry per "
-            f"chunk, {-(-length // k)} in all, and the backward pass recomputes one chunk at a "
-            f"time: jax.lax.scan(jax.checkpoint(chunk), carry, xs.reshape({length // k}, {k}, "
-            f"...)), where chunk runs the body over its {k} steps with a lax.scan (for a "
-            f"fori_loop: xs None, length={length // k}, and chunk a fori_loop of {k} steps).")
+    k = _chunk_size(length)
+    n, left = divmod(length, k)
+    last = "the last step" if left == 1 else f"the last {left} steps"
+    rest = (f" Then run {last} on their own, after the scan (your {length} steps are {n} "
+            f"chunks of {k} and {left} more)." if left else "")
+    return (f"A lax.scan over jax.checkpoint-ed chunks of {k} steps keeps one carry per chunk, "
+            f"{n} in all, and the backward pass recomputes one chunk at a time: "
+            f"jax.lax.scan(jax.checkpoint(chunk), carry, xs[:{n * k}].reshape({n}, {k}, ...)), "
+            f"where chunk runs the body over its {k} steps with a lax.scan (for a fori_loop: "
+            f"xs None, length={n}, and chunk a fori_loop of {k} steps).{rest}")
 
 
 def _checkpoint_fix(length: int, per_step: int, carry: int, checkpointed: bool,
                     chunked: bool) -> str:
     """What jax.checkpoint can do for a scan under a derivative that keeps ``per_step`` bytes
     a step, whose carry is ``carry`` bytes: checkpointing the body keeps each step's carry, so
-    where that is all it keeps already, or the body is checkpointed already, the fix is
-    chunks (jax-ml/jax#19250: "jax.remat(body_fn) does not help")."""
+    where that is all it keeps already, or the whole body is checkpointed already, the fix is
+    chunks (jax-ml/jax#19250: "jax.remat(body_fn) does not help"); where a checkpoint covers
+    only part of the body and a step keeps more than its carry, around the whole body."""
     if chunked:
         return ("Its body is a jax.checkpoint-ed chunk of steps already: it keeps one carry per "
                 "chunk and recomputes one chunk at a time in the backward pass; chunks of about "
                 "the square root of all the steps keep the least.")
-    if checkpointed:
+    if checkpointed and (not carry or per_step <= 2 * carry):
         return ("Its body is under jax.checkpoint already, so each step keeps its carry (and "
                 "what the checkpoint's policy saves). " + _chunks_fix(length))
     if carry and per_step <= carry:
         return (f"Each step keeps {format_bytes(per_step)}, no more than its carry "
                 f"({format_bytes(carry)}), which is what jax.checkpoint on the body would keep: "
                 "it cannot shrink this (jax#19250). " + _chunks_fix(length))
+    if checkpointed:
+        return (f"Part of its body is under jax.checkpoint, yet each step keeps "
+                f"{format_bytes(per_step)}, more than its carry ({format_bytes(carry)}): "
+                "jax.checkpoint around the whole body keeps only each step's carry and "
+                "recomputes the rest in the backward pass.")
     return ("jax.checkpoint on the body keeps only each step's carry and recomputes the rest in "
             "the backward pass.")
 
@@ -445,10 +463,14 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
     head = (f"A lax.scan{at} keeps a value for each of its {t.length} steps, "
             f"{format_bytes(t.nbytes)} stacked over its length ({t.nbytes / peak:.0%} of the "
             f"peak{largest})")
-    if t.role == "forward" and t.fwd_rule:
-        return (f"{head}: it runs inside the jax.custom_vjp fwd rule {t.fwd_rule}; "
-                "preflight.residuals(loss, ...) lists which of its values the rule returns as "
-                "residuals. " + _fwd_rule_fix(t.fwd_rule))
+    if t.role == "forward" and t.fwd_rule:  # (its values may be residuals, or the output)
+        rule = t.fwd_rule
+        return (f"{head}: it runs inside the jax.custom_vjp fwd rule {rule}. What {rule} returns "
+                "as residuals JAX keeps until the bwd rule runs, and jax.checkpoint on code "
+                f"inside {rule} cannot drop it: where preflight.residuals(loss, ...) names this "
+                f"scan's values as {rule}'s residuals, return fewer from {rule} and recompute "
+                f"them in the bwd rule (sglang-jax#823); where it does not, they are {rule}'s "
+                "output.")
     if t.role == "forward":
         return (f"{head}: it runs under a derivative (jax.grad, jax.vjp), so beside what its "
                 "body returns it keeps what the backward pass needs from each step. "
@@ -630,7 +652,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # a vmap the user never wrote: a Jacobian's own, over its basis (XLA may fold the batch
     # into a dot's rows: f32[288 * 96, 96] for 288 tangents)
     basis = [r for r in jacobians if batched and not the_long_way and r.batch > 1
-             and batched[0][0].shape and batched[0][0].shape[0] % r.batch == 0]
+             and batched[0][0].shape and batched[0][0].shape[0] % r.batch == 0
+             and batched[0][0].line in c.jacobian_lines]  # (not a vmap of the user's)
     if basis and batched[0][2] >= 4 * basis[0].basis_bytes:
         notes.append(_basis_note(basis[0], *batched[0]))
     elif batched and not basis:  # (values the size of the Jacobian itself: nothing to save)

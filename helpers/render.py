@@ -457,11 +457,13 @@ def cell_memory_text(c: CellMemory) -> str:
     lines.append(f"{'host RSS':<10} {format_bytes(c.host_before):>14} "
                  f"{format_bytes(c.host_after):>14} {format_bytes(c.host_peak):>14}  "
                  "high-water mark")
-    if any(d.source == "live arrays" for d in c.devices):
-        lines.append("A live-arrays peak is sampled every 10 ms: an array made and dropped "
-                     "between two samples is missed (old values freed when a name is rebound "
-                     "in the same line, as in params = jax.tree.map(lambda p: p.astype(...), "
-                     "params)). A GPU's allocator counts its own peak exactly.")
+    if sampled := [d.device for d in c.devices if not d.peak_exact]:
+        lines.append(f"The peak on {', '.join(sampled[:4])}{' …' if len(sampled) > 4 else ''} "
+                     f"is sampled every {c.sample_seconds * 1000:g} ms: an array made and "
+                     "dropped between two samples is "
+                     "missed (old values freed when a name is rebound in the same line, as in "
+                     "params = jax.tree.map(lambda p: p.astype(...), params)). Where a GPU "
+                     "allocator's own high-water mark rose during the cell, its peak is exact.")
     moved = ", ".join(f"{r['count']} {r['direction']} "
                       f"({'explicit' if r['explicit'] else 'implicit'}"
                       f"{', ' + _copied_size(r) if r['bytes'] or r['unknown_size'] else ''})"

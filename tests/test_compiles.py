@@ -734,7 +734,7 @@ def test_jax_14743_an_eager_scan_keeps_its_program_only_while_its_body_lives():
             accumulate(xs).block_until_ready()
     assert log.function("eager operations").changed == ("scan ×3",)  # __eq__ did not help
     assert "only while the body object lives" in log.diagnosis and "__eq__" in log.diagnosis
-    assert "pass the same object every call, or jit the caller" in log.diagnosis
+    assert "make it once and pass the same object" in log.diagnosis
     assert "Jit `accumulate`" in log.diagnosis
     top = compile("for _ in range(2):\n    jax.lax.scan(Step(), 0.0, xs)\n", "<string>", "exec")
     with compiles.watch() as module:
@@ -750,3 +750,18 @@ def test_jax_14743_an_eager_scan_keeps_its_program_only_while_its_body_lives():
         for _ in range(3):
             jax.lax.scan(Step(), 0.0, xs)[0].block_until_ready()
     assert alive.compiles == 0
+
+
+def test_an_eager_scan_in_a_comprehension_names_the_function_around_it():
+    """A list comprehension (or a lambda) is its own frame: the function to jit is the one
+    around it, not "the top level"."""
+    xs = jnp.arange(8.0)
+
+    def run(ws):
+        return [jax.lax.scan(lambda c, x, w=w: (c + x * w, None), 0.0, xs)[0] for w in ws]
+
+    run([1.0])
+    with compiles.watch() as log:
+        run([2.0, 3.0, 4.0])
+    assert "Jit `run`, the function that calls it" in log.diagnosis
+    assert "not at the top level" not in log.diagnosis

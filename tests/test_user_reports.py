@@ -1599,7 +1599,7 @@ def test_jax_12253_an_unpickled_array_is_put_where_the_tree_is_split_not_on_one_
     loaded = pickle.loads(pickle.dumps(w))
     assert len(loaded.sharding.device_set) == 1  # pickle keeps no device or sharding
     (problem,) = devices.tree_placement({"loaded": loaded, "w": w}).problems
-    assert "jax.device_put(tree, device)" not in problem and "other.sharding" in problem
+    assert "jax.device_put(tree, device) once" not in problem and "other.sharding" in problem
     step = jax.jit(lambda a, b: a + b)
     step(jax.device_put(loaded, w.sharding), w)  # the fix given works
     with pytest.raises(ValueError, match="incompatible devices"):  # the one it replaced did not
@@ -1619,6 +1619,7 @@ def test_maxtext_3192_a_tree_replicated_over_simulated_cpu_devices_costs_host_ra
     assert [leaf.device_bytes for leaf in t.leaves] == [4 * 256 * 1024] * 2
     (problem,) = t.problems
     assert "share this process's RAM" in problem and f"{2 * 3 * 256 * 1024:,} B" in problem
+    assert "held 4 times over" in problem
     assert "one CPU device" in problem and "split" in problem
     split = {k: jax.device_put(v, NamedSharding(mesh, PartitionSpec("x")))
              for k, v in restored.items()}
@@ -1629,7 +1630,7 @@ def test_flax_5110_jax_19656_a_tree_restored_in_its_saved_layout_beside_another_
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     four = np.array(jax.devices()[:4])
-    saved, now = Mesh(four.reshape(4, 1), ("c", "u")), Mesh(four.reshape(2, 2), ("a", "b"))
+    saved, now = Mesh(four.reshape(4, 1), ("a", "b")), Mesh(four.reshape(2, 2), ("a", "b"))
     want = NamedSharding(now, PartitionSpec("a", "b"))
 
     def init():
@@ -1639,12 +1640,17 @@ def test_flax_5110_jax_19656_a_tree_restored_in_its_saved_layout_beside_another_
     assert jax.eval_shape(jax.jit(init))["w"].sharding is None
     assert jax.eval_shape(jax.jit(init, out_shardings={"w": want}))["w"].sharding == want
     batch = jax.device_put(jnp.ones((64, 64)), want)
-    restored = {"w": jax.device_put(jnp.ones((64, 64)), NamedSharding(saved, PartitionSpec("c")))}
+    restored = {"w": jax.device_put(jnp.ones((64, 64)), NamedSharding(saved, PartitionSpec("a")))}
     (problem,) = devices.tree_placement(restored).problems  # flax#5110: the saved layout
-    assert "{'c': 4, 'u': 1}" in problem and "{'a': 2, 'b': 2}" in problem
+    assert "{'a': 4, 'b': 1}" in problem and "{'a': 2, 'b': 2}" in problem
     assert "out_shardings" in problem and "ShapeDtypeStruct" in problem
     fixed = {"w": jax.device_put(restored["w"], want)}
     assert devices.tree_placement(fixed).problems == ()
+    # a model over a 2-D mesh beside data over a 1-D mesh of other axes is a design: no note
+    del restored
+    data = jax.device_put(jnp.ones((64, 8)), NamedSharding(Mesh(four, ("batch",)),
+                                                          PartitionSpec("batch")))
+    assert devices.tree_placement({"data": data}).problems == ()
     del batch
 
 

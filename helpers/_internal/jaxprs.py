@@ -19,9 +19,10 @@ from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
 __all__ = ["cast_before_scan", "custom_vjp_residuals", "custom_vjp_rule",
-           "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_sizes",
-           "loop_records", "narrowed_inputs", "output_kinds", "scaled_by_zero", "scan_carry_bytes",
-           "scan_checkpoint", "scan_copied_xs", "scan_role", "threefry_draws", "walk"]
+           "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
+           "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds", "scaled_by_zero",
+           "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role", "threefry_draws",
+           "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -132,16 +133,32 @@ def scan_checkpoint(eqn) -> tuple[bool, bool]:
     the inner jits it calls, not from a scan nested in it. In a gradient's forward scan JAX has
     already split the checkpoint off (its backward scan keeps it: jax 0.8.0 and 0.10.2)."""
     body = eqn.params["jaxpr"]
+    carry = sorted(_types(eqn.outvars[:eqn.params["num_carry"]]))
     stack = [getattr(body, "jaxpr", body)]
     while stack:
         for inner in stack.pop().eqns:
-            if inner.primitive.name in _REMATS:
-                return True, any(e.primitive.name == "scan"
+            if inner.primitive.name in _REMATS:  # chunks: an inner scan that carries ours
+                return True, any(e.primitive.name == "scan" and _within(
+                                     carry, _types(e.outvars[:e.params["num_carry"]]))
                                  for j, _ in walk(inner.params.get("jaxpr"))
                                  for e in getattr(j, "eqns", ()))
             if (called := _called(inner)) is not None:
                 stack.append(called)
     return False, False
+
+
+def _types(values) -> list[tuple[tuple[int, ...], str]]:
+    return [(tuple(v.aval.shape), str(v.aval.dtype)) for v in values if hasattr(v.aval, "shape")]
+
+
+def _within(few: list, many: list) -> bool:
+    """Every type of ``few`` among ``many``, each as often (a multiset)."""
+    left = list(many)
+    for t in few:
+        if t not in left:
+            return False
+        left.remove(t)
+    return bool(few)
 
 
 def custom_vjp_rule(eqn) -> str:
@@ -192,6 +209,23 @@ def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
                 at = None if inner is None else _invar_index(inner, inner.outvars[k], depth + 1)
                 return None if at is None else _invar_index(jaxpr, eqn.invars[at], depth + 1)
     return None
+
+
+def jacobian_lines(closed) -> frozenset[str]:
+    """The user's lines (as :func:`equation_line` names them) of the equations traced inside
+    ``jax.jacfwd`` or ``jax.jacrev`` (``jax.hessian``): a frame of their traceback is JAX's
+    ``jacfun``, the function those return (jax 0.8.0 and 0.10.2). A value made at such a line
+    under a vmap may be the Jacobian's own, over its basis (jax-ml/jax#787)."""
+    out = set()
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            try:
+                names = [f.function_name for f in eqn.source_info.traceback.frames]
+            except Exception:  # an equation without a traceback
+                continue
+            if any(n.endswith("jacfun") for n in names) and (line := equation_line(eqn)):
+                out.add(line)
+    return frozenset(out)
 
 
 def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
