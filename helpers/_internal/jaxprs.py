@@ -219,13 +219,19 @@ def jacobian_lines(closed) -> frozenset[str]:
     out = set()
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
-            try:
-                names = [f.function_name for f in eqn.source_info.traceback.frames]
-            except Exception:  # an equation without a traceback
-                continue
-            if any(n.endswith("jacfun") for n in names) and (line := equation_line(eqn)):
+            if any(n.endswith("jacfun") for n in _frame_names(eqn)) and (
+                    line := equation_line(eqn)):
                 out.add(line)
     return frozenset(out)
+
+
+def _frame_names(eqn) -> list[str]:
+    """The function names of the traceback that made a jaxpr equation, innermost first (JAX's
+    own and the user's); [] where it has none."""
+    try:
+        return [f.function_name for f in eqn.source_info.traceback.frames]
+    except Exception:  # an equation without a traceback
+        return []
 
 
 def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
@@ -413,10 +419,7 @@ def jacobian_sizes(closed) -> list[tuple[str, int, int, int, str]]:
     found: dict[tuple[str, str], list[int]] = {}  # (mode, line): [outputs, inputs, basis]
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
-            try:
-                names = [f.function_name for f in eqn.source_info.traceback.frames]
-            except Exception:  # an equation without a traceback
-                continue
+            names = _frame_names(eqn)
             mode = next(("reverse" if n.startswith("jacrev.") else "forward" for n in names
                          if n.startswith(("jacrev.", "jacfwd."))), "")
             if not mode or "vmap(" in str(eqn.source_info.name_stack):
@@ -579,10 +582,7 @@ def output_kinds(closed) -> list[str]:
         if body is not None:
             at = next(i for i, v in enumerate(made.outvars) if v is var)
             return kind(body, body.outvars[at])
-        try:
-            names = {f.function_name for f in made.source_info.traceback.frames}
-        except Exception:  # an equation without a traceback
-            names = set()
+        names = set(_frame_names(made))
         if made.primitive.name == "broadcast_in_dim" and "instantiate_zeros" in names and \
                 any(_zero_literal(v) for v in made.invars):
             return "zero gradient"
