@@ -273,17 +273,19 @@ def _deleted(args, kwargs, jax) -> str:
             "donating it where you need it again.")
 
 
-def _donation_conflict(args, kwargs, donated, jax) -> str:
+def _donation_conflict(args, kwargs, donated, jax, compiled=None) -> str:
     """Why the call will fail, when a donated buffer is also passed again in the same call
     (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
     donated"); "" when none is. Each place is named by its argument and its path in it
-    (optax#1059: a state whose ``z`` was its ``params['w']``)."""
-    def places(where, value):
-        return [(where, jax.tree_util.keystr(path), leaf)
-                for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]]
-
-    leaves = [p for i, a in enumerate(args) for p in places(i, a)]
-    leaves += [p for k, v in kwargs.items() for p in places(k, v)]
+    (optax#1059: a state whose ``z`` was its ``params['w']``). A place the step never reads
+    is none: jit drops it before the call, and the buffer is donated once (marin#3668: an
+    unused ``ema_params`` that is ``params``; jax 0.8.0 and 0.10.2)."""
+    flat = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
+    kept = (_kept(compiled, len(flat), jax) if compiled is not None else None) or (
+        [True] * len(flat))
+    leaves = [(path[1].idx if path[0].idx == 0 else path[1].key,
+               jax.tree_util.keystr(path[2:]), leaf)
+              for (path, leaf), used in zip(flat, kept, strict=True) if used]
 
     def named(where, path) -> str:
         return f"argument {where!r}{path}" if isinstance(where, str) else f"argument {where}{path}"
@@ -539,7 +541,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     return CompiledStep(compiled, dev, why, donated,
                         *_residency(compiled, dyn_args, dyn_kwargs, dev, jax, bool(mesh)),
                         _deleted(dyn_args, dyn_kwargs, jax)
-                        or _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax),
+                        or _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax,
+                                              compiled),
                         constants,
                         _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, jax,
                                    bool(mesh)), name,
@@ -777,6 +780,17 @@ class CompiledStep:
             kinds = [""] * len(flat)
         return tuple((jax.tree_util.keystr(path), leaf, kind)
                      for (path, leaf), kind in zip(flat, kinds, strict=True))
+
+    def repeated_outputs(self) -> tuple[tuple[str, str, int], ...]:
+        """(the output's path, the path of the earlier output it repeats, its bytes) of each
+        output that is the same computed value as another: XLA writes each into its own
+        buffer (marin-community/marin#3668). () where the jaxpr's outputs are not the
+        executable's."""
+        made = self.outputs()
+        pairs = jaxprs.repeated_outputs(self.jaxpr)
+        if not made or any(j >= len(made) for _, j in pairs):
+            return ()
+        return tuple((made[j][0], made[i][0], array_bytes(made[j][1])) for i, j in pairs)
 
     def scan_stacks(self, room: int, most: int = 3) -> tuple[ScanStack, ...]:
         """Each ``lax.scan`` in the step (nested ones included) with what it stacks over its

@@ -149,6 +149,15 @@ IDENTITY_STRUCTURE_FIX = ("the structure differs only in an object that prints i
                           "epoch, a closure) is a new structure that compiles again. Make it "
                           "once, outside the loop, and reuse it; jax.clear_caches() drops what "
                           "is kept so far")
+#: the fix for a pytree structure whose static data prints the same now and before, yet is not
+#: equal: an object compared by identity that prints no address (almond-bot/axol#173: a class
+#: made with type(...) at each call, kept in a static field); the object goes in the braces
+SAME_TEXT_STRUCTURE_FIX = ("the structure's static data prints the same now and before, {}, "
+                           "yet is not equal: an object that compares by identity and shows "
+                           "no address (a class made with type(...) or a class statement inside "
+                           "a function, a function, an instance without __eq__), made anew for "
+                           "each call. Make it once and reuse it (almond-bot/axol#173); "
+                           "jax.clear_caches() drops what is kept so far")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
 EAGER = "eager operations"
@@ -935,8 +944,10 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
               and (m.cause != "function made anew" or len(mine) > 1)]
     placed = placed or []
     causes += ["new placement"] * len(placed)
-    cause = (max(causes, key=lambda c: (causes.count(c), -CAUSES.index(c))) if causes
-             else "first compile")
+    # a tie goes to what JAX says changed: a lone "made anew" can be the first call after
+    # f.clear_cache(), JAX having kept the call site from an earlier block (numpyro#463)
+    cause = (max(causes, key=lambda c: (causes.count(c), c != "function made anew",
+                                        -CAUSES.index(c))) if causes else "first compile")
     clearing: tuple[str, ...] = ()
     if cause == "function made anew" and _cleared_between(mine, clears or []):
         cause = "caches cleared"  # JAX's "never seen" of a function object it had seen
@@ -961,6 +972,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
              IDENTITY_FIX if _by_identity(mine, cause) else
              FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
              IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else
+             SAME_TEXT_STRUCTURE_FIX.format(same) if (same := _prints_same(mine, cause)) else
              WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1])
@@ -996,8 +1008,10 @@ def _keywords_only(misses: list[CacheMiss], cause: str) -> bool:
 
 
 def _each_new(types: list[str], compiles: int) -> bool:
-    """Two or more compiles, each with argument types (JAX's lowering log) no earlier one had."""
-    return compiles >= 2 and len(types) == compiles and len(set(types)) == len(types)
+    """Two or more compiles, each with argument types (JAX's lowering log) no earlier one had,
+    weak types aside (a Python scalar's weak float32 is the same shape as a float32)."""
+    shapes = {t.replace(", weak_type=True", "") for t in types}
+    return compiles >= 2 and len(types) == compiles and len(shapes) == len(types)
 
 
 _SHAPED = re.compile(r"ShapedArray\(([^()]*)\)")
@@ -1033,6 +1047,28 @@ def _weak_only(misses: list[CacheMiss], cause: str) -> bool:
                                for f in found)
 
 
+def _now_and_before(m: CacheMiss) -> tuple[str, str] | None:
+    """JAX's "now X and before Y" of a new pytree structure, as (X, Y); None where not said."""
+    text = m.explanation.split(", so the pytree")[0]
+    i, j = text.find(", now "), text.rfind(" and before ")
+    if i < 0 or j < i:
+        return None
+    return text[i + len(", now "):j], text[j + len(" and before "):]
+
+
+def _prints_same(misses: list[CacheMiss], cause: str) -> str:
+    """For a new pytree structure whose "now" and "before" print the same, the static data
+    that does (its pytree metadata where JAX names it); "" else."""
+    if cause != "new pytree structure":
+        return ""
+    pairs = [_now_and_before(m) for m in misses if m.cause == cause]
+    if not pairs or any(p is None or p[0] != p[1] for p in pairs):
+        return ""
+    now = pairs[0][0]
+    said = re.search(r"with pytree metadata \((.*)\)$", now)
+    return (said.group(1).rstrip(",") if said else now)[:120]
+
+
 def _identity_only(misses: list[CacheMiss], cause: str) -> str:
     """For a new pytree structure whose "now" and "before" differ only in addresses (an object
     compared by identity in the structure's static data, made anew: flax#4329's optax
@@ -1041,11 +1077,10 @@ def _identity_only(misses: list[CacheMiss], cause: str) -> str:
         return ""
     found = []
     for m in (m for m in misses if m.cause == cause):
-        text = m.explanation.split(", so the pytree")[0]
-        i, j = text.find(", now "), text.rfind(" and before ")
-        if i < 0 or j < i:
+        said = _now_and_before(m)
+        if said is None:
             return ""
-        now, before = text[i + len(", now "):j], text[j + len(" and before "):]
+        now, before = said
         if now == before or _ADDRESS.sub("", now) != _ADDRESS.sub("", before):
             return ""
         found += [o for o in _OBJECT_AT.findall(now) if o not in before][:1]

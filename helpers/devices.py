@@ -646,7 +646,7 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
 def _shards(x) -> tuple[Shard, ...]:
     """Each addressable device's piece of ``x``, from the sharding alone (never through
     ``shard.data``, which would make JAX keep another Array over the same buffer)."""
-    itemsize = np.dtype(x.dtype).itemsize
+    itemsize = x.dtype.itemsize  # (a typed PRNG key's dtype is no NumPy dtype)
     out = []
     every = x.is_fully_addressable  # one process holds it all: its own devices are all of them
     placed = (x.sharding.addressable_devices_indices_map(tuple(x.shape)) if every else
@@ -751,7 +751,10 @@ def _context_mesh():
 
 def _mesh_in_use(x, platform: str) -> str:
     """A mesh other live arrays of ``platform`` are spread over, described ("{'x': 4}, over
-    which other live arrays are split (a float32[8, 4] among them)"); "" where none is."""
+    which other live arrays are split (a float32[8, 4] among them)"); "" where none is.
+    jax.pmap's outputs are split over a mesh of JAX's own (its axis named
+    "_internal_pmap_axis_name" on jax 0.10.2, "<axis 0x...>" on 0.8.0): for that, with its own
+    fix (fermiflow/CoulombGas#2)."""
     for other in jaxcompat.import_jax().live_arrays(platform):
         if other is x or other.is_deleted():
             continue
@@ -759,6 +762,9 @@ def _mesh_in_use(x, platform: str) -> str:
         if (spread is not None and len(other.sharding.device_set) > 1
                 and not other.sharding.is_fully_replicated
                 and any(d % spread.size == 0 for d in x.shape)):
+            if any(str(a).startswith(("_internal_pmap", "<axis ")) for a in spread.axis_names):
+                return (f"PMAP:jax.pmap's {spread.size} devices, over which other live arrays "
+                        f"are split (a {other.dtype}{list(other.shape)} among them)")
             return (f"{dict(spread.shape)}, over which other live arrays are split "
                     f"(a {other.dtype}{list(other.shape)} among them)")
     return ""
@@ -792,6 +798,13 @@ def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
     jax = jaxcompat.import_jax()
     if len(jax.devices(platform)) < 2 or not (mesh_text := _mesh_in_use(x, platform)):
         return ""
+    if mesh_text.startswith("PMAP:"):
+        return (f". jax.pmap is in use ({mesh_text[5:]}), but this array is whole on "
+                f"{shards[0].device}, all {x.nbytes:,} B on that one device: a pmap splits it "
+                "over its devices at each call, each piece copied from there. Make it under "
+                "jax.pmap, each device making its own part (jax.pmap(lambda _: make())(dummy), "
+                "fermiflow/CoulombGas#2), or, where every device needs the whole of it, pass it "
+                "with in_axes=None rather than stacking a copy per device")
     return (f". A mesh is in use ({mesh_text}), but this array is whole on {shards[0].device}, "
             f"all {x.nbytes:,} B on that one device: an operation on arrays that sit on one "
             "device (jnp.linspace, then jnp.meshgrid of it) makes its result there too. To have "

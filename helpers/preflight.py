@@ -251,6 +251,9 @@ class StepPreflight(_Verdict, Display):
     #: ("float32[4, 128, 4096]", "float32[4, 4096]", bytes, line) of each buffer a loop carries
     #: and only writes, one step's value per row: a value of every step held (gemma#534)
     loop_records: tuple[tuple[str, str, int, str], ...] = ()
+    #: (the output's path, the earlier output it repeats, bytes) of each output that is the
+    #: same value as another: XLA writes it twice (marin-community/marin#3668)
+    repeated_outputs: tuple[tuple[str, str, int], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -589,7 +592,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      donate_argnames=donate_argnames, **kwargs)
     dev = c.device
     a = c.sizes()
-    split = step_arguments.argument_split(c, fn, args, kwargs)
+    split = step_arguments.argument_split(c, fn, args, kwargs, per_device=device is None)
     copies = step_arguments.state_copies(c, fn, args, kwargs)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
     runtime = c.runtime_bytes() if target is None else 0
@@ -673,6 +676,16 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
     if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
         notes.append(_cast_note(*casts[0]))
+    repeated = c.repeated_outputs()
+    if (twice := sum(r[2] for r in repeated)) >= 2**20:
+        path, first, _ = repeated[0]
+        more = f" (and {len(repeated) - 1} more such pairs)" if len(repeated) > 1 else ""
+        notes.append(
+            f"The outputs {first} and {path} are the same value{more}: XLA writes each into a "
+            f"buffer of its own ({format_bytes(twice)} more every call), and the caller holds "
+            "two copies of it from step to step. Return it once, or leave the field out where "
+            "it is not used (a train state's ema_params=params with EMA off: "
+            "marin-community/marin#3668).")
     records = c.loop_records()
     if records and records[0][4] >= 2**20 and records[0][4] * 4 >= peak:
         notes.append(_record_note(*records[0]))
@@ -710,8 +723,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
             f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments split "
             "over devices: a value gathered from its shards to be handed to the host. "
-            "jax.debug.print and host callbacks take what they are given whole: give them a "
-            "slice or a reduction.")
+            "jax.debug.print and host callbacks take what they are given whole: give "
+            "jax.debug.print a slice or a reduction, and run a jax.pure_callback on each "
+            "device's part under shard_map, with in_specs and out_specs that split it "
+            "(jax-ml/jax#15956).")
     if spread and device is not None:
         listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
         notes.append(
@@ -781,7 +796,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                for _, to, shape, n, line, _, _ in casts),
         dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit,
         loop_records=tuple((f"{dtype}{list(whole)}", f"{dtype}{list(step)}", n, line)
-                           for _, whole, step, dtype, n, line in records))
+                           for _, whole, step, dtype, n, line in records),
+        repeated_outputs=repeated)
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------
@@ -900,7 +916,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     rules = _fwd_rules(fn, args, kwargs, closed)
     out, made_at = [], {}
     for aval, source in found:
-        nbytes = int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+        nbytes = int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
         shape, dtype, where = tuple(aval.shape), str(aval.dtype), _made_at(str(source))
         out.append(Residual(shape, dtype, nbytes, _short(str(source)),
                             str(source).startswith("from the argument"),

@@ -227,10 +227,12 @@ def _narrowed_data_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> st
         f"{format_bytes(_saved(narrowed, wide))} less on the device, and in each copy to it.")
 
 
-def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
-                   ) -> tuple[tuple[str, int], ...]:
+def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
+                   per_device: bool = False) -> tuple[tuple[str, int], ...]:
     """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
-    parameters ("args[2]" for ``*args``), largest first; static arguments are left out."""
+    parameters ("args[2]" for ``*args``), largest first; static arguments are left out.
+    ``per_device``: an array split over devices counts one device's piece, as XLA's argument
+    size does when it prices one device's share (it added up to more than that size)."""
     seen: dict[int, str] = {}  # id of an array -> the argument it was counted under
     out = []
     for name, value in c.arguments(fn, args, kwargs):
@@ -242,11 +244,17 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
                 elsewhere.append(seen[id(leaf)])
                 continue
             seen[id(leaf)] = name
-            total += compiled.array_bytes(leaf)
+            total += (_piece_bytes(leaf) if per_device and compiled.devices_split_over(leaf) > 1
+                      else compiled.array_bytes(leaf))
         if elsewhere and not total:  # passed twice: XLA's argument size counts it twice
             name = f"{name} (the same arrays as {', '.join(dict.fromkeys(elsewhere))})"
         out.append((name, total))
     return tuple(sorted(out, key=lambda kv: -kv[1]))
+
+
+def _piece_bytes(leaf: Any) -> int:
+    """The bytes of one device's piece of an array split over devices."""
+    return math.prod(leaf.sharding.shard_shape(tuple(leaf.shape))) * leaf.dtype.itemsize
 
 
 def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict

@@ -1420,3 +1420,17 @@ def test_a_checkpointed_layer_with_a_scan_of_its_own_is_no_chunk_of_the_outer_lo
     r = preflight.residuals(loss, jnp.ones((64, 64, 64)) * 0.01, jnp.ones((16, 4, 64)))
     assert "chunk of steps already" not in r.advice
     assert "under jax.checkpoint already" in r.advice
+
+
+def test_each_argument_s_bytes_add_up_to_xla_s_share_of_one_device_over_a_mesh():
+    """Over a mesh XLA's argument size is one device's share; the split by argument counted
+    whole arrays beneath it and added up to four times as much."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    s = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("d",)), PartitionSpec("d"))
+    y, table = (jax.device_put(jnp.ones((1024, 256)), s) for _ in range(2))
+    p = preflight.preflight_step(lambda y, table: (y * table).sum(), y, table)
+    assert sum(b for _, b in p.argument_split) == p.argument_bytes == 2 * y.nbytes // 4
+    whole = preflight.preflight_step(lambda y, table: (y * table).sum(), y, table,
+                                     device=jax.devices()[0])
+    assert sum(b for _, b in whole.argument_split) == 2 * y.nbytes  # priced whole, as asked

@@ -118,3 +118,15 @@ def test_host_memory_leaves_beside_device_ones(two):
     t = devices.tree_placement(tree)
     assert "cpu:0 (pinned_host)" in t.bytes_by_place
     assert any("host memory (pinned_host)" in p for p in t.problems)
+
+
+def test_typed_prng_keys_are_placed_like_any_array():
+    """A typed key's dtype (key<fry>) is no NumPy dtype: placement raised TypeError on it."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    keys = jax.random.split(jax.random.key(0), 8)
+    split = jax.device_put(keys, NamedSharding(jax.make_mesh((4,), ("x",)), PartitionSpec("x")))
+    assert devices.placement(keys).nbytes == keys.nbytes
+    assert sum(s.nbytes for s in devices.placement(split).shards) == keys.nbytes
+    t = devices.tree_placement({"key": keys, "split": split})
+    assert [leaf.nbytes for leaf in t.leaves] == [keys.nbytes] * 2

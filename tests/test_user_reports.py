@@ -1743,3 +1743,210 @@ def test_gemma_534_a_sampler_that_keeps_every_step_s_logits_is_named_with_top_k(
     top = preflight.preflight_step(sampler("top"), w, jax.random.key(1))
     assert "gemma#534" not in top.advice
     assert full.peak_bytes - top.peak_bytes >= 1.5 * MiB  # the 2 MiB buffer, gone
+
+
+def test_numpyro_463_a_weakly_typed_initial_state_after_clear_cache_is_no_new_shape():
+    """Python scalars in the initial state are weakly typed, the state the step returns is
+    not: a second compile. After f.clear_cache() JAX also says "seen another function defined
+    on the same line", and the kit called it new shapes with a pad-or-bucket fix."""
+    from typing import NamedTuple
+
+    class State(NamedTuple):
+        i: object
+        z: object
+        step_size: object
+
+    @jax.jit
+    def body(s):
+        return State(s.i + 1, s.z * 0.99, s.step_size * jnp.float32(0.99))
+
+    def run(s):
+        for _ in range(3):
+            s = body(s)
+
+    with compiles.watch():
+        run(State(0, jnp.ones(16), 1.0))
+    body.clear_cache()
+    with compiles.watch() as log:
+        run(State(0, jnp.ones(16), 1.0))  # Python scalars: weakly typed
+    entry = log.function("body")
+    assert entry.cause == "new dtypes" and "only the weak type changed" in log.diagnosis
+    assert "Pad or bucket" not in log.diagnosis
+    body.clear_cache()
+    with compiles.watch() as typed:  # the kit's fix: the dtype from the start
+        run(State(np.int32(0), jnp.ones(16), np.float32(1.0)))
+    assert typed.function("body").compiles == 1
+
+
+def test_marin_3668_a_train_state_that_returns_its_parameters_twice_is_named():
+    """With EMA off, the step wrote ema_params=params: one value, two outputs, written twice.
+    And donating the init state, whose ema_params IS params, was called "will fail": jit drops
+    the unread ema_params, and the call runs (jax 0.8.0 and 0.10.2)."""
+    p = {"w1": jnp.ones((512, 512)), "w2": jnp.ones((512, 512))}  # 2 MiB
+
+    def step(s, x):
+        g = jax.grad(lambda q: jnp.sum((x @ q["w1"] @ q["w2"]) ** 2))(s["params"])
+        new = jax.tree.map(lambda a, b: a - 0.1 * b, s["params"], g)
+        return {"params": new, "ema_params": new}
+
+    def fixed(s, x):  # the PR's fix: no ema_params when EMA is off
+        g = jax.grad(lambda q: jnp.sum((x @ q["w1"] @ q["w2"]) ** 2))(s["params"])
+        return {"params": jax.tree.map(lambda a, b: a - 0.1 * b, s["params"], g)}
+
+    x = jnp.ones((8, 512))
+    twice = preflight.preflight_step(step, {"params": p, "ema_params": p}, x, donate_argnums=0)
+    assert sum(r[2] for r in twice.repeated_outputs) == 2 * MiB
+    assert "are the same value" in twice.advice and "marin#3668" in twice.advice
+    assert twice.verdict != "will fail"  # the unread ema_params is dropped, not donated twice
+    once = preflight.preflight_step(fixed, {"params": p}, x)
+    ran = jax.tree.map(jnp.copy, p)
+    jax.jit(step, donate_argnums=0)({"params": ran, "ema_params": ran}, x)  # and it runs
+    assert once.repeated_outputs == () and twice.output_bytes - once.output_bytes >= 2 * MiB
+
+
+def test_coulombgas_2_a_matrix_stacked_on_one_device_for_pmap_is_named_with_pmap_s_fix():
+    n = jax.device_count()
+    fisher = jnp.eye(256) * 2.0
+    step = jax.pmap(lambda f, g: f @ g)
+    g = jnp.ones((n, 256))
+    out = step(jnp.broadcast_to(fisher, (n, 256, 256)), g)  # the thread's replicate helper
+    stacked = jnp.broadcast_to(fisher, (n, 256, 256))  # n copies, all on one device
+    note = devices.placement(stacked).explanation
+    assert "jax.pmap is in use" in note and "_internal_pmap" not in note and "<axis" not in note
+    assert "jax.pmap(lambda _: make())(dummy)" in note and "in_axes=None" in note
+    made = jax.pmap(lambda _: jnp.zeros((256, 256)))(jnp.zeros(n))  # the thread's fix
+    assert len({s.device for s in made.addressable_shards}) == n
+    whole = jax.pmap(lambda f, g: f @ g, in_axes=(None, 0))(fisher, g)  # one copy per call
+    np.testing.assert_allclose(whole, out)
+
+
+def test_jax_15956_a_pure_callback_on_split_data_is_run_per_device_under_shard_map():
+    """A jax.pure_callback takes its operand whole: split data is gathered to one device first.
+    The fix the PR documents: call it under shard_map, each device on its own part. Priced
+    only (preflight compiles, nothing runs)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    x = jax.device_put(jnp.ones((1024, 1024)), NamedSharding(mesh, PartitionSpec("d")))
+
+    def host(a):
+        return np.tanh(np.asarray(a))
+
+    def whole(x):
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x * 2) + 1
+
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:  # jax 0.8.0 keeps it under experimental
+        from jax.experimental.shard_map import shard_map
+
+    def each(b):
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(b.shape, b.dtype), b * 2)
+
+    def per_device(x):
+        d = PartitionSpec("d")
+        return shard_map(each, mesh=mesh, in_specs=d, out_specs=d)(x) + 1
+
+    gathered = preflight.preflight_step(whole, x)
+    assert "a value gathered from its shards" in gathered.advice
+    assert "under shard_map" in gathered.advice and "jax-ml/jax#15956" in gathered.advice
+    split = preflight.preflight_step(per_device, x)
+    assert "gathered from its shards" not in split.advice
+    assert split.peak_bytes * 2 < gathered.peak_bytes  # 9 MiB to 3 MiB a device on the CPU
+
+
+def test_axol_173_a_class_made_anew_in_a_static_field_is_named_as_compared_by_identity():
+    import dataclasses
+
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass(frozen=True)
+    class Robot:
+        q0: jax.Array
+        var_type: type = dataclasses.field(metadata={"static": True})
+
+    def from_urdf():
+        return Robot(jnp.zeros(7), type("JointVar", (), {"dim": 7}))  # a new class each call
+
+    @jax.jit
+    def solve(robot, target):
+        return jnp.sum((robot.q0 - target) ** 2) * robot.var_type.dim
+
+    with compiles.watch() as log:
+        for _ in range(3):
+            solve(from_urdf(), jnp.ones(7))
+    entry = log.function("solve")
+    assert entry.cause == "new pytree structure" and entry.compiles == 3
+    assert "prints the same now and before" in log.diagnosis and "JointVar" in log.diagnosis
+    assert "no leaf that is sometimes None" not in log.diagnosis  # the fix that did not apply
+    robot = from_urdf()  # the PR's fix: build it once and share it
+    with compiles.watch() as fixed:
+        for _ in range(3):
+            solve(robot, jnp.ones(7))
+    assert fixed.function("solve").compiles == 1
+
+
+def test_desc_1963_pylcm_341_under_x64_weak_floats_and_int64_indices_compile_again():
+    """Under jax_enable_x64 (a child process: the setting is process-wide), a Python float
+    stored where a jnp.float64 later goes (DESC#1963), and int64 indices from jnp.argmax beside
+    int32 codes (pylcm#341), each compile the step again; the kit names both causes."""
+    import subprocess
+
+    code = """
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+from helpers import compiles
+
+@jax.jit
+def compute(w, x):
+    return w * jnp.sum(x ** 2)
+
+values = jnp.sin(jnp.arange(64.0))
+
+@jax.jit
+def lookup(i):
+    return values[i]
+
+x = jnp.linspace(0, 1, 100)
+with compiles.watch() as log:
+    compute(2.0, x)  # a Python float: weakly typed float64
+    compute(jnp.float64(2.0), x)  # a strong float64 later
+    lookup(jnp.arange(8, dtype=jnp.int32))
+    lookup(jnp.argmax(values[None, :] * x[:8, None], axis=1))  # int64 under x64
+print(log.function("compute").cause, "|", "weak type" in log.diagnosis)
+print(log.function("lookup").cause, "|", "i64" in log.diagnosis or "int64" in log.diagnosis)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+    assert out[-2] == "new dtypes | True" and out[-1] == "new dtypes | True"
+
+
+def test_jax_29679_a_split_array_closed_over_is_a_whole_constant_on_each_device():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    s = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("d",)), PartitionSpec("d"))
+    table = jax.device_put(jax.random.normal(jax.random.key(0), (1024, 256)), s)  # 1 MiB
+
+    def step(x):
+        return (x * table).sum()  # closed over: a constant of the program, whole
+
+    x = jax.device_put(jnp.ones((1024, 256)), s)
+    p = preflight.preflight_step(step, x)
+    assert p.constant_bytes >= table.nbytes and "pass them as arguments instead" in p.advice
+    passed = preflight.preflight_step(lambda x, t: (x * t).sum(), x, table)  # the fix
+    assert passed.constant_bytes < table.nbytes and passed.peak_bytes < p.peak_bytes
+
+
+def test_desc_1051_numpy_arrays_passed_to_a_jitted_function_are_copied_every_call():
+    f = jax.jit(lambda a, b: (a * b).sum())
+    a, b = np.ones((256, 256), np.float32), np.ones((256, 256), np.float32)
+    f(a, b)
+    with transfers.trace() as log:
+        for _ in range(3):
+            f(a, b)
+    reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
+    assert "copied on every call" in reasons
+    a2, b2 = jax.device_put(a), jax.device_put(b)  # the fix: on the device once
+    with transfers.trace() as fixed:
+        for _ in range(3):
+            f(a2, b2)
+    assert not fixed.by_line()

@@ -20,9 +20,9 @@ from helpers._internal.jaxcompat import device_name
 
 __all__ = ["cast_before_scan", "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
-           "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds", "scaled_by_zero",
-           "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role", "threefry_draws",
-           "walk"]
+           "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds", "repeated_outputs",
+           "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
+           "threefry_draws", "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -232,6 +232,27 @@ def _frame_names(eqn) -> list[str]:
         return [f.function_name for f in eqn.source_info.traceback.frames]
     except Exception:  # an equation without a traceback
         return []
+
+
+def repeated_outputs(closed) -> list[tuple[int, int]]:
+    """(the first, the repeat) positions of each output of a jaxpr that is the same computed
+    value as an earlier one: XLA writes it into a buffer of its own each time (a ``copy``), so
+    the caller holds two arrays of it (marin-community/marin#3668: ``ema_params=params`` in a
+    train state with EMA off). An argument returned twice is left out."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    if jaxpr is None:
+        return []
+    inputs = {id(v) for v in jaxpr.invars}
+    first: dict[int, int] = {}
+    out = []
+    for i, v in enumerate(jaxpr.outvars):
+        if not hasattr(v, "aval") or type(v).__name__ == "Literal" or id(v) in inputs:
+            continue
+        if id(v) in first:
+            out.append((first[id(v)], i))
+        else:
+            first[id(v)] = i
+    return out
 
 
 def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
