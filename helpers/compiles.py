@@ -1106,11 +1106,50 @@ def _changed_values_match(now: str, before: str, pattern: re.Pattern) -> bool:
     the call ("<function f at 0x1>, 16"), not only the one that changed (keras-hub#779: a
     closure beside a length): compared one by one where both lists have the same number of
     values, else whole."""
-    now_values, before_values = _top_level_values(now), _top_level_values(before)
+    now_values, before_values = _leaves(now), _leaves(before)
     if len(now_values) != len(before_values):
         now_values, before_values = [now.strip()], [before.strip()]
     changed = [(a, b) for a, b in zip(now_values, before_values, strict=True) if a != b]
     return any(pattern.match(a) and pattern.match(b) for a, b in changed)
+
+
+def _leaves(text: str) -> list[str]:
+    """Printed static values split into their leaves: the values of each tuple, nested ones
+    too ("((<function g at 0x1>,), (None, 2))" -> ["<function g at 0x1>", "None", "2"]), and
+    of a list jax 0.8.0 prints bare ("<function g at 0x1>, 16")."""
+    text = text.strip().rstrip(",").strip()
+    inner = (text[1:-1] if text.startswith("(") and text.endswith(")") and _encloses(text)
+             else text)
+    parts = [p for p in _top_level_values(inner) if p.rstrip(",").strip()]
+    if parts == [text]:  # a leaf: nothing to split
+        return [text]
+    return [leaf for part in parts for leaf in _leaves(part)]
+
+
+def _encloses(text: str) -> bool:
+    """Whether the first bracket of ``text`` closes at its last character."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "<([{"
+        depth -= ch in ">)]}"
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
+def _static_changes(changed: str) -> str:
+    """JAX's "now X, before Y" of new static values, as the leaves that differ ("static value
+    15 of 16: now 2, before 1") where X and Y have as many leaves and at most three differ
+    (an equinox state's Python int among a thousand characters of its static part:
+    patrick-kidger/equinox#792); else as JAX said it."""
+    now, sep, before = changed.removeprefix("now ").partition(", before ")
+    a, b = _leaves(now), _leaves(before)
+    if not sep or len(a) != len(b) or len(a) < 2:
+        return changed
+    diff = [(k, x, y) for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    if not diff or len(diff) > 3:
+        return changed
+    return "; ".join(f"static value {k + 1} of {len(a)}: now {x}, before {y}" for k, x, y in diff)
 
 
 def _top_level_values(text: str) -> list[str]:
@@ -1146,5 +1185,8 @@ def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:
     if cause in ("new shapes", "new dtypes", "new sharding"):
         return tuple(f"{arg}: {', '.join(new[:6])}{', …' if len(new) > 6 else ''}"
                      for arg, new in _new_types(misses, cause).items())
+    if cause == "new static values":
+        return tuple(dict.fromkeys(_static_changes(m.changed) for m in misses
+                                   if m.cause == cause and m.changed))[:5]
     return tuple(dict.fromkeys(m.changed for m in misses if m.cause == cause and m.changed))[:5]
 

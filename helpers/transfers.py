@@ -225,8 +225,8 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     if _CONVERTED.search(source) and shape != ():  # on its fast path too (no shape logged)
         return ("jnp.array or jnp.asarray of host data: a copy, on the CPU backend too "
                 "(jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put(x) "
-                "uses an array aligned to 64 bytes in place); a nested Python list converts far "
-                "faster as jnp.array(np.array(x))")
+                "uses an array aligned to 64 bytes in place); a Python list, flat or nested, "
+                "converts far faster as jnp.array(np.array(x))")
     if shape is None:
         return ("an argument of a jitted call: a NumPy array or a Python number, copied on "
                 "every call (jit's fast path logs no shape)" + (_ON_THE_CPU if cpu else ""))

@@ -2,6 +2,7 @@
 explanations (real reports: jax-ml/jax#2072 and #11923, memory growing in a loop of new shapes;
 jax-ml/jax#1605, a jit made inside a loop)."""
 
+import functools
 import json
 import logging
 from functools import partial
@@ -765,3 +766,23 @@ def test_an_eager_scan_in_a_comprehension_names_the_function_around_it():
         run([2.0, 3.0, 4.0])
     assert "Jit `run`, the function that calls it" in log.diagnosis
     assert "not at the top level" not in log.diagnosis
+
+
+def test_equinox_792_the_static_value_that_changed_is_named_among_many():
+    """Under eqx.filter_jit every non-array leaf is static: a Python int step in a train state
+    is a new static value at each call, one among a thousand characters of JAX's text (and on
+    jax 0.10.2 the kit cut the "before" short). A nested static tuple stands in for it."""
+    def opt_fn(x):
+        return x
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def train_step(static, x):
+        return x * static[1][-1]
+
+    with compiles.watch() as log:
+        for step in range(1, 4):
+            train_step(((opt_fn,), (None, "adam", None, step)), jnp.ones(3))
+    entry = log.function("train_step")
+    assert entry.cause == "new static values"
+    assert entry.changed[0] == "static value 5 of 5: now 2, before 1"
+    assert "make it a traced argument" in log.diagnosis

@@ -371,7 +371,7 @@ def test_the_table_lists_every_report_tested_here():
                  "4310": "the H100 record", "133": "tests/test_compiles.py",
                  "14743": "tests/test_compiles.py", "520": "tests/test_compiles.py",
                  "19250": "tests/test_preflight.py", "823": "tests/test_preflight.py",
-                 "787": "tests/test_preflight.py"}
+                 "787": "tests/test_preflight.py", "792": "tests/test_compiles.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -1950,3 +1950,13 @@ def test_desc_1051_numpy_arrays_passed_to_a_jitted_function_are_copied_every_cal
         for _ in range(3):
             f(a2, b2)
     assert not fixed.by_line()
+
+
+def test_jax_19500_jnp_array_of_a_flat_list_is_named_with_the_faster_way_too():
+    values = [float(i) for i in range(1000)]  # flat: as slow as a nested list
+    jnp.array(values)
+    with transfers.trace() as log:
+        jnp.array(values).block_until_ready()
+    reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
+    assert "a Python list, flat or nested" in reasons and "jnp.array(np.array(x))" in reasons
+    np.testing.assert_array_equal(jnp.array(np.array(values)), jnp.array(values))

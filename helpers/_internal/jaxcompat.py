@@ -605,7 +605,8 @@ _SEEN_FOR = re.compile(r"\bfor (\S+) defined at (.+?):(\d+)")
 _URL = re.compile(r"https?://\S+")  # 0.10.2 glues a link to the end of a type change
 _TYPE_CHANGE = re.compile(r"\* at (.+?), now (.+?) and before (.+?)$", re.M)
 _BASE_TYPE = re.compile(r"^(\w+)\[([\d,\s]*)\]")  # "f32[4, 8]" of "f32[4, 8]{weak_type=True}"
-_STATIC_NEW = re.compile(r"Static\(val=(.*?)\) and before .*?Static\(val=(.*?)\)")  # 0.10
+_STATIC_NEW = re.compile(  # 0.10: the "before" value runs to the Static's own closing bracket
+    r"Static\(val=(.*?)\) and before .*?Static\(val=(.*)\)(?:, so the pytree|\s*$)")
 _STATIC_OLD = re.compile(r"different value of static args:\s*now (.*?) and before (.*)")  # 0.8
 _SETTING = re.compile(r"\* (\w+) differs: now (.*?) and before (.*)$", re.M)  # 0.10
 _SETTING_AT = re.compile(r"\[(\d+)\]: now (.*?) and before (.*)$", re.M)  # 0.8: a position
