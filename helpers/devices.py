@@ -690,6 +690,14 @@ def _layout_note(x, shards: tuple[Shard, ...]) -> str:
             "all; a computation on it runs on all of them, whatever jax.default_device says")
 
 
+#: an index or slice of a split array taken outside jit comes back replicated (jax 0.8.0 and
+#: 0.10.2: x[:1000], x[0] and x[1:7] of a row-split float32[1024, 64] gave P(); inside jit the
+#: slice stayed split; yashk2810 in jax-ml/jax#13632: intended, until JAX splits unevenly)
+_EAGER_INDEX = (". An index or slice of an array split over the mesh, taken outside jit, comes "
+                "back replicated like this: take it inside jax.jit and it stays split "
+                "(jax-ml/jax#13632)")
+
+
 def _replication_hint(x) -> str:
     """For an array replicated over a mesh: what may have kept it from being split. A value that
     ``jax.lax.with_sharding_constraint`` splits unevenly inside jit (a mesh of Auto axes) comes
@@ -706,7 +714,7 @@ def _replication_hint(x) -> str:
     if not uneven:
         return (". If you meant to split it, name a mesh axis in its PartitionSpec (out_shardings, "
                 "jax.device_put or jax.lax.with_sharding_constraint): as it is, its sharding "
-                "splits it over no axis of more than one device" if any(
+                "splits it over no axis of more than one device" + _EAGER_INDEX if any(
                     n >= v and n % v == 0 for n in x.shape for v in axes.values()) else "")
     d, n, k, v = uneven[0]
     return (f". If you meant to split it: dimension {d} ({n}) does not divide over mesh axis "
@@ -714,7 +722,7 @@ def _replication_hint(x) -> str:
             "jit comes back fully replicated when the jit returns it, whatever the annotation "
             "(inside the jit the split holds, padded; device_put and out_shardings refuse it). "
             f"Fix: pad dimension {d} to a multiple of {v}, e.g. {-(-n // v) * v}, or split a "
-            "dimension that divides")
+            "dimension that divides" + _EAGER_INDEX)
 
 
 def _process_note(x, shards: tuple[Shard, ...]) -> str:

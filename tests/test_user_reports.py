@@ -1960,3 +1960,15 @@ def test_jax_19500_jnp_array_of_a_flat_list_is_named_with_the_faster_way_too():
     reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
     assert "a Python list, flat or nested" in reasons and "jnp.array(np.array(x))" in reasons
     np.testing.assert_array_equal(jnp.array(np.array(values)), jnp.array(values))
+
+
+def test_jax_13632_a_slice_of_a_split_array_taken_outside_jit_comes_back_replicated():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    x = jax.device_put(jnp.ones((1024, 64)),
+                       NamedSharding(Mesh(np.array(jax.devices()[:4]), ("d",)), PartitionSpec("d")))
+    eager = x[:1000]
+    assert eager.sharding.is_fully_replicated  # what the thread met
+    assert "taken outside jit, comes back replicated" in devices.placement(eager).explanation
+    inside = jax.jit(lambda a: a[:1000])(x)  # the fix: the slice inside jit stays split
+    assert not inside.sharding.is_fully_replicated
