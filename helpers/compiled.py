@@ -964,11 +964,15 @@ def _donations(compiled, text: str | None, args, kwargs, donated, jax, mesh: boo
     except Exception:
         aliased, outputs = None, []
     leaves, param = [], 0
+    taken = [x for (_, x), used in zip(flat, kept, strict=True)
+             if used and isinstance(x, jax.Array)]
     for (path, leaf), used in zip(flat, kept, strict=True):
         number = param
         param += int(used)
         if path[0].idx != 0 or path[1].idx not in donated or not hasattr(leaf, "shape"):
             continue  # positional arguments only: donate_argnums names positions
+        if not used and any(_same_buffer(leaf, x) for x in taken):
+            continue  # dropped, but the same buffer is donated where the step reads it
         leaves.append((jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1),
                        tuple(leaf.shape), str(leaf.dtype),
                        bytes_per_device(leaf) if mesh else array_bytes(leaf), used, number))
@@ -1007,11 +1011,13 @@ def _residency(compiled, args, kwargs, dev, jax, mesh: bool = False) -> tuple[in
     wanted = _input_shardings(compiled, len(leaves), jax) if mesh else None
     resident = dropped = 0
     seen: list = []
+    taken = [x for x, used in zip(leaves, kept, strict=True) if used and isinstance(x, jax.Array)]
     for i, (leaf, used) in enumerate(zip(leaves, kept, strict=True)):
         if not hasattr(leaf, "nbytes") or not hasattr(leaf, "shape"):
             continue
-        if not used:
-            dropped += bytes_per_device(leaf) if mesh else int(leaf.nbytes)
+        if not used:  # (a buffer also passed where the step reads it is no extra: marin#3668)
+            if not any(_same_buffer(leaf, x) for x in taken):
+                dropped += bytes_per_device(leaf) if mesh else int(leaf.nbytes)
             continue
         if not isinstance(leaf, jax.Array) or leaf.is_deleted() or any(
                 _same_buffer(leaf, other) for other in seen):

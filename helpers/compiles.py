@@ -153,10 +153,11 @@ IDENTITY_STRUCTURE_FIX = ("the structure differs only in an object that prints i
 #: equal: an object compared by identity that prints no address (almond-bot/axol#173: a class
 #: made with type(...) at each call, kept in a static field); the object goes in the braces
 SAME_TEXT_STRUCTURE_FIX = ("the structure's static data prints the same now and before, {}, "
-                           "yet is not equal: an object that compares by identity and shows "
-                           "no address (a class made with type(...) or a class statement inside "
-                           "a function, a function, an instance without __eq__), made anew for "
-                           "each call. Make it once and reuse it (almond-bot/axol#173); "
+                           "yet is not equal: an object that shows no address and compares by "
+                           "identity (a class made with type(...) or a class statement inside "
+                           "a function, an instance without __eq__), made anew for each call, or "
+                           "a float NaN, which equals nothing. Make it once and reuse it "
+                           "(almond-bot/axol#173), or keep NaN out of static data; "
                            "jax.clear_caches() drops what is kept so far")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
@@ -944,9 +945,12 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
               and (m.cause != "function made anew" or len(mine) > 1)]
     placed = placed or []
     causes += ["new placement"] * len(placed)
-    # a tie goes to what JAX says changed: a lone "made anew" can be the first call after
-    # f.clear_cache(), JAX having kept the call site from an earlier block (numpyro#463)
-    cause = (max(causes, key=lambda c: (causes.count(c), c != "function made anew",
+    # a tie goes to what JAX says changed where the one "made anew" is the block's first miss:
+    # the first call after f.clear_cache(), JAX having kept the call site from an earlier
+    # block (numpyro#463); a "made anew" later in the block is a jit made anew in the loop
+    first_only = [m for m in mine if m.cause == "function made anew"] == mine[:1]
+    cause = (max(causes, key=lambda c: (causes.count(c),
+                                        not (first_only and c == "function made anew"),
                                         -CAUSES.index(c))) if causes else "first compile")
     clearing: tuple[str, ...] = ()
     if cause == "function made anew" and _cleared_between(mine, clears or []):
@@ -1107,60 +1111,70 @@ def _changed_values_match(now: str, before: str, pattern: re.Pattern) -> bool:
     closure beside a length): compared one by one where both lists have the same number of
     values, else whole."""
     now_values, before_values = _leaves(now), _leaves(before)
-    if len(now_values) != len(before_values):
-        now_values, before_values = [now.strip()], [before.strip()]
-    changed = [(a, b) for a, b in zip(now_values, before_values, strict=True) if a != b]
+    if [p for p, _ in now_values] != [p for p, _ in before_values]:
+        now_values, before_values = [("", now.strip())], [("", before.strip())]
+    changed = [(a, b) for (_, a), (_, b) in zip(now_values, before_values, strict=True)
+               if a != b]
     return any(pattern.match(a) and pattern.match(b) for a, b in changed)
 
 
-def _leaves(text: str) -> list[str]:
-    """Printed static values split into their leaves: the values of each tuple, nested ones
-    too ("((<function g at 0x1>,), (None, 2))" -> ["<function g at 0x1>", "None", "2"]), and
-    of a list jax 0.8.0 prints bare ("<function g at 0x1>, 16")."""
+def _leaves(text: str, path: str = "") -> list[tuple[str, str]]:
+    """Printed static values split into (path, leaf): the values of each tuple, nested ones
+    too ("((<function g at 0x1>,), (None, 2))" -> [("[0][0]", "<function g at 0x1>"),
+    ("[1][0]", "None"), ("[1][1]", "2")]), and of a list jax 0.8.0 prints bare ("<function g
+    at 0x1>, 16"). Quoted text and an empty tuple are one leaf each."""
     text = text.strip().rstrip(",").strip()
     inner = (text[1:-1] if text.startswith("(") and text.endswith(")") and _encloses(text)
              else text)
     parts = [p for p in _top_level_values(inner) if p.rstrip(",").strip()]
-    if parts == [text]:  # a leaf: nothing to split
-        return [text]
-    return [leaf for part in parts for leaf in _leaves(part)]
+    if not parts or parts == [text]:  # a leaf: nothing to split
+        return [(path, text)]
+    return [leaf for k, part in enumerate(parts) for leaf in _leaves(part, f"{path}[{k}]")]
+
+
+def _brackets(text: str) -> list[int]:
+    """The bracket depth after each character of a printed value: quoted text counts as none,
+    and < opens only before a letter (a repr such as <function ...>, not a "->")."""
+    depth, quote, out = 0, "", []
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote and text[i - 1] != "\\" else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{" or (ch == "<" and text[i + 1:i + 2].isalpha()):
+            depth += 1
+        elif ch in ")]}" or (ch == ">" and depth and text[i - 1:i] != "-"):
+            depth = max(depth - 1, 0)
+        out.append(depth if not quote else depth + 1)
+    return out
 
 
 def _encloses(text: str) -> bool:
     """Whether the first bracket of ``text`` closes at its last character."""
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += ch in "<([{"
-        depth -= ch in ">)]}"
-        if depth == 0:
-            return i == len(text) - 1
-    return False
+    depths = _brackets(text)
+    return bool(depths) and 0 not in depths[:-1] and depths[-1] == 0
 
 
 def _static_changes(changed: str) -> str:
-    """JAX's "now X, before Y" of new static values, as the leaves that differ ("static value
-    15 of 16: now 2, before 1") where X and Y have as many leaves and at most three differ
-    (an equinox state's Python int among a thousand characters of its static part:
-    patrick-kidger/equinox#792); else as JAX said it."""
+    """JAX's "now X, before Y" of new static values, as the leaves that differ, by their place
+    in the static values ("static value [1][3]: now 2, before 1") where X and Y have the same
+    places and at most three differ (an equinox state's Python int among a thousand
+    characters of its static part: patrick-kidger/equinox#792); else as JAX said it."""
     now, sep, before = changed.removeprefix("now ").partition(", before ")
     a, b = _leaves(now), _leaves(before)
-    if not sep or len(a) != len(b) or len(a) < 2:
+    if not sep or [p for p, _ in a] != [p for p, _ in b] or len(a) < 2:
         return changed
-    diff = [(k, x, y) for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    diff = [(p, x, y) for (p, x), (_, y) in zip(a, b, strict=True) if x != y]
     if not diff or len(diff) > 3:
         return changed
-    return "; ".join(f"static value {k + 1} of {len(a)}: now {x}, before {y}" for k, x, y in diff)
+    return "; ".join(f"static value {p}: now {x}, before {y}" for p, x, y in diff)
 
 
 def _top_level_values(text: str) -> list[str]:
-    """``text`` split at each ", " outside brackets and Python's <...> reprs."""
-    values, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth = max(depth - 1, 0)
-        elif depth == 0 and text.startswith(", ", i):
+    """``text`` split at each ", " outside brackets, quotes and Python's <...> reprs."""
+    values, start = [], 0
+    for i, depth in enumerate(_brackets(text)):
+        if depth == 0 and text.startswith(", ", i) and i >= start:
             values.append(text[start:i].strip())
             start = i + 2
     return [*values, text[start:].strip()]

@@ -763,19 +763,23 @@ def _mesh_in_use(x, platform: str) -> str:
     jax.pmap's outputs are split over a mesh of JAX's own (its axis named
     "_internal_pmap_axis_name" on jax 0.10.2, "<axis 0x...>" on 0.8.0): for that, with its own
     fix (fermiflow/CoulombGas#2)."""
+    found = ""
     for other in jaxcompat.import_jax().live_arrays(platform):
         if other is x or other.is_deleted():
             continue
         spread = getattr(other.sharding, "mesh", None)
-        if (spread is not None and len(other.sharding.device_set) > 1
-                and not other.sharding.is_fully_replicated
-                and any(d % spread.size == 0 for d in x.shape)):
-            if any(str(a).startswith(("_internal_pmap", "<axis ")) for a in spread.axis_names):
+        if (spread is None or len(other.sharding.device_set) < 2
+                or other.sharding.is_fully_replicated
+                or not any(d % spread.size == 0 for d in x.shape)):
+            continue
+        if jaxcompat.is_pmap_mesh(spread):  # a pmap input: its first dimension, one per device
+            if x.shape[0] == spread.size:
                 return (f"PMAP:jax.pmap's {spread.size} devices, over which other live arrays "
                         f"are split (a {other.dtype}{list(other.shape)} among them)")
-            return (f"{dict(spread.shape)}, over which other live arrays are split "
-                    f"(a {other.dtype}{list(other.shape)} among them)")
-    return ""
+        elif not found:
+            found = (f"{dict(spread.shape)}, over which other live arrays are split "
+                     f"(a {other.dtype}{list(other.shape)} among them)")
+    return found
 
 
 def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
@@ -808,11 +812,12 @@ def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
         return ""
     if mesh_text.startswith("PMAP:"):
         return (f". jax.pmap is in use ({mesh_text[5:]}), but this array is whole on "
-                f"{shards[0].device}, all {x.nbytes:,} B on that one device: a pmap splits it "
-                "over its devices at each call, each piece copied from there. Make it under "
-                "jax.pmap, each device making its own part (jax.pmap(lambda _: make())(dummy), "
-                "fermiflow/CoulombGas#2), or, where every device needs the whole of it, pass it "
-                "with in_axes=None rather than stacking a copy per device")
+                f"{shards[0].device}, all {x.nbytes:,} B on that one device: passed to a pmap, "
+                "it is split over its devices at each call, each piece copied from there. Make "
+                "it under jax.pmap, each device making its own part (jax.pmap(lambda _: "
+                "make())(jnp.zeros(jax.local_device_count())), fermiflow/CoulombGas#2); and if "
+                "it stacks one copy per device of a value each device needs whole, pass that "
+                "value once with in_axes=None instead")
     return (f". A mesh is in use ({mesh_text}), but this array is whole on {shards[0].device}, "
             f"all {x.nbytes:,} B on that one device: an operation on arrays that sit on one "
             "device (jnp.linspace, then jnp.meshgrid of it) makes its result there too. To have "
@@ -849,9 +854,10 @@ class LeafPlacement(Record):
     #: the devices in its mesh's order, where its sharding has a mesh (two meshes over the same
     #: devices in other orders do not mix in a jit); () otherwise
     mesh_order: tuple[str, ...] = ()
-    #: the bytes its shards hold on all its devices together: ``nbytes`` times the copies of a
-    #: replicated leaf (0 for NumPy, Python values and deleted leaves)
-    device_bytes: int = 0
+    #: the bytes its shards hold on this process's devices together (as
+    #: :attr:`Placement.local_bytes`): ``nbytes`` times the copies of a replicated leaf (0 for
+    #: NumPy, Python values and deleted leaves)
+    local_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -954,7 +960,7 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
         held = sum(s.nbytes for s in shards if s.addressable)  # this process's memory
         return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), int(x.nbytes),
                              names, getattr(x.sharding, "memory_kind", None),
-                             bool(x.committed), mesh_order=order, device_bytes=held)
+                             bool(x.committed), mesh_order=order, local_bytes=held)
     if isinstance(x, np.ndarray):
         return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
                              int(x.nbytes), (), None, None)
@@ -1027,10 +1033,10 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
                "gathers the split leaves there")
         out.append(f"{_some(moved)} uncommitted elsewhere: a jit over the tree copies them to "
                    f"{', '.join(target)} on every call. Fix: {fix}.")
-    copies = [leaf for leaf in leaves if leaf.device_bytes > leaf.nbytes
+    copies = [leaf for leaf in leaves if leaf.local_bytes > leaf.nbytes
               and all(d.startswith("cpu:") for d in leaf.devices)]
-    if (extra := sum(leaf.device_bytes - leaf.nbytes for leaf in copies)) >= 2**20:
-        n = max(leaf.device_bytes // max(leaf.nbytes, 1) for leaf in copies)
+    if (extra := sum(leaf.local_bytes - leaf.nbytes for leaf in copies)) >= 2**20:
+        n = max(leaf.local_bytes // max(leaf.nbytes, 1) for leaf in copies)
         times = "twice" if n == 2 else f"{n} times"
         out.append(f"{_some([leaf.path for leaf in copies])} held {times} over, replicated "
                    "on CPU devices: simulated devices share this process's RAM, so the copies "

@@ -593,7 +593,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     dev = c.device
     a = c.sizes()
     split = step_arguments.argument_split(c, fn, args, kwargs, per_device=device is None)
-    copies = step_arguments.state_copies(c, fn, args, kwargs)
+    copies = step_arguments.state_copies(c, fn, args, kwargs, per_device=device is None)
+    spread = step_arguments.spread_arguments(c, fn, args, kwargs)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
     runtime = c.runtime_bytes() if target is None else 0
     peak = a["peak"] + c.constants + runtime
@@ -632,7 +633,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
         notes.append(step_arguments.donation_note(*undonated))
     if copies:
-        notes.append(step_arguments.copies_note(copies))
+        notes.append(step_arguments.copies_note(
+            copies, tuple(name for name, _ in spread) if device is None else ()))
     unused = [d for d in c.donations if not d.reused]
     if unused:
         notes.append("Donated but not reused: " + "; ".join(
@@ -677,15 +679,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
         notes.append(_cast_note(*casts[0]))
     repeated = c.repeated_outputs()
-    if (twice := sum(r[2] for r in repeated)) >= 2**20:
+    if (twice := sum(r[2] for r in repeated)) >= 2**20 and 8 * twice >= peak:
         path, first, _ = repeated[0]
-        more = f" (and {len(repeated) - 1} more such pairs)" if len(repeated) > 1 else ""
+        more = len(repeated) - 1
+        more = f" (and {more} more such pair{'s' if more > 1 else ''})" if more else ""
         notes.append(
-            f"The outputs {first} and {path} are the same value{more}: XLA writes each into a "
-            f"buffer of its own ({format_bytes(twice)} more every call), and the caller holds "
-            "two copies of it from step to step. Return it once, or leave the field out where "
-            "it is not used (a train state's ema_params=params with EMA off: "
-            "marin-community/marin#3668).")
+            f"The outputs {first} and {path} are the same value{more}: XLA writes it into two "
+            f"buffers ({format_bytes(twice)} for the second), and the caller holds both "
+            "arrays. Return it once, or leave the field out where it is not used (a train "
+            "state's ema_params=params with EMA off: marin-community/marin#3668).")
     records = c.loop_records()
     if records and records[0][4] >= 2**20 and records[0][4] * 4 >= peak:
         notes.append(_record_note(*records[0]))
@@ -716,17 +718,19 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     notes += step_arguments.narrowed_notes(narrowed, peak)
     if static := step_arguments.static_arrays(c, fn, args, kwargs):
         notes.append(step_arguments.static_array_note(static))
-    spread = step_arguments.spread_arguments(c, fn, args, kwargs)
     if spread and device is None and (gathered := _gathered(temporaries, args, kwargs)):
         t = gathered[0]
         notes.append(
             f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
             f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments split "
             "over devices: a value gathered from its shards to be handed to the host. "
-            "jax.debug.print and host callbacks take what they are given whole: give "
-            "jax.debug.print a slice or a reduction, and run a jax.pure_callback on each "
-            "device's part under shard_map, with in_specs and out_specs that split it "
-            "(jax-ml/jax#15956).")
+            + ("jax.debug.print and jax.debug.callback take what they are given whole: give "
+               "them a slice or a reduction." if t.op in ("debug_print", "debug_callback") else
+               f"A host callback ({t.op}) takes what it is given whole. Where it works on "
+               "each part alone (an elementwise function, not a sort or a total), run it "
+               "under shard_map with in_specs and out_specs that split it, each device on "
+               "its part (jax-ml/jax#15956); where it needs the whole, this gather is the "
+               "cost of calling it."))
     if spread and device is not None:
         listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
         notes.append(

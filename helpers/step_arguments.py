@@ -244,7 +244,7 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
                 elsewhere.append(seen[id(leaf)])
                 continue
             seen[id(leaf)] = name
-            total += (_piece_bytes(leaf) if per_device and compiled.devices_split_over(leaf) > 1
+            total += (compiled.bytes_per_device(leaf) if per_device
                       else compiled.array_bytes(leaf))
         if elsewhere and not total:  # passed twice: XLA's argument size counts it twice
             name = f"{name} (the same arrays as {', '.join(dict.fromkeys(elsewhere))})"
@@ -252,13 +252,8 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
     return tuple(sorted(out, key=lambda kv: -kv[1]))
 
 
-def _piece_bytes(leaf: Any) -> int:
-    """The bytes of one device's piece of an array split over devices."""
-    return math.prod(leaf.sharding.shard_shape(tuple(leaf.shape))) * leaf.dtype.itemsize
-
-
-def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
-                 ) -> tuple[StateCopy, ...]:
+def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
+                 per_device: bool = False) -> tuple[StateCopy, ...]:
     """Each subtree of an argument that has the structure, keys and shapes of another argument,
     or of another field of the same argument (a Flax TrainState holds ``params`` and
     ``opt_state``): an Adam state's ``mu`` and ``nu`` beside the parameters. Only for a tree of
@@ -266,6 +261,7 @@ def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: di
     that is a copy as a whole (the gradients beside the parameters) is not one, and of two
     trees alike only the first is looked for."""
     jax = devices.start_jax()
+    nbytes = compiled.bytes_per_device if per_device else compiled.array_bytes
     arrays = {}
     for name, value in c.arguments(fn, args, kwargs):
         arrays[name] = [(tuple(str(k) for k in path), leaf) for path, leaf
@@ -280,14 +276,14 @@ def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: di
     out, looked_for, found = [], set(), []  # found: (holder, key path) of each copy so far
     for of, of_arg, key, like in trees:
         want = tuple((path, tuple(x.shape)) for path, x in like)
-        size = sum(compiled.array_bytes(x) for _, x in like)
+        size = sum(nbytes(x) for _, x in like)
         if len(like) < 2 or want in looked_for or size < 2**20:
             continue
         looked_for.add(want)
         for holder, held in arrays.items():
             if holder == of_arg and key is None:
                 continue
-            for path, nbytes in _subtrees_like(held, list(want)):
+            for path, held_bytes in _subtrees_like(held, list(want), nbytes):
                 # within one argument, only deeper than a field (TrainState.opt_state.mu): a
                 # field beside it with its shapes is a sibling (two identical layers); and a
                 # part of a copy already found (mu['l1'] of params['l1']) is no new one
@@ -295,11 +291,12 @@ def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: di
                         h == holder and path[:len(q)] == q for h, q in found):
                     continue
                 found.append((holder, path))
-                out.append(StateCopy(holder, "".join(path), of, nbytes, size))
+                out.append(StateCopy(holder, "".join(path), of, held_bytes, size))
     return tuple(out)
 
 
-def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple]
+def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple],
+                   nbytes: Callable[[Any], int] = compiled.array_bytes
                    ) -> list[tuple[tuple[str, ...], int]]:
     """(key path, bytes) of each subtree whose arrays have the key paths and shapes in ``want``,
     beneath it and in order, as the tree holds them. Never the whole tree: a tree that is a
@@ -312,13 +309,14 @@ def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple]
     for prefix, idx in under.items():
         if len(idx) == len(want) and [(leaves[i][0][len(prefix):], tuple(leaves[i][1].shape))
                                       for i in idx] == want:
-            found.append((idx[0], prefix, sum(compiled.array_bytes(leaves[i][1]) for i in idx)))
+            found.append((idx[0], prefix, sum(nbytes(leaves[i][1]) for i in idx)))
     return [(path, nbytes) for _, path, nbytes in sorted(found)]
 
 
-def copies_note(copies: tuple[StateCopy, ...]) -> str:
+def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = ()) -> str:
     """One sentence per argument that holds copies of another: how many, where, and how to
-    shrink them."""
+    shrink them (``split``: the arguments already split over devices, whose bytes are one
+    device's share: sharding is no news to them)."""
     out = []
     for holder, of in dict.fromkeys((c.holder, c.of) for c in copies):
         mine = [c for c in copies if (c.holder, c.of) == (holder, of)]
@@ -332,7 +330,9 @@ def copies_note(copies: tuple[StateCopy, ...]) -> str:
             f"many numbers as {of}. To shrink it: a smaller dtype where the optimizer "
             "takes one (optax.adam's mu_dtype, optax.MultiSteps' accumulator_dtype), an "
             "optimizer that keeps less (optax.adafactor factors its second moment; optax.sgd "
-            "without momentum keeps none), or the state sharded over devices.")
+            "without momentum keeps none)" + (" (these are one device's bytes: it is split "
+                                              "over devices already)." if holder in split else
+                                              ", or the state sharded over devices."))
     return " ".join(out)
 
 

@@ -784,5 +784,5 @@ def test_equinox_792_the_static_value_that_changed_is_named_among_many():
             train_step(((opt_fn,), (None, "adam", None, step)), jnp.ones(3))
     entry = log.function("train_step")
     assert entry.cause == "new static values"
-    assert entry.changed[0] == "static value 5 of 5: now 2, before 1"
+    assert entry.changed[0] == "static value [1][3]: now 2, before 1"
     assert "make it a traced argument" in log.diagnosis

@@ -32,15 +32,16 @@ from helpers._internal import frames
 
 __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
            "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS", "Internal",
-           "InternalMoved", "STARTUP_VARS", "TESTED_FLOOR", "aliased_parameters",
-           "asarray_is_explicit", "backend_errors", "backend_factories", "backend_start_snapshot",
-           "backends_started", "compiled_function_name", "custom_vjp_fwd_caller", "device_name",
-           "distributed_coordinator",
-           "ensure_hook", "entry_values", "expand_platform_alias", "explicit_scopes_marked",
-           "import_jax", "jax_version", "jax_version_tuple", "jit_cache_clears", "live_executables",
-           "on_backend_start", "outside_transforms", "parse_cache_miss", "parse_cache_write",
-           "parse_compiling", "parse_guard_line", "unregister_duration_listener", "verify",
-           "weak_type_only", "weight_gradient_convolutions"]
+           "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "TESTED_FLOOR",
+           "aliased_parameters", "asarray_is_explicit", "backend_errors", "backend_factories",
+           "backend_start_snapshot", "backends_started", "compiled_function_name",
+           "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
+           "entry_values", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
+           "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
+           "live_executables", "on_backend_start", "outside_transforms", "parse_cache_miss",
+           "parse_cache_write", "parse_compiling", "parse_guard_line",
+           "unregister_duration_listener", "verify", "weak_type_only",
+           "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -201,6 +202,16 @@ def _get(name: str, default=None):
         return _resolve(name)
     except Exception:
         return default
+
+
+#: how the mesh of jax.pmap's outputs names its axis, a name of JAX's own:
+#: "_internal_pmap_axis_name" on jax 0.10.2, "<axis 0x...>" on 0.8.0 (tests/test_jaxcompat.py)
+PMAP_AXIS_PREFIXES = ("_internal_pmap", "<axis ")
+
+
+def is_pmap_mesh(mesh: Any) -> bool:
+    """Whether a mesh is jax.pmap's own (its outputs' sharding), not one the user made."""
+    return any(str(a).startswith(PMAP_AXIS_PREFIXES) for a in getattr(mesh, "axis_names", ()))
 
 
 def custom_vjp_fwd_caller() -> str:
