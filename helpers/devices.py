@@ -1032,7 +1032,9 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
                "incompatible devices' (jax-ml/jax#12253); the whole tree put on one device "
                "gathers the split leaves there")
         out.append(f"{_some(moved)} uncommitted elsewhere: a jit over the tree copies them to "
-                   f"{', '.join(target)} on every call. Fix: {fix}.")
+                   f"{', '.join(target)} at each call they are passed to (a loop that feeds the "
+                   "step's outputs back copies them once: the outputs are committed there, "
+                   f"google-deepmind/optax#548). Fix: {fix}.")
     copies = [leaf for leaf in leaves if leaf.local_bytes > leaf.nbytes
               and all(d.startswith("cpu:") for d in leaf.devices)]
     if (extra := sum(leaf.local_bytes - leaf.nbytes for leaf in copies)) >= 2**20:

@@ -130,3 +130,14 @@ def test_typed_prng_keys_are_placed_like_any_array():
     assert sum(s.nbytes for s in devices.placement(split).shards) == keys.nbytes
     t = devices.tree_placement({"key": keys, "split": split})
     assert [leaf.nbytes for leaf in t.leaves] == [keys.nbytes] * 2
+
+
+def test_optax_548_an_uncommitted_state_fed_back_through_the_step_is_copied_once():
+    params = jax.device_put(jnp.ones((64, 64)), jax.devices()[1])
+    opt_state = jnp.zeros((64, 64))  # optimizer.init's state: uncommitted, on the default device
+    (problem,) = devices.tree_placement({"params": params, "opt": opt_state}).problems
+    assert "copies them once" in problem and "on every call" not in problem
+    step = jax.jit(lambda p, o: (p - 0.1 * o, o * 0.9))
+    p, o = step(params, opt_state)
+    assert o.committed and o.devices() == {jax.devices()[1]}  # fed back: no copy again
+    assert devices.tree_placement({"params": p, "opt": o}).problems == ()
