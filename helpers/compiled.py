@@ -243,6 +243,16 @@ def _kept(compiled, n_leaves: int, jax) -> list[bool] | None:
     return None if shardings is None else [s is not None for s in shardings]
 
 
+def _dropped_alone(leaves: list, kept: list[bool], jax) -> list[bool]:
+    """For each argument leaf: jit drops it (the step never reads it) and no leaf it keeps is
+    the same buffer. A dropped leaf that is also passed where the step reads it costs nothing
+    apart and is donated there (marin-community/marin#3668: an unused ``ema_params`` that is
+    ``params``)."""
+    taken = [x for x, used in zip(leaves, kept, strict=True) if used and isinstance(x, jax.Array)]
+    return [not used and not any(_same_buffer(leaf, x) for x in taken)
+            for leaf, used in zip(leaves, kept, strict=True)]
+
+
 def _same_buffer(a, b) -> bool:
     if a is b:
         return True
@@ -273,7 +283,7 @@ def _deleted(args, kwargs, jax) -> str:
             "donating it where you need it again.")
 
 
-def _donation_conflict(args, kwargs, donated, jax, compiled=None) -> str:
+def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
     """Why the call will fail, when a donated buffer is also passed again in the same call
     (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
     donated"); "" when none is. Each place is named by its argument and its path in it
@@ -281,8 +291,6 @@ def _donation_conflict(args, kwargs, donated, jax, compiled=None) -> str:
     is none: jit drops it before the call, and the buffer is donated once (marin#3668: an
     unused ``ema_params`` that is ``params``; jax 0.8.0 and 0.10.2)."""
     flat = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
-    kept = (_kept(compiled, len(flat), jax) if compiled is not None else None) or (
-        [True] * len(flat))
     leaves = [(path[1].idx if path[0].idx == 0 else path[1].key,
                jax.tree_util.keystr(path[2:]), leaf)
               for (path, leaf), used in zip(flat, kept, strict=True) if used]
@@ -538,13 +546,14 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     except Exception:  # a backend without program text
         text = None
     constants, folded = _constant_bytes(closed, text)
+    n_leaves = len(jax.tree.leaves((dyn_args, dyn_kwargs)))
+    kept = _kept(compiled, n_leaves, jax) or [True] * n_leaves  # (all, where JAX does not say)
     return CompiledStep(compiled, dev, why, donated,
-                        *_residency(compiled, dyn_args, dyn_kwargs, dev, jax, bool(mesh)),
+                        *_residency(compiled, dyn_args, dyn_kwargs, kept, dev, jax, bool(mesh)),
                         _deleted(dyn_args, dyn_kwargs, jax)
-                        or _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, jax,
-                                              compiled),
+                        or _donation_conflict(dyn_args, dyn_kwargs, dyn_donated, kept, jax),
                         constants,
-                        _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, jax,
+                        _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, kept, jax,
                                    bool(mesh)), name,
                         statics, static_names, closed, folded, bool(mesh), text, with_values)
 
@@ -891,10 +900,10 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
     program text, every stack counts."""
     scans = [eqn for j, _ in jaxprs.walk(closed) for eqn in getattr(j, "eqns", ())
              if eqn.primitive.name == "scan"]
+    found = {id(eqn): jaxprs.scan_checkpoint(eqn) for eqn in scans}
     # a gradient's forward scan has lost the checkpoint its backward scan of the same line keeps
-    remat = {(int(eqn.params["length"]), line): found for eqn in scans
-             if (line := jaxprs.equation_line(eqn))
-             and (found := jaxprs.scan_checkpoint(eqn))[0]}
+    remat = {(int(eqn.params["length"]), line): found[id(eqn)] for eqn in scans
+             if (line := jaxprs.equation_line(eqn)) and found[id(eqn)][0]}
     out = []
     for eqn in scans:
         ys = [v.aval for v in eqn.outvars[eqn.params["num_carry"]:]]
@@ -908,7 +917,7 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
         copied = sum(n for n, same in zip(sizes, jaxprs.scan_copied_xs(eqn), strict=True)
                      if same)
         length, line = int(eqn.params["length"]), jaxprs.equation_line(eqn)
-        checkpointed, chunked = remat.get((length, line), jaxprs.scan_checkpoint(eqn))
+        checkpointed, chunked = remat.get((length, line), found[id(eqn)])
         out.append(ScanStack(length, sum(sizes), len(ys), str(big.dtype), tuple(big.shape),
                              line, jaxprs.scan_role(eqn), eqn.params["num_carry"] > 0,
                              copied, jaxprs.scan_carry_bytes(eqn), checkpointed, chunked,
@@ -948,15 +957,15 @@ def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple]
             "XLA reuses it where the bytes match)")
 
 
-def _donations(compiled, text: str | None, args, kwargs, donated, jax, mesh: bool = False
-               ) -> tuple[DonatedArgument, ...]:
+def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[bool], jax,
+               mesh: bool = False) -> tuple[DonatedArgument, ...]:
     """Each donated array leaf, and whether XLA writes an output into it (its alias table).
     Over a mesh, bytes are each device's share, and a buffer not reused is not explained by
     shapes alone (XLA matches the sharding too)."""
     if not donated:
         return ()
     flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
-    kept = _kept(compiled, len(flat), jax) or [True] * len(flat)
+    alone = _dropped_alone([leaf for _, leaf in flat], kept, jax)
     try:
         aliased = None if text is None else jaxcompat.aliased_parameters(text)
         outputs = [(tuple(o.shape), str(o.dtype), array_bytes(o))
@@ -964,14 +973,12 @@ def _donations(compiled, text: str | None, args, kwargs, donated, jax, mesh: boo
     except Exception:
         aliased, outputs = None, []
     leaves, param = [], 0
-    taken = [x for (_, x), used in zip(flat, kept, strict=True)
-             if used and isinstance(x, jax.Array)]
-    for (path, leaf), used in zip(flat, kept, strict=True):
+    for (path, leaf), used, dropped in zip(flat, kept, alone, strict=True):
         number = param
         param += int(used)
         if path[0].idx != 0 or path[1].idx not in donated or not hasattr(leaf, "shape"):
             continue  # positional arguments only: donate_argnums names positions
-        if not used and any(_same_buffer(leaf, x) for x in taken):
+        if not used and not dropped:
             continue  # dropped, but the same buffer is donated where the step reads it
         leaves.append((jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1),
                        tuple(leaf.shape), str(leaf.dtype),
@@ -1002,21 +1009,21 @@ def _donations(compiled, text: str | None, args, kwargs, donated, jax, mesh: boo
     return tuple(out)
 
 
-def _residency(compiled, args, kwargs, dev, jax, mesh: bool = False) -> tuple[int, int]:
+def _residency(compiled, args, kwargs, kept: list[bool], dev, jax, mesh: bool = False
+               ) -> tuple[int, int]:
     """(bytes of kept arguments already on ``dev``, each buffer once; bytes of dropped ones).
     Over a mesh, an argument counts only where it is placed as the program takes it (its
     shard on ``dev``); one jit must move or split first is not there yet."""
     leaves = jax.tree.leaves((args, kwargs))
-    kept = _kept(compiled, len(leaves), jax) or [True] * len(leaves)
     wanted = _input_shardings(compiled, len(leaves), jax) if mesh else None
     resident = dropped = 0
     seen: list = []
-    taken = [x for x, used in zip(leaves, kept, strict=True) if used and isinstance(x, jax.Array)]
+    alone = _dropped_alone(leaves, kept, jax)
     for i, (leaf, used) in enumerate(zip(leaves, kept, strict=True)):
         if not hasattr(leaf, "nbytes") or not hasattr(leaf, "shape"):
             continue
-        if not used:  # (a buffer also passed where the step reads it is no extra: marin#3668)
-            if not any(_same_buffer(leaf, x) for x in taken):
+        if not used:
+            if alone[i]:
                 dropped += bytes_per_device(leaf) if mesh else int(leaf.nbytes)
             continue
         if not isinstance(leaf, jax.Array) or leaf.is_deleted() or any(

@@ -711,8 +711,8 @@ def watch() -> Iterator[CompileLog]:
             finally:
                 log.seconds = time.perf_counter() - t0
                 log.misses = tuple(e[2] for e in events.events if e[0] == "miss" and not e[3])
-                log.functions = _with_instructions(_summarise(events.events), loaded)
                 nested = _nested_traces(events.events)
+                log.functions = _with_instructions(_summarise(events.events, nested), loaded)
                 log.trace_seconds = sum(e[3] for i, e in enumerate(events.events)
                                         if e[0] == "trace" and i not in nested)
                 log.lowering_seconds = sum(e[3] for e in events.events if e[0] == "to_mlir")
@@ -792,11 +792,12 @@ def _primitive_names() -> frozenset[str]:
     return frozenset(p.name for p in vars(jax.lax).values() if isinstance(p, core.Primitive))
 
 
-def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
+def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles, ...]:
     """One entry per function (its name and the line it was defined on): each XLA compile is
     paired with the latest unpaired cache miss of a function of its name on its thread; misses
     left unpaired are traces that compiled nothing (a nested jit, jax.eval_shape). Compiles with
-    no miss are eager operations (primitives) or compiles JAX did not explain."""
+    no miss are eager operations (primitives) or compiles JAX did not explain. ``nested``: the
+    trace events inside another (:func:`_nested_traces`), whose seconds are the outer's."""
     misses: dict[tuple[str, str], list[CacheMiss]] = {}
     seconds: dict[tuple[str, str], list[float]] = {}
     pending: dict[tuple[int, str], tuple[str, str]] = {}
@@ -812,7 +813,6 @@ def _summarise(events: list[tuple]) -> tuple[FunctionCompiles, ...]:
     cleared = 0
     primitives = _primitive_names()
     logged = any(e[0] == "lowering" for e in events)  # JAX says what it lowers, in this JAX
-    nested = _nested_traces(events)
     tracing: dict[tuple[int, str], list[float]] = {}  # [trace, lowering] s not yet compiled
     spent: dict = {}  # per function (or eager name): its compiles' [trace, lowering] seconds
     callers: dict[str, list[tuple[str, str, str]]] = {}  # per loop compiled outside jit
@@ -1110,12 +1110,20 @@ def _changed_values_match(now: str, before: str, pattern: re.Pattern) -> bool:
     the call ("<function f at 0x1>, 16"), not only the one that changed (keras-hub#779: a
     closure beside a length): compared one by one where both lists have the same number of
     values, else whole."""
-    now_values, before_values = _leaves(now), _leaves(before)
-    if [p for p, _ in now_values] != [p for p, _ in before_values]:
-        now_values, before_values = [("", now.strip())], [("", before.strip())]
-    changed = [(a, b) for (_, a), (_, b) in zip(now_values, before_values, strict=True)
-               if a != b]
-    return any(pattern.match(a) and pattern.match(b) for a, b in changed)
+    _, diff = _differing_leaves(now, before)
+    if diff is None:
+        diff = [("", now.strip(), before.strip())] if now.strip() != before.strip() else []
+    return any(pattern.match(a) and pattern.match(b) for _, a, b in diff)
+
+
+def _differing_leaves(now: str, before: str
+                      ) -> tuple[int, list[tuple[str, str, str]] | None]:
+    """(how many leaves, (place, now, before) of each leaf that differs) of two printed static
+    values (:func:`_leaves`); the list is None where their leaves are not at the same places."""
+    a, b = _leaves(now), _leaves(before)
+    if [p for p, _ in a] != [p for p, _ in b]:
+        return len(a), None
+    return len(a), [(p, x, y) for (p, x), (_, y) in zip(a, b, strict=True) if x != y]
 
 
 def _leaves(text: str, path: str = "") -> list[tuple[str, str]]:
@@ -1161,11 +1169,8 @@ def _static_changes(changed: str) -> str:
     places and at most three differ (an equinox state's Python int among a thousand
     characters of its static part: patrick-kidger/equinox#792); else as JAX said it."""
     now, sep, before = changed.removeprefix("now ").partition(", before ")
-    a, b = _leaves(now), _leaves(before)
-    if not sep or [p for p, _ in a] != [p for p, _ in b] or len(a) < 2:
-        return changed
-    diff = [(p, x, y) for (p, x), (_, y) in zip(a, b, strict=True) if x != y]
-    if not diff or len(diff) > 3:
+    leaves, diff = _differing_leaves(now, before)
+    if not sep or diff is None or leaves < 2 or not diff or len(diff) > 3:
         return changed
     return "; ".join(f"static value {p}: now {x}, before {y}" for p, x, y in diff)
 

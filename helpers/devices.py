@@ -757,28 +757,23 @@ def _context_mesh():
     return mesh if mesh is not None and not mesh.empty and mesh.size > 1 else None
 
 
-def _mesh_in_use(x, platform: str) -> str:
+def _mesh_in_use(x, platform: str) -> tuple[str, bool]:
     """A mesh other live arrays of ``platform`` are spread over, described ("{'x': 4}, over
-    which other live arrays are split (a float32[8, 4] among them)"); "" where none is.
-    jax.pmap's outputs are split over a mesh of JAX's own (its axis named
-    "_internal_pmap_axis_name" on jax 0.10.2, "<axis 0x...>" on 0.8.0): for that, with its own
-    fix (fermiflow/CoulombGas#2)."""
-    found = ""
+    which other live arrays are split (a float32[8, 4] among them)"), and whether it is
+    jax.pmap's own (its outputs' mesh, for an array pmap would take: its first dimension one
+    per device; with pmap's own fix, fermiflow/CoulombGas#2); ("", False) where none is."""
+    found = ("", False)
     for other in jaxcompat.import_jax().live_arrays(platform):
-        if other is x or other.is_deleted():
-            continue
-        spread = getattr(other.sharding, "mesh", None)
-        if (spread is None or len(other.sharding.device_set) < 2
-                or other.sharding.is_fully_replicated
-                or not any(d % spread.size == 0 for d in x.shape)):
+        if other is x or (spread := _split_mesh(other)) is None or not any(
+                d % spread.size == 0 for d in x.shape):
             continue
         if jaxcompat.is_pmap_mesh(spread):  # a pmap input: its first dimension, one per device
             if x.shape[0] == spread.size:
-                return (f"PMAP:jax.pmap's {spread.size} devices, over which other live arrays "
-                        f"are split (a {other.dtype}{list(other.shape)} among them)")
-        elif not found:
+                return (f"jax.pmap's {spread.size} devices, over which other live arrays are "
+                        f"split (a {other.dtype}{list(other.shape)} among them)", True)
+        elif not found[0]:
             found = (f"{dict(spread.shape)}, over which other live arrays are split "
-                     f"(a {other.dtype}{list(other.shape)} among them)")
+                     f"(a {other.dtype}{list(other.shape)} among them)", False)
     return found
 
 
@@ -808,10 +803,13 @@ def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
         return ""
     platform = next(iter(x.sharding.device_set)).platform
     jax = jaxcompat.import_jax()
-    if len(jax.devices(platform)) < 2 or not (mesh_text := _mesh_in_use(x, platform)):
+    if len(jax.devices(platform)) < 2:
         return ""
-    if mesh_text.startswith("PMAP:"):
-        return (f". jax.pmap is in use ({mesh_text[5:]}), but this array is whole on "
+    mesh_text, pmapped = _mesh_in_use(x, platform)
+    if not mesh_text:
+        return ""
+    if pmapped:
+        return (f". jax.pmap is in use ({mesh_text}), but this array is whole on "
                 f"{shards[0].device}, all {x.nbytes:,} B on that one device: passed to a pmap, "
                 "it is split over its devices at each call, each piece copied from there. Make "
                 "it under jax.pmap, each device making its own part (jax.pmap(lambda _: "
@@ -912,9 +910,8 @@ def _restored_on_another_mesh(arrays: list, jax: Any) -> str:
     """A tree split over a mesh that no other live array uses, while other live arrays are
     split over another mesh: the layout a checkpoint was saved with, restored into a target
     without shardings (google/flax#5110, jax-ml/jax#19656). "" otherwise."""
-    mine = {id(x): m for x in arrays if isinstance(x, jax.Array)
-            and (m := _split_mesh(x)) is not None}
-    meshes = {_mesh_key(m): m for m in mine.values()}
+    meshes = {_mesh_key(m): m for x in arrays if isinstance(x, jax.Array)
+              and (m := _split_mesh(x)) is not None}
     if len(meshes) != 1:
         return ""
     (key, mesh), = meshes.items()

@@ -214,6 +214,7 @@ def is_pmap_mesh(mesh: Any) -> bool:
     return any(str(a).startswith(PMAP_AXIS_PREFIXES) for a in getattr(mesh, "axis_names", ()))
 
 
+@functools.cache
 def custom_vjp_fwd_caller() -> str:
     """The name tracebacks give JAX's function that calls a ``jax.custom_vjp`` fwd rule
     ("_flatten_fwd" on jax 0.8.0 and 0.10.2, a ``lu.transformation`` partial of it); "" where

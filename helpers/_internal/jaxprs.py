@@ -49,12 +49,18 @@ def walk(closed) -> Iterator[tuple[Any, Sequence]]:
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
 
 
+def _traceback_frames(eqn) -> list:
+    """The frames of the traceback that made a jaxpr equation, innermost first (JAX's own and
+    the user's); [] where it has none."""
+    try:
+        return list(eqn.source_info.traceback.frames)
+    except Exception:  # an equation without a traceback
+        return []
+
+
 def _user_frame(eqn) -> tuple[str, int] | None:
     """(file, line) of the user's innermost frame that made a jaxpr equation, or None."""
-    try:
-        user = [f for f in eqn.source_info.traceback.frames if frames.is_user_file(f.file_name)]
-    except Exception:  # an equation without a traceback
-        return None
+    user = [f for f in _traceback_frames(eqn) if frames.is_user_file(f.file_name)]
     return (user[0].file_name, user[0].line_num) if user else None
 
 
@@ -167,10 +173,7 @@ def custom_vjp_rule(eqn) -> str:
     the rule (jax/_src/custom_derivatives.py, named by jaxcompat; jax 0.8.0 and 0.10.2 alike).
     What the rule returns as residuals JAX keeps until bwd runs, whatever jax.checkpoint
     inside it says (sgl-project/sglang-jax#823)."""
-    try:
-        found = [(f.function_name, f.file_name) for f in eqn.source_info.traceback.frames]
-    except Exception:  # an equation without a traceback
-        return ""
+    found = [(f.function_name, f.file_name) for f in _traceback_frames(eqn)]
     caller = jaxcompat.custom_vjp_fwd_caller()
     for n, (name, _) in enumerate(found):  # innermost first
         if caller and name == caller:
@@ -226,12 +229,8 @@ def jacobian_lines(closed) -> frozenset[str]:
 
 
 def _frame_names(eqn) -> list[str]:
-    """The function names of the traceback that made a jaxpr equation, innermost first (JAX's
-    own and the user's); [] where it has none."""
-    try:
-        return [f.function_name for f in eqn.source_info.traceback.frames]
-    except Exception:  # an equation without a traceback
-        return []
+    """The function names of the traceback that made a jaxpr equation, innermost first."""
+    return [f.function_name for f in _traceback_frames(eqn)]
 
 
 def repeated_outputs(closed) -> list[tuple[int, int]]:
@@ -493,8 +492,8 @@ def scaled_by_zero(closed) -> tuple[tuple[str, int, str], ...]:
 #: primitives that call a jaxpr with their own operands, one for one, and return its outputs:
 #: an inner jit, a remat, a custom derivative's function (not a scan, a loop or a branch, whose
 #: body runs per step or per case)
-_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
-          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
+_CALLS = ("pjit", "jit", "closed_call", "core_call", *_REMATS, "custom_jvp_call",
+          "custom_vjp_call", "custom_vjp_call_jaxpr")
 
 
 def _called(eqn):
