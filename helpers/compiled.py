@@ -24,6 +24,7 @@ arguments as shapes there (nothing runs, no argument is copied), and what that p
 
 from __future__ import annotations
 
+import inspect
 import math
 import traceback
 import warnings
@@ -555,7 +556,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         constants,
                         _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, kept, jax,
                                    bool(mesh)), name,
-                        statics, static_names, closed, folded, bool(mesh), text, with_values)
+                        statics, static_names, closed, folded, bool(mesh), text, with_values,
+                        *_dropped_by_keyword(fn, jitted, compiled, arg_specs, kw_specs, jax))
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -577,6 +579,39 @@ def _lower(jitted, arg_specs, kw_specs) -> tuple[Any, BaseException | None]:
             return jitted.lower(*arg_specs, **kw_specs), None
     except Exception as err:
         return None, err
+
+
+def _dropped_by_keyword(fn, jitted, compiled, arg_specs, kw_specs, jax
+                        ) -> tuple[tuple[str, ...], int]:
+    """(the keyword arguments whose donation ``fn``'s own wrapper drops, the bytes XLA aliases
+    when they are passed by position instead). jax.pmap donates positional arguments only
+    (jax-ml/jax#8470; jax.jit keeps a donation passed by keyword, and its lowering says
+    ``donated`` for both): lowered again by position, does XLA alias more? ((), 0) where not,
+    or where the arguments have no positions to move to."""
+    if not kw_specs or jitted is not fn or _jax_jit(fn):
+        return (), 0
+    try:
+        bound = inspect.signature(fn).bind(*arg_specs, **kw_specs)
+    except (TypeError, ValueError):
+        return (), 0
+    if bound.kwargs:  # keyword-only parameters: no position to pass them at
+        return (), 0
+    by_position, err = _lower(fn, bound.args, {})
+    if err is not None:
+        return (), 0
+    by_position = getattr(by_position, "lowered", by_position)  # a wrapper's Lowered
+    try:
+        with own.compiling():
+            aliased = by_position.compile().memory_analysis().alias_size_in_bytes
+        now = compiled.memory_analysis().alias_size_in_bytes
+    except Exception:  # a backend without memory_analysis
+        return (), 0
+    if aliased <= now:
+        return (), 0
+    names = list(bound.arguments)
+    moved = sorted(i for i in _declared_donation(by_position, len(bound.args), jax)
+                   if i >= len(arg_specs))
+    return tuple(names[i] for i in moved), aliased - now
 
 
 def _placement_conflict(err: BaseException) -> bool:
@@ -649,6 +684,11 @@ class CompiledStep:
     #: lowered by the function's own lower() with the arguments themselves (a wrapper such as
     #: eqx.filter_jit takes no shapes): its executable takes that wrapper's split of them
     lowered_with_arguments: bool = False
+    #: keyword arguments whose donation the function's own wrapper drops (jax.pmap donates
+    #: by position only), and the bytes XLA writes into donated buffers when they are passed
+    #: by position instead (each device's)
+    dropped_by_keyword: tuple[str, ...] = ()
+    aliased_by_position: int = 0
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""

@@ -1028,10 +1028,18 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
                "Not jax.device_put(leaf, device): a jit over the tree then raises 'Received "
                "incompatible devices' (jax-ml/jax#12253); the whole tree put on one device "
                "gathers the split leaves there")
-        out.append(f"{_some(moved)} uncommitted elsewhere: a jit over the tree copies them to "
+        where = {d for leaf in leaves if leaf.path in moved for d in leaf.devices}
+        made = ("uncommitted elsewhere" if where != {device_name(default_device())} else
+                f"uncommitted on the default device ({', '.join(where)}), where JAX makes a "
+                "value that no committed input places (an optimizer's init from jnp.zeros: "
+                "google-deepmind/optax#548)")
+        if len(target) == 1:
+            fix += (f", the device being {target[0]}; or make them under "
+                    f"`with jax.default_device(device):`")
+        out.append(f"{_some(moved)} {made}: a jit over the tree copies them to "
                    f"{', '.join(target)} at each call they are passed to (a loop that feeds the "
-                   "step's outputs back copies them once: the outputs are committed there, "
-                   f"google-deepmind/optax#548). Fix: {fix}.")
+                   "step's outputs back copies them once: the outputs are committed there). "
+                   f"Fix: {fix}.")
     copies = [leaf for leaf in leaves if leaf.local_bytes > leaf.nbytes
               and all(d.startswith("cpu:") for d in leaf.devices)]
     if (extra := sum(leaf.local_bytes - leaf.nbytes for leaf in copies)) >= 2**20:

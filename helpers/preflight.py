@@ -632,6 +632,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
             undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
         notes.append(step_arguments.donation_note(*undonated))
+    if c.dropped_by_keyword:
+        names = ", ".join(c.dropped_by_keyword)
+        notes.append(f"{names} passed by keyword: {c.function}'s own wrapper drops the "
+                     "donation there, so XLA writes nothing into the donated buffers (jax.pmap "
+                     "donates positional arguments only, jax-ml/jax#8470; jax.jit keeps a "
+                     f"donation passed by keyword). Fix: pass {names} by position; then XLA "
+                     f"writes {format_bytes(c.aliased_by_position)} of the outputs into them "
+                     "(each device's).")
     if copies:
         notes.append(step_arguments.copies_note(
             copies, tuple(name for name, _ in spread) if device is None else ()))

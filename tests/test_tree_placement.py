@@ -137,6 +137,11 @@ def test_optax_548_an_uncommitted_state_fed_back_through_the_step_is_copied_once
     opt_state = jnp.zeros((64, 64))  # optimizer.init's state: uncommitted, on the default device
     (problem,) = devices.tree_placement({"params": params, "opt": opt_state}).problems
     assert "copies them once" in problem and "on every call" not in problem
+    assert "uncommitted on the default device (cpu:0)" in problem and "optax#548" in problem
+    assert "jax.default_device(device)" in problem and "being cpu:1" in problem
+    with jax.default_device(jax.devices()[1]):  # the fix it names
+        made_there = jnp.zeros((64, 64))
+    assert devices.tree_placement({"params": params, "opt": made_there}).problems == ()
     step = jax.jit(lambda p, o: (p - 0.1 * o, o * 0.9))
     p, o = step(params, opt_state)
     assert o.committed and o.devices() == {jax.devices()[1]}  # fed back: no copy again

@@ -4,6 +4,7 @@ docs/user-reports.md is the table of them; a row marked "named" there has its te
 two processes, in tests/test_processes.py)."""
 
 import gc
+import inspect
 import re
 import sys
 import warnings
@@ -354,7 +355,8 @@ def test_the_table_lists_every_report_tested_here():
     # and the other way: every row the table calls named on the CPU has its test
     elsewhere = {"15162": "tests/test_processes.py", "11204": "tests/test_holders.py",
                  "16226": "tests/test_holders.py", "88": "tests/test_preflight.py",
-                 "2023": "tests/test_holders.py", "19429": "tests/test_compiles.py",
+                 "548": "tests/test_tree_placement.py", "2023": "tests/test_holders.py",
+                 "19429": "tests/test_compiles.py",
                  "10320": "tests/test_settings.py", "576": "tests/test_transfers.py",
                  "475": "tests/test_preflight.py", "725": "tests/test_holders.py",
                  "24053": "tests/test_holders.py", "4329": "tests/test_compiles.py",
@@ -1976,3 +1978,31 @@ def test_jax_13632_a_slice_of_a_split_array_taken_outside_jit_comes_back_replica
     assert "taken outside jit, comes back replicated" in devices.placement(eager).explanation
     inside = jax.jit(lambda a: a[:1000])(x)  # the fix: the slice inside jit stays split
     assert not inside.sharding.is_fully_replicated
+
+
+def test_jax_8470_pmap_drops_a_donation_passed_by_keyword():
+    """jax.pmap donates positional arguments only; jax.jit keeps a donation passed by keyword.
+    The kit's plan for the keyword call aliased nothing and said nothing of why."""
+    def double(x):
+        return x * 2
+
+    step = jax.pmap(double, donate_argnums=0)
+    x = jnp.ones((jax.device_count(), 256, 256))  # 256 KiB on each device
+    by_keyword = preflight.preflight_step(step, x=x)
+    assert by_keyword.alias_bytes == 0
+    if "x" not in inspect.signature(step).parameters:
+        pytest.skip("this JAX's pmap hides the function's signature (jax 0.8.0): no position "
+                    "to move x to, and the kit says nothing")
+    assert "x passed by keyword" in by_keyword.advice and "jax-ml/jax#8470" in by_keyword.advice
+    assert "pass x by position" in by_keyword.advice
+    assert f"writes {format_bytes(x.nbytes // jax.device_count())}" in by_keyword.advice
+    by_position = preflight.preflight_step(step, x)  # the fix it names
+    assert by_position.alias_bytes == x.nbytes // jax.device_count()
+    assert "passed by keyword" not in by_position.advice
+    split = step(jnp.ones_like(x))  # what the plans say, seen: an array already over pmap's devices
+    step(x=split)
+    assert not split.is_deleted()  # by keyword: kept
+    step(split)
+    assert split.is_deleted()  # by position: donated
+    jitted = jax.jit(double, donate_argnums=0)  # jit keeps it: no note
+    assert "passed by keyword" not in preflight.preflight_step(jitted, x=x).advice
