@@ -507,6 +507,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                     "static part (the pytree's metadata: a field marked static), which JAX "
                     "compares with == at each call: make it an ordinary field, a child of "
                     "the pytree")
+        elif fix := devices.sharding_error_fix(err):
+            hint = ". " + fix[0].upper() + fix[1:].rstrip(".")
         else:
             hint = ""
         raise BadInputError(f"{name} fails on these arguments "

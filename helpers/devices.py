@@ -58,8 +58,8 @@ if TYPE_CHECKING:
 __all__ = ["LAUNCH_VARS", "BackendInfo", "DeviceInfo", "DeviceReport", "FailedBackend",
            "LeafPlacement", "Placement", "ProcessView", "Roles", "Shard", "TreePlacement",
            "default_device", "device_name", "placement", "probe", "probe_in_child",
-           "process_view", "resolve", "roles", "simulate_cpu_devices", "start_jax",
-           "tree_placement", "versions"]
+           "process_view", "resolve", "roles", "sharding_error_fix", "simulate_cpu_devices",
+           "start_jax", "tree_placement", "versions"]
 
 
 # --- the report: plain data -----------------------------------------------------------------
@@ -1021,13 +1021,20 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
              and all(leaf.devices != devs for devs in committed)]
     if len(committed) == 1 and moved:
         (target,) = committed
+        ranks = {len(leaf.shape) for leaf in leaves if leaf.committed and leaf.devices == target}
+        other_rank = any(len(leaf.shape) not in ranks for leaf in leaves if leaf.path in moved)
+        spread = ("put them where the others are, once, replicated: jax.device_put(leaf, "
+                  "NamedSharding(other.sharding.mesh, P())), with other a leaf already spread "
+                  "there (a leaf of another rank, such as a step counter, cannot take "
+                  "other.sharding itself, whose spec names its dimensions). " if other_rank else
+                  "put them where the others are, once: jax.device_put(leaf, other.sharding) "
+                  "with a leaf already spread there (or NamedSharding(mesh, P()) to replicate; "
+                  "a pickled or loaded array: device_put its NumPy data straight onto the "
+                  "sharding). ")
         fix = ("jax.device_put(tree, device) once" if len(target) == 1 else
-               "put them where the others are, once: jax.device_put(leaf, other.sharding) with "
-               "a leaf already spread there (or NamedSharding(mesh, P()) to replicate; a "
-               "pickled or loaded array: device_put its NumPy data straight onto the sharding). "
-               "Not jax.device_put(leaf, device): a jit over the tree then raises 'Received "
-               "incompatible devices' (jax-ml/jax#12253); the whole tree put on one device "
-               "gathers the split leaves there")
+               spread + "Not jax.device_put(leaf, device): a jit over the tree then raises "
+               "'Received incompatible devices' (jax-ml/jax#12253); the whole tree put on one "
+               "device gathers the split leaves there")
         where = {d for leaf in leaves if leaf.path in moved for d in leaf.devices}
         made = ("uncommitted elsewhere" if where != {device_name(default_device())} else
                 f"uncommitted on the default device ({', '.join(where)}), where JAX makes a "
@@ -1079,3 +1086,43 @@ def _some(paths: list[str]) -> str:
     """ "1 leaf (['w']) is" / "3 leaves (['a'], ['b'], ['c']) are": the subject of a problem."""
     return (f"1 leaf ({_paths(paths)}) is" if len(paths) == 1
             else f"{len(paths)} leaves ({_paths(paths)}) are")
+
+
+# --- sharding errors: the cause and the fix ---------------------------------------------------
+#: a dimension its sharding does not divide: jax 0.10 ("axis 0 is partitioned 4 times, but the
+#: dimension size is 19"; on a mesh of Explicit axes "... but does not evenly divide the
+#: dimension size 19") and jax 0.8 ("dimension 0 should be divisible by 4, but it is equal
+#: to 19"); the groups: the dimension, the number of pieces, its size
+_INDIVISIBLE = (re.compile(r"axis (\d+) is partitioned (\d+) times, but (?:the dimension size "
+                           r"is|does not evenly divide the dimension size) (\d+)"),
+                re.compile(r"dimension (\d+) should be divisible by (\d+), but it is equal to "
+                           r"(\d+)"))
+#: what JAX raises where a mesh's axes are Explicit (jax.make_mesh's default from jax 0.9) and a
+#: program changes or mixes shardings without saying so (jax 0.10.2's texts)
+_EXPLICIT = ("can only refer to Auto axes", "All operands should have the same sharding")
+
+
+def sharding_error_fix(error: BaseException | str) -> str:
+    """The cause and the fix, in a sentence or two, for an error JAX raises where a sharding
+    cannot take an array: a dimension its mesh axes do not divide (the last, short batch of an
+    epoch: Physical-Intelligence/openpi#437, jax-ml/jax#27808), or shardings changed or mixed on
+    a mesh of Explicit axes, jax.make_mesh's default from jax 0.9 (vllm-project/
+    tpu-inference#1917). "" for any other error."""
+    text = str(error)
+    for pattern in _INDIVISIBLE:
+        if m := pattern.search(text):
+            axis, pieces, size = (int(g) for g in m.groups())
+            padded = -(-size // pieces) * pieces
+            return (f"dimension {axis} ({size}) is split into {pieces} pieces by its sharding, "
+                    f"and {pieces} does not divide {size}: the pieces must be equal. "
+                    f"Make that dimension a multiple of {pieces} (the last, short batch of an "
+                    f"epoch: drop it, or pad it to {padded} and mask the padding), or leave it "
+                    f"unsplit (None at place {axis} of the PartitionSpec).")
+    if any(s in text for s in _EXPLICIT):
+        return ("the mesh's axes are Explicit (jax.make_mesh makes them so from jax 0.9): there "
+                "a sharding changes only where the program says so, with "
+                "jax.sharding.reshard(x, P(...)) in place of with_sharding_constraint, and the "
+                "operands of one operation must agree (reshard one to the other's sharding). "
+                "Or make the mesh with axis_types=(jax.sharding.AxisType.Auto,) * "
+                "len(axis_names) for the behaviour before 0.9.")
+    return ""

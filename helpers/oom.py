@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import gpu
+from helpers import devices, gpu
 from helpers._internal import child, jaxcompat
 from helpers._internal.child import Reply
 from helpers._internal.jaxcompat import MIN_MEM_FRACTION, device_name
@@ -334,6 +334,7 @@ def explain(error: BaseException, *, namespace: Mapping | None = None) -> OomRep
                "start" if is_library_failure(error) else
                "For 'incompatible devices', devices.tree_placement(arguments) names the leaves "
                "on other devices" if "incompatible devices" in text else
+               "A sharding error: " + fix if (fix := devices.sharding_error_fix(text)) else
                "oom.explain reads RESOURCE_EXHAUSTED errors only"))
     requested: int | NotAvailable = NOT_AVAILABLE
     for pattern in _REQUEST:

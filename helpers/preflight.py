@@ -260,14 +260,32 @@ class StepPreflight(_Verdict, Display):
 _CALLBACKS = ("debug_print", "debug_callback", "pure_callback", "io_callback")
 
 
-def _gathered(temporaries, args, kwargs) -> list:
-    """The large temporaries (1 MiB or more) of a callback (jax.debug.print, a host callback)
-    with the whole shape of an argument split over several devices: a value gathered from its
-    shards to be handed to the host. (A gather a sharded layer makes by design is not one.)"""
+#: an all-gather in XLA's optimized program, and the shape it makes: "%all-gather.3 =
+#: f32[256,512]{1,0} all-gather(...)" (an async one: all-gather-start, its result a tuple)
+_ALL_GATHER = re.compile(r"= \(?[a-z0-9]+\[[\d,]*\][^ ]*?,? ?(\w+)\[([\d,]*)\][^ ]* "
+                         r"all-gather(?:-start)?\(|= (\w+)\[([\d,]*)\][^ ]* all-gather\(")
+
+
+#: the operations that cut a part of an array: where one gathers a split argument whole, the
+#: part was cut along the split dimension
+_SLICES = ("dynamic_slice", "slice", "gather")
+
+
+def _gathered(temporaries, args, kwargs, text: str | None = None) -> list:
+    """The large temporaries (1 MiB or more) with the whole shape of an argument split over
+    several devices: of a callback (jax.debug.print, a host callback), a value gathered from its
+    shards to be handed to the host; of a slice, only where XLA's program (``text``) all-gathers
+    a value of that shape: the argument gathered whole onto each device to cut a part along its
+    split dimension (apple/axlearn#993: a minibatch sliced from a batch split over devices). A
+    gather a sharded layer makes by design (FSDP's weights) is neither."""
     whole = {tuple(leaf.shape) for leaf in devices.start_jax().tree.leaves((args, kwargs))
              if compiled.devices_split_over(leaf) > 1}
-    return [t for t in temporaries if t.op in _CALLBACKS and tuple(t.shape) in whole
-            and t.nbytes >= 2**20]
+    gathers = set()
+    for m in _ALL_GATHER.finditer(text or ""):
+        dims = m.group(2) if m.group(2) is not None else m.group(4)
+        gathers.add(tuple(int(d) for d in dims.split(",") if d))
+    return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20
+            and (t.op in _CALLBACKS or (t.op in _SLICES and tuple(t.shape) in gathers))]
 
 
 def _jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
@@ -726,7 +744,20 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     notes += step_arguments.narrowed_notes(narrowed, peak)
     if static := step_arguments.static_arrays(c, fn, args, kwargs):
         notes.append(step_arguments.static_array_note(static))
-    if spread and device is None and (gathered := _gathered(temporaries, args, kwargs)):
+    gathered = _gathered(temporaries, args, kwargs, c.text) if spread and device is None else []
+    if gathered and gathered[0].op not in _CALLBACKS:
+        t = gathered[0]
+        notes.append(
+            f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
+            f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments split "
+            "over devices, gathered from its shards onto each device (an all-gather in XLA's "
+            "program): every device holds all of it. "
+            "A slice along the split dimension (a minibatch cut from a batch split over "
+            "devices) lives on few devices and is gathered to be used: reshape so that each "
+            "slice takes part of every device's share, jnp.swapaxes(x.reshape(size, steps, "
+            "*rest), 0, 1)[i] for step i (apple/axlearn#993), or slice a dimension that is "
+            "not split.")
+    elif gathered:
         t = gathered[0]
         notes.append(
             f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"

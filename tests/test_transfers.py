@@ -348,3 +348,29 @@ def test_python_s_own_stderr_shows_at_once_inside_a_trace_not_when_it_ends():
         "logging.getLogger('train').warning('step 1 done')\n")
     assert after.returncode == 0 and "step 1 done" in after.stderr
     assert "Logging error" not in after.stderr
+
+
+def test_copies_onto_a_mesh_of_explicit_axes_keep_their_bytes_and_a_callbacks_pieces_are_named():
+    """jax.make_mesh's axes are Explicit from jax 0.9: the guard writes each dimension's axes
+    after it (float32[256@x,16]), which the kit did not parse, so every copy onto such a mesh
+    lost its bytes and was called "an argument of a jitted call". make_array_from_callback with
+    NumPy pieces, the way to put host data over a mesh, was called "copied each time it is
+    passed" (sharding threads of 2026-11-27)."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    host = np.ones((256, 16), np.float32)
+    meshes = [Mesh(np.array(jax.devices()[:4]), ("x",)), jax.make_mesh((4,), ("x",))]
+    for mesh in meshes:
+        s = NamedSharding(mesh, P("x", None))
+        with transfers.trace() as log:
+            jax.device_put(host, s).block_until_ready()
+            jax.make_array_from_callback(host.shape, s, lambda i: host[i]).block_until_ready()
+        rows = {r["line"].split(": ", 1)[1]: r for r in log.by_line()}
+        assert all(t.nbytes == host.nbytes // 4 for t in log.select(H2D)), log.transfers
+        made = " ".join(rows["jax.make_array_from_callback(host.shape, s, lambda i: host[i])"
+                             ".block_until_ready()"]["reasons"])
+        assert "piece of the array copied to it once" in made and "each time" not in made
+    assert jaxcompat.parse_guard_line(
+        "host-to-device transfer: aval=ShapedArray(float32[8@(x,y),4@z,6]), dst_sharding=x"
+    )["shape"] == (8, 4, 6)

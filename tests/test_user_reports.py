@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import compiles, devices, errors, holders, memory, preflight, settings, transfers
+from helpers import compiles, devices, errors, holders, memory, oom, preflight, settings, transfers
 from helpers._internal import jaxcompat
 from helpers.units import format_bytes
 
@@ -1507,7 +1507,7 @@ def test_jax_9672_jit_of_a_bound_method_made_in_a_loop_compiles_every_call():
     assert fixed.function("f").compiles == 1
 
 
-def test_jax_14075_an_array_made_whole_then_split_over_devices_is_named_with_out_shardings():
+def test_jax_14075_18263_an_array_made_whole_then_split_is_named_with_out_shardings():
     """device_put(jnp.zeros(n), sharding) over several devices failed at half of one device's
     memory: the whole array is made on one device and each piece copied from it (pschuh; the
     fix, jax#18263: make it inside jit with out_shardings)."""
@@ -1519,14 +1519,20 @@ def test_jax_14075_an_array_made_whole_then_split_over_devices_is_named_with_out
     whole = jnp.zeros(n)
     with transfers.trace() as log:
         jax.device_put(whole, s)
+        jnp.arange(n, device=s)
         jnp.zeros(n, device=s)
     reasons = {r["line"].split(": ", 1)[1]: " ".join(r["reasons"]) for r in log.by_line()}
     put = reasons["jax.device_put(whole, s)"]
     assert "whole on one device" in put and "jax-ml/jax#14075" in put and "out_shardings" in put
     assert put.startswith("jax.device_put to a sharding over several devices")
-    made = reasons["jnp.zeros(n, device=s)"]
+    made = reasons["jnp.arange(n, device=s)"]
     assert "made whole on the default device, then split" in made and "out_shardings" in made
     assert "jax.default_device" not in made  # it takes a device, not a sharding
+    # jnp.zeros/ones/full/empty make one piece and copy it to each device (jax/_src/lax/lax.py,
+    # full): no device holds the whole array; the kit said "made whole" until 2026-11-27
+    filled = reasons["jnp.zeros(n, device=s)"]
+    assert "piece made on the default device" in filled and "made whole" not in filled
+    assert "no device holds the whole array" in filled and "out_shardings" in filled
     with transfers.trace() as fixed:
         out = jax.jit(lambda: jnp.zeros(n), out_shardings=s)()  # the fix: made in pieces
     assert not any("14075" in " ".join(r["reasons"]) for r in fixed.by_line())
@@ -2006,3 +2012,127 @@ def test_jax_8470_pmap_drops_a_donation_passed_by_keyword():
     assert split.is_deleted()  # by position: donated
     jitted = jax.jit(double, donate_argnums=0)  # jit keeps it: no note
     assert "passed by keyword" not in preflight.preflight_step(jitted, x=x).advice
+
+
+def test_marin_8911_a_step_counter_made_off_the_mesh_compiles_the_step_twice():
+    """The train state's counter was made without the mesh, and the step returns it replicated
+    over the mesh: the second step compiles again (mcwitt's fix: make it replicated on the
+    mesh). The kit's first fix, device_put(leaf, other.sharding), raises for a scalar beside
+    2-D leaves; it now names the replicated sharding where the ranks differ."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    w = jax.jit(lambda: jnp.zeros((64, 16)), out_shardings=NamedSharding(mesh, P("data")))()
+    state = {"w": w, "step": jnp.zeros((), jnp.int32)}
+    train_step = jax.jit(lambda st: {"w": st["w"] * 0.9, "step": st["step"] + 1})
+    with compiles.watch() as log:
+        for _ in range(3):
+            state = train_step(state)
+    assert log.function("<lambda>").compiles == 2
+    assert log.function("<lambda>").cause == "new sharding"
+    state = {"w": w, "step": jnp.zeros((), jnp.int32)}
+    (problem,) = devices.tree_placement(state).problems
+    assert "NamedSharding(other.sharding.mesh, P())" in problem and "another rank" in problem
+    with pytest.raises(ValueError):  # the fix it no longer gives first
+        jax.device_put(state["step"], w.sharding)
+    state["step"] = jax.device_put(state["step"], NamedSharding(w.sharding.mesh, P()))
+    assert devices.tree_placement(state).problems == ()
+    train_step = jax.jit(lambda st: {"w": st["w"] * 0.9, "step": st["step"] + 1})
+    with compiles.watch() as log:
+        for _ in range(3):
+            state = train_step(state)
+    assert log.function("<lambda>").compiles == 1
+
+
+def test_openpi_437_jax_27808_a_batch_its_sharding_does_not_divide_is_named():
+    """A data-parallel run died on device_put of the epoch's last batch, 19 rows over 4 devices
+    (jax#27808: yashk2810 found JAX's message hard to read). The fix: a multiple of 4."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    s = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("batch",)), P("batch"))
+    batch = np.zeros((19, 10, 32), np.float32)
+    with pytest.raises(Exception) as raised:
+        jax.device_put(batch, s)
+    with pytest.raises(errors.BadInputError, match="not an out-of-memory error") as refused:
+        oom.explain(raised.value)
+    for said in (devices.sharding_error_fix(raised.value), str(refused.value)):
+        assert "dimension 0 (19) is split into 4 pieces" in said and "pad it to 20" in said
+    with pytest.raises(errors.BadInputError) as priced:
+        preflight.preflight_step(jax.jit(lambda x: x * 2, in_shardings=s), batch)
+    assert "multiple of 4" in str(priced.value)
+    fixed = jax.device_put(batch[:16], s)  # the fix: a multiple of 4
+    assert {x.data.shape for x in fixed.addressable_shards} == {(4, 10, 32)}
+
+
+def test_tpu_inference_1917_a_mesh_of_explicit_axes_after_an_upgrade_is_named():
+    """From jax 0.9 jax.make_mesh makes Explicit axes, where with_sharding_constraint on them
+    raises; the fix (kyuyeunk): axis_types=Auto, or jax.sharding.reshard."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 2), ("data", "model"))
+    x = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh, P(None, "data")))
+
+    def layer(h):
+        return jax.lax.with_sharding_constraint(h * 2, NamedSharding(mesh, P("data", None)))
+
+    try:
+        jax.jit(layer)(x)
+    except Exception as err:
+        said = devices.sharding_error_fix(err)
+    else:
+        pytest.skip("this JAX's make_mesh makes Auto axes (jax 0.8.0): nothing raises")
+    assert "Explicit" in said and "jax.sharding.reshard" in said and "AxisType.Auto" in said
+    with pytest.raises(errors.BadInputError, match="AxisType.Auto"):
+        preflight.preflight_step(layer, x)
+    auto = jax.make_mesh((2, 2), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)  # the fix it names
+    on_auto = jax.device_put(x, NamedSharding(auto, P()))
+    y = jax.jit(lambda h: jax.lax.with_sharding_constraint(
+        h * 2, NamedSharding(auto, P("data", None))))(on_auto)
+    assert {s.data.shape for s in y.addressable_shards} == {(4, 8)}  # split by rows
+    z = jax.jit(lambda h: jax.sharding.reshard(h * 2, NamedSharding(mesh, P("data", None))))
+    assert {s.data.shape for s in z(x).addressable_shards} == {(4, 8)}  # the other fix
+
+
+def test_axlearn_993_a_minibatch_sliced_from_a_split_batch_is_gathered_whole():
+    """Gradient accumulation that cut each minibatch as a contiguous slice of a batch split over
+    devices: XLA all-gathers the whole batch onto every device. The PR's fix (apoorvtintin, on
+    apghml's review): reshape(minibatch, steps, ...) and swapaxes, so each step takes part of
+    every device's share."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    split = NamedSharding(mesh, P("data", None))
+    w = jax.device_put(np.full((512, 64), 0.01, np.float32), NamedSharding(mesh, P()))
+    x = jax.device_put(np.ones((1024, 512), np.float32), split)  # 2 MiB, 512 KiB a device
+    steps, size = 4, 256
+
+    def loss(w, mb):
+        return jnp.mean(jnp.tanh(mb @ w) ** 2)
+
+    @jax.jit
+    def sliced(w, x):
+        def body(g, i):
+            mb = jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=0)
+            mb = jax.lax.with_sharding_constraint(mb, split)
+            return g + jax.grad(loss)(w, mb), None
+        return jax.lax.scan(body, jnp.zeros_like(w), jnp.arange(steps))[0]
+
+    @jax.jit
+    def reshaped(w, x):  # the fix it names
+        def body(g, mb):
+            return g + jax.grad(loss)(w, jax.lax.with_sharding_constraint(mb, split)), None
+        xs = jnp.swapaxes(x.reshape(size, steps, 512), 0, 1)
+        return jax.lax.scan(body, jnp.zeros_like(w), xs)[0]
+
+    before = preflight.preflight_step(sliced, w, x)
+    assert "gathered from its shards onto each device" in before.advice
+    assert "dynamic_slice f32[1024, 512] (2.00 MiB" in before.advice
+    assert "apple/axlearn#993" in before.advice and "swapaxes" in before.advice
+    after = preflight.preflight_step(reshaped, w, x)
+    assert "gathered" not in after.advice and after.peak_bytes < before.peak_bytes - 2**20
+    np.testing.assert_allclose(sliced(w, x), reshaped(w, x), rtol=1e-5)

@@ -766,7 +766,10 @@ def parse_cache_miss(text: str) -> Mapping | None:
 #: "host-to-device transfer: aval=ShapedArray(float32[3]), dst_sharding=SingleDeviceSharding(
 #: device=CpuDevice(id=0), ...)". Not a documented format: tests check it still parses.
 GUARD_LINE = re.compile(r"(host-to-device|device-to-device|device-to-host) transfer:(.*)$")
-_AVAL = re.compile(r"aval=ShapedArray\((\w+)\[([\d,\s]*)\]")
+#: an aval's dtype and dimensions; a mesh of Explicit axes (jax.make_mesh's default from jax 0.9)
+#: writes the axes each dimension is split over after it: float32[8@x,4@y,6], float32[8@(x,y)]
+_AVAL = re.compile(r"aval=ShapedArray\((\w+)\[((?:\d+(?:@(?:\w+|\([\w,\s]*\)))?|[,\s])*)\]")
+_SPLIT_OVER = re.compile(r"@(?:\w+|\([\w,\s]*\))")
 _SRC = re.compile(r"(?<!dst_)sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
 _DST = re.compile(r"dst_sharding=\w+\(device=(\w+?)Device\(id=(\d+)\)")
 _DIRECTIONS = {"host-to-device": "host->device", "device-to-device": "device->device",
@@ -844,7 +847,8 @@ def parse_guard_line(line: str) -> Mapping | None:
     shape = dtype = None
     if aval:
         dtype = aval.group(1)
-        shape = tuple(int(x) for x in aval.group(2).replace(" ", "").split(",") if x)
+        dims = _SPLIT_OVER.sub("", aval.group(2))
+        shape = tuple(int(x) for x in dims.replace(" ", "").split(",") if x)
     return {"direction": _DIRECTIONS[m.group(1)], "dtype": dtype, "shape": shape,
             "shard_shape": _shard_shape(rest, shape),
             "source": _device_name(_SRC.search(rest)),
