@@ -10,7 +10,8 @@ JAX explains each miss of its tracing cache when ``jax_explain_cache_misses`` is
 "TRACING CACHE MISS ... because ..."), and reports each XLA compile to :mod:`jax.monitoring`.
 :func:`watch` turns both on for a block, keeps JAX's explanations verbatim, pairs each compile
 with the explanation that led to it, and sums them up per function: how many compiles, what
-changed between them, the line that called it, and the fix, in a sentence.
+changed between them, the line that called it, and the fix, in a sentence (the fix and what
+changed: :mod:`helpers.compile_causes`).
 
 >>> import jax, numpy as np
 >>> f = jax.jit(lambda x: x * 2)
@@ -53,114 +54,12 @@ import jax
 
 from helpers._internal import frames, jaxcompat, own
 from helpers._internal.records import Display, Record
+from helpers.compile_causes import CAUSES, CacheMiss, fix_for, what_changed
 from helpers.errors import BadInputError, InUseError
 from helpers.units import NOT_AVAILABLE, NotAvailable
 
-__all__ = ["CacheMiss", "CompileLog", "FunctionCompiles", "watch"]
+__all__ = ["CompileLog", "FunctionCompiles", "watch"]
 
-#: the causes, in the order the diagnosis ranks them when a function has several
-CAUSES = ("function made anew", "caches cleared", "new shapes", "new dtypes", "new sharding",
-          "new placement", "new static values", "new pytree structure", "a changed setting",
-          "other")
-#: what to change, per cause
-FIXES = {
-    "function made anew": "jit caches by the function object, and a lambda, closure, "
-                          "functools.partial or bound method (obj.method) made on every "
-                          "iteration is a new one: make it once, outside the loop. Where it "
-                          "is made anew to close over a new value (a learning rate per run of "
-                          "a sweep), pass that value as an argument instead: a traced one "
-                          "compiles once (optax.inject_hyperparams keeps a learning rate in "
-                          "the optimizer state)",
-    "caches cleared": "the same function object compiled again, so its cache was emptied in "
-                      "between (jax.clear_caches(), or the jitted function's clear_cache()): "
-                      "clear outside the loop, if at all. The host memory a clear frees can "
-                      "stay with the process (glibc keeps freed heap; on Linux "
-                      "ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back)",
-    "new shapes": "pad or bucket the inputs to a few fixed shapes (say, powers of two), so one "
-                  "compiled program serves many",
-    "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "
-                  "scalar is weakly typed while an array of the same value is not",
-    "new sharding": "put the argument on the same device, with the same sharding, every call "
-                    "(jax.device_put once, before the loop)",
-    "new placement": "put every call's arguments the same way: jax.device_put them to one "
-                     "device or sharding before the loop, or none of them (an array committed "
-                     "to a device and an uncommitted one compile apart, even on the same "
-                     "device)",
-    "new static values": "a static argument compiles once per value: make it a traced "
-                         "argument if it only feeds arithmetic, or keep its values few",
-    "new pytree structure": "keep the pytree's structure the same every call: the same keys, "
-                            "the same containers (a tuple stays a tuple: a state restored from "
-                            "a checkpoint as lists is a new structure), no leaf that is "
-                            "sometimes None, and each argument passed the same way (by "
-                            "position or by keyword)",
-    "a changed setting": "a config option or context manager around the call differed "
-                         "(jax.default_matmul_precision, jax.default_device, ...): keep one "
-                         "setting around every call",
-    "other": "JAX's own explanation is kept in the log's misses",
-}
-#: the fix for new static values that print as Python's default ``<Config object at 0x...>``
-IDENTITY_FIX = ("the static values print as Python's default <... object at 0x...>: if their "
-                "class has no __eq__ and __hash__ of its own, it compares by identity, and an "
-                "equal object made anew is a new value that compiles again. Give the class "
-                "__eq__ and __hash__ by value (a frozen dataclass, or pass a tuple), or make "
-                "the object once and pass the same one")
-#: the fix for new dtypes where only the weak type changed (jax#3163, optax#1440)
-WEAK_FIX = ("only the weak type changed: a Python number, or an array made from one without a "
-            "dtype (jnp.asarray(0.0)), is weakly typed, and arithmetic with a typed array "
-            "(np.int32, float32 data) makes a result that is not, so a value fed back into "
-            "the next call changes type once. Give it its dtype from the start: np.int32(0), "
-            "jnp.asarray(0.0, jnp.float32)")
-_CHANGE = re.compile(r"now (.*), before (.*)$")  # a CacheMiss's "x: now f32[3], before ..."
-_DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
-#: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
-_FUNCTION_REPR = re.compile(r"^<(?:function|bound method) (?:[^<>]|<locals>|<lambda>)*? "
-                            r"(?:of .*? )?at 0x[0-9a-fA-F]+>$")
-#: the fix where a function jitted anew also had new argument types on every call (jax#7930):
-#: making it once saves no compile, and keeps every shape's program
-NEW_SHAPES_ANEW_FIX = (
-    "the arguments' shapes changed at every call, so each call compiles whether the function "
-    "is made once or anew (it is also made anew here: making it once saves no compile, and "
-    "keeps every shape's program alive as long as the function is; jit caches by the Python "
-    "function, not by the jax.jit wrapper). Pad or bucket the inputs to a few fixed shapes "
-    "(say, powers of two), so one compiled program serves many")
-#: the fix for a buffer that grows by one along a dimension at every call (a KV cache fed back
-#: into a decode step: NovaSky-AI/SkyRL#539, where the maintainers preallocated it)
-GROWING_FIX = ("an argument grows by one along a dimension at every call, so every length is a "
-               "new program. Where it is a buffer the step feeds back (a cache), make it its "
-               "final length once, write each step into it with jax.lax.dynamic_update_slice at "
-               "the step's index, and mask the part not yet written: one program. Otherwise pad "
-               "or bucket the inputs to a few fixed shapes (say, powers of two), so one compiled "
-               "program serves many")
-#: the fix where the only change is how arguments were passed (jax#523, mattjj in jax#595)
-KEYWORD_FIX = ("jit keys its cache on how each argument is passed, so f(x, 2) and f(x, p=2) are "
-               "two programs: where the keyword and the positional argument are the same "
-               "parameter, pass it the same way in every call (by position, or by keyword)")
-#: the fix for new static values that are functions made anew (diffrax#142)
-FUNCTION_FIX = ("the static values are functions made anew for each call (a closure defined "
-                "inside the function that calls this one, or a lambda): a function compares by "
-                "identity, so each new one compiles again, and JAX's caches keep it with its "
-                "program. Define it once, outside, and pass what varies as a traced argument; "
-                "jax.clear_caches() drops what is kept so far")
-#: the fix for a pytree structure that differs only in an object compared by identity: the
-#: object, with its address masked, goes in the braces (flax#4329: an optax optimizer)
-IDENTITY_STRUCTURE_FIX = ("the structure differs only in an object that prints its address, "
-                          "{}: if it compares by identity (a function, or a class without "
-                          "__eq__), one made anew for each call (an optax optimizer built each "
-                          "epoch, a closure) is a new structure that compiles again. Make it "
-                          "once, outside the loop, and reuse it; jax.clear_caches() drops what "
-                          "is kept so far")
-#: the fix for a pytree structure whose static data prints the same now and before, yet is not
-#: equal: an object compared by identity that prints no address (almond-bot/axol#173: a class
-#: made with type(...) at each call, kept in a static field); the object goes in the braces
-SAME_TEXT_STRUCTURE_FIX = ("the structure's static data prints the same now and before, {}, "
-                           "yet is not equal: an object that shows no address and compares by "
-                           "identity (a class made with type(...) or a class statement inside "
-                           "a function, an instance without __eq__), made anew for each call, or "
-                           "a float NaN, which equals nothing. Make it once and reuse it "
-                           "(almond-bot/axol#173), or keep NaN out of static data; "
-                           "jax.clear_caches() drops what is kept so far")
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
 EAGER = "eager operations"
 UNEXPLAINED = "compiles JAX did not explain"
 #: compiling this many seconds, this share of a block's time, with nothing compiled twice and
@@ -196,20 +95,6 @@ _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until i
            "nothing, jax-ml/jax#7930) or the bounded caches drop it; jax.clear_caches() drops "
            "them all.")
 _active = threading.Lock()  # one watch at a time per process: the config and logger are global
-
-
-@dataclass(frozen=True)
-class CacheMiss(Record):
-    """One of JAX's own cache-miss explanations, parsed: which function, where it was called
-    and defined, the cause, what changed, and JAX's words verbatim."""
-
-    function: str
-    called_at: str  # "train.py:42" ("" when JAX did not say)
-    defined_at: str
-    cause: str  # "first compile" or one of CAUSES
-    changed: str  # e.g. "x: now f32[4], before f32[3]"
-    new_types: tuple[str, ...]  # for new shapes, dtypes or shardings: ("x: f32[4]", ...)
-    explanation: str  # JAX's text
 
 
 @dataclass(frozen=True)
@@ -969,46 +854,10 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         called_at=tuple(dict.fromkeys(m.called_at for m in mine if m.called_at))[:5],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
                  *dict.fromkeys(placed)) if cause == "new placement" else
-        clearing or fresh[:6] or _changes(mine, cause),
-        fix=(NEW_SHAPES_ANEW_FIX if fresh else
-             GROWING_FIX if cause == "new shapes" and _grows_by_one(mine) else
-             KEYWORD_FIX if _keywords_only(mine, cause) else
-             IDENTITY_FIX if _by_identity(mine, cause) else
-             FUNCTION_FIX if _by_identity(mine, cause, _FUNCTION_REPR) else
-             IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(mine, cause)) else
-             SAME_TEXT_STRUCTURE_FIX.format(same) if (same := _prints_same(mine, cause)) else
-             WEAK_FIX if _weak_only(mine, cause) else FIXES.get(cause, "")),
+        clearing or fresh[:6] or what_changed(mine, cause),
+        fix=fix_for(mine, cause, new_types_each_call=bool(fresh)),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1])
-
-
-_DIMS = re.compile(r"\[([\d,\s]*)\]")
-
-
-def _grows_by_one(misses: list[CacheMiss]) -> bool:
-    """Three or more new shapes of one argument, each one longer than the one before along a
-    single dimension: a buffer grown one step per call (a KV cache, NovaSky-AI/SkyRL#539)."""
-    for types in _new_types(misses, "new shapes").values():
-        dims = [_DIMS.search(t) for t in types]
-        if not all(d and d.group(1).strip() for d in dims):
-            continue
-        shapes = [tuple(int(n) for n in d.group(1).split(",")) for d in dims]
-        if len(shapes) < 3 or len({len(x) for x in shapes}) != 1:
-            continue
-        steps = [[b - a for a, b in zip(x, y, strict=True)]
-                 for x, y in zip(shapes, shapes[1:], strict=False)]
-        if all(sorted(step) == [0] * (len(step) - 1) + [1] for step in steps) and len(
-                {step.index(1) for step in steps}) == 1:
-            return True
-    return False
-
-
-def _keywords_only(misses: list[CacheMiss], cause: str) -> bool:
-    """A new pytree structure where each change is an argument passed by keyword in one call
-    and by position in another (jax#523)."""
-    found = [m for m in misses if m.cause == cause]
-    return cause == "new pytree structure" and bool(found) and all(
-        m.changed.endswith("by position in another") for m in found)
 
 
 def _each_new(types: list[str], compiles: int) -> bool:
@@ -1039,173 +888,3 @@ def _cleared_between(misses: list[CacheMiss], clears: list[int]) -> bool:
             if (m := _FUNCTION_ID.search(x.explanation))]
     pairs = zip(seen, seen[1:], strict=False)
     return len(seen) >= 2 and all(a == b and n < k for (a, n), (b, k) in pairs)
-
-
-def _weak_only(misses: list[CacheMiss], cause: str) -> bool:
-    """New dtypes where each change is of the weak type alone (``i32[]{weak_type=False}``
-    against ``i32[]{weak_type=True}``): the same dtype and shape."""
-    if cause != "new dtypes":
-        return False
-    found = [_CHANGE.search(m.changed) for m in misses if m.cause == cause]
-    return bool(found) and all(f is not None and jaxcompat.weak_type_only(*f.groups())
-                               for f in found)
-
-
-def _now_and_before(m: CacheMiss) -> tuple[str, str] | None:
-    """JAX's "now X and before Y" of a new pytree structure, as (X, Y); None where not said."""
-    text = m.explanation.split(", so the pytree")[0]
-    i, j = text.find(", now "), text.rfind(" and before ")
-    if i < 0 or j < i:
-        return None
-    return text[i + len(", now "):j], text[j + len(" and before "):]
-
-
-def _prints_same(misses: list[CacheMiss], cause: str) -> str:
-    """For a new pytree structure whose "now" and "before" print the same, the static data
-    that does (its pytree metadata where JAX names it); "" else."""
-    if cause != "new pytree structure":
-        return ""
-    pairs = [_now_and_before(m) for m in misses if m.cause == cause]
-    if not pairs or any(p is None or p[0] != p[1] for p in pairs):
-        return ""
-    now = pairs[0][0]
-    said = re.search(r"with pytree metadata \((.*)\)$", now)
-    return (said.group(1).rstrip(",") if said else now)[:120]
-
-
-def _identity_only(misses: list[CacheMiss], cause: str) -> str:
-    """For a new pytree structure whose "now" and "before" differ only in addresses (an object
-    compared by identity in the structure's static data, made anew: flax#4329's optax
-    optimizer inside an nnx.Optimizer), the first such object, its address masked; "" else."""
-    if cause != "new pytree structure":
-        return ""
-    found = []
-    for m in (m for m in misses if m.cause == cause):
-        said = _now_and_before(m)
-        if said is None:
-            return ""
-        now, before = said
-        if now == before or _ADDRESS.sub("", now) != _ADDRESS.sub("", before):
-            return ""
-        found += [o for o in _OBJECT_AT.findall(now) if o not in before][:1]
-    return _ADDRESS.sub(" at 0x…", found[0]) if found else ""
-
-
-def _by_identity(misses: list[CacheMiss], cause: str, pattern: re.Pattern = _DEFAULT_REPR
-                 ) -> bool:
-    """New static values that all print as Python's default repr (``<Config object at
-    0x...>``; with ``pattern``, a function's): a class without value equality, or a function,
-    made anew for each call."""
-    if cause != "new static values":
-        return False
-    pairs = [m.changed.removeprefix("now ").split(", before ", 1) for m in misses
-             if m.cause == cause]
-    return bool(pairs) and all(len(p) == 2 and _changed_values_match(*p, pattern)
-                               for p in pairs)
-
-
-def _changed_values_match(now: str, before: str, pattern: re.Pattern) -> bool:
-    """Whether a static value that changed matches ``pattern`` (an object or function made
-    anew compiles again whatever else changed with it). jax 0.8.0 lists every static value of
-    the call ("<function f at 0x1>, 16"), not only the one that changed (keras-hub#779: a
-    closure beside a length): compared one by one where both lists have the same number of
-    values, else whole."""
-    _, diff = _differing_leaves(now, before)
-    if diff is None:
-        diff = [("", now.strip(), before.strip())] if now.strip() != before.strip() else []
-    return any(pattern.match(a) and pattern.match(b) for _, a, b in diff)
-
-
-def _differing_leaves(now: str, before: str
-                      ) -> tuple[int, list[tuple[str, str, str]] | None]:
-    """(how many leaves, (place, now, before) of each leaf that differs) of two printed static
-    values (:func:`_leaves`); the list is None where their leaves are not at the same places."""
-    a, b = _leaves(now), _leaves(before)
-    if [p for p, _ in a] != [p for p, _ in b]:
-        return len(a), None
-    return len(a), [(p, x, y) for (p, x), (_, y) in zip(a, b, strict=True) if x != y]
-
-
-def _leaves(text: str, path: str = "") -> list[tuple[str, str]]:
-    """Printed static values split into (path, leaf): the values of each tuple, nested ones
-    too ("((<function g at 0x1>,), (None, 2))" -> [("[0][0]", "<function g at 0x1>"),
-    ("[1][0]", "None"), ("[1][1]", "2")]), and of a list jax 0.8.0 prints bare ("<function g
-    at 0x1>, 16"). Quoted text and an empty tuple are one leaf each."""
-    text = text.strip().rstrip(",").strip()
-    inner = (text[1:-1] if text.startswith("(") and text.endswith(")") and _encloses(text)
-             else text)
-    parts = [p for p in _top_level_values(inner) if p.rstrip(",").strip()]
-    if not parts or parts == [text]:  # a leaf: nothing to split
-        return [(path, text)]
-    return [leaf for k, part in enumerate(parts) for leaf in _leaves(part, f"{path}[{k}]")]
-
-
-def _brackets(text: str) -> list[int]:
-    """The bracket depth after each character of a printed value: quoted text counts as none,
-    and < opens only before a letter (a repr such as <function ...>, not a "->")."""
-    depth, quote, out = 0, "", []
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote and text[i - 1] != "\\" else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{" or (ch == "<" and text[i + 1:i + 2].isalpha()):
-            depth += 1
-        elif ch in ")]}" or (ch == ">" and depth and text[i - 1:i] != "-"):
-            depth = max(depth - 1, 0)
-        out.append(depth if not quote else depth + 1)
-    return out
-
-
-def _encloses(text: str) -> bool:
-    """Whether the first bracket of ``text`` closes at its last character."""
-    depths = _brackets(text)
-    return bool(depths) and 0 not in depths[:-1] and depths[-1] == 0
-
-
-def _static_changes(changed: str) -> str:
-    """JAX's "now X, before Y" of new static values, as the leaves that differ, by their place
-    in the static values ("static value [1][3]: now 2, before 1") where X and Y have the same
-    places and at most three differ (an equinox state's Python int among a thousand
-    characters of its static part: patrick-kidger/equinox#792); else as JAX said it."""
-    now, sep, before = changed.removeprefix("now ").partition(", before ")
-    leaves, diff = _differing_leaves(now, before)
-    if not sep or diff is None or leaves < 2 or not diff or len(diff) > 3:
-        return changed
-    return "; ".join(f"static value {p}: now {x}, before {y}" for p, x, y in diff)
-
-
-def _top_level_values(text: str) -> list[str]:
-    """``text`` split at each ", " outside brackets, quotes and Python's <...> reprs."""
-    values, start = [], 0
-    for i, depth in enumerate(_brackets(text)):
-        if depth == 0 and text.startswith(", ", i) and i >= start:
-            values.append(text[start:i].strip())
-            start = i + 2
-    return [*values, text[start:].strip()]
-
-
-def _new_types(misses: list[CacheMiss], cause: str) -> dict[str, list[str]]:
-    """Each argument's new types over the misses of ``cause``, in the order they came, each
-    once (jax 0.8.0 repeats one per closest key)."""
-    types: dict[str, list[str]] = {}
-    for m in misses:
-        if m.cause == cause:
-            for pair in m.new_types:
-                arg, new = pair.split(": ", 1)
-                if new not in types.setdefault(arg, []):
-                    types[arg].append(new)
-    return types
-
-
-def _changes(misses: list[CacheMiss], cause: str) -> tuple[str, ...]:
-    """What changed: for new shapes, dtypes or shardings, each argument's new types in the
-    order they came ("x: f32[5], f32[11], f32[13]"); otherwise JAX's first few differences."""
-    if cause in ("new shapes", "new dtypes", "new sharding"):
-        return tuple(f"{arg}: {', '.join(new[:6])}{', …' if len(new) > 6 else ''}"
-                     for arg, new in _new_types(misses, cause).items())
-    if cause == "new static values":
-        return tuple(dict.fromkeys(_static_changes(m.changed) for m in misses
-                                   if m.cause == cause and m.changed))[:5]
-    return tuple(dict.fromkeys(m.changed for m in misses if m.cause == cause and m.changed))[:5]
-

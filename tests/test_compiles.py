@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import compiles
+from helpers import compile_causes, compiles
 from helpers._internal import jaxcompat
 from helpers.errors import BadInputError, InUseError
 
@@ -463,7 +463,7 @@ def test_a_weak_type_beside_a_real_dtype_change_is_not_called_weak_only():
         f(0, y)
         f(jnp.asarray(1, jnp.int32), y.astype(jnp.float16))
     entry = log.function("f")
-    assert entry.cause == "new dtypes" and entry.fix != compiles.WEAK_FIX
+    assert entry.cause == "new dtypes" and entry.fix != compile_causes.WEAK_FIX
     assert "f16" in " ".join(entry.changed)
 
 
@@ -505,7 +505,7 @@ def test_static_lambdas_made_anew_are_named_with_define_it_once():
     with compiles.watch() as log:
         for k in range(3):
             solve(lambda y, k=k: y * 2, jnp.ones(3))
-    assert log.function("<lambda>").fix == compiles.FUNCTION_FIX
+    assert log.function("<lambda>").fix == compile_causes.FUNCTION_FIX
 
 
 def test_static_functions_made_anew_are_named_with_define_it_once():
@@ -516,7 +516,7 @@ def test_static_functions_made_anew_are_named_with_define_it_once():
         for _ in range(3):
             solve(_make_update(0.5), jnp.ones(3))
     entry = log.function("<lambda>")
-    assert entry.cause == "new static values" and entry.fix == compiles.FUNCTION_FIX
+    assert entry.cause == "new static values" and entry.fix == compile_causes.FUNCTION_FIX
     assert "Define it once, outside" in log.diagnosis
 
 
@@ -786,3 +786,27 @@ def test_equinox_792_the_static_value_that_changed_is_named_among_many():
     assert entry.cause == "new static values"
     assert entry.changed[0] == "static value [1][3]: now 2, before 1"
     assert "make it a traced argument" in log.diagnosis
+
+
+def test_the_fix_and_the_change_are_read_from_the_misses_alone():
+    """compile_causes answers from JAX's explanations, parsed, with no block watched: the
+    narrower fix where its check matches, else the cause's own, and what changed."""
+    def miss(cause, changed="", new_types=()):
+        return compile_causes.CacheMiss("f", "", "t.py:1", cause, changed, new_types, "")
+
+    grown = [miss("new shapes", new_types=(f"cache: f32[{n},4]",)) for n in (2, 3, 4)]
+    assert compile_causes.fix_for(grown, "new shapes") == compile_causes.GROWING_FIX
+    assert compile_causes.fix_for(grown[:2], "new shapes") == compile_causes.FIXES["new shapes"]
+    assert compile_causes.fix_for(grown, "new shapes", new_types_each_call=True) \
+        == compile_causes.NEW_SHAPES_ANEW_FIX
+    assert compile_causes.what_changed(grown, "new shapes") == (
+        "cache: f32[2,4], f32[3,4], f32[4,4]",)
+    weak = [miss("new dtypes", "x: now i32[]{weak_type=False}, before i32[]{weak_type=True}")]
+    assert compile_causes.fix_for(weak, "new dtypes") == compile_causes.WEAK_FIX
+    static = [miss("new static values",
+                   "now (1, 2, <function g at 0x1>), before (1, 3, <function g at 0x2>)")]
+    assert compile_causes.fix_for(static, "new static values") == compile_causes.FUNCTION_FIX
+    assert compile_causes.what_changed(static, "new static values") == (
+        "static value [1]: now 2, before 3; static value [2]: now <function g at 0x1>, "
+        "before <function g at 0x2>",)
+    assert compile_causes.fix_for([], "first compile") == ""

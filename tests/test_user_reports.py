@@ -16,6 +16,7 @@ import pytest
 
 from helpers import compiles, devices, errors, holders, memory, oom, preflight, settings, transfers
 from helpers._internal import jaxcompat
+from helpers.compile_causes import FUNCTION_FIX, WEAK_FIX
 from helpers.units import format_bytes
 
 MiB = 2**20
@@ -68,7 +69,7 @@ def test_jax_3163_a_python_scalar_fed_back_compiles_twice_for_its_weak_type():
             x = my_fn(x, np.int32(i))
     entry = log.function("my_fn")
     assert entry.compiles == 2 and entry.cause == "new dtypes"
-    assert entry.fix == compiles.WEAK_FIX and "only the weak type changed" in log.diagnosis
+    assert entry.fix == WEAK_FIX and "only the weak type changed" in log.diagnosis
     assert "np.int32(0)" in log.diagnosis
 
 
@@ -1593,7 +1594,7 @@ def test_keras_hub_779_a_closure_passed_as_a_static_argument_beside_another_is_n
             generate(jnp.ones(4), jnp.zeros(4))
     entry = log.function("sample")
     assert entry.compiles == 3 and entry.cause == "new static values"
-    assert compiles.FUNCTION_FIX in log.diagnosis
+    assert FUNCTION_FIX in log.diagnosis
     assert "make it a traced argument" not in log.diagnosis
 
 

@@ -1,0 +1,377 @@
+"""Why a function compiled again: each cause JAX names, the check that chooses its fix, and the
+fix.
+
+JAX explains each miss of its tracing cache in a sentence (``jax_explain_cache_misses``):
+:func:`helpers.compiles.watch` keeps each, parsed, as a :class:`CacheMiss`, gathers them per
+function and names the function's cause, one of :data:`CAUSES`. Given those misses and that
+cause, :func:`fix_for` says what to change: the cause's own fix in :data:`FIXES`, unless a check
+of what JAX said finds a narrower one (a buffer grown by one at every call, an argument passed
+by keyword then by position, static values or a pytree's static data compared by identity, a
+weak type alone); :func:`what_changed` says what changed between the compiles, in a few words.
+
+>>> miss = CacheMiss(function="f", called_at="", defined_at="train.py:3", cause="new shapes",
+...                  changed="x: now f32[4], before f32[3]", new_types=("x: f32[4]",),
+...                  explanation="")
+>>> what_changed([miss], "new shapes")
+('x: f32[4]',)
+>>> fix_for([miss], "new shapes") == FIXES["new shapes"]
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from helpers._internal import jaxcompat
+from helpers._internal.records import Record
+
+__all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
+           "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "NEW_SHAPES_ANEW_FIX",
+           "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "CacheMiss", "fix_for", "what_changed"]
+
+#: the causes, in the order the diagnosis ranks them when a function has several
+CAUSES = ("function made anew", "caches cleared", "new shapes", "new dtypes", "new sharding",
+          "new placement", "new static values", "new pytree structure", "a changed setting",
+          "other")
+#: what to change, per cause
+FIXES = {
+    "function made anew": "jit caches by the function object, and a lambda, closure, "
+                          "functools.partial or bound method (obj.method) made on every "
+                          "iteration is a new one: make it once, outside the loop. Where it "
+                          "is made anew to close over a new value (a learning rate per run of "
+                          "a sweep), pass that value as an argument instead: a traced one "
+                          "compiles once (optax.inject_hyperparams keeps a learning rate in "
+                          "the optimizer state)",
+    "caches cleared": "the same function object compiled again, so its cache was emptied in "
+                      "between (jax.clear_caches(), or the jitted function's clear_cache()): "
+                      "clear outside the loop, if at all. The host memory a clear frees can "
+                      "stay with the process (glibc keeps freed heap; on Linux "
+                      "ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back)",
+    "new shapes": "pad or bucket the inputs to a few fixed shapes (say, powers of two), so one "
+                  "compiled program serves many",
+    "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "
+                  "scalar is weakly typed while an array of the same value is not",
+    "new sharding": "put the argument on the same device, with the same sharding, every call "
+                    "(jax.device_put once, before the loop)",
+    "new placement": "put every call's arguments the same way: jax.device_put them to one "
+                     "device or sharding before the loop, or none of them (an array committed "
+                     "to a device and an uncommitted one compile apart, even on the same "
+                     "device)",
+    "new static values": "a static argument compiles once per value: make it a traced "
+                         "argument if it only feeds arithmetic, or keep its values few",
+    "new pytree structure": "keep the pytree's structure the same every call: the same keys, "
+                            "the same containers (a tuple stays a tuple: a state restored from "
+                            "a checkpoint as lists is a new structure), no leaf that is "
+                            "sometimes None, and each argument passed the same way (by "
+                            "position or by keyword)",
+    "a changed setting": "a config option or context manager around the call differed "
+                         "(jax.default_matmul_precision, jax.default_device, ...): keep one "
+                         "setting around every call",
+    "other": "JAX's own explanation is kept in the log's misses",
+}
+#: the fix for new static values that print as Python's default ``<Config object at 0x...>``
+IDENTITY_FIX = ("the static values print as Python's default <... object at 0x...>: if their "
+                "class has no __eq__ and __hash__ of its own, it compares by identity, and an "
+                "equal object made anew is a new value that compiles again. Give the class "
+                "__eq__ and __hash__ by value (a frozen dataclass, or pass a tuple), or make "
+                "the object once and pass the same one")
+#: the fix for new dtypes where only the weak type changed (jax#3163, optax#1440)
+WEAK_FIX = ("only the weak type changed: a Python number, or an array made from one without a "
+            "dtype (jnp.asarray(0.0)), is weakly typed, and arithmetic with a typed array "
+            "(np.int32, float32 data) makes a result that is not, so a value fed back into "
+            "the next call changes type once. Give it its dtype from the start: np.int32(0), "
+            "jnp.asarray(0.0, jnp.float32)")
+_CHANGE = re.compile(r"now (.*), before (.*)$")  # a CacheMiss's "x: now f32[3], before ..."
+_DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
+#: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
+_FUNCTION_REPR = re.compile(r"^<(?:function|bound method) (?:[^<>]|<locals>|<lambda>)*? "
+                            r"(?:of .*? )?at 0x[0-9a-fA-F]+>$")
+#: the fix where a function jitted anew also had new argument types on every call (jax#7930):
+#: making it once saves no compile, and keeps every shape's program
+NEW_SHAPES_ANEW_FIX = (
+    "the arguments' shapes changed at every call, so each call compiles whether the function "
+    "is made once or anew (it is also made anew here: making it once saves no compile, and "
+    "keeps every shape's program alive as long as the function is; jit caches by the Python "
+    "function, not by the jax.jit wrapper). Pad or bucket the inputs to a few fixed shapes "
+    "(say, powers of two), so one compiled program serves many")
+#: the fix for a buffer that grows by one along a dimension at every call (a KV cache fed back
+#: into a decode step: NovaSky-AI/SkyRL#539, where the maintainers preallocated it)
+GROWING_FIX = ("an argument grows by one along a dimension at every call, so every length is a "
+               "new program. Where it is a buffer the step feeds back (a cache), make it its "
+               "final length once, write each step into it with jax.lax.dynamic_update_slice at "
+               "the step's index, and mask the part not yet written: one program. Otherwise pad "
+               "or bucket the inputs to a few fixed shapes (say, powers of two), so one compiled "
+               "program serves many")
+#: the fix where the only change is how arguments were passed (jax#523, mattjj in jax#595)
+KEYWORD_FIX = ("jit keys its cache on how each argument is passed, so f(x, 2) and f(x, p=2) are "
+               "two programs: where the keyword and the positional argument are the same "
+               "parameter, pass it the same way in every call (by position, or by keyword)")
+#: the fix for new static values that are functions made anew (diffrax#142)
+FUNCTION_FIX = ("the static values are functions made anew for each call (a closure defined "
+                "inside the function that calls this one, or a lambda): a function compares by "
+                "identity, so each new one compiles again, and JAX's caches keep it with its "
+                "program. Define it once, outside, and pass what varies as a traced argument; "
+                "jax.clear_caches() drops what is kept so far")
+#: the fix for a pytree structure that differs only in an object compared by identity: the
+#: object, with its address masked, goes in the braces (flax#4329: an optax optimizer)
+IDENTITY_STRUCTURE_FIX = ("the structure differs only in an object that prints its address, "
+                          "{}: if it compares by identity (a function, or a class without "
+                          "__eq__), one made anew for each call (an optax optimizer built each "
+                          "epoch, a closure) is a new structure that compiles again. Make it "
+                          "once, outside the loop, and reuse it; jax.clear_caches() drops what "
+                          "is kept so far")
+#: the fix for a pytree structure whose static data prints the same now and before, yet is not
+#: equal: an object compared by identity that prints no address (almond-bot/axol#173: a class
+#: made with type(...) at each call, kept in a static field); the object goes in the braces
+SAME_TEXT_STRUCTURE_FIX = ("the structure's static data prints the same now and before, {}, "
+                           "yet is not equal: an object that shows no address and compares by "
+                           "identity (a class made with type(...) or a class statement inside "
+                           "a function, an instance without __eq__), made anew for each call, or "
+                           "a float NaN, which equals nothing. Make it once and reuse it "
+                           "(almond-bot/axol#173), or keep NaN out of static data; "
+                           "jax.clear_caches() drops what is kept so far")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
+
+
+@dataclass(frozen=True)
+class CacheMiss(Record):
+    """One of JAX's own cache-miss explanations, parsed: which function, where it was called
+    and defined, the cause, what changed, and JAX's words verbatim."""
+
+    function: str
+    called_at: str  # "train.py:42" ("" when JAX did not say)
+    defined_at: str
+    cause: str  # "first compile" or one of CAUSES
+    changed: str  # e.g. "x: now f32[4], before f32[3]"
+    new_types: tuple[str, ...]  # for new shapes, dtypes or shardings: ("x: f32[4]", ...)
+    explanation: str  # JAX's text
+
+
+def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: bool = False
+            ) -> str:
+    """What to change, in a sentence, for one function whose cache misses (``misses``, JAX's
+    explanations in the order they came) add up to ``cause`` (one of :data:`CAUSES`): the
+    first narrower fix whose check matches what JAX said, else the cause's own in
+    :data:`FIXES` ("" for a cause not there, such as "first compile"). The checks, in order:
+    a buffer grown by one at every call (:data:`GROWING_FIX`), arguments passed by keyword
+    then by position (:data:`KEYWORD_FIX`), static values that print as Python's default
+    repr (:data:`IDENTITY_FIX`) or as functions (:data:`FUNCTION_FIX`), a pytree structure
+    that differs only in an address (:data:`IDENTITY_STRUCTURE_FIX`) or prints the same
+    (:data:`SAME_TEXT_STRUCTURE_FIX`), a weak type alone (:data:`WEAK_FIX`).
+
+    ``new_types_each_call``: the function was jitted anew and each compile lowered argument
+    types no earlier one had (what :mod:`helpers.compiles` reads from JAX's lowering log), so
+    making it once saves no compile (:data:`NEW_SHAPES_ANEW_FIX`, before every check)."""
+    return (NEW_SHAPES_ANEW_FIX if new_types_each_call else
+            GROWING_FIX if cause == "new shapes" and _grows_by_one(misses) else
+            KEYWORD_FIX if _keywords_only(misses, cause) else
+            IDENTITY_FIX if _by_identity(misses, cause) else
+            FUNCTION_FIX if _by_identity(misses, cause, _FUNCTION_REPR) else
+            IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(misses, cause))
+            else SAME_TEXT_STRUCTURE_FIX.format(same) if (same := _prints_same(misses, cause))
+            else WEAK_FIX if _weak_only(misses, cause) else FIXES.get(cause, ""))
+
+
+def what_changed(misses: Sequence[CacheMiss], cause: str) -> tuple[str, ...]:
+    """What changed between the compiles of one function whose cache misses (``misses``) add up
+    to ``cause``: for new shapes, dtypes or shardings, each argument's new types in the order
+    they came ("x: f32[5], f32[11], f32[13]": six at most, then "…"); for new static values,
+    the leaves that differ, by their place, where three or fewer do ("static value [1][3]: now
+    2, before 1"); otherwise, and where more leaves differ, JAX's own words. Those two: each
+    change once, the first five."""
+    if cause in ("new shapes", "new dtypes", "new sharding"):
+        return tuple(f"{arg}: {', '.join(new[:6])}{', …' if len(new) > 6 else ''}"
+                     for arg, new in _new_types(misses, cause).items())
+    if cause == "new static values":
+        return tuple(dict.fromkeys(_static_changes(m.changed) for m in misses
+                                   if m.cause == cause and m.changed))[:5]
+    return tuple(dict.fromkeys(m.changed for m in misses if m.cause == cause and m.changed))[:5]
+
+
+_DIMS = re.compile(r"\[([\d,\s]*)\]")
+
+
+def _grows_by_one(misses: Sequence[CacheMiss]) -> bool:
+    """Three or more new shapes of one argument, each one longer than the one before along a
+    single dimension: a buffer grown one step per call (a KV cache, NovaSky-AI/SkyRL#539)."""
+    for types in _new_types(misses, "new shapes").values():
+        dims = [_DIMS.search(t) for t in types]
+        if not all(d and d.group(1).strip() for d in dims):
+            continue
+        shapes = [tuple(int(n) for n in d.group(1).split(",")) for d in dims]
+        if len(shapes) < 3 or len({len(x) for x in shapes}) != 1:
+            continue
+        steps = [[b - a for a, b in zip(x, y, strict=True)]
+                 for x, y in zip(shapes, shapes[1:], strict=False)]
+        if all(sorted(step) == [0] * (len(step) - 1) + [1] for step in steps) and len(
+                {step.index(1) for step in steps}) == 1:
+            return True
+    return False
+
+
+def _keywords_only(misses: Sequence[CacheMiss], cause: str) -> bool:
+    """A new pytree structure where each change is an argument passed by keyword in one call
+    and by position in another (jax#523)."""
+    found = [m for m in misses if m.cause == cause]
+    return cause == "new pytree structure" and bool(found) and all(
+        m.changed.endswith("by position in another") for m in found)
+
+
+def _weak_only(misses: Sequence[CacheMiss], cause: str) -> bool:
+    """New dtypes where each change is of the weak type alone (``i32[]{weak_type=False}``
+    against ``i32[]{weak_type=True}``): the same dtype and shape."""
+    if cause != "new dtypes":
+        return False
+    found = [_CHANGE.search(m.changed) for m in misses if m.cause == cause]
+    return bool(found) and all(f is not None and jaxcompat.weak_type_only(*f.groups())
+                               for f in found)
+
+
+def _now_and_before(m: CacheMiss) -> tuple[str, str] | None:
+    """JAX's "now X and before Y" of a new pytree structure, as (X, Y); None where not said."""
+    text = m.explanation.split(", so the pytree")[0]
+    i, j = text.find(", now "), text.rfind(" and before ")
+    if i < 0 or j < i:
+        return None
+    return text[i + len(", now "):j], text[j + len(" and before "):]
+
+
+def _prints_same(misses: Sequence[CacheMiss], cause: str) -> str:
+    """For a new pytree structure whose "now" and "before" print the same, the static data
+    that does (its pytree metadata where JAX names it); "" else."""
+    if cause != "new pytree structure":
+        return ""
+    pairs = [_now_and_before(m) for m in misses if m.cause == cause]
+    if not pairs or any(p is None or p[0] != p[1] for p in pairs):
+        return ""
+    now = pairs[0][0]
+    said = re.search(r"with pytree metadata \((.*)\)$", now)
+    return (said.group(1).rstrip(",") if said else now)[:120]
+
+
+def _identity_only(misses: Sequence[CacheMiss], cause: str) -> str:
+    """For a new pytree structure whose "now" and "before" differ only in addresses (an object
+    compared by identity in the structure's static data, made anew: flax#4329's optax
+    optimizer inside an nnx.Optimizer), the first such object, its address masked; "" else."""
+    if cause != "new pytree structure":
+        return ""
+    found = []
+    for m in (m for m in misses if m.cause == cause):
+        said = _now_and_before(m)
+        if said is None:
+            return ""
+        now, before = said
+        if now == before or _ADDRESS.sub("", now) != _ADDRESS.sub("", before):
+            return ""
+        found += [o for o in _OBJECT_AT.findall(now) if o not in before][:1]
+    return _ADDRESS.sub(" at 0x…", found[0]) if found else ""
+
+
+def _by_identity(misses: Sequence[CacheMiss], cause: str, pattern: re.Pattern = _DEFAULT_REPR
+                 ) -> bool:
+    """New static values that all print as Python's default repr (``<Config object at
+    0x...>``; with ``pattern``, a function's): a class without value equality, or a function,
+    made anew for each call."""
+    if cause != "new static values":
+        return False
+    pairs = [m.changed.removeprefix("now ").split(", before ", 1) for m in misses
+             if m.cause == cause]
+    return bool(pairs) and all(len(p) == 2 and _changed_values_match(*p, pattern)
+                               for p in pairs)
+
+
+def _changed_values_match(now: str, before: str, pattern: re.Pattern) -> bool:
+    """Whether a static value that changed matches ``pattern`` (an object or function made
+    anew compiles again whatever else changed with it). jax 0.8.0 lists every static value of
+    the call ("<function f at 0x1>, 16"), not only the one that changed (keras-hub#779: a
+    closure beside a length): compared one by one where both lists have the same number of
+    values, else whole."""
+    _, diff = _differing_leaves(now, before)
+    if diff is None:
+        diff = [("", now.strip(), before.strip())] if now.strip() != before.strip() else []
+    return any(pattern.match(a) and pattern.match(b) for _, a, b in diff)
+
+
+def _differing_leaves(now: str, before: str
+                      ) -> tuple[int, list[tuple[str, str, str]] | None]:
+    """(how many leaves, (place, now, before) of each leaf that differs) of two printed static
+    values (:func:`_leaves`); the list is None where their leaves are not at the same places."""
+    a, b = _leaves(now), _leaves(before)
+    if [p for p, _ in a] != [p for p, _ in b]:
+        return len(a), None
+    return len(a), [(p, x, y) for (p, x), (_, y) in zip(a, b, strict=True) if x != y]
+
+
+def _leaves(text: str, path: str = "") -> list[tuple[str, str]]:
+    """Printed static values split into (path, leaf): the values of each tuple, nested ones
+    too ("((<function g at 0x1>,), (None, 2))" -> [("[0][0]", "<function g at 0x1>"),
+    ("[1][0]", "None"), ("[1][1]", "2")]), and of a list jax 0.8.0 prints bare ("<function g
+    at 0x1>, 16"). Quoted text and an empty tuple are one leaf each."""
+    text = text.strip().rstrip(",").strip()
+    inner = (text[1:-1] if text.startswith("(") and text.endswith(")") and _encloses(text)
+             else text)
+    parts = [p for p in _top_level_values(inner) if p.rstrip(",").strip()]
+    if not parts or parts == [text]:  # a leaf: nothing to split
+        return [(path, text)]
+    return [leaf for k, part in enumerate(parts) for leaf in _leaves(part, f"{path}[{k}]")]
+
+
+def _brackets(text: str) -> list[int]:
+    """The bracket depth after each character of a printed value: quoted text counts as none,
+    and < opens only before a letter (a repr such as <function ...>, not a "->")."""
+    depth, quote, out = 0, "", []
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote and text[i - 1] != "\\" else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{" or (ch == "<" and text[i + 1:i + 2].isalpha()):
+            depth += 1
+        elif ch in ")]}" or (ch == ">" and depth and text[i - 1:i] != "-"):
+            depth = max(depth - 1, 0)
+        out.append(depth if not quote else depth + 1)
+    return out
+
+
+def _encloses(text: str) -> bool:
+    """Whether the first bracket of ``text`` closes at its last character."""
+    depths = _brackets(text)
+    return bool(depths) and 0 not in depths[:-1] and depths[-1] == 0
+
+
+def _static_changes(changed: str) -> str:
+    """JAX's "now X, before Y" of new static values, as the leaves that differ, by their place
+    in the static values ("static value [1][3]: now 2, before 1") where X and Y have the same
+    places and at most three differ (an equinox state's Python int among a thousand
+    characters of its static part: patrick-kidger/equinox#792); else as JAX said it."""
+    now, sep, before = changed.removeprefix("now ").partition(", before ")
+    leaves, diff = _differing_leaves(now, before)
+    if not sep or diff is None or leaves < 2 or not diff or len(diff) > 3:
+        return changed
+    return "; ".join(f"static value {p}: now {x}, before {y}" for p, x, y in diff)
+
+
+def _top_level_values(text: str) -> list[str]:
+    """``text`` split at each ", " outside brackets, quotes and Python's <...> reprs."""
+    values, start = [], 0
+    for i, depth in enumerate(_brackets(text)):
+        if depth == 0 and text.startswith(", ", i) and i >= start:
+            values.append(text[start:i].strip())
+            start = i + 2
+    return [*values, text[start:].strip()]
+
+
+def _new_types(misses: Sequence[CacheMiss], cause: str) -> dict[str, list[str]]:
+    """Each argument's new types over the misses of ``cause``, in the order they came, each
+    once (jax 0.8.0 repeats one per closest key)."""
+    types: dict[str, list[str]] = {}
+    for m in misses:
+        if m.cause == cause:
+            for pair in m.new_types:
+                arg, new = pair.split(": ", 1)
+                if new not in types.setdefault(arg, []):
+                    types[arg].append(new)
+    return types
