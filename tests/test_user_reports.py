@@ -374,7 +374,8 @@ def test_the_table_lists_every_report_tested_here():
                  "4310": "the H100 record", "133": "tests/test_compiles.py",
                  "14743": "tests/test_compiles.py", "520": "tests/test_compiles.py",
                  "19250": "tests/test_preflight.py", "823": "tests/test_preflight.py",
-                 "787": "tests/test_preflight.py", "792": "tests/test_compiles.py"}
+                 "787": "tests/test_preflight.py", "792": "tests/test_compiles.py",
+                 "81": "the elegy#141 test in tests/test_ipython.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -2137,3 +2138,112 @@ def test_axlearn_993_a_minibatch_sliced_from_a_split_batch_is_gathered_whole():
     after = preflight.preflight_step(reshaped, w, x)
     assert "gathered" not in after.advice and after.peak_bytes < before.peak_bytes - 2**20
     np.testing.assert_allclose(sliced(w, x), reshaped(w, x), rtol=1e-5)
+
+
+def test_blackjax_667_a_warmup_scan_that_saves_every_steps_state_is_named():
+    """window_adaptation's scan saved (state, info, adaptation state) for every warmup step, so
+    memory grew with num_steps; the reporter's fix saves nothing per step (get_filter_adapt_
+    info_fn). Measured by the helper: 31.40 MiB -> 149 KiB at 500 steps of 4096 floats."""
+    dim, steps = 2048, 256
+
+    def warmup(key, x0, save_all=True):
+        def one_step(carry, k):
+            x, scale = carry
+            new = x + scale * jax.random.normal(k, x.shape)
+            scale = 0.9 * scale + 0.1 * new ** 2
+            return (new, scale), ((new, scale) if save_all else None)
+        return jax.lax.scan(one_step, (x0, jnp.ones_like(x0)), jax.random.split(key, steps))
+
+    key, x0 = jax.random.key(0), jnp.zeros(dim)
+    before = preflight.preflight_step(warmup, key, x0)
+    (stack,) = [s for s in before.scan_stacks if s.length == steps]
+    assert stack.nbytes == 2 * steps * dim * 4  # every step's state and scale, kept
+    assert f"keeps a value for each of its {steps} steps" in before.advice
+    assert "Return less from the body" in before.advice
+    after = preflight.preflight_step(lambda k, x: warmup(k, x, save_all=False), key, x0)
+    assert after.peak_bytes < before.peak_bytes - stack.nbytes // 2
+
+
+def test_optax_1171_a_line_search_compiled_again_each_update_is_named_twice():
+    """scale_by_backtracking_linesearch: an un-jitted update made its while_loop's body anew
+    on each call (a compile each update), and init's weakly typed scalars made a jitted update
+    compile twice (PR #1175 gave them their dtype)."""
+    def value_fn(p):
+        return jnp.sum((p - 3.0) ** 2)
+
+    def update(grad, best, params):  # best: the state's value, jnp.array(jnp.inf) in init
+        value = value_fn(params)
+
+        def cond_fn(c):  # made anew on every call
+            return (value_fn(params - c[0] * grad) > value) & (c[1] < 15)
+
+        lr, _ = jax.lax.while_loop(cond_fn, lambda c: (c[0] * 0.5, c[1] + 1), (1.0, 0))
+        return -lr * grad, jnp.minimum(best, value_fn(params - lr * grad))
+
+    def run(upd, best):
+        params = jnp.zeros(64)
+        for _ in range(4):
+            u, best = upd(jax.grad(value_fn)(params), best, params)
+            params = params + u
+
+    run(update, jnp.array(jnp.inf))  # the eager operations' first compiles
+    with compiles.watch() as eager:
+        run(update, jnp.array(jnp.inf))
+    (group,) = [f for f in eager.functions if f.cause == compiles.EAGER]
+    assert "while" in group.same_types_again and "Jit `update`" in group.diagnosis
+    with compiles.watch() as weak:
+        run(jax.jit(update), jnp.array(jnp.inf))  # init's weakly typed scalar, before #1175
+    assert weak.function("update").compiles == 2
+    assert weak.function("update").fix == WEAK_FIX
+    jax.clear_caches()
+    with compiles.watch() as fixed:
+        run(jax.jit(update), jnp.array(jnp.inf, jnp.float32))  # the PR's fix
+    assert fixed.function("update").compiles == 1
+
+
+def test_jax_md_161_a_neighbour_list_sized_anew_each_step_compiles_per_capacity():
+    """Calling allocate() every step sizes the neighbour list from the data: the jitted step
+    meets a new idx shape whenever the largest occupancy changes (sschoenholz: allocate once
+    with spare capacity, update inside the step, re-allocate only on overflow)."""
+    step = jax.jit(lambda pos, idx: pos + jnp.take(pos, idx, axis=0).sum(1))
+    pos = jnp.ones((64, 2))
+    with compiles.watch() as log:
+        for capacity in (5, 7, 6, 8):  # allocate(): each step's own capacity
+            step(pos, jnp.zeros((64, capacity), jnp.int32))
+    entry = log.function("<lambda>")
+    assert entry.compiles == 4 and entry.cause == "new shapes"
+    assert "pad or bucket the inputs to a few fixed shapes" in entry.fix
+    with compiles.watch() as fixed:
+        for _ in range(4):  # one capacity with room (1.5x the largest), re-allocated on overflow
+            step(pos, jnp.zeros((64, 12), jnp.int32))
+    assert fixed.function("<lambda>").compiles <= 1
+
+
+def test_jax_23457_a_closed_over_embedding_table_is_a_constant_of_the_program():
+    """Indexing an embedding table the jitted function closes over: the table is baked into
+    the program (the helper measured 2.4 copies held while the program lives; the kit says one,
+    XLA's constant), and passing it as an argument holds none."""
+    table = jax.random.normal(jax.random.key(1), (4096, 256))  # 4 MiB
+
+    def embed(ids):
+        return table[ids].sum()
+
+    p = preflight.preflight_step(embed, jnp.arange(32))
+    assert p.constant_bytes == table.nbytes
+    assert "pass them as arguments instead" in p.advice
+    fixed = preflight.preflight_step(lambda t, ids: t[ids].sum(), table, jnp.arange(32))
+    assert fixed.constant_bytes < 2**10
+
+
+def test_jax_34041_indexing_an_array_in_pinned_host_memory_is_named_with_the_copy():
+    """a[0] on an array in pinned_host raised on jax 0.8.0 (gather's operands in two memory
+    spaces; works on 0.10.2). placement names the memory and the copy that lets it compute."""
+    d0 = jax.devices()[0]
+    if "pinned_host" not in {m.kind for m in d0.addressable_memories()}:
+        pytest.skip("this backend has no pinned_host memory")
+    s = jax.sharding.SingleDeviceSharding(d0, memory_kind="pinned_host")
+    a = jax.device_put(jnp.zeros((64, 64)), s)
+    said = devices.placement(a).explanation
+    assert "pinned_host" in said and "with_memory_kind('device')" in said
+    on_device = jax.device_put(a, a.sharding.with_memory_kind("device"))  # the fix it names
+    assert on_device[0].shape == (64,) and on_device.sharding.memory_kind == "device"
