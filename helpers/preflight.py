@@ -341,30 +341,36 @@ def _basis_note(r: compiled.Jacobian, t: compiled.Temporary, count: int = 1,
 
 def _batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
                      ) -> list[tuple[compiled.Temporary, int, int]]:
-    """(the largest, how many, their bytes) of the values made under jax.vmap, per line of the
-    user's code, where they come to a quarter of the peak or more, largest first (one line can
-    make several: each of a layer's weights, drawn for every layer at once; equinox#673)."""
+    """(the largest, how many, their bytes, whether one is a scatter) of the values made under
+    jax.vmap, per line of the user's code, where they come to a quarter of the peak or more,
+    largest first (one line can make several: each of a layer's weights, drawn for every layer
+    at once; equinox#673)."""
     lines: dict[str, list[compiled.Temporary]] = {}
     for t in c.temporaries(most):
         if t.batched:
             lines.setdefault(t.line or f"({t.op})", []).append(t)
-    out = [(max(ts, key=lambda t: t.nbytes), len(ts), sum(t.nbytes for t in ts))
-           for ts in lines.values()]
+    out = [(max(ts, key=lambda t: t.nbytes), len(ts), sum(t.nbytes for t in ts),
+            any(t.op == "scatter" for t in ts)) for ts in lines.values()]
     return sorted([b for b in out if b[2] * 4 >= peak], key=lambda b: -b[2])
 
 
-def _batched_note(t: compiled.Temporary, count: int = 1, total: int = 0) -> str:
+def _batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
+                  scattered: bool = False) -> str:
     """The largest value made under jax.vmap for the whole batch at once, and how to make it
     in chunks: under a derivative, chunks alone keep every chunk's values for the backward
     pass (jax#8409: 16 MiB of temporaries with vmap, 40 MiB with lax.map(f, batch_size=8),
     2 MiB with lax.map(jax.checkpoint(f), batch_size=8); measured by the kit on jax 0.10.2).
-    A lax.cond whose predicate vmap batches is a select: both branches run."""
+    A lax.cond whose predicate vmap batches is a select: both branches run. An ``.at[i]``
+    update whose index vmap batches (``scattered``) copies the whole operand for every element
+    (scatter's batching rule; jax-ml/jax#23358: 16 MiB under vmap, 0 B computed without the
+    updated array, jax 0.10.2)."""
     at = f", {t.line}" if t.line else ""
     head = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
             f"{at}), is made under jax.vmap for every element of the batch at once, as the "
             "vectorized code would be")
     if count > 1:
-        head = (f"{count} values from one line, {format_bytes(total)} together, are made "
+        head = (f"{count} values from one line, {format_bytes(total)} in all (XLA may reuse "
+                f"one's buffer for another), are made "
                 f"under jax.vmap for every element of the batch at once, as the vectorized code "
                 f"would be (the largest, {t.op} {t.dtype}{list(t.shape)}, "
                 f"{format_bytes(t.nbytes)}{at})")
@@ -372,6 +378,11 @@ def _batched_note(t: compiled.Temporary, count: int = 1, total: int = 0) -> str:
     if cond:
         head += (". A lax.cond whose predicate jax.vmap batches becomes a select (XLA has no "
                  "batched conditional), so both branches run for every element")
+    at_update = scattered and ".at[" in t.line
+    if at_update:
+        head += (". An .at[...] update whose index jax.vmap batches copies the whole array it "
+                 "updates for every element (scatter's batching rule), though each changes one "
+                 "place")
     if t.in_derivative:
         fix = ("under the derivative, jax.lax.map(f, xs, batch_size=k) alone keeps every "
                "chunk's values for the backward pass; jax.lax.map(jax.checkpoint(f), xs, "
@@ -384,6 +395,9 @@ def _batched_note(t: compiled.Temporary, count: int = 1, total: int = 0) -> str:
         fix += ("; without batch_size, jax.lax.map keeps the predicate unbatched, so only the "
                 "branch taken runs" + (" (jax.lax.map(jax.checkpoint(f), xs) under the "
                                        "derivative)" if t.in_derivative else ""))
+    if at_update:
+        fix = ("compute what you need without making the updated array (for .at[i].set(v)"
+               ".sum(): x.sum() - x[i] + v, jax-ml/jax#23358), or " + fix)
     return f"{head}: {fix}."
 
 
@@ -686,7 +700,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
              and batched[0][0].shape and batched[0][0].shape[0] % r.batch == 0
              and batched[0][0].line in c.jacobian_lines]  # (not a vmap of the user's)
     if basis and batched[0][2] >= 4 * basis[0].basis_bytes:
-        notes.append(_basis_note(basis[0], *batched[0]))
+        notes.append(_basis_note(basis[0], *batched[0][:3]))
     elif batched and not basis:  # (values the size of the Jacobian itself: nothing to save)
         notes.append(_batched_note(*batched[0]))
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)

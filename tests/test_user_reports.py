@@ -2247,3 +2247,25 @@ def test_jax_34041_indexing_an_array_in_pinned_host_memory_is_named_with_the_cop
     assert "pinned_host" in said and "with_memory_kind('device')" in said
     on_device = jax.device_put(a, a.sharding.with_memory_kind("device"))  # the fix it names
     assert on_device[0].shape == (64,) and on_device.sharding.memory_kind == "device"
+
+
+def test_jax_23358_an_at_update_with_an_index_vmap_batches_copies_the_array_per_element():
+    """.at[i].set(7).sum() under vmap over i ran out of memory: scatter's batching rule copies
+    the whole x for every i. Computed without the updated array it needs nothing; lax.map with
+    a batch size shrinks it too (16 MiB -> 1 MiB, the helper's measure)."""
+    x = jnp.zeros(1024)
+
+    def run(xs):
+        return jax.vmap(lambda i: x.at[i].set(7.0).sum())(xs)
+
+    def fixed(xs):  # the fix it names
+        return jax.vmap(lambda i: x.sum() - x[i] + 7.0)(xs)
+
+    ids = jnp.arange(1024)
+    p = preflight.preflight_step(run, ids)
+    assert "An .at[...] update whose index jax.vmap batches copies the whole array" in p.advice
+    assert "x.sum() - x[i] + v" in p.advice and "jax-ml/jax#23358" in p.advice
+    assert max(t.nbytes for t in p.largest_temporaries) >= 1024 * 1024 * 4  # x per element
+    after = preflight.preflight_step(fixed, ids)
+    assert "jax.vmap" not in after.advice and after.peak_bytes < p.peak_bytes // 8
+    np.testing.assert_allclose(run(ids), fixed(ids))
