@@ -2269,3 +2269,35 @@ def test_jax_23358_an_at_update_with_an_index_vmap_batches_copies_the_array_per_
     after = preflight.preflight_step(fixed, ids)
     assert "jax.vmap" not in after.advice and after.peak_bytes < p.peak_bytes // 8
     np.testing.assert_allclose(run(ids), fixed(ids))
+
+
+def test_xla_35719_an_unrolled_loops_values_alive_at_once_are_named():
+    """A Python loop inside jit, each iteration making a large index array used once by
+    bincount, ran out of memory on XLA:CPU: its plan holds every iteration's values at once
+    (the reporter; the issue is open). A scan over the iterations holds one iteration's."""
+    k, m, n = 16, 6, 65536
+    data = jnp.asarray(np.random.default_rng(0).integers(0, k, size=(m, n), dtype=np.uint8))
+
+    @jax.jit
+    def counts(data):
+        out = []
+        for x in data:
+            for y in data:
+                idx = x.astype(jnp.int32) * k + y.astype(jnp.int32)
+                out.append(jnp.bincount(idx, length=k * k))
+        return jnp.stack(out)
+
+    @jax.jit
+    def scanned(data):  # the fix it names: one iteration's values at a time
+        def body(_, i):
+            x, y = data[i // m].astype(jnp.int32), data[i % m].astype(jnp.int32)
+            return None, jnp.bincount(x * k + y, length=k * k)
+        return jax.lax.scan(body, None, jnp.arange(m * m))[1]
+
+    before = preflight.preflight_step(counts, data)
+    assert "is unrolled" in before.advice
+    assert "This line's values are alive at once" in before.advice
+    assert "openxla/xla#35719" in before.advice
+    after = preflight.preflight_step(scanned, data)
+    assert "alive at once" not in after.advice and 4 * after.temp_bytes < before.temp_bytes
+    assert bool((counts(data) == scanned(data)).all())
