@@ -401,6 +401,31 @@ def _batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
     return f"{head}: {fix}."
 
 
+def _stacked_indices(temporaries, peak: int) -> str:
+    """The largest value is integer indices stacked into one array on a line that indexes (x[a,
+    b, c] with index arrays, or x[tuple(columns)]): JAX stacks the index arrays into one int32
+    array for its gather, and a gradient's scatter keeps it (jax-ml/jax#30015: 12 MiB of the
+    gradient's 16 MiB of temporaries, 4 MiB with lax.gather given the (N, 3) array; measured on
+    the CPU, jax 0.10.2). A note where it is 1 MiB and a quarter of the peak or more; ""
+    otherwise."""
+    if not temporaries:
+        return ""
+    t = temporaries[0]
+    if not (t.op == "concatenate" and t.dtype[:1] in "su" and "[" in t.line
+            and len(t.shape) == 2 and t.nbytes >= 2**20 and 4 * t.nbytes >= peak):
+        return ""
+    k = t.shape[1]
+    dims = ", ".join(str(i) for i in range(k))
+    return (f"The largest value, concatenate {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}, "
+            f"{t.line}), is indices: indexing with {k} index arrays makes JAX stack them into "
+            "one integer array for its gather, a copy of them (int32, however narrow yours), "
+            "which a gradient's scatter keeps as well. Where they already sit in one "
+            f"(N, {k}) array, hand it to jax.lax.gather as it is (GatherDimensionNumbers("
+            f"offset_dims=(), collapsed_slice_dims=({dims}), start_index_map=({dims})), "
+            f"slice_sizes=(1,) * {k}), or index the flattened array with one flat index "
+            "(jax-ml/jax#30015).")
+
+
 def _unrolled_values(c: compiled.CompiledStep, unrolled: str, temp: int) -> str:
     """Where a loop unrolled inside jit (``unrolled``: the note) holds one value per iteration
     at once, half of XLA's temporaries (``temp``) or more: a sentence saying so; "" otherwise.
@@ -732,6 +757,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(host)
     if bits := _threefry_note(c, a["temp"], peak):
         notes.append(bits)
+    if stacked := _stacked_indices(temporaries, peak):
+        notes.append(stacked)
     casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
     if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
         notes.append(_cast_note(*casts[0]))
