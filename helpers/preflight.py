@@ -426,6 +426,39 @@ def _stacked_indices(temporaries, peak: int) -> str:
             "(jax-ml/jax#30015).")
 
 
+def _sparse_note(products, temporaries, peak: int) -> str:
+    """The first BCOO product of 2**18 values or more whose line made a quarter of the peak
+    (``products``: :func:`jaxprs.sparse_products`), where it makes far more values than the
+    dense product has:
+    BCOO @ dense gathers a row of the dense operand per stored element (jax-ml/jax#14642: 24 MiB
+    for 200,000 stored elements by 32 columns; blocks of 4 columns took the peak 33.87 -> 15.11
+    MiB), BCOO @ BCOO pairs every stored element of one with every one of the other
+    (jax-ml/jax#14821: 820 x 820 pairs at 20% fill, where dense needed 54.86 KiB; measured on the
+    CPU, jax 0.10.2: 30.83 and 53.27 MiB held in two runs where the kit said 24.55). ""
+    otherwise."""
+    for kind, line, nse, other, dense in products:
+        held = sum(t.nbytes for t in temporaries if line and t.line == line)
+        # 2**18 values: 1 MiB of float32 made for the product itself
+        if nse * other < 2**18 or 4 * held < peak or nse * other < 4 * dense:
+            continue
+        if kind == "dense":
+            return (f"The BCOO @ dense product at {line} gathers a row of the dense operand "
+                    f"for each of the matrix's {nse:,} stored elements: {nse * other:,} values, "
+                    f"where the product has {dense:,}. Multiply in blocks of k columns "
+                    "(jax.lax.map(lambda b: m @ b, blocks)), which holds the stored elements "
+                    "times k; on a GPU, jax.config.update('jax_bcoo_cusparse_lowering', True) "
+                    "hands it to cuSPARSE (jakevdp, jax-ml/jax#14642; from the thread, not yet "
+                    "run on a GPU).")
+        return (f"The BCOO @ BCOO product at {line} pairs each of the left's {nse:,} stored "
+                f"elements with each of the right's {other:,}: {nse * other:,} pairs, where the "
+                f"dense product has {dense:,} elements. At this fill, dense is far cheaper: "
+                "a.todense() @ b.todense() (jakevdp, jax-ml/jax#14821: a sparse product pays at "
+                "about 1% fill or less). The peak above may be low for it: on the CPU, runs of "
+                "such a product held 1.3 to 2.2 times the kit's figure (the cause not yet "
+                "known).")
+    return ""
+
+
 def _unrolled_values(c: compiled.CompiledStep, unrolled: str, temp: int) -> str:
     """Where a loop unrolled inside jit (``unrolled``: the note) holds one value per iteration
     at once, half of XLA's temporaries (``temp``) or more: a sentence saying so; "" otherwise.
@@ -759,6 +792,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(bits)
     if stacked := _stacked_indices(temporaries, peak):
         notes.append(stacked)
+    if sparse := _sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak):
+        notes.append(sparse)
     casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
     if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
         notes.append(_cast_note(*casts[0]))

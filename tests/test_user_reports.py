@@ -2325,3 +2325,40 @@ def test_jax_30015_index_arrays_stacked_for_a_gather_are_named_with_lax_gather()
     after = preflight.preflight_step(jax.grad(fixed), x, idx)
     assert "is indices" not in after.advice and after.temp_bytes < p.temp_bytes // 2
     np.testing.assert_allclose(jax.grad(loss)(x, idx), jax.grad(fixed)(x, idx), rtol=1e-5)
+
+
+def test_jax_14642_14821_18249_bcoo_products_making_far_more_than_the_product_are_named():
+    """BCOO @ dense gathers a row of the dense operand per stored element (jakevdp: blocks of
+    columns, or cuSPARSE on a GPU); BCOO @ BCOO at 20% fill pairs every stored element of one
+    with every one of the other (jakevdp: dense at that fill; sparse pays at about 1%)."""
+    from jax.experimental import sparse
+
+    n, nse, p = 4096, 40_000, 32
+    rng = np.random.default_rng(0)
+    idx = jnp.asarray(rng.integers(0, n, (nse, 2)).astype(np.int32))
+    vals = jnp.asarray(rng.normal(size=nse).astype(np.float32))
+    target = jnp.asarray(rng.normal(size=(n, p)).astype(np.float32))
+
+    def product(vals, idx, target):
+        return (sparse.BCOO((vals, idx), shape=(n, n)) @ target).sum()
+
+    def blocks(vals, idx, target, k=4):  # the fix it names
+        m = sparse.BCOO((vals, idx), shape=(n, n))
+        return jax.lax.map(lambda b: m @ b, target.reshape(n, p // k, k).transpose(1, 0, 2)).sum()
+
+    said = preflight.preflight_step(product, vals, idx, target)
+    assert f"for each of the matrix's {nse:,} stored elements" in said.advice
+    assert "blocks of k columns" in said.advice and "jax-ml/jax#14642" in said.advice
+    after = preflight.preflight_step(blocks, vals, idx, target)
+    assert "BCOO @ dense" not in after.advice and after.peak_bytes < said.peak_bytes
+    np.testing.assert_allclose(product(vals, idx, target), blocks(vals, idx, target), rtol=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # random_bcoo asks for float64
+        a = sparse.random_bcoo(jax.random.key(42), shape=(32, 128), nse=0.2)
+        b = sparse.random_bcoo(jax.random.key(43), shape=(32, 128), nse=0.2)
+    pair = preflight.preflight_step(lambda a, b: a @ b.T, a, b)
+    assert f"{a.nse * b.nse:,} pairs, where the dense product has 1,024" in pair.advice
+    assert "a.todense() @ b.todense()" in pair.advice and "jax-ml/jax#14821" in pair.advice
+    dense = preflight.preflight_step(lambda a, b: a.todense() @ b.todense().T, a, b)
+    assert 8 * dense.peak_bytes < pair.peak_bytes
+    np.testing.assert_allclose((a @ b.T).todense(), a.todense() @ b.todense().T, rtol=1e-4)

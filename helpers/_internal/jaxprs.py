@@ -347,6 +347,43 @@ def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
     return tuple(sorted(out, key=lambda x: -x[1]))
 
 
+def sparse_products(closed) -> tuple[tuple[str, str, int, int, int], ...]:
+    """Each product of a ``jax.experimental.sparse`` BCOO matrix in the step: (``"dense"`` for
+    BCOO @ dense, ``"sparse"`` for BCOO @ BCOO, the user's line, the left operand's stored
+    elements, the right's stored elements or dense columns, the elements of the dense product).
+    BCOO @ dense gathers a row of the dense operand per stored element (nse x p values:
+    jax-ml/jax#14642); BCOO @ BCOO pairs every stored element of one with every one of the
+    other (nse_a x nse_b: jax-ml/jax#14821)."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            name = eqn.primitive.name
+            if name not in ("bcoo_dot_general", "bcoo_spdot_general"):
+                continue
+            try:
+                lhs_nse = eqn.invars[0].aval.shape[-1]
+                rhs = eqn.invars[2].aval.shape  # BCOO @ BCOO: the right's data, [nse]
+                if name == "bcoo_dot_general":
+                    other, dense_out = math.prod(rhs[1:]), math.prod(eqn.outvars[0].aval.shape)
+                else:
+                    other, dense_out = rhs[-1], math.prod(_product_shape(eqn))
+            except Exception:  # a form of these primitives this reader does not know
+                continue
+            out.append(("dense" if name == "bcoo_dot_general" else "sparse",
+                        equation_line(eqn), int(lhs_nse), int(other), int(dense_out)))
+    return tuple(out)
+
+
+def _product_shape(eqn) -> tuple[int, ...]:
+    """The dense shape of a BCOO @ BCOO product: the left's rows by the right's columns (its
+    spinfo shapes, contracted over the dimension numbers' contracting dimensions)."""
+    (lc, rc), _ = eqn.params["dimension_numbers"]
+    lhs = eqn.params["lhs_spinfo"].shape
+    rhs = eqn.params["rhs_spinfo"].shape
+    return (tuple(d for i, d in enumerate(lhs) if i not in lc)
+            + tuple(d for i, d in enumerate(rhs) if i not in rc))
+
+
 #: a ``device=`` keyword given to a jnp creation in a line of the user's code (the text up to
 #: the next comma or paren; not ``device == ...``, not ``device=None``)
 _DEVICE_KEYWORD = re.compile(
