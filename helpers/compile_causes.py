@@ -7,7 +7,8 @@ function and names the function's cause, one of :data:`CAUSES`. Given those miss
 cause, :func:`fix_for` says what to change: the cause's own fix in :data:`FIXES`, unless a check
 of what JAX said finds a narrower one (a buffer grown by one at every call, an argument passed
 by keyword then by position, static values or a pytree's static data compared by identity, a
-weak type alone); :func:`what_changed` says what changed between the compiles, in a few words.
+weak type alone, a memory space alone, Python floats a library's wrapper made static);
+:func:`what_changed` says what changed between the compiles, in a few words.
 
 >>> miss = CacheMiss(function="f", called_at="", defined_at="train.py:3", cause="new shapes",
 ...                  changed="x: now f32[4], before f32[3]", new_types=("x: f32[4]",),
@@ -28,7 +29,8 @@ from helpers._internal import jaxcompat
 from helpers._internal.records import Record
 
 __all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
-           "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "NEW_SHAPES_ANEW_FIX",
+           "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "MEMORY_SPACE_FIX",
+           "NEW_SHAPES_ANEW_FIX",
            "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "CacheMiss", "fix_for", "what_changed"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
@@ -83,6 +85,25 @@ WEAK_FIX = ("only the weak type changed: a Python number, or an array made from 
             "(np.int32, float32 data) makes a result that is not, so a value fed back into "
             "the next call changes type once. Give it its dtype from the start: np.int32(0), "
             "jnp.asarray(0.0, jnp.float32)")
+#: the fix for a new sharding where only the memory space changed, the memory kind the latest
+#: call passed in the braces (marin-community/marin#8515: an optimizer state's count made in
+#: device memory, returned by the step in pinned_host: 2 compiles; put there first: 1, jax 0.10.2)
+MEMORY_SPACE_FIX = ("only the memory space changed, not the dtype (.astype() changes nothing): "
+                    "the argument came in {} memory, where before it came in {} memory. Where "
+                    "the step returns it there (its out_shardings, an offloaded optimizer state "
+                    "fed back), put it there before the first call, jax.device_put(leaf, "
+                    "leaf.sharding.with_memory_kind({!r})), and the step compiles once "
+                    "(marin-community/marin#8515)")
+#: the fix for new static values that are Python floats, of a function jitted in a library's
+#: file: a wrapper that makes every leaf not an array static (eqx.filter_jit; diffrax#466's
+#: atol and rtol: 3 compiles for 3 values, 1 with jnp.asarray, jax 0.10.2, equinox 0.13.8)
+LIBRARY_FLOAT_FIX = ("the static values that changed are Python floats, of a function jitted "
+                     "in a library's file (a wrapper such as eqx.filter_jit, which makes every "
+                     "leaf that is not an array static, though you marked nothing static): a "
+                     "Python float passed where the wrapper treats non-arrays as static compiles "
+                     "once per value; pass it as an array (jnp.asarray(x)), which is traced, and "
+                     "one compile serves every value (patrick-kidger/diffrax#466)")
+_FLOAT = re.compile(r"^-?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)$")
 _CHANGE = re.compile(r"now (.*), before (.*)$")  # a CacheMiss's "x: now f32[3], before ..."
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
 #: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
@@ -150,8 +171,8 @@ class CacheMiss(Record):
     explanation: str  # JAX's text
 
 
-def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: bool = False
-            ) -> str:
+def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: bool = False,
+            through_library: bool = False) -> str:
     """What to change, in a sentence, for one function whose cache misses (``misses``, JAX's
     explanations in the order they came) add up to ``cause`` (one of :data:`CAUSES`): the
     first narrower fix whose check matches what JAX said, else the cause's own in
@@ -160,19 +181,26 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     then by position (:data:`KEYWORD_FIX`), static values that print as Python's default
     repr (:data:`IDENTITY_FIX`) or as functions (:data:`FUNCTION_FIX`), a pytree structure
     that differs only in an address (:data:`IDENTITY_STRUCTURE_FIX`) or prints the same
-    (:data:`SAME_TEXT_STRUCTURE_FIX`), a weak type alone (:data:`WEAK_FIX`).
+    (:data:`SAME_TEXT_STRUCTURE_FIX`), a weak type alone (:data:`WEAK_FIX`), a memory space
+    alone (:data:`MEMORY_SPACE_FIX`).
 
     ``new_types_each_call``: the function was jitted anew and each compile lowered argument
     types no earlier one had (what :mod:`helpers.compiles` reads from JAX's lowering log), so
-    making it once saves no compile (:data:`NEW_SHAPES_ANEW_FIX`, before every check)."""
+    making it once saves no compile (:data:`NEW_SHAPES_ANEW_FIX`, before every check).
+    ``through_library``: the function was jitted in a library's file (a wrapper of the user's,
+    as eqx.filter_jit's), so new static values that are all Python floats are ones the wrapper
+    made static (:data:`LIBRARY_FLOAT_FIX`, after the identity checks)."""
     return (NEW_SHAPES_ANEW_FIX if new_types_each_call else
             GROWING_FIX if cause == "new shapes" and _grows_by_one(misses) else
             KEYWORD_FIX if _keywords_only(misses, cause) else
             IDENTITY_FIX if _by_identity(misses, cause) else
             FUNCTION_FIX if _by_identity(misses, cause, _FUNCTION_REPR) else
+            LIBRARY_FLOAT_FIX if through_library and _floats_only(misses, cause) else
             IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(misses, cause))
             else SAME_TEXT_STRUCTURE_FIX.format(same) if (same := _prints_same(misses, cause))
-            else WEAK_FIX if _weak_only(misses, cause) else FIXES.get(cause, ""))
+            else WEAK_FIX if _weak_only(misses, cause)
+            else MEMORY_SPACE_FIX.format(*spaces, _KINDS.get(spaces[0], spaces[0]))
+            if (spaces := _memory_spaces(misses, cause)) else FIXES.get(cause, ""))
 
 
 def what_changed(misses: Sequence[CacheMiss], cause: str) -> tuple[str, ...]:
@@ -228,6 +256,39 @@ def _weak_only(misses: Sequence[CacheMiss], cause: str) -> bool:
     found = [_CHANGE.search(m.changed) for m in misses if m.cause == cause]
     return bool(found) and all(f is not None and jaxcompat.weak_type_only(*f.groups())
                                for f in found)
+
+
+#: the memory kind to ask for, per memory space JAX prints ("i32<host>[]")
+_KINDS = {"host": "pinned_host", "device": "device"}
+
+
+def _memory_spaces(misses: Sequence[CacheMiss], cause: str) -> tuple[str, str] | None:
+    """For a new sharding where each change is of the memory space alone ("i32<host>[]"
+    against "i32[]"), of one argument per miss, the latest call's memory space and the other
+    ("host", "device"); None else."""
+    if cause != "new sharding":
+        return None
+    mine = [m for m in misses if m.cause == cause]
+    if any(len(m.new_types) > 1 or m.explanation.count("* at ") > 1 for m in mine):
+        return None  # another argument changed too
+    found = [_CHANGE.search(m.changed) for m in mine]
+    spaces = [jaxcompat.memory_spaces_only(*f.groups()) if f else None for f in found]
+    return spaces[-1] if spaces and all(spaces) else None
+
+
+def _floats_only(misses: Sequence[CacheMiss], cause: str) -> bool:
+    """New static values where every leaf that changed is a Python float, now and before
+    ("static value [2][0][0]: now 0.0001, before 1e-05")."""
+    if cause != "new static values":
+        return False
+    found = []
+    for m in (m for m in misses if m.cause == cause):
+        now, sep, before = m.changed.removeprefix("now ").partition(", before ")
+        _, diff = _differing_leaves(now, before)
+        if not sep or not diff:
+            return False
+        found += diff
+    return bool(found) and all(_FLOAT.match(a) and _FLOAT.match(b) for _, a, b in found)
 
 
 def _now_and_before(m: CacheMiss) -> tuple[str, str] | None:

@@ -27,9 +27,9 @@ which it logs at DEBUG), had its arguments placed differently: committed to a de
 another device or sharding ("new placement").
 What JAX does not explain is counted, not guessed at: a jnp call outside jit compiles a
 one-operation program per new shape ("eager operations"), and a pmap, a function from a
-library's files, a call on another thread, a jax.grad or jax.vmap of a jitted function, or a
-function compiled before the block compiles without a word from JAX ("compiles JAX did not
-explain").
+library's files (a jax.jit of JAX's own function too, as jit(top_k): not an eager operation), a
+call on another thread, a jax.grad or jax.vmap of a jitted function, or a function compiled
+before the block compiles without a word from JAX ("compiles JAX did not explain").
 
 Before XLA compiles, JAX traces the Python function to a jaxpr and lowers it; both report their
 seconds to :mod:`jax.monitoring` too, and the log keeps them beside XLA's. Where tracing
@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import re
 import sys
 import threading
@@ -94,6 +95,7 @@ _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until i
            "function is gone (the one passed to jax.jit: dropping the jitted wrapper frees "
            "nothing, jax-ml/jax#7930) or the bounded caches drop it; jax.clear_caches() drops "
            "them all.")
+_JAX_DIR = os.path.dirname(jax.__file__) + os.sep  # JAX's own files
 _active = threading.Lock()  # one watch at a time per process: the config and logger are global
 
 
@@ -132,6 +134,18 @@ class FunctionCompiles(Record):
     #: the eager group: where each loop (while, scan, cond) compiled outside jit was called: the
     #: user's function, its line, and "cg" where jax.scipy.sparse.linalg.cg was in between
     loop_callers: tuple[tuple[str, str, str], ...] = ()
+    #: ``defined_at`` is in a library's file: the function was jitted there, as a wrapper of
+    #: the user's (eqx.filter_jit jits its own function under the user's function's name,
+    #: patrick-kidger/diffrax#466), and ``called_at`` holds the user's lines that called it
+    library: bool = False
+
+    @property
+    def place(self) -> str:
+        """Where to look: the line the function was defined on; for one jitted in a library's
+        file, the user's line that called it first, then the library's ("" where unknown)."""
+        if self.library and self.called_at:
+            return f"called at {self.called_at[0]}; jitted in a library's file, {self.defined_at}"
+        return self.defined_at
 
     @property
     def traced_large(self) -> bool:
@@ -158,7 +172,7 @@ class FunctionCompiles(Record):
     def diagnosis(self) -> str:
         """The cause and the fix in a sentence or two: what ``CompileLog.diagnosis`` and
         ``%%memory`` say of each function compiled again."""
-        where = f" ({self.defined_at})" if self.defined_at else ""
+        where = f" ({self.place})" if self.place else ""
         listed = ", ".join(self.changed)
         if self.cause == EAGER:
             text = (f"{self.compiles} one-operation programs were compiled outside jit "
@@ -186,11 +200,17 @@ class FunctionCompiles(Record):
                              "compiles once (jax-ml/jax#5210).")
             return text
         if self.cause == UNEXPLAINED:
-            return (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "
+            text = (f"{self.compiles} compiles JAX did not explain ({listed}): JAX explains jit "
                     "calls traced on this thread from your own files; a pmap, a library's "
                     "function, another thread, a jax.grad or jax.vmap of a jitted function "
                     "(compiled under its name), or a function compiled before the block for a "
                     "new placement compile without a word.")
+            if jitted := [c.split(" ×")[0] for c in self.changed if c.startswith("jit(")]:
+                text += (f" {' and '.join(jitted)}: a jax.jit, made outside JAX, of a function "
+                         "in JAX's own files (jax.jit(functools.partial(jax.lax.top_k, k=8)), "
+                         "jax-ml/jax#19653), whose misses JAX does not explain: each compile is "
+                         "one program, inside jit, not an operation run outside it.")
+            return text
         if self.cause == "function made anew":
             at = f" at {self.called_at[0]}" if self.called_at else ""
             head = f"`{self.function}`{where} was jitted anew {self.compiles} times{at}"
@@ -401,8 +421,15 @@ class _Events(logging.Handler):
                     self.writes.append(written[0])
             return
         if parsed is not None:  # (a trace the kit made: kept for a compile of the user's)
+            called, defined = jaxcompat.cache_miss_files(message)
+            # a function jitted in a library's file (eqx.filter_jit's wrapper, diffrax#466): JAX
+            # names the library's lines; the user's is the first of theirs on this stack
+            library = bool(defined) and not frames.is_user_file(defined)
+            if called and not frames.is_user_file(called) and (at := _user_line()):
+                parsed = {**parsed, "called_at": at}
             with self.guard:
-                self.events.append(("miss", record.thread, CacheMiss(**parsed), own.active()))
+                self.events.append(("miss", record.thread, CacheMiss(**parsed), own.active(),
+                                    library))
 
     def lowered(self, record: logging.LogRecord) -> bool:
         """A filter on JAX's lowering logger, where each "Compiling ..." line is kept: what the
@@ -440,17 +467,33 @@ class _Events(logging.Handler):
         if event != jaxcompat.COMPILE_EVENT:
             return
         name = str(kwargs.get("fun_name", ""))
-        caller = (_loop_caller() if jaxcompat.compiled_function_name(name) in _LOOPS
-                  and not own.active() else None)
+        short = jaxcompat.compiled_function_name(name)
+        caller = _loop_caller() if short in _LOOPS and not own.active() else None
+        # a jit named like a primitive that JAX did not make (jax.jit(partial(lax.top_k, k=8))):
+        # the user's, not an operation run outside jit (JAX explains no miss of either)
+        users = (short in _primitive_names() and not own.active()
+                 and jaxcompat.jit_made_by_jax(sys._getframe(1)) is False)
         with self.guard:
             loaded = threading.get_ident() in self.loading
             self.loading.discard(threading.get_ident())
             if own.active():  # the kit's own compile (preflight_step): counted apart
                 self.own += 1
             else:
-                self.events.append(("compile", threading.get_ident(), name, seconds, caller))
+                self.events.append(("compile", threading.get_ident(), name, seconds, caller,
+                                    users))
                 if loaded:
                     self.loads.append(seconds)
+
+
+def _user_line() -> str:
+    """The line of the user's code running now on this thread ("train.py:12"), the innermost;
+    "" where none is on the stack. JAX's own files are never the user's, wherever JAX is
+    installed (a .pth that reads another environment's)."""
+    frame = sys._getframe(1)
+    while frame is not None and (not frames.is_user_frame(frame)
+                                 or frame.f_code.co_filename.startswith(_JAX_DIR)):
+        frame = frame.f_back
+    return frames.where(frame.f_code.co_filename, frame.f_lineno) if frame is not None else ""
 
 
 def _loop_caller() -> tuple[str, str, str]:
@@ -701,6 +744,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     tracing: dict[tuple[int, str], list[float]] = {}  # [trace, lowering] s not yet compiled
     spent: dict = {}  # per function (or eager name): its compiles' [trace, lowering] seconds
     callers: dict[str, list[tuple[str, str, str]]] = {}  # per loop compiled outside jit
+    libraries: set[tuple[str, str]] = set()  # functions jitted in a library's file
     for i, event in enumerate(events):
         if event[0] in ("trace", "to_mlir"):
             _, thread, raw, s, _ = event
@@ -715,16 +759,18 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             _, thread, raw, types, shardings = event
             lowerings[(thread, jaxcompat.compiled_function_name(raw))] = (types, shardings)
         elif event[0] == "miss" and event[3]:  # the kit's trace: the user's if they compile it
-            _, thread, m, _ = event
+            _, thread, m, _, _ = event
             kits.setdefault((thread, m.function), []).append((m, cleared))
         elif event[0] == "miss":
-            _, thread, m, _ = event
+            _, thread, m, _, library = event
             key = (m.function, m.defined_at)
+            if library:
+                libraries.add(key)
             misses.setdefault(key, []).append(m)
             clears.setdefault(key, []).append(cleared)
             pending[(thread, m.function)] = traced[(thread, m.function)] = key
         else:
-            _, thread, raw, s, caller = event
+            _, thread, raw, s, caller, users = event
             name = jaxcompat.compiled_function_name(raw)
             took = tracing.pop((thread, name), [0.0, 0.0])
             key = pending.pop((thread, name), None)
@@ -746,6 +792,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 placed.setdefault(again, []).append(moved)
                 key = again
             elif key is None:
+                name = f"jit({name})" if users else name  # (not a primitive's name, so not eager)
                 unpaired.setdefault(name, []).append(s)
                 eager_types.setdefault(name, []).append(lowering[0] if lowering else None)
                 if caller is not None:
@@ -758,7 +805,8 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             total = spent.setdefault(key, [0.0, 0.0])
             total[0], total[1] = total[0] + took[0], total[1] + took[1]
     out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
-                  [t for t, _ in lowered.get(key, [])], spent.get(key, [0.0, 0.0]))
+                  [t for t, _ in lowered.get(key, [])], spent.get(key, [0.0, 0.0]),
+                  library=key in libraries)
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -823,7 +871,7 @@ def _shardings(text: str) -> str:
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            clears: list[int] | None = None, placed: list[str] | None = None,
            cleared_by: list[str] | None = None, types: list[str] | None = None,
-           spent: list[float] | None = None) -> FunctionCompiles:
+           spent: list[float] | None = None, *, library: bool = False) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -855,9 +903,10 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
                  *dict.fromkeys(placed)) if cause == "new placement" else
         clearing or fresh[:6] or what_changed(mine, cause),
-        fix=fix_for(mine, cause, new_types_each_call=bool(fresh)),
+        fix=fix_for(mine, cause, new_types_each_call=bool(fresh), through_library=library),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
-        trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1])
+        trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1],
+        library=library)
 
 
 def _each_new(types: list[str], compiles: int) -> bool:

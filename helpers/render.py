@@ -373,7 +373,7 @@ def compile_log_text(log: CompileLog) -> str:
                  f" ({log.kit_compiles} more the kit made itself to price a step, such as "
                  "preflight_step, left out)" if log.kit_compiles else "")]
     for f in log.functions:
-        where = f" ({f.defined_at})" if f.defined_at else ""
+        where = f" ({f.place})" if f.place else ""
         traced = (f", traced {f.traces} times" if f.traces != f.compiles and f.function not in
                   ("eager operations", "compiles JAX did not explain") else "")
         lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause}{traced}")

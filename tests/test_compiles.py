@@ -5,6 +5,8 @@ jax-ml/jax#1605, a jit made inside a loop)."""
 import functools
 import json
 import logging
+import os
+import sys
 from functools import partial
 
 import jax
@@ -13,7 +15,7 @@ import numpy as np
 import pytest
 
 from helpers import compile_causes, compiles
-from helpers._internal import jaxcompat
+from helpers._internal import frames, jaxcompat
 from helpers.errors import BadInputError, InUseError
 
 
@@ -810,3 +812,163 @@ def test_the_fix_and_the_change_are_read_from_the_misses_alone():
         "static value [1]: now 2, before 3; static value [2]: now <function g at 0x1>, "
         "before <function g at 0x2>",)
     assert compile_causes.fix_for([], "first compile") == ""
+
+
+def test_marin_8515_a_leaf_returned_in_another_memory_is_no_new_dtype():
+    """An offloaded optimizer state's count made in device memory, while the step returns it in
+    pinned_host: JAX says "now i32<host>[] and before i32[]", the same dtype. The kit called it
+    new dtypes and said .astype(), which leaves 2 compiles; the count put in pinned_host before
+    the first call compiles once (jax 0.10.2 on the CPU; jax 0.8.0's CPU cannot run the step)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    text = ("TRACING CACHE MISS at /w/t.py:12:22 (<module>):\n  for step defined at /w/t.py:10\n"
+            "  all previously seen cache keys differ. For the closest previous key:\n"
+            "  different input types:\n  * at opt['count'], now i32<host>[] and before i32[]")
+    parsed = jaxcompat.parse_cache_miss(text)
+    assert parsed["cause"] == "new sharding"
+    assert parsed["changed"] == "opt['count']: now i32<host>[], before i32[]"
+    fix = compile_causes.fix_for([compile_causes.CacheMiss(**parsed)], "new sharding")
+    assert "only the memory space changed" in fix and "with_memory_kind('pinned_host')" in fix
+    back = dict(parsed, changed="x: now f32[3], before f32<host>[3]")
+    assert "with_memory_kind('device')" in compile_causes.fix_for(
+        [compile_causes.CacheMiss(**back)], "new sharding")
+    moved = dict(parsed, changed="x: now f32[3]{weak_type=True}, before f32<host>[3]")
+    assert compile_causes.fix_for([compile_causes.CacheMiss(**moved)], "new sharding") \
+        == compile_causes.FIXES["new sharding"]  # more than the memory space changed
+    two = jaxcompat.parse_cache_miss(text + "\n  * at p, now f32[4]{S} and before f32[4]")
+    assert compile_causes.fix_for([compile_causes.CacheMiss(**two)], "new sharding") \
+        == compile_causes.FIXES["new sharding"]  # another argument's sharding changed too
+
+    mesh = jax.make_mesh((1,), ("d",))
+    dev = NamedSharding(mesh, P())
+    host = dev.with_memory_kind("pinned_host")
+
+    def run(count):
+        def step(params, opt):  # made anew for each run: nothing cached from the one before
+            o = jax.device_put(opt, dev)
+            mu = 0.9 * o["mu"] + params * 0.01
+            return params - mu, {"mu": mu, "count": o["count"] + 1}
+
+        jitted = jax.jit(step, out_shardings=(dev, {"mu": host, "count": host}))
+        params = jax.device_put(jnp.ones((8, 8)), dev)
+        opt = {"mu": jax.device_put(jnp.zeros((8, 8)), host), "count": count}
+        with compiles.watch() as log:
+            for _ in range(3):
+                params, opt = jitted(params, opt)
+        return log
+
+    count = jax.device_put(jnp.zeros((), jnp.int32), dev)
+    try:
+        log = run(count)
+    except jax.errors.JaxRuntimeError as e:
+        if "annotate_device_placement" not in str(e):
+            raise
+        pytest.skip(f"jax {jax.__version__}'s CPU cannot run a step that returns pinned_host")
+    entry = log.function("step")
+    assert entry.compiles == 2 and entry.cause == "new sharding"
+    assert entry.changed == ("opt['count']: i32<host>[]",)
+    assert "new dtypes" not in log.diagnosis and "only the memory space" in entry.fix
+    assert "with_memory_kind('pinned_host')" in entry.fix
+    assert "marin-community/marin#8515" in entry.fix
+    assert run(count.astype(jnp.int32)).function("step").compiles == 2  # the old fix: nothing
+    assert run(jax.device_put(count, count.sharding.with_memory_kind("pinned_host"))) \
+        .function("step").compiles == 1  # the fix named
+
+
+def test_jax_19653_a_jit_of_a_primitive_s_partial_is_no_eager_operation():
+    """jax.jit(functools.partial(jax.lax.top_k, k=8)) compiles as jit(top_k), a primitive's
+    name, and JAX explains no miss of a function in its own files: the kit called it an
+    operation compiled outside jit. It is the user's jit; the same primitive run outside jit,
+    and jnp calls (jnp.exp is a jit JAX made), stay eager operations."""
+    topk = jax.jit(functools.partial(jax.lax.top_k, k=8))
+    with compiles.watch() as log:
+        for n in (40, 50):
+            topk(np.arange(n, dtype=np.float32))
+            jax.lax.top_k(np.arange(n + 100, dtype=np.float32), 3)  # eager: top_k outside jit
+            jnp.exp(np.ones(n + 200, np.float32))  # eager: a jnp function JAX jitted itself
+    eager = log.function("eager operations")
+    assert "top_k ×2" in eager.changed and "exp ×2" in eager.changed
+    assert eager.compiles == 4  # jit(top_k) of the user's not among them
+    unexplained = log.function("compiles JAX did not explain")
+    assert unexplained.changed == ("jit(top_k) ×2",) and unexplained.compiles == 2
+    assert "jit(top_k): a jax.jit, made outside JAX, of a function in JAX's own files" \
+        in log.diagnosis and "inside jit, not an operation run outside it" in log.diagnosis
+    assert "jax-ml/jax#19653" in log.diagnosis
+    with compiles.watch() as alone:  # a public JAX function passed to jax.jit: the user's too
+        jax.jit(jax.lax.top_k, static_argnums=1)(np.arange(60, dtype=np.float32), 4)
+    assert [f.function for f in alone.functions] == ["compiles JAX did not explain"]
+
+
+# a wrapper like eqx.filter_jit, as if installed: its code's file is in site-packages, so the
+# kit counts it a library's (helpers/_internal/frames.py); every argument not an array is static
+_WRAPPER = '''
+import jax
+
+def filter_jit(fn):
+    def wrapped(dynamic, static):
+        return fn(*[s if d is None else d for d, s in zip(dynamic, static)])
+
+    wrapped.__name__ = fn.__name__  # jitted under the user's function's name, as equinox does
+    jitted = jax.jit(wrapped, static_argnums=1)
+
+    def call(*args):
+        arrays = [a if isinstance(a, jax.Array) else None for a in args]
+        return jitted(arrays, tuple(None if isinstance(a, jax.Array) else a for a in args))
+    return call
+'''
+
+
+def _library_wrapper():
+    import sysconfig
+    import types
+
+    path = os.path.join(sysconfig.get_paths()["purelib"], "wrapper_lib", "_jit.py")
+    module = types.ModuleType("wrapper_lib")
+    exec(compile(_WRAPPER, path, "exec"), module.__dict__)
+    return module
+
+
+def test_diffrax_466_a_float_a_library_s_wrapper_makes_static_is_placed_at_the_user_s_line():
+    """eqx.filter_jit makes every argument that is not an array static, so a solve's atol and
+    rtol as Python floats compile once per value (diffrax#466). The kit placed the function at
+    equinox's _jit.py:43 and said only "make it a traced argument"; it now names the user's
+    line and jnp.asarray. Reproduced with a wrapper in a library's file, no equinox."""
+    wrapper = _library_wrapper()
+    assert not frames.is_user_file(wrapper.filter_jit.__code__.co_filename)
+
+    def make():
+        @wrapper.filter_jit
+        def solve(y, tol):
+            return y * (1 + tol)
+        return solve
+
+    solve, y = make(), jnp.ones(4)
+    with compiles.watch() as log:
+        for tol in (1e-5, 1e-5, 1e-4, 1e-3):
+            solve(y, tol)
+    line = sys._getframe().f_lineno - 1
+    entry = log.function("solve")
+    assert entry.compiles == 3 and entry.cause == "new static values" and entry.library
+    assert entry.called_at == (f"test_compiles.py:{line}",)  # the user's line, not _jit.py's
+    assert entry.defined_at.startswith("_jit.py:")
+    assert f"`solve` (called at test_compiles.py:{line}; jitted in a library's file, _jit.py:" \
+        in log.diagnosis and f"solve (called at test_compiles.py:{line};" in str(log)
+    assert entry.fix == compile_causes.LIBRARY_FLOAT_FIX
+    assert "a Python float passed where the wrapper treats non-arrays as static compiles once " \
+        "per value" in entry.fix and "jnp.asarray(x)" in entry.fix
+    solve = make()
+    with compiles.watch() as fixed:  # the fix: the tolerance as an array
+        for tol in (1e-5, 1e-5, 1e-4, 1e-3):
+            solve(y, jnp.asarray(tol))
+    assert fixed.function("solve").compiles == 1
+
+    @functools.partial(jax.jit, static_argnums=1)  # static by the user's choice: the old fix
+    def scale(x, k):
+        return x * k
+
+    with compiles.watch() as mine:
+        for k in (0.5, 1.5):
+            scale(y, k)
+    assert not mine.function("scale").library
+    assert mine.function("scale").fix == compile_causes.FIXES["new static values"]

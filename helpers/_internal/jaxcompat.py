@@ -34,11 +34,14 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS", "Internal",
            "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "TESTED_FLOOR",
            "aliased_parameters", "asarray_is_explicit", "backend_errors", "backend_factories",
-           "backend_start_snapshot", "backends_started", "compiled_function_name",
+           "backend_start_snapshot", "backends_started", "cache_miss_files",
+           "compiled_function_name",
            "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
-           "live_executables", "on_backend_start", "outside_transforms", "parse_cache_miss",
+           "jit_made_by_jax",
+           "live_executables", "memory_spaces_only", "on_backend_start", "outside_transforms",
+           "parse_cache_miss",
            "parse_cache_write", "parse_compiling", "parse_guard_line",
            "unregister_duration_listener", "verify", "weak_type_only",
            "weight_gradient_convolutions"]
@@ -129,6 +132,14 @@ INTERNALS: dict[str, Internal] = {
         "cache-miss text cannot tell a cleared cache from a function made anew at a freed "
         "address): jit() sets this function as its class's clear_cache on every call",
         "none: jax.clear_caches() is public, a jitted function's clear_cache() has no hook"),
+    "jit_cache_miss": Internal(
+        "jax._src.pjit:_cpp_pjit",
+        "helpers.compiles tells a jit the user made of a JAX function (jax.jit(functools."
+        "partial(jax.lax.top_k, k=8))) from a primitive or jnp call run outside jit, all "
+        "compiled as jit(top_k): the function under the jit is the `fun` of the cache_miss "
+        "frame this function makes",
+        "none: a compile event and JAX's lowering log name the program (jit(top_k)), not who "
+        "jitted it, and JAX explains no miss of a function in its own files"),
     "flatten_fwd": Internal(
         "jax._src.custom_derivatives:_flatten_fwd",
         "helpers.preflight names residuals that a jax.custom_vjp fwd rule returned: in an "
@@ -223,6 +234,33 @@ def custom_vjp_fwd_caller() -> str:
     inner = (wrapped.args[0] if isinstance(wrapped, functools.partial) and wrapped.args
              else wrapped)
     return getattr(inner, "__name__", "") or ""
+
+
+def jit_made_by_jax(frame: Any) -> bool | None:
+    """Whether the jit compiling now on this thread (the innermost one on the stack from
+    ``frame``) is one JAX made itself: a primitive run outside jit (JAX jits it alone) or a jnp
+    function, jitted where it is defined. False where the jit wraps anything else (a
+    functools.partial, the user's function, a public JAX function the user passed to
+    jax.jit); None where no jit is running (an ahead-of-time compile) or this JAX moved it.
+    Read from the `fun` of JAX's cache_miss frame (INTERNALS["jit_cache_miss"]); on jax 0.8.0
+    and 0.10.2 alike."""
+    made = _get("jit_cache_miss")
+    where = getattr(getattr(made, "__code__", None), "co_filename", None)
+    while where and frame is not None:
+        if frame.f_code.co_name == "cache_miss" and frame.f_code.co_filename == where:
+            break
+        frame = frame.f_back
+    if not where or frame is None or "fun" not in frame.f_locals:
+        return None
+    fun = frame.f_locals["fun"]
+    code = getattr(fun, "__code__", None)
+    jax_dir = os.path.dirname(os.path.dirname(where))  # .../jax (where is .../jax/_src/pjit.py)
+    if code is None or not code.co_filename.startswith(jax_dir + os.sep):
+        return False
+    # a public JAX function passed to jax.jit is its module's own; one JAX jitted where it is
+    # defined is hidden behind its jit (jnp.exp), and a primitive's (dispatch's) has no name
+    module = sys.modules.get(getattr(fun, "__module__", "") or "")
+    return getattr(module, getattr(fun, "__name__", ""), None) is not fun
 
 
 def outside_transforms() -> Callable[[], bool]:
@@ -616,7 +654,9 @@ _NEVER_SEEN = re.compile(r"never seen function:\s*\n\s*(\S+) id=\d+ defined at (
 _SEEN_FOR = re.compile(r"\bfor (\S+) defined at (.+?):(\d+)")
 _URL = re.compile(r"https?://\S+")  # 0.10.2 glues a link to the end of a type change
 _TYPE_CHANGE = re.compile(r"\* at (.+?), now (.+?) and before (.+?)$", re.M)
-_BASE_TYPE = re.compile(r"^(\w+)\[([\d,\s]*)\]")  # "f32[4, 8]" of "f32[4, 8]{weak_type=True}"
+#: "f32[4, 8]" of "f32[4, 8]{weak_type=True}": the dtype, its memory space where not the device's
+#: ("i32<host>[]": JAX's str_short_aval, 0.8.0 and 0.10.2 alike), the dimensions
+_BASE_TYPE = re.compile(r"^(\w+)(<\w+>)?\[([\d,\s]*)\]")
 _STATIC_NEW = re.compile(  # 0.10: the "before" value runs to the Static's own closing bracket
     r"Static\(val=(.*?)\) and before .*?Static\(val=(.*)\)(?:, so the pytree|\s*$)")
 _STATIC_OLD = re.compile(r"different value of static args:\s*now (.*?) and before (.*)")  # 0.8
@@ -633,14 +673,27 @@ def weak_type_only(now: str, before: str) -> bool:
     return bool(a and b and a.groups() == b.groups() and "weak_type" in now + before)
 
 
+def memory_spaces_only(now: str, before: str) -> tuple[str, str] | None:
+    """The memory spaces ("host", "device") of two types that differ only in theirs
+    ("i32<host>[]" against "i32[]": a memory kind of the sharding, pinned_host against device);
+    None where anything else differs too, or nothing does."""
+    now, before = now.strip(), before.strip()
+    a, b = _BASE_TYPE.match(now), _BASE_TYPE.match(before)
+    if not (a and b) or a.group(2) == b.group(2) or (a.group(1), a.group(3), now[a.end():]) != (
+            b.group(1), b.group(3), before[b.end():]):
+        return None
+    return ((a.group(2) or "<device>")[1:-1], (b.group(2) or "<device>")[1:-1])
+
+
 def _type_change(now: str, before: str) -> str:
-    """ "new shapes", "new dtypes" or "new sharding" for one argument's change of type."""
+    """ "new shapes", "new dtypes" or "new sharding" (its memory kind too: "i32<host>[]") for
+    one argument's change of type."""
     a, b = _BASE_TYPE.match(now), _BASE_TYPE.match(before)
     if not (a and b):
         return "new dtypes"
     if a.group(1) != b.group(1) or weak_type_only(now, before):
         return "new dtypes"
-    return "new shapes" if a.group(2) != b.group(2) else "new sharding"
+    return "new shapes" if a.group(3) != b.group(3) else "new sharding"
 
 
 def unregister_duration_listener(callback: Callable) -> None:
@@ -715,6 +768,19 @@ def _keyword_moved(clean: str) -> str:
         return ""
     return (f"{', '.join(map(repr, keys))} by keyword in one call, as many arguments by position "
             "in another")
+
+
+def cache_miss_files(text: str) -> tuple[str, str]:
+    """The files, as JAX wrote them, of one "TRACING CACHE MISS" explanation's call site and of
+    the function's definition ("" where it does not say): what
+    :func:`parse_cache_miss` shortens to "file.py:12", for telling the user's from a
+    library's."""
+    at = _MISS_AT.match(text)
+    if not at:
+        return "", ""
+    clean = _URL.sub("", text)
+    seen = _NEVER_SEEN.search(clean) or _SEEN_FOR.search(clean)
+    return at.group(1), seen.group(2) if seen else ""
 
 
 def parse_cache_miss(text: str) -> Mapping | None:
