@@ -972,3 +972,23 @@ def test_diffrax_466_a_float_a_library_s_wrapper_makes_static_is_placed_at_the_u
             scale(y, k)
     assert not mine.function("scale").library
     assert mine.function("scale").fix == compile_causes.FIXES["new static values"]
+
+
+def test_an_argument_split_anew_on_a_mesh_of_explicit_axes_is_a_new_sharding():
+    """On a mesh of Explicit axes (jax.make_mesh's default from jax 0.9) JAX writes the axes a
+    dimension is split over into the type, f32[8@x,4]: the kit read the changed type as a new
+    dtype and advised .astype()."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("x",))
+    f = jax.jit(lambda a: a * 2)
+    whole = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P()))
+    split = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P("x")))
+    with compiles.watch() as log:
+        f(whole)
+        f(split)
+    assert log.function("<lambda>").compiles == 2
+    explicit = "Explicit" in str(getattr(mesh, "axis_types", ""))  # jax 0.8.0: Auto axes
+    assert log.function("<lambda>").cause == ("new sharding" if explicit else "new placement")
+    assert jaxcompat.memory_spaces_only("f32[8@x,4]", "f32[8,4]") is None

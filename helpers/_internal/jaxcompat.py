@@ -656,7 +656,9 @@ _URL = re.compile(r"https?://\S+")  # 0.10.2 glues a link to the end of a type c
 _TYPE_CHANGE = re.compile(r"\* at (.+?), now (.+?) and before (.+?)$", re.M)
 #: "f32[4, 8]" of "f32[4, 8]{weak_type=True}": the dtype, its memory space where not the device's
 #: ("i32<host>[]": JAX's str_short_aval, 0.8.0 and 0.10.2 alike), the dimensions
-_BASE_TYPE = re.compile(r"^(\w+)(<\w+>)?\[([\d,\s]*)\]")
+#: a type in a cache-miss explanation: dtype, memory space, dimensions (each with the axes it
+#: is split over on a mesh of Explicit axes: f32[8@x,4])
+_BASE_TYPE = re.compile(r"^(\w+)(<\w+>)?\[((?:\d+(?:@(?:\w+|\([\w,\s]*\)))?|[,\s])*)\]")
 _STATIC_NEW = re.compile(  # 0.10: the "before" value runs to the Static's own closing bracket
     r"Static\(val=(.*?)\) and before .*?Static\(val=(.*)\)(?:, so the pytree|\s*$)")
 _STATIC_OLD = re.compile(r"different value of static args:\s*now (.*?) and before (.*)")  # 0.8
@@ -693,7 +695,8 @@ def _type_change(now: str, before: str) -> str:
         return "new dtypes"
     if a.group(1) != b.group(1) or weak_type_only(now, before):
         return "new dtypes"
-    return "new shapes" if a.group(3) != b.group(3) else "new sharding"
+    same = _SPLIT_OVER.sub("", a.group(3)) == _SPLIT_OVER.sub("", b.group(3))
+    return "new sharding" if same else "new shapes"  # (f32[8@x] against f32[8]: split anew)
 
 
 def unregister_duration_listener(callback: Callable) -> None:
