@@ -72,6 +72,19 @@ class CellMemory(Display):
     read_back_lines: tuple[tuple[str, int, int], ...] = ()
     #: how often the devices were sampled: a sampled peak misses what lived between two samples
     sample_seconds: float = 0.01
+    #: (callback, copies, why) per host callback whose copies of its arguments are among the
+    #: copies: JAX device_puts them on every call (liesel-devs/liesel#282)
+    callback_copies: tuple[tuple[str, int, str], ...] = ()
+    #: (line, times it ran, its waits that found a value still being computed and left nothing
+    #: computing, the waits that found one) of each line that waits with block_until_ready as
+    #: ``waited_lines`` read: a loop that blocks on each step keeps JAX from queuing the next
+    #: (AI-Hypercomputer/maxtext#1956)
+    blocked_lines: tuple[tuple[str, int, int, int], ...] = ()
+    #: (line, times it ran, the runs that found an array still being computed, the runs looked
+    #: at) of each line that reads the clock (time.time(), time.perf_counter()) in a loop, on
+    #: half of its runs looked at while JAX work was still being computed: it times the
+    #: dispatch, not the work (p-doom/jasmine#43)
+    timed_lines: tuple[tuple[str, int, int, int], ...] = ()
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -158,7 +171,19 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
-                      *_loop_lines(followed), SAMPLE_SECONDS)
+                      *_loop_lines(followed), SAMPLE_SECONDS, _callback_copies(log),
+                      *_waiting_lines(followed))
+
+
+def _callback_copies(log: Any) -> tuple[tuple[str, int, str], ...]:
+    """(callback, copies, why) per host callback that copied its arguments, most first."""
+    made: dict = {}
+    for t in log:
+        if t.made_by:
+            n, _ = made.get(t.made_by, (0, ""))
+            made[t.made_by] = (n + 1, t.reason)
+    return tuple((name, n, why) for name, (n, why) in sorted(made.items(),
+                                                               key=lambda m: -m[1][0]))
 
 
 def _cell_device(before: Any, after: Any, sampled: int) -> CellDevice:
@@ -181,8 +206,18 @@ def _loop_lines(followed: Any) -> tuple[tuple, tuple, tuple]:
         return (), (), ()
     eager = _eager(followed)
     reading = {where for where, n in followed.reads.items() if n >= followed.runs[where] > 0}
-    return (_named([e for e in eager if e[0] not in reading]), _waited_lines(followed),
+    return (_named([e for e in eager if e[0] not in reading]),
+            _waited_lines(followed, followed.idle_reads, followed.looked),
             _named([e for e in eager if e[0] in reading]))
+
+
+def _waiting_lines(followed: Any) -> tuple[tuple, tuple]:
+    """(blocked_lines, timed_lines), as ``waited_lines`` for the waits with block_until_ready
+    and for the lines that read the clock. Both () where nothing was followed."""
+    if followed is None:
+        return (), ()
+    return (_waited_lines(followed, followed.idle_blocks, followed.blocks),
+            _waited_lines(followed, followed.clock_pending, followed.clock_reads))
 
 
 def _named(rows: list, most: int = 3) -> tuple:
@@ -194,19 +229,20 @@ def _named(rows: list, most: int = 3) -> tuple:
                  for where, *rest in sorted(rows, key=lambda h: -h[2])[:most])
 
 
-def _waited_lines(followed: Any) -> tuple[tuple[str, int, int, int], ...]:
+def _waited_lines(followed: Any, found: Any, looked: Any
+                  ) -> tuple[tuple[str, int, int, int], ...]:
     """The lines that ran ``WAITED_RUNS`` times or more, on half of their loop's passes or
-    more (a line read every 100 steps is not one), and on half of the reads looked at read
-    back a value still being computed, after which nothing was."""
+    more (a line read every 100 steps is not one), and on half of the runs ``looked`` at were
+    ``found`` (a read back of a value still being computed after which nothing was, say)."""
     passes: dict = {}  # per function: its most-run line's runs, the loop's passes
     for where, runs in followed.runs.items():
         f = followed.function_of.get(where)
         passes[f] = max(passes.get(f, 0), runs)
-    return _named([(where, followed.runs[where], n, followed.looked[where])
-                   for where, n in followed.idle_reads.items()
-                   if followed.runs[where] >= WAITED_RUNS
+    return _named([(where, followed.runs[where], n, looked[where])
+                   for where, n in found.items()
+                   if n and followed.runs[where] >= WAITED_RUNS
                    and 2 * followed.runs[where] >= passes.get(followed.function_of.get(where), 0)
-                   and 2 * n >= followed.looked[where]])
+                   and 2 * n >= looked[where]])
 
 
 def _eager(followed: Any) -> list[tuple[tuple[str, int], int, int]]:
