@@ -7,13 +7,16 @@
 - ``%%memory``: runs the cell and shows, per device and for the host, the bytes before, after
   and at the peak, the copies the cell made, and its compiles, with the cause and the fix for
   any function it compiled more than once, and any line of a Python loop that dispatches JAX
-  operations one by one (:class:`CellMemory`).
+  operations one by one, waits for each step, or times a step by its dispatch
+  (:class:`CellMemory`).
+- ``%timeit`` of a jitted call that nothing waits for: a note with the fix, before it runs.
 
-``%unload_ext helpers`` takes both away again.
+``%unload_ext helpers`` takes them away again.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +24,7 @@ from typing import Any
 from helpers._internal.records import Display, Record
 from helpers.units import NotAvailable
 
-__all__ = ["EAGER_RUNS", "WAITED_RUNS", "CellDevice", "CellMemory", "load", "unload"]
+__all__ = ["EAGER_RUNS", "TIMEIT_NOTE", "WAITED_RUNS", "CellDevice", "CellMemory", "load", "unload"]
 
 
 @dataclass(frozen=True)
@@ -113,12 +116,91 @@ def load(ip: Any) -> None:
             return _run_measured(self.shell, cell)
 
     ip.register_magics(MemoryMagics)
+    ip.events.register("pre_run_cell", _timeit_unblocked)
 
 
 def unload(ip: Any) -> None:
-    """Take the handler and the magic away again."""
+    """Take the handler, the magic and the %timeit check away again."""
     ip.set_custom_exc((), None)
     ip.magics_manager.magics["cell"].pop("memory", None)
+    try:
+        ip.events.unregister("pre_run_cell", _timeit_unblocked)
+    except ValueError:  # not registered
+        pass
+
+
+#: ``%timeit`` (or ``%%timeit``) and what it times, with IPython's own options in front
+_TIMEIT = re.compile(r"^[ \t]*%%?timeit\b(.*)$", re.M)
+_TIMEIT_OPTIONS = re.compile(r"^(?:\s*-(?:[nrp]\s*\S+|[tcqo]))*\s*")
+#: what the kit says under a cell that times a jitted call which does not wait (jax#1988)
+TIMEIT_NOTE = (
+    "JAX Device Kit: %timeit {statement}: {name} is a jitted function, and a jitted call "
+    "returns before its work is done (asynchronous dispatch), so %timeit times the dispatch "
+    "and its later runs wait behind the work queued by earlier ones (jax-ml/jax#1988). Time "
+    "{fixed} instead: it waits for the result.")
+
+
+def _timeit_unblocked(info: Any = None) -> None:
+    """Before a cell runs: where it times, with %timeit or %%timeit, one statement whose
+    outermost call is a jitted function (or ``x = f(...)``) and nothing waits for the result
+    (no block_until_ready), say so with the fix. Never raises."""
+    try:
+        cell = getattr(info, "raw_cell", "") or ""
+        if "timeit" not in cell or "block_until_ready" in cell:
+            return
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        namespace = getattr(shell, "user_ns", {})
+        for m in _TIMEIT.finditer(cell):
+            statement = _TIMEIT_OPTIONS.sub("", m.group(1), count=1).strip()
+            if not statement and cell[m.start():].lstrip().startswith("%%"):
+                body = [x for x in cell[m.end():].strip().splitlines() if x.strip()]
+                statement = body[0].strip() if len(body) == 1 else ""
+            name = _jitted_call(statement, namespace)
+            if name:
+                fixed = statement.split("=", 1)[-1].strip() if _assigns(statement) else statement
+                print(TIMEIT_NOTE.format(statement=statement, name=name,
+                                         fixed=f"{fixed}.block_until_ready()"))
+                return
+    except Exception:  # the note must never stop a cell
+        return
+
+
+def _assigns(statement: str) -> bool:
+    import ast
+
+    return isinstance(ast.parse(statement).body[0], ast.Assign)
+
+
+def _jitted_call(statement: str, namespace: Mapping) -> str:
+    """The name of the jitted function that ``statement`` calls outermost (``f(x)``,
+    ``y = f(x)``, ``mod.f(x)`` through modules only); "" for anything else."""
+    import ast
+    import types
+
+    try:
+        body = ast.parse(statement).body
+    except SyntaxError:
+        return ""
+    if len(body) != 1 or not isinstance(body[0], (ast.Expr, ast.Assign)):
+        return ""
+    call = body[0].value
+    if not isinstance(call, ast.Call):
+        return ""
+    parts, func = [], call.func
+    while isinstance(func, ast.Attribute):
+        parts.insert(0, func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or func.id not in namespace:
+        return ""
+    obj = namespace[func.id]
+    for part in parts:
+        if not isinstance(obj, types.ModuleType):
+            return ""  # an attribute of an object may run code to be read: not looked at
+        obj = getattr(obj, part, None)
+    jitted = callable(obj) and hasattr(obj, "lower") and hasattr(obj, "clear_cache")
+    return ".".join([func.id, *parts]) if jitted else ""
 
 
 def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:

@@ -205,7 +205,9 @@ _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in pla
 
 def _callback_reason(callback: str) -> str:
     """Why a host callback's copy happened, and the fix where the callback only reports."""
-    said = ("the copy " + callback + " makes of its arguments on every call (JAX device_puts "
+    who = (callback + " (or jax.debug.print, which calls it)" if callback == "jax.debug.callback"
+           else callback)
+    said = ("the copy " + who + " makes of its arguments on every call (JAX device_puts "
             "them to the CPU before calling your function), not a device_put of yours: in a "
             "loop body it runs, and copies, on every iteration")
     if callback == "jax.pure_callback":
