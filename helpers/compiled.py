@@ -791,6 +791,18 @@ class CompiledStep:
         carries and only writes, one step's value per row (google-deepmind/gemma#534)."""
         return jaxprs.loop_records(self.jaxpr)
 
+    def callbacks_every_step(self) -> tuple[tuple[str, str, str, int | None], ...]:
+        """(the callback, its line, the loop, its steps: None for a while_loop) of each host
+        callback in a loop's body with no cond around it: it runs on every iteration
+        (liesel-devs/liesel#282)."""
+        return jaxprs.callbacks_every_step(self.jaxpr)
+
+    def callbacks_hoisted(self) -> tuple[tuple[str, str, str, str], ...]:
+        """(the callback, its line, the loop, the loop's line) of each host callback written in
+        a loop's body that the step runs once, outside the loop: under jax.grad, scan moves a
+        callback that reads nothing the loop changes out of it (jax-ml/jax#16637)."""
+        return jaxprs.callbacks_hoisted(self.jaxpr)
+
     def threefry_draws(self) -> tuple[tuple[tuple[int, ...], int, str], ...]:
         """(shape, bytes, line) of each ``jax.random`` draw through the threefry2x32 generator
         (JAX's default), largest first: XLA's plan may hold its uint32 bits several times over

@@ -7,13 +7,16 @@
 - ``%%memory``: runs the cell and shows, per device and for the host, the bytes before, after
   and at the peak, the copies the cell made, and its compiles, with the cause and the fix for
   any function it compiled more than once, and any line of a Python loop that dispatches JAX
-  operations one by one (:class:`CellMemory`).
+  operations one by one, waits for each step, or times a step by its dispatch
+  (:class:`CellMemory`).
+- ``%timeit`` of a jitted call that nothing waits for: a note with the fix, before it runs.
 
-``%unload_ext helpers`` takes both away again.
+``%unload_ext helpers`` takes them away again.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +24,7 @@ from typing import Any
 from helpers._internal.records import Display, Record
 from helpers.units import NotAvailable
 
-__all__ = ["EAGER_RUNS", "WAITED_RUNS", "CellDevice", "CellMemory", "load", "unload"]
+__all__ = ["EAGER_RUNS", "TIMEIT_NOTE", "WAITED_RUNS", "CellDevice", "CellMemory", "load", "unload"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,19 @@ class CellMemory(Display):
     read_back_lines: tuple[tuple[str, int, int], ...] = ()
     #: how often the devices were sampled: a sampled peak misses what lived between two samples
     sample_seconds: float = 0.01
+    #: (callback, copies, why) per host callback whose copies of its arguments are among the
+    #: copies: JAX device_puts them on every call (liesel-devs/liesel#282)
+    callback_copies: tuple[tuple[str, int, str], ...] = ()
+    #: (line, times it ran, its waits that found a value still being computed and left nothing
+    #: computing, the waits that found one) of each line that waits with block_until_ready as
+    #: ``waited_lines`` read: a loop that blocks on each step keeps JAX from queuing the next
+    #: (AI-Hypercomputer/maxtext#1956)
+    blocked_lines: tuple[tuple[str, int, int, int], ...] = ()
+    #: (line, times it ran, the runs that found an array still being computed, the runs looked
+    #: at) of each line that reads the clock (time.time(), time.perf_counter()) in a loop, on
+    #: half of its runs looked at while JAX work was still being computed: it times the
+    #: dispatch, not the work (p-doom/jasmine#43)
+    timed_lines: tuple[tuple[str, int, int, int], ...] = ()
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -100,12 +116,91 @@ def load(ip: Any) -> None:
             return _run_measured(self.shell, cell)
 
     ip.register_magics(MemoryMagics)
+    ip.events.register("pre_run_cell", _timeit_unblocked)
 
 
 def unload(ip: Any) -> None:
-    """Take the handler and the magic away again."""
+    """Take the handler, the magic and the %timeit check away again."""
     ip.set_custom_exc((), None)
     ip.magics_manager.magics["cell"].pop("memory", None)
+    try:
+        ip.events.unregister("pre_run_cell", _timeit_unblocked)
+    except ValueError:  # not registered
+        pass
+
+
+#: ``%timeit`` (or ``%%timeit``) and what it times, with IPython's own options in front
+_TIMEIT = re.compile(r"^[ \t]*%%?timeit\b(.*)$", re.M)
+_TIMEIT_OPTIONS = re.compile(r"^(?:\s*-(?:[nrp]\s*\S+|[tcqo]))*\s*")
+#: what the kit says under a cell that times a jitted call which does not wait (jax#1988)
+TIMEIT_NOTE = (
+    "JAX Device Kit: %timeit {statement}: {name} is a jitted function, and a jitted call "
+    "returns before its work is done (asynchronous dispatch), so %timeit times the dispatch "
+    "and its later runs wait behind the work queued by earlier ones (jax-ml/jax#1988). Time "
+    "{fixed} instead: it waits for the result.")
+
+
+def _timeit_unblocked(info: Any = None) -> None:
+    """Before a cell runs: where it times, with %timeit or %%timeit, one statement whose
+    outermost call is a jitted function (or ``x = f(...)``) and nothing waits for the result
+    (no block_until_ready), say so with the fix. Never raises."""
+    try:
+        cell = getattr(info, "raw_cell", "") or ""
+        if "timeit" not in cell or "block_until_ready" in cell:
+            return
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        namespace = getattr(shell, "user_ns", {})
+        for m in _TIMEIT.finditer(cell):
+            statement = _TIMEIT_OPTIONS.sub("", m.group(1), count=1).strip()
+            if not statement and cell[m.start():].lstrip().startswith("%%"):
+                body = [x for x in cell[m.end():].strip().splitlines() if x.strip()]
+                statement = body[0].strip() if len(body) == 1 else ""
+            name = _jitted_call(statement, namespace)
+            if name:
+                fixed = statement.split("=", 1)[-1].strip() if _assigns(statement) else statement
+                print(TIMEIT_NOTE.format(statement=statement, name=name,
+                                         fixed=f"{fixed}.block_until_ready()"))
+                return
+    except Exception:  # the note must never stop a cell
+        return
+
+
+def _assigns(statement: str) -> bool:
+    import ast
+
+    return isinstance(ast.parse(statement).body[0], ast.Assign)
+
+
+def _jitted_call(statement: str, namespace: Mapping) -> str:
+    """The name of the jitted function that ``statement`` calls outermost (``f(x)``,
+    ``y = f(x)``, ``mod.f(x)`` through modules only); "" for anything else."""
+    import ast
+    import types
+
+    try:
+        body = ast.parse(statement).body
+    except SyntaxError:
+        return ""
+    if len(body) != 1 or not isinstance(body[0], (ast.Expr, ast.Assign)):
+        return ""
+    call = body[0].value
+    if not isinstance(call, ast.Call):
+        return ""
+    parts, func = [], call.func
+    while isinstance(func, ast.Attribute):
+        parts.insert(0, func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or func.id not in namespace:
+        return ""
+    obj = namespace[func.id]
+    for part in parts:
+        if not isinstance(obj, types.ModuleType):
+            return ""  # an attribute of an object may run code to be read: not looked at
+        obj = getattr(obj, part, None)
+    jitted = callable(obj) and hasattr(obj, "lower") and hasattr(obj, "clear_cache")
+    return ".".join([func.id, *parts]) if jitted else ""
 
 
 def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
@@ -158,7 +253,19 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       tuple(log.summary()), time.perf_counter() - t0,
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
-                      *_loop_lines(followed), SAMPLE_SECONDS)
+                      *_loop_lines(followed), SAMPLE_SECONDS, _callback_copies(log),
+                      *_waiting_lines(followed))
+
+
+def _callback_copies(log: Any) -> tuple[tuple[str, int, str], ...]:
+    """(callback, copies, why) per host callback that copied its arguments, most first."""
+    made: dict = {}
+    for t in log:
+        if t.made_by:
+            n, _ = made.get(t.made_by, (0, ""))
+            made[t.made_by] = (n + 1, t.reason)
+    return tuple((name, n, why) for name, (n, why) in sorted(made.items(),
+                                                               key=lambda m: -m[1][0]))
 
 
 def _cell_device(before: Any, after: Any, sampled: int) -> CellDevice:
@@ -181,8 +288,18 @@ def _loop_lines(followed: Any) -> tuple[tuple, tuple, tuple]:
         return (), (), ()
     eager = _eager(followed)
     reading = {where for where, n in followed.reads.items() if n >= followed.runs[where] > 0}
-    return (_named([e for e in eager if e[0] not in reading]), _waited_lines(followed),
+    return (_named([e for e in eager if e[0] not in reading]),
+            _waited_lines(followed, followed.idle_reads, followed.looked),
             _named([e for e in eager if e[0] in reading]))
+
+
+def _waiting_lines(followed: Any) -> tuple[tuple, tuple]:
+    """(blocked_lines, timed_lines), as ``waited_lines`` for the waits with block_until_ready
+    and for the lines that read the clock. Both () where nothing was followed."""
+    if followed is None:
+        return (), ()
+    return (_waited_lines(followed, followed.idle_blocks, followed.blocks),
+            _waited_lines(followed, followed.clock_pending, followed.clock_reads))
 
 
 def _named(rows: list, most: int = 3) -> tuple:
@@ -194,19 +311,20 @@ def _named(rows: list, most: int = 3) -> tuple:
                  for where, *rest in sorted(rows, key=lambda h: -h[2])[:most])
 
 
-def _waited_lines(followed: Any) -> tuple[tuple[str, int, int, int], ...]:
+def _waited_lines(followed: Any, found: Any, looked: Any
+                  ) -> tuple[tuple[str, int, int, int], ...]:
     """The lines that ran ``WAITED_RUNS`` times or more, on half of their loop's passes or
-    more (a line read every 100 steps is not one), and on half of the reads looked at read
-    back a value still being computed, after which nothing was."""
+    more (a line read every 100 steps is not one), and on half of the runs ``looked`` at were
+    ``found`` (a read back of a value still being computed after which nothing was, say)."""
     passes: dict = {}  # per function: its most-run line's runs, the loop's passes
     for where, runs in followed.runs.items():
         f = followed.function_of.get(where)
         passes[f] = max(passes.get(f, 0), runs)
-    return _named([(where, followed.runs[where], n, followed.looked[where])
-                   for where, n in followed.idle_reads.items()
-                   if followed.runs[where] >= WAITED_RUNS
+    return _named([(where, followed.runs[where], n, looked[where])
+                   for where, n in found.items()
+                   if n and followed.runs[where] >= WAITED_RUNS
                    and 2 * followed.runs[where] >= passes.get(followed.function_of.get(where), 0)
-                   and 2 * n >= followed.looked[where]])
+                   and 2 * n >= looked[where]])
 
 
 def _eager(followed: Any) -> list[tuple[tuple[str, int], int, int]]:

@@ -87,6 +87,10 @@ class Transfer(Record):
     #: the piece of ``shape`` this copy moves, where its destination is split over a mesh (JAX
     #: logs one line per device, each with the whole shape): ``nbytes`` are the piece's
     shard_shape: tuple[int, ...] | None = None
+    #: the host callback that made this copy of its arguments ("jax.debug.callback",
+    #: "jax.pure_callback", "io_callback"): JAX device_puts them on every call; "" for a copy
+    #: of the user's own
+    made_by: str = ""
 
 
 _GLOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
@@ -133,14 +137,15 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
     """
     transfers: list[Transfer] = []
     other: list[str] = []
-    depth = 0
+    scopes: list[str] = []  # the explicit scopes open: "" or the host callback that opened it
     where = ""
     for line in text.splitlines():
-        if line == _BEGIN:
-            depth += 1
+        if line.startswith(_BEGIN):  # followed by the host callback's name, for its copies
+            scopes.append(line[len(_BEGIN):])
             continue
         if line == _END:
-            depth = max(0, depth - 1)
+            if scopes:
+                scopes.pop()
             continue
         if line.startswith(_LINE):
             where = line[len(_LINE):].removesuffix(">>")
@@ -161,12 +166,14 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
             src = "host"
         elif direction == D2H:
             dst = "host"
-        explicit = (depth > 0) if marked else None
+        explicit = bool(scopes) if marked else None
         split = piece is not None and piece != shape
+        made_by = next((s for s in reversed(scopes) if s), "") if marked else ""
+        reason = (_callback_reason(made_by) if made_by else
+                  _reason(direction, explicit, shape, dtype, where, dst, split))
         transfers.append(Transfer(direction, explicit, shape, dtype, nbytes, src, dst,
-                                  fields["raw"], where,
-                                  _reason(direction, explicit, shape, dtype, where, dst, split),
-                                  logged_at(line), piece))
+                                  fields["raw"], where, reason, logged_at(line), piece,
+                                  made_by))
     return transfers, other
 
 
@@ -194,6 +201,22 @@ _CONVERTED = re.compile(r"^(?:return\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array
 #: argument added 0 MiB to the peak when 64-byte aligned, 191 MiB when not)
 _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in place, with no "
                "copy, but NumPy promises only 16-byte alignment)")
+
+
+def _callback_reason(callback: str) -> str:
+    """Why a host callback's copy happened, and the fix where the callback only reports."""
+    who = (callback + " (or jax.debug.print, which calls it)" if callback == "jax.debug.callback"
+           else callback)
+    said = ("the copy " + who + " makes of its arguments on every call (JAX device_puts "
+            "them to the CPU before calling your function), not a device_put of yours: in a "
+            "loop body it runs, and copies, on every iteration")
+    if callback == "jax.pure_callback":
+        return said
+    call = "io_callback(fn, None, i)" if callback == "io_callback" else f"{callback}(fn, i)"
+    return (said + ". To report progress, call it every k steps, jax.lax.cond(i % k == 0, "
+            f"lambda: {call}, lambda: None) (liesel-devs/liesel#282; a "
+            "while_loop of 20,000 steps on a CPU: 586 ms with a callback each step, 5.4 ms "
+            "with k = 1,000)")
 
 
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,

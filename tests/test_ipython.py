@@ -333,3 +333,121 @@ def test_a_cells_line_is_named_as_ipythons_tracebacks_name_it(shell):
                             "here = frames.where(sys._getframe().f_code.co_filename, 3)")
     assert result.success
     assert shell.user_ns["here"] == f"Cell In[{result.execution_count}], line 3"
+
+
+_STEP = textwrap.dedent("""
+    import time
+    W = jax.random.normal(jax.random.key(0), (512, 512))
+    x = jax.random.normal(jax.random.key(1), (256, 512))
+    @jax.jit
+    def train_step(w, x):
+        def loss(w):
+            h = x
+            for _ in range(4):
+                h = jnp.tanh(h @ w)
+            return (h ** 2).mean()
+        l, g = jax.value_and_grad(loss)(w)
+        return w - 1e-3 * g, l
+    w, l = train_step(W, x); jax.block_until_ready(w)
+""")
+
+
+def test_maxtext_1956_a_loop_that_blocks_on_each_step_is_named_and_blocking_once_is_not(shell):
+    """maxtext#1956: jax.block_until_ready after every train step, added to time each step,
+    kept JAX from queuing the next (on a CPU 32.9 ms per step against 21.2 ms blocked once,
+    jax 0.10.2). Each wait found the step still being computed, and after it nothing was. A
+    real step (milliseconds): the line after a dispatch finds it still running."""
+    shell.run_cell(_STEP)
+    for wait in ("jax.block_until_ready(w)", "w.block_until_ready()"):
+        c = shell.run_cell_magic("memory", "", "w = W\nfor step in range(20):\n"
+                                 f"    w, m = train_step(w, x)\n    {wait}\n")
+        ((line, runs, idle, looked),) = c.blocked_lines
+        assert line.endswith(wait) and runs == 20 and 2 * idle >= looked >= 10
+        assert c.waited_lines == () == c.timed_lines
+        text = str(c)
+        assert "blocked on a value still being computed" in text
+        assert "AI-Hypercomputer/maxtext#1956" in text
+        assert "time k steps and block once after them, then divide by k" in text.lower()
+    once = shell.run_cell_magic("memory", "", "w = W\nt0 = time.perf_counter()\n"
+                                "for step in range(20):\n    w, m = train_step(w, x)\n"
+                                "jax.block_until_ready(w)\nper_step = "
+                                "(time.perf_counter() - t0) / 20\n")  # the fix
+    assert once.blocked_lines == () == once.timed_lines and "maxtext" not in str(once)
+
+
+def test_jasmine_43_a_timer_read_while_the_step_is_still_computed_is_named(shell):
+    """jasmine#43: time.time() around the train_step call logs the dispatch (0.08 ms on a
+    CPU), not the step (19.0 ms, 60 steps timed and blocked once; jax 0.10.2)."""
+    shell.run_cell(_STEP)
+    c = shell.run_cell_magic("memory", "", textwrap.dedent("""
+        w = W
+        for step in range(20):
+            start_time = time.time()
+            w, loss = train_step(w, x)
+            elapsed_ms = (time.time() - start_time) * 1000
+        jax.block_until_ready(w)
+    """))
+    timed = {line.split(": ", 1)[1]: (runs, pending, looked)
+             for line, runs, pending, looked in c.timed_lines}
+    runs, pending, looked = timed["elapsed_ms = (time.time() - start_time) * 1000"]
+    assert runs == looked == 20 and 2 * pending >= looked
+    text = str(c)
+    assert "measures its dispatch, not the step" in text and "p-doom/jasmine#43" in text
+    assert "Time k steps and block once, jax.block_until_ready(out), then divide by k" in text
+    fixed = shell.run_cell_magic("memory", "", textwrap.dedent("""
+        w = W
+        t0 = time.perf_counter()
+        for step in range(20):
+            w, loss = train_step(w, x)
+        jax.block_until_ready(w)
+        step_ms = (time.perf_counter() - t0) / 20 * 1000
+    """))
+    assert fixed.timed_lines == () and "jasmine" not in str(fixed)
+
+
+def test_liesel_282_percent_percent_memory_names_a_callbacks_copies(shell):
+    """liesel#282: a jax.debug.callback on every iteration of a compiled loop; each call copies
+    its arguments (JAX device_puts them), which %%memory counted as the user's copies."""
+    shell.run_cell(textwrap.dedent("""
+        def update(i):
+            pass
+        def body(c):
+            i, x = c
+            jax.debug.callback(update, i)
+            return i + 1, x - 0.01 * jnp.sin(x)
+        f = jax.jit(lambda x: jax.lax.while_loop(lambda c: c[0] < 30, body, (0, x))[1])
+        x = jnp.ones(8)
+        f(x).block_until_ready(); jax.effects_barrier()
+    """))
+    c = shell.run_cell_magic("memory", "", "f(x).block_until_ready()\njax.effects_barrier()\n")
+    ((name, n, why),) = c.callback_copies
+    assert (name, n) == ("jax.debug.callback", 30)
+    assert "30 of them: the copy jax.debug.callback (or jax.debug.print" in str(c)
+    assert "liesel-devs/liesel#282" in why
+
+
+def test_jax_1988_timeit_of_a_jitted_call_that_does_not_wait_is_named_with_the_fix(shell,
+                                                                                  capsys):
+    """jax#1988: %timeit of a jitted call times its dispatch (0.80 ms, then 4.2 ms once work
+    queued up, on a CPU); .block_until_ready() waits for the result. The kit reads the cell's
+    text: only a statement whose outermost call is a jitted function, with nothing waiting."""
+    shell.run_cell("import numpy as np\nfoo_jit = jax.jit(lambda x: jnp.tanh(x @ x))\n"
+                   "a = np.ones((8, 8), np.float32)")
+    capsys.readouterr()
+    shell.run_cell("for i in range(2):\n    %timeit -n2 -r1 -q foo_jit(a)\n")
+    said = capsys.readouterr().out
+    assert "%timeit foo_jit(a): foo_jit is a jitted function" in said
+    assert "%timeit times the dispatch" in said and "jax-ml/jax#1988" in said
+    assert "Time foo_jit(a).block_until_ready() instead" in said
+    shell.run_cell("%%timeit -n 2 -r 1 -q\ny = foo_jit(a)\n")
+    assert "Time foo_jit(a).block_until_ready() instead" in capsys.readouterr().out
+    for fine in ("%timeit -n2 -r1 -q foo_jit(a).block_until_ready()",  # the fix
+                 "%timeit -n2 -r1 -q float(foo_jit(a)[0, 0])",  # a read back waits too
+                 "%timeit -n2 -r1 -q np.tanh(a)",  # not JAX
+                 "foo_jit(a)"):  # not timed
+        shell.run_cell(fine)
+        assert "JAX Device Kit" not in capsys.readouterr().out, fine
+    shell.run_line_magic("unload_ext", "helpers")
+    shell.run_cell("%timeit -n2 -r1 -q foo_jit(a)")
+    assert "JAX Device Kit" not in capsys.readouterr().out
+    shell.run_line_magic("load_ext", "helpers")  # as the fixture expects to find it

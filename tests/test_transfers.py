@@ -374,3 +374,52 @@ def test_copies_onto_a_mesh_of_explicit_axes_keep_their_bytes_and_a_callbacks_pi
     assert jaxcompat.parse_guard_line(
         "host-to-device transfer: aval=ShapedArray(float32[8@(x,y),4@z,6]), dst_sharding=x"
     )["shape"] == (8, 4, 6)
+
+
+def test_liesel_282_a_debug_callbacks_copies_are_named_as_its_own_and_gating_it_cuts_them():
+    """liesel#282: a progress bar updated by jax.debug.callback on every iteration of a
+    compiled loop. JAX device_puts each call's arguments to the CPU (debug_callback_impl), and
+    the kit called those copies "jax.device_put" at a line that has none. Gated by lax.cond to
+    every 10th step, the callback runs, and copies, 5 times instead of 50."""
+    calls = []
+
+    def update(i):
+        calls.append(int(i))
+
+    def every(c):
+        i, x = c
+        jax.debug.callback(update, i)
+        return i + 1, x - 0.01 * jnp.sin(x)
+
+    def gated(c):  # the fix the kit names
+        i, x = c
+        jax.lax.cond(i % 10 == 0, lambda: jax.debug.callback(update, i), lambda: None)
+        return i + 1, x - 0.01 * jnp.sin(x)
+
+    x = jnp.ones(16)
+    logs = {}
+    for name, body in (("every", every), ("gated", gated)):
+        f = jax.jit(lambda x, body=body: jax.lax.while_loop(lambda c: c[0] < 50, body,
+                                                            (0, x))[1])
+        f(x).block_until_ready()
+        jax.effects_barrier()
+        calls.clear()
+        with transfers.trace() as log:
+            f(x).block_until_ready()
+            jax.effects_barrier()
+        logs[name] = (log, len(calls))
+    log, n = logs["every"]
+    made = [t for t in log if t.made_by == "jax.debug.callback"]
+    assert n == 50 and len(made) == 50 and all(t.explicit for t in made)
+    (row,) = log.by_line()
+    assert row["count"] == 50 and row["line"].endswith("f(x).block_until_ready()")
+    (why,) = row["reasons"]
+    assert "jax.device_put" not in why
+    assert "the copy jax.debug.callback (or jax.debug.print, which calls it) makes" in why
+    assert "not a device_put of yours" in why and "jax.lax.cond(i % k == 0" in why
+    assert "liesel-devs/liesel#282" in why and "the copy jax.debug.callback" in str(log)
+    log, n = logs["gated"]
+    assert n == 5 and sum(t.made_by == "jax.debug.callback" for t in log) == 5
+    with transfers.trace() as log:  # the user's own device_put is still called so
+        jax.device_put(np.ones(3, np.float32)).block_until_ready()
+    assert [(t.made_by, t.reason.split(" (")[0]) for t in log] == [("", "jax.device_put")]

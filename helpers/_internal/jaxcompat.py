@@ -31,18 +31,17 @@ from typing import Any
 from helpers._internal import frames
 
 __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
-           "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS", "Internal",
-           "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "TESTED_FLOOR",
+           "CALLBACK_IMPLS", "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS",
+           "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "TESTED_FLOOR",
            "aliased_parameters", "asarray_is_explicit", "backend_errors", "backend_factories",
            "backend_start_snapshot", "backends_started", "cache_miss_files",
            "compiled_function_name",
            "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
-           "jit_made_by_jax",
-           "live_executables", "memory_spaces_only", "on_backend_start", "outside_transforms",
-           "parse_cache_miss",
-           "parse_cache_write", "parse_compiling", "parse_guard_line",
+           "jit_made_by_jax", "live_executables", "memory_spaces_only", "on_backend_start",
+           "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
+           "parse_guard_line", "running_callback",
            "unregister_duration_listener", "verify", "weak_type_only",
            "weight_gradient_convolutions"]
 
@@ -97,6 +96,20 @@ INTERNALS: dict[str, Internal] = {
     "explicit_device_get_scope": Internal(
         "jax._src.config:explicit_device_get_scope",
         "the same for jax.device_get",
+        "none"),
+    "debug_callback_impl": Internal(
+        "jax._src.debugging:debug_callback_impl",
+        "helpers.transfers names the copy jax.debug.callback (and jax.debug.print) makes of "
+        "its arguments on every call (it device_puts them to the CPU): a device_put inside "
+        "this function is the callback's, not one the user wrote",
+        "none: the transfer guard logs the copy as any explicit device_put"),
+    "pure_callback_impl": Internal(
+        "jax._src.callback:pure_callback_impl",
+        "the same for jax.pure_callback",
+        "none"),
+    "io_callback_impl": Internal(
+        "jax._src.callback:io_callback_impl",
+        "the same for jax.experimental.io_callback",
         "none"),
     "saved_residuals": Internal(
         "jax._src.ad_checkpoint:saved_residuals",
@@ -924,11 +937,47 @@ def parse_guard_line(line: str) -> Mapping | None:
             "destination": _device_name(_DST.search(rest)), "raw": line[m.start():].strip()}
 
 
+#: JAX's host callbacks, each by the internal that runs it on every call and device_puts the
+#: call's arguments to the CPU first (jax/_src/debugging.py, jax/_src/callback.py: 0.8.0 and
+#: 0.10.2 alike), and the name the user wrote
+CALLBACK_IMPLS = {"debug_callback_impl": "jax.debug.callback",
+                  "pure_callback_impl": "jax.pure_callback",
+                  "io_callback_impl": "io_callback"}
+
+
+@functools.cache
+def _callback_codes() -> dict:
+    codes = {}
+    for name, public in CALLBACK_IMPLS.items():
+        try:
+            codes[verify(name).__code__] = public
+        except Exception:  # moved: its copies are named as any device_put's
+            pass
+    return codes
+
+
+def running_callback(most: int = 8) -> str | None:
+    """The host callback ("jax.debug.callback", "jax.pure_callback", "io_callback") whose
+    copy of its arguments is being made, when one of JAX's callback internals is among the
+    ``most`` innermost frames of this thread; else None."""
+    codes = _callback_codes()
+    frame = sys._getframe(1)
+    for _ in range(most):
+        if frame is None:
+            return None
+        if frame.f_code in codes:
+            return codes[frame.f_code]
+        frame = frame.f_back
+    return None
+
+
 @contextlib.contextmanager
 def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str
                            ) -> Iterator[bool]:
     """While active, JAX's explicit device_put/device_get scopes call ``write(begin)`` on entry
-    and ``write(end)`` on exit. Yields False (and marks nothing) when JAX moved the scopes."""
+    (``begin`` followed by the callback's name where a host callback copies its arguments:
+    :func:`running_callback`) and ``write(end)`` on exit. Yields False (and marks nothing) when
+    JAX moved the scopes."""
     try:
         config = _import("jax._src.config")
         originals = {name: getattr(config, name) for name in
@@ -940,7 +989,7 @@ def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str
     def wrap(original):
         @contextlib.contextmanager
         def scope(*args, **kwargs):
-            write(begin)
+            write(begin + (running_callback() or ""))
             try:
                 with original(*args, **kwargs):
                     yield

@@ -18,7 +18,8 @@ import numpy as np
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["cast_before_scan", "custom_vjp_residuals", "custom_vjp_rule",
+__all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "cast_before_scan",
+           "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
@@ -647,3 +648,80 @@ def output_kinds(closed) -> list[str]:
 
     jaxpr = getattr(closed, "jaxpr", None)
     return [kind(jaxpr, v) for v in getattr(jaxpr, "outvars", ())]
+
+
+#: the primitives of JAX's host callbacks, and the names the user wrote (jax.debug.print is its
+#: own primitive from jax 0.10)
+CALLBACKS = {"debug_callback": "jax.debug.callback", "debug_print": "jax.debug.print",
+             "io_callback": "io_callback", "pure_callback": "jax.pure_callback"}
+_LOOPS = ("while", "scan")
+
+
+def _placed(closed) -> Iterator[tuple[Any, tuple[Any, ...], bool]]:
+    """(equation, the loops it sits in, outermost first, whether a cond guards it inside the
+    innermost loop) for each equation of a jaxpr and of every jaxpr nested in it."""
+    from jax.extend import core
+
+    stack = [(closed, (), False)] if closed is not None else []
+    while stack:
+        j, loops, guarded = stack.pop()
+        j = j.jaxpr if isinstance(j, core.ClosedJaxpr) else j
+        for eqn in getattr(j, "eqns", ()):
+            yield eqn, loops, guarded
+            name = eqn.primitive.name
+            inner = (*loops, eqn) if name in _LOOPS else loops
+            for v in eqn.params.values():
+                for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                    if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr)):
+                        stack.append((sub, inner, False if name in _LOOPS else
+                                      guarded or name == "cond"))
+
+
+def _user_function(eqn) -> tuple[str, str] | None:
+    """(file, function name) of the user's innermost frame that made a jaxpr equation."""
+    user = [f for f in _traceback_frames(eqn) if frames.is_user_file(f.file_name)]
+    return (user[0].file_name, user[0].function_name) if user else None
+
+
+def _loop_name(eqn) -> str:
+    return ("lax.scan" if eqn.primitive.name == "scan" else "lax.while_loop") + (
+        f" of {eqn.params['length']:,} steps" if eqn.primitive.name == "scan" else "")
+
+
+def callbacks_every_step(closed) -> tuple[tuple[str, str, str, int | None], ...]:
+    """(the callback as the user wrote it, its line, the loop: "lax.while_loop", "lax.scan of
+    1,000 steps", its steps: None for a while_loop) of each host callback in a loop's body with
+    no cond around it inside that loop: it runs, a host round trip, on every iteration
+    (liesel-devs/liesel#282)."""
+    return tuple((CALLBACKS[eqn.primitive.name], equation_line(eqn), _loop_name(loops[-1]),
+                  int(loops[-1].params["length"]) if loops[-1].primitive.name == "scan"
+                  else None)
+                 for eqn, loops, guarded in _placed(closed)
+                 if eqn.primitive.name in CALLBACKS and loops and not guarded)
+
+
+def callbacks_hoisted(closed) -> tuple[tuple[str, str, str, str], ...]:
+    """(the callback as the user wrote it, its line, the loop, the loop's line) of each host
+    callback that sits outside every loop while the rest of the user's function that made it
+    sits in a loop's body (none of its other equations outside every loop): under jax.grad,
+    scan's partial evaluation moves a callback that reads nothing the loop changes out of the
+    loop (io_callback(ordered=True) too), and it runs once, not once per step
+    (jax-ml/jax#16637)."""
+    placed = list(_placed(closed))
+    inside, outside = {}, set()  # user function -> the loop that holds its equations
+    for eqn, loops, _ in placed:
+        if eqn.primitive.name in CALLBACKS or (f := _user_function(eqn)) is None:
+            continue
+        if loops:
+            inside.setdefault(f, loops[-1])
+        else:
+            outside.add(f)
+    out = []
+    for eqn, loops, _ in placed:
+        if eqn.primitive.name in CALLBACKS and not loops:
+            f = _user_function(eqn)
+            if f in inside and f not in outside:
+                loop = inside[f]
+                out.append((CALLBACKS[eqn.primitive.name], equation_line(eqn), _loop_name(loop),
+                            equation_line(loop)))
+    return tuple(out)

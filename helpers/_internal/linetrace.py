@@ -4,7 +4,8 @@ how often each called into JAX outside any transformation.
 Python lets a thread have one tracer (``sys.settrace``), so the kit installs one and its users
 share it: :func:`helpers.transfers.trace` marks its log with the running line, and ``%%memory``
 (:mod:`helpers.ipython`) counts each line's runs and its calls into JAX, where a loop of tiny
-operations outside ``jit`` pays JAX's dispatch for each (jax-ml/jax#968). Nesting a second
+operations outside ``jit`` pays JAX's dispatch for each (jax-ml/jax#968), and its reads, waits
+(``block_until_ready``) and clock reads that meet work still being computed. Nesting a second
 :func:`follow` adds to the tracer already running; a tracer of another tool (a debugger,
 coverage) is never displaced: then nothing is followed.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import linecache
 import os
+import re
 import sys
 import threading
 from collections import Counter
@@ -40,7 +43,15 @@ _NOT_OPERATIONS = _READS | frozenset({
     "weak_type", "aval", "committed", "is_fully_addressable", "is_fully_replicated",
     "addressable_shards", "format", "layout", "_value", "__del__"})
 
-_OTHER, _USER, _JAX_CALL, _JAX_READ = 0, 1, 2, 3
+_OTHER, _USER, _JAX_CALL, _JAX_READ, _JAX_BLOCK = 0, 1, 2, 3, 4
+#: a line that waits on an array's method: x.block_until_ready() (a C++ method, which a line
+#: tracer never sees called: the line's text tells). jax.block_until_ready(x) is JAX's Python
+#: function, seen called
+_BLOCKS = re.compile(r"(?<!\bjax)\.block_until_ready\(")
+#: a line that reads the clock: time.time(), time.perf_counter(), time.monotonic() (or _ns)
+_CLOCK = re.compile(r"\b(?:time\.)?(?:perf_counter|monotonic)(?:_ns)?\(|"
+                    r"(?<![\w.])time\.time(?:_ns)?\(|(?<![\w.])time\(\)")
+_PLAIN, _BLOCK_LINE, _CLOCK_LINE = 0, 1, 2
 #: per line, the reads that waited which the tracer follows to their return (each look lists
 #: the live arrays)
 MOST_LOOKS = 64
@@ -70,6 +81,19 @@ class Followed:
     #: the function each line belongs to ((file, first line, name) of its code): the lines of
     #: one loop body are in one function, and its most-run line is the loop's passes
     function_of: dict = field(default_factory=dict)
+    #: waits for arrays from the line, ``jax.block_until_ready(x)`` or ``x.block_until_ready()``,
+    #: that found one still being computed (``MOST_LOOKS`` looked at, at most, per line)
+    blocks: Counter = field(default_factory=Counter)
+    #: of those, the waits after which nothing was being computed: the wait was for the last
+    #: work queued, and the device idles until the host queues more (AI-Hypercomputer/maxtext
+    #: #1956)
+    idle_blocks: Counter = field(default_factory=Counter)
+    #: runs of a line that reads the clock (time.time(), time.perf_counter()) looked at
+    #: (``MOST_LOOKS`` at most per line), outside any transformation
+    clock_reads: Counter = field(default_factory=Counter)
+    #: of those, the runs that found an array still being computed: the time read measures
+    #: dispatch, not the work (p-doom/jasmine#43)
+    clock_pending: Counter = field(default_factory=Counter)
 
 
 class _Tracer:
@@ -77,6 +101,8 @@ class _Tracer:
         self.seen = Followed()
         self.on_line: list[Callable] = []
         self.kinds: dict = {}  # code object -> its kind
+        self.texts: dict = {}  # (file, line) -> _PLAIN, _BLOCK_LINE or _CLOCK_LINE
+        self.block_open = None  # (frame, key) of a x.block_until_ready() line that waited
         import jax
 
         self.jax_dir = os.path.dirname(jax.__file__) + os.sep
@@ -92,6 +118,8 @@ class _Tracer:
                 _USER if frames.is_user_frame(frame) else
                 _JAX_READ if code.co_filename.startswith(self.jax_dir)
                 and code.co_name in _READS else
+                _JAX_BLOCK if code.co_filename.startswith(self.jax_dir)
+                and code.co_name == "block_until_ready" else
                 _JAX_CALL if code.co_filename.startswith(self.jax_dir)
                 and code.co_name not in _NOT_OPERATIONS and "flatten" not in code.co_name
                 and not code.co_flags & _RESUMED else _OTHER)
@@ -101,8 +129,41 @@ class _Tracer:
         for on_line in self.on_line:
             on_line(frame)
 
+    def text(self, key) -> int:
+        """What the line's text says it does: wait on an array's method, read the clock, or
+        neither. Once per line."""
+        kind = self.texts.get(key)
+        if kind is None:
+            source = linecache.getline(*key).split("#")[0]
+            kind = self.texts[key] = (_BLOCK_LINE if _BLOCKS.search(source) else
+                                      _CLOCK_LINE if _CLOCK.search(source) else _PLAIN)
+        return kind
+
+    def looks(self, frame, key) -> None:
+        """At the start of a line that waits on an array's method or reads the clock: is an
+        array still being computed? (the first ``MOST_LOOKS`` runs, outside transformations)"""
+        kind = self.text(key)
+        if kind == _PLAIN or not self.clean():
+            return
+        seen = self.seen
+        if kind == _BLOCK_LINE and seen.blocks[key] < MOST_LOOKS and _pending():
+            seen.blocks[key] += 1
+            self.block_open = (frame, key)
+        elif kind == _CLOCK_LINE and seen.clock_reads[key] < MOST_LOOKS:
+            seen.clock_reads[key] += 1
+            seen.clock_pending[key] += bool(_pending())
+
+    def settle(self, frame) -> None:
+        """The line of ``frame`` that waited on an array's method has ended: was anything
+        left computing? Nothing: it waited for the last work queued."""
+        if self.block_open is not None and self.block_open[0] is frame:
+            key, self.block_open = self.block_open[1], None
+            if _pending() is False:
+                self.seen.idle_blocks[key] += 1
+
     def local(self, frame, event, arg):
         if event == "line":
+            self.settle(frame)
             key = (frame.f_code.co_filename, frame.f_lineno)
             self.seen.runs[key] += 1
             if key not in self.seen.function_of:
@@ -110,7 +171,9 @@ class _Tracer:
                 self.seen.function_of[key] = (code.co_filename, code.co_firstlineno,
                                               code.co_name)
             self.mark(frame)
-        elif event == "return":  # back to the innermost user frame still running: its line again
+            self.looks(frame, key)
+        elif event == "return":
+            self.settle(frame)  # back to the innermost user frame still running: its line again
             # (a jitted function traced, or a callback of the user's, has returned: what follows
             # belongs to the line that called into JAX, not to the last line that ran)
             back = frame.f_back
@@ -130,6 +193,22 @@ class _Tracer:
             back = frame.f_back
             if back is not None and self.kind(back) == _USER and self.clean():
                 self.seen.jax_calls[(back.f_code.co_filename, back.f_lineno)] += 1
+        elif kind == _JAX_BLOCK:
+            back = frame.f_back
+            if back is None or self.kind(back) != _USER or not self.clean():
+                return None
+            key = (back.f_code.co_filename, back.f_lineno)
+            if self.seen.blocks[key] < MOST_LOOKS:
+                try:  # jax.block_until_ready(x): x is a pytree
+                    import jax
+
+                    waits = any(not a.is_ready() for a in jax.tree.leaves(frame.f_locals["x"])
+                                if hasattr(a, "is_ready"))
+                except Exception:  # not JAX's function of one argument x, or an array deleted
+                    waits = False
+                if waits:
+                    self.seen.blocks[key] += 1
+                    return self._after_read(key, self.seen.idle_blocks)
         elif kind == _JAX_READ:
             back = frame.f_back
             if back is None or self.kind(back) != _USER or not self.clean():
@@ -143,24 +222,29 @@ class _Tracer:
                     waits = False
                 if waits:
                     self.seen.looked[key] += 1
-                    return self._after_read(key)
+                    return self._after_read(key, self.seen.idle_reads)
         return None
 
-    def _after_read(self, key):
-        """A tracer for a read that waited: when it returns, was anything left computing?
-        Nothing: the read waited for the last work queued, and the device now idles."""
+    def _after_read(self, key, idle: Counter):
+        """A tracer for a read (or a wait) that waited: when it returns, was anything left
+        computing? Nothing: it waited for the last work queued, and the device now idles
+        (counted in ``idle``)."""
         def local(frame, event, arg):
-            if event == "return":
-                try:
-                    import jax
-
-                    pending = any(not a.is_ready() for a in jax.live_arrays())
-                except Exception:  # an array deleted meanwhile: no verdict
-                    return None
-                if not pending:
-                    self.seen.idle_reads[key] += 1
+            if event == "return" and _pending() is False:
+                idle[key] += 1
             return local
         return local
+
+
+def _pending() -> bool | None:
+    """Is any live array still being computed? None where that cannot be told (an array
+    deleted meanwhile)."""
+    try:
+        import jax
+
+        return any(not a.is_ready() for a in jax.live_arrays())
+    except Exception:
+        return None
 
 
 _local = threading.local()  # .tracer: the one running on this thread, if the kit's
