@@ -968,19 +968,28 @@ class Residual(Record):
     #: the jax.custom_vjp fwd rule that returns it ("" for none): no jax.checkpoint inside
     #: the rule drops it
     fwd_rule: str = ""
+    #: where it waits for the backward pass: "device", or the host memory a jax.checkpoint
+    #: policy offloads it to ("pinned_host"; "host" where the policies name several), as JAX
+    #: lists it (float32<host>[...])
+    memory: str = "device"
 
 
 @dataclass(frozen=True)
 class Residuals(Display):
     """What ``jax.grad`` of a function keeps between its forward and backward pass: the arrays,
-    how many bytes beyond the arguments, the part a scan multiplies by its length, and the fix."""
+    how many bytes beyond the arguments in device memory and how many a jax.checkpoint policy
+    offloads to host memory, the part a scan multiplies by its length, and the fix."""
 
     function: str
-    residuals: tuple[Residual, ...]  # largest first
-    saved_bytes: int  # beyond the arguments: memory held from the forward to the backward pass
+    residuals: tuple[Residual, ...]  # those in device memory first, each largest first
+    #: beyond the arguments, in device memory: held there from the forward to the backward pass
+    saved_bytes: int
     scan_bytes: int  # of which stacked scan outputs (one slice per scan step or layer)
     scan_lengths: tuple[int, ...]  # the lengths that multiply them
     advice: str
+    #: beyond the arguments, in host memory: offloaded there by a jax.checkpoint policy
+    offloaded_bytes: int = 0
+    offloaded_to: str = ""  # that memory ("pinned_host"), "" where nothing is offloaded
 
 
 _SOURCE_LINE = re.compile(r"from (\S+?):(\d+)(?::\d+)? ")
@@ -999,11 +1008,33 @@ def _made_at(source: str) -> str:
     return frames.where(m.group(1), int(m.group(2))) if m else ""
 
 
+def _memory(aval, kinds: set[str]) -> str:
+    """Where a residual waits: "device", or the host memory a policy offloads it to. JAX marks
+    an offloaded residual's memory space Host (``MemorySpace.Host`` on jax 0.10.2,
+    ``Space.Host`` on 0.8.0); the policies' ``dst`` names the kind."""
+    if getattr(getattr(aval, "memory_space", None), "name", "") != "Host":
+        return "device"
+    return next(iter(kinds)) if len(kinds) == 1 else "host"
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """One lax.scan of the forward pass, for :func:`residuals`."""
+
+    carry_bytes: int  # one step's carry
+    checkpointed: bool  # its body under jax.checkpoint
+    chunked: bool  # that checkpoint holds a scan of its own: chunks of steps
+    carries: tuple[tuple[tuple[int, ...], str], ...]  # (shape, dtype) of each carried value
+    #: (what, memory kind, returned by the checkpointed body, line) for each value its body's
+    #: checkpoint policy offloads (jaxprs.checkpoint_offloads)
+    offloads: tuple[tuple[str, str, bool, str], ...]
+
+
 def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dict, object]:
     """(the lengths of the scans in ``fn``'s forward pass, nested ones included; the (shape,
-    dtype) of their carries, which a stacked output is not; (length, where) -> (one step's
-    carry bytes, checkpointed, chunked) of each; the jaxpr). None and empties where it cannot
-    be traced apart (then every scan output counts as stacked)."""
+    dtype) of their carries, which a stacked output is not; (length, where) -> its
+    :class:`_Scan`; the jaxpr). None and empties where it cannot be traced apart (then every
+    scan output counts as stacked)."""
     jax = devices.start_jax()
     try:
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
@@ -1011,14 +1042,129 @@ def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dic
         return None, set(), {}, None
     scans = [eqn for j, _ in jaxprs.walk(closed) for eqn in getattr(j, "eqns", ())
              if eqn.primitive.name == "scan"]
-    steps = {}
+    steps: dict[tuple[int, str], _Scan] = {}
     for eqn in scans:
-        steps.setdefault((int(eqn.params["length"]), jaxprs.equation_where(eqn)),
-                         (jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn)))
+        carried = eqn.outvars[:eqn.params["num_carry"]]
+        steps.setdefault((int(eqn.params["length"]), jaxprs.equation_where(eqn)), _Scan(
+            jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn),
+            tuple((tuple(v.aval.shape), str(v.aval.dtype)) for v in carried
+                  if hasattr(v.aval, "shape")),
+            jaxprs.checkpoint_offloads(eqn.params["jaxpr"])))
     return ({int(eqn.params["length"]) for eqn in scans},
             {(tuple(v.aval.shape), str(v.aval.dtype)) for eqn in scans
              for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape")},
             steps, closed)
+
+
+def _offloaded_note(offloaded: list[Residual], kept: int, names: list[str]) -> str:
+    """The words for residuals a jax.checkpoint policy offloads: where they are, beside what
+    stays in device memory (jax-ml/jax#20015: JAX lists them as float32<host>[...]). XLA:CPU
+    drops the placement when it compiles, so the CPU shows no saving: the gradient's
+    temporaries were 720,896 B with the offload, save and nothing_saveable policies alike
+    (two float32[256, 128] activations, jax 0.8.0 and 0.10.2)."""
+    total = sum(r.nbytes for r in offloaded)
+    kinds = sorted({r.memory for r in offloaded})
+    named = f": {', '.join(repr(n) for n in names)}" if names else ""
+    head = (f"{format_bytes(total)} kept in {' and '.join(kinds)} (offloaded by your "
+            f"policy{named}), {format_bytes(kept)} in device memory.")
+    if kept:
+        return head
+    return (f"{head} Nothing waits in device memory for the backward pass: the policy "
+            "already moves it off the device (the CPU backend drops that placement when it "
+            "compiles, so XLA's sizes on the CPU show no saving).")
+
+
+def _carry_note(stranded: list[Residual], kept: int, where: str, length: int, scan: _Scan,
+                kind: str) -> str:
+    """jax-ml/jax#23869: under an offload policy, a scan of checkpointed layers still keeps
+    each layer's input (its carry, stacked over the steps) in device memory: the input of a
+    jax.checkpoint-ed function is kept whatever its policy says, and a name on the body's
+    output offloads nothing. The fix, checked by the kit (8 layers, float32[256, 128]
+    activations, jax 0.8.0 and 0.10.2; the thread's miniature float32[1024, 256] alike):
+    naming the input inside the body and offloading that name turns the f32[8,256,128]
+    residual into f32<host>[8,256,128], with the same gradient."""
+    r = stranded[0]
+    at = f" ({where})" if where else ""
+    returned = [w for w, _, out, _ in scan.offloads if out and w]
+    output = (f"; your policy offloads {', '.join(repr(n) for n in returned)}, the body's "
+              "output, which is the next step's input: nothing is offloaded for it"
+              if returned else "")
+    return (f"{format_bytes(sum(x.nbytes for x in stranded))} of the {format_bytes(kept)} "
+            f"kept in device memory is the carry of the lax.scan{at} stacked over its {length} "
+            f"steps ({r.dtype}{list(r.shape)}): each step's input to its jax.checkpoint-ed "
+            "body, which JAX keeps whatever the policy says, so your offload policy leaves it "
+            f"on the device{output} (jax-ml/jax#23869). Name it inside the body (x = "
+            "checkpoint_name(x, 'layer_input')) and offload that name "
+            "(names_which_can_be_offloaded=[..., 'layer_input']): its stack then goes to "
+            f"{kind}.")
+
+
+def _pairwise_note(pairwise: list[Residual], saved: int, found: tuple, arg: str,
+                   temp: int | None, function: str) -> str:
+    """openxla/xla#49131: residuals made by broadcasting two inputs against each other, then
+    reduced over one of the two axes (a sum over j of f(x_i, y_j)). jax.checkpoint around it
+    recomputes the whole M x N block at once in the backward pass; a scan over chunks of the
+    reduced axis with jax.checkpoint on the chunk's body holds one chunk. Measured by the kit
+    on the thread's N-body gradient, M = N = 2048, XLA's temporaries on the CPU: jax 0.10.2
+    192 MiB, 240 MiB with jax.checkpoint, 24.67 KiB in 64 checkpointed chunks of 32; jax
+    0.8.0 112, 96 and 1.02 MiB; the same gradient. Where XLA's compiled gradient holds far
+    less than the residuals (the thread's RBF kernel on jax 0.10.2: 0 B against 64 MiB
+    listed), XLA recomputes them inside its fusions, and the note says so instead."""
+    shape, dtype, pair, which, made, reduced, _, _ = found
+    size = shape[pair[which]]
+    k = _chunk_size(size)
+    n = size // k
+    total = sum(r.nbytes for r in pairwise)
+    head = (f"{format_bytes(total)} of the {format_bytes(saved)} kept are values over every "
+            f"pair of two inputs' rows (the largest {dtype}{list(shape)}), made by broadcasting "
+            f"them against each other ({made}) and then reduced over {size} ({reduced}).")
+    if temp is not None and 2 * temp < total:
+        return (f"{head} XLA's compiled jax.grad({function}) holds only {format_bytes(temp)} "
+                "of temporaries: it recomputes them inside its fusions, so on this backend "
+                "they cost no memory and nothing needs changing (openxla/xla#49131).")
+    held = (f" XLA's compiled jax.grad({function}) holds {format_bytes(temp)} of temporaries."
+            if temp is not None else "")
+    ys = arg or "ys"
+    return (f"{head}{held} jax.checkpoint around it keeps none of them but recomputes the whole "
+            "block at once in the backward pass, which can raise the peak (openxla/xla#49131's "
+            "N-body gradient, jax 0.10.2 on the CPU: XLA's temporaries 192 MiB became 240 "
+            f"MiB). Sum over chunks instead: a lax.scan over {n} chunks of {k} of {ys} (the "
+            "reduced axis), with jax.checkpoint on the chunk's body, holds one chunk at a time: "
+            "jax.lax.scan(lambda acc, c: (acc + jax.checkpoint(f)(x, c), None), acc0, "
+            f"{ys}.reshape({n}, {k}, ...)) (there: 192 MiB became 24.67 KiB, the same "
+            "gradient).")
+
+
+def _input_name(fn: Callable, args, kwargs, index: int) -> str:
+    """The name of the ``index``-th array leaf of (args, kwargs), as the user calls it ("y",
+    "params['w']"); "" where it cannot be told."""
+    import inspect
+
+    jax = devices.start_jax()
+    try:
+        paths = [p for p, _ in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]]
+        path = paths[index]
+        if getattr(path[0], "idx", None) == 1:  # a keyword argument
+            return f"{path[1].key}{jax.tree_util.keystr(path[2:])}"
+        params = list(inspect.signature(fn).parameters.values())
+        position = path[1].idx
+        if position >= len(params) or params[position].kind not in (
+                inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            return ""
+        return f"{params[position].name}{jax.tree_util.keystr(path[2:])}"
+    except Exception:  # no signature, a leaf the jaxpr numbers otherwise
+        return ""
+
+
+def _gradient_temp(fn: Callable, args, kwargs) -> int | None:
+    """XLA's temporaries for ``jax.grad(fn)`` (by the first argument, as the user takes it),
+    compiled, not run; None where it cannot be compiled (an output that is no scalar)."""
+    jax = devices.start_jax()
+    try:
+        return int(compiled.compile_step(jax.grad(fn), *args, over_mesh=False,
+                                         **kwargs).sizes()["temp"])
+    except Exception:  # an output that is no scalar, a backend that will not say
+        return None
 
 
 def _fwd_rules(fn: Callable, args, kwargs, closed) -> dict[tuple, str]:
@@ -1049,7 +1195,9 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     """What ``jax.grad(fn)`` keeps from the forward pass, from JAX's own list
     (``jax.ad_checkpoint.print_saved_residuals``): each array, its size and where it was made.
     Arrays or ``jax.ShapeDtypeStruct`` shapes; nothing runs. ``fn`` is the function whose
-    gradient is taken (the loss), not the whole training step.
+    gradient is taken (the loss), not the whole training step. What a jax.checkpoint policy
+    offloads to host memory is counted apart (``offloaded_bytes``) from what waits in device
+    memory (``saved_bytes``).
 
     >>> import jax.numpy as jnp
     >>> r = residuals(lambda w, x: jnp.sum(jnp.sin(x @ w)), jnp.ones((3, 3)), jnp.ones((5, 3)))
@@ -1069,16 +1217,19 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                             f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
     lengths_run, carries, steps, closed = _scans(fn, args, kwargs)
     rules = _fwd_rules(fn, args, kwargs, closed)
+    offloads = jaxprs.checkpoint_offloads(closed) if closed is not None else ()
+    kinds = {kind for _, kind, _, _ in offloads}
     out, made_at = [], {}
     for aval, source in found:
         nbytes = int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
         shape, dtype, where = tuple(aval.shape), str(aval.dtype), _made_at(str(source))
         out.append(Residual(shape, dtype, nbytes, _short(str(source)),
                             str(source).startswith("from the argument"),
-                            rules.get((shape, dtype, where), "")))
+                            rules.get((shape, dtype, where), ""), _memory(aval, kinds)))
         made_at[id(out[-1])] = where
-    out.sort(key=lambda r: -r.nbytes)
-    extra = [r for r in out if not r.is_argument]
+    out.sort(key=lambda r: (r.memory != "device", -r.nbytes))
+    extra = [r for r in out if not r.is_argument and r.memory == "device"]
+    offloaded = [r for r in out if not r.is_argument and r.memory != "device"]
     # a scan's stacked outputs lead with its length; its final carry, also "output of scan",
     # does not grow with the length
     scans = [r for r in extra if r.source.startswith("output of scan") and r.shape
@@ -1087,8 +1238,32 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     saved_bytes, scan_bytes = sum(r.nbytes for r in extra), sum(r.nbytes for r in scans)
     lengths = tuple(sorted({r.shape[0] for r in scans}))
     by_rule = [r for r in extra if r.fwd_rule]
+    # jax#23869: a checkpointed scan body's input, stacked, left in device memory by an
+    # offload policy (the body's, or one that offloads residuals elsewhere)
+    stranded: dict[tuple[int, str], list[Residual]] = {}
+    for r in scans:
+        key = (r.shape[0], made_at[id(r)])
+        scan = steps.get(key)
+        if scan is not None and scan.checkpointed and (r.shape[1:], r.dtype) in scan.carries \
+                and (scan.offloads or offloaded):
+            stranded.setdefault(key, []).append(r)
+    pairs = jaxprs.pairwise_reductions(closed) if closed is not None and extra else ()
+    pairwise, pair = [], None
+    for found_pair in pairs:
+        shape, a, b = found_pair[0], *found_pair[2]
+        hits = [r for r in extra if len(r.shape) > max(a, b)
+                and (r.shape[a], r.shape[b]) == (shape[a], shape[b])]
+        if sum(r.nbytes for r in hits) > sum(r.nbytes for r in pairwise):
+            pairwise, pair = hits, found_pair
+    names = list(dict.fromkeys(what for what, _, returned, _ in offloads
+                               if what and not returned))
+    lead = _offloaded_note(offloaded, saved_bytes, names) if offloaded else ""
     advice = ""
-    if by_rule and 2 * sum(r.nbytes for r in by_rule) >= saved_bytes:
+    if stranded:
+        key, held = max(stranded.items(), key=lambda kv: sum(r.nbytes for r in kv[1]))
+        kind = next(iter(kinds)) if len(kinds) == 1 else "host memory"
+        advice = _carry_note(held, saved_bytes, key[1], key[0], steps[key], kind)
+    elif by_rule and 2 * sum(r.nbytes for r in by_rule) >= saved_bytes:
         r = by_rule[0]
         advice = (f"{format_bytes(sum(x.nbytes for x in by_rule))} of the "
                   f"{format_bytes(saved_bytes)} kept are residuals the jax.custom_vjp fwd rule "
@@ -1104,10 +1279,16 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                "each step's carry and recomputes the rest in the backward pass; if it is, a "
                "shorter scan (or fewer layers) is what shrinks it.")
         if (length, where) in steps:
-            fix = _checkpoint_fix(length, stacked // length, *steps[(length, where)])
+            s = steps[(length, where)]
+            fix = _checkpoint_fix(length, stacked // length, s.carry_bytes, s.checkpointed,
+                                  s.chunked)
         advice = (f"{format_bytes(scan_bytes)} of the {format_bytes(saved_bytes)} kept are "
                   f"scan outputs stacked over {', '.join(map(str, lengths))} steps, so they "
                   f"grow with the length. {fix}")
+    elif pair is not None and 2 * sum(r.nbytes for r in pairwise) >= saved_bytes:
+        arg = _input_name(fn, args, kwargs, pair[6]) if pair[6] >= 0 else ""
+        advice = _pairwise_note(pairwise, saved_bytes, pair, arg,
+                                _gradient_temp(fn, args, kwargs), compiled.function_name(fn))
     elif saved_bytes:
         advice = (f"{format_bytes(saved_bytes)} is kept between the forward and backward pass: "
                   "jax.checkpoint on the largest layer (or a policy such as "
@@ -1115,5 +1296,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                   "recomputation. Fewer residuals need not mean a lower peak: XLA plans the "
                   "gradient's buffers itself, so compare preflight_step(jax.grad(loss), ...) "
                   "before and after.")
+    advice = f"{lead} {advice}".strip()
     return Residuals(compiled.function_name(fn), tuple(out), saved_bytes, scan_bytes, lengths,
-                     advice)
+                     advice, sum(r.nbytes for r in offloaded),
+                     "/".join(sorted({r.memory for r in offloaded})))

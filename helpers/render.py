@@ -539,8 +539,14 @@ def cell_memory_text(c: CellMemory) -> str:
 def residuals_text(r: Residuals) -> str:
     lines = [f"jax.grad({r.function}) keeps {format_bytes(r.saved_bytes)} from the forward pass "
              "beyond its arguments"]
+    if r.offloaded_bytes:
+        lines[0] = (f"jax.grad({r.function}) keeps {format_bytes(r.saved_bytes)} in device "
+                    "memory from the forward pass beyond its arguments, and "
+                    f"{format_bytes(r.offloaded_bytes)} in {r.offloaded_to} (offloaded by your "
+                    "policy)")
     for x in r.residuals[:8]:
-        kind = "argument" if x.is_argument else "kept"
+        kind = "argument" if x.is_argument else "kept" if x.memory == "device" else \
+            f"offloaded to {x.memory}"
         lines.append(f"  {format_bytes(x.nbytes):>10}  {x.dtype}{list(x.shape)}  [{kind}] "
                      f"{x.source}")
     if len(r.residuals) > 8:

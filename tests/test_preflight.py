@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from helpers import compiled, devices, measure, preflight
-from helpers._internal import jaxcompat
+from helpers._internal import jaxcompat, jaxprs
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
-from helpers.units import NOT_AVAILABLE
+from helpers.units import NOT_AVAILABLE, format_bytes
 
 MiB = 2**20
 
@@ -1434,3 +1434,188 @@ def test_each_argument_s_bytes_add_up_to_xla_s_share_of_one_device_over_a_mesh()
     whole = preflight.preflight_step(lambda y, table: (y * table).sum(), y, table,
                                      device=jax.devices()[0])
     assert sum(b for _, b in whole.argument_split) == 2 * y.nbytes  # priced whole, as asked
+
+
+# --- residuals a jax.checkpoint policy offloads to host memory -----------------------------------
+def _offload_block(saved, offloaded):
+    """jax-ml/jax#20015's block: two named activations of float32[256, 128] (128 KiB each)."""
+    from jax.ad_checkpoint import checkpoint_name
+
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=saved, names_which_can_be_offloaded=offloaded,
+        offload_src="device", offload_dst="pinned_host")
+
+    def block(w, x):
+        h = checkpoint_name(jnp.sin(x @ w), "x")
+        h = checkpoint_name(jnp.sin(h @ w), "y")
+        return jnp.sin(h @ w)
+
+    return lambda w, x: jnp.sum(jax.checkpoint(block, policy=policy)(w, x))
+
+
+def test_jax_20015_residuals_offloaded_by_a_policy_are_counted_in_host_memory():
+    """JAX lists offloaded residuals as float32<host>[...]; the kit counted them as kept on the
+    device, ranked offloading worse than saving (256 KiB against 128 KiB) and advised the
+    jax.checkpoint the user had written."""
+    w, x = jnp.ones((128, 128)) * 0.01, jnp.ones((256, 128))
+    act = 256 * 128 * 4
+    off = preflight.residuals(_offload_block([], ["x", "y"]), w, x)
+    saved = preflight.residuals(_offload_block(["x"], []), w, x)
+    assert (off.saved_bytes, off.offloaded_bytes, off.offloaded_to) == (0, 2 * act, "pinned_host")
+    assert (saved.saved_bytes, saved.offloaded_bytes) == (act, 0)
+    assert off.saved_bytes < saved.saved_bytes  # the ranking the device sees
+    assert [r.memory for r in off.residuals if not r.is_argument] == ["pinned_host"] * 2
+    assert off.advice.startswith("256.00 KiB kept in pinned_host (offloaded by your policy: "
+                                 "'x', 'y'), 0 B in device memory.")
+    assert "jax.checkpoint on the largest layer" not in off.advice
+    assert "in pinned_host (offloaded by your policy)" in str(off)
+    assert "[offloaded to pinned_host]" in str(off) and "in pinned_host" not in str(saved)
+    # the fact the kit reads is JAX's own: the aval's memory space is Host
+    listed = jaxcompat.verify("saved_residuals")(_offload_block([], ["x", "y"]), w, x)
+    assert sum("<host>" in str(a) for a, _ in listed) == 2
+    # the CPU drops the placement when it compiles: no saving shows there (the note says so)
+    temps = {jax.jit(jax.grad(_offload_block(s, o))).lower(w, x).compile()
+             .memory_analysis().temp_size_in_bytes for s, o in (([], ["x", "y"]), (["x"], []))}
+    assert len(temps) == 1 and "CPU show no saving" in off.advice
+    assert np.allclose(jax.grad(_offload_block([], ["x", "y"]))(w, x),
+                       jax.grad(_offload_block([], []))(w, x))
+
+
+# jax-ml/jax#23869: offloading a name on a scanned block's OUTPUT offloads nothing
+_L, _B, _W = 8, 256, 128  # 8 layers, 128 KiB activations: the stacked carry is 1 MiB
+
+
+def _layers(offloaded, name_input=False):
+    from jax.ad_checkpoint import checkpoint_name
+
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=offloaded,
+        offload_src="device", offload_dst="pinned_host")
+
+    def block(x, w):
+        if name_input:  # the fix: name the layer's input inside the checkpointed body
+            x = checkpoint_name(x, "layer_input")
+        h = checkpoint_name(jnp.maximum(x @ w, 0.0), "hidden")
+        return checkpoint_name(x + h @ w, "residual"), None
+
+    def loss(ws, x):
+        return jnp.sum(jax.lax.scan(jax.remat(block, policy=policy), x, ws)[0])
+
+    return loss
+
+
+def test_jax_23869_offloading_a_scanned_block_s_output_names_the_carry_and_the_fix():
+    ws, x = jnp.ones((_L, _W, _W)) * 1e-3, jnp.ones((_B, _W))
+    stack = _L * _B * _W * 4
+    thread = preflight.residuals(_layers(["residual"]), ws, x)
+    assert (thread.saved_bytes, thread.offloaded_bytes) == (stack, 0)  # nothing offloaded
+    for words in ("1.00 MiB of the 1.00 MiB kept in device memory is the carry of the "
+                  "lax.scan (test_preflight.py:", f"stacked over its {_L} steps",
+                  "float32[8, 256, 128]", "which JAX keeps whatever the policy says",
+                  "your policy offloads 'residual', the body's output",
+                  "nothing is offloaded for it (jax-ml/jax#23869)",
+                  "x = checkpoint_name(x, 'layer_input')", "goes to pinned_host"):
+        assert words in thread.advice, words
+    hidden = preflight.residuals(_layers(["hidden"]), ws, x)  # 1 MiB offloaded, 1 MiB left
+    assert (hidden.saved_bytes, hidden.offloaded_bytes) == (stack, stack)
+    assert "jax-ml/jax#23869" in hidden.advice and "'residual'" not in hidden.advice
+    assert hidden.advice.startswith("1.00 MiB kept in pinned_host (offloaded by your policy: "
+                                    "'hidden'), 1.00 MiB in device memory.")
+    plain = preflight.residuals(_layers([]), ws, x)  # no offload policy: the chunk advice
+    assert "#23869" not in plain.advice and "chunks of" in plain.advice
+    # the fix, run: the stacked carry goes to host memory, the gradient is the same
+    for offloaded in (["layer_input"], ["layer_input", "hidden"]):
+        fixed = preflight.residuals(_layers(offloaded, name_input=True), ws, x)
+        assert fixed.saved_bytes == 0 and "#23869" not in fixed.advice
+        assert [(r.shape, r.memory) for r in fixed.residuals if not r.is_argument][0] == \
+            ((_L, _B, _W), "pinned_host")
+        assert np.allclose(jax.grad(_layers(offloaded, name_input=True))(ws, x),
+                           jax.grad(_layers([]))(ws, x))
+
+
+# openxla/xla#49131: sum over j of f(x_i, y_j), written as a broadcast then a reduction
+_P = 512  # M = N = 512: one float32[512, 512, 3] is 3 MiB
+
+
+def _nbody(x, y, m):
+    r = x[:, None, :] - y[None, :, :]
+    d = jnp.sqrt((r ** 2).sum(-1) + 1e-3)
+    return (m[None, :, None] * r / d[..., None] ** 3).sum(1)
+
+
+def _nbody_loss(x, y, m):
+    return _nbody(x, y, m).sum()
+
+
+def _nbody_in_chunks(x, y, m):  # the fix the kit names: 32 checkpointed chunks of 16 of y
+    def body(acc, c):
+        return acc + jax.checkpoint(_nbody)(x, *c), None
+    chunks = (y.reshape(32, 16, 3), m.reshape(32, 16))
+    return jax.lax.scan(body, jnp.zeros_like(x), chunks)[0].sum()
+
+
+def _rbf_loss(x, y, w):
+    return (w[None, :] * jnp.exp(-((x[:, None, :] - y[None, :, :]) ** 2).sum(-1) / 2)).sum()
+
+
+def _temp(fn, *args):
+    return jax.jit(jax.grad(fn)).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_xla_49131_a_pairwise_broadcast_then_reduced_is_told_to_sum_over_chunks():
+    """The kit advised "jax.checkpoint on the largest layer", which raised XLA's temporaries
+    for the gradient (192 -> 240 MiB at M = N = 2048 on jax 0.10.2)."""
+    x, y = (jax.random.normal(jax.random.PRNGKey(i), (_P, 3)) for i in (0, 1))
+    m = jnp.ones(_P)
+    r = preflight.residuals(_nbody_loss, x, y, m)
+    for words in ("values over every pair of two inputs' rows (the largest float32[512, 512, 3])",
+                  "made by broadcasting them against each other (test_preflight.py:",
+                  "reduced over 512 (test_preflight.py:", ".sum(1)",
+                  f"XLA's compiled jax.grad(_nbody_loss) holds "
+                  f"{_temp(_nbody_loss, x, y, m) / MiB:.2f} MiB",
+                  "jax.checkpoint around it keeps none of them",
+                  "a lax.scan over 32 chunks of 16 of y (the reduced axis)",
+                  "y.reshape(32, 16, ...)", "openxla/xla#49131"):
+        assert words in r.advice, words
+    assert "on the largest layer" not in r.advice
+    # measured: a bare jax.checkpoint does not shrink it; the chunks do, with the same gradient
+    plain = _temp(_nbody_loss, x, y, m)
+    whole = _temp(lambda x, y, m: jax.checkpoint(_nbody)(x, y, m).sum(), x, y, m)
+    chunked = _temp(_nbody_in_chunks, x, y, m)
+    assert whole > 0.8 * plain and chunked * 20 < plain, (plain, whole, chunked)
+    assert np.allclose(jax.grad(_nbody_loss)(x, y, m), jax.grad(_nbody_in_chunks)(x, y, m),
+                       rtol=1e-3, atol=1e-2)
+    assert "broadcasting" not in preflight.residuals(_nbody_in_chunks, x, y, m).advice
+    # the input along the reduced axis is named by the reduction, not by its position
+    flipped = preflight.residuals(lambda y, x, m: _nbody(x, y, m).sum(), y, x, m)
+    assert "16 of y (the reduced axis)" in flipped.advice
+    over_i = jax.make_jaxpr(lambda x, y: jnp.exp(-((x[:, None] - y[None]) ** 2).sum(-1))
+                            .sum(0) @ m)(x, y)  # reduced over i: x runs along it
+    assert [(f[3], f[6], f[7]) for f in jaxprs.pairwise_reductions(over_i)] == [(0, 0, 0)]
+
+
+def test_xla_49131_an_rbf_gradient_xla_fuses_away_is_not_told_to_change():
+    """The RBF kernel's gradient: JAX lists 4 MiB of residuals; XLA's compiled gradient holds
+    none of it on jax 0.10.2 (the kit said "keeps 64 MiB" at 2048 and advised jax.checkpoint),
+    all of it on 0.8.0. The note follows what XLA compiled."""
+    x, y = (jax.random.normal(jax.random.PRNGKey(i), (_P, 3)) for i in (0, 1))
+    w = jnp.ones(_P)
+    r = preflight.residuals(_rbf_loss, x, y, w)
+    temp = _temp(_rbf_loss, x, y, w)
+    assert "broadcasting them against each other" in r.advice
+    assert "on the largest layer" not in r.advice
+    if 2 * temp < r.saved_bytes:  # jax 0.10.2 on the CPU: 0 B
+        assert f"holds only {format_bytes(temp)} of temporaries" in r.advice
+        assert "nothing needs changing" in r.advice and "chunks" not in r.advice
+    else:  # jax 0.8.0: the chunks
+        assert "a lax.scan over 32 chunks of 16 of y" in r.advice
+
+
+def test_a_one_sided_broadcast_is_no_pairwise_product():
+    """A bias or a row maximum broadcast against an activation keeps the general advice."""
+    def loss(w, x):
+        h = x @ w + jnp.ones(w.shape[1])
+        return jnp.sum(jnp.exp(h - jnp.max(h, axis=1, keepdims=True)))
+
+    r = preflight.residuals(loss, jnp.ones((256, 256)) * 0.01, jnp.ones((512, 256)))
+    assert "broadcasting" not in r.advice and "jax.checkpoint on the largest layer" in r.advice

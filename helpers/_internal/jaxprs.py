@@ -19,11 +19,12 @@ from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
 __all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "cast_before_scan",
-           "custom_vjp_residuals", "custom_vjp_rule",
+           "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
-           "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds", "repeated_outputs",
+           "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
+           "pairwise_reductions", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "threefry_draws", "walk"]
+           "sparse_products", "threefry_draws", "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -152,6 +153,146 @@ def scan_checkpoint(eqn) -> tuple[bool, bool]:
             if (called := _called(inner)) is not None:
                 stack.append(called)
     return False, False
+
+
+def checkpoint_offloads(closed) -> tuple[tuple[str, str, bool, str], ...]:
+    """(what, the memory kind it goes to, whether the checkpointed function returns it, the
+    user's line) for each value a ``jax.checkpoint`` policy in the jaxpr offloads: the policy
+    asked of each equation of its function as JAX asks it (``policy(primitive, *avals,
+    **params)``, an ``Offloadable`` with ``dst`` back; jax 0.8.0 and 0.10.2). ``what`` is a
+    ``checkpoint_name``'s name, or the primitive's. A value the checkpointed function returns
+    is no residual of that checkpoint: no policy offloads it (jax-ml/jax#23869)."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            policy = eqn.params.get("policy") if eqn.primitive.name in _REMATS else None
+            body = eqn.params.get("jaxpr")
+            if policy is None or body is None:
+                continue
+            returned = {id(v) for v in getattr(body, "jaxpr", body).outvars}
+            for inner, _ in walk(body):
+                for e in getattr(inner, "eqns", ()):
+                    try:
+                        dst = getattr(policy(e.primitive, *[v.aval for v in e.invars],
+                                             **e.params), "dst", None)
+                    except Exception:  # a policy of the user's that cannot answer
+                        continue
+                    if isinstance(dst, str):
+                        what = str(e.params.get("name", "")) if e.primitive.name == "name" \
+                            else e.primitive.name
+                        out.append((what, dst, any(id(v) in returned for v in e.outvars),
+                                    equation_where(e)))
+    return tuple(dict.fromkeys(out))  # a checkpoint inside another: asked of both policies
+
+
+def _broadcast_from(var, made: dict) -> tuple[set[int], Any, tuple[int, ...]]:
+    """(the axes along which ``var`` is a broadcast, the value it was broadcast from, that
+    value's axis for each of ``var``'s axes, -1 for a new one), through ``broadcast_in_dim``
+    equations: a size-1 axis counts too, as lax's binary operations broadcast it."""
+    shape = tuple(var.aval.shape)
+    axes = {i for i, n in enumerate(shape) if n == 1}
+    source, mapping = var, tuple(range(len(shape)))
+    while (eqn := made.get(id(source))) is not None and \
+            eqn.primitive.name == "broadcast_in_dim" and hasattr(eqn.invars[0], "aval"):
+        dims, outer = tuple(eqn.params["broadcast_dimensions"]), tuple(source.aval.shape)
+        inner = tuple(eqn.invars[0].aval.shape)
+        back = {d: i for i, d in enumerate(dims) if inner[i] == outer[d]}
+        axes |= {k for k, m in enumerate(mapping) if m >= 0 and m not in back}
+        mapping = tuple(back.get(m, -1) if m >= 0 else -1 for m in mapping)
+        source = eqn.invars[0]
+    return axes, source, mapping
+
+
+def _pairwise_axes(eqn, made: dict) -> tuple[int, int] | None:
+    """(an axis along which the first operand varies and the second is broadcast, one along
+    which the second varies and the first is broadcast), each of 8 or more, where an equation
+    of two operands broadcasts them against each other: an outer product (N-body, RBF:
+    ``x[:, None] - y[None, :]``); None otherwise."""
+    ins = [v for v in eqn.invars if hasattr(v, "aval") and not hasattr(v, "val")]
+    out = tuple(getattr(eqn.outvars[0].aval, "shape", ())) if eqn.outvars else ()
+    if len(eqn.invars) != 2 or len(ins) != 2 or len(eqn.outvars) != 1 or \
+            any(len(getattr(v.aval, "shape", ())) != len(out) for v in ins):
+        return None
+    (b0, _, _), (b1, _, _) = (_broadcast_from(v, made) for v in ins)
+    a = [i for i in sorted(b1 - b0) if out[i] >= 8]  # operand 0 varies, operand 1 broadcast
+    b = [i for i in sorted(b0 - b1) if out[i] >= 8]
+    return (a[0], b[0]) if a and b else None
+
+
+_REDUCE = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin")
+
+
+def _reduced_pair_axis(j, start: int, var, pair: tuple[int, int]) -> tuple[int, Any] | None:
+    """(which of the two ``pair`` axes, the equation) where what follows ``var`` in ``j``
+    first reduces one of them (a reduce_*, or a dot_general contracting it), following the
+    pair's positions through elementwise equations, broadcast_in_dim, transpose and
+    reductions over other axes; None where none does."""
+    track = {id(var): pair}
+    for eqn in j.eqns[start:]:
+        held = next(((v, track[id(v)]) for v in eqn.invars if id(v) in track), None)
+        if held is None:
+            continue
+        v, (a, b) = held
+        name, shape = eqn.primitive.name, tuple(v.aval.shape)
+        new: tuple[int, int] | None = None
+        if name in _REDUCE or name == "dot_general":
+            if name == "dot_general":
+                (lc, rc), _ = eqn.params["dimension_numbers"]
+                axes = tuple(lc if v is eqn.invars[0] else rc)
+            else:
+                axes = tuple(eqn.params.get("axes", ()))
+            if a in axes and b in axes:  # a sum of all: the longer, else the second
+                return (0 if shape[a] > shape[b] else 1), eqn
+            if a in axes or b in axes:
+                return (0 if a in axes else 1), eqn
+            if name == "dot_general":
+                return None
+            new = (a - sum(x < a for x in axes), b - sum(x < b for x in axes))
+        elif name == "broadcast_in_dim":
+            dims = eqn.params["broadcast_dimensions"]
+            new = (dims[a], dims[b])
+        elif name == "transpose":
+            perm = list(eqn.params["permutation"])
+            new = (perm.index(a), perm.index(b))
+        elif all(len(getattr(o.aval, "shape", ())) == len(shape) for o in eqn.outvars):
+            new = (a, b)  # elementwise: the same axes
+        if new is not None:
+            for o in eqn.outvars:
+                out = tuple(getattr(o.aval, "shape", ()))
+                if len(out) > max(new) and (out[new[0]], out[new[1]]) == (shape[a], shape[b]):
+                    track[id(o)] = new
+    return None
+
+
+def pairwise_reductions(closed) -> tuple[tuple[tuple[int, ...], str, tuple[int, int], int,
+                                               str, str, int, int], ...]:
+    """Each value made by broadcasting two operands against each other (an outer product over
+    two axes: ``x[:, None, :] - y[None, :, :]``) that what follows reduces over one of the two
+    axes (a sum over j of f(x_i, y_j): N-body forces, an RBF kernel; openxla/xla#49131): (its
+    shape, dtype, the two axes, the one reduced, the user's line that made it, the line that
+    reduces it, the position among the jaxpr's own inputs of the input that runs along the
+    reduced axis (-1 where it is made inside, or in an inner jaxpr), that input's axis)."""
+    out = []
+    for depth, (j, _) in enumerate(walk(closed)):
+        made = {id(v): eqn for eqn in getattr(j, "eqns", ()) for v in eqn.outvars}
+        invars = {id(v): i for i, v in enumerate(getattr(j, "invars", ()))} if depth == 0 \
+            else {}
+        for n, eqn in enumerate(getattr(j, "eqns", ())):
+            if (pair := _pairwise_axes(eqn, made)) is None:
+                continue
+            found = _reduced_pair_axis(j, n + 1, eqn.outvars[0], pair)
+            if found is None:
+                continue
+            which, reducer = found
+            axis = pair[which]
+            # the operand that varies along the reduced axis, back to the jaxpr's own input
+            operand = eqn.invars[which]
+            _, source, mapping = _broadcast_from(operand, made)
+            arg = invars.get(id(source), -1)
+            out.append((tuple(eqn.outvars[0].aval.shape), str(eqn.outvars[0].aval.dtype),
+                        pair, which, equation_where(eqn), equation_line(reducer), arg,
+                        mapping[axis] if arg >= 0 else -1))
+    return tuple(out)
 
 
 def _types(values) -> list[tuple[tuple[int, ...], str]]:
