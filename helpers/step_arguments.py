@@ -69,9 +69,9 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
     """(the arguments worth donating, the output bytes they could take) when an undonated
     top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
     and 1 MiB; None otherwise. An argument with a leaf in host memory (pinned_host) is never
-    advised (:func:`donations_across_memory_kinds`). Outputs are matched once each, largest arguments first. Over a
-    mesh XLA matches the sharding too (an output of another layout takes nothing), and bytes
-    are each device's."""
+    advised (:func:`donations_across_memory_kinds`). Outputs are matched once each, largest
+    arguments first. Over a mesh XLA matches the sharding too (an output of another layout
+    takes nothing), and bytes are each device's."""
     jax = devices.start_jax()
     made = c.outputs()
     # an output in pinned_host takes only a donated buffer in pinned_host, and one in device

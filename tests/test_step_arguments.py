@@ -5,7 +5,6 @@ run in child processes."""
 import textwrap
 
 import jax
-import jax.numpy as jnp
 import pytest
 
 from helpers import preflight
