@@ -222,8 +222,16 @@ def _specs(args, kwargs, device, jax, keep_shardings: bool = False):
     mesh): a leaf sharded over several devices, or committed to one, keeps its sharding, and
     an uncommitted one is left for jit to place, as jit would."""
     sharding = jax.sharding.SingleDeviceSharding(device)
+    default_kind = sharding.memory_kind
 
     def spec(leaf):
+        kind = getattr(getattr(leaf, "sharding", None), "memory_kind", None)
+        if kind not in (None, default_kind) and isinstance(leaf, jax.Array) and (
+                not leaf.is_deleted()) and (keep_shardings or leaf.devices() == {device}):
+            # an array in another memory (pinned_host): a shape has no memory space, so jit
+            # would plan its outputs and donations in device memory (marin-community/marin
+            # #8515); lowering reads the array's type and sharding only, copying nothing
+            return leaf
         if keep_shardings and getattr(leaf, "sharding", None) is not None and (
                 len(leaf.sharding.device_set) > 1 or getattr(leaf, "committed", True)):
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
@@ -988,17 +996,34 @@ def devices_split_over(leaf: Any) -> int:
 
 
 def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple],
-                     free: list[tuple]) -> str:
+                     free: list[tuple], kind: str | None = None) -> str:
     """Why a donated buffer was not reused. JAX pairs a donated argument with an output of the
-    same shape and dtype; failing that, it offers the buffer to XLA when an output has as many
-    elements, and XLA reuses it only when the bytes match too (jax/_src/interpreters/mlir.py,
+    same shape and dtype, and of the same memory kind where every argument's and output's kind
+    is known; failing that, it offers the buffer to XLA when an output has as many elements,
+    and XLA reuses it only when the bytes match too (jax/_src/interpreters/mlir.py,
     _set_up_aliases; measured on jax 0.8.0 and 0.10.2: float32[100] is reused for a
     float32[50, 2] or an int32[100], not a float16[100]). ``outputs`` and ``free`` (those no
-    other donated argument took) are (shape, dtype, bytes)."""
+    other donated argument took) are (shape, dtype, bytes, memory kind); ``kind`` is the
+    argument's memory kind (None: the device's own)."""
     count = math.prod(shape)
     name = f"{dtype}{list(shape)}"
-    if any(o[:2] == (shape, dtype) for o in outputs):
+    same = [o for o in outputs if o[:2] == (shape, dtype)]
+    if same and not any(o in free for o in same):
         return f"every {name} output is already written into another donated argument"
+    if elsewhere := [o for o in free if o[:2] == (shape, dtype) and _kind(o[3]) != _kind(kind)]:
+        # marin-community/marin#8515: measured on jax 0.10.2's CPU, a pinned_host int32[]
+        # state leaf and a device-memory int32[] output
+        return (f"the {name} output{'s' if len(elsewhere) > 1 else ''} left "
+                f"{'are' if len(elsewhere) > 1 else 'is'} in {_kind(elsewhere[0][3])} memory "
+                f"and this argument in {_kind(kind)} memory: JAX pairs a donated buffer only "
+                "with an output of its own memory kind (where it knows every argument's and "
+                "output's). Return it where it came from "
+                f"(out_shardings with memory_kind='{_kind(kind)}'), or put the argument where "
+                f"the output goes (jax.device_put(x, sharding.with_memory_kind("
+                f"'{_kind(elsewhere[0][3])}')))")
+    if same:
+        return (f"an {name} output is left, and XLA did not write it into this buffer (its "
+                "layout or sharding differs from the argument's)")
     if offered := [o for o in free if math.prod(o[0]) == count and o[2] != nbytes]:
         return (f"JAX offered it to XLA for an output with as many elements "
                 f"({offered[0][1]}{list(offered[0][0])}), and XLA did not reuse it: the bytes "
@@ -1009,6 +1034,16 @@ def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple]
     return (f"no output is a {name}, nor has its {count:,} elements: JAX donates a buffer only "
             "to an output of the same shape and dtype, or of the same number of elements (then "
             "XLA reuses it where the bytes match)")
+
+
+def _kind(kind: str | None) -> str:
+    """A memory kind as the notes name it: None (not said) is the device's own."""
+    return kind or "device"
+
+
+def _memory_kind(leaf: Any) -> str | None:
+    """The memory kind an array (or a shape with a sharding) is in; None where not said."""
+    return getattr(getattr(leaf, "sharding", None), "memory_kind", None)
 
 
 def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[bool], jax,
@@ -1022,7 +1057,7 @@ def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[boo
     alone = _dropped_alone([leaf for _, leaf in flat], kept, jax)
     try:
         aliased = None if text is None else jaxcompat.aliased_parameters(text)
-        outputs = [(tuple(o.shape), str(o.dtype), array_bytes(o))
+        outputs = [(tuple(o.shape), str(o.dtype), array_bytes(o), _memory_kind(o))
                    for o in jax.tree.leaves(compiled.out_info)]
     except Exception:
         aliased, outputs = None, []
@@ -1036,16 +1071,19 @@ def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[boo
             continue  # dropped, but the same buffer is donated where the step reads it
         leaves.append((jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1),
                        tuple(leaf.shape), str(leaf.dtype),
-                       bytes_per_device(leaf) if mesh else array_bytes(leaf), used, number))
+                       bytes_per_device(leaf) if mesh else array_bytes(leaf), used, number,
+                       _memory_kind(leaf)))
     free = list(outputs)  # the outputs no reused donation took: its own shape first, then size
-    for _, shape, dtype, nbytes, used, number in leaves:
+    for _, shape, dtype, nbytes, used, number, kind in leaves:
         if used and aliased and number in aliased:
-            match = ([o for o in free if o[:2] == (shape, dtype)] or
+            match = ([o for o in free if o[:2] == (shape, dtype) and
+                      _kind(o[3]) == _kind(kind)] or
+                     [o for o in free if o[:2] == (shape, dtype)] or
                      [o for o in free if math.prod(o[0]) == math.prod(shape) and o[2] == nbytes])
             if match:
                 free.remove(match[0])
     out = []
-    for where, shape, dtype, nbytes, used, number in leaves:
+    for where, shape, dtype, nbytes, used, number, kind in leaves:
         if not used:
             reused, why = False, "XLA dropped it: the step never reads it"
         elif aliased is None:
@@ -1058,7 +1096,7 @@ def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[boo
                 "dtype and sharding: compare the argument's sharding with the outputs' "
                 "(jax.jit(f).lower(...).compile().output_shardings)")
         else:
-            reused, why = False, _why_not_donated(shape, dtype, nbytes, outputs, free)
+            reused, why = False, _why_not_donated(shape, dtype, nbytes, outputs, free, kind)
         out.append(DonatedArgument(where, shape, dtype, nbytes, reused, why))
     return tuple(out)
 

@@ -886,7 +886,7 @@ def tree_placement(tree: Any) -> TreePlacement:
     for leaf in leaves:
         where = _place(leaf)
         places[where] = places.get(where, 0) + leaf.nbytes
-    problems = _tree_problems(leaves)
+    problems = _tree_problems(leaves, tuple(tuple(path) for path, _ in flat))
     if other_mesh := _restored_on_another_mesh([leaf for _, leaf in flat], jax):
         problems += (other_mesh,)
     return TreePlacement(leaves, MappingProxyType(places), problems)
@@ -975,7 +975,8 @@ def _place(leaf: LeafPlacement) -> str:
     return where if kind in (None, "device") else f"{where} ({kind})"
 
 
-def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
+def _tree_problems(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] = ()
+                   ) -> tuple[str, ...]:
     out = []
     deleted = [leaf.path for leaf in leaves if leaf.deleted]
     if deleted:
@@ -1067,7 +1068,9 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
                    "them host to device on every call. Fix: jax.device_put(tree) once, and "
                    "keep the result.")
     kinds = {leaf.memory_kind or "device" for leaf in leaves if leaf.devices}
-    if len(kinds) > 1:
+    if len(kinds) > 1 and (stray := _stray_memory_kinds(leaves, paths)):
+        out.append(stray)
+    elif len(kinds) > 1:
         host = [leaf.path for leaf in leaves if leaf.devices
                 and (leaf.memory_kind or "device") != "device"]
         out.append(f"{_some(host)} in host memory ({', '.join(sorted(kinds - {'device'}))}) "
@@ -1075,6 +1078,53 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...]) -> tuple[str, ...]:
                    "jax.device_put(leaf, leaf.sharding.with_memory_kind('device')), or "
                    "jax.memory.Space.Device inside jit.")
     return tuple(out)
+
+
+def _stray_memory_kinds(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...]
+                        ) -> str | None:
+    """The problem of leaves kept in another memory kind than the rest of their own state: in
+    a node of the tree (deepest first), a child (a leaf, or a subtree of one kind) holding
+    under a sixteenth of the node's bytes in another kind than the one that holds most of
+    them (marin-community/marin#8515: Adam's scalar ``count`` left in device memory beside
+    its offloaded ``mu`` and ``nu``). Parameters on the device beside an offloaded optimizer
+    state (no small part: placed so on purpose) name no leaf: None then."""
+    if len(paths) != len(leaves):
+        return None
+    placed = [(path, leaf) for path, leaf in zip(paths, leaves, strict=True) if leaf.devices]
+    nodes: dict[tuple, list] = {}
+    for path, leaf in placed:
+        for depth in range(len(path)):
+            nodes.setdefault(path[:depth], []).append((path, leaf))
+    for node in sorted(nodes, key=len, reverse=True):
+        inside = nodes[node]
+        by_kind: dict[str, int] = {}
+        children: dict[Any, list[LeafPlacement]] = {}
+        for path, leaf in inside:
+            kind = leaf.memory_kind or "device"
+            by_kind[kind] = by_kind.get(kind, 0) + leaf.nbytes
+            children.setdefault(path[len(node)], []).append(leaf)
+        if len(by_kind) < 2:
+            continue
+        total = sum(by_kind.values())
+        meant = max(by_kind, key=lambda k: by_kind[k])
+        stray = [leaf for part in children.values()
+                 if 16 * sum(leaf.nbytes for leaf in part) < total
+                 and len({leaf.memory_kind or "device" for leaf in part}) == 1
+                 and (part[0].memory_kind or "device") != meant for leaf in part]
+        if not stray:
+            continue
+        rest = [leaf for _, leaf in inside if (leaf.memory_kind or "device") == meant]
+        where = "".join(str(k) for k in node) or "the tree"
+        kind = stray[0].memory_kind or "device"
+        return (f"{_some([leaf.path for leaf in stray])} in {kind} memory while the rest of "
+                f"{where} ({_paths([leaf.path for leaf in rest])}, "
+                f"{sum(leaf.nbytes for leaf in rest):,} B) is in {meant}: a step that returns "
+                f"it in {meant} (out_shardings) is compiled again at its second call, for the "
+                "new memory kind (marin-community/marin#8515: Adam's count initialized on the "
+                "device beside an offloaded state). Fix: put it where the rest is before the "
+                "first call, jax.device_put(leaf, "
+                f"leaf.sharding.with_memory_kind('{meant}')).")
+    return None
 
 
 def _paths(paths: list[str], most: int = 3) -> str:

@@ -739,6 +739,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
             undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
         notes.append(step_arguments.donation_note(*undonated))
+    if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
+        notes.append(held)
     if c.dropped_by_keyword:
         names = ", ".join(c.dropped_by_keyword)
         notes.append(f"{names} passed by keyword: {c.function}'s own wrapper drops the "

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers import compiled, devices
+from helpers._internal.jaxcompat import jax_version_tuple
 from helpers._internal.records import Record
 from helpers.units import format_bytes
 
-__all__ = ["NarrowedArgument", "StateCopy", "argument_split", "copies_note", "donation_note",
-           "donation_would_save", "narrowed_arguments", "narrowed_notes", "spread_arguments",
+__all__ = ["NarrowedArgument", "StateCopy", "argument_split", "copies_note", "donated_host_note",
+           "donation_note", "donation_would_save", "donations_across_memory_kinds",
+           "host_memory_leaves", "narrowed_arguments", "narrowed_notes", "spread_arguments",
            "state_copies", "static_array_note", "static_arrays"]
 
 
@@ -66,12 +68,15 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
                          ) -> tuple[list[str], int] | None:
     """(the arguments worth donating, the output bytes they could take) when an undonated
     top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
-    and 1 MiB; None otherwise. Outputs are matched once each, largest arguments first. Over a
-    mesh XLA matches the sharding too (an output of another layout takes nothing), and bytes
-    are each device's."""
+    and 1 MiB; None otherwise. An argument with a leaf in host memory (pinned_host) is never
+    advised (:func:`donations_across_memory_kinds`). Outputs are matched once each, largest
+    arguments first. Over a mesh XLA matches the sharding too (an output of another layout
+    takes nothing), and bytes are each device's."""
     jax = devices.start_jax()
     made = c.outputs()
-    outputs = [(tuple(o.shape), str(o.dtype)) for _, o, _ in made]
+    # an output in pinned_host takes only a donated buffer in pinned_host, and one in device
+    # memory only one there (JAX pairs them by memory kind where it knows them all)
+    outputs = [(tuple(o.shape), str(o.dtype), _kind(o)) for _, o, _ in made]
     try:
         out_shardings = (jax.tree.leaves(c.executable.output_shardings) if c.over_mesh
                          else [None] * len(outputs))
@@ -87,6 +92,11 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
             if not kind.endswith("gradient")]
     chosen, saving = [], 0
     for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(n for _, n, _ in kv[1])):
+        if any(key[2] != "device" for key, _, _ in leaves):
+            # a state offloaded to host memory: donating it frees no device memory, and where
+            # JAX does not know every argument's and output's memory kind it pairs the buffer
+            # with a device output, which aborts jax 0.10.2 (marin-community/marin#8515)
+            continue
         total = sum(n for _, n, _ in leaves)
         matched, took = 0, []
         for key, nbytes, sharding in leaves:
@@ -124,12 +134,120 @@ def _donatable_leaves(c: compiled.CompiledStep, fn, args, kwargs, jax) -> dict |
         if where in c.donated or where not in names:
             continue
         out[where] = [
-            ((tuple(x.shape), str(x.dtype)),
+            ((tuple(x.shape), str(x.dtype), _kind(x)),
              compiled.array_bytes(x) if s is None else
              math.prod(s.shard_shape(tuple(x.shape))) * x.dtype.itemsize, s)
             for x, s in zip(leaves, mine, strict=True)
             if hasattr(x, "shape") and hasattr(x, "dtype") and (wanted is None or s is not None)]
     return out
+
+
+def _kind(leaf: Any) -> str:
+    """The memory kind an array or an output is in; "device" where it does not say."""
+    return getattr(getattr(leaf, "sharding", None), "memory_kind", None) or "device"
+
+
+def host_memory_leaves(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                       ) -> tuple[tuple[str, str], ...]:
+    """(the argument and the path in it, its memory kind) of each array leaf of the step's
+    arguments kept outside the device's own memory (an optimizer state offloaded to
+    ``pinned_host``, marin-community/marin#8515), largest first."""
+    jax = devices.start_jax()
+    found = [(compiled.array_bytes(leaf), name + jax.tree_util.keystr(path), _kind(leaf))
+             for name, value in c.arguments(fn, args, kwargs)
+             for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
+             if hasattr(leaf, "shape") and _kind(leaf) != "device"]
+    return tuple((where, kind) for _, where, kind in sorted(found, key=lambda f: -f[0]))
+
+
+def donations_across_memory_kinds(c: compiled.CompiledStep, fn: Callable, args: tuple,
+                                  kwargs: dict) -> tuple[tuple[str, str, str, str], ...]:
+    """(donated leaf, its memory kind, the output JAX writes into it, that output's memory kind)
+    for each donated buffer the call as written pairs with an output in another memory.
+    JAX pairs donations by memory kind only where it knows every argument's and output's
+    (jax/_src/interpreters/mlir.py, _set_up_aliases): an argument not committed to a device,
+    or an output whose memory kind nothing fixes (no out_shardings), makes it pair a
+    pinned_host state with a device-memory output of its shape, and jax 0.10.2 then aborts the
+    process at the call (marin-community/marin#8515). Read from the call lowered with the
+    arguments themselves (nothing copied or run); () where it cannot be lowered so."""
+    jax = devices.start_jax()
+    host = [where for where, _ in host_memory_leaves(c, fn, args, kwargs)]  # largest first
+    if not c.donated or not host:
+        return ()
+    lowered = _lowered_as_called(c, fn, args, kwargs, jax)
+    try:
+        text = lowered.as_text() if lowered is not None else ""
+    except Exception:
+        return ()
+    head = next((line for line in text.splitlines() if "func.func public @main(" in line), "")
+    if ") -> (" not in head:
+        return ()
+    ins, outs = head.split("@main(", 1)[1].split(") -> (", 1)
+    ins = re.split(r", (?=%arg\d+: )", ins)
+    outs = re.split(r", (?=tensor<)", outs)
+    leaves = [name + jax.tree_util.keystr(path)
+              for name, value in c.arguments(fn, args, kwargs)
+              for path, _ in jax.tree_util.tree_flatten_with_path(value)[0]]
+    found = []
+    for i, arg in enumerate(ins):
+        if not (alias := re.search(r"tf\.aliasing_output = (\d+)", arg)):
+            continue
+        j = int(alias.group(1))
+        out = outs[j] if j < len(outs) else ""
+        kind_in, kind_out = _text_kind(arg), _text_kind(out)
+        if kind_in != kind_out:
+            where = re.search(r'jax\.result_info = "result([^"]*)"', out)
+            name = leaves[i] if len(leaves) == len(ins) else f"argument leaf {i}"
+            found.append((name, kind_in, f"output{where.group(1) if where else f' {j}'}",
+                          kind_out))
+    return tuple(sorted(found, key=lambda f: host.index(f[0]) if f[0] in host else len(host)))
+
+
+def _text_kind(attributes: str) -> str:
+    """The memory kind a lowered program's argument or result is in ("device" where unsaid)."""
+    kind = re.search(r'mhlo\.memory_kind = "([a-z_]+)"', attributes)
+    return kind.group(1) if kind else "device"
+
+
+def _lowered_as_called(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
+                       jax) -> Any:
+    """The step lowered as the call would lower it (the arguments themselves: committed or
+    not, in their memory kinds), with the donation preflight_step compiled; None where it
+    cannot be."""
+    if hasattr(fn, "lower"):  # the user's own jit, with its own out_shardings
+        try:
+            lowered = fn.lower(*args, **kwargs)
+            donated = {i for i, a in enumerate(lowered.args_info[0])
+                       if any(getattr(x, "donated", False) for x in jax.tree.leaves(a))}
+            if donated == set(c.donated):
+                return lowered
+        except Exception:
+            pass
+    try:
+        return jax.jit(fn, donate_argnums=c.donated, static_argnums=c.static_argnums,
+                       static_argnames=c.static_argnames).lower(*args, **kwargs)
+    except Exception:
+        return None
+
+
+def donated_host_note(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                      ) -> str | None:
+    """The note for a step whose donation, called as written, pairs a buffer in one memory
+    kind with an output in another (:func:`donations_across_memory_kinds`): the call that
+    aborts jax 0.10.2 (measured on the CPU; 0.8.0 ran it). None otherwise."""
+    pairs = donations_across_memory_kinds(c, fn, args, kwargs)
+    if not pairs or jax_version_tuple() < (0, 10):
+        return None
+    leaf, kind_in, out, kind_out = pairs[0]
+    more = f" (and {len(pairs) - 1} more)" if len(pairs) > 1 else ""
+    return (f"Called as written, this step gives donated {leaf} ({kind_in}){more} to {out}, "
+            f"which is in {kind_out} memory: JAX pairs donations by memory kind only where it "
+            "knows every argument's and output's, and jax 0.10.2 then aborts the whole process "
+            "at the call (SIGABRT: \"PjRtBuffer's memory kind does not match sharding's memory "
+            "kind\"; measured on the CPU, not yet run on a GPU), marin-community/marin#8515. "
+            "Commit every argument (jax.device_put(x, sharding)) and give every output its "
+            "memory kind (out_shardings, the state's with memory_kind='pinned_host'), or "
+            "donate nothing in host memory.")
 
 
 def static_arrays(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import devices
+from helpers._internal.jaxcompat import jax_version_tuple
 
 
 @pytest.fixture()
@@ -146,3 +147,47 @@ def test_optax_548_an_uncommitted_state_fed_back_through_the_step_is_copied_once
     p, o = step(params, opt_state)
     assert o.committed and o.devices() == {jax.devices()[1]}  # fed back: no copy again
     assert devices.tree_placement({"params": p, "opt": o}).problems == ()
+
+
+def test_marin_8515_the_stray_device_leaf_of_an_offloaded_state_is_named_not_the_state(two):
+    """Before: the offloaded majority was flagged, with a fix that undoes the offload
+    (with_memory_kind('device')), and the stray count went unnamed."""
+    d0, _ = two
+    if "pinned_host" not in {m.kind for m in d0.addressable_memories()}:
+        pytest.skip("this backend has no pinned_host memory")
+    dev = jax.sharding.SingleDeviceSharding(d0)
+    host = dev.with_memory_kind("pinned_host")
+
+    def init(count_sharding):
+        params = jax.device_put(jnp.ones((64, 64)), dev)
+        opt = {"mu": jax.device_put(jnp.zeros((64, 64)), host),
+               "nu": jax.device_put(jnp.zeros((64, 64)), host),
+               "count": jax.device_put(jnp.zeros((), jnp.int32), count_sharding)}
+        return params, opt
+
+    params, opt = init(dev)  # the thread's bug: Adam's count initialized on the device
+    for tree, where in ((opt, "the tree"), ({"params": params, "opt": opt}, "['opt']")):
+        (problem,) = devices.tree_placement(tree).problems
+        assert problem.startswith("1 leaf (")
+        assert "['count']) is in device memory while the rest of " + where in problem
+        assert "['mu'], " in problem and "['nu'], 32,768 B) is in pinned_host" in problem
+        assert "with_memory_kind('pinned_host')" in problem
+        assert "with_memory_kind('device')" not in problem
+        assert "marin-community/marin#8515" in problem
+    # params on the device beside a state all offloaded: placed so on purpose, no stray
+    fixed = init(host)
+    (problem,) = devices.tree_placement({"params": fixed[0], "opt": fixed[1]}).problems
+    assert "in host memory (pinned_host) beside device-memory leaves" in problem
+    if jax_version_tuple() < (0, 10):  # XLA:CPU 0.8.0 cannot return a value to pinned_host
+        return
+
+    for state, compiles in ((init(dev), 2), (init(host), 1)):  # as written; the kit's fix
+        def step(params, opt):  # (a new function each time: its own cache)
+            o = jax.device_put(opt, dev)
+            return params - o["mu"], {"mu": o["mu"], "nu": o["nu"], "count": o["count"] + 1}
+
+        jstep = jax.jit(step, out_shardings=(dev, {"mu": host, "nu": host, "count": host}))
+        p, o = state
+        for _ in range(3):
+            p, o = jstep(p, o)
+        assert jstep._cache_size() == compiles
