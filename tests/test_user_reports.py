@@ -379,7 +379,8 @@ def test_the_table_lists_every_report_tested_here():
                  "466": "tests/test_compiles.py", "282": "tests/test_transfers.py",
                  "1956": "tests/test_ipython.py", "43": "tests/test_ipython.py",
                  "1988": "tests/test_ipython.py", "16637": "tests/test_callbacks.py",
-                 "23869": "tests/test_preflight.py", "49131": "tests/test_preflight.py"}
+                 "23869": "tests/test_preflight.py", "49131": "tests/test_preflight.py",
+                 "8515": "tests/test_step_arguments.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
