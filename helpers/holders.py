@@ -2,11 +2,14 @@
 
 :func:`largest` takes the ``n`` largest live JAX arrays (every backend) and, for each, what
 refers to it, found with :func:`gc.get_referrers` one or two steps up: a variable in the
-notebook (by name), IPython's output history (``Out``, ``_``), a saved traceback
-(``sys.last_traceback``), a list or dict in the notebook, a closure. Each comes with how to let
-it go. An array nothing outside JAX refers to is counted as JAX's own (a pending computation, a
-jit's cache). It also counts the compiled programs JAX keeps loaded. The search is bounded in
-time and keeps no reference to any array once it returns.
+notebook (by name), IPython's output history (``Out``, ``_``, and its copies in
+``user_ns_hidden``), a saved traceback (``sys.last_traceback``), a list or dict in the notebook
+(with every other name of it: ``samples`` that is ``mcmc._states_flat['z']``), a closure; and,
+further up, an object's attribute a variable names, or a module's globals (a library's cache of
+functions that close over the object). Each comes with how to let it go. An array nothing
+outside JAX refers to is counted as JAX's own (a pending computation, a jit's cache). It also
+counts the compiled programs JAX keeps loaded, and arrays of a backend JAX restarted. The search
+is bounded in time and keeps no reference to any array once it returns.
 """
 
 from __future__ import annotations
@@ -64,6 +67,13 @@ class Holders(Display):
     #: compile of a function (a new static value, a new shape) keeps its own copy of an array
     #: it closes over or makes with NumPy (jax-ml/jax#10878)
     program_constants: tuple[tuple[str, int, int], ...] = ()
+    #: of the arrays looked at: kept by a library's module-level state (a cache of functions
+    #: that close over an object of the user's: numpyro's, pyro-ppl/numpyro#1115), not by a
+    #: name of the user's nor by JAX alone
+    library_bytes: int = 0
+    #: arrays of a backend JAX restarted (JAX's private clear_backends(), jax-ml/jax#10828),
+    #: which jax.live_arrays() no longer lists: how many, their bytes and what to do; ""
+    restarted: str = ""
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -77,7 +87,11 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise BadInputError(f"n must be a positive int, got {n!r}")
-    from helpers.memory import live_arrays, live_bytes_by_device  # imports JAX: when asked
+    from helpers.memory import (  # imports JAX: when asked
+        backend_restarted,
+        live_arrays,
+        live_bytes_by_device,
+    )
 
     t0 = time.perf_counter()
     names = _namespaces(namespace)
@@ -123,10 +137,14 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
             code = NOT_AVAILABLE
     constants = _program_constants(execs or [], t0 + 2 * seconds)
     user = sum(h.nbytes for h in found
-               if any(not line.startswith(_JIT_CACHE) for line in h.held_by))
-    return Holders(tuple(found), count, total, user, sum(h.nbytes for h in found) - user,
+               if any(not line.startswith((_JIT_CACHE, _LIBRARY)) for line in h.held_by))
+    library = sum(h.nbytes for h in found if h.held_by and all(
+        line.startswith(_LIBRARY) for line in h.held_by))
+    return Holders(tuple(found), count, total, user,
+                   sum(h.nbytes for h in found) - user - library,
                    NOT_AVAILABLE if execs is None else len(execs), code,
-                   time.perf_counter() - t0, complete, many_small, alike, constants)
+                   time.perf_counter() - t0, complete, many_small, alike, constants, library,
+                   backend_restarted())
 
 
 def _program_constants(execs: list, deadline: float) -> tuple[tuple[str, int, int], ...]:
@@ -231,15 +249,10 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
     import sys
 
     spaces = []
+    ip = _shell()
     if namespace is not None:
         spaces.append(("", namespace))
     else:
-        try:
-            from IPython import get_ipython
-
-            ip = get_ipython()
-        except ImportError:
-            ip = None
         if ip is not None:
             spaces.append(("", ip.user_ns))
         main = sys.modules.get("__main__")
@@ -249,14 +262,49 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
         out = ns.get("Out")
         if isinstance(out, dict):
             spaces.append(("Out", out))
+    hidden = getattr(ip, "user_ns_hidden", None)  # IPython's copies of _, __, ___ and _N
+    if isinstance(hidden, dict) and any(ns is ip.user_ns for _, ns in spaces):
+        spaces.append((_HIDDEN, hidden))
     return spaces
 
 
+def _shell() -> Any:
+    """The running IPython shell, or None (never imports IPython)."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython.get_ipython() if ipython is not None else None
+    except Exception:  # an IPython without get_ipython
+        return None
+
+
 _HISTORY = {"_", "__", "___"}
+_HIDDEN = "user_ns_hidden"  # IPython's namespace of names %who does not show
 _VAGUE = "a container: "  # what a list, dict or tuple nobody names is called
 _JIT_CACHE = "jit's caches"  # an array that only a static argument in those caches keeps
-_FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` (or "
-            "`%reset -f out`) let it go, and ending a cell with `;` displays nothing")
+_LIBRARY = "a library's module-level state"  # what a library's module keeps (numpyro#1115)
+_FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` let it go, and "
+            "ending a cell with `;` displays nothing")
+
+
+def _fix_out(arr, names: list[tuple[str, Mapping]]) -> str:
+    """How to let go of a result IPython keeps (ipython/ipython#12879). In IPython (9.18.1,
+    checked with a 16 MiB array: 2 Arrays over it left after `Out.clear(); del _` or
+    `%reset -f out`, 0 after the commands below): its display hook pushes ``_``, ``__``,
+    ``___`` and ``_N`` into ``user_ns_hidden`` too, and ``%reset -f out`` empties Out, the
+    ``_N`` and the hook's own ``_`` but leaves the hidden ``_``, ``__``, ``___``."""
+    hidden = next((ns for label, ns in names if label == _HIDDEN), None)
+    if hidden is None:  # no IPython: a namespace of the user's, where `del` does it
+        return _FIX_OUT
+    unders = [k for k in ("_", "__", "___") if hidden.get(k) is arr]
+    pops = "; ".join(f"del get_ipython().user_ns_hidden[{k!r}]" for k in unders)  # (a .pop()
+    # ending a cell would display the array: kept again)
+    kept = (f", also as {', '.join(unders)} in get_ipython().user_ns_hidden, which "
+            "`Out.clear()`, `del _` and `%reset -f out` leave" if unders else "")
+    then = f", then `{pops}`" if pops else ""
+    return (f"IPython keeps every displayed result{kept}: run `%reset -f out`{then}; ending a "
+            "cell with `;` displays nothing")
 
 
 def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 3
@@ -429,38 +477,52 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
     return HeldArray(what, _nbytes(arr), tuple(dict.fromkeys(held)), "; ".join(fixes))
 
 
-def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int = 6,
+def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int = 22,
                  most: int = 500, scans: int = 40, deadline: float = float("inf")
                  ) -> tuple[str, str] | None:
-    """(the line, the fix) for a JAX object that keeps an array (jax.tree_util.Partial, the
-    function jax.vjp returns), found by a bounded search up its referrers for a variable that
-    names it, or an object's attribute a variable names (jax-ml/jax#24053); None if none is
-    found within ``depth`` steps and ``most`` objects."""
+    """(the line, the fix) for a JAX object or a container that keeps an array (jax.tree_util.
+    Partial, the function jax.vjp returns), found by a bounded search up its referrers for a
+    variable that names it, or an object's attribute a variable names (jax-ml/jax#24053); else
+    for the modules whose globals keep it (a library's cache of functions that close over the
+    object: numpyro's, pyro-ppl/numpyro#1115, ten steps up, and JAX's lru caches of what
+    numpyro jitted, twenty steps up); None if none is found within
+    ``depth`` steps, ``most`` objects and ``scans`` reads of the heap."""
     import gc
     import types
 
     seen: dict[int, object] = {id(obj): obj}
     below: dict[int, int] = {}  # id of an object -> id of the one it was found above
+    #: id of what a module keeps -> (path, module, through, library, its clear() call): one
+    #: module's
+    #: name for it (the module that defines it, where another imported it too)
+    roots: dict[int, tuple[str, str, str, bool, str]] = {}
+
+    def down(node) -> list:
+        chain = [node]
+        while id(chain[-1]) in below:
+            chain.append(seen[below[id(chain[-1])]])
+        return chain
 
     def held_as(node, kept: str, action: str) -> tuple[str, str]:
         """The line and the fix for ``node``: named by the first JAX object on the way up to
         it, else by what holds the array; the word on jax.vjp only where there is such an
         object (a nested dict of parameters is none)."""
-        chain = [node]
-        while id(chain[-1]) in below:
-            chain.append(seen[below[id(chain[-1])]])
+        chain = down(node)
         owned = next((x for x in reversed(chain) if _is_jax_owned(x)), None)
         return (f"a {_type_name(chain[-1] if owned is None else owned)}, {kept}",
                 (_HELD_FIX if owned is None else _JAX_OBJECT_FIX).format(action))
 
+    def done() -> tuple[str, str] | None:
+        return _module_line(roots) if roots else None
+
     frontier = [obj]
     for _ in range(depth):
-        ours = mine | {id(seen), id(frontier), id(below)}
+        ours = mine | {id(seen), id(frontier), id(below), id(roots)}
         nxt: list = []
         for node in frontier:
             scans -= 1  # each get_referrers reads the whole heap: a budget, and a deadline
             if scans < 0 or time.perf_counter() > deadline:
-                return None
+                return done()
             for r in gc.get_referrers(node):
                 if id(r) in ours or id(r) in seen:
                     continue
@@ -468,9 +530,14 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
                     if r is ns and (keys := _keys_holding(ns, node)):
                         return held_as(node, f"kept by the variable {keys[0]!r} in "
                                              f"{_name_in(ns, names)}", f"`del {keys[0]}`")
-                if isinstance(r, (types.FrameType, type, types.ModuleType)) or (
-                        isinstance(r, dict) and "__spec__" in r and "__name__" in r):
-                    continue  # a module's globals: above them are its functions, not holders
+                if isinstance(r, dict) and "__spec__" in r and "__name__" in r:
+                    if root := _module_root(r, down(node)):  # a module's globals keep it
+                        kept, *named = root
+                        if kept not in roots or named[1] == getattr(node, "__module__", ""):
+                            roots[kept] = tuple(named)
+                    continue  # above them are its functions, not holders
+                if isinstance(r, (types.FrameType, type, types.ModuleType)):
+                    continue
                 if found := _named_attribute(r, node, names, ours | {id(nxt)}):
                     var, attr, holder, where = found
                     return held_as(node, f"kept as {var}.{attr} (a {_type_name(holder)} "
@@ -480,11 +547,82 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
                 below[id(r)] = id(node)
                 nxt.append(r)
                 if len(seen) > most:
-                    return None
+                    return done()
         frontier = nxt
         if not frontier:
-            return None
-    return None
+            return done()
+    return done()
+
+
+def _module_root(module_globals: dict, chain: list
+                 ) -> tuple[int, str, str, str, bool, str] | None:
+    """(the id of the path's end; the path from the module down, as one would write it:
+    ``numpyro.infer.mcmc._collect_and_postprocess._cache``; the module; the first object of a
+    class on the way down to the array, named; whether the module is a library's, not the
+    user's; the call that empties the path's end, "" if none) for a module whose globals keep
+    ``chain[0]`` (``chain`` runs down to what holds the array); None for the kit's own
+    modules, and for JAX's where no object but JAX's is on the way (a value JAX alone keeps).
+    JAX's own count where they keep a library's object: numpyro's closures stay in
+    JAX's ``api_util.donation_vector``, an lru_cache jax.clear_caches() leaves (numpyro
+    0.22, jax 0.10.2)."""
+    module = str(module_globals.get("__name__"))
+    plain = ("builtins", "functools", "collections", "types")
+    named = next((x for x in reversed(chain) if type(x).__module__ not in plain), None)
+    if module.split(".")[0] == "helpers" or (module.split(".")[0] in ("jax", "jaxlib") and (
+            named is None or _is_jax_owned(named))):
+        return None  # the kit's own; JAX's own values (what JAX alone keeps: said elsewhere)
+    path, holder, names_attributes = module, module_globals, True
+    for x in chain:
+        if names_attributes:  # the module's globals, or an object's __dict__
+            keys = [k for k, v in holder.items() if v is x and isinstance(k, str)]
+            if not keys:
+                break
+            path, holder, names_attributes = f"{path}.{keys[0]}", x, False
+        elif getattr(holder, "__dict__", None) is x and not isinstance(holder, dict):
+            holder, names_attributes = x, True  # an object, then its attributes' dict
+        else:
+            try:
+                keys = [k for k, v in vars(holder).items() if v is x]
+            except TypeError:
+                break
+            if not keys or isinstance(holder, dict):
+                break
+            path, holder = f"{path}.{keys[0]}", x
+    through = "" if named is None else f", through a {_type_name(named)} object"
+    file = module_globals.get("__file__")
+    library = module.split(".")[0] in ("jax", "jaxlib") or (
+        isinstance(file, str) and not frames.is_user_file(file))
+    clear = next((f"{path}.{m}()" for m in ("clear", "cache_clear")  # a dict; an lru_cache
+                  if not names_attributes and callable(getattr(holder, m, None))), "")
+    return id(holder), path, module, through, library, clear
+
+
+def _module_line(roots: dict[int, tuple[str, str, str, bool, str]]) -> tuple[str, str]:
+    """The line and the fix for the modules whose globals keep an array (from
+    :func:`_module_root`)."""
+    found = list(roots.values())
+    paths = [path for path, *_ in found]
+    through = found[0][2]
+    tops = list(dict.fromkeys(module.split(".")[0] for _, module, _, library, _ in found
+                              if library))
+    calls = [clear for *_, clear in found if clear]
+    if calls and "jax" in tops:  # jit's caches too: numpyro's closures went only with both
+        calls.insert(0, "jax.clear_caches()")  # (jax 0.10.2, numpyro 0.22)
+    clears = " and ".join(f"`{call}`" for call in calls)
+    these = "these references" if len(paths) > 1 else "this reference"
+    clearing = (f"clearing {'them' if len(paths) > 1 else 'it'} ({clears}) drops {these}, and "
+                "the array goes once nothing else keeps it" if clears else
+                "the array goes once the module lets go of it")
+    if tops:
+        return (f"{_LIBRARY} ({', '.join(tops)}), not a variable of yours: {', '.join(paths)}"
+                f"{through}",
+                f"`del` of your own names frees nothing while {' and '.join(tops)} keep"
+                f"{'s' if len(tops) == 1 else ''} it (a module-level cache, often of functions "
+                f"that close over your object): {clearing} (restarting the process always "
+                "frees it)")
+    return (f"the module {found[0][1]}: {', '.join(paths)}{through}",
+            f"{clearing} (`del` of a variable that names it frees nothing while the module "
+            "keeps it)")
 
 
 _JAX_OBJECT_FIX = ("{} when you are done: the object keeps the array for as long as it lives (the "
@@ -498,19 +636,38 @@ def _is_kit_frame(frame) -> bool:
     return frame.f_code.co_filename.startswith(os.path.dirname(__file__))
 
 
-def _traceback_frames() -> dict[int, str]:
-    """id(frame) -> where it came from, for the frames a saved traceback keeps alive."""
+def _traceback_frames() -> dict[int, tuple[str, bool]]:
+    """id(frame) -> (the saved traceback that keeps it: ``sys.last_traceback``, or
+    ``sys.last_exc.__traceback__`` (Python 3.12+), and whether it is that traceback's first
+    frame)."""
     import sys
 
-    out = {}
+    out: dict[int, tuple[str, bool]] = {}
     for label in ("last_traceback", "last_exc"):
         tb = getattr(sys, label, None)
         if label == "last_exc":
-            tb = getattr(tb, "__traceback__", None)
+            tb, label = getattr(tb, "__traceback__", None), "last_exc.__traceback__"
+        first = True
         while tb is not None:
-            out[id(tb.tb_frame)] = f"sys.{label}"
-            tb = tb.tb_next
+            out.setdefault(id(tb.tb_frame), (f"sys.{label}", first))
+            tb, first = tb.tb_next, False
     return out
+
+
+def _fix_traceback(saved: str, first: bool) -> str:
+    """How to let go of a frame a saved traceback keeps. Outside IPython, dropping the saved
+    traceback does it. IPython keeps the same traceback objects (its InteractiveTB, the last
+    ExecutionResult's error: ipython/ipython#11572), so there ``sys.last_traceback = None``
+    frees nothing (IPython 9.18.1, a 16 MiB local: still alive, 2 Arrays over it on jax 0.8.0);
+    cutting the chain below its first frame, which is IPython's own, frees every frame below it
+    wherever the chain is kept (0 left)."""
+    if first or _shell() is None:
+        return (f"clear it: `{saved} = None` (Python keeps the last error's frames and their "
+                "locals)")
+    return (f"clear it: `{saved}.tb_next = None` (IPython keeps the same traceback in "
+            f"get_ipython().InteractiveTB and its last result, so `{saved} = None` alone frees "
+            "nothing; cutting it below its first frame, IPython's own, lets the frames below "
+            "and their locals go)")
 
 
 def _name_in(container, names: list[tuple[str, Mapping]]) -> str | None:
@@ -530,26 +687,32 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
             keys = [k for k, v in ns.items() if v is arr]
             if label == "Out":
                 return (f"IPython's output history: Out[{', '.join(map(str, keys))}]",
-                        _FIX_OUT)
+                        _fix_out(arr, names))
             history = [k for k in keys if k in _HISTORY or (k.startswith("_") and
                                                            k[1:].isdigit())]
+            if label == _HIDDEN:
+                return (f"IPython's hidden copies of its last results: get_ipython()."
+                        f"user_ns_hidden[{', '.join(map(repr, history or keys))}]",
+                        _fix_out(arr, names))
             plain = [k for k in keys if k not in history]
             if plain:
                 return (f"the variable{'s' if len(plain) > 1 else ''} "
                         f"{', '.join(map(repr, plain))} in the notebook",
                         f"`del {', '.join(plain)}` (or assign None) when you are done")
-            return (f"IPython's last results: {', '.join(history)}", _FIX_OUT)
+            return (f"IPython's last results: {', '.join(history)}", _fix_out(arr, names))
+    if type(ref).__name__ == "DisplayHook" and type(ref).__module__.startswith("IPython"):
+        return (f"IPython's output history: its display hook's "
+                f"{', '.join(_attributes_holding(ref, arr, ('_', '__', '___'))) or 'result'}",
+                _fix_out(arr, names))
     if isinstance(ref, types.FrameType):
         where = f"{ref.f_code.co_name} ({frames.where(ref.f_code.co_filename, ref.f_lineno)})"
         local = [k for k, v in ref.f_locals.items() if v is arr]
-        if id(ref) in tb_frames and not frames.is_user_frame(ref):
-            return (f"a saved traceback ({tb_frames[id(ref)]}), in JAX's own frames",
-                    f"clear it: `{tb_frames[id(ref)]} = None`")
         if id(ref) in tb_frames:
-            return (f"a saved traceback ({tb_frames[id(ref)]}): the frame of {where}, local "
-                    f"{', '.join(map(repr, local)) or 'value'}",
-                    f"clear it: `{tb_frames[id(ref)]} = None` (Python keeps the last error's "
-                    "frames and their locals)")
+            saved, first = tb_frames[id(ref)]
+            return (f"a saved traceback ({saved}), in JAX's own frames"
+                    if not frames.is_user_frame(ref) else
+                    f"a saved traceback ({saved}): the frame of {where}, local "
+                    f"{', '.join(map(repr, local)) or 'value'}", _fix_traceback(saved, first))
         return (f"a running function's local {', '.join(map(repr, local)) or 'value'} in "
                 f"{where}", "")
     if isinstance(ref, (list, tuple, set, dict)):
@@ -559,21 +722,11 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
             # that dict only then; before, the object itself refers to the array)
             return _describe(obj, arr, names, tb_frames, mine | {id(owners)})
         inside = _index_of(ref, arr)
-        for o in owners:
-            for _, ns in names:
-                found = _keys_holding(ns, ref) if o is ns else []
-                if found:
-                    return (f"{type(ref).__name__} {found[0]!r}{inside} in "
-                            f"{_name_in(ns, names)}",
-                            f"remove it from {found[0]} (or `del {found[0]}`)")
-        if isinstance(ref, tuple) and any(isinstance(o, types.FunctionType) for o in owners):
+        if isinstance(ref, tuple) and any(isinstance(o, types.FunctionType) for o in owners) \
+                and not any(o is ns for o in owners for _, ns in names):
             return ("a function's default arguments", "")
-        for o in owners:  # an attribute of an object a variable names (aimz#168: ds.arrays)
-            if found := _named_attribute(o, ref, names, mine):
-                var, attr, obj, where = found
-                return (f"{type(ref).__name__} {var}.{attr}{inside}: a {_type_name(obj)} "
-                        f"object, the variable {var!r} in {where}",
-                        f"`del {var}` (or `{var}.{attr} = None`) when you are done")
+        if places := _places(ref, owners, names, mine | {id(owners)}):
+            return _container_line(type(ref).__name__, inside, places)
         if owners and all(_is_jax_owned(o) for o in owners):
             return ("", "")
         return (f"{_VAGUE}{type(ref).__name__}{inside} not named in the notebook",
@@ -601,6 +754,82 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
     if _is_jax_owned(ref):
         return ("", "")
     return _object_holder(ref, names, mine)
+
+
+def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int]) -> list[dict]:
+    """Every name that reaches the container ``ref`` in one or two steps: a variable, an
+    attribute of an object a variable names (aimz#168: ``ds.arrays``), or a key of a container
+    that one of those holds (numpyro's ``samples`` is the very dict ``mcmc._states_flat['z']``:
+    pyro-ppl/numpyro#1115). Each as a dict: ``var`` (the variable), ``path`` (how to write
+    it), ``obj`` (the object of an attribute, else None), ``where`` and ``action`` (what lets it
+    go). Variables first."""
+    import gc
+
+    found: list[dict] = []
+    deeper = []
+    for o in owners:
+        if _name_in(o, names) is not None:
+            found += _variables(o, ref, "", names)
+            continue
+        if hit := _named_attribute(o, ref, names, mine):
+            var, attr, obj, where = hit
+            found.append({"var": var, "path": f"{var}.{attr}", "obj": obj, "where": where,
+                          "action": f"`{var}.{attr} = None`"})
+        elif isinstance(o, (dict, list, tuple)) and len(deeper) < 4:
+            deeper.append(o)
+    if not found:  # nothing names it at all: the caller searches further up
+        return []
+    ours = mine | {id(deeper), id(found)}
+    for o in deeper:  # is the container also inside another one that something names?
+        index = _index_of(o, ref)
+        for oo in gc.get_referrers(o):
+            if id(oo) in ours:
+                continue
+            if _name_in(oo, names) is not None:
+                found += _variables(oo, o, index, names)
+            elif hit := _named_attribute(oo, o, names, ours):
+                var, attr, obj, where = hit
+                found.append({"var": var, "path": f"{var}.{attr}{index}", "obj": obj,
+                              "where": where, "action": f"`{var}.{attr} = None`"})
+    found.sort(key=lambda p: p["obj"] is not None)  # variables first
+    return list({p["path"]: p for p in found}.values())
+
+
+def _variables(ns: Mapping, value, index: str, names: list[tuple[str, Mapping]]
+               ) -> list[dict]:
+    """The places (as :func:`_places` gives them) where names of ``ns`` hold ``value``."""
+    where = _name_in(ns, names)
+    out = []
+    for k in _keys_holding(ns, value):
+        out.append({"var": k, "path": f"{k}{index}", "obj": None, "where": where,
+                    "action": f"`del {k}`"})
+    return out
+
+
+def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, str]:
+    """The line and the fix for a container that names reach (from :func:`_places`): with one
+    name, letting that go frees it; with several, every one must go (pyro-ppl/numpyro#1115:
+    `del samples` freed nothing while mcmc._states_flat['z'] was the same dict)."""
+    def said(p: dict, alone: bool) -> str:
+        if p["obj"] is None:
+            return f"{p['path']!r}{inside} in {p['where']}" if alone else \
+                f"{p['path']} (the variable {p['var']!r} in {p['where']})"
+        return (f"{p['path']}{inside}: a {_type_name(p['obj'])} object, the variable "
+                f"{p['var']!r} in {p['where']}" if alone else
+                f"{p['path']} (a {_type_name(p['obj'])} object, the variable {p['var']!r} in "
+                f"{p['where']})")
+
+    first, others = places[0], places[1:]
+    line = f"{kind} {said(first, True)}"
+    if not others:
+        if first["obj"] is None:
+            return line, f"remove it from {first['var']} (or `del {first['var']}`)"
+        return line, (f"`del {first['var']}` (or {first['action']}) when you are done")
+    also = ", ".join(said(p, False) for p in others)
+    actions = " and ".join(dict.fromkeys(p["action"] for p in places))
+    return (f"{line}; the same {kind} is also {also}",
+            f"{first['action']} alone frees nothing, the same {kind} is also "
+            f"{', '.join(p['path'] for p in others)}: {actions} when you are done")
 
 
 def _views(value: Any, arr: Any) -> bool:
@@ -674,6 +903,12 @@ def _named_attribute(owner, value, names: list[tuple[str, Mapping]], mine: set[i
         if keys := _keys_holding(ns, obj):
             return keys[0], attr, obj, _name_in(ns, names)
     return None
+
+
+def _attributes_holding(obj, value, attributes: tuple[str, ...]) -> list[str]:
+    """Those of ``attributes`` of ``obj`` that are ``value``. (A function of its own, as
+    :func:`_keys_holding` is.)"""
+    return [k for k in attributes if getattr(obj, k, None) is value]
 
 
 def _type_name(obj) -> str:

@@ -46,14 +46,14 @@ from helpers._internal import host_sampler, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record, to_json_value
 from helpers.errors import BadInputError, MeasurementFailed
-from helpers.units import NOT_AVAILABLE, NotAvailable
+from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 
 jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at start
 
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "DeviceMemory", "HostMemory", "MemorySnapshot",
-           "MemoryTrace", "borrowed_buffers", "live_arrays", "live_bytes_by_device", "memory_stats",
-           "register_borrowed", "reset_host_peak", "samples_to_dict", "snapshot",
-           "still_computing", "track"]
+           "MemoryTrace", "backend_restarted", "borrowed_buffers", "live_arrays",
+           "live_bytes_by_device", "memory_stats", "register_borrowed", "reset_host_peak",
+           "retired_arrays", "samples_to_dict", "snapshot", "still_computing", "track"]
 
 ALLOCATOR = "allocator"
 LIVE_ARRAYS = "live arrays"
@@ -178,28 +178,94 @@ def reset_host_peak() -> bool:
 
 
 def _all_devices() -> list:
-    from jax.extend.backend import backends
-
     out = []
-    for client in backends().values():
+    for client in _clients().values():
         out.extend(client.local_devices())
     return out
+
+
+# --- backends JAX restarted ------------------------------------------------------------------
+# JAX's private api.clear_backends() (jax.clear_backends until jax 0.4.36) makes new clients; the
+# arrays made before stay alive on the old client, which jax.live_arrays() no longer asks
+# (jax-ml/jax#10828). The kit keeps a weak reference to every client it meets, and at its first
+# sight of a client looks once through Python's objects for older ones it never met.
+_SEEN: dict[int, weakref.ref] = {}
+_SEEN_LOCK = threading.Lock()
+
+
+def _clients() -> dict:
+    """{backend name: client} of the backends JAX runs now (``jax.extend.backend.backends()``).
+    A client first met here makes the kit look once for older clients still alive."""
+    from jax.extend.backend import backends
+
+    now = dict(backends())
+    with _SEEN_LOCK:
+        met = [c for c in now.values() if (r := _SEEN.get(id(c))) is None or r() is not c]
+        for c in met:
+            _SEEN[id(c)] = weakref.ref(c)
+    if met:
+        import gc
+
+        kind = type(met[0])
+        older = [o for o in gc.get_objects() if type(o) is kind]
+        with _SEEN_LOCK:
+            for c in older:
+                if (r := _SEEN.get(id(c))) is None or r() is not c:
+                    _SEEN[id(c)] = weakref.ref(c)
+        del older
+    return now
+
+
+def retired_arrays() -> list:
+    """Live arrays of clients JAX no longer runs, a backend restarted
+    (JAX's private ``api.clear_backends()``): they keep their memory, and ``jax.live_arrays()`` no
+    longer lists them (jax-ml/jax#10828). :func:`live_arrays` has them too."""
+    now = list(_clients().values())
+    with _SEEN_LOCK:
+        alive = [c for r in list(_SEEN.values()) if (c := r()) is not None]
+    out = []
+    for client in alive:
+        if any(client is c for c in now):
+            continue
+        try:
+            out.extend(a for a in client.live_arrays() if _made(a))
+        except Exception:  # a client that cannot list them
+            continue
+    return out
+
+
+def backend_restarted() -> str:
+    """A sentence when arrays of a backend JAX restarted are alive (:func:`retired_arrays`):
+    how many and their bytes, why ``jax.live_arrays()`` misses them, and what to do instead;
+    "" when there are none."""
+    arrays = retired_arrays()
+    if not arrays:
+        return ""
+    nbytes = sum(_live_bytes_by_device(arrays=arrays).values())
+    n = len(arrays)
+    del arrays
+    return (f"{n} live array{'s' if n > 1 else ''} ({format_bytes(nbytes)}) "
+            f"{'belong' if n > 1 else 'belongs'} to a backend JAX restarted (its private "
+            "clear_backends(), jax-ml/jax#10828): "
+            f"jax.live_arrays() no longer lists {'them' if n > 1 else 'it'}, and "
+            f"{'they keep' if n > 1 else 'it keeps'} the old backend's memory. "
+            f"`del` {'them' if n > 1 else 'it'} to free that memory; to free compiled "
+            "programs, call jax.clear_caches() instead, which keeps the backend (clear_backends "
+            "frees no array).")
 
 
 def live_arrays() -> list:
     """Live arrays of every backend: ``jax.live_arrays()`` alone lists only the default
     backend's, so on a GPU machine the CPU (host) arrays would be missed. An array whose
     computation failed (out of memory) is left out: JAX still lists it, but its buffer was
-    never made."""
-    from jax.extend.backend import backends
-
+    never made. Arrays of a backend JAX restarted are in too (:func:`retired_arrays`)."""
     out = []
-    for name in backends():
+    for name in _clients():
         try:
             out.extend(a for a in jax.live_arrays(name) if _made(a))
         except Exception:  # a backend that cannot list them
             continue
-    return out
+    return out + retired_arrays()
 
 
 def _made(a) -> bool:
@@ -233,11 +299,12 @@ def live_bytes_by_device() -> dict:
     """Bytes of live JAX arrays per device (``{Device: bytes}``), each buffer counted once:
     two Arrays over one buffer (JAX caches such a second Array when a buffer's address is
     asked for, and views alias their source) are one buffer. The number behind a CPU
-    :func:`snapshot` and :func:`helpers.holders.largest`'s ``live_bytes``."""
+    :func:`snapshot` and :func:`helpers.holders.largest`'s ``live_bytes``. Arrays of a backend
+    JAX restarted count under their own Devices (other objects, the same names)."""
     return _live_bytes_by_device()
 
 
-def _live_bytes_by_device(pending: dict | None = None) -> dict:
+def _live_bytes_by_device(pending: dict | None = None, arrays: list | None = None) -> dict:
     """Bytes of live JAX arrays per device (each shard counted on its own device).
 
     Computed from each array's sharding, never through ``shard.data``: reading that makes
@@ -249,12 +316,12 @@ def _live_bytes_by_device(pending: dict | None = None) -> dict:
     ``datasets.batches`` holds on a CPU device is not counted at all: it is the file's page
     cache, not memory the device allocated. An array still being computed is never asked for
     its address (asking waits for it: jax-ml/jax#928's queue would drain before the count);
-    ``pending`` gets how many there are per device.
+    ``pending`` gets how many there are per device. ``arrays``: these, not every live one.
     """
     borrowed = borrowed_buffers()
     seen: set = {(d, addr) for d, addr, _, _ in borrowed}
     placed_arrays, groups = [], {}
-    for arr in live_arrays():
+    for arr in live_arrays() if arrays is None else arrays:
         try:
             if arr.is_deleted():
                 continue
@@ -289,26 +356,49 @@ def _live_bytes_by_device(pending: dict | None = None) -> dict:
 def _device_memory(devices) -> tuple[DeviceMemory, ...]:
     live = None
     out = []
+    retired = _retired_by_name()  # arrays of a backend JAX restarted: by device name
     for d in devices:
         stats = memory_stats(d)
+        old_bytes, old_note = retired.get(device_name(d), (0, ""))
         if stats and "bytes_in_use" in stats:
             out.append(DeviceMemory(
                 device=device_name(d), platform=d.platform,
                 bytes_in_use=int(stats["bytes_in_use"]),
                 peak_bytes=_int_or_na(stats.get("peak_bytes_in_use")),
                 limit_bytes=_int_or_na(stats.get("bytes_limit")), source=ALLOCATOR,
-                note=_counting_note(stats, d.platform),
+                note=" ".join(x for x in (_counting_note(stats, d.platform), old_note and (
+                    f"{old_note} The counters above may leave out its "
+                    f"{format_bytes(old_bytes)}: jax-ml/jax#20022 reports that the new "
+                    "backend takes a pool of its own (not yet run on a GPU).")) if x),
             ))
         else:
             if live is None:
                 pending: dict = {}
                 live = _live_bytes_by_device(pending)
             out.append(DeviceMemory(
-                device=device_name(d), platform=d.platform, bytes_in_use=int(live.get(d, 0)),
+                device=device_name(d), platform=d.platform,
+                bytes_in_use=int(live.get(d, 0) + old_bytes),
                 peak_bytes=NOT_AVAILABLE, limit_bytes=NOT_AVAILABLE, source=LIVE_ARRAYS,
-                note=_pending_note(pending.get(d, 0)),
+                note=" ".join(x for x in (_pending_note(pending.get(d, 0)), old_note and (
+                    f"{old_note} These {format_bytes(old_bytes)} are in the count above.")) if x),
             ))
     return tuple(out)
+
+
+def _retired_by_name() -> dict[str, tuple[int, str]]:
+    """{device name: (bytes, the sentence)} for the arrays of a backend JAX restarted
+    (:func:`retired_arrays`): its devices are other objects with the same names."""
+    arrays = retired_arrays()
+    if not arrays:
+        return {}
+    by_device = _live_bytes_by_device(arrays=arrays)
+    del arrays
+    note = backend_restarted()
+    out: dict[str, tuple[int, str]] = {}
+    for device, nbytes in by_device.items():
+        name = device_name(device)
+        out[name] = (out.get(name, (0, ""))[0] + nbytes, note)
+    return out
 
 
 #: this many results still being computed mean the Python loop runs ahead of the device

@@ -323,7 +323,9 @@ def tree_placement_html(t: TreePlacement) -> str:
 def holders_text(h: Holders) -> str:
     lines = [f"{h.live_arrays} live arrays, {format_bytes(h.live_bytes)}; the largest "
              f"{len(h.arrays)}: {format_bytes(h.user_bytes)} held by your code, "
-             f"{format_bytes(h.jax_bytes)} by JAX alone"]
+             f"{format_bytes(h.jax_bytes)} by JAX alone" + (
+                 f", {format_bytes(h.library_bytes)} by a library's module-level state"
+                 if h.library_bytes else "")]
     for a in h.arrays:
         lines.append(f"  {format_bytes(a.nbytes):>10}  {a.array}")
         lines += [f"              held by {who}" for who in a.held_by] or [
@@ -343,6 +345,8 @@ def holders_text(h: Holders) -> str:
             "an argument; f.clear_cache() or jax.clear_caches() drops the programs.")
     if h.many_small:
         lines.append(h.many_small)
+    if h.restarted:
+        lines.append(h.restarted)
     lines += [_alike_text(names, nbytes) for names, nbytes in h.alike]
     if not h.complete:
         lines.append(f"(stopped after {h.seconds:.1f} s: the time budget ran out)")

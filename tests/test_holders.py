@@ -357,3 +357,195 @@ def test_a_numpy_view_of_a_cpu_array_is_named_by_its_variable():
                          "of a CPU array shares its buffer)",)
     assert "`del view`" in a.fix
     ns.clear()
+
+
+_SHELL = """
+import gc, re
+import jax
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+def cell(src):
+    ip.run_cell(src, store_history=True)
+def live():  # Arrays over the 16 MiB buffer (on jax 0.8.0 a second one over the same buffer)
+    gc.collect()
+    return sum(1 for a in jax.live_arrays() if a.size == 2048 * 2048)
+def fix():
+    from helpers import holders
+    (a,) = [a for a in holders.largest(1).arrays if a.nbytes == 16 * 2**20]
+    print('HELD', ' | '.join(a.held_by))
+    print('FIX', a.fix)
+    return a.fix
+cell("import jax, jax.numpy as jnp")
+"""
+
+_OUT_HISTORY = _SHELL + """
+for shown_before in (0, 1):  # the array is then IPython's _, then its __
+    cell("x = jnp.ones((2048, 2048))")
+    cell("x")  # displayed: Out[n], _n, _
+    if shown_before:
+        cell("1")  # one more result: x is now __
+    cell("del x")
+    said = fix()
+    cell("Out.clear()")
+    cell("del _" if not shown_before else "del __")
+    print('after Out.clear() and del', live())
+    cell("%reset -f out")
+    print('after %reset -f out', live())
+    fix()  # what holds it now
+    pops = re.findall(r"del get_ipython\\(\\)\\.user_ns_hidden\\['_+'\\]", said)
+    cell("; ".join(pops))
+    print('after the kit fix', pops, live())
+"""
+
+
+def test_ipython_12879_a_displayed_array_is_let_go_by_reset_out_and_user_ns_hidden():
+    """ipython/ipython#12879: an array shown as a cell's result stays alive after `del`. The
+    kit said `Out.clear()` and `del _` (or `%reset -f out`) let it go: in IPython 9.18.1 they
+    leave 2 Arrays over the 16 MiB buffer, since the display hook pushes _, __, ___ and _N
+    into user_ns_hidden too; its next answer was `exit._ip = None` (that dict is
+    user_ns_hidden). Now it names user_ns_hidden and the fix that leaves 0."""
+    from tests.conftest import run_python
+
+    proc = run_python(_OUT_HISTORY, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(("HELD", "FIX", "after"))]
+    assert len(lines) == 14, proc.stdout[-3000:]
+    for (held, said, cleared, reset, held_after, _, fixed), under in zip(  # noqa: B905
+            (lines[:7], lines[7:]), ("_", "__")):
+        assert f"user_ns_hidden['{under}'" in held and "Out[" in held
+        assert "`%reset -f out`" in said and f"del get_ipython().user_ns_hidden['{under}']" in said
+        assert not cleared.endswith(" 0") and not reset.endswith(" 0")  # the old fixes
+        assert f"user_ns_hidden['{under}']" in held_after and "exit._ip" not in held_after
+        assert fixed.endswith(" 0"), fixed  # the kit's fix frees it
+
+
+_SAVED_TRACEBACK = _SHELL + """
+cell("def train():\\n    big = jnp.ones((2048, 2048))\\n    raise RuntimeError('diverged')")
+cell("train()")
+print('after the error', live())
+cell("import sys; sys.last_traceback = sys.last_value = None")
+print('after sys.last_traceback = None', live())
+cell("train()")  # again: IPython now keeps this one
+said = fix()
+(step,) = re.findall(r"`(sys\\.last_traceback\\.tb_next = None)`", said)
+cell(step)
+print('after the kit fix', live())
+"""
+
+
+def test_ipython_11572_a_saved_traceback_in_ipython_is_cut_below_its_first_frame():
+    """ipython/ipython#11572: after an exception in a cell, the failing function's locals stay
+    alive. The kit said `sys.last_traceback = None`, which in IPython frees nothing (its
+    InteractiveTB and last ExecutionResult keep the same traceback); cutting the traceback
+    below its first frame, IPython's own, frees it. (Outside IPython the plain fix stays:
+    test_a_saved_traceback_keeps_a_frame_and_its_locals.)"""
+    from tests.conftest import run_python
+
+    proc = run_python(_SAVED_TRACEBACK, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = {x.split(" ")[0]: x for x in proc.stdout.splitlines()
+           if x.startswith(("HELD", "FIX"))}
+    counts = [x for x in proc.stdout.splitlines() if x.startswith("after")]
+    assert not counts[0].endswith(" 0") and not counts[1].endswith(" 0"), counts  # old fix
+    assert "a saved traceback (sys.last_traceback)" in out["HELD"] and "'big'" in out["HELD"]
+    assert "InteractiveTB" in out["FIX"]
+    assert counts[2] == "after the kit fix 0", counts
+
+
+class _Sampler:  # numpyro's MCMC: get_samples() returns the very dict it keeps in _states_flat
+    def __init__(self, mib: int):
+        self._states_flat = {"z": {"x": big(mib)}}
+
+    def get_samples(self) -> dict:
+        return self._states_flat["z"]
+
+
+def test_numpyro_1115_every_name_of_a_shared_container_is_named_and_must_go():
+    """pyro-ppl/numpyro#1115: `samples = mcmc.get_samples()` is the very dict
+    `mcmc._states_flat['z']`; the kit said `del samples`, which freed nothing (checked with
+    numpyro 0.22: both 15.26 MiB arrays still alive). Now it names both and says both go."""
+    mcmc = _Sampler(36)
+    ns = {"mcmc": mcmc, "samples": mcmc.get_samples()}
+    gone = weakref.ref(mcmc._states_flat["z"]["x"])
+    del mcmc
+    a = _find(holders.largest(3, namespace=ns), 36 * MiB)
+    assert a.held_by == ("dict 'samples'['x'] in the notebook; the same dict is also "
+                         "mcmc._states_flat['z'] (a tests.test_holders._Sampler object, the "
+                         "variable 'mcmc' in the notebook)",)
+    assert a.fix.startswith("`del samples` alone frees nothing, the same dict is also "
+                            "mcmc._states_flat['z']: `del samples` and "
+                            "`mcmc._states_flat = None`"), a.fix
+    del ns["samples"]  # the kit's old fix
+    gc.collect()
+    assert gone() is not None
+    ns["mcmc"]._states_flat = None  # and the rest of the new one
+    gc.collect()
+    assert gone() is None
+
+
+#: numpyro's mechanism (numpyro.util.cached_by, MCMC._get_cached_fns), as a library would have
+#: it: a module function keeps a cache of functions, and one of them closes over the sampler
+_SAMPLER_LIBRARY = """
+from collections import OrderedDict
+from functools import partial
+
+
+def cached_by(outer, *keys):
+    outer._cache = getattr(outer, "_cache", OrderedDict())
+
+    def wrapped(fn):
+        outer._cache[(*keys, fn.__name__)] = fn
+        return fn
+    return wrapped
+
+
+def collect(postprocess):
+    @cached_by(collect, postprocess)
+    def collect_and_postprocess(x):
+        return postprocess(x)
+    return collect_and_postprocess
+
+
+class Sampler:
+    def run(self, states):
+        self._states = states
+
+        def _postprocess_fn(x):
+            return self
+        collect(partial(_postprocess_fn))
+"""
+
+
+def test_numpyro_1115_an_object_a_library_s_module_cache_keeps_is_not_called_yours():
+    """pyro-ppl/numpyro#1115: once the MCMC object left the user's code, its samples stayed
+    alive through numpyro's module-level caches of functions that close over it; the kit said
+    'held by your code ... a container: dict['x'] not named'. Now it names the module's
+    cache, counts the bytes apart, and clearing that cache frees the array."""
+    import os
+    import sysconfig
+    import types
+
+    lib = types.ModuleType("kit_test_sampler_lib")  # a module installed as a package would be
+    lib.__file__ = os.path.join(sysconfig.get_paths()["purelib"], "kit_test_sampler_lib.py")
+    exec(compile(_SAMPLER_LIBRARY, lib.__file__, "exec"), lib.__dict__)
+
+    def run():
+        sampler = lib.Sampler()
+        sampler.run({"z": {"x": big(44)}})
+        return weakref.ref(sampler)
+
+    gone = run()
+    gc.collect()
+    assert gone() is not None
+    h = holders.largest(3, namespace={})
+    a = _find(h, 44 * MiB)
+    assert a.held_by == ("a library's module-level state (kit_test_sampler_lib), not a variable "
+                         "of yours: kit_test_sampler_lib.collect._cache, through a "
+                         "kit_test_sampler_lib.Sampler object",), a.held_by
+    assert "`del` of your own names frees nothing" in a.fix
+    assert "`kit_test_sampler_lib.collect._cache.clear()`" in a.fix
+    assert h.library_bytes >= 44 * MiB and "by a library's module-level state" in str(h)
+    assert h.user_bytes + h.jax_bytes + h.library_bytes == sum(x.nbytes for x in h.arrays)
+    lib.collect._cache.clear()  # the fix it names
+    gc.collect()
+    assert gone() is None

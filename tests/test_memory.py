@@ -415,3 +415,53 @@ def test_arrays_still_being_computed_are_counted_without_waiting_and_named(monke
     assert ".block_until_ready()" in d.note
     monkeypatch.setattr(memory, "live_arrays", lambda: [_Queued(dev) for _ in range(3)])
     assert memory.snapshot([dev]).devices[0].note == ""  # a few in flight: nothing to say
+
+
+_RESTARTED = """
+import gc
+import jax, jax.numpy as jnp
+from helpers import holders, memory
+for met_before in (False, True):  # the kit never met the old backend; the kit met it
+    x = jnp.ones((2048, 2048)) * 2  # 16 MiB the user still holds
+    if met_before:
+        memory.snapshot()
+    jax._src.api.clear_backends()  # the old answers' call (jax.clear_backends until 0.4.36)
+    gc.collect()
+    print('jax lists', len(jax.live_arrays()))
+    d = memory.snapshot().device('cpu:0')
+    print('snapshot', d.bytes_in_use)
+    print('note', d.note)
+    real, memory.memory_stats = memory.memory_stats, lambda d: {'bytes_in_use': 0}
+    print('allocator', memory.snapshot().device('cpu:0').note)  # a GPU's counters: a stand-in
+    memory.memory_stats = real
+    h = holders.largest(2)
+    print('holders', h.live_bytes, h.arrays[0].held_by[0])
+    print('restarted', h.restarted)
+    del x, h, d  # the fix it names
+    gc.collect()
+    print('after del', memory.snapshot().device('cpu:0').bytes_in_use,
+          repr(memory.backend_restarted()))
+"""
+
+
+def test_jax_10828_arrays_of_a_restarted_backend_are_counted_and_named():
+    """jax-ml/jax#10828 (with jax#20022): after jax._src.api.clear_backends(), arrays made
+    before are alive and hold their memory, but jax.live_arrays() no longer lists them: the
+    kit said 0 live arrays, 0 B. It now counts them (the old client's, found by a weak
+    reference, or once among Python's objects when the kit never met it), says why, and `del`
+    frees them."""
+    proc = run_python(_RESTARTED, env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"},
+                      timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 14, proc.stdout
+    for jax_lists, snap, note, counters, held, restarted, after in (lines[:7], lines[7:]):
+        assert jax_lists == "jax lists 0"  # what JAX says, and what the kit used to repeat
+        assert snap == f"snapshot {16 * 2**20}"
+        assert "belong" in note and "restarted" in note and "jax-ml/jax#10828" in note
+        assert "jax.live_arrays() no longer lists" in note and "jax.clear_caches()" in note
+        assert "16.00 MiB are in the count above" in note
+        assert "may leave out its 16.00 MiB" in counters and "not yet run on a GPU" in counters
+        assert held == f"holders {16 * 2**20} the variable 'x' in the notebook"
+        assert restarted.startswith("restarted ") and "`del`" in restarted
+        assert after == "after del 0 ''"
