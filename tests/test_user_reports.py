@@ -380,7 +380,10 @@ def test_the_table_lists_every_report_tested_here():
                  "1956": "tests/test_ipython.py", "43": "tests/test_ipython.py",
                  "1988": "tests/test_ipython.py", "16637": "tests/test_callbacks.py",
                  "23869": "tests/test_preflight.py", "49131": "tests/test_preflight.py",
-                 "8515": "tests/test_step_arguments.py"}
+                 "8515": "tests/test_step_arguments.py", "12879": "tests/test_holders.py",
+                 "11572": "tests/test_holders.py", "10828": "tests/test_memory.py",
+                 "20022": "the jax#10828 test in tests/test_memory.py",
+                 "1115": "tests/test_holders.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -988,6 +991,8 @@ def test_transformers_12534_master_weights_and_full_width_reads_are_not_named():
 def test_transformers_15766_a_random_init_beside_the_loaded_weights_is_named_as_two_copies():
     # a Hugging Face Flax model made from its config initializes random weights; loading the
     # pretrained ones makes a second tree alike. A stand-in model object that holds .params
+    jax.clear_caches()  # largest(2) ranks every live array: none an earlier test's cache keeps
+    gc.collect()
     def init(key):
         k1, k2 = jax.random.split(key)
         return {"encoder": {"kernel": jax.random.normal(k1, (512, 512)), "bias": jnp.zeros(512)},
@@ -2367,3 +2372,25 @@ def test_jax_14642_14821_18249_bcoo_products_making_far_more_than_the_product_ar
     dense = preflight.preflight_step(lambda a, b: a.todense() @ b.todense().T, a, b)
     assert 8 * dense.peak_bytes < pair.peak_bytes
     np.testing.assert_allclose((a @ b.T).todense(), a.todense() @ b.todense().T, rtol=1e-4)
+
+
+def test_jax_10007_arrays_kept_by_the_list_live_arrays_returned_are_named():
+    """Live buffers grew by one per iteration of a loop that listed them: the list from the
+    previous jax.live_arrays() call (and the loop variable) kept every earlier array (jax#9714,
+    YouJiacheng: del them)."""
+    jax.clear_caches()
+    gc.collect()
+    ns = {}
+    for _ in range(4):
+        ns["A"] = jnp.ones(512 * 1024)  # 2 MiB, made anew each pass
+        gc.collect()
+        ns["bs"] = jax.live_arrays()
+        for b in ns["bs"]:
+            ns["b"] = b
+    said = str(holders.largest(5, namespace=ns))
+    assert "'bs'" in said and "del bs" in said
+    kept = sum(a.nbytes == 2 * MiB for a in jax.live_arrays())
+    assert kept >= 4  # every pass's A, kept by the lists
+    del ns["bs"], ns["b"], b  # the fix it names
+    gc.collect()
+    assert sum(a.nbytes == 2 * MiB for a in jax.live_arrays()) <= kept - 2
