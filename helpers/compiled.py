@@ -792,10 +792,11 @@ class CompiledStep:
         value may be the Jacobian's own basis, not a vmap of the user's (jax-ml/jax#787)."""
         return jaxprs.jacobian_lines(self.jaxpr)
 
-    def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
-                                    ...]:
+    def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
+                                          str, int | None], ...]:
         """(the loop's primitive, the buffer's shape, one step's shape, dtype, bytes, the
-        write's line) of each buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
+        write's line, the write's primitive: ``maybe_set`` for equinox's, the scan's steps: None
+        for a ``while_loop``) of each buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
         carries and only writes, one step's value per row (google-deepmind/gemma#534)."""
         return jaxprs.loop_records(self.jaxpr)
 
