@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jax.extend import core
 from jax.interpreters import mlir
 
-from helpers import preflight
+from helpers import compiled, preflight
 from helpers._internal import jaxprs
 
 MiB = 2**20
@@ -133,3 +133,121 @@ def test_gemma_534_a_scan_buffer_of_one_row_a_step_is_still_memory_the_loop_must
     spare = preflight.preflight_step(record(1024, 64), x).advice
     assert "1024 rows, of which its 64 steps write at most 64" in spare
     assert "memory the loop must have" not in spare
+
+
+# --- a carry XLA copies whole on every step ----------------------------------------------------
+def _rows_in_carry(n):
+    """jax-ml/jax#10197: each step writes a row into the carried buffer P."""
+    def g(p0):
+        P = jnp.concatenate([p0[None], jnp.zeros([n - 1, 10, 10])])
+
+        def body(P, i):
+            return P.at[i].set(jnp.sin(P[i - 1])), None
+        return jnp.sum(jax.lax.scan(body, P, jnp.arange(1, n))[0][-1])
+    return g
+
+
+def _rows_as_ys(n):
+    """The thread's fix: carry the last row, return the rows as the scan's output."""
+    def g(p0):
+        def body(prev, i):
+            new = jnp.sin(prev)
+            return new, new
+        rows = jax.lax.scan(body, p0, jnp.arange(1, n))[1]
+        return jnp.sum(jnp.concatenate([p0[None], rows])[-1])
+    return g
+
+
+def test_jax_10197_a_row_written_into_a_scan_carry_under_grad_is_copied_whole_each_step():
+    """Under jax.grad, XLA copies the whole carried buffer on each step of the scan: quadratic
+    in its length (measured by the kit on the CPU, n=4000: 677 ms, 3.1 ms with the rows as
+    ys). The kit listed an unlabelled copy temporary and said nothing."""
+    p0 = jnp.ones((10, 10))
+    slow = compiled.compile_step(jax.grad(_rows_in_carry(2000)), p0).carry_copies()
+    assert slow and slow[0][:5] == ("float32", (2000, 10, 10), 800_000, 2, 1999)
+    assert slow[0][5] is True  # inside the derivative
+    note = preflight.preflight_step(jax.grad(_rows_in_carry(2000)), p0).advice
+    assert "XLA copies the loop's carried float32[2000, 10, 10] (781.25 KiB) whole" in note
+    assert "each of its 1999 steps" in note and "jax-ml/jax#10197" in note
+    assert note.index("return each step's row as the scan's output") < note.index("#17845")
+    # the fix, run: the same gradient, no copy of a carried buffer
+    fixed = compiled.compile_step(jax.grad(_rows_as_ys(2000)), p0)
+    assert fixed.carry_copies() == ()
+    assert "jax-ml/jax#10197" not in preflight.preflight_step(jax.grad(_rows_as_ys(2000)),
+                                                              p0).advice
+    assert jnp.allclose(jax.grad(_rows_as_ys(300))(p0), jax.grad(_rows_in_carry(300))(p0))
+    # without the gradient the row is written in place: no copy, no note
+    assert compiled.compile_step(_rows_in_carry(2000), p0).carry_copies() == ()
+
+
+S = 64
+
+
+def _slow_pop(carry, idx):
+    """jax-ml/jax#17845: the value read before the write, returned after it."""
+    value = carry[idx]
+    carry = jax.lax.dynamic_update_slice(carry, jax.lax.dynamic_slice(carry, (idx + 1,), (S,)),
+                                         (idx,))
+    return carry, value
+
+
+def _fast_pop(carry, idx):
+    """patrick-kidger's fix (jax-ml/jax#17640): stash the value in a spare slot, read it after
+    the writes."""
+    carry = jax.lax.dynamic_update_slice(carry, jax.lax.dynamic_slice(carry, (idx,), (1,)),
+                                         (carry.shape[0] - 1,))
+    carry = jax.lax.dynamic_update_slice(carry, jax.lax.dynamic_slice(carry, (idx + 1,), (S,)),
+                                         (idx,))
+    return carry, carry[-1]
+
+
+def _pops(pop):
+    def f(carry):
+        return jax.lax.scan(pop, carry, jnp.arange(2000) % 100)
+    return f
+
+
+def test_jax_17845_a_carry_read_before_its_write_is_copied_whole_each_step():
+    """Reading carry[idx] before the write and returning it makes XLA copy the whole carry on
+    every step (measured by the kit on the CPU, 2000 steps over 1e6 floats: 607 ms, 0.4 ms
+    read after the writes). The kit said "donate carry", which leaves the copy."""
+    x = jnp.zeros(100_000)
+    p = preflight.preflight_step(_pops(_slow_pop), x)
+    note = p.advice
+    assert "XLA copies the loop's carried float32[100000] (390.62 KiB) whole" in note
+    assert "each of its 2000 steps" in note and "jax-ml/jax#17845" in note
+    assert note.index("read it after the writes") < note.index("#10197")
+    assert "jax.lax.scan(pop, carry" in note  # the scan's own line
+    fixed = preflight.preflight_step(_pops(_fast_pop), x)
+    assert "jax-ml/jax#17845" not in fixed.advice
+    xs = jnp.arange(5000.0)
+    assert jnp.array_equal(jax.jit(_pops(_slow_pop))(xs)[1], jax.jit(_pops(_fast_pop))(xs)[1])
+
+
+def test_jax_10197_an_ordinary_scan_and_threefry_rounds_get_no_carry_copy_note():
+    """A scan whose carry the step rewrites whole (an RNN's state), a layer scan under grad (XLA
+    copies its 1 MiB activations each step, but the step makes them anew), a KV cache, and
+    the copies of XLA's own loop for jax.random's threefry rounds (5 steps, no loop of the
+    user's) are no carry-copy note."""
+    h = jnp.ones((512, 512))
+    w = jnp.ones((512, 512)) / 512
+
+    def rnn(h, w):
+        return jax.lax.scan(lambda h, _: (jnp.tanh(h @ w), None), h, None, length=64)[0].sum()
+
+    def layers(ws, x):
+        return jax.lax.scan(lambda x, w: (jnp.tanh(x @ w), None), x, ws)[0].sum()
+
+    def draws(key):
+        return jax.random.normal(key, (1024, 512)).sum()
+
+    def decode(x):  # a KV cache: read, then a row written in place
+        def body(i, cache):
+            return cache.at[:, i].set(x * (cache * x[:, None]).sum())
+        return jax.lax.fori_loop(0, 64, body, jnp.zeros((4, 64, 2048)))
+
+    for fn, args in ((rnn, (h, w)), (jax.grad(rnn), (h, w)), (decode, (jnp.ones((4, 2048)),)),
+                     (jax.grad(layers), (jnp.ones((32, 512, 512)) / 512, h)),
+                     (draws, (jax.random.key(0),))):
+        assert compiled.compile_step(fn, *args).carry_copies() == (), fn
+        assert "XLA copies the loop's carried" not in preflight.preflight_step(fn, *args).advice

@@ -18,8 +18,8 @@ import numpy as np
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "cast_before_scan",
-           "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
+__all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "carry_lines",
+           "cast_before_scan", "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
@@ -458,6 +458,27 @@ def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], s
                             write.primitive.name,
                             eqn.params["length"] if name == "scan" else None))
     return tuple(sorted(out, key=lambda r: -r[4]))
+
+
+def carry_lines(closed, shape: tuple[int, ...]) -> list[str]:
+    """The user's lines of each ``lax.scan`` or ``lax.while_loop`` (``lax.fori_loop``) that
+    carries a value of ``shape`` (where a loop XLA copies a carried value of that shape comes
+    from), those with a line first ("" for one without); [] where none carries it (a loop XLA
+    made itself: threefry2x32's rounds on the CPU)."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name == "scan":
+                first, n = eqn.params["num_consts"], eqn.params["num_carry"]
+            elif eqn.primitive.name == "while":
+                first = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
+                n = len(eqn.outvars)
+            else:
+                continue
+            if any(tuple(getattr(v.aval, "shape", ())) == tuple(shape)
+                   for v in eqn.invars[first:first + n]):
+                out.append(equation_line(eqn))
+    return sorted(out, key=lambda line: not line)
 
 
 def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str, str, str],
