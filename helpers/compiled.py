@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import traceback
 import warnings
 from collections import Counter
@@ -52,6 +53,9 @@ __all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "ScanSt
            "same_sharding", "user_line"]
 
 # --- the records -------------------------------------------------------------------------------
+#: a whole copy of a loop's carried value of this many bytes on every step is worth a note (a
+#: scan's small carry, a hidden state XLA copies, is not)
+_CARRY_COPY_AT = 256 * 1024
 _TRACE_ERRORS = ("ConcretizationTypeError", "TracerBoolConversionError",
                  "TracerIntegerConversionError", "TracerArrayConversionError")
 
@@ -792,12 +796,33 @@ class CompiledStep:
         value may be the Jacobian's own basis, not a vmap of the user's (jax-ml/jax#787)."""
         return jaxprs.jacobian_lines(self.jaxpr)
 
-    def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
-                                    ...]:
+    def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
+                                          str, int | None], ...]:
         """(the loop's primitive, the buffer's shape, one step's shape, dtype, bytes, the
-        write's line) of each buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
+        write's line, the write's primitive: ``maybe_set`` for equinox's, the scan's steps: None
+        for a ``while_loop``) of each buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
         carries and only writes, one step's value per row (google-deepmind/gemma#534)."""
         return jaxprs.loop_records(self.jaxpr)
+
+    def carry_copies(self, least: int = _CARRY_COPY_AT, few: int = 16
+                     ) -> tuple[tuple[str, tuple[int, ...], int, int, int | None, bool, str],
+                                ...]:
+        """(dtype, the carried value's shape, its bytes, whole copies of it in one step,
+        the loop's steps: None where XLA does not know them, inside a derivative, the loop's
+        line) of each value of ``least`` bytes or more a loop of the step's own (of ``few``
+        steps or more, or a while_loop) carries that XLA copies whole on every step of the
+        optimized program: a ``copy`` of the carried shape in the body of a ``while``, so each
+        step costs the whole buffer, not the row it writes (jax-ml/jax#10197:
+        a row written into the carry under ``jax.grad``; jax-ml/jax#17845: the carry read before
+        a write and that value used after it). Largest first; () without program text."""
+        out = []
+        for dtype, shape, nbytes, copies, steps, op in _carry_copies(self.text or "", least):
+            lines = jaxprs.carry_lines(self.jaxpr, shape)
+            if not lines or (steps is not None and steps < few):
+                continue  # a loop XLA made (threefry's 5 rounds), or a few copies in all
+            out.append((_jax_dtype(dtype), shape, nbytes, copies, steps,
+                        _in_derivative(op + "/copy"), lines[0]))
+        return tuple(out)
 
     def callbacks_every_step(self) -> tuple[tuple[str, str, str, int | None], ...]:
         """(the callback, its line, the loop, its steps: None for a while_loop) of each host
@@ -1201,6 +1226,82 @@ def _in_derivative(op: str) -> bool:
 
 #: this many of a program's operations from one line of code mean a Python loop was unrolled
 UNROLLED_AT = 64
+
+
+_WHILE_BODY = re.compile(r"\bwhile\(.*\bbody=%([\w.\-]+)")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_WHILE_OP = re.compile(r'op_name="([^"]*)"')
+_HLO_ARRAY = re.compile(r"\b(pred|[fsu]\d+|bf16|c64|c128|f8\w*)\[([\d,]*)\]")
+_HLO_OP = re.compile(r"^\s*(ROOT\s+)?%(\S+) = (\w+)\[([\d,]*)\]\S*\s+(\w[\w-]*)\(")
+_CALLS = re.compile(r"\bcalls=%([\w.\-]+)")
+#: the operations XLA runs in place on a buffer: a row written, not the whole made anew
+_IN_PLACE = ("dynamic-update-slice", "scatter")
+_HLO_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+                 "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
+                 "c128": 16}
+
+
+def _jax_dtype(hlo: str) -> str:
+    """JAX's name for XLA's element type ("f32" -> "float32", "bf16" -> "bfloat16")."""
+    kinds = {"f": "float", "s": "int", "u": "uint", "c": "complex"}
+    if hlo in ("pred", "bf16"):
+        return {"pred": "bool", "bf16": "bfloat16"}[hlo]
+    return kinds[hlo[0]] + hlo[1:] if hlo[0] in kinds and hlo[1:].isdigit() else hlo
+
+
+def _carry_copies(text: str, least: int) -> list[tuple[str, tuple[int, ...], int, int,
+                                                       int | None, str]]:
+    """(dtype, shape, bytes, copies a step, the loop's known trip count or None, the loop's
+    op_name) of each carried value of ``least`` bytes or more that the body of a ``while`` in
+    an optimized HLO program copies whole and then updates in place: a ``copy`` instruction
+    (not one inside a fusion) whose result has the shape of an element of the body's parameter,
+    in a body where a value of that shape is made by a ``dynamic-update-slice`` or a
+    ``scatter`` (or a fusion whose root is one). A carry the step makes anew (a layer's
+    activations) is not one. XLA's text format is not an API: tests check it still parses
+    (jax 0.8.0 and 0.10.2, the CPU)."""
+    computations: dict[str, list[str]] = {}
+    name = None
+    for line in text.splitlines():
+        if line.startswith(("%", "ENTRY %")) and line.rstrip().endswith("{"):
+            name = line.removeprefix("ENTRY ")[1:].split(" ", 1)[0]
+            computations[name] = []
+        elif line.startswith("}"):
+            name = None
+        elif name is not None:
+            computations[name].append(line)
+
+    def shape_of(dtype: str, dims: str) -> tuple[str, tuple[int, ...]]:
+        return dtype, tuple(int(x) for x in dims.split(",") if x)
+
+    def root(comp: str) -> str:
+        last = [m.group(5) for line in computations.get(comp, ())
+                if line.lstrip().startswith("ROOT") and (m := _HLO_OP.match(line))]
+        return last[0] if last else ""
+
+    out = []
+    for lines in computations.values():
+        for line in lines:
+            if not (m := _WHILE_BODY.search(line)) or m.group(1) not in computations:
+                continue
+            trips, op = _TRIP_COUNT.search(line), _WHILE_OP.search(line)
+            carried, updated, copies = set(), set(), Counter()
+            for inner in computations[m.group(1)]:
+                if " parameter(0)" in inner:
+                    head = inner.split(" parameter(0)", 1)[0].split(" = ", 1)[-1]
+                    carried = {shape_of(*a) for a in _HLO_ARRAY.findall(head)}
+                elif i := _HLO_OP.match(inner):
+                    made, opcode = shape_of(i.group(3), i.group(4)), i.group(5)
+                    if opcode == "copy":
+                        copies[made] += 1
+                    called = _CALLS.search(inner) if opcode == "fusion" else None
+                    if (called and root(called.group(1)) or opcode) in _IN_PLACE:
+                        updated.add(made)
+            for (dtype, dims), n in copies.items():
+                size = math.prod(dims) * _HLO_ITEMSIZE.get(dtype, 4)
+                if (dtype, dims) in carried & updated and size >= least:
+                    out.append((dtype, dims, size, n, int(trips.group(1)) if trips else None,
+                                op.group(1) if op else ""))
+    return sorted(out, key=lambda r: -r[2] * r[3])
 
 
 def _unrolled(values: list[dict], leaves: int = 0) -> str:

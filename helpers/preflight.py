@@ -605,21 +605,65 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
 
 
 def _record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype: str,
-                 nbytes: int, line: str) -> str:
+                 nbytes: int, line: str, write: str = "", steps: int | None = None) -> str:
     """The note for a buffer a loop carries and only writes, a step's value per row
     (google-deepmind/gemma#534: a sampler kept every token's logits over the vocabulary; its
     fix keeps the top-k logits and their indices. Measured by the kit on the CPU, B=4, 128
     steps, a vocabulary of 4096: a peak of 10.44 MiB, 2.47 MiB with the top 8, jax 0.8.0 and
-    0.10.2)."""
+    0.10.2). A ``while_loop`` has no step count: its buffer is sized by its bound, whatever the
+    number of steps it takes (patrick-kidger/diffrax#238: ``SaveAt(steps=True)`` keeps
+    ``max_steps`` rows, 4096, for 8 steps taken; equinox writes them with its own
+    ``maybe_set``. ``SaveAt(ts=...)`` of 6 times: a peak of 32.04 MiB -> 81.66 KiB, y of 1024
+    float32, measured by the kit with diffrax 0.7.2, equinox 0.13.8, jax 0.10.2 on the CPU)."""
     kind = "lax.while_loop" if loop == "while" else "lax.scan (or lax.fori_loop)"
-    steps = math.prod(whole) // max(math.prod(step), 1)
-    return (f"A {kind} writes a {dtype}{list(step)} into its carried {dtype}{list(whole)} at "
+    rows = math.prod(whole) // max(math.prod(step), 1)
+    head = (f"A {kind} writes a {dtype}{list(step)} into its carried {dtype}{list(whole)} at "
             f"each step{f' ({line})' if line else ''} and never reads it back: "
-            f"{format_bytes(nbytes)} held through the loop, a value of each of its {steps} "
-            "steps. Where what follows needs only part of each step's value (the top-k logits "
-            "and their indices, the chosen token's log-probability), write that instead, and "
-            "the buffer shrinks in proportion (google-deepmind/gemma#534); where it needs all "
-            "of it, this is memory the loop must have.")
+            f"{format_bytes(nbytes)} held through the loop")
+    part = ("where what follows needs only part of each step's value (the top-k logits and "
+            "their indices, the chosen token's log-probability), write that instead, and the "
+            "buffer shrinks in proportion (google-deepmind/gemma#534)")
+    if steps is not None and steps < rows:
+        return (f"{head}, {rows} rows, of which its {steps} steps write at most {steps}. Size "
+                f"the buffer by the steps ({steps} rows), or return each step's value as the "
+                f"scan's output; {part}.")
+    if loop == "while":
+        fix = ("with diffrax, SaveAt(steps=True) or SaveAt(dense=True) keeps max_steps rows: "
+               "save at the times you need, SaveAt(ts=...), or lower max_steps "
+               "(patrick-kidger/diffrax#238; 32.04 MiB -> 81.66 KiB for 6 times)"
+               if write == "maybe_set" else
+               "write only the steps you need into a buffer of that many rows, or lower the "
+               "bound (patrick-kidger/diffrax#238: SaveAt(ts=...) for SaveAt(steps=True))")
+        return (f"{head}, {rows} rows sized by its bound, not by the steps it takes (room for "
+                f"each of its {rows} steps at most; the rows past the last step taken hold "
+                f"nothing it wrote). The fix: {fix}; {part}.")
+    return (f"{head}, a value of each of its {rows} steps. {part[0].upper()}{part[1:]}; where "
+            "it needs all of it, this is memory the loop must have.")
+
+
+def _carry_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: int,
+                     steps: int | None, in_derivative: bool, line: str, more: int = 0) -> str:
+    """The note for a loop whose carried buffer XLA copies whole on every step, so a step that
+    writes one row costs the whole buffer and the loop is quadratic in its length: under
+    jax.grad, a scan that writes rows into its carry (jax-ml/jax#10197: the fix returns the
+    rows as the scan's output; measured by the kit, jax.grad at 4000 rows of 10x10 on the CPU,
+    677 -> 3.1 ms), or a value read from the carry before a write and used after it
+    (jax-ml/jax#17845: read after the writes; 2000 steps over 1e6 floats, 607 -> 0.4 ms)."""
+    each = f"each of its {steps} steps" if steps else "each step"
+    total = f" ({format_bytes(nbytes * copies * steps)} copied a call)" if steps else ""
+    times = "whole" if copies == 1 else f"whole {copies} times"
+    also = f" (and in {more} more loop{'s' if more > 1 else ''})" if more else ""
+    head = (f"XLA copies the loop's carried {dtype}{list(shape)} ({format_bytes(nbytes)}) "
+            f"{times} on {each}{f' ({line})' if line else ''}{total}{also}, so the time grows "
+            "with the buffer, not with what a step writes")
+    grad = ("under jax.grad a row written into the carry is not updated in place "
+            "(jax-ml/jax#10197): return each step's row as the scan's output (ys) and carry only "
+            "what the next step needs (677 -> 3.1 ms)")
+    read = ("a value read from the carry before a write to it and used after it keeps the old "
+            "buffer alive (jax-ml/jax#17845): read it after the writes, copying it into a spare "
+            "slot of the carry first (607 -> 0.4 ms)")
+    first, then = (grad, read) if in_derivative else (read, grad)
+    return f"{head}: {first}; or {then}."
 
 
 def _cast_note(wide: str, narrow: str, shape: tuple[int, ...], nbytes: int, line: str,
@@ -812,6 +856,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     records = c.loop_records()
     if records and records[0][4] >= 2**20 and records[0][4] * 4 >= peak:
         notes.append(_record_note(*records[0]))
+    if copied := c.carry_copies():
+        notes.append(_carry_copy_note(*copied[0], more=len(copied) - 1))
     for callback, at, loop, loop_at in c.callbacks_hoisted()[:1]:
         notes.append(
             f"The {callback} at {at}, written in the body of the {loop}"
@@ -953,7 +999,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                for _, to, shape, n, line, _, _ in casts),
         dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit,
         loop_records=tuple((f"{dtype}{list(whole)}", f"{dtype}{list(step)}", n, line)
-                           for _, whole, step, dtype, n, line in records),
+                           for _, whole, step, dtype, n, line, *_ in records),
         repeated_outputs=repeated)
 
 

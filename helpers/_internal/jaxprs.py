@@ -18,8 +18,8 @@ import numpy as np
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "cast_before_scan",
-           "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
+__all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "carry_lines",
+           "cast_before_scan", "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
@@ -396,15 +396,36 @@ def repeated_outputs(closed) -> list[tuple[int, int]]:
     return out
 
 
-def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str],
-                                  ...]:
+#: the primitives that write one step's value into a buffer, with the positions of the buffer
+#: and the value among their operands: equinox's own ``maybe_set`` (pred, xs, x, i) is how
+#: ``eqx.internal.while_loop`` (diffrax's ``SaveAt(steps=True)``, patrick-kidger/diffrax#238)
+#: writes its buffers; it stays one equation in the jaxpr, and XLA makes it a select and a
+#: dynamic-update-slice (diffrax 0.7.2, equinox 0.13.8, jax 0.10.2, the CPU program)
+_ROW_WRITES = {"scatter": (0, 2), "dynamic_update_slice": (0, 1), "maybe_set": (1, 2)}
+
+
+def _copied(j, var):
+    """What ``var`` is once ``copy`` equations alone have passed it on (equinox copies the
+    buffer its ``maybe_set`` wrote before the loop body returns it); ``var`` where none does."""
+    while True:
+        users = [e for e in j.eqns if any(x is var for x in e.invars)]
+        if len(users) != 1 or users[0].primitive.name != "copy" or any(
+                x is var for x in j.outvars):
+            return var
+        var = users[0].outvars[0]
+
+
+def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
+                                        str, int | None], ...]:
     """(the loop's primitive, the buffer's shape, one step's shape, dtype, the buffer's bytes,
-    the write's line) of each buffer a ``lax.while_loop`` or ``lax.scan`` (``lax.fori_loop``)
-    carries and only writes: each step puts its value into one row (``.at[:, i].set(v)``,
-    ``lax.dynamic_update_slice``) and nothing in the body reads the buffer back, so it holds a
-    value of every step (google-deepmind/gemma#534: a sampler's logits over the whole
-    vocabulary, kept for every token). A buffer the body reads (a KV cache) is not one.
-    Largest first."""
+    the write's line, the write's primitive, the scan's steps: None for a ``while_loop``,
+    whose buffer is sized by its bound, not by the steps it takes) of each buffer a
+    ``lax.while_loop`` or ``lax.scan`` (``lax.fori_loop``) carries and only writes: each step
+    puts its value into one row (``.at[:, i].set(v)``, ``lax.dynamic_update_slice``, equinox's
+    ``maybe_set``) and nothing in the body reads the buffer back, so it holds a value of every
+    step (google-deepmind/gemma#534: a sampler's logits over the whole vocabulary, kept for
+    every token; patrick-kidger/diffrax#238: ``SaveAt(steps=True)``, ``max_steps`` rows). A
+    buffer the body reads (a KV cache) is not one. Largest first."""
     out = []
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
@@ -420,20 +441,44 @@ def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], s
             body = getattr(body, "jaxpr", body)
             for k, v in enumerate(body.invars[first:first + carries]):
                 users = [e for e in body.eqns if any(x is v for x in e.invars)]
-                if len(users) != 1 or users[0].primitive.name not in (
-                        "scatter", "dynamic_update_slice"):
+                if len(users) != 1 or users[0].primitive.name not in _ROW_WRITES:
                     continue
                 write = users[0]
-                if write.invars[0] is not v or write.outvars[0] is not body.outvars[k]:
+                into, value = _ROW_WRITES[write.primitive.name]
+                if write.invars[into] is not v or _copied(body, write.outvars[0]) is not (
+                        body.outvars[k]):
                     continue
                 whole = v.aval
-                step = write.invars[2 if write.primitive.name == "scatter" else 1].aval
+                step = write.invars[value].aval
                 size, piece = math.prod(whole.shape), math.prod(step.shape)
                 if piece == 0 or size // piece < 2 or size // piece not in whole.shape:
                     continue  # not one row of a dimension of steps
                 out.append((name, tuple(whole.shape), tuple(step.shape), str(whole.dtype),
-                            size * whole.dtype.itemsize, equation_line(write)))
+                            size * whole.dtype.itemsize, equation_line(write),
+                            write.primitive.name,
+                            eqn.params["length"] if name == "scan" else None))
     return tuple(sorted(out, key=lambda r: -r[4]))
+
+
+def carry_lines(closed, shape: tuple[int, ...]) -> list[str]:
+    """The user's lines of each ``lax.scan`` or ``lax.while_loop`` (``lax.fori_loop``) that
+    carries a value of ``shape`` (where a loop XLA copies a carried value of that shape comes
+    from), those with a line first ("" for one without); [] where none carries it (a loop XLA
+    made itself: threefry2x32's rounds on the CPU)."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name == "scan":
+                first, n = eqn.params["num_consts"], eqn.params["num_carry"]
+            elif eqn.primitive.name == "while":
+                first = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
+                n = len(eqn.outvars)
+            else:
+                continue
+            if any(tuple(getattr(v.aval, "shape", ())) == tuple(shape)
+                   for v in eqn.invars[first:first + n]):
+                out.append(equation_line(eqn))
+    return sorted(out, key=lambda line: not line)
 
 
 def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str, str, str],

@@ -1,0 +1,253 @@
+"""What a loop holds: a buffer a loop carries and only writes, a value per step (its record),
+and a carry XLA copies whole on every step."""
+
+import jax
+import jax.numpy as jnp
+from jax.extend import core
+from jax.interpreters import mlir
+
+from helpers import compiled, preflight
+from helpers._internal import jaxprs
+
+MiB = 2**20
+D, MAX_STEPS = 1024, 4096
+
+
+# --- equinox's maybe_set, in plain JAX ---------------------------------------------------------
+# equinox (0.13.8) writes the buffers of its while_loop (diffrax's SaveAt(steps=True)) with its
+# own primitive, maybe_set(pred, xs, x, i), lowered with mlir.lower_fun to a select and an
+# .at[i].set: in the jaxpr it stays one equation named maybe_set, and the loop body returns its
+# result through a copy. The same mechanism, without equinox:
+def _maybe_set_impl(pred, xs, x, i):
+    return [xs.at[i].set(jnp.where(pred, x, xs[i]))]
+
+
+_maybe_set_p = core.Primitive("maybe_set")
+_maybe_set_p.multiple_results = True
+_maybe_set_p.def_impl(_maybe_set_impl)
+_maybe_set_p.def_abstract_eval(lambda pred, xs, x, i: [xs])
+mlir.register_lowering(_maybe_set_p, mlir.lower_fun(_maybe_set_impl, multiple_results=True))
+
+
+def _maybe_set(pred, xs, x, i):
+    [out] = _maybe_set_p.bind(pred, xs, x, i)
+    return jnp.copy(out)  # equinox's body returns the buffer through a copy
+
+
+def _solve(write, t1=3.0):
+    """diffrax's loop in miniature: adaptive steps of dy/dt = -y until t1, each step's y saved
+    into a buffer of MAX_STEPS rows (SaveAt(steps=True)); returns the rows and the steps taken."""
+    def solve(y0):
+        def cond(c):
+            t, _, _, i, _ = c
+            return (t < t1) & (i < MAX_STEPS)
+
+        def body(c):
+            t, y, dt, i, buf = c
+            dt = jnp.minimum(dt, t1 - t)
+            y = y - dt * y
+            return t + dt, y, dt * 1.5, i + 1, write(buf, y, i)
+
+        buf = jnp.full((MAX_STEPS, D), jnp.inf, y0.dtype)
+        init = (jnp.float32(0), y0, jnp.float32(0.01), 0, buf)
+        *_, n, buf = jax.lax.while_loop(cond, body, init)
+        return buf, n
+    return solve
+
+
+def _solve_at(save_ts, t1=3.0):
+    """SaveAt(ts=save_ts), the thread's fix: a buffer of len(ts) rows, a row written when a
+    step passes the next save time."""
+    def solve(y0):
+        def cond(c):
+            t, _, _, i, _, _ = c
+            return (t < t1) & (i < MAX_STEPS)
+
+        def body(c):
+            t, y, dt, i, j, buf = c
+            dt = jnp.minimum(dt, t1 - t)
+            y, t = y - dt * y, t + dt
+            hit = (j < len(save_ts)) & (t >= save_ts[jnp.minimum(j, len(save_ts) - 1)])
+            buf = _maybe_set(hit, buf, y, jnp.minimum(j, len(save_ts) - 1))
+            return t, y, dt * 1.5, i + 1, j + hit, buf
+
+        init = (jnp.float32(0), y0, jnp.float32(0.01), 0, 0, jnp.zeros((len(save_ts), D)))
+        return jax.lax.while_loop(cond, body, init)[-1]
+    return solve
+
+
+def test_diffrax_238_save_at_steps_written_by_equinox_maybe_set_is_named_with_save_at_ts():
+    """patrick-kidger/diffrax#238: SaveAt(steps=True) returns max_steps (4096) rows, inf after
+    the steps taken. The kit's loop note did not see equinox's maybe_set write at all (with
+    real diffrax 0.7.2 it said nothing about the 16 MiB buffer)."""
+    y0 = jnp.ones(D)
+    steps = _solve(lambda buf, y, i: _maybe_set(True, buf, y, i))
+    buf, n = jax.jit(steps)(y0)
+    assert int(n) < 20 and buf.shape[0] == MAX_STEPS  # 13 steps taken, 4096 rows
+    (loop, whole, step, dtype, nbytes, _, write, count), = [
+        r for r in jaxprs.loop_records(jax.make_jaxpr(steps)(y0)) if r[4] >= MiB]
+    assert (loop, whole, step, write, count) == ("while", (MAX_STEPS, D), (D,), "maybe_set",
+                                                 None)
+    p = preflight.preflight_step(steps, y0)
+    assert p.loop_records[0][:3] == ("float32[4096, 1024]", "float32[1024]", 16 * MiB)
+    note = p.advice
+    assert "4096 rows sized by its bound, not by the steps it takes" in note
+    assert "SaveAt(ts=...)" in note and "max_steps" in note
+    assert "patrick-kidger/diffrax#238" in note
+    assert "memory the loop must have" not in note  # 13 of 4096 rows are written
+    # the fix, run: save at 6 times, a buffer of 6 rows
+    at = _solve_at(jnp.linspace(0.5, 3.0, 6))
+    assert bool(jnp.isfinite(jax.jit(at)(y0)).all())
+    fixed = preflight.preflight_step(at, y0)
+    assert "diffrax#238" not in fixed.advice
+    assert p.peak_bytes >= 16 * MiB and fixed.peak_bytes < 128 * 1024  # 16 MiB -> KiB
+
+
+def test_diffrax_238_a_while_loop_buffer_is_sized_by_its_bound_not_each_of_its_steps():
+    """The plain-JAX loop (buf.at[i].set(y)) was named, but as "a value of each of its 4096
+    steps ... memory the loop must have" when the loop took 13 steps: 4096 is its bound."""
+    y0 = jnp.ones(D)
+    steps = _solve(lambda buf, y, i: buf.at[i].set(y))
+    assert int(jax.jit(steps)(y0)[1]) < 20
+    note = preflight.preflight_step(steps, y0).advice
+    assert "sized by its bound, not by the steps it takes" in note
+    assert "memory the loop must have" not in note
+    assert "write only the steps you need" in note and "lower the bound" in note
+    assert "diffrax#238" in note
+
+
+def test_gemma_534_a_scan_buffer_of_one_row_a_step_is_still_memory_the_loop_must_have():
+    """A scan has a step count: a buffer of one row per step holds a value of each step (the
+    gemma#534 note unchanged); a buffer of more rows than steps is named as such."""
+    def record(rows, length):
+        def f(x):
+            def body(buf, i):
+                return buf.at[i].set(jnp.tanh(x * i)), None
+            return jax.lax.scan(body, jnp.zeros((rows, 4096)), jnp.arange(length))[0]
+        return f
+
+    x = jnp.ones(4096)
+    full = preflight.preflight_step(record(256, 256), x).advice
+    assert "a value of each of its 256 steps" in full and "memory the loop must have" in full
+    assert "sized by its bound" not in full
+    spare = preflight.preflight_step(record(1024, 64), x).advice
+    assert "1024 rows, of which its 64 steps write at most 64" in spare
+    assert "memory the loop must have" not in spare
+
+
+# --- a carry XLA copies whole on every step ----------------------------------------------------
+def _rows_in_carry(n):
+    """jax-ml/jax#10197: each step writes a row into the carried buffer P."""
+    def g(p0):
+        P = jnp.concatenate([p0[None], jnp.zeros([n - 1, 10, 10])])
+
+        def body(P, i):
+            return P.at[i].set(jnp.sin(P[i - 1])), None
+        return jnp.sum(jax.lax.scan(body, P, jnp.arange(1, n))[0][-1])
+    return g
+
+
+def _rows_as_ys(n):
+    """The thread's fix: carry the last row, return the rows as the scan's output."""
+    def g(p0):
+        def body(prev, i):
+            new = jnp.sin(prev)
+            return new, new
+        rows = jax.lax.scan(body, p0, jnp.arange(1, n))[1]
+        return jnp.sum(jnp.concatenate([p0[None], rows])[-1])
+    return g
+
+
+def test_jax_10197_a_row_written_into_a_scan_carry_under_grad_is_copied_whole_each_step():
+    """Under jax.grad, XLA copies the whole carried buffer on each step of the scan: quadratic
+    in its length (measured by the kit on the CPU, n=4000: 677 ms, 3.1 ms with the rows as
+    ys). The kit listed an unlabelled copy temporary and said nothing."""
+    p0 = jnp.ones((10, 10))
+    slow = compiled.compile_step(jax.grad(_rows_in_carry(2000)), p0).carry_copies()
+    assert slow and slow[0][:5] == ("float32", (2000, 10, 10), 800_000, 2, 1999)
+    assert slow[0][5] is True  # inside the derivative
+    note = preflight.preflight_step(jax.grad(_rows_in_carry(2000)), p0).advice
+    assert "XLA copies the loop's carried float32[2000, 10, 10] (781.25 KiB) whole" in note
+    assert "each of its 1999 steps" in note and "jax-ml/jax#10197" in note
+    assert note.index("return each step's row as the scan's output") < note.index("#17845")
+    # the fix, run: the same gradient, no copy of a carried buffer
+    fixed = compiled.compile_step(jax.grad(_rows_as_ys(2000)), p0)
+    assert fixed.carry_copies() == ()
+    assert "jax-ml/jax#10197" not in preflight.preflight_step(jax.grad(_rows_as_ys(2000)),
+                                                              p0).advice
+    assert jnp.allclose(jax.grad(_rows_as_ys(300))(p0), jax.grad(_rows_in_carry(300))(p0))
+    # without the gradient the row is written in place: no copy, no note
+    assert compiled.compile_step(_rows_in_carry(2000), p0).carry_copies() == ()
+
+
+S = 64
+
+
+def _slow_pop(carry, idx):
+    """jax-ml/jax#17845: the value read before the write, returned after it."""
+    value = carry[idx]
+    carry = jax.lax.dynamic_update_slice(carry, jax.lax.dynamic_slice(carry, (idx + 1,), (S,)),
+                                         (idx,))
+    return carry, value
+
+
+def _fast_pop(carry, idx):
+    """patrick-kidger's fix (jax-ml/jax#17640): stash the value in a spare slot, read it after
+    the writes."""
+    carry = jax.lax.dynamic_update_slice(carry, jax.lax.dynamic_slice(carry, (idx,), (1,)),
+                                         (carry.shape[0] - 1,))
+    carry = jax.lax.dynamic_update_slice(carry, jax.lax.dynamic_slice(carry, (idx + 1,), (S,)),
+                                         (idx,))
+    return carry, carry[-1]
+
+
+def _pops(pop):
+    def f(carry):
+        return jax.lax.scan(pop, carry, jnp.arange(2000) % 100)
+    return f
+
+
+def test_jax_17845_a_carry_read_before_its_write_is_copied_whole_each_step():
+    """Reading carry[idx] before the write and returning it makes XLA copy the whole carry on
+    every step (measured by the kit on the CPU, 2000 steps over 1e6 floats: 607 ms, 0.4 ms
+    read after the writes). The kit said "donate carry", which leaves the copy."""
+    x = jnp.zeros(100_000)
+    p = preflight.preflight_step(_pops(_slow_pop), x)
+    note = p.advice
+    assert "XLA copies the loop's carried float32[100000] (390.62 KiB) whole" in note
+    assert "each of its 2000 steps" in note and "jax-ml/jax#17845" in note
+    assert note.index("read it after the writes") < note.index("#10197")
+    assert "jax.lax.scan(pop, carry" in note  # the scan's own line
+    fixed = preflight.preflight_step(_pops(_fast_pop), x)
+    assert "jax-ml/jax#17845" not in fixed.advice
+    xs = jnp.arange(5000.0)
+    assert jnp.array_equal(jax.jit(_pops(_slow_pop))(xs)[1], jax.jit(_pops(_fast_pop))(xs)[1])
+
+
+def test_jax_10197_an_ordinary_scan_and_threefry_rounds_get_no_carry_copy_note():
+    """A scan whose carry the step rewrites whole (an RNN's state), a layer scan under grad (XLA
+    copies its 1 MiB activations each step, but the step makes them anew), a KV cache, and
+    the copies of XLA's own loop for jax.random's threefry rounds (5 steps, no loop of the
+    user's) are no carry-copy note."""
+    h = jnp.ones((512, 512))
+    w = jnp.ones((512, 512)) / 512
+
+    def rnn(h, w):
+        return jax.lax.scan(lambda h, _: (jnp.tanh(h @ w), None), h, None, length=64)[0].sum()
+
+    def layers(ws, x):
+        return jax.lax.scan(lambda x, w: (jnp.tanh(x @ w), None), x, ws)[0].sum()
+
+    def draws(key):
+        return jax.random.normal(key, (1024, 512)).sum()
+
+    def decode(x):  # a KV cache: read, then a row written in place
+        def body(i, cache):
+            return cache.at[:, i].set(x * (cache * x[:, None]).sum())
+        return jax.lax.fori_loop(0, 64, body, jnp.zeros((4, 64, 2048)))
+
+    for fn, args in ((rnn, (h, w)), (jax.grad(rnn), (h, w)), (decode, (jnp.ones((4, 2048)),)),
+                     (jax.grad(layers), (jnp.ones((32, 512, 512)) / 512, h)),
+                     (draws, (jax.random.key(0),))):
+        assert compiled.compile_step(fn, *args).carry_copies() == (), fn
+        assert "XLA copies the loop's carried" not in preflight.preflight_step(fn, *args).advice
