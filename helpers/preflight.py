@@ -254,6 +254,9 @@ class StepPreflight(_Verdict, Display):
     #: (the output's path, the earlier output it repeats, bytes) of each output that is the
     #: same value as another: XLA writes it twice (marin-community/marin#3668)
     repeated_outputs: tuple[tuple[str, str, int], ...] = ()
+    #: ("float32[2000, 10, 10]", bytes, whole copies a step, the loop's steps or None, line) of
+    #: each value a loop carries that XLA copies whole on every step (jax-ml/jax#10197, #17845)
+    carry_copies: tuple[tuple[str, int, int, int | None, str], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -856,7 +859,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     records = c.loop_records()
     if records and records[0][4] >= 2**20 and records[0][4] * 4 >= peak:
         notes.append(_record_note(*records[0]))
-    if copied := c.carry_copies():
+    copied = c.carry_copies()
+    if copied:
         notes.append(_carry_copy_note(*copied[0], more=len(copied) - 1))
     for callback, at, loop, loop_at in c.callbacks_hoisted()[:1]:
         notes.append(
@@ -1000,7 +1004,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit,
         loop_records=tuple((f"{dtype}{list(whole)}", f"{dtype}{list(step)}", n, line)
                            for _, whole, step, dtype, n, line, *_ in records),
-        repeated_outputs=repeated)
+        repeated_outputs=repeated,
+        carry_copies=tuple((f"{dtype}{list(shape)}", n, copies, steps, line)
+                           for dtype, shape, n, copies, steps, _, line in copied))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

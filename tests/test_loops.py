@@ -166,7 +166,9 @@ def test_jax_10197_a_row_written_into_a_scan_carry_under_grad_is_copied_whole_ea
     slow = compiled.compile_step(jax.grad(_rows_in_carry(2000)), p0).carry_copies()
     assert slow and slow[0][:5] == ("float32", (2000, 10, 10), 800_000, 2, 1999)
     assert slow[0][5] is True  # inside the derivative
-    note = preflight.preflight_step(jax.grad(_rows_in_carry(2000)), p0).advice
+    priced = preflight.preflight_step(jax.grad(_rows_in_carry(2000)), p0)
+    note = priced.advice
+    assert priced.carry_copies[0][:4] == ("float32[2000, 10, 10]", 800_000, 2, 1999)
     assert "XLA copies the loop's carried float32[2000, 10, 10] (781.25 KiB) whole" in note
     assert "each of its 1999 steps" in note and "jax-ml/jax#10197" in note
     assert note.index("return each step's row as the scan's output") < note.index("#17845")

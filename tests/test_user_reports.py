@@ -383,7 +383,8 @@ def test_the_table_lists_every_report_tested_here():
                  "8515": "tests/test_step_arguments.py", "12879": "tests/test_holders.py",
                  "11572": "tests/test_holders.py", "10828": "tests/test_memory.py",
                  "20022": "the jax#10828 test in tests/test_memory.py",
-                 "1115": "tests/test_holders.py"}
+                 "1115": "tests/test_holders.py", "238": "tests/test_loops.py",
+                 "10197": "tests/test_loops.py", "17845": "tests/test_loops.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
