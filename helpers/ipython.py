@@ -105,7 +105,10 @@ def load(ip: Any) -> None:
     import jax
     from IPython.core.magic import Magics, cell_magic, magics_class
 
-    ip.set_custom_exc((jax.errors.JaxRuntimeError,), _on_jax_error)
+    from helpers._internal import jaxcompat
+
+    ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types()),
+                      _on_jax_error)
 
     @magics_class
     class MemoryMagics(Magics):
@@ -205,8 +208,10 @@ def _jitted_call(statement: str, namespace: Mapping) -> str:
 
 def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     """IPython's custom exception handler: the usual traceback (shown, and kept in
-    ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED or a CUDA
-    library that could not start, the explanation. Never raises (IPython would unregister it)."""
+    ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED, a CUDA
+    library that could not start or a sharding error (a dimension its sharding does not
+    divide, shardings mixed on a mesh of Explicit axes), the explanation; any other error passes
+    with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     from helpers import oom
 
@@ -216,6 +221,9 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     elif oom.is_library_failure(value):
         explain, head = (lambda: oom.explain_library_failure(value),
                          "why a CUDA library could not start")
+    elif fix := _sharding_fix(value):  # any other ValueError passes with its traceback alone
+        print(f"JAX Device Kit: why this sharding failed: {fix}")
+        return None
     else:
         return None
     try:
@@ -228,6 +236,17 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     print(f"JAX Device Kit: {head}")
     display(report)
     return None
+
+
+def _sharding_fix(value: BaseException) -> str:
+    """devices.sharding_error_fix for the cell's error; "" where it is no sharding error of
+    JAX's or reading it fails (the handler must never raise)."""
+    try:
+        from helpers import devices
+
+        return devices.sharding_error_fix(value)
+    except Exception:
+        return ""
 
 
 def _run_measured(shell, cell: str) -> CellMemory:

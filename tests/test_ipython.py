@@ -26,7 +26,10 @@ def shell():
 
 
 def test_the_extension_registers_and_unregisters(shell):
-    assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,)
+    from helpers._internal import jaxcompat
+
+    assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,
+                                       *jaxcompat.sharding_error_types())
     assert "memory" in shell.magics_manager.magics["cell"]
     shell.run_line_magic("unload_ext", "helpers")
     assert shell.custom_exceptions == () and "memory" not in shell.magics_manager.magics["cell"]
@@ -451,3 +454,20 @@ def test_jax_1988_timeit_of_a_jitted_call_that_does_not_wait_is_named_with_the_f
     shell.run_cell("%timeit -n2 -r1 -q foo_jit(a)")
     assert "JAX Device Kit" not in capsys.readouterr().out
     shell.run_line_magic("load_ext", "helpers")  # as the fixture expects to find it
+
+
+def test_openpi_437_a_sharding_error_in_a_cell_is_explained_under_its_traceback(shell, capsys):
+    """The epoch's last batch, 19 rows over 4 devices: JAX's ValueError, then the kit's cause
+    and fix under the traceback; any other ValueError shows its traceback alone."""
+    r = shell.run_cell(
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        "import numpy as np\n"
+        "s = NamedSharding(Mesh(np.array(jax.devices()[:4]), ('b',)), P('b'))\n"
+        "jax.device_put(np.zeros((19, 3), np.float32), s)")
+    out = capsys.readouterr().out
+    assert not r.success and "why this sharding failed" in out
+    assert "dimension 0 (19) is split into 4 pieces" in out and "pad it to 20" in out
+    r = shell.run_cell("raise ValueError('not a sharding')")
+    out = capsys.readouterr().out
+    assert not r.success and "not a sharding" in out and "JAX Device Kit" not in out
+    assert shell.run_cell("1 + 1").result == 2  # the kernel goes on

@@ -41,7 +41,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
            "jit_made_by_jax", "live_executables", "memory_spaces_only", "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
-           "parse_guard_line", "running_callback",
+           "parse_guard_line", "running_callback", "sharding_error_types",
            "unregister_duration_listener", "verify", "weak_type_only",
            "weight_gradient_convolutions"]
 
@@ -153,6 +153,11 @@ INTERNALS: dict[str, Internal] = {
         "frame this function makes",
         "none: a compile event and JAX's lowering log name the program (jit(top_k)), not who "
         "jitted it, and JAX explains no miss of a function in its own files"),
+    "sharding_type_error": Internal(
+        "jax._src.core:ShardingTypeError",
+        "helpers.ipython explains a cell's sharding error under its traceback: JAX raises this "
+        "class (no ValueError) for operands of mixed shardings on a mesh of Explicit axes",
+        "none: jax.errors does not export it"),
     "flatten_fwd": Internal(
         "jax._src.custom_derivatives:_flatten_fwd",
         "helpers.preflight names residuals that a jax.custom_vjp fwd rule returned: in an "
@@ -231,6 +236,14 @@ def _get(name: str, default=None):
 #: how the mesh of jax.pmap's outputs names its axis, a name of JAX's own:
 #: "_internal_pmap_axis_name" on jax 0.10.2, "<axis 0x...>" on 0.8.0 (tests/test_jaxcompat.py)
 PMAP_AXIS_PREFIXES = ("_internal_pmap", "<axis ")
+
+
+def sharding_error_types() -> tuple[type, ...]:
+    """The exception classes a sharding error of JAX's comes as: ValueError (a dimension its
+    sharding does not divide, a spec naming an axis that is not Auto) and, where this JAX has it,
+    its ShardingTypeError (operands of mixed shardings on a mesh of Explicit axes)."""
+    found = _get("sharding_type_error")
+    return (ValueError, found) if isinstance(found, type) else (ValueError,)
 
 
 def is_pmap_mesh(mesh: Any) -> bool:
