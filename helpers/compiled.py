@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import traceback
 import warnings
 from collections import Counter
@@ -49,8 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "ScanStack",
            "Temporary", "array_bytes", "bytes_per_device", "compile_step", "describe_arguments",
-           "devices_split_over", "elements_per_device", "function_name", "metadata_arrays",
-           "same_sharding", "user_line"]
+           "devices_split_over", "elements_per_device", "function_name", "memory_kind",
+           "metadata_arrays", "same_sharding", "user_line"]
 
 # --- the records -------------------------------------------------------------------------------
 #: a whole copy of a loop's carried value of this many bytes on every step is worth a note (a
@@ -614,6 +613,10 @@ def _dropped_by_keyword(fn, jitted, compiled, arg_specs, kw_specs, jax
     if err is not None:
         return (), 0
     by_position = getattr(by_position, "lowered", by_position)  # a wrapper's Lowered
+    moved = sorted(i for i in _declared_donation(by_position, len(bound.args), jax)
+                   if i >= len(arg_specs))
+    if not moved:  # nothing the wrapper donates by position: no second compile
+        return (), 0
     try:
         with own.compiling():
             aliased = by_position.compile().memory_analysis().alias_size_in_bytes
@@ -623,8 +626,6 @@ def _dropped_by_keyword(fn, jitted, compiled, arg_specs, kw_specs, jax
     if aliased <= now:
         return (), 0
     names = list(bound.arguments)
-    moved = sorted(i for i in _declared_donation(by_position, len(bound.args), jax)
-                   if i >= len(arg_specs))
     return tuple(names[i] for i in moved), aliased - now
 
 
@@ -797,10 +798,11 @@ class CompiledStep:
         return jaxprs.jacobian_lines(self.jaxpr)
 
     def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
-                                          str, int | None], ...]:
+                                          str, int | None, bool], ...]:
         """(the loop's primitive, the buffer's shape, one step's shape, dtype, bytes, the
         write's line, the write's primitive: ``maybe_set`` for equinox's, the scan's steps: None
-        for a ``while_loop``) of each buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
+        for a ``while_loop``, whether the buffer starts as a value made in the step) of each
+        buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
         carries and only writes, one step's value per row (google-deepmind/gemma#534)."""
         return jaxprs.loop_records(self.jaxpr)
 
@@ -816,7 +818,8 @@ class CompiledStep:
         a row written into the carry under ``jax.grad``; jax-ml/jax#17845: the carry read before
         a write and that value used after it). Largest first; () without program text."""
         out = []
-        for dtype, shape, nbytes, copies, steps, op in _carry_copies(self.text or "", least):
+        found = jaxcompat.while_carry_copies(self.text or "", least)
+        for dtype, shape, nbytes, copies, steps, op in found:
             lines = jaxprs.carry_lines(self.jaxpr, shape)
             if not lines or (steps is not None and steps < few):
                 continue  # a loop XLA made (threefry's 5 rounds), or a few copies in all
@@ -1035,17 +1038,17 @@ def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple]
     same = [o for o in outputs if o[:2] == (shape, dtype)]
     if same and not any(o in free for o in same):
         return f"every {name} output is already written into another donated argument"
-    if elsewhere := [o for o in free if o[:2] == (shape, dtype) and _kind(o[3]) != _kind(kind)]:
+    if elsewhere := [o for o in free if o[:2] == (shape, dtype) and o[3] != kind]:
         # marin-community/marin#8515: measured on jax 0.10.2's CPU, a pinned_host int32[]
         # state leaf and a device-memory int32[] output
         return (f"the {name} output{'s' if len(elsewhere) > 1 else ''} left "
-                f"{'are' if len(elsewhere) > 1 else 'is'} in {_kind(elsewhere[0][3])} memory "
-                f"and this argument in {_kind(kind)} memory: JAX pairs a donated buffer only "
+                f"{'are' if len(elsewhere) > 1 else 'is'} in {elsewhere[0][3]} memory "
+                f"and this argument in {kind} memory: JAX pairs a donated buffer only "
                 "with an output of its own memory kind (where it knows every argument's and "
                 "output's). Return it where it came from "
-                f"(out_shardings with memory_kind='{_kind(kind)}'), or put the argument where "
+                f"(out_shardings with memory_kind='{kind}'), or put the argument where "
                 f"the output goes (jax.device_put(x, sharding.with_memory_kind("
-                f"'{_kind(elsewhere[0][3])}')))")
+                f"'{elsewhere[0][3]}')))")
     if same:
         return (f"an {name} output is left, and XLA did not write it into this buffer (its "
                 "layout or sharding differs from the argument's)")
@@ -1061,14 +1064,10 @@ def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple]
             "XLA reuses it where the bytes match)")
 
 
-def _kind(kind: str | None) -> str:
-    """A memory kind as the notes name it: None (not said) is the device's own."""
-    return kind or "device"
-
-
-def _memory_kind(leaf: Any) -> str | None:
-    """The memory kind an array (or a shape with a sharding) is in; None where not said."""
-    return getattr(getattr(leaf, "sharding", None), "memory_kind", None)
+def memory_kind(leaf: Any) -> str:
+    """The memory an array (or a shape with a sharding, or an output) is in, as the notes name
+    it: its sharding's memory kind, "device" where it says none (the device's own)."""
+    return getattr(getattr(leaf, "sharding", None), "memory_kind", None) or "device"
 
 
 def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[bool], jax,
@@ -1082,7 +1081,7 @@ def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[boo
     alone = _dropped_alone([leaf for _, leaf in flat], kept, jax)
     try:
         aliased = None if text is None else jaxcompat.aliased_parameters(text)
-        outputs = [(tuple(o.shape), str(o.dtype), array_bytes(o), _memory_kind(o))
+        outputs = [(tuple(o.shape), str(o.dtype), array_bytes(o), memory_kind(o))
                    for o in jax.tree.leaves(compiled.out_info)]
     except Exception:
         aliased, outputs = None, []
@@ -1097,12 +1096,12 @@ def _donations(compiled, text: str | None, args, kwargs, donated, kept: list[boo
         leaves.append((jax.tree_util.keystr(path[1:]).removeprefix("[").replace("]", "", 1),
                        tuple(leaf.shape), str(leaf.dtype),
                        bytes_per_device(leaf) if mesh else array_bytes(leaf), used, number,
-                       _memory_kind(leaf)))
+                       memory_kind(leaf)))
     free = list(outputs)  # the outputs no reused donation took: its own shape first, then size
     for _, shape, dtype, nbytes, used, number, kind in leaves:
         if used and aliased and number in aliased:
             match = ([o for o in free if o[:2] == (shape, dtype) and
-                      _kind(o[3]) == _kind(kind)] or
+                      o[3] == kind] or
                      [o for o in free if o[:2] == (shape, dtype)] or
                      [o for o in free if math.prod(o[0]) == math.prod(shape) and o[2] == nbytes])
             if match:
@@ -1228,80 +1227,12 @@ def _in_derivative(op: str) -> bool:
 UNROLLED_AT = 64
 
 
-_WHILE_BODY = re.compile(r"\bwhile\(.*\bbody=%([\w.\-]+)")
-_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_WHILE_OP = re.compile(r'op_name="([^"]*)"')
-_HLO_ARRAY = re.compile(r"\b(pred|[fsu]\d+|bf16|c64|c128|f8\w*)\[([\d,]*)\]")
-_HLO_OP = re.compile(r"^\s*(ROOT\s+)?%(\S+) = (\w+)\[([\d,]*)\]\S*\s+(\w[\w-]*)\(")
-_CALLS = re.compile(r"\bcalls=%([\w.\-]+)")
-#: the operations XLA runs in place on a buffer: a row written, not the whole made anew
-_IN_PLACE = ("dynamic-update-slice", "scatter")
-_HLO_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
-                 "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-                 "c128": 16}
-
-
 def _jax_dtype(hlo: str) -> str:
     """JAX's name for XLA's element type ("f32" -> "float32", "bf16" -> "bfloat16")."""
     kinds = {"f": "float", "s": "int", "u": "uint", "c": "complex"}
     if hlo in ("pred", "bf16"):
         return {"pred": "bool", "bf16": "bfloat16"}[hlo]
     return kinds[hlo[0]] + hlo[1:] if hlo[0] in kinds and hlo[1:].isdigit() else hlo
-
-
-def _carry_copies(text: str, least: int) -> list[tuple[str, tuple[int, ...], int, int,
-                                                       int | None, str]]:
-    """(dtype, shape, bytes, copies a step, the loop's known trip count or None, the loop's
-    op_name) of each carried value of ``least`` bytes or more that the body of a ``while`` in
-    an optimized HLO program copies whole and then updates in place: a ``copy`` instruction
-    (not one inside a fusion) whose result has the shape of an element of the body's parameter,
-    in a body where a value of that shape is made by a ``dynamic-update-slice`` or a
-    ``scatter`` (or a fusion whose root is one). A carry the step makes anew (a layer's
-    activations) is not one. XLA's text format is not an API: tests check it still parses
-    (jax 0.8.0 and 0.10.2, the CPU)."""
-    computations: dict[str, list[str]] = {}
-    name = None
-    for line in text.splitlines():
-        if line.startswith(("%", "ENTRY %")) and line.rstrip().endswith("{"):
-            name = line.removeprefix("ENTRY ")[1:].split(" ", 1)[0]
-            computations[name] = []
-        elif line.startswith("}"):
-            name = None
-        elif name is not None:
-            computations[name].append(line)
-
-    def shape_of(dtype: str, dims: str) -> tuple[str, tuple[int, ...]]:
-        return dtype, tuple(int(x) for x in dims.split(",") if x)
-
-    def root(comp: str) -> str:
-        last = [m.group(5) for line in computations.get(comp, ())
-                if line.lstrip().startswith("ROOT") and (m := _HLO_OP.match(line))]
-        return last[0] if last else ""
-
-    out = []
-    for lines in computations.values():
-        for line in lines:
-            if not (m := _WHILE_BODY.search(line)) or m.group(1) not in computations:
-                continue
-            trips, op = _TRIP_COUNT.search(line), _WHILE_OP.search(line)
-            carried, updated, copies = set(), set(), Counter()
-            for inner in computations[m.group(1)]:
-                if " parameter(0)" in inner:
-                    head = inner.split(" parameter(0)", 1)[0].split(" = ", 1)[-1]
-                    carried = {shape_of(*a) for a in _HLO_ARRAY.findall(head)}
-                elif i := _HLO_OP.match(inner):
-                    made, opcode = shape_of(i.group(3), i.group(4)), i.group(5)
-                    if opcode == "copy":
-                        copies[made] += 1
-                    called = _CALLS.search(inner) if opcode == "fusion" else None
-                    if (called and root(called.group(1)) or opcode) in _IN_PLACE:
-                        updated.add(made)
-            for (dtype, dims), n in copies.items():
-                size = math.prod(dims) * _HLO_ITEMSIZE.get(dtype, 4)
-                if (dtype, dims) in carried & updated and size >= least:
-                    out.append((dtype, dims, size, n, int(trips.group(1)) if trips else None,
-                                op.group(1) if op else ""))
-    return sorted(out, key=lambda r: -r[2] * r[3])
 
 
 def _unrolled(values: list[dict], leaves: int = 0) -> str:

@@ -260,7 +260,7 @@ class StepPreflight(_Verdict, Display):
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
-_CALLBACKS = ("debug_print", "debug_callback", "pure_callback", "io_callback")
+_CALLBACKS = tuple(jaxprs.CALLBACKS)
 
 
 #: an all-gather in XLA's optimized program, and the shape it makes: "%all-gather.3 =
@@ -271,7 +271,7 @@ _ALL_GATHER = re.compile(r"= \(?[a-z0-9]+\[[\d,]*\][^ ]*?,? ?(\w+)\[([\d,]*)\][^
 
 #: the operations that cut a part of an array: where one gathers a split argument whole, the
 #: part was cut along the split dimension
-_SLICES = ("dynamic_slice", "slice", "gather")
+_SLICES = ("dynamic_slice", "slice")
 
 
 def _gathered(temporaries, args, kwargs, text: str | None = None) -> list:
@@ -608,7 +608,8 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
 
 
 def _record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype: str,
-                 nbytes: int, line: str, write: str = "", steps: int | None = None) -> str:
+                 nbytes: int, line: str, write: str = "", steps: int | None = None,
+                 made_here: bool = True) -> str:
     """The note for a buffer a loop carries and only writes, a step's value per row
     (google-deepmind/gemma#534: a sampler kept every token's logits over the vocabulary; its
     fix keeps the top-k logits and their indices. Measured by the kit on the CPU, B=4, 128
@@ -617,7 +618,9 @@ def _record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype
     number of steps it takes (patrick-kidger/diffrax#238: ``SaveAt(steps=True)`` keeps
     ``max_steps`` rows, 4096, for 8 steps taken; equinox writes them with its own
     ``maybe_set``. ``SaveAt(ts=...)`` of 6 times: a peak of 32.04 MiB -> 81.66 KiB, y of 1024
-    float32, measured by the kit with diffrax 0.7.2, equinox 0.13.8, jax 0.10.2 on the CPU)."""
+    float32, measured by the kit with diffrax 0.7.2, equinox 0.13.8, jax 0.10.2 on the CPU).
+    A scan's buffer of more rows than steps is told to shrink only where the step makes it
+    (``made_here``): one handed in may hold rows written before (a prompt's, then a decode's)."""
     kind = "lax.while_loop" if loop == "while" else "lax.scan (or lax.fori_loop)"
     rows = math.prod(whole) // max(math.prod(step), 1)
     head = (f"A {kind} writes a {dtype}{list(step)} into its carried {dtype}{list(whole)} at "
@@ -626,6 +629,9 @@ def _record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype
     part = ("where what follows needs only part of each step's value (the top-k logits and "
             "their indices, the chosen token's log-probability), write that instead, and the "
             "buffer shrinks in proportion (google-deepmind/gemma#534)")
+    if steps is not None and steps < rows and not made_here:  # rows handed in may hold values
+        return (f"{head}, {rows} rows, of which its {steps} steps write {steps}: the others "
+                f"keep what the buffer held when it was handed in; {part}.")
     if steps is not None and steps < rows:
         return (f"{head}, {rows} rows, of which its {steps} steps write at most {steps}. Size "
                 f"the buffer by the steps ({steps} rows), or return each step's value as the "
@@ -870,17 +876,16 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "(jax-ml/jax#16637; io_callback(ordered=True) is moved too). Make it read a value "
             "that changes each step, the carry, as jax.debug.callback(fn, x) (a scan of 5 "
             "steps: 1 call under grad, 5 once it reads the carry).")
+    # a scan of 100 steps or more; a while_loop's count is unknown, so there only a callback
+    # that reports (progress: liesel#282), not a jax.debug.print of a solver's few iterations
     every = [x for x in c.callbacks_every_step()
-             if x[0] != "jax.pure_callback" and (x[3] is None or x[3] >= 100)]
+             if x[0] != "jax.pure_callback"
+             and (x[3] >= 100 if x[3] is not None else x[0] != "jax.debug.print")]
     for callback, at, loop, _ in every[:1]:
-        call = {"io_callback": "io_callback(fn, None, i)",
-                "jax.debug.print": 'jax.debug.print("{}", i)'}.get(callback, f"{callback}(fn, i)")
+        fix = jaxprs.progress_fix(callback)
         notes.append(
             f"The {callback} at {at} is in the body of a {loop} with no cond around it: it "
-            "runs, a round trip to the host, on every iteration (liesel-devs/liesel#282; a "
-            "while_loop of 20,000 steps on a CPU: 586 ms with it, 5.4 ms called every 1,000). "
-            f"To report progress, call it every k steps: jax.lax.cond(i % k == 0, lambda: {call}"
-            ", lambda: None).")
+            f"runs, a round trip to the host, on every iteration; {fix}.")
     if (zeroed := c.scaled_by_zero()) and zeroed[0][1] >= 64 * 1024:
         what, _, at = zeroed[0]
         notes.append(
@@ -1339,8 +1344,10 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
         advice = (f"{format_bytes(scan_bytes)} of the {format_bytes(saved_bytes)} kept are "
                   f"scan outputs stacked over {', '.join(map(str, lengths))} steps, so they "
                   f"grow with the length. {fix}")
-    elif pair is not None and 2 * sum(r.nbytes for r in pairwise) >= saved_bytes:
-        arg = _input_name(fn, args, kwargs, pair[6]) if pair[6] >= 0 else ""
+    elif pair is not None and pair[6] >= 0 and 2 * sum(r.nbytes for r in pairwise) >= saved_bytes:
+        # (the reduced axis runs along an input: chunks of it are what a scan can take; a
+        # one-hot against jnp.arange is no pair of inputs, and its fix is take_along_axis)
+        arg = _input_name(fn, args, kwargs, pair[6])
         advice = _pairwise_note(pairwise, saved_bytes, pair, arg,
                                 _gradient_temp(fn, args, kwargs), compiled.function_name(fn))
     elif saved_bytes:

@@ -76,7 +76,7 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
     made = c.outputs()
     # an output in pinned_host takes only a donated buffer in pinned_host, and one in device
     # memory only one there (JAX pairs them by memory kind where it knows them all)
-    outputs = [(tuple(o.shape), str(o.dtype), _kind(o)) for _, o, _ in made]
+    outputs = [(tuple(o.shape), str(o.dtype), compiled.memory_kind(o)) for _, o, _ in made]
     try:
         out_shardings = (jax.tree.leaves(c.executable.output_shardings) if c.over_mesh
                          else [None] * len(outputs))
@@ -134,17 +134,12 @@ def _donatable_leaves(c: compiled.CompiledStep, fn, args, kwargs, jax) -> dict |
         if where in c.donated or where not in names:
             continue
         out[where] = [
-            ((tuple(x.shape), str(x.dtype), _kind(x)),
+            ((tuple(x.shape), str(x.dtype), compiled.memory_kind(x)),
              compiled.array_bytes(x) if s is None else
              math.prod(s.shard_shape(tuple(x.shape))) * x.dtype.itemsize, s)
             for x, s in zip(leaves, mine, strict=True)
             if hasattr(x, "shape") and hasattr(x, "dtype") and (wanted is None or s is not None)]
     return out
-
-
-def _kind(leaf: Any) -> str:
-    """The memory kind an array or an output is in; "device" where it does not say."""
-    return getattr(getattr(leaf, "sharding", None), "memory_kind", None) or "device"
 
 
 def host_memory_leaves(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
@@ -153,10 +148,11 @@ def host_memory_leaves(c: compiled.CompiledStep, fn: Callable, args: tuple, kwar
     arguments kept outside the device's own memory (an optimizer state offloaded to
     ``pinned_host``, marin-community/marin#8515), largest first."""
     jax = devices.start_jax()
-    found = [(compiled.array_bytes(leaf), name + jax.tree_util.keystr(path), _kind(leaf))
+    found = [(compiled.array_bytes(leaf), name + jax.tree_util.keystr(path),
+              compiled.memory_kind(leaf))
              for name, value in c.arguments(fn, args, kwargs)
              for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
-             if hasattr(leaf, "shape") and _kind(leaf) != "device"]
+             if hasattr(leaf, "shape") and compiled.memory_kind(leaf) != "device"]
     return tuple((where, kind) for _, where, kind in sorted(found, key=lambda f: -f[0]))
 
 

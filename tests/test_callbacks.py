@@ -100,3 +100,19 @@ def test_liesel_282_a_callback_on_every_iteration_of_a_long_loop_is_named_with_a
     assert "liesel" not in preflight.preflight_step(loop(gated), x).advice
     short = preflight.preflight_step(run, jnp.float32(1.0)).advice  # 5 steps: not worth a word
     assert "liesel" not in short
+
+
+def test_a_debug_print_in_a_solvers_few_while_iterations_gets_no_progress_note():
+    """A Newton solver's jax.debug.print of its error: a while_loop of a few iterations, for
+    debugging, not a progress report (the review found liesel#282's note and its 20,000-step
+    figures given to it)."""
+    def newton(x):
+        def body(c):
+            y, err = c
+            jax.debug.print("err {}", err)
+            y = y - (y * y - x) / (2 * y)
+            return y, jnp.abs(y * y - x)
+        return jax.lax.while_loop(lambda c: c[1] > 1e-6, body, (x, jnp.abs(x * x - x)))[0]
+
+    advice = preflight.preflight_step(newton, jnp.float32(2.0)).advice
+    assert "liesel" not in advice and "every k steps" not in advice

@@ -362,10 +362,12 @@ def test_maxtext_1956_a_loop_that_blocks_on_each_step_is_named_and_blocking_once
     real step (milliseconds): the line after a dispatch finds it still running."""
     shell.run_cell(_STEP)
     for wait in ("jax.block_until_ready(w)", "w.block_until_ready()"):
+        # the step's other output dropped at once: a loss still computing after the wait
+        # made the count depend on how soon it finished (the rule is: nothing left computing)
         c = shell.run_cell_magic("memory", "", "w = W\nfor step in range(20):\n"
-                                 f"    w, m = train_step(w, x)\n    {wait}\n")
+                                 f"    w = train_step(w, x)[0]\n    {wait}\n")
         ((line, runs, idle, looked),) = c.blocked_lines
-        assert line.endswith(wait) and runs == 20 and 2 * idle >= looked >= 10
+        assert line.endswith(wait) and runs == 20 and looked >= 10 and 2 * idle >= looked
         assert c.waited_lines == () == c.timed_lines
         text = str(c)
         assert "blocked on a value still being computed" in text
@@ -394,6 +396,14 @@ def test_jasmine_43_a_timer_read_while_the_step_is_still_computed_is_named(shell
              for line, runs, pending, looked in c.timed_lines}
     runs, pending, looked = timed["elapsed_ms = (time.time() - start_time) * 1000"]
     assert runs == looked == 20 and 2 * pending >= looked
+    throttled = shell.run_cell_magic("memory", "", textwrap.dedent("""
+        w, last = W, time.time()
+        for step in range(20):
+            w, loss = train_step(w, x)
+            if time.time() - last > 10:
+                last = time.time()
+    """))  # a log every 10 s times no step: not named
+    assert throttled.timed_lines == ()
     text = str(c)
     assert "measures its dispatch, not the step" in text and "p-doom/jasmine#43" in text
     assert "Time k steps and block once, jax.block_until_ready(out), then divide by k" in text

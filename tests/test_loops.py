@@ -84,7 +84,7 @@ def test_diffrax_238_save_at_steps_written_by_equinox_maybe_set_is_named_with_sa
     steps = _solve(lambda buf, y, i: _maybe_set(True, buf, y, i))
     buf, n = jax.jit(steps)(y0)
     assert int(n) < 20 and buf.shape[0] == MAX_STEPS  # 13 steps taken, 4096 rows
-    (loop, whole, step, dtype, nbytes, _, write, count), = [
+    (loop, whole, step, dtype, nbytes, _, write, count, _), = [
         r for r in jaxprs.loop_records(jax.make_jaxpr(steps)(y0)) if r[4] >= MiB]
     assert (loop, whole, step, write, count) == ("while", (MAX_STEPS, D), (D,), "maybe_set",
                                                  None)
@@ -133,6 +133,13 @@ def test_gemma_534_a_scan_buffer_of_one_row_a_step_is_still_memory_the_loop_must
     spare = preflight.preflight_step(record(1024, 64), x).advice
     assert "1024 rows, of which its 64 steps write at most 64" in spare
     assert "memory the loop must have" not in spare
+
+    def decode(buf, x):  # a buffer handed in, its first 192 rows a prompt's (review: not to shrink)
+        return jax.lax.fori_loop(192, 256, lambda i, b: b.at[i].set(jnp.tanh(x * i)), buf)
+
+    handed = preflight.preflight_step(decode, jnp.zeros((256, 4096)), x).advice
+    assert "of which its 64 steps write 64: the others keep what the buffer held" in handed
+    assert "Size the buffer by the steps" not in handed
 
 
 # --- a carry XLA copies whole on every step ----------------------------------------------------

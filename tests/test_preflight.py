@@ -1619,3 +1619,19 @@ def test_a_one_sided_broadcast_is_no_pairwise_product():
 
     r = preflight.residuals(loss, jnp.ones((256, 256)) * 0.01, jnp.ones((512, 256)))
     assert "broadcasting" not in r.advice and "jax.checkpoint on the largest layer" in r.advice
+
+
+def test_a_one_hot_made_against_arange_is_no_pairwise_product_of_inputs():
+    """labels[:, None] == jnp.arange(V)[None, :] broadcasts an input against a range made
+    inside: no second input to take in chunks (the review found "every pair of two inputs'
+    rows" said of it, with chunks of a placeholder 'ys')."""
+    vocab = 8192
+
+    def loss(params, x, labels):
+        logits = jnp.tanh(x @ params["w1"]) @ params["w2"]
+        onehot = (labels[:, None] == jnp.arange(vocab)[None, :]).astype(jnp.float32)
+        return -(onehot * jax.nn.log_softmax(logits)).sum(-1).mean()
+
+    params = {"w1": jnp.ones((64, 64)) * 0.01, "w2": jnp.ones((64, vocab)) * 0.01}
+    r = preflight.residuals(loss, params, jnp.ones((256, 64)), jnp.zeros(256, jnp.int32))
+    assert "every pair" not in r.advice and "broadcasting them against each other" not in r.advice

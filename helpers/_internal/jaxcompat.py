@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -42,7 +43,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "jit_made_by_jax", "live_executables", "memory_spaces_only", "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
            "parse_guard_line", "running_callback", "sharding_error_types",
-           "unregister_duration_listener", "verify", "weak_type_only",
+           "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
            "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -571,6 +572,70 @@ def _tuple_results(line: str) -> tuple[str | None, str, str, list[tuple[str, str
     if depth or not op:
         return None
     return m.group(1), m.group(2), op.group(1), _ELEMENT.findall(line[m.end():i - 1])
+
+
+_WHILE_BODY = re.compile(r"\bwhile\(.*\bbody=%([\w.\-]+)")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_WHILE_OP = re.compile(r'op_name="([^"]*)"')
+_HLO_ARRAY = re.compile(r"\b(pred|[fsu]\d+|bf16|c64|c128|f8\w*)\[([\d,]*)\]")
+_CALLED = re.compile(r"\bcalls=%([\w.\-]+)")
+#: the operations XLA runs in place on a buffer: a row written, not the whole made anew
+_IN_PLACE = ("dynamic-update-slice", "scatter")
+
+
+def while_carry_copies(text: str, least: int) -> list[tuple[str, tuple[int, ...], int, int,
+                                                       int | None, str]]:
+    """(dtype, shape, bytes, copies a step, the loop's known trip count or None, the loop's
+    op_name) of each carried value of ``least`` bytes or more that the body of a ``while`` in
+    an optimized HLO program copies whole and then updates in place: a ``copy`` instruction
+    (not one inside a fusion) whose result has the shape of an element of the body's parameter,
+    in a body where a value of that shape is made by a ``dynamic-update-slice`` or a
+    ``scatter`` (or a fusion whose root is one). A carry the step makes anew (a layer's
+    activations) is not one. XLA's text format is not an API: tests check it still parses
+    (jax 0.8.0 and 0.10.2, the CPU)."""
+    computations: dict[str, list[str]] = {}
+    name = None
+    for line in text.splitlines():
+        if line.startswith(("%", "ENTRY %")) and line.rstrip().endswith("{"):
+            name = line.removeprefix("ENTRY ")[1:].split(" ", 1)[0]
+            computations[name] = []
+        elif line.startswith("}"):
+            name = None
+        elif name is not None:
+            computations[name].append(line)
+
+    def shape_of(dtype: str, dims: str) -> tuple[str, tuple[int, ...]]:
+        return dtype, tuple(int(x) for x in dims.split(",") if x)
+
+    def root(comp: str) -> str:
+        last = [m.group(5) for line in computations.get(comp, ())
+                if line.lstrip().startswith("ROOT") and (m := _INSTRUCTION.match(line))]
+        return last[0] if last else ""
+
+    out = []
+    for lines in computations.values():
+        for line in lines:
+            if not (m := _WHILE_BODY.search(line)) or m.group(1) not in computations:
+                continue
+            trips, op = _TRIP_COUNT.search(line), _WHILE_OP.search(line)
+            carried, updated, copies = set(), set(), Counter()
+            for inner in computations[m.group(1)]:
+                if " parameter(0)" in inner:
+                    head = inner.split(" parameter(0)", 1)[0].split(" = ", 1)[-1]
+                    carried = {shape_of(*a) for a in _HLO_ARRAY.findall(head)}
+                elif i := _INSTRUCTION.match(inner):
+                    made, opcode = shape_of(i.group(3), i.group(4)), i.group(5)
+                    if opcode == "copy":
+                        copies[made] += 1
+                    called = _CALLED.search(inner) if opcode == "fusion" else None
+                    if (called and root(called.group(1)) or opcode) in _IN_PLACE:
+                        updated.add(made)
+            for (dtype, dims), n in copies.items():
+                size = math.prod(dims) * _HLO_BYTES.get(dtype, 4)
+                if (dtype, dims) in carried & updated and size >= least:
+                    out.append((dtype, dims, size, n, int(trips.group(1)) if trips else None,
+                                op.group(1) if op else ""))
+    return sorted(out, key=lambda r: -r[2] * r[3])
 
 
 def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:

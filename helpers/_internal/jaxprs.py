@@ -24,7 +24,7 @@ __all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "carry_line
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "sparse_products", "threefry_draws", "walk"]
+           "progress_fix", "sparse_products", "threefry_draws", "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -416,10 +416,11 @@ def _copied(j, var):
 
 
 def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
-                                        str, int | None], ...]:
+                                        str, int | None, bool], ...]:
     """(the loop's primitive, the buffer's shape, one step's shape, dtype, the buffer's bytes,
     the write's line, the write's primitive, the scan's steps: None for a ``while_loop``,
-    whose buffer is sized by its bound, not by the steps it takes) of each buffer a
+    whose buffer is sized by its bound, not by the steps it takes; whether the buffer's
+    starting value is made in the step, not handed in) of each buffer a
     ``lax.while_loop`` or ``lax.scan`` (``lax.fori_loop``) carries and only writes: each step
     puts its value into one row (``.at[:, i].set(v)``, ``lax.dynamic_update_slice``, equinox's
     ``maybe_set``) and nothing in the body reads the buffer back, so it holds a value of every
@@ -453,10 +454,15 @@ def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], s
                 size, piece = math.prod(whole.shape), math.prod(step.shape)
                 if piece == 0 or size // piece < 2 or size // piece not in whole.shape:
                     continue  # not one row of a dimension of steps
+                # the buffer's starting value: made in this jaxpr (zeros), or handed in (an
+                # argument whose rows may already hold values: a prompt's before a decode)
+                start = eqn.invars[(eqn.params["cond_nconsts"] if name == "while" else 0)
+                                   + first + k]
+                made_here = not any(start is x for x in getattr(j, "invars", ()))
                 out.append((name, tuple(whole.shape), tuple(step.shape), str(whole.dtype),
                             size * whole.dtype.itemsize, equation_line(write),
                             write.primitive.name,
-                            eqn.params["length"] if name == "scan" else None))
+                            eqn.params["length"] if name == "scan" else None, made_here))
     return tuple(sorted(out, key=lambda r: -r[4]))
 
 
@@ -841,6 +847,18 @@ def output_kinds(closed) -> list[str]:
 CALLBACKS = {"debug_callback": "jax.debug.callback", "debug_print": "jax.debug.print",
              "io_callback": "io_callback", "pure_callback": "jax.pure_callback"}
 _LOOPS = ("while", "scan")
+
+
+def progress_fix(callback: str) -> str:
+    """The fix for a host callback ("jax.debug.callback", "io_callback", ...) that runs on every
+    iteration of a loop to report progress: call it every k steps (liesel-devs/liesel#282;
+    measured by the kit on a CPU, jax 0.10.2)."""
+    call = {"io_callback": "io_callback(fn, None, i)",
+            "jax.debug.print": 'jax.debug.print("{}", i)'}.get(callback, f"{callback}(fn, i)")
+    return (f"to report progress, call it every k steps: jax.lax.cond(i % k == 0, lambda: "
+            f"{call}, lambda: None), i the loop's step counter (carry one where the loop has "
+            "none) (liesel-devs/liesel#282; a while_loop of 20,000 steps on a CPU: 586 ms with a "
+            "callback each step, 5.4 ms called every 1,000)")
 
 
 def _placed(closed) -> Iterator[tuple[Any, tuple[Any, ...], bool]]:

@@ -51,6 +51,8 @@ _BLOCKS = re.compile(r"(?<!\bjax)\.block_until_ready\(")
 #: a line that reads the clock: time.time(), time.perf_counter(), time.monotonic() (or _ns)
 _CLOCK = re.compile(r"\b(?:time\.)?(?:perf_counter|monotonic)(?:_ns)?\(|"
                     r"(?<![\w.])time\.time(?:_ns)?\(|(?<![\w.])time\(\)")
+#: a line that tests a condition: a clock read there throttles (log every 10 s), times no step
+_CONDITION = re.compile(r"\s*(?:if|elif|while)\b")
 _PLAIN, _BLOCK_LINE, _CLOCK_LINE = 0, 1, 2
 #: per line, the reads that waited which the tracer follows to their return (each look lists
 #: the live arrays)
@@ -135,8 +137,10 @@ class _Tracer:
         kind = self.texts.get(key)
         if kind is None:
             source = linecache.getline(*key).split("#")[0]
-            kind = self.texts[key] = (_BLOCK_LINE if _BLOCKS.search(source) else
-                                      _CLOCK_LINE if _CLOCK.search(source) else _PLAIN)
+            kind = self.texts[key] = (
+                _BLOCK_LINE if _BLOCKS.search(source) else
+                _CLOCK_LINE if _CLOCK.search(source) and not _CONDITION.match(source) else
+                _PLAIN)
         return kind
 
     def looks(self, frame, key) -> None:
