@@ -1074,9 +1074,12 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] =
         host = [leaf.path for leaf in leaves if leaf.devices
                 and (leaf.memory_kind or "device") != "device"]
         out.append(f"{_some(host)} in host memory ({', '.join(sorted(kinds - {'device'}))}) "
-                   "beside device-memory leaves: computing with both needs a copy first. Fix: "
-                   "jax.device_put(leaf, leaf.sharding.with_memory_kind('device')), or "
-                   "jax.memory.Space.Device inside jit.")
+                   "beside device-memory leaves: an operation on both raises (their memory "
+                   "spaces differ), so a step brings them in for the computation, "
+                   "jax.device_put(x, jax.memory.Space.Device) inside jit (and returns them "
+                   "with out_shardings in their memory, where they are offloaded on purpose); "
+                   "where they are not meant to be offloaded, put them in device memory once, "
+                   "jax.device_put(leaf, leaf.sharding.with_memory_kind('device')).")
     return tuple(out)
 
 

@@ -126,7 +126,9 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
         import gc
 
         gc.collect()  # its look kept the cycles' garbage a generation longer: free it now
-    alike = _trees_alike(names, t0 + seconds)
+    # its own budget: a walk of the notebook's names, cheap, which a search of a large heap
+    # up from the arrays must not leave without time (a suite's heap did: transformers#15766)
+    alike = _trees_alike(names, time.perf_counter() + seconds)
     execs = jaxcompat.live_executables()
     code: int | NotAvailable = NOT_AVAILABLE
     if execs is not None:
@@ -136,12 +138,15 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
         except Exception:
             code = NOT_AVAILABLE
     constants = _program_constants(execs or [], t0 + 2 * seconds)
+    cut = sum(h.nbytes for h in found if any(line.startswith(_CUT) for line in h.held_by))
+    complete = complete and not cut  # (bytes whose holder was not found are no one's here)
     user = sum(h.nbytes for h in found
-               if any(not line.startswith((_JIT_CACHE, _LIBRARY)) for line in h.held_by))
+               if any(not line.startswith((_JIT_CACHE, _LIBRARY, _CUT)) for line in h.held_by)
+               and not any(line.startswith(_CUT) for line in h.held_by))
     library = sum(h.nbytes for h in found if h.held_by and all(
         line.startswith(_LIBRARY) for line in h.held_by))
     return Holders(tuple(found), count, total, user,
-                   sum(h.nbytes for h in found) - user - library,
+                   sum(h.nbytes for h in found) - user - library - cut,
                    NOT_AVAILABLE if execs is None else len(execs), code,
                    time.perf_counter() - t0, complete, many_small, alike, constants, library,
                    backend_restarted())
@@ -284,6 +289,8 @@ _HIDDEN = "user_ns_hidden"  # IPython's namespace of names %who does not show
 _VAGUE = "a container: "  # what a list, dict or tuple nobody names is called
 _JIT_CACHE = "jit's caches"  # an array that only a static argument in those caches keeps
 _LIBRARY = "a library's module-level state"  # what a library's module keeps (numpyro#1115)
+#: the search up from an unnamed holder stopped at the time budget: whose it is is not known
+_CUT = "not found before the time ran out"
 _FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` let it go, and "
             "ending a cell with `;` displays nothing")
 
@@ -466,6 +473,11 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
         if above := _named_above(r, names, mine | {id(unnamed)}, deadline=deadline):
             held.append(above)
             break
+    if unnamed and not held and time.perf_counter() > deadline:  # not "your code": unknown
+        held.append((f"{_CUT} (the search up from "
+                     f"{vague[0][0].removeprefix(_VAGUE) if vague else 'a JAX object'} stopped "
+                     "at the time budget)",
+                     "holders.largest(seconds=60) looks further"))
     del unnamed
     for _line, fix in held or vague[:1]:  # a container nobody names, only if nothing better
         if fix and fix not in fixes:

@@ -537,7 +537,8 @@ def test_numpyro_1115_an_object_a_library_s_module_cache_keeps_is_not_called_you
     gone = run()
     gc.collect()
     assert gone() is not None
-    h = holders.largest(3, namespace={})
+    h = holders.largest(3, namespace={}, seconds=60)  # (a suite's heap is large: no cut)
+    assert h.complete
     a = _find(h, 44 * MiB)
     assert a.held_by == ("a library's module-level state (kit_test_sampler_lib), not a variable "
                          "of yours: kit_test_sampler_lib.collect._cache, through a "
@@ -549,3 +550,25 @@ def test_numpyro_1115_an_object_a_library_s_module_cache_keeps_is_not_called_you
     lib.collect._cache.clear()  # the fix it names
     gc.collect()
     assert gone() is None
+
+
+def test_a_search_cut_short_by_the_time_budget_is_nobody_s_bytes_not_your_code(monkeypatch):
+    """On a large heap the search up from an unnamed holder can run out of time: the array was
+    then counted as held by your code (the review: a library's cache called yours). It is now
+    named as not found, and the block as not complete. A clock that moves a second a reading
+    stands in for the large heap (no assertion on real time)."""
+    import types
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(holders, "time", types.SimpleNamespace(
+        perf_counter=lambda: float(next(ticks))))
+    lib = types.ModuleType("kit_test_cut_lib")
+    lib.cache = [[{"x": jnp.ones((1024, 1024))}]]  # 4 MiB a module keeps, deep in containers
+    sys.modules["kit_test_cut_lib"] = lib
+    try:
+        h = holders.largest(1, namespace={}, seconds=2.5)  # spent inside the search up
+        a = _find(h, 4 * MiB)
+        assert not h.complete and a.held_by[0].startswith("not found before the time ran out")
+        assert h.user_bytes == 0 and "seconds=60" in a.fix
+    finally:
+        del sys.modules["kit_test_cut_lib"]

@@ -178,6 +178,8 @@ def test_marin_8515_the_stray_device_leaf_of_an_offloaded_state_is_named_not_the
     fixed = init(host)
     (problem,) = devices.tree_placement({"params": fixed[0], "opt": fixed[1]}).problems
     assert "in host memory (pinned_host) beside device-memory leaves" in problem
+    assert "an operation on both raises" in problem and "jax.memory.Space.Device" in problem
+    assert "where they are not meant to be offloaded" in problem  # no bare undoing of it
     if jax_version_tuple() < (0, 10):  # XLA:CPU 0.8.0 cannot return a value to pinned_host
         return
 

@@ -992,8 +992,6 @@ def test_transformers_12534_master_weights_and_full_width_reads_are_not_named():
 def test_transformers_15766_a_random_init_beside_the_loaded_weights_is_named_as_two_copies():
     # a Hugging Face Flax model made from its config initializes random weights; loading the
     # pretrained ones makes a second tree alike. A stand-in model object that holds .params
-    jax.clear_caches()  # largest(2) ranks every live array: none an earlier test's cache keeps
-    gc.collect()
     def init(key):
         k1, k2 = jax.random.split(key)
         return {"encoder": {"kernel": jax.random.normal(k1, (512, 512)), "bias": jnp.zeros(512)},
@@ -2227,7 +2225,7 @@ def test_jax_md_161_a_neighbour_list_sized_anew_each_step_compiles_per_capacity(
     with compiles.watch() as fixed:
         for _ in range(4):  # one capacity with room (1.5x the largest), re-allocated on overflow
             step(pos, jnp.zeros((64, 12), jnp.int32))
-    assert fixed.function("<lambda>").compiles <= 1
+    assert fixed.function("<lambda>").compiles == 1
 
 
 def test_jax_23457_a_closed_over_embedding_table_is_a_constant_of_the_program():
@@ -2252,8 +2250,12 @@ def test_jax_34041_indexing_an_array_in_pinned_host_memory_is_named_with_the_cop
     d0 = jax.devices()[0]
     if "pinned_host" not in {m.kind for m in d0.addressable_memories()}:
         pytest.skip("this backend has no pinned_host memory")
-    s = jax.sharding.SingleDeviceSharding(d0, memory_kind="pinned_host")
+    mesh = jax.sharding.Mesh(np.full((), d0), axis_names=())  # the thread's sharding
+    s = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind="pinned_host")
     a = jax.device_put(jnp.zeros((64, 64)), s)
+    if jaxcompat.jax_version_tuple() < (0, 10):  # the thread's error: gather's memory spaces
+        with pytest.raises(ValueError, match="memory_space"):
+            a[0]
     said = devices.placement(a).explanation
     assert "pinned_host" in said and "with_memory_kind('device')" in said
     on_device = jax.device_put(a, a.sharding.with_memory_kind("device"))  # the fix it names
