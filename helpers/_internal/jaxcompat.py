@@ -746,9 +746,8 @@ _SEEN_FOR = re.compile(r"\bfor (\S+) defined at (.+?):(\d+)")
 _URL = re.compile(r"https?://\S+")  # 0.10.2 glues a link to the end of a type change
 _TYPE_CHANGE = re.compile(r"\* at (.+?), now (.+?) and before (.+?)$", re.M)
 #: "f32[4, 8]" of "f32[4, 8]{weak_type=True}": the dtype, its memory space where not the device's
-#: ("i32<host>[]": JAX's str_short_aval, 0.8.0 and 0.10.2 alike), the dimensions
-#: a type in a cache-miss explanation: dtype, memory space, dimensions (each with the axes it
-#: is split over on a mesh of Explicit axes: f32[8@x,4])
+#: ("i32<host>[]": JAX's str_short_aval, 0.8.0 and 0.10.2 alike), the dimensions, each with the
+#: axes it is split over on a mesh of Explicit axes (f32[8@x,4])
 _BASE_TYPE = re.compile(r"^(\w+)(<\w+>)?\[((?:\d+(?:@(?:\w+|\([\w,\s]*\)))?|[,\s])*)\]")
 _STATIC_NEW = re.compile(  # 0.10: the "before" value runs to the Static's own closing bracket
     r"Static\(val=(.*?)\) and before .*?Static\(val=(.*)\)(?:, so the pytree|\s*$)")

@@ -203,12 +203,13 @@ class _Tracer:
                 return None
             key = (back.f_code.co_filename, back.f_lineno)
             if self.seen.blocks[key] < MOST_LOOKS:
-                try:  # jax.block_until_ready(x): x is a pytree
+                try:  # jax.block_until_ready(x): its first parameter, a pytree
                     import jax
 
-                    waits = any(not a.is_ready() for a in jax.tree.leaves(frame.f_locals["x"])
+                    first = frame.f_locals[frame.f_code.co_varnames[0]]
+                    waits = any(not a.is_ready() for a in jax.tree.leaves(first)
                                 if hasattr(a, "is_ready"))
-                except Exception:  # not JAX's function of one argument x, or an array deleted
+                except Exception:  # not JAX's function of a pytree, or an array deleted
                     waits = False
                 if waits:
                     self.seen.blocks[key] += 1
