@@ -487,23 +487,22 @@ def cell_memory_text(c: CellMemory) -> str:
         lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended: "
                      "its seconds may not include that work. jax.block_until_ready(result) at "
                      "the end of the cell times it.")
-    for line, runs, waited, looked in c.waited_lines:
-        of = f"{waited:,} of {looked:,} reads looked at" if looked < runs else f"{waited:,} times"
-        lines.append(
-            f"{line}: ran {runs:,} times and, {of}, read back a value still being computed, "
-            "after which nothing was: each such read (print, float(), .item(), an if) waits "
-            "for the last step queued, and the device idles until the host queues the next "
-            "(poets-ai/elegy#141). Read the previous step's value after starting the next one, "
-            "or read every k steps; a convergence test belongs in jax.lax.while_loop.")
-    for line, runs, waited, looked in c.blocked_lines:
-        of = f"{waited:,} of {looked:,} waits looked at" if looked < runs else f"{waited:,} times"
-        lines.append(
-            f"{line}: ran {runs:,} times and, {of}, blocked on a value still being computed, "
-            "after which nothing was: the host queues the next step only after each wait, so "
-            "the device idles while it does (AI-Hypercomputer/maxtext#1956; on a CPU 32.9 ms "
-            "per step blocked each step, 21.2 ms blocked once). To time steps, time k steps "
-            "and block once after them, then divide by k; else leave the block out of the "
-            "loop.")
+    waits = (("reads", "read back", c.waited_lines,
+              "each such read (print, float(), .item(), an if) waits for the last step queued, "
+              "and the device idles until the host queues the next (poets-ai/elegy#141). Read "
+              "the previous step's value after starting the next one, or read every k steps; a "
+              "convergence test belongs in jax.lax.while_loop."),
+             ("waits", "blocked on", c.blocked_lines,
+              "the host queues the next step only after each wait, so the device idles while it "
+              "does (AI-Hypercomputer/maxtext#1956; on a CPU 32.9 ms per step blocked each "
+              "step, 21.2 ms blocked once). To time steps, time k steps and block once after "
+              "them, then divide by k; else leave the block out of the loop."))
+    for looks, did, found, why in waits:  # a loop line that waited for the last step queued
+        for line, runs, waited, looked in found:
+            of = (f"{waited:,} of {looked:,} {looks} looked at" if looked < runs else
+                  f"{waited:,} times")
+            lines.append(f"{line}: ran {runs:,} times and, {of}, {did} a value still being "
+                         f"computed, after which nothing was: {why}")
     if c.timed_lines:
         lines.append("Lines that read the clock while JAX work was still being computed:")
         lines += [f"  {line}: ran {runs:,} times; "
