@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import re
 import sys
 import threading
@@ -95,7 +94,6 @@ _CACHED = ("Each compiled program stays in JAX's caches, in host memory, until i
            "function is gone (the one passed to jax.jit: dropping the jitted wrapper frees "
            "nothing, jax-ml/jax#7930) or the bounded caches drop it; jax.clear_caches() drops "
            "them all.")
-_JAX_DIR = os.path.dirname(jax.__file__) + os.sep  # JAX's own files
 _active = threading.Lock()  # one watch at a time per process: the config and logger are global
 
 
@@ -487,11 +485,9 @@ class _Events(logging.Handler):
 
 def _user_line() -> str:
     """The line of the user's code running now on this thread ("train.py:12"), the innermost;
-    "" where none is on the stack. JAX's own files are never the user's, wherever JAX is
-    installed (a .pth that reads another environment's)."""
+    "" where none is on the stack."""
     frame = sys._getframe(1)
-    while frame is not None and (not frames.is_user_frame(frame)
-                                 or frame.f_code.co_filename.startswith(_JAX_DIR)):
+    while frame is not None and not frames.is_user_frame(frame):
         frame = frame.f_back
     return frames.where(frame.f_code.co_filename, frame.f_lineno) if frame is not None else ""
 

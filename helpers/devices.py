@@ -857,6 +857,11 @@ class LeafPlacement(Record):
     #: NumPy, Python values and deleted leaves)
     local_bytes: int = 0
 
+    @property
+    def memory(self) -> str:
+        """The memory its bytes are in: its memory kind, "device" where it says none."""
+        return self.memory_kind or "device"
+
 
 @dataclass(frozen=True)
 class TreePlacement(Display):
@@ -1067,12 +1072,12 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] =
         out.append(f"{_some([leaf.path for leaf in numpy])} NumPy ({total:,} B): a jit copies "
                    "them host to device on every call. Fix: jax.device_put(tree) once, and "
                    "keep the result.")
-    kinds = {leaf.memory_kind or "device" for leaf in leaves if leaf.devices}
+    kinds = {leaf.memory for leaf in leaves if leaf.devices}
     if len(kinds) > 1 and (stray := _stray_memory_kinds(leaves, paths)):
         out.append(stray)
     elif len(kinds) > 1:
         host = [leaf.path for leaf in leaves if leaf.devices
-                and (leaf.memory_kind or "device") != "device"]
+                and leaf.memory != "device"]
         out.append(f"{_some(host)} in host memory ({', '.join(sorted(kinds - {'device'}))}) "
                    "beside device-memory leaves: an operation on both raises (their memory "
                    "spaces differ), so a step brings them in for the computation, "
@@ -1103,7 +1108,7 @@ def _stray_memory_kinds(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, .
         by_kind: dict[str, int] = {}
         children: dict[Any, list[LeafPlacement]] = {}
         for path, leaf in inside:
-            kind = leaf.memory_kind or "device"
+            kind = leaf.memory
             by_kind[kind] = by_kind.get(kind, 0) + leaf.nbytes
             children.setdefault(path[len(node)], []).append(leaf)
         if len(by_kind) < 2:
@@ -1112,13 +1117,13 @@ def _stray_memory_kinds(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, .
         meant = max(by_kind, key=lambda k: by_kind[k])
         stray = [leaf for part in children.values()
                  if 16 * sum(leaf.nbytes for leaf in part) < total
-                 and len({leaf.memory_kind or "device" for leaf in part}) == 1
-                 and (part[0].memory_kind or "device") != meant for leaf in part]
+                 and len({leaf.memory for leaf in part}) == 1
+                 and part[0].memory != meant for leaf in part]
         if not stray:
             continue
-        rest = [leaf for _, leaf in inside if (leaf.memory_kind or "device") == meant]
+        rest = [leaf for _, leaf in inside if leaf.memory == meant]
         where = "".join(str(k) for k in node) or "the tree"
-        kind = stray[0].memory_kind or "device"
+        kind = stray[0].memory
         return (f"{_some([leaf.path for leaf in stray])} in {kind} memory while the rest of "
                 f"{where} ({_paths([leaf.path for leaf in rest])}, "
                 f"{sum(leaf.nbytes for leaf in rest):,} B) is in {meant}: a step that returns "

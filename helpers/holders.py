@@ -138,11 +138,12 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
         except Exception:
             code = NOT_AVAILABLE
     constants = _program_constants(execs or [], t0 + 2 * seconds)
-    cut = sum(h.nbytes for h in found if any(line.startswith(_CUT) for line in h.held_by))
-    complete = complete and not cut  # (bytes whose holder was not found are no one's here)
-    user = sum(h.nbytes for h in found
-               if any(not line.startswith((_JIT_CACHE, _LIBRARY, _CUT)) for line in h.held_by)
-               and not any(line.startswith(_CUT) for line in h.held_by))
+    # bytes whose holder the time budget left unfound are no one's here, not your code's
+    cut_short = {id(h) for h in found if any(line.startswith(_CUT) for line in h.held_by)}
+    cut = sum(h.nbytes for h in found if id(h) in cut_short)
+    complete = complete and not cut
+    user = sum(h.nbytes for h in found if id(h) not in cut_short
+               and any(not line.startswith((_JIT_CACHE, _LIBRARY)) for line in h.held_by))
     library = sum(h.nbytes for h in found if h.held_by and all(
         line.startswith(_LIBRARY) for line in h.held_by))
     return Holders(tuple(found), count, total, user,
@@ -254,7 +255,7 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
     import sys
 
     spaces = []
-    ip = _shell()
+    ip = frames.ipython_shell()
     if namespace is not None:
         spaces.append(("", namespace))
     else:
@@ -271,17 +272,6 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
     if isinstance(hidden, dict) and any(ns is ip.user_ns for _, ns in spaces):
         spaces.append((_HIDDEN, hidden))
     return spaces
-
-
-def _shell() -> Any:
-    """The running IPython shell, or None (never imports IPython)."""
-    import sys
-
-    ipython = sys.modules.get("IPython")
-    try:
-        return ipython.get_ipython() if ipython is not None else None
-    except Exception:  # an IPython without get_ipython
-        return None
 
 
 _HISTORY = {"_", "__", "___"}
@@ -673,7 +663,7 @@ def _fix_traceback(saved: str, first: bool) -> str:
     frees nothing (IPython 9.18.1, a 16 MiB local: still alive, 2 Arrays over it on jax 0.8.0);
     cutting the chain below its first frame, which is IPython's own, frees every frame below it
     wherever the chain is kept (0 left)."""
-    if first or _shell() is None:
+    if first or frames.ipython_shell() is None:
         return (f"clear it: `{saved} = None` (Python keeps the last error's frames and their "
                 "locals)")
     return (f"clear it: `{saved}.tb_next = None` (IPython keeps the same traceback in "

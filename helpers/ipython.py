@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from helpers._internal import frames
 from helpers._internal.records import Display, Record
 from helpers.units import NotAvailable
 
@@ -151,59 +152,51 @@ def _timeit_unblocked(info: Any = None) -> None:
         cell = getattr(info, "raw_cell", "") or ""
         if "timeit" not in cell or "block_until_ready" in cell:
             return
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        namespace = getattr(shell, "user_ns", {})
+        namespace = getattr(frames.ipython_shell(), "user_ns", {})
         for m in _TIMEIT.finditer(cell):
             statement = _TIMEIT_OPTIONS.sub("", m.group(1), count=1).strip()
             if not statement and cell[m.start():].lstrip().startswith("%%"):
                 body = [x for x in cell[m.end():].strip().splitlines() if x.strip()]
                 statement = body[0].strip() if len(body) == 1 else ""
-            name = _jitted_call(statement, namespace)
+            name, call = _jitted_call(statement, namespace)
             if name:
-                fixed = statement.split("=", 1)[-1].strip() if _assigns(statement) else statement
                 print(TIMEIT_NOTE.format(statement=statement, name=name,
-                                         fixed=f"{fixed}.block_until_ready()"))
+                                         fixed=f"{call}.block_until_ready()"))
                 return
     except Exception:  # the note must never stop a cell
         return
 
 
-def _assigns(statement: str) -> bool:
-    import ast
-
-    return isinstance(ast.parse(statement).body[0], ast.Assign)
-
-
-def _jitted_call(statement: str, namespace: Mapping) -> str:
-    """The name of the jitted function that ``statement`` calls outermost (``f(x)``,
-    ``y = f(x)``, ``mod.f(x)`` through modules only); "" for anything else."""
+def _jitted_call(statement: str, namespace: Mapping) -> tuple[str, str]:
+    """(the name of the jitted function that ``statement`` calls outermost: ``f(x)``,
+    ``y = f(x)``, ``mod.f(x)`` through modules only; the call's text) or ("", "") for anything
+    else."""
     import ast
     import types
 
     try:
         body = ast.parse(statement).body
     except SyntaxError:
-        return ""
+        return "", ""
     if len(body) != 1 or not isinstance(body[0], (ast.Expr, ast.Assign)):
-        return ""
+        return "", ""
     call = body[0].value
     if not isinstance(call, ast.Call):
-        return ""
+        return "", ""
     parts, func = [], call.func
     while isinstance(func, ast.Attribute):
         parts.insert(0, func.attr)
         func = func.value
     if not isinstance(func, ast.Name) or func.id not in namespace:
-        return ""
+        return "", ""
     obj = namespace[func.id]
     for part in parts:
         if not isinstance(obj, types.ModuleType):
-            return ""  # an attribute of an object may run code to be read: not looked at
+            return "", ""  # an attribute of an object may run code to be read: not looked at
         obj = getattr(obj, part, None)
-    jitted = callable(obj) and hasattr(obj, "lower") and hasattr(obj, "clear_cache")
-    return ".".join([func.id, *parts]) if jitted else ""
+    if not (callable(obj) and hasattr(obj, "lower") and hasattr(obj, "clear_cache")):
+        return "", ""
+    return ".".join([func.id, *parts]), ast.get_source_segment(statement, call) or statement
 
 
 def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:

@@ -244,6 +244,11 @@ def backend_restarted() -> str:
     nbytes = sum(_live_bytes_by_device(arrays=arrays).values())
     n = len(arrays)
     del arrays
+    return _restarted_note(n, nbytes)
+
+
+def _restarted_note(n: int, nbytes: int) -> str:
+    """:func:`backend_restarted`'s sentence for ``n`` arrays of ``nbytes``."""
     return (f"{n} live array{'s' if n > 1 else ''} ({format_bytes(nbytes)}) "
             f"{'belong' if n > 1 else 'belongs'} to a backend JAX restarted (its private "
             "clear_backends(), jax-ml/jax#10828): "
@@ -391,9 +396,9 @@ def _retired_by_name() -> dict[str, tuple[int, str]]:
     arrays = retired_arrays()
     if not arrays:
         return {}
-    by_device = _live_bytes_by_device(arrays=arrays)
+    by_device, n = _live_bytes_by_device(arrays=arrays), len(arrays)
     del arrays
-    note = backend_restarted()
+    note = _restarted_note(n, sum(by_device.values()))  # (not backend_restarted(): its search)
     out: dict[str, tuple[int, str]] = {}
     for device, nbytes in by_device.items():
         name = device_name(device)

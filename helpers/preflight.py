@@ -263,12 +263,6 @@ class StepPreflight(_Verdict, Display):
 _CALLBACKS = tuple(jaxprs.CALLBACKS)
 
 
-#: an all-gather in XLA's optimized program, and the shape it makes: "%all-gather.3 =
-#: f32[256,512]{1,0} all-gather(...)" (an async one: all-gather-start, its result a tuple)
-_ALL_GATHER = re.compile(r"= \(?[a-z0-9]+\[[\d,]*\][^ ]*?,? ?(\w+)\[([\d,]*)\][^ ]* "
-                         r"all-gather(?:-start)?\(|= (\w+)\[([\d,]*)\][^ ]* all-gather\(")
-
-
 #: the operations that cut a part of an array: where one gathers a split argument whole, the
 #: part was cut along the split dimension
 _SLICES = ("dynamic_slice", "slice")
@@ -283,10 +277,7 @@ def _gathered(temporaries, args, kwargs, text: str | None = None) -> list:
     gather a sharded layer makes by design (FSDP's weights) is neither."""
     whole = {tuple(leaf.shape) for leaf in devices.start_jax().tree.leaves((args, kwargs))
              if compiled.devices_split_over(leaf) > 1}
-    gathers = set()
-    for m in _ALL_GATHER.finditer(text or ""):
-        dims = m.group(2) if m.group(2) is not None else m.group(4)
-        gathers.add(tuple(int(d) for d in dims.split(",") if d))
+    gathers = jaxcompat.all_gather_shapes(text or "")
     return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20
             and (t.op in _CALLBACKS or (t.op in _SLICES and tuple(t.shape) in gathers))]
 
@@ -914,31 +905,30 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if static := step_arguments.static_arrays(c, fn, args, kwargs):
         notes.append(step_arguments.static_array_note(static))
     gathered = _gathered(temporaries, args, kwargs, c.text) if spread and device is None else []
-    if gathered and gathered[0].op not in _CALLBACKS:
+    if gathered:
         t = gathered[0]
-        notes.append(
-            f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
-            f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments split "
-            "over devices, gathered from its shards onto each device (an all-gather in XLA's "
-            "program): every device holds all of it. "
-            "A slice along the split dimension (a minibatch cut from a batch split over "
-            "devices) lives on few devices and is gathered to be used: reshape so that each "
-            "slice takes part of every device's share, jnp.swapaxes(x.reshape(size, steps, "
-            "*rest), 0, 1)[i] for step i (apple/axlearn#993), or slice a dimension that is "
-            "not split.")
-    elif gathered:
-        t = gathered[0]
-        notes.append(
-            f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
-            f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments split "
-            "over devices: a value gathered from its shards to be handed to the host. "
-            + ("jax.debug.print and jax.debug.callback take what they are given whole: give "
-               "them a slice or a reduction." if t.op in ("debug_print", "debug_callback") else
-               f"A host callback ({t.op}) takes what it is given whole. Where it works on "
-               "each part alone (an elementwise function, not a sort or a total), run it "
-               "under shard_map with in_specs and out_specs that split it, each device on "
-               "its part (jax-ml/jax#15956); where it needs the whole, this gather is the "
-               "cost of calling it."))
+        whole = (f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
+                 f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments "
+                 "split over devices")
+        if t.op not in _CALLBACKS:  # a slice XLA all-gathers (apple/axlearn#993)
+            notes.append(
+                f"{whole}, gathered from its shards onto each device (an all-gather in XLA's "
+                "program): every device holds all of it. A slice along the split dimension (a "
+                "minibatch cut from a batch split over devices) lives on few devices and is "
+                "gathered to be used: reshape so that each slice takes part of every device's "
+                "share, jnp.swapaxes(x.reshape(size, steps, *rest), 0, 1)[i] for step i "
+                "(apple/axlearn#993), or slice a dimension that is not split.")
+        else:
+            notes.append(
+                f"{whole}: a value gathered from its shards to be handed to the host. "
+                + ("jax.debug.print and jax.debug.callback take what they are given whole: "
+                   "give them a slice or a reduction." if t.op in ("debug_print",
+                                                                   "debug_callback") else
+                   f"A host callback ({t.op}) takes what it is given whole. Where it works on "
+                   "each part alone (an elementwise function, not a sort or a total), run it "
+                   "under shard_map with in_specs and out_specs that split it, each device on "
+                   "its part (jax-ml/jax#15956); where it needs the whole, this gather is the "
+                   "cost of calling it."))
     if spread and device is not None:
         listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
         notes.append(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers import compiled, devices
-from helpers._internal.jaxcompat import jax_version_tuple
+from helpers._internal import jaxcompat
 from helpers._internal.records import Record
 from helpers.units import format_bytes
 
@@ -175,34 +175,16 @@ def donations_across_memory_kinds(c: compiled.CompiledStep, fn: Callable, args: 
         text = lowered.as_text() if lowered is not None else ""
     except Exception:
         return ()
-    head = next((line for line in text.splitlines() if "func.func public @main(" in line), "")
-    if ") -> (" not in head:
-        return ()
-    ins, outs = head.split("@main(", 1)[1].split(") -> (", 1)
-    ins = re.split(r", (?=%arg\d+: )", ins)
-    outs = re.split(r", (?=tensor<)", outs)
+    pairs, arguments = jaxcompat.lowered_aliases(text)
     leaves = [name + jax.tree_util.keystr(path)
               for name, value in c.arguments(fn, args, kwargs)
               for path, _ in jax.tree_util.tree_flatten_with_path(value)[0]]
     found = []
-    for i, arg in enumerate(ins):
-        if not (alias := re.search(r"tf\.aliasing_output = (\d+)", arg)):
-            continue
-        j = int(alias.group(1))
-        out = outs[j] if j < len(outs) else ""
-        kind_in, kind_out = _text_kind(arg), _text_kind(out)
+    for i, kind_in, out, kind_out in pairs:
         if kind_in != kind_out:
-            where = re.search(r'jax\.result_info = "result([^"]*)"', out)
-            name = leaves[i] if len(leaves) == len(ins) else f"argument leaf {i}"
-            found.append((name, kind_in, f"output{where.group(1) if where else f' {j}'}",
-                          kind_out))
+            name = leaves[i] if len(leaves) == arguments else f"argument leaf {i}"
+            found.append((name, kind_in, out, kind_out))
     return tuple(sorted(found, key=lambda f: host.index(f[0]) if f[0] in host else len(host)))
-
-
-def _text_kind(attributes: str) -> str:
-    """The memory kind a lowered program's argument or result is in ("device" where unsaid)."""
-    kind = re.search(r'mhlo\.memory_kind = "([a-z_]+)"', attributes)
-    return kind.group(1) if kind else "device"
 
 
 def _lowered_as_called(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
@@ -232,7 +214,7 @@ def donated_host_note(c: compiled.CompiledStep, fn: Callable, args: tuple, kwarg
     kind with an output in another (:func:`donations_across_memory_kinds`): the call that
     aborts jax 0.10.2 (measured on the CPU; 0.8.0 ran it). None otherwise."""
     pairs = donations_across_memory_kinds(c, fn, args, kwargs)
-    if not pairs or jax_version_tuple() < (0, 10):
+    if not pairs or jaxcompat.jax_version_tuple() < (0, 10):
         return None
     leaf, kind_in, out, kind_out = pairs[0]
     more = f" (and {len(pairs) - 1} more)" if len(pairs) > 1 else ""

@@ -15,11 +15,14 @@ import os
 import sys
 import sysconfig
 
-__all__ = ["is_user_file", "is_user_frame", "line", "where"]
+__all__ = ["ipython_shell", "is_user_file", "is_user_frame", "line", "where"]
 
 _LIBRARIES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib",
                                                                "purelib", "platlib")}))
 _KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # helpers/
+#: an installed package's folder, in this environment or another one a .pth file reads (JAX
+#: loaded from another virtualenv's site-packages is still JAX, not the user's code)
+_PACKAGES = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 def is_user_file(filename: str) -> bool:
@@ -28,7 +31,8 @@ def is_user_file(filename: str) -> bool:
     only the name is known; :func:`is_user_frame` decides it better from a running frame."""
     if filename.startswith("<"):
         return not filename.startswith("<frozen")
-    return not (filename.startswith(_LIBRARIES) or filename.startswith(_KIT + os.sep))
+    return not (filename.startswith(_LIBRARIES) or filename.startswith(_KIT + os.sep)
+                or any(folder in filename for folder in _PACKAGES))
 
 
 def is_user_frame(frame) -> bool:
@@ -40,11 +44,19 @@ def is_user_frame(frame) -> bool:
     return is_user_file(filename)
 
 
+def ipython_shell():
+    """The running IPython shell, or None (never imports IPython)."""
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython.get_ipython() if ipython is not None else None
+    except Exception:  # an IPython without get_ipython
+        return None
+
+
 def _cell_name(filename: str) -> str | None:
     """IPython's name for a cell's code ("In[12]"), or None outside IPython or for a file it
     did not compile. Never imports IPython."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
+    shell = ipython_shell()
     try:
         named = shell.compile.format_code_name(filename) if shell is not None else None
     except Exception:  # an IPython without the method, or another compiler

@@ -34,13 +34,14 @@ from helpers._internal import frames
 __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
            "CALLBACK_IMPLS", "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS",
            "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "TESTED_FLOOR",
-           "aliased_parameters", "asarray_is_explicit", "backend_errors", "backend_factories",
-           "backend_start_snapshot", "backends_started", "cache_miss_files",
+           "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
+           "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
            "compiled_function_name",
            "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
-           "jit_made_by_jax", "live_executables", "memory_spaces_only", "on_backend_start",
+           "jit_made_by_jax", "live_executables", "lowered_aliases", "memory_spaces_only",
+           "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
            "parse_guard_line", "running_callback", "sharding_error_types",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
@@ -572,6 +573,51 @@ def _tuple_results(line: str) -> tuple[str | None, str, str, list[tuple[str, str
     if depth or not op:
         return None
     return m.group(1), m.group(2), op.group(1), _ELEMENT.findall(line[m.end():i - 1])
+
+
+def lowered_aliases(text: str) -> tuple[list[tuple[int, str, str, str]], int]:
+    """From a lowered program's text (``Lowered.as_text()``, StableHLO): (for each argument
+    JAX aliases to an output, its position, its memory kind, the output as JAX names it
+    ("output['mu']", else "output 3"), the output's memory kind; "device" where unsaid), and
+    the number of arguments. JAX writes the pairs as ``tf.aliasing_output`` and the kinds as
+    ``mhlo.memory_kind`` (jax 0.8.0 and 0.10.2; not an API: marin-community/marin#8515's tests
+    check it still parses). ([], 0) where the text has no main function."""
+    head = next((line for line in text.splitlines() if "func.func public @main(" in line), "")
+    if ") -> (" not in head:
+        return [], 0
+    ins, outs = head.split("@main(", 1)[1].split(") -> (", 1)
+    ins = re.split(r", (?=%arg\d+: )", ins)
+    outs = re.split(r", (?=tensor<)", outs)
+
+    def kind(attributes: str) -> str:
+        found = re.search(r'mhlo\.memory_kind = "([a-z_]+)"', attributes)
+        return found.group(1) if found else "device"
+
+    pairs = []
+    for i, arg in enumerate(ins):
+        if not (alias := re.search(r"tf\.aliasing_output = (\d+)", arg)):
+            continue
+        j = int(alias.group(1))
+        out = outs[j] if j < len(outs) else ""
+        where = re.search(r'jax\.result_info = "result([^"]*)"', out)
+        pairs.append((i, kind(arg), f"output{where.group(1) if where else f' {j}'}", kind(out)))
+    return pairs, len(ins)
+
+
+#: an all-gather in XLA's optimized program, and the shape it makes: "%all-gather.3 =
+#: f32[256,512]{1,0} all-gather(...)" (an async one: all-gather-start, its result a tuple)
+_ALL_GATHER = re.compile(r"= \(?[a-z0-9]+\[[\d,]*\][^ ]*?,? ?(\w+)\[([\d,]*)\][^ ]* "
+                         r"all-gather(?:-start)?\(|= (\w+)\[([\d,]*)\][^ ]* all-gather\(")
+
+
+def all_gather_shapes(text: str) -> set[tuple[int, ...]]:
+    """The shapes the all-gathers of an optimized HLO program make (XLA's text format is not
+    an API: the apple/axlearn#993 test checks it still parses, jax 0.8.0 and 0.10.2)."""
+    out = set()
+    for m in _ALL_GATHER.finditer(text):
+        dims = m.group(2) if m.group(2) is not None else m.group(4)
+        out.add(tuple(int(d) for d in dims.split(",") if d))
+    return out
 
 
 _WHILE_BODY = re.compile(r"\bwhile\(.*\bbody=%([\w.\-]+)")

@@ -60,10 +60,15 @@ def _traceback_frames(eqn) -> list:
         return []
 
 
+def _innermost_user(eqn):
+    """The user's innermost frame of the traceback that made a jaxpr equation, or None."""
+    return next((f for f in _traceback_frames(eqn) if frames.is_user_file(f.file_name)), None)
+
+
 def _user_frame(eqn) -> tuple[str, int] | None:
     """(file, line) of the user's innermost frame that made a jaxpr equation, or None."""
-    user = [f for f in _traceback_frames(eqn) if frames.is_user_file(f.file_name)]
-    return (user[0].file_name, user[0].line_num) if user else None
+    f = _innermost_user(eqn)
+    return (f.file_name, f.line_num) if f else None
 
 
 def equation_line(eqn) -> str:
@@ -456,8 +461,7 @@ def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], s
                     continue  # not one row of a dimension of steps
                 # the buffer's starting value: made in this jaxpr (zeros), or handed in (an
                 # argument whose rows may already hold values: a prompt's before a decode)
-                start = eqn.invars[(eqn.params["cond_nconsts"] if name == "while" else 0)
-                                   + first + k]
+                start = _carried_operands(eqn)[k]
                 made_here = not any(start is x for x in getattr(j, "invars", ()))
                 out.append((name, tuple(whole.shape), tuple(step.shape), str(whole.dtype),
                             size * whole.dtype.itemsize, equation_line(write),
@@ -474,17 +478,22 @@ def carry_lines(closed, shape: tuple[int, ...]) -> list[str]:
     out = []
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
-            if eqn.primitive.name == "scan":
-                first, n = eqn.params["num_consts"], eqn.params["num_carry"]
-            elif eqn.primitive.name == "while":
-                first = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
-                n = len(eqn.outvars)
-            else:
-                continue
             if any(tuple(getattr(v.aval, "shape", ())) == tuple(shape)
-                   for v in eqn.invars[first:first + n]):
+                   for v in _carried_operands(eqn)):
                 out.append(equation_line(eqn))
     return sorted(out, key=lambda line: not line)
+
+
+def _carried_operands(eqn) -> list:
+    """The operands a ``lax.scan`` or ``lax.while_loop`` equation starts its carry from (after
+    its constants); [] for any other equation."""
+    if eqn.primitive.name == "scan":
+        first, n = eqn.params["num_consts"], eqn.params["num_carry"]
+    elif eqn.primitive.name == "while":
+        first, n = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"], len(eqn.outvars)
+    else:
+        return []
+    return list(eqn.invars[first:first + n])
 
 
 def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str, str, str],
@@ -883,8 +892,8 @@ def _placed(closed) -> Iterator[tuple[Any, tuple[Any, ...], bool]]:
 
 def _user_function(eqn) -> tuple[str, str] | None:
     """(file, function name) of the user's innermost frame that made a jaxpr equation."""
-    user = [f for f in _traceback_frames(eqn) if frames.is_user_file(f.file_name)]
-    return (user[0].file_name, user[0].function_name) if user else None
+    f = _innermost_user(eqn)
+    return (f.file_name, f.function_name) if f else None
 
 
 def _loop_name(eqn) -> str:

@@ -193,32 +193,23 @@ class _Tracer:
         kind = self.kind(frame)
         if kind == _USER:
             return self.local
+        if kind == _OTHER or (key := self._called_from(frame)) is None:
+            return None
         if kind == _JAX_CALL:
-            back = frame.f_back
-            if back is not None and self.kind(back) == _USER and self.clean():
-                self.seen.jax_calls[(back.f_code.co_filename, back.f_lineno)] += 1
-        elif kind == _JAX_BLOCK:
-            back = frame.f_back
-            if back is None or self.kind(back) != _USER or not self.clean():
-                return None
-            key = (back.f_code.co_filename, back.f_lineno)
-            if self.seen.blocks[key] < MOST_LOOKS:
-                try:  # jax.block_until_ready(x): its first parameter, a pytree
-                    import jax
+            self.seen.jax_calls[key] += 1
+        elif kind == _JAX_BLOCK and self.seen.blocks[key] < MOST_LOOKS:
+            try:  # jax.block_until_ready(x): its first parameter, a pytree
+                import jax
 
-                    first = frame.f_locals[frame.f_code.co_varnames[0]]
-                    waits = any(not a.is_ready() for a in jax.tree.leaves(first)
-                                if hasattr(a, "is_ready"))
-                except Exception:  # not JAX's function of a pytree, or an array deleted
-                    waits = False
-                if waits:
-                    self.seen.blocks[key] += 1
-                    return self._after_read(key, self.seen.idle_blocks)
+                first = frame.f_locals[frame.f_code.co_varnames[0]]
+                waits = any(not a.is_ready() for a in jax.tree.leaves(first)
+                            if hasattr(a, "is_ready"))
+            except Exception:  # not JAX's function of a pytree, or an array deleted
+                waits = False
+            if waits:
+                self.seen.blocks[key] += 1
+                return self._after_read(key, self.seen.idle_blocks)
         elif kind == _JAX_READ:
-            back = frame.f_back
-            if back is None or self.kind(back) != _USER or not self.clean():
-                return None
-            key = (back.f_code.co_filename, back.f_lineno)
             self.seen.reads[key] += 1
             if self.seen.looked[key] < MOST_LOOKS:
                 try:  # (is_ready never waits; at a "call" event f_locals holds the arguments)
@@ -229,6 +220,14 @@ class _Tracer:
                     self.seen.looked[key] += 1
                     return self._after_read(key, self.seen.idle_reads)
         return None
+
+    def _called_from(self, frame) -> tuple[str, int] | None:
+        """The user's line (file, line) that called JAX's ``frame`` itself, outside any
+        transformation; None where a library or JAX called it, or inside one."""
+        back = frame.f_back
+        if back is None or self.kind(back) != _USER or not self.clean():
+            return None
+        return back.f_code.co_filename, back.f_lineno
 
     def _after_read(self, key, idle: Counter):
         """A tracer for a read (or a wait) that waited: when it returns, was anything left
