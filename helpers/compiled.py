@@ -460,6 +460,9 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                          static_argnames=static_names)
     name = function_name(fn)
     lowered, err = _lower(jitted, arg_specs, kw_specs)
+    lowered = _jax_lowered(lowered, jax)
+    if err is None and donated and jitted is not fn and hasattr(fn, "lower") and not _jax_jit(fn):
+        _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name, jax)
     placed_by_jit = with_values = False
     if err is not None and jitted is fn and device is None and over_mesh and not _jax_jit(fn):
         # a wrapper's own lower() (eqx.filter_jit) that takes non-arrays as static: a shape is
@@ -467,10 +470,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         again, err_again = _lower(fn, args, kwargs)
         if err_again is not None:  # the arrays themselves fail too: that is the user's error
             err = err_again
-        else:  # its own Lowered wraps JAX's (equinox: .lowered)
-            if not isinstance(again, jax.stages.Lowered):
-                again = getattr(again, "lowered", again)
-            lowered, err, with_values = again, None, True
+        else:
+            lowered, err, with_values = _jax_lowered(again, jax), None, True
             arg_specs, kw_specs = args, kwargs
             why = (f"where its arguments are: {name}'s own lower() ({type(fn).__module__}) "
                    "was given the arrays themselves, as it takes no shapes (nothing copied "
@@ -581,6 +582,43 @@ def _jax_jit(fn) -> bool:
     """``fn`` is jax.jit's own (a PjitFunction), not another library's wrapper with a lower()
     method (eqx.filter_jit: it takes non-arrays as static, a ShapeDtypeStruct among them)."""
     return type(fn).__module__.split(".")[0] in ("jax", "jaxlib")
+
+
+def _jax_lowered(lowered, jax):
+    """JAX's own Lowered inside a library's (equinox's and Flax NNX's keep it as ``.lowered``):
+    its compile() gives JAX's Compiled, whose outputs (``out_info``) and program the kit reads.
+    nnx.jit's inner program takes the modules' state as a pytree of the same leaves, in the
+    same order, and returns it updated beside the step's own outputs."""
+    inner = getattr(lowered, "lowered", None)
+    if lowered is None or isinstance(lowered, jax.stages.Lowered) or not isinstance(
+            inner, jax.stages.Lowered):
+        return lowered
+    return inner
+
+
+def _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name: str, jax
+                           ) -> None:
+    """Refuse to price ``jax.jit(fn, donate_argnums=...)`` where ``fn`` is another library's
+    jit whose own program returns more than that jit's does: Flax's ``nnx.jit`` returns the
+    modules' updated state beside the step's outputs, which a jax.jit around it drops (XLA
+    then drops the work that made it), so the kit would price a step that updates nothing."""
+    own_lowered, err = _lower(fn, arg_specs, kw_specs)
+    if err is not None:
+        own_lowered, err = _lower(fn, args, kwargs)
+    try:
+        own = len(jax.tree.leaves(_jax_lowered(own_lowered, jax).out_info))
+        wrapped = len(jax.tree.leaves(lowered.out_info))
+    except Exception:  # a wrapper or JAX whose lowering does not say: price it as asked
+        return
+    if own > wrapped:
+        module = type(fn).__module__.split(".")[0]
+        raise BadInputError(
+            f"{name} is {module}'s own jit ({type(fn).__name__}), whose program returns "
+            f"{own} arrays where jax.jit around it returns {wrapped}: it hands back state "
+            "that a jax.jit around it drops (Flax NNX's updated modules), so the donation "
+            "asked here would price a step that updates nothing. Declare the donation on "
+            "the wrapper itself (nnx.jit(step, donate_argnums=...)) and call preflight_step "
+            "without donate_argnums (google/flax#5026)")
 
 
 def _lower(jitted, arg_specs, kw_specs) -> tuple[Any, BaseException | None]:

@@ -1635,3 +1635,81 @@ def test_a_one_hot_made_against_arange_is_no_pairwise_product_of_inputs():
     params = {"w1": jnp.ones((64, 64)) * 0.01, "w2": jnp.ones((64, vocab)) * 0.01}
     r = preflight.residuals(loss, params, jnp.ones((256, 64)), jnp.zeros(256, jnp.int32))
     assert "every pair" not in r.advice and "broadcasting them against each other" not in r.advice
+
+
+class _Module:
+    """A stand-in for a Flax NNX module: a mutable object whose arrays are also its pytree's
+    leaves (as nnx modules are in flax 0.12)."""
+
+    def __init__(self, **arrays):
+        vars(self).update(arrays)
+
+
+jax.tree_util.register_pytree_node(
+    _Module, lambda m: ([vars(m)[k] for k in sorted(vars(m))], tuple(sorted(vars(m)))),
+    lambda names, leaves: _Module(**dict(zip(names, leaves, strict=True))))
+
+
+class _NnxJit:
+    """A stand-in for ``nnx.jit`` (flax/nnx/transforms/compilation.py): the step changes its
+    modules in place; the wrapper jits a pure function that takes their state and returns it
+    updated beside the step's own outputs, and writes it back into the modules after the call.
+    Its Lowered keeps JAX's as ``.lowered``, as Flax's does."""
+
+    def __init__(self, fn, donate_argnums=()):
+        self.jitted_fn = jax.jit(lambda *args: (args, fn(*args)), donate_argnums=donate_argnums)
+
+    def lower(self, *args):
+        import types
+
+        return types.SimpleNamespace(lowered=self.jitted_fn.lower(*args))
+
+    def __call__(self, *args):
+        new, out = self.jitted_fn(*args)
+        for old, updated in zip(args, new, strict=True):
+            if isinstance(old, _Module):
+                vars(old).update(vars(updated))
+        return out
+
+
+def _nnx_train_step(model, opt, x):
+    """SGD with momentum on a two-layer model, written as an nnx step: it updates in place."""
+    def loss(w1, w2):
+        return jnp.mean((jnp.tanh(x @ w1) @ w2) ** 2)
+
+    grads = jax.grad(loss, argnums=(0, 1))(model.w1, model.w2)
+    opt.m1, opt.m2 = 0.9 * opt.m1 + grads[0], 0.9 * opt.m2 + grads[1]
+    model.w1, model.w2 = model.w1 - 0.1 * opt.m1, model.w2 - 0.1 * opt.m2
+    return loss(model.w1, model.w2)
+
+
+def test_flax_5026_an_nnx_jit_step_s_state_is_read_through_its_wrapper():
+    """google/flax#5026: an nnx.jit train step held the state twice; the fix is to donate it
+    (nnx.jit(step, donate_argnums=...)). The kit read no outputs through the wrapper (no
+    donation note), called every donated leaf "NOT reused: unknown: ... no alias table" though
+    XLA aliased them all, and with its own donate_argnums priced jax.jit(nnx_step), whose
+    program drops the updated state and the work that made it."""
+    def state():
+        return (_Module(w1=jnp.ones((256, 512)), w2=jnp.ones((512, 256))),
+                _Module(m1=jnp.zeros((256, 512)), m2=jnp.zeros((512, 256))), jnp.ones((64, 256)))
+
+    model, opt, x = state()
+    nbytes = 4 * 256 * 512 * 4  # the four state arrays, each 512 KiB
+    p = preflight.preflight_step(_NnxJit(_nnx_train_step), model, opt, x)
+    assert p.output_bytes >= nbytes  # the updated state comes back through the wrapper
+    assert "Donating" in p.advice and "nnx.jit takes them too" in p.advice, p.advice
+    donated = _NnxJit(_nnx_train_step, donate_argnums=(0, 1))
+    d = preflight.preflight_step(donated, model, opt, x)
+    assert len(d.donations) == 4 and all(a.reused for a in d.donations), d.donations
+    assert "no alias table" not in str(d) and d.alias_bytes == nbytes
+    with pytest.raises(BadInputError, match=r"returns 6 arrays where jax.jit around it returns "
+                       r"1.*Declare the donation on the wrapper itself"):
+        preflight.preflight_step(_NnxJit(_nnx_train_step), model, opt, x, donate_argnums=(0, 1))
+    # what the kit refuses to price: jax.jit around the wrapper leaves the modules as they were
+    model2, opt2, x2 = state()
+    jax.jit(_NnxJit(_nnx_train_step), donate_argnums=(0, 1))(model2, opt2, x2)
+    assert float(model2.w2[0, 0]) == 1.0 and not model2.w2.is_deleted()
+    # the fix, run: the wrapper's own donation trains the model and gives up the old buffers
+    old = model.w2
+    donated(model, opt, x)
+    assert old.is_deleted() and float(model.w2[0, 0]) != 1.0
