@@ -47,7 +47,8 @@ FIX = ("load it into host memory instead, without JAX: `safetensors.numpy.load_f
         "(about the file's size) or a read-only numpy.memmap of the data (pages from the file), "
         "then `jax.device_put` one batch at a time. `safetensors.flax.load_file` under "
         "`with jax.default_device(jax.devices('cpu')[0]):` also lands in host memory, at "
-        "about four times the file at its peak")
+        "up to about four times the file at its peak (4.1x for a token file in the kit's load "
+        "benchmark; 1.5-1.8x measured for a file of four float32 tensors)")
 #: safetensors.flax.load_file's peak anonymous memory, in files (benchmarks/load_strategies.py
 #: on the 2-core VM, jax 0.10.2: the median of 3 fresh children; safetensors.numpy: 1.0)
 FLAX_LOAD_PEAK = 4.1

@@ -2398,3 +2398,215 @@ def test_jax_10007_arrays_kept_by_the_list_live_arrays_returned_are_named():
     del ns["bs"], ns["b"], b  # the fix it names
     gc.collect()
     assert sum(a.nbytes == 2 * MiB for a in jax.live_arrays()) <= kept - 2
+
+
+# --- 2026-11-27, second round: threads on dtypes, checkpoints, decoding, feeding, tools and
+# model libraries that the kit already named when they were put to it
+
+def test_flax_2384_3945_parameters_read_only_in_bfloat16_name_param_dtype():
+    """nn.Dense(dtype=bfloat16) computes in bfloat16 and keeps float32 parameters: dtype= is the
+    computation's type, param_dtype= the parameters' (jheek in flax#1374; flax#1739)."""
+    def apply(params, x):
+        for i in range(3):
+            x = x @ params[i].astype(jnp.bfloat16)  # what Dense(dtype=bfloat16) does
+        return x
+
+    params = [jnp.full((1024, 1024), 0.01) for _ in range(3)]
+    x = jnp.ones((64, 1024), jnp.bfloat16)
+    p = preflight.preflight_step(apply, params, x)
+    assert "param_dtype" in p.advice and "read only as bfloat16" in p.advice
+    assert f"take {format_bytes(3 * 2 * MiB)} less" in p.advice
+    fixed = preflight.preflight_step(apply, [w.astype(jnp.bfloat16) for w in params], x)
+    assert "param_dtype" not in fixed.advice
+    assert p.argument_bytes - fixed.argument_bytes == 3 * 2 * MiB
+
+
+def test_optax_173_adam_s_moments_name_mu_dtype():
+    """Adam keeps mu and nu, each as many numbers as the parameters; the request became
+    optax.adam(mu_dtype=...) (optax#176)."""
+    def step(params, state, x):
+        g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["a"] @ p["b"]) ** 2))(params)
+        mu = jax.tree.map(lambda m, g: (0.9 * m + 0.1 * g).astype(m.dtype), state["mu"], g)
+        nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, state["nu"], g)
+        new = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
+        return new, {"mu": mu, "nu": nu}
+
+    shapes = {"a": (1024, 512), "b": (512, 1024)}  # two layers: 4 MiB of parameters
+    params, x = {k: jnp.ones(s) for k, s in shapes.items()}, jnp.ones((64, 1024))
+
+    def state(mu_dtype):
+        return {"mu": {k: jnp.zeros(s, mu_dtype) for k, s in shapes.items()},
+                "nu": {k: jnp.zeros(s) for k, s in shapes.items()}}
+
+    p = preflight.preflight_step(step, params, state(jnp.float32), x, donate_argnums=(0, 1))
+    assert "state holds 2 copies of params' shapes" in p.advice and "mu_dtype" in p.advice
+    fixed = preflight.preflight_step(step, params, state(jnp.bfloat16), x, donate_argnums=(0, 1))
+    assert p.argument_bytes - fixed.argument_bytes == 2 * MiB  # mu at half its bytes
+
+
+def test_jax_8933_an_array_made_for_another_device_is_made_on_the_default_one_first():
+    """jnp.zeros(n, device=host) is made whole on the default device and copied: the user's
+    host-sized array passed through the accelerator (two CPU devices stand in for both)."""
+    host = jax.devices()[1]
+    n = 1 << 20
+    jnp.zeros(n, device=host).block_until_ready()  # compiled before the trace
+    with transfers.trace() as log:
+        x = jnp.zeros(n, device=host)
+    assert x.devices() == {host}
+    reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
+    assert "made whole on the default device" in reasons and "jax.default_device" in reasons
+    with jax.default_device(host):
+        jnp.zeros(n).block_until_ready()
+    with transfers.trace() as fixed, jax.default_device(host):  # the fix the kit names
+        y = jnp.zeros(n)
+    assert y.devices() == {host} and fixed.count("device->device") == 0
+
+
+def test_equinox_307_a_loss_jitted_inside_the_training_function_is_made_anew():
+    """eqx.filter_jit on a loss defined inside train(): each call makes and compiles a new
+    function (slow, then a crash); jit it once, outside."""
+    def train(w, x):
+        @jax.jit
+        def loss(w, x):
+            return jnp.mean((x @ w) ** 2)
+        return jax.value_and_grad(loss)(w, x)
+
+    w, x = jnp.ones((4, 2)), jnp.ones((16, 4))
+    with compiles.watch() as log:
+        for _ in range(4):
+            train(w, x)
+    (entry,) = [f for f in log.functions if f.cause == "function made anew"]
+    assert entry.compiles == 4 and "outside the loop" in log.diagnosis
+    once = jax.jit(jax.value_and_grad(lambda w, x: jnp.mean((x @ w) ** 2)))
+    with compiles.watch() as fixed:
+        for _ in range(4):
+            once(w, x)
+    assert fixed.compiles == 1
+
+
+def test_keras_21712_a_weight_loaded_whole_on_one_device_then_split():
+    """Keras loaded each weight onto one device and then sharded it, so the largest weight
+    needed a whole device (the PR's fix: assign straight into the sharded variable)."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    s = NamedSharding(Mesh(np.array(jax.devices()), ("model",)), P(None, "model"))
+    weights = {k: np.ones((512, 1024), np.float32) for k in "abc"}
+    with transfers.trace() as log:
+        placed = {k: jax.device_put(jnp.asarray(v), s) for k, v in weights.items()}
+    reasons = " ".join(r for row in log.by_line() for r in row["reasons"])
+    assert "whole on one device" in reasons and "jax-ml/jax#14075" in reasons
+    assert "put host data (NumPy) straight onto the sharding" in reasons
+    with transfers.trace() as fixed:
+        straight = {k: jax.device_put(v, s) for k, v in weights.items()}
+    assert fixed.count("device->device") == 0 and fixed.count("host->device") > 0
+    assert all(a.sharding == s for a in (*placed.values(), *straight.values()))
+
+
+def test_ott_423_a_failed_solve_s_arrays_are_held_by_the_saved_traceback():
+    """Memory looked dead after a failed Sinkhorn run until the kernel restarted: the saved
+    traceback keeps the failed frame's locals."""
+    def solve_bad(x):
+        kernel = jnp.exp(-((x[:, None] - x[None, :]) ** 2))  # noqa: F841 (the traceback keeps it)
+        raise FloatingPointError("the solver diverged")
+
+    saved = getattr(sys, "last_traceback", None)
+    try:
+        solve_bad(jnp.linspace(0, 1, 2048))
+    except FloatingPointError:
+        sys.last_traceback = sys.exc_info()[2]
+    try:
+        h = holders.largest(3, namespace={})
+        (kept,) = [a for a in h.arrays if a.nbytes == 2048 * 2048 * 4]
+        assert any("sys.last_traceback" in w and "'kernel'" in w for w in kept.held_by)
+        assert "sys.last_traceback = None" in kept.fix
+        sys.last_traceback = None  # the fix the kit names (in IPython: tb_next, tested there)
+        gc.collect()
+        assert all(a.nbytes != 2048 * 2048 * 4 for a in holders.largest(3, namespace={}).arrays)
+    finally:
+        sys.last_traceback = saved
+
+
+def test_jasmine_16_a_sampler_whose_sequence_grows_compiles_every_token():
+    """The sampler recompiled each step as the token sequence grew by one: pad to the full
+    length and mask (p-doom/jafar#60)."""
+    emb = jnp.ones((64, 8))
+
+    @jax.jit
+    def logits(tokens):
+        return (emb[tokens].sum(1) @ emb.T)
+
+    toks = jnp.array([[1, 2, 3]])
+    with compiles.watch() as log:
+        for _ in range(6):
+            toks = jnp.concatenate([toks, jnp.argmax(logits(toks), -1)[:, None]], axis=1)
+    entry = log.function("logits")
+    assert entry.compiles == 6 and entry.cause == "new shapes"
+    assert "grows by one along a dimension" in entry.fix
+    assert "dynamic_update_slice" in entry.fix and "mask" in entry.fix
+
+    @jax.jit
+    def padded_logits(tokens, n):  # the fix: one length, positions past n masked out
+        keep = (jnp.arange(tokens.shape[1]) < n)[None, :, None]
+        return (jnp.where(keep, emb[tokens], 0).sum(1) @ emb.T)
+
+    buf = jnp.zeros((1, 9), jnp.int32).at[:, :3].set(jnp.array([[1, 2, 3]]))
+    with compiles.watch() as fixed:
+        for n in range(3, 9):
+            buf = buf.at[:, n].set(jnp.argmax(padded_logits(buf, n), -1))
+    assert fixed.function("padded_logits").compiles == 1
+    assert (buf[:, 3:9] == toks[:, 3:9]).all()
+
+
+def test_diffusers_1096_a_static_guidance_scale_compiles_for_each_value():
+    """The Flax pipeline recompiled whenever guidance_scale changed: it was static; pass it as
+    an array (pcuenca)."""
+    from functools import partial
+
+    @partial(jax.jit, static_argnums=1)
+    def sample(latents, guidance_scale):
+        return latents * (1 + guidance_scale)
+
+    lat = jnp.ones((4, 64))
+    with compiles.watch() as log:
+        for g in (7.5, 8.0, 6.5):
+            sample(lat, g)
+    entry = log.function("sample")
+    assert entry.compiles == 3 and entry.cause == "new static values"
+    assert "now 6.5" in str(log) and "traced argument" in entry.fix
+    traced = jax.jit(lambda latents, g: latents * (1 + g))
+    with compiles.watch() as fixed:
+        for g in (7.5, 8.0, 6.5):
+            traced(lat, jnp.float32(g))
+    assert fixed.compiles == 1
+
+
+def test_jax_ai_stack_243_a_generate_step_run_op_by_op_is_named_and_jit_is_the_fix():
+    """The tutorial's generate_step ran outside jit, one operation at a time; the merged fix
+    jits it with the tokens padded to maxlen and the position passed in."""
+    IPython = pytest.importorskip("IPython")  # noqa: N806
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_cell("import jax, jax.numpy as jnp\nfrom helpers.ipython import EAGER_RUNS")
+    ip.run_line_magic("load_ext", "helpers")
+    try:
+        ip.run_cell("w = jnp.full((32, 32), 0.01)\n"
+                    "def generate_step(tokens):\n"
+                    "    x = jnp.array(tokens + [0] * (128 - len(tokens)))\n"
+                    "    h = jax.nn.one_hot(x, 32) @ w\n"
+                    "    return jnp.argmax(h[len(tokens) - 1])\n"
+                    "step_jit = jax.jit(lambda padded, i: jnp.argmax((jax.nn.one_hot(padded, 32)"
+                    " @ w)[i]))")
+        eager = ip.run_cell_magic("memory", "", "gen = [1]\nfor _ in range(EAGER_RUNS):\n"
+                                  "    gen.append(int(generate_step(gen)))\n")
+        assert eager.eager_lines and "dispatched one by one" in str(eager)
+        assert "Jit the loop's body" in str(eager) or "jax.jit" in str(eager)
+        fixed = ip.run_cell_magic("memory", "", "gen2 = [1]\nfor _ in range(EAGER_RUNS):\n"
+                                  "    padded = jnp.array(gen2 + [0] * (128 - len(gen2)))\n"
+                                  "    gen2.append(int(step_jit(padded, len(gen2) - 1)))\n")
+        assert not any("generate_step" in line for line, _, _ in fixed.eager_lines)
+        assert ip.user_ns["gen"] == ip.user_ns["gen2"]
+    finally:
+        ip.run_line_magic("unload_ext", "helpers")
+        ip.reset()
