@@ -2584,7 +2584,7 @@ def test_diffusers_1096_a_static_guidance_scale_compiles_for_each_value():
 def test_jax_ai_stack_243_a_generate_step_run_op_by_op_is_named_and_jit_is_the_fix():
     """The tutorial's generate_step ran outside jit, one operation at a time; the merged fix
     jits it with the tokens padded to maxlen and the position passed in."""
-    IPython = pytest.importorskip("IPython")  # noqa: N806
+    pytest.importorskip("IPython")
     from IPython.core.interactiveshell import InteractiveShell
 
     ip = InteractiveShell.instance()
