@@ -117,6 +117,10 @@ class ScanStack(Record):
     #: the jax.custom_vjp fwd rule of the user's that runs this scan ("" for none): what the
     #: rule returns as residuals no jax.checkpoint inside it drops (sglang-jax#823)
     fwd_rule: str = ""
+    #: of ``nbytes``, the values the body makes by writing rows into its slice of what the scan
+    #: reads (an xs of their shape): a new stack of that array each call to change a few rows
+    #: (marin-community/levanter#1249: a KV cache stacked over layers, as xs and ys)
+    updated_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -865,6 +869,28 @@ class CompiledStep:
                         _in_derivative(op + "/copy"), lines[0]))
         return tuple(out)
 
+    def carry_slice_copies(self, least: int = _CARRY_COPY_AT, few: int = 16
+                           ) -> tuple[tuple[str, tuple[int, ...], int, int, int, int,
+                                            int | None, str, str], ...]:
+        """(dtype, the carried value's shape, its bytes, copies of slices of it a step,
+        concatenates of a slice's shape a step, the bytes those move a step, the loop's steps:
+        None where XLA does not know them, the loop's line, the concatenates' line where it is
+        not the loop's) of each value of ``least`` bytes or more a loop of the step's own (of
+        ``few`` steps or more, or a while_loop) carries and updates in place while XLA copies
+        slices of it and concatenates them back on every step: a KV cache whose layer's K and
+        V are sliced out, updated and stacked back to write one row (keras-team/keras-hub#2780).
+        Most bytes first; () without program text."""
+        out = []
+        for dtype, shape, nbytes, copies, joins, moved, steps, _, source in (
+                jaxcompat.while_slice_copies(self.text or "", least, frames.is_user_file)):
+            lines = jaxprs.carry_lines(self.jaxpr, shape)
+            if not lines or (steps is not None and steps < few):
+                continue  # a loop XLA made, or a few copies in all
+            joined = frames.line(*source) if source else ""
+            out.append((_jax_dtype(dtype), shape, nbytes, copies, joins, moved, steps, lines[0],
+                        "" if joined == lines[0] else joined))
+        return tuple(out)
+
     def callbacks_every_step(self) -> tuple[tuple[str, str, str, int | None], ...]:
         """(the callback, its line, the loop, its steps: None for a while_loop) of each host
         callback in a loop's body with no cond around it: it runs on every iteration
@@ -1044,12 +1070,14 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
             continue
         copied = sum(n for n, same in zip(sizes, jaxprs.scan_copied_xs(eqn), strict=True)
                      if same)
+        updated = sum(n for n, new in zip(sizes, jaxprs.scan_updated_xs(eqn), strict=True)
+                      if new)
         length, line = int(eqn.params["length"]), jaxprs.equation_line(eqn)
         checkpointed, chunked = remat.get((length, line), found[id(eqn)])
         out.append(ScanStack(length, sum(sizes), len(ys), str(big.dtype), tuple(big.shape),
                              line, jaxprs.scan_role(eqn), eqn.params["num_carry"] > 0,
                              copied, jaxprs.scan_carry_bytes(eqn), checkpointed, chunked,
-                             jaxprs.custom_vjp_rule(eqn)))
+                             jaxprs.custom_vjp_rule(eqn), updated))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 

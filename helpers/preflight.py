@@ -258,6 +258,11 @@ class StepPreflight(_Verdict, Display):
     #: ("float32[2000, 10, 10]", bytes, whole copies a step, the loop's steps or None, line) of
     #: each value a loop carries that XLA copies whole on every step (jax-ml/jax#10197, #17845)
     carry_copies: tuple[tuple[str, int, int, int | None, str], ...] = ()
+    #: ("float32[1, 4, 2, 512, 4, 64]", bytes, slice copies a step, concatenates a step, bytes
+    #: those move a step, the loop's steps or None, line) of each value a loop carries and
+    #: updates in place while XLA copies slices of it and concatenates them back on every step
+    #: (keras-team/keras-hub#2780: a layer's K and V stacked back into one cache)
+    carry_slice_copies: tuple[tuple[str, int, int, int, int, int | None, str], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -561,6 +566,26 @@ def _fwd_rule_fix(rule: str) -> str:
             "inputs, say) and recompute the rest in the bwd rule (sglang-jax#823).")
 
 
+def _updated_stack_note(t: compiled.ScanStack, peak: int) -> str:
+    """A scan that takes an array in as xs and gives it back as ys with rows written into each
+    step's slice: a KV cache stacked over layers, scanned over with the layers
+    (marin-community/levanter#1249, the maintainer's fix a list of per-layer caches, "~5-6x").
+    Measured by the helper on the CPU, 8 layers of [2, 2048, 4, 64] float32 (32 MiB), donated:
+    51.2 ms per token through the scan (35.6 on jax 0.8.0), 13.2 with a list of per-layer
+    caches, 10.2 with the cache carried by a lax.fori_loop and written with
+    dynamic_update_slice at (i, 0, pos, 0, 0); XLA's temporaries 40 MiB -> 4 MiB."""
+    at = f" ({t.line})" if t.line else ""
+    return (f"A lax.scan{at} takes a {t.dtype}{list(t.shape)} in as xs and gives it back as "
+            f"ys with rows written into each of its {t.length} steps' slices "
+            "(dynamic_update_slice or .at[].set): every call builds a new "
+            f"{format_bytes(t.updated_bytes)} stacked array ({t.updated_bytes / peak:.0%} of the "
+            "peak) to change those rows, and donating the old one does not make the write in "
+            "place. Carry the array instead and write step i's rows into it with "
+            "lax.dynamic_update_slice at (i, ...) in a lax.fori_loop over the layers, or keep a "
+            "list of per-layer arrays (a KV cache: marin-community/levanter#1249; 51 -> 10 ms "
+            "per token on the CPU).")
+
+
 def _stack_note(t: compiled.ScanStack, peak: int) -> str:
     at = f" ({t.line})" if t.line else ""
     largest = (f"; the largest, {t.dtype}{list(t.shape)}" if t.outputs > 1 else
@@ -582,6 +607,8 @@ def _stack_note(t: compiled.ScanStack, peak: int) -> str:
                 "preflight.residuals(loss, ...) lists those. "
                 + _checkpoint_fix(t.length, t.nbytes // t.length, t.carry_bytes,
                                   t.checkpointed, t.chunked))
+    if t.updated_bytes * 2 >= t.nbytes:
+        return _updated_stack_note(t, peak)
     if not t.has_carry:
         return (f"{head.replace('A lax.scan', 'A jax.lax.map (a scan without a carry)', 1)}: "
                 "its result, each step's stacked. Where what follows needs only a reduction of "
@@ -665,6 +692,33 @@ def _carry_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: in
             "slot of the carry first (607 -> 0.4 ms)")
     first, then = (grad, read) if in_derivative else (read, grad)
     return f"{head}: {first}; or {then}."
+
+
+def _slice_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: int, joins: int,
+                     moved: int, steps: int | None, line: str, joined: str, more: int = 0) -> str:
+    """The note for a loop that updates a carried buffer in place while XLA copies slices of
+    it and concatenates them back on every step: a KV cache [B, layers, 2, S, H, D] whose
+    layer's K and V are sliced out, updated with dynamic_update_slice and put back with
+    jnp.stack, which rebuilds the layer's cache to write one row (keras-team/keras-hub#2780,
+    fixed in #2781 by dropping the stack; keras-hub#1562 and marin-community/levanter#1249: a
+    list of per-layer caches). Measured by the helper on the CPU, jax 0.10.2, 4 layers,
+    S=2048, 64 tokens in a lax.while_loop, best of 8: 187-206 ms stacked, 93-107 ms with one
+    K and one V buffer per layer updated in place (the same tokens); at S=512 the kit counts 8
+    copies of 512 KiB and 4 concatenates of 1 MiB a step, none with the per-layer buffers."""
+    each = f"each of its {steps} steps" if steps else "each step"
+    total = f", {format_bytes(moved * steps)} a call" if steps else ""
+    made = f" (the concatenates: {joined})" if joined else ""
+    also = f" (and in {more} more loop{'s' if more > 1 else ''})" if more else ""
+    what = ", ".join(part for part in (
+        f"{copies} cop{'y' if copies == 1 else 'ies'}" if copies else "",
+        f"{joins} concatenate{'s' if joins > 1 else ''}" if joins else "") if part)
+    return (f"The loop{f' ({line})' if line else ''} updates its carried {dtype}{list(shape)} "
+            f"({format_bytes(nbytes)}) in place, yet XLA copies slices of it and concatenates "
+            f"them back on {each} ({what}; {format_bytes(moved)} moved a step{total}){also} to "
+            "write a row, as when a KV cache's K and V are sliced out of it, updated and stacked "
+            f"back{made}. Keep each layer's K and V as separate buffers in the carry and update "
+            "each in place with lax.dynamic_update_slice, with no jnp.stack or concatenate "
+            "(keras-team/keras-hub#2780: about 2x faster on the CPU).")
 
 
 def _cast_note(wide: str, narrow: str, shape: tuple[int, ...], nbytes: int, line: str,
@@ -860,6 +914,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     copied = c.carry_copies()
     if copied:
         notes.append(_carry_copy_note(*copied[0], more=len(copied) - 1))
+    sliced = c.carry_slice_copies()
+    if sliced:
+        notes.append(_slice_copy_note(*sliced[0], more=len(sliced) - 1))
     for callback, at, loop, loop_at in c.callbacks_hoisted()[:1]:
         notes.append(
             f"The {callback} at {at}, written in the body of the {loop}"
@@ -1002,7 +1059,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                            for _, whole, step, dtype, n, line, *_ in records),
         repeated_outputs=repeated,
         carry_copies=tuple((f"{dtype}{list(shape)}", n, copies, steps, line)
-                           for dtype, shape, n, copies, steps, _, line in copied))
+                           for dtype, shape, n, copies, steps, _, line in copied),
+        carry_slice_copies=tuple((f"{dtype}{list(shape)}", n, copies, joins, moved, steps, line)
+                                 for dtype, shape, n, copies, joins, moved, steps, line, _
+                                 in sliced))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -259,4 +259,175 @@ def test_jax_10197_an_ordinary_scan_and_threefry_rounds_get_no_carry_copy_note()
                      (jax.grad(layers), (jnp.ones((32, 512, 512)) / 512, h)),
                      (draws, (jax.random.key(0),))):
         assert compiled.compile_step(fn, *args).carry_copies() == (), fn
+        assert compiled.compile_step(fn, *args).carry_slice_copies() == (), fn
         assert "XLA copies the loop's carried" not in preflight.preflight_step(fn, *args).advice
+
+
+# --- a KV cache in a decode loop ---------------------------------------------------------------
+L, KV_S, KV_H, KV_D = 8, 512, 4, 64
+_KV_W = jax.random.normal(jax.random.key(0), (L, KV_H * KV_D, KV_H * KV_D)) * 0.02
+
+
+def _attend(x, k, v):
+    att = jnp.einsum("hd,shd->hs", x.reshape(KV_H, KV_D), k)
+    return jnp.einsum("hs,shd->hd", jax.nn.softmax(att, -1), v).reshape(KV_H * KV_D)
+
+
+def _scan_cache_as_xs(cache, w, x, pos):
+    """marin-community/levanter#1249: one cache stacked over layers, scanned with the layers
+    as xs and given back updated as ys."""
+    def layer(x, inp):
+        wi, c = inp
+        kv = (x @ wi).reshape(1, KV_H, KV_D)
+        c = jax.lax.dynamic_update_slice(c, jnp.stack([kv, kv]), (0, pos, 0, 0))
+        return jnp.tanh(_attend(x, c[0], c[1])), c
+    x, cache = jax.lax.scan(layer, x, (w, cache))
+    return cache, x
+
+
+def _fori_cache_in_carry(cache, w, x, pos):
+    """The fix: the whole cache in a fori_loop's carry, layer i's row written in place."""
+    def layer(i, c):
+        x, cache = c
+        kv = (x @ w[i]).reshape(1, 1, 1, KV_H, KV_D)
+        cache = jax.lax.dynamic_update_slice(cache, jnp.concatenate([kv, kv], 1),
+                                             (i, 0, pos, 0, 0))
+        k = jax.lax.dynamic_index_in_dim(cache, i, 0, keepdims=False)
+        return jnp.tanh(_attend(x, k[0], k[1])), cache
+    x, cache = jax.lax.fori_loop(0, L, layer, (x, cache))
+    return cache, x
+
+
+def _list_of_caches(caches, w, x, pos):
+    """The maintainer's fix (List[Cache]): one cache per layer, each updated in place."""
+    new = []
+    for i in range(L):
+        kv = (x @ w[i]).reshape(1, KV_H, KV_D)
+        c = jax.lax.dynamic_update_slice(caches[i], jnp.stack([kv, kv]), (0, pos, 0, 0))
+        x = jnp.tanh(_attend(x, c[0], c[1]))
+        new.append(c)
+    return tuple(new), x
+
+
+def test_levanter_1249_a_kv_cache_scanned_as_xs_and_ys_is_told_to_carry_it_not_return_less():
+    """A decode step scans over 8 stacked layers with the stacked cache (8 MiB here) as xs and
+    its updated slices as ys: every call builds a new stacked cache to write one row per layer,
+    donated or not. The kit said "Return less from the body (a sum, or the last value, belongs
+    in the carry)", impossible for a cache. Its new note names the carry and the per-layer list
+    (51 -> 10 ms per token at 32 MiB: the helper's timing on the CPU, not asserted)."""
+    cache = jnp.zeros((L, 2, KV_S, KV_H, KV_D))
+    x, pos = jnp.ones(KV_H * KV_D), jnp.int32(3)
+    slow = preflight.preflight_step(jax.jit(_scan_cache_as_xs, donate_argnums=0), cache, _KV_W,
+                                    x, pos)
+    (stack,) = slow.scan_stacks
+    assert stack.updated_bytes == stack.nbytes == 8 * MiB and stack.copied_bytes == 0
+    note = slow.advice
+    assert "takes a float32[8, 2, 512, 4, 64] in as xs and gives it back as ys" in note
+    assert "every call builds a new 8.00 MiB stacked array" in note
+    assert "Carry the array instead" in note and "lax.dynamic_update_slice at (i, ...)" in note
+    assert "list of per-layer arrays" in note and "marin-community/levanter#1249" in note
+    assert "Return less from the body" not in note
+    assert "jax.lax.scan(layer, x, (w, cache))" in note  # the scan's own line
+    assert slow.temp_bytes >= 8 * MiB  # a new stack every call, though the cache is donated
+    # the fixes, run: the same output; no stack, and XLA's temporaries a fraction of the cache
+    carried = preflight.preflight_step(jax.jit(_fori_cache_in_carry, donate_argnums=0),
+                                       cache, _KV_W, x, pos)
+    caches = tuple(jnp.zeros((2, KV_S, KV_H, KV_D)) for _ in range(L))
+    listed = preflight.preflight_step(jax.jit(_list_of_caches, donate_argnums=0), caches,
+                                      _KV_W, x, pos)
+    for fixed in (carried, listed):
+        assert fixed.scan_stacks == () and "levanter#1249" not in fixed.advice
+        assert fixed.carry_slice_copies == () and fixed.carry_copies == ()
+    assert carried.temp_bytes < 2 * MiB and listed.temp_bytes < 4 * MiB  # from >= 8 MiB
+    out = jax.jit(_scan_cache_as_xs)(cache, _KV_W, x, pos)
+    for fix, start in ((_fori_cache_in_carry, cache), (_list_of_caches, caches)):
+        got = jax.jit(fix)(start, _KV_W, x, pos)
+        assert jnp.allclose(got[1], out[1], atol=1e-5)
+        assert jnp.allclose(jnp.stack(got[0]) if isinstance(got[0], tuple) else got[0], out[0])
+
+
+def test_levanter_1249_a_scan_that_returns_other_ys_keeps_the_return_less_note():
+    """A scan whose ys are values of its own (not its xs updated) keeps the old advice."""
+    def f(x, w):
+        return jax.lax.scan(lambda h, wi: (jnp.tanh(h @ wi), jnp.tanh(h @ wi)), x, w)[1]
+    note = preflight.preflight_step(f, jnp.ones((512, 512)), jnp.ones((16, 512, 512))).advice
+    assert "Return less from the body" in note and "levanter#1249" not in note
+
+
+B, STEPS = 1, 64
+
+
+def _kv_layer(x, cache, i, pos, stack):
+    """keras-team/keras-hub#2780's update: the layer's K and V sliced out of one cache
+    [B, layers, 2, S, H, D], a row written into each, then stacked back (stack=True); stack=False
+    writes the row into the cache and reads K and V after (PR #2781's shape)."""
+    kv = (x @ _KV_W[i]).reshape(B, 1, KV_H, KV_D)
+    if stack:
+        cur = cache[:, i]
+        k = jax.lax.dynamic_update_slice(cur[:, 0], kv, (0, pos, 0, 0))
+        v = jax.lax.dynamic_update_slice(cur[:, 1], kv, (0, pos, 0, 0))
+        cache = jax.lax.dynamic_update_slice(cache, jnp.stack((k, v), axis=1)[:, None],
+                                             (0, i, 0, 0, 0, 0))
+    else:
+        cache = jax.lax.dynamic_update_slice(cache, kv[:, None, None], (0, i, 0, pos, 0, 0))
+        cache = jax.lax.dynamic_update_slice(cache, kv[:, None, None], (0, i, 1, pos, 0, 0))
+        k, v = cache[:, i, 0], cache[:, i, 1]
+    return jnp.tanh(_attend(x[0], k[0], v[0]))[None], cache
+
+
+def _generate_one_cache(stack, layers=4):
+    def generate(cache, x):
+        def body(c):
+            pos, x, cache = c
+            for i in range(layers):
+                x, cache = _kv_layer(x, cache, i, pos, stack)
+            return pos + 1, x, cache
+        return jax.lax.while_loop(lambda c: c[0] < STEPS, body, (0, x, cache))[1:]
+    return generate
+
+
+def _generate_kv_buffers(ks, vs, x, layers=4):
+    """The fix: one K and one V buffer per layer, each updated in place, no stack."""
+    def body(c):
+        pos, x, ks, vs = c
+        ks, vs = list(ks), list(vs)
+        for i in range(layers):
+            kv = (x @ _KV_W[i]).reshape(B, 1, KV_H, KV_D)
+            ks[i] = jax.lax.dynamic_update_slice(ks[i], kv, (0, pos, 0, 0))
+            vs[i] = jax.lax.dynamic_update_slice(vs[i], kv, (0, pos, 0, 0))
+            x = jnp.tanh(_attend(x[0], ks[i][0], vs[i][0]))[None]
+        return pos + 1, x, tuple(ks), tuple(vs)
+    return jax.lax.while_loop(lambda c: c[0] < STEPS, body, (0, x, tuple(ks), tuple(vs)))[1:]
+
+
+def test_keras_hub_2780_a_kv_cache_sliced_and_stacked_back_each_step_is_named():
+    """keras-team/keras-hub#2780: per layer, the decode loop slices K and V out of the one
+    cache, writes a row into each and stacks them back (jnp.stack): XLA copies both slices and
+    concatenates them on every step (8 copies of 512 KiB and 4 concatenates of 1 MiB a step
+    here), 2x the time of separate K and V buffers (187 -> 93 ms at S=2048 on the CPU, the
+    helper's timing, not asserted). The kit said only "Nothing donated for cache"."""
+    cache, x = jnp.zeros((B, 4, 2, KV_S, KV_H, KV_D)), jnp.ones((B, KV_H * KV_D))
+    slow = compiled.compile_step(_generate_one_cache(True), cache, x).carry_slice_copies()
+    (dtype, shape, nbytes, copies, joins, moved, steps, line, _), = slow
+    assert (dtype, shape, nbytes, steps) == ("float32", (1, 4, 2, 512, 4, 64), 4 * MiB, STEPS)
+    assert (copies, joins, moved) == (8, 4, 8 * MiB)  # 8 x 512 KiB copied, 4 x 1 MiB joined
+    assert "jax.lax.while_loop" in line
+    p = preflight.preflight_step(_generate_one_cache(True), cache, x)
+    assert p.carry_slice_copies == (("float32[1, 4, 2, 512, 4, 64]", 4 * MiB, 8, 4, 8 * MiB,
+                                     STEPS, line),)
+    note = p.advice
+    assert ("updates its carried float32[1, 4, 2, 512, 4, 64] (4.00 MiB) in place, yet XLA "
+            "copies slices of it and concatenates them back on each of its 64 steps (8 copies, "
+            "4 concatenates; 8.00 MiB moved a step, 512.00 MiB a call) to write a row" in note)
+    assert "separate buffers in the carry" in note and "lax.dynamic_update_slice" in note
+    assert "keras-team/keras-hub#2780" in note
+    if jax.__version_info__ >= (0, 10):  # 0.8.0's program records the loop's line for it
+        assert "jnp.stack((k, v), axis=1)" in note
+    # the fix, run: the same tokens, no slice copied nor concatenated
+    ks = tuple(jnp.zeros((B, KV_S, KV_H, KV_D)) for _ in range(4))
+    fixed = preflight.preflight_step(_generate_kv_buffers, ks, ks, x)
+    assert fixed.carry_slice_copies == () and "keras-hub#2780" not in fixed.advice
+    assert compiled.compile_step(_generate_one_cache(False), cache, x).carry_slice_copies() == ()
+    want = jax.jit(_generate_one_cache(True))(cache, x)[0]
+    assert jnp.allclose(jax.jit(_generate_kv_buffers)(ks, ks, x)[0], want, atol=1e-5)
+    assert jnp.allclose(jax.jit(_generate_one_cache(False))(cache, x)[0], want, atol=1e-5)

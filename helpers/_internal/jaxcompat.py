@@ -45,7 +45,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
            "parse_guard_line", "running_callback", "sharding_error_types",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
-           "weight_gradient_convolutions"]
+           "while_slice_copies", "weight_gradient_convolutions"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -639,6 +639,28 @@ def while_carry_copies(text: str, least: int) -> list[tuple[str, tuple[int, ...]
     ``scatter`` (or a fusion whose root is one). A carry the step makes anew (a layer's
     activations) is not one. XLA's text format is not an API: tests check it still parses
     (jax 0.8.0 and 0.10.2, the CPU)."""
+    computations = _hlo_computations(text)
+    out = []
+    for body, trips, op in _while_bodies(computations):
+        carried, updated, copies = set(), set(), Counter()
+        for inner in body:
+            if " parameter(0)" in inner:
+                carried = _carried_shapes(inner)
+            elif i := _INSTRUCTION.match(inner):
+                made, opcode = _shape_of(i.group(3), i.group(4)), i.group(5)
+                if opcode == "copy":
+                    copies[made] += 1
+                if _made_by(computations, inner, opcode) in _IN_PLACE:
+                    updated.add(made)
+        for (dtype, dims), n in copies.items():
+            size = math.prod(dims) * _HLO_BYTES.get(dtype, 4)
+            if (dtype, dims) in carried & updated and size >= least:
+                out.append((dtype, dims, size, n, trips, op))
+    return sorted(out, key=lambda r: -r[2] * r[3])
+
+
+def _hlo_computations(text: str) -> dict[str, list[str]]:
+    """Each computation of an HLO program's text, by name: its instructions' lines."""
     computations: dict[str, list[str]] = {}
     name = None
     for line in text.splitlines():
@@ -649,39 +671,106 @@ def while_carry_copies(text: str, least: int) -> list[tuple[str, tuple[int, ...]
             name = None
         elif name is not None:
             computations[name].append(line)
+    return computations
 
-    def shape_of(dtype: str, dims: str) -> tuple[str, tuple[int, ...]]:
-        return dtype, tuple(int(x) for x in dims.split(",") if x)
 
-    def root(comp: str) -> str:
-        last = [m.group(5) for line in computations.get(comp, ())
-                if line.lstrip().startswith("ROOT") and (m := _INSTRUCTION.match(line))]
-        return last[0] if last else ""
-
-    out = []
+def _while_bodies(computations: dict[str, list[str]]
+                  ) -> Iterator[tuple[list[str], int | None, str]]:
+    """(the body's lines, its known trip count or None, the while's op_name) of each
+    ``while`` in the program."""
     for lines in computations.values():
         for line in lines:
-            if not (m := _WHILE_BODY.search(line)) or m.group(1) not in computations:
+            if (m := _WHILE_BODY.search(line)) and m.group(1) in computations:
+                trips, op = _TRIP_COUNT.search(line), _WHILE_OP.search(line)
+                yield (computations[m.group(1)], int(trips.group(1)) if trips else None,
+                       op.group(1) if op else "")
+
+
+def _shape_of(dtype: str, dims: str) -> tuple[str, tuple[int, ...]]:
+    return dtype, tuple(int(x) for x in dims.split(",") if x)
+
+
+def _carried_shapes(parameter: str) -> set[tuple[str, tuple[int, ...]]]:
+    """The (dtype, shape) of each element of a while body's parameter (its carry)."""
+    head = parameter.split(" parameter(0)", 1)[0].split(" = ", 1)[-1]
+    return {_shape_of(*a) for a in _HLO_ARRAY.findall(head)}
+
+
+def _made_by(computations: dict[str, list[str]], line: str, opcode: str) -> str:
+    """The opcode that makes an instruction's value: a fusion's root's, else its own."""
+    called = _CALLED.search(line) if opcode == "fusion" else None
+    if called is None:
+        return opcode
+    roots = [m.group(5) for inner in computations.get(called.group(1), ())
+             if inner.lstrip().startswith("ROOT") and (m := _INSTRUCTION.match(inner))]
+    return roots[0] if roots else ""
+
+
+def _slice_shape(dims: tuple[int, ...], whole: tuple[int, ...]) -> bool:
+    """Whether ``dims`` is the shape of a part of an array of shape ``whole``: fewer elements,
+    and its dimensions other than 1 are some of the whole's, in order (a layer's K of a cache
+    [1, 4, 2, 512, 4, 64] is [1, 1, 512, 4, 64])."""
+    if not 0 < math.prod(dims) < math.prod(whole):
+        return False
+    rest = iter(d for d in whole if d != 1)
+    return all(any(d == w for w in rest) for d in dims if d != 1)
+
+
+#: what a slice of an array is made by (a fusion's root), before a copy of it
+_SLICES = ("slice", "dynamic-slice", "bitcast")
+
+
+def while_slice_copies(text: str, least: int, is_user: Callable[[str], bool]
+                       ) -> list[tuple[str, tuple[int, ...], int, int, int, int, int | None,
+                                       str, tuple[str, int] | None]]:
+    """(dtype, the carried value's shape, its bytes, the copies of slices of it a step, the
+    concatenates a step, the bytes those copy or make a step, the loop's known trip count or
+    None, the loop's op_name, the user's (file, line) of the first concatenate where XLA kept
+    it) of each carried value of ``least`` bytes or more that the body of a ``while`` updates
+    in place (a ``dynamic-update-slice`` or ``scatter`` of its shape) while it also copies
+    slices of it (a ``copy`` of a ``slice``, ``dynamic-slice`` or ``bitcast``, or of a fusion
+    whose root is one) or concatenates values of a slice's shape (at the top of the body or
+    inside a fusion it calls), ``least`` bytes or more a step in all: a KV cache whose layer's
+    K and V are sliced out, updated and stacked back to write one row (keras-team/keras-hub
+    #2780). XLA's text format is not an API: tests check it still parses (jax 0.8.0 and
+    0.10.2, the CPU)."""
+    computations = _hlo_computations(text)
+    tables = _tables(text.splitlines())
+    out = []
+    for body, trips, op in _while_bodies(computations):
+        named = {i.group(2): i for line in body if (i := _INSTRUCTION.match(line))}
+        carried, updated = set(), set()
+        made: list[tuple[str, tuple[str, tuple[int, ...]], str]] = []  # (kind, shape, line)
+        for line in body:
+            if " parameter(0)" in line:
+                carried = _carried_shapes(line)
+            if not (i := _INSTRUCTION.match(line)):
                 continue
-            trips, op = _TRIP_COUNT.search(line), _WHILE_OP.search(line)
-            carried, updated, copies = set(), set(), Counter()
-            for inner in computations[m.group(1)]:
-                if " parameter(0)" in inner:
-                    head = inner.split(" parameter(0)", 1)[0].split(" = ", 1)[-1]
-                    carried = {shape_of(*a) for a in _HLO_ARRAY.findall(head)}
-                elif i := _INSTRUCTION.match(inner):
-                    made, opcode = shape_of(i.group(3), i.group(4)), i.group(5)
-                    if opcode == "copy":
-                        copies[made] += 1
-                    called = _CALLED.search(inner) if opcode == "fusion" else None
-                    if (called and root(called.group(1)) or opcode) in _IN_PLACE:
-                        updated.add(made)
-            for (dtype, dims), n in copies.items():
-                size = math.prod(dims) * _HLO_BYTES.get(dtype, 4)
-                if (dtype, dims) in carried & updated and size >= least:
-                    out.append((dtype, dims, size, n, int(trips.group(1)) if trips else None,
-                                op.group(1) if op else ""))
-    return sorted(out, key=lambda r: -r[2] * r[3])
+            shape, opcode = _shape_of(i.group(3), i.group(4)), i.group(5)
+            if _made_by(computations, line, opcode) in _IN_PLACE:
+                updated.add(shape)
+            if opcode == "copy":
+                source = re.search(r"copy\(%([\w.\-]+)", line)
+                of = named.get(source.group(1)) if source else None
+                if of is not None and _made_by(computations, of.string, of.group(5)) in _SLICES:
+                    made.append(("copy", shape, line))
+            elif opcode == "concatenate":
+                made.append(("concatenate", shape, line))
+            elif called := _CALLED.search(line) if opcode == "fusion" else None:
+                made += [("concatenate", _shape_of(c.group(3), c.group(4)), inner)
+                         for inner in computations.get(called.group(1), ())
+                         if (c := _INSTRUCTION.match(inner)) and c.group(5) == "concatenate"]
+        for dtype, whole in sorted(carried & updated):
+            size = math.prod(whole) * _HLO_BYTES.get(dtype, 4)
+            mine = [(kind, dims, line) for kind, (t, dims), line in made
+                    if t == dtype and _slice_shape(dims, whole)]
+            moved = sum(math.prod(dims) * _HLO_BYTES.get(dtype, 4) for _, dims, _ in mine)
+            if size < least or moved < least:
+                continue
+            joins = [line for kind, _, line in mine if kind == "concatenate"]
+            out.append((dtype, whole, size, len(mine) - len(joins), len(joins), moved, trips,
+                        op, _source(joins[0], tables, is_user) if joins else None))
+    return sorted(out, key=lambda r: -r[5])
 
 
 def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:

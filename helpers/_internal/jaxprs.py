@@ -24,7 +24,7 @@ __all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "carry_line
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "progress_fix", "sparse_products", "threefry_draws", "walk"]
+           "scan_updated_xs", "progress_fix", "sparse_products", "threefry_draws", "walk"]
 
 
 def _floating(dtype) -> bool:
@@ -126,6 +126,33 @@ def scan_copied_xs(eqn) -> list[bool]:
     for var in body.outvars[carry:]:
         source = _invar_index(body, var)
         out.append(source is not None and source >= first_xs)
+    return out
+
+
+#: the writes of a few rows into an array: its result has the array's shape (operand 0)
+_UPDATES = ("dynamic_update_slice", "scatter", "scatter-add")
+
+
+def scan_updated_xs(eqn) -> list[bool]:
+    """For each value a ``lax.scan`` stacks over its length (its outputs beside the carry):
+    whether the body makes it by writing rows into its slice of what the scan reads (an ``xs``
+    of the same shape and dtype) with ``dynamic_update_slice`` or ``.at[].set`` (a scatter),
+    followed back through a chain of such writes. The scan then builds a new stacked array on
+    every call to change a few rows of it: a KV cache stacked over layers and threaded through
+    a scan over the layers as xs and ys (marin-community/levanter#1249)."""
+    body = eqn.params["jaxpr"]
+    body = getattr(body, "jaxpr", body)
+    first_xs = eqn.params["num_consts"] + eqn.params["num_carry"]
+    made = {id(v): e for e in body.eqns for v in e.outvars}
+    out = []
+    for var in body.outvars[eqn.params["num_carry"]:]:
+        kind, start, writes = _types([var]), var, 0
+        while (e := made.get(id(start))) is not None and e.primitive.name in _UPDATES and (
+                writes < 64):
+            start, writes = e.invars[0], writes + 1
+        source = _invar_index(body, start) if writes else None
+        out.append(source is not None and source >= first_xs
+                   and _types([body.invars[source]]) == kind)
     return out
 
 
