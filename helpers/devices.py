@@ -856,6 +856,9 @@ class LeafPlacement(Record):
     #: :attr:`Placement.local_bytes`): ``nbytes`` times the copies of a replicated leaf (0 for
     #: NumPy, Python values and deleted leaves)
     local_bytes: int = 0
+    #: its mesh's axes and their sizes (("data", 4),), where its sharding has a mesh of the
+    #: user's; () otherwise (and for jax.pmap's own mesh)
+    mesh_axes: tuple[tuple[str, int], ...] = ()
 
     @property
     def memory(self) -> str:
@@ -882,7 +885,11 @@ def tree_placement(tree: Any) -> TreePlacement:
     """Explain a pytree (a params dict, an optimizer state, a Flax NNX state): one row per leaf
     (device, memory kind, committed, bytes), bytes per place, and the problems a jit over the
     whole tree would meet: committed leaves on different devices (it raises), NumPy leaves
-    (copied on every call), host-memory leaves mixed with device ones, deleted leaves."""
+    (copied on every call), a batch-shaped leaf whole on one device beside leaves on a mesh
+    (copied whole to every device), host-memory leaves mixed with device ones, deleted leaves,
+    and leaves that hold one copy per device as a state replicated for jax.pmap does (a save
+    writes every copy; checked by one small jitted checksum per device, and on CPU devices by
+    comparing the slices' bytes in place)."""
     jax = jaxcompat.import_jax()
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     leaves = tuple(_leaf(jax.tree_util.keystr(path) or "(root)", leaf, jax)
@@ -894,6 +901,8 @@ def tree_placement(tree: Any) -> TreePlacement:
     problems = _tree_problems(leaves, tuple(tuple(path) for path, _ in flat))
     if other_mesh := _restored_on_another_mesh([leaf for _, leaf in flat], jax):
         problems += (other_mesh,)
+    if copies := _one_copy_per_device(leaves, [leaf for _, leaf in flat], jax):
+        problems += (copies,)
     return TreePlacement(leaves, MappingProxyType(places), problems)
 
 
@@ -947,6 +956,87 @@ def _restored_on_another_mesh(arrays: list, jax: Any) -> str:
             "jax.device_put(tree, shardings on the other mesh) once.")
 
 
+def _pmap_laid_out(x: Any, jax: Any) -> bool:
+    """Laid out as jax.pmap lays out its values: a leading axis as long as the devices it is
+    on, one slice of it on each (all in this process)."""
+    if not isinstance(x, jax.Array) or x.is_deleted() or not x.ndim or x.shape[0] < 2:
+        return False
+    if not x.is_fully_addressable or len(x.sharding.device_set) != x.shape[0]:
+        return False
+    return tuple(x.sharding.shard_shape(tuple(x.shape))) == (1, *x.shape[1:])
+
+
+def _slice_checksums(xs: list) -> list:
+    """Two position-weighted sums of each slice's bits, each device taking its own slice's:
+    differing sums prove the slices differ. The compiled program has no collective (checked on
+    4 CPU devices, jax 0.8.0 and 0.10.2; not yet run on a GPU), so no slice moves."""
+    jnp = jaxcompat.import_jax().numpy
+    lax = jaxcompat.import_jax().lax
+    out = []
+    for x in xs:
+        flat = x.reshape(x.shape[0], -1)
+        if flat.dtype == jnp.bool_:
+            flat = flat.astype(jnp.uint8)
+        size = flat.dtype.itemsize
+        bits = lax.bitcast_convert_type(
+            flat, {1: jnp.uint8, 2: jnp.uint16}.get(size, jnp.uint32))
+        bits = bits.reshape(x.shape[0], -1).astype(jnp.uint32)
+        idx = lax.broadcasted_iota(jnp.uint32, bits.shape, 1)
+        out.append(jnp.stack([jnp.sum(bits * (2 * idx + 1), axis=1),
+                              jnp.sum((bits ^ (idx * jnp.uint32(0x9E3779B9)))
+                                      * jnp.uint32(0x85EBCA6B), axis=1)], axis=1))
+    return out
+
+
+_checksums = None  # jax.jit(_slice_checksums), made at its first use
+
+
+def _equal_slices(xs: list, jax: Any) -> list[bool]:
+    """Whether each pmap-laid-out array's slices are all equal: their checksums first (one
+    small program over all of them), then, on CPU devices, their bytes compared in place (a
+    CPU array is read without a copy), so that there the answer is exact."""
+    global _checksums
+    if _checksums is None:
+        _checksums = jax.jit(_slice_checksums)
+    sums = [np.asarray(c) for c in _checksums(xs)]
+    equal = [bool((c == c[:1]).all()) for c in sums]
+    for i, x in enumerate(xs):
+        if equal[i] and next(iter(x.sharding.device_set)).platform == "cpu":
+            parts = [np.asarray(s.data).reshape(-1).view(np.uint8)
+                     for s in x.addressable_shards]
+            equal[i] = all(np.array_equal(parts[0], p) for p in parts[1:])
+    return equal
+
+
+def _one_copy_per_device(leaves: tuple[LeafPlacement, ...], arrays: list, jax: Any) -> str:
+    """Leaves that hold one copy of a value per device, as a state replicated for jax.pmap does
+    (flax.jax_utils.replicate): a save or a device_get copies every one (google/objax#163).
+    "" where none does, or where a leaf's dtype cannot be compared (a typed PRNG key)."""
+    laid = [(leaf, x) for leaf, x in zip(leaves, arrays, strict=True)
+            if _pmap_laid_out(x, jax) and (jax.numpy.issubdtype(x.dtype, jax.numpy.number)
+                                           or x.dtype == jax.numpy.bool_)]
+    if not laid:
+        return ""
+    try:
+        equal = _equal_slices([x for _, x in laid], jax)
+    except Exception:  # a dtype or layout the check cannot take: say nothing
+        return ""
+    copies = [(leaf, x) for (leaf, x), same in zip(laid, equal, strict=True) if same]
+    if not copies:
+        return ""
+    n = max(x.shape[0] for _, x in copies)
+    total = sum(leaf.nbytes for leaf, _ in copies)
+    one = sum(leaf.nbytes // x.shape[0] for leaf, x in copies)
+    exact = all(next(iter(x.sharding.device_set)).platform == "cpu" for _, x in copies)
+    how = "equal slices" if exact else "slices of equal checksums"
+    return (f"{_some([leaf.path for leaf, _ in copies])} one value copied per device, as a "
+            f"state replicated for jax.pmap is (flax.jax_utils.replicate): a leading axis of {n} "
+            f"{how}, one on each device, {total:,} B for {one:,} B of values; a save or "
+            f"jax.device_get of it writes or copies all {n} (google/objax#163). Fix: save "
+            "jax.tree.map(lambda x: x[0], state) (flax: jax_utils.unreplicate(state)), and "
+            "replicate it again after loading.")
+
+
 def _leaf(path: str, x: Any, jax) -> LeafPlacement:
     if isinstance(x, jax.Array):
         if x.is_deleted():
@@ -959,10 +1049,13 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
             order = tuple(device_name(d) for d in mesh.devices.flat) if mesh is not None else ()
         except Exception:  # an abstract mesh: no devices of its own
             order = ()
+        axes = () if mesh is None or jaxcompat.is_pmap_mesh(mesh) else tuple(
+            (str(k), int(v)) for k, v in dict(mesh.shape).items())
         held = sum(s.nbytes for s in shards if s.addressable)  # this process's memory
         return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), int(x.nbytes),
                              names, getattr(x.sharding, "memory_kind", None),
-                             bool(x.committed), mesh_order=order, local_bytes=held)
+                             bool(x.committed), mesh_order=order, local_bytes=held,
+                             mesh_axes=axes)
     if isinstance(x, np.ndarray):
         return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
                              int(x.nbytes), (), None, None)
@@ -1027,6 +1120,13 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] =
              and all(leaf.devices != devs for devs in committed)]
     if len(committed) == 1 and moved:
         (target,) = committed
+        placed = [leaf for leaf in leaves if leaf.committed and leaf.devices == target]
+        batches = _batch_like([leaf for leaf in leaves if leaf.path in moved], placed)
+        if batches:
+            out.append(_batch_problem(batches, target))
+            moved = [path for path in moved if path not in batches]
+    if len(committed) == 1 and moved:
+        (target,) = committed
         ranks = {len(leaf.shape) for leaf in leaves if leaf.committed and leaf.devices == target}
         other_rank = any(len(leaf.shape) not in ranks for leaf in leaves if leaf.path in moved)
         spread = ("put them where the others are, once, replicated: jax.device_put(leaf, "
@@ -1070,8 +1170,12 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] =
     if numpy:
         total = sum(leaf.nbytes for leaf in numpy)
         out.append(f"{_some([leaf.path for leaf in numpy])} NumPy ({total:,} B): a jit copies "
-                   "them host to device on every call. Fix: jax.device_put(tree) once, and "
-                   "keep the result.")
+                   "them host to device on every call they are passed to, the one copy a batch "
+                   "new each step needs: pass it as NumPy (a jax.device_put of it just before "
+                   "the step only adds its own dispatch: jax-ml/jax#16905), or put the next "
+                   "batch while this step runs (flax.jax_utils.prefetch_to_device), onto the "
+                   "step's sharding where it is split. Only data passed again unchanged gains "
+                   "from jax.device_put(tree) once, keeping the result.")
     kinds = {leaf.memory for leaf in leaves if leaf.devices}
     if len(kinds) > 1 and (stray := _stray_memory_kinds(leaves, paths)):
         out.append(stray)
@@ -1086,6 +1190,38 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] =
                    "where they are not meant to be offloaded, put them in device memory once, "
                    "jax.device_put(leaf, leaf.sharding.with_memory_kind('device')).")
     return tuple(out)
+
+
+def _batch_like(moved: list[LeafPlacement], placed: list[LeafPlacement]) -> dict[str, str]:
+    """Of the uncommitted leaves beside leaves committed to a mesh of several devices, those
+    shaped like a batch: of a shape no committed leaf has (an optimizer's state has the
+    parameters' shapes), their first dimension divided by an axis of that mesh. Each one's path
+    and the axis to split it over (an axis named for data or batch first)."""
+    axes = [(name, size) for leaf in placed[:1] for name, size in leaf.mesh_axes if size > 1]
+    if len(placed[0].devices if placed else ()) < 2 or not axes:
+        return {}
+    axes.sort(key=lambda a: not any(w in a[0].lower() for w in ("data", "batch")))
+    shapes = {leaf.shape for leaf in placed}
+    found = {}
+    for leaf in moved:
+        if leaf.shape and leaf.shape not in shapes and (axis := next(
+                (name for name, size in axes if leaf.shape[0] % size == 0), None)):
+            found[leaf.path] = axis
+    return found
+
+
+def _batch_problem(batches: dict[str, str], target: tuple[str, ...]) -> str:
+    """A batch-shaped leaf left whole on one device beside leaves on a mesh (keras#20007)."""
+    axis = next(iter(batches.values()))
+    return (f"{_some(list(batches))} uncommitted on one device and shaped like none of the "
+            f"leaves committed to {len(target)} devices, as a batch is: a jit over the tree "
+            f"copies it whole to each of the {len(target)} devices at each call. If it is a "
+            "data-parallel batch, put each one from NumPy straight onto its split, "
+            f"jax.device_put(np_batch, NamedSharding(mesh, P({axis!r}))), mesh the others' "
+            "sharding.mesh, not through jnp.asarray (which lands it whole on one device: "
+            "keras-team/keras#20007) nor replicated (each device would hold all of it): split "
+            "so beside replicated leaves, it is data parallelism; if it is state made once, "
+            "put it there once, jax.device_put(leaf, NamedSharding(mesh, P())).")
 
 
 def _stray_memory_kinds(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...]
@@ -1174,8 +1310,11 @@ def sharding_error_fix(error: BaseException | str) -> str:
             return (f"dimension {axis} ({size}) is split into {pieces} pieces by its sharding, "
                     f"and {pieces} does not divide {size}: the pieces must be equal. "
                     f"Make that dimension a multiple of {pieces} (the last, short batch of an "
-                    f"epoch: drop it, or pad it to {padded} and mask the padding), or leave it "
-                    f"unsplit (None at place {axis} of the PartitionSpec).")
+                    "epoch: pad it to the full batch size and mask the padding, so every batch "
+                    "has one shape and the step compiles once (huggingface/transformers#17863), "
+                    f"or drop it; if you pad it to {padded}, the smallest multiple, the step "
+                    f"compiles again for that shape), or leave it unsplit (None at place {axis} "
+                    "of the PartitionSpec).")
     if any(s in text for s in _EXPLICIT):
         return ("the mesh's axes are Explicit (jax.make_mesh makes them so from jax 0.9): there "
                 "a sharding changes only where the program says so, with "

@@ -196,11 +196,19 @@ _FROM_CALLBACK = re.compile(r"\bmake_array_from_(?:callback|single_device_arrays
 #: a line that is jnp.array / jnp.asarray of something (assigned, returned, or a statement):
 #: jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put uses it in place
 #: on the CPU (measured; on 0.8.0 jnp.asarray used it in place, jnp.array copied)
-_CONVERTED = re.compile(r"^(?:return\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\(")
+_CONVERTED = re.compile(r"^(?:return\s+|yield\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\(")
 #: what the CPU backend does with a NumPy array: measured on jax 0.8.0 and 0.10.2 (a 191 MiB
 #: argument added 0 MiB to the peak when 64-byte aligned, 191 MiB when not)
 _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in place, with no "
                "copy, but NumPy promises only 16-byte alignment)")
+#: what refilling the NumPy buffer after a put does to the array put, on the CPU backend
+#: (jax-ml/jax#37830; a 256 KiB buffer refilled after each put into a queue of 2, 8 runs each,
+#: jax 0.8.0 and 0.10.2: device_put corrupted 8 of 8 runs aligned, 5 to 8 of 8 unaligned, and
+#: with may_alias=False 7 to 8 of 8; device_put(buf.copy()) 0 of 8)
+_REFILLED = (": refilling that NumPy buffer after the put can change the array put, aligned "
+             "(shared) or not (its copy may be taken after the call returns), as a loader "
+             "that reuses one batch buffer finds (jax-ml/jax#37830; may_alias=False did not "
+             "prevent it); give each batch its own array, jax.device_put(np.copy(buf))")
 
 
 def _callback_reason(callback: str) -> str:
@@ -255,11 +263,13 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "reading a value back (np.asarray, float(), print, .item(), a Python if)")
     cpu = (destination or "").startswith("cpu")
     if explicit:
-        return "jax.device_put" + (_ON_THE_CPU if cpu and shape else "")
+        return "jax.device_put" + (_ON_THE_CPU + _REFILLED if cpu and shape else "")
     if _CONVERTED.search(source) and shape != ():  # on its fast path too (no shape logged)
         return ("jnp.array or jnp.asarray of host data: a copy, on the CPU backend too "
                 "(jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put(x) "
-                "uses an array aligned to 64 bytes in place); a Python list, flat or nested, "
+                "uses an array aligned to 64 bytes in place), though it may be taken after "
+                "the call returns: refill the NumPy buffer only after x.block_until_ready(), "
+                "or np.copy it first (jax-ml/jax#37830); a Python list, flat or nested, "
                 "converts far faster as jnp.array(np.array(x))")
     if _FROM_CALLBACK.search(source):
         return ("each device's piece of the array copied to it once, from the data your "
@@ -277,8 +287,17 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                     "jax.jit the bounds are part of the program and nothing is copied; it "
                     "matters in a hot loop or under jax.transfer_guard('disallow')")
         return "a Python number (or a 0-d NumPy array) turned into an array"
-    return ("a NumPy array passed to a JAX operation or a jit: copied each time it is passed "
-            "(jax.device_put it once and pass the result to copy it once)"
+    if split:
+        return ("each device's piece of a NumPy array copied to it from the host at each call "
+                "(a pmap's or a sharded jit's argument), no device holding it whole: the one "
+                "copy a batch new each step needs (a jax.device_put(x) of it first would put it "
+                "whole on one device and split it from there: google/flax#948); only an array "
+                "passed again unchanged gains from jax.device_put(x, sharding) once, passing "
+                "the result")
+    return ("a NumPy array passed to a JAX operation or a jit: copied each time it is passed, "
+            "the one copy a batch new each step needs (to overlap it with the step, put the "
+            "next batch before the step runs: flax.jax_utils.prefetch_to_device); only an "
+            "array passed again unchanged gains from jax.device_put once, passing the result"
             + (_ON_THE_CPU if cpu else ""))
 
 

@@ -225,3 +225,37 @@ def test_an_uncommitted_array_off_the_default_device_is_said_to_be_copied_by_any
     assert first.devices() == {cpu0} and log.count("device->device") >= 1
     with jax.default_device(cpu1):  # inside the block it is where it belongs
         assert "not the default device" not in devices.placement(array).explanation
+
+
+def test_transformers_17863_the_last_short_batch_is_padded_to_the_full_batch_for_one_compile():
+    """transformers#17863: 1002 examples in batches of 64 leave a last batch of 42, which 4
+    devices do not divide. The kit said "pad it to 44": that avoids the error, but 44 rows are
+    a new shape and the step compiles again; padded to 64 (and masked) it compiles once."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    rows = NamedSharding(mesh, P("data"))
+    data = np.ones((1002, 8), np.float32)
+    with pytest.raises(Exception) as raised:
+        jax.device_put(data[960:], rows)  # the last batch, 42 rows
+    said = devices.sharding_error_fix(raised.value)
+    assert "dimension 0 (42) is split into 4 pieces" in said
+    assert "pad it to the full batch size and mask the padding" in said
+    assert "compiles once (huggingface/transformers#17863)" in said
+    assert "if you pad it to 44, the smallest multiple, the step compiles again" in said
+
+    def epoch(pad_to):
+        step = jax.jit(lambda x, m: (x.sum(1) * m).sum())
+        seen = 0.0
+        for start in range(0, 1002, 64):
+            x = data[start:start + 64]
+            m = np.ones(len(x), np.float32)
+            if len(x) < 64:
+                x = np.pad(x, ((0, pad_to - len(x)), (0, 0)))
+                m = np.pad(m, (0, pad_to - len(m)))
+            seen += float(step(jax.device_put(x, rows), jax.device_put(m, rows)))
+        return step._cache_size(), seen
+
+    assert epoch(64) == (1, 1002 * 8)  # the fix it names: one compile, every example counted
+    assert epoch(44) == (2, 1002 * 8)  # the smallest multiple: a second compile
