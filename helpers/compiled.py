@@ -41,7 +41,7 @@ from helpers._internal import frames, jaxcompat, jaxprs, own
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Record
 from helpers.errors import BadInputError, CompileOutOfMemory, MeasurementFailed
-from helpers.units import NOT_AVAILABLE
+from helpers.units import NOT_AVAILABLE, format_bytes
 
 if TYPE_CHECKING:
     import jax
@@ -303,9 +303,11 @@ def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
     """Why the call will fail, when a donated buffer is also passed again in the same call
     (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
     donated"); "" when none is. Each place is named by its argument and its path in it
-    (optax#1059: a state whose ``z`` was its ``params['w']``). A place the step never reads
-    is none: jit drops it before the call, and the buffer is donated once (marin#3668: an
-    unused ``ema_params`` that is ``params``; jax 0.8.0 and 0.10.2)."""
+    (optax#1059: a state whose ``z`` was its ``params['w']``), every shared buffer with its
+    bytes, the first three by name (google/flax#5461: a module and its ``nnx.clone`` share
+    both the kernel and the bias). A place the step never reads is none: jit drops it before
+    the call, and the buffer is donated once (marin#3668: an unused ``ema_params`` that is
+    ``params``; jax 0.8.0 and 0.10.2)."""
     flat = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
     leaves = [(path[1].idx if path[0].idx == 0 else path[1].key,
                jax.tree_util.keystr(path[2:]), leaf)
@@ -314,21 +316,37 @@ def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
     def named(where, path) -> str:
         return f"argument {where!r}{path}" if isinstance(where, str) else f"argument {where}{path}"
 
+    shared, listed = [], set()  # (the donated place, [(the other place, donated there)], bytes)
     for n, (i, path, leaf) in enumerate(leaves):
-        if i not in donated or not isinstance(leaf, jax.Array):
+        if i not in donated or not isinstance(leaf, jax.Array) or n in listed:
             continue
-        again = [(named(w, q), w in donated) for m, (w, q, x) in enumerate(leaves)
+        again = [(m, named(w, q), w in donated) for m, (w, q, x) in enumerate(leaves)
                  if m != n and isinstance(x, jax.Array) and _same_buffer(leaf, x)]
         if again:
-            # XLA's words differ: donated twice, or donated and also passed as it is (jax#9635)
-            said = ("Attempt to donate the same buffer twice\", or \"...previously donated in "
-                    "the same call" if all(d for _, d in again) else
-                    "Attempt to use a buffer that was previously donated in the same call")
-            return (f"{named(i, path)} is donated and the same buffer is passed again as "
-                    f"{', '.join(dict.fromkeys(w for w, _ in again))}: the call fails (XLA: "
-                    f"INVALID_ARGUMENT, \"{said}\"). Fix: pass a copy (jnp.copy(x)) where it "
-                    "is not the donated one, or donate it in one place only.")
-    return ""
+            listed.update(m for m, _, _ in again)
+            shared.append((named(i, path), again, array_bytes(leaf)))
+    if not shared:
+        return ""
+    first, again, nbytes = shared[0]
+    # XLA's words differ: donated twice, or donated and also passed as it is (jax#9635)
+    said = ("Attempt to donate the same buffer twice\", or \"...previously donated in "
+            "the same call" if all(d for _, _, d in again) else
+            "Attempt to use a buffer that was previously donated in the same call")
+
+    def places(again) -> str:
+        return ", ".join(dict.fromkeys(w for _, w, _ in again))
+
+    rest = sorted(shared[1:], key=lambda s: -s[2])  # the largest named
+    also = "; ".join(f"{where} as {places(a)} ({format_bytes(b)})" for where, a, b in rest[:3])
+    more = len(rest) - 3
+    total = sum(b for _, _, b in shared)
+    also = (f"; so {'are' if len(rest) > 1 else 'is'} {also}"
+            f"{f' and {more} more' if more > 0 else ''}, {len(shared)} shared buffers and "
+            f"{format_bytes(total)} in all" if rest else "")
+    return (f"{first} is donated and the same buffer is passed again as {places(again)} "
+            f"({format_bytes(nbytes)}){also}: the call fails (XLA: INVALID_ARGUMENT, \"{said}\"). "
+            "Fix: pass a copy (jnp.copy(x)) where it is not the donated one, or donate it in "
+            "one place only.")
 
 
 def user_line(err: BaseException) -> str:
@@ -890,6 +908,13 @@ class CompiledStep:
             out.append((_jax_dtype(dtype), shape, nbytes, copies, joins, moved, steps, lines[0],
                         "" if joined == lines[0] else joined))
         return tuple(out)
+    def updated_copies(self) -> tuple[tuple[int, int], ...]:
+        """(the program's parameter number, bytes) of each argument leaf the step copies whole
+        only to write a slice into the copy (``x.at[i].set(v)``, ``dynamic_update_slice``, a
+        scatter), largest first: an argument not donated must stay as it was, so every call
+        copies all of it (jax-ml/jax#9132). A parameter's number counts the leaves the
+        executable takes. () without program text."""
+        return tuple(jaxcompat.updated_parameter_copies(self.text or ""))
 
     def callbacks_every_step(self) -> tuple[tuple[str, str, str, int | None], ...]:
         """(the callback, its line, the loop, its steps: None for a while_loop) of each host

@@ -186,7 +186,9 @@ class StepPreflight(_Verdict, Display):
     alias_bytes: int  # outputs written into donated arguments
     temp_bytes: int  # XLA's scratch buffers (activations, intermediates)
     code_bytes: int  # generated code (0 on the CPU backend)
-    peak_bytes: int  # the kit's: arguments + outputs - aliased + temporaries + constants + runtime
+    #: the kit's: arguments (each buffer once) + outputs - aliased + temporaries + constants +
+    #: runtime
+    peak_bytes: int
     xla_peak_bytes: int | NotAvailable  # memory_analysis().peak_memory_in_bytes, as XLA says
     resident_bytes: int  # argument bytes already on that device (counted in in_use_bytes)
     needed_bytes: int  # peak_bytes - resident_bytes: what the step adds
@@ -263,6 +265,12 @@ class StepPreflight(_Verdict, Display):
     #: updates in place while XLA copies slices of it and concatenates them back on every step
     #: (keras-team/keras-hub#2780: a layer's K and V stacked back into one cache)
     carry_slice_copies: tuple[tuple[str, int, int, int, int, int | None, str], ...] = ()
+    #: argument bytes XLA's argument size counts more than once: one buffer the step takes in
+    #: several places (h(x, x, x, x), jax-ml/jax#13956), counted once in ``peak_bytes``
+    passed_again_bytes: int = 0
+    #: (the argument and its path, bytes) of each argument leaf the step copies whole only to
+    #: write a slice into it, as it must for one not donated (jax-ml/jax#9132)
+    copied_to_update: tuple[tuple[str, int], ...] = ()
 
 
 #: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
@@ -803,7 +811,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     spread = step_arguments.spread_arguments(c, fn, args, kwargs)
     # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
     runtime = c.runtime_bytes() if target is None else 0
-    peak = a["peak"] + c.constants + runtime
+    # one buffer passed in several places: XLA's argument size counts each, the device one
+    again = step_arguments.passed_again(c, fn, args, kwargs, per_device=device is None)
+    peak = a["peak"] - again + c.constants + runtime
     if target is not None:
         t = _as_target(target)
         resident, needed, where = 0, peak, t.card.name
@@ -837,7 +847,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "{'xla_disable_hlo_passes': 'constant_folding'}).")
     if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
             undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
-        notes.append(step_arguments.donation_note(*undonated))
+        notes.append(step_arguments.donation_note(
+            *undonated, step_arguments.copied_to_update(c, fn, args, kwargs)))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
         notes.append(held)
     if c.dropped_by_keyword:
@@ -1057,7 +1068,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit,
         loop_records=tuple((f"{dtype}{list(whole)}", f"{dtype}{list(step)}", n, line)
                            for _, whole, step, dtype, n, line, *_ in records),
-        repeated_outputs=repeated,
+        repeated_outputs=repeated, passed_again_bytes=again,
+        copied_to_update=step_arguments.copied_to_update(c, fn, args, kwargs),
         carry_copies=tuple((f"{dtype}{list(shape)}", n, copies, steps, line)
                            for dtype, shape, n, copies, steps, _, line in copied),
         carry_slice_copies=tuple((f"{dtype}{list(shape)}", n, copies, joins, moved, steps, line)

@@ -607,7 +607,10 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
             format_bytes(p.constant_bytes))] if p.constant_bytes else []),
         *([("CPU runtime, beyond XLA's plan (weight-gradient convolution)",
             format_bytes(p.runtime_bytes))] if p.runtime_bytes else []),
+        *([("buffers passed again (XLA's arguments count each place)",
+            format_bytes(p.passed_again_bytes))] if p.passed_again_bytes else []),
         ("peak: arguments + outputs - aliased + temporaries"
+         + (" - passed again" if p.passed_again_bytes else "")
          + (" + constants" if p.constant_bytes else "")
          + (" + runtime" if p.runtime_bytes else ""), format_bytes(p.peak_bytes)),
         ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes) + (

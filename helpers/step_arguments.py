@@ -20,10 +20,11 @@ from helpers._internal import jaxcompat
 from helpers._internal.records import Record
 from helpers.units import format_bytes
 
-__all__ = ["NarrowedArgument", "StateCopy", "argument_split", "copies_note", "donated_host_note",
-           "donation_note", "donation_would_save", "donations_across_memory_kinds",
-           "host_memory_leaves", "narrowed_arguments", "narrowed_notes", "spread_arguments",
-           "state_copies", "static_array_note", "static_arrays"]
+__all__ = ["NarrowedArgument", "StateCopy", "argument_split", "copied_to_update", "copies_note",
+           "donated_host_note", "donation_note", "donation_would_save",
+           "donations_across_memory_kinds", "host_memory_leaves", "narrowed_arguments",
+           "narrowed_notes", "passed_again", "spread_arguments", "state_copies",
+           "static_array_note", "static_arrays"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
     """(the arguments worth donating, the output bytes they could take) when an undonated
     top-level argument has outputs of its leaves' shapes and dtypes for at least half its bytes
     and 1 MiB; None otherwise. An argument with a leaf in host memory (pinned_host) is never
-    advised (:func:`donations_across_memory_kinds`). Outputs are matched once each, largest
+    advised (:func:`donations_across_memory_kinds`), nor one with a buffer the step takes in
+    another place too (donated, the call fails). Outputs are matched once each, largest
     arguments first. Over a mesh XLA matches the sharding too (an output of another layout
     takes nothing), and bytes are each device's."""
     jax = devices.start_jax()
@@ -86,6 +88,7 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
     if not outputs or arrays is None or len(out_shardings) != len(outputs):
         return None
     names = dict(c.argument_names(fn, args, kwargs))
+    shared = {name for name, _, _, _ in _shared_leaves(c, fn, args, kwargs)}
     # a gradient has its parameter's shape, and is no new value of it: donating the parameters
     # to a step that only returns gradients would lose them (only an update replaces them)
     free = [(o, s) for o, s, (_, _, kind) in zip(outputs, out_shardings, made, strict=True)
@@ -96,6 +99,11 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
             # a state offloaded to host memory: donating it frees no device memory, and where
             # JAX does not know every argument's and output's memory kind it pairs the buffer
             # with a device output, which aborts jax 0.10.2 (marin-community/marin#8515)
+            continue
+        if names[i] in shared:
+            # its buffer is passed again (as another argument, or twice in its tree): donated,
+            # the call fails, "Attempt to use a buffer that was previously donated in the same
+            # call" (jax-ml/jax#13956's h(x, x, x, x))
             continue
         total = sum(n for _, n, _ in leaves)
         matched, took = 0, []
@@ -140,6 +148,82 @@ def _donatable_leaves(c: compiled.CompiledStep, fn, args, kwargs, jax) -> dict |
             for x, s in zip(leaves, mine, strict=True)
             if hasattr(x, "shape") and hasattr(x, "dtype") and (wanted is None or s is not None)]
     return out
+
+
+def _buffer(leaf: Any, jax) -> Any:
+    """What names a jax.Array's buffer: its devices and address where it has one buffer, else
+    the array itself; None for what is no jax.Array (a NumPy array or a shape is placed anew,
+    or allocated, for each place it is passed)."""
+    if not isinstance(leaf, jax.Array):
+        return None
+    try:
+        return (tuple(leaf.devices()), leaf.unsafe_buffer_pointer())
+    except Exception:  # split over devices, or deleted
+        return ("array", id(leaf))
+
+
+def _taken_leaves(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                  ) -> list[tuple[str, str, Any, bool]]:
+    """(the argument's name, the path in it, the leaf, whether the executable takes it: jit
+    drops one the step never reads) for each leaf of the dynamic arguments, in the order the
+    executable takes them (each taken one is the next parameter of its program)."""
+    jax = devices.start_jax()
+    positional = [name for where, name in c.argument_names(fn, args, kwargs)
+                  if isinstance(where, int)]
+    flat = jax.tree_util.tree_flatten_with_path(c.dynamic(args, kwargs))[0]
+    shardings = c.input_shardings(args, kwargs)  # None for a leaf it drops
+    return [(positional[path[1].idx] if path[0].idx == 0 else str(path[1].key),
+             jax.tree_util.keystr(path[2:]), leaf,
+             shardings is None or shardings[k] is not None)
+            for k, (path, leaf) in enumerate(flat)]
+
+
+def _shared_leaves(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                   ) -> list[tuple[str, str, Any, str]]:
+    """(argument, path, leaf, the place that took the buffer first) of each leaf the
+    executable takes that is a buffer it takes in an earlier place too: the same array passed
+    as several arguments (jax-ml/jax#13956's h(x, x, x, x)), or twice in one tree (a module and
+    its nnx.clone, google/flax#5461); and each such first place, with "" for it."""
+    jax = devices.start_jax()
+    leaves = [(name, path, leaf) for name, path, leaf, taken
+              in _taken_leaves(c, fn, args, kwargs) if taken]
+    first: dict[Any, str] = {}
+    for name, path, leaf in leaves:
+        if (key := _buffer(leaf, jax)) is not None:
+            first.setdefault(key, name + path)
+    again = [(name, path, leaf, first[key]) for name, path, leaf in leaves
+             if (key := _buffer(leaf, jax)) is not None and first[key] != name + path]
+    firsts = {place for *_, place in again}
+    return [*((name, path, leaf, "") for name, path, leaf in leaves if name + path in firsts),
+            *again]
+
+
+def passed_again(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
+                 per_device: bool = False) -> int:
+    """The bytes of the leaves the executable takes that are a buffer it takes in an earlier
+    place too (one array passed as several arguments): XLA's argument size counts the buffer
+    once per place (jax 0.8.0 and 0.10.2: h(x, x, x, x) of a 3.81 MiB x, 15.26 MiB), the
+    device holds it once (jax-ml/jax#13956: the call adds 3.84 MiB, measured). ``per_device``:
+    an array split over devices counts one device's piece, as :func:`argument_split`."""
+    nbytes = compiled.bytes_per_device if per_device else compiled.array_bytes
+    return sum(nbytes(leaf) for _, _, leaf, place in _shared_leaves(c, fn, args, kwargs)
+               if place)
+
+
+def copied_to_update(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                     ) -> tuple[tuple[str, int], ...]:
+    """(the argument and the path in it, bytes) of each argument leaf the step copies whole only
+    to write a slice into the copy (``x.at[i].set(v)``, ``lax.dynamic_update_slice``, a
+    scatter: :meth:`helpers.compiled.CompiledStep.updated_copies`): not donated, the buffer
+    must stay as it was, so every call copies all of it (jax-ml/jax#9132). Largest first; ()
+    where the executable takes a wrapper's split of the arguments."""
+    if c.lowered_with_arguments:
+        return ()
+    taken = [(name + path, leaf) for name, path, leaf, used in _taken_leaves(c, fn, args, kwargs)
+             if used]
+    out = [(taken[number][0], nbytes) for number, nbytes in c.updated_copies()
+           if number < len(taken)]
+    return tuple(sorted(out, key=lambda x: -x[1]))
 
 
 def host_memory_leaves(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
@@ -329,17 +413,19 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
     parameters ("args[2]" for ``*args``), largest first; static arguments are left out.
     ``per_device``: an array split over devices counts one device's piece, as XLA's argument
     size does when it prices one device's share (it added up to more than that size)."""
-    seen: dict[int, str] = {}  # id of an array -> the argument it was counted under
+    jax = devices.start_jax()
+    seen: dict[Any, str] = {}  # a buffer -> the argument it was counted under
     out = []
     for name, value in c.arguments(fn, args, kwargs):
         total, elsewhere = 0, []
-        for leaf in devices.start_jax().tree.leaves(value):
+        for leaf in jax.tree.leaves(value):
             if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
                 continue
-            if id(leaf) in seen:
-                elsewhere.append(seen[id(leaf)])
+            if (key := _buffer(leaf, jax)) in seen:
+                elsewhere.append(seen[key])
                 continue
-            seen[id(leaf)] = name
+            if key is not None:  # (a shape passed twice is two arrays)
+                seen[key] = name
             total += (compiled.bytes_per_device(leaf) if per_device
                       else compiled.array_bytes(leaf))
         if elsewhere and not total:  # passed twice: XLA's argument size counts it twice
@@ -432,16 +518,30 @@ def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = ()) -> s
     return " ".join(out)
 
 
-def donation_note(names: list[str], saving: int) -> str:
+def donation_note(names: list[str], saving: int,
+                  copied: tuple[tuple[str, int], ...] = ()) -> str:
     """The note for undonated arguments whose new values the step returns
-    (:func:`donation_would_save`'s answer): the bytes and the fix."""
-    return (f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
+    (:func:`donation_would_save`'s answer): the bytes and the fix; and, where the step copies
+    one of them whole only to write a slice into it (:func:`copied_to_update`), the time that
+    copy costs on every call (jax-ml/jax#9132, measured by the helper on the CPU, jax 0.10.2: a
+    32 MiB KV cache written one token per call, 26.6 ms a token, 0.067 ms donated)."""
+    note = (f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
             "the outputs have their shapes and dtypes: the old values stay alive "
             f"beside the new. Donating {' and '.join(names)} (donate_argnums or "
             "donate_argnames; nnx.jit takes them too), if you do not use the old "
             "values after the call, lets XLA write the outputs into them: up to that "
             "much less at the peak, as XLA plans it (preflight_step with the donation "
             "shows its plan).")
+    mine = [(where, n) for where, n in copied if _root(where) in names]
+    if mine:
+        where, n = mine[0]
+        also = f" (and {len(mine) - 1} more)" if len(mine) > 1 else ""
+        note += (f" It costs time too: to write a slice into {where}{also} (.at[...].set, "
+                 f"dynamic_update_slice, a scatter) the step copies all {format_bytes(n)} of it "
+                 "first, on every call, where donated it writes in place (a KV cache written "
+                 "one token per call, jax-ml/jax#9132: 26.6 ms a token, 0.067 ms donated, on "
+                 "the CPU).")
+    return note
 
 
 def static_array_note(static: tuple[tuple[str, str, str], ...]) -> str:

@@ -5,6 +5,7 @@ run in child processes."""
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from helpers import preflight
@@ -143,3 +144,115 @@ def test_marin_8515_the_threads_offloaded_step_is_planned_as_jit_runs_it():
     assert p.donations[1].nbytes == 2**20
     real = jstep.lower(params, opt).compile().memory_analysis().peak_memory_in_bytes
     assert abs(p.peak_bytes - real) < 1024, (p.peak_bytes, real)
+
+
+# jax-ml/jax#13956: h(x, x, x, x), one buffer passed as four arguments
+def _h(x, y, z, w):
+    for _ in range(3):
+        x = x + y + z + w
+    return x
+
+
+def test_jax_13956_one_buffer_passed_four_times_is_counted_once_in_what_the_step_adds():
+    x = jnp.ones((512, 512))  # 1 MiB
+    p = preflight.preflight_step(_h, x, x, x, x)
+    assert p.argument_bytes == 4 * x.nbytes  # XLA's own argument size counts each place
+    assert p.xla_peak_bytes == 5 * x.nbytes  # and its peak too: kept as XLA's
+    assert p.passed_again_bytes == 3 * x.nbytes
+    assert p.peak_bytes == 2 * x.nbytes and p.needed_bytes == x.nbytes  # was 5 and 4 MiB
+    assert "buffers passed again (XLA's arguments count each place):" in str(p)
+    assert "the step adds:" in str(p) and "1.00 MiB" in str(p)
+    a, b, c = (jnp.ones((512, 512)) for _ in range(3))  # four buffers, all already there
+    apart = preflight.preflight_step(_h, x, a, b, c)
+    assert apart.passed_again_bytes == 0 and apart.needed_bytes == x.nbytes  # the same output
+    assert apart.peak_bytes == 5 * x.nbytes
+    # what runs: the call holds x once and makes one output (live buffers, not time)
+    before = {id(y) for y in jax.live_arrays()}
+    out = jax.jit(_h)(x, x, x, x).block_until_ready()
+    made = [y for y in jax.live_arrays() if id(y) not in before]
+    assert [y.nbytes for y in made] == [x.nbytes] and float(out[0, 0]) == 10.0
+
+
+def test_jax_13956_no_donation_advised_for_an_argument_whose_buffer_is_passed_again():
+    x = jnp.ones((512, 512))
+    p = preflight.preflight_step(_h, x, x, x, x)
+    assert "Nothing donated" not in p.advice
+    with pytest.raises(Exception, match="previously donated in the same call"):
+        mine = jnp.ones((512, 512))
+        jax.jit(_h, donate_argnums=0)(mine, mine, mine, mine)  # the old advice, followed
+    assert preflight.preflight_step(_h, x, x, x, x, donate_argnums=0).verdict == "will fail"
+    # twice in one tree (a module and its clone): its tree is not advised either
+    w = jnp.ones((512, 512))
+    tree = preflight.preflight_step(lambda s: {"a": s["a"] * 2, "b": s["b"] * 3},
+                                    {"a": w, "b": w})
+    assert "Nothing donated" not in tree.advice
+    # four buffers: x is advised, and donating it runs
+    a, b, c = (jnp.ones((512, 512)) for _ in range(3))
+    apart = preflight.preflight_step(_h, x, a, b, c)
+    assert "Nothing donated for x," in apart.advice
+    mine = jnp.ones((512, 512))
+    assert float(jax.jit(_h, donate_argnums=0)(mine, a, b, c)[0, 0]) == 10.0
+    assert mine.is_deleted()
+
+
+def test_flax_5461_every_buffer_a_clone_shares_is_named_with_its_bytes():
+    """nnx.clone(module) shares the module's arrays; the state of both, donated, fails on
+    each (plain JAX: a dict holds the same arrays twice, as the clone's state does)."""
+    kernel, bias = jnp.ones((512, 512)), jnp.ones((512,))
+    state = {"linear": {"bias": bias, "kernel": kernel},
+             "linear_copy": {"bias": bias, "kernel": kernel}}
+
+    def update(s):
+        return jax.tree.map(lambda v: v * 0.9, s)
+
+    with pytest.raises(Exception, match="donate the same buffer twice"):
+        jax.jit(update, donate_argnums=0)(
+            {"linear": {"bias": bias, "kernel": kernel},
+             "linear_copy": {"bias": bias, "kernel": kernel}})
+    p = preflight.preflight_step(update, state, donate_argnums=0)
+    assert p.verdict == "will fail"
+    assert ("argument 0['linear']['bias'] is donated and the same buffer is passed again as "
+            "argument 0['linear_copy']['bias'] (2.00 KiB); so is argument 0['linear']['kernel'] "
+            "as argument 0['linear_copy']['kernel'] (1.00 MiB), 2 shared buffers and 1.00 MiB "
+            "in all: the call fails") in p.advice
+    many = {"a": {str(i): jnp.ones((4 + i,)) for i in range(6)}}
+    many["b"] = dict(many["a"])
+    more = preflight.preflight_step(update, many, donate_argnums=0)
+    assert "and 2 more, 6 shared buffers and 156 B in all" in more.advice
+    # the thread's fix: the clone holds copies (nnx.clone(m, arrays=True) copies with jnp.copy)
+    fixed = {"linear": {"bias": bias, "kernel": kernel},
+             "linear_copy": {"bias": jnp.copy(bias), "kernel": jnp.copy(kernel)}}
+    assert preflight.preflight_step(update, fixed, donate_argnums=0).verdict == "fits"
+    jax.block_until_ready(jax.jit(update, donate_argnums=0)(fixed))
+
+
+def test_jax_9132_a_cache_written_a_row_per_call_without_donation_is_copied_whole_each_call():
+    def decode_step(cache, kv, pos):
+        return cache.at[:, pos].set(kv)  # one token's K and V
+
+    cache, kv, pos = jnp.zeros((2, 1024, 8, 64)), jnp.ones((2, 8, 64)), jnp.int32(5)  # 4 MiB
+    p = preflight.preflight_step(decode_step, cache, kv, pos)
+    assert p.copied_to_update == (("cache", cache.nbytes),)
+    assert ("Donating cache (donate_argnums" in p.advice and "It costs time too: to write a "
+            "slice into cache (.at[...].set, dynamic_update_slice, a scatter) the step copies "
+            "all 4.00 MiB of it first, on every call, where donated it writes in place"
+            in p.advice and "jax-ml/jax#9132" in p.advice)
+    # a scatter into one leaf of a state: named by its path
+    def scatter_step(state, rows, v):
+        return {"c": state["c"].at[rows].add(v), "n": state["n"] + 1}
+
+    state = {"c": jnp.zeros((2048, 512)), "n": jnp.zeros(())}
+    s = preflight.preflight_step(scatter_step, state, jnp.array([1, 5]), jnp.ones((2, 512)))
+    assert s.copied_to_update == (("state['c']", 4 * 2**20),)
+    assert "to write a slice into state['c']" in s.advice
+    # an output made anew is no copy to update: the donation note says nothing of time
+    plain = preflight.preflight_step(lambda c: c * 2, cache)
+    assert plain.copied_to_update == () and "Nothing donated for c," in plain.advice
+    assert "costs time" not in plain.advice
+    # the fix, run: donated, no copy is planned and the output is written in the input's buffer
+    donated = preflight.preflight_step(decode_step, cache, kv, pos, donate_argnums=0)
+    assert donated.copied_to_update == () and donated.donations[0].reused
+    mine = jnp.zeros((2, 1024, 8, 64))
+    where = mine.unsafe_buffer_pointer()
+    out = jax.jit(decode_step, donate_argnums=0)(mine, kv, pos).block_until_ready()
+    assert out.unsafe_buffer_pointer() == where and float(out[1, 5, 0, 0]) == 1.0

@@ -629,6 +629,43 @@ _CALLED = re.compile(r"\bcalls=%([\w.\-]+)")
 _IN_PLACE = ("dynamic-update-slice", "scatter")
 
 
+_PARAMETER = re.compile(r"^\s*(?:ROOT\s+)?%(\S+) = .* parameter\((\d+)\)")
+_COPY_OF = re.compile(r"\bcopy\(%([^,)\s]+)\)")
+_OPERANDS = re.compile(r"%([\w.\-]+)")
+_ENTRY = re.compile(r"^ENTRY %([\w.\-]+)", re.MULTILINE)
+
+
+def updated_parameter_copies(text: str) -> list[tuple[int, int]]:
+    """(the entry parameter's number, bytes) of each parameter of an optimized HLO program that
+    its entry computation copies whole (a ``copy`` of the parameter itself) into a value an
+    operation that runs in place then updates (a ``dynamic-update-slice`` or a ``scatter``, or
+    a fusion whose root is one): the copy XLA makes of an argument that is not donated, whose
+    buffer must stay as it was, so each call copies all of it to change a slice
+    (jax-ml/jax#9132; read on the CPU, jax 0.8.0 and 0.10.2; on a GPU from XLA's copy
+    insertion, xla/service/copy_insertion.cc, not yet run on a GPU). XLA's text format is not
+    an API: tests check it still parses."""
+    computations = _hlo_computations(text)
+    entry = _ENTRY.search(text)
+    params, copies, out = {}, {}, []
+    for line in computations.get(entry.group(1), ()) if entry else ():
+        if p := _PARAMETER.match(line):
+            params[p.group(1)] = int(p.group(2))
+            continue
+        m = _INSTRUCTION.match(line)
+        if m is None:
+            continue
+        opcode = m.group(5)
+        if opcode == "copy" and (of := _COPY_OF.search(line)) and of.group(1) in params:
+            size = math.prod(int(d) for d in m.group(4).split(",") if d)
+            copies[m.group(2)] = (params[of.group(1)], size * _HLO_BYTES.get(m.group(3), 4))
+            continue
+        if _made_by(computations, line, opcode) in _IN_PLACE:
+            operands = line.split(f" {opcode}(", 1)[-1]
+            out += [copies.pop(name) for name in _OPERANDS.findall(operands)
+                    if name in copies]
+    return sorted(out, key=lambda x: -x[1])
+
+
 def while_carry_copies(text: str, least: int) -> list[tuple[str, tuple[int, ...], int, int,
                                                        int | None, str]]:
     """(dtype, shape, bytes, copies a step, the loop's known trip count or None, the loop's
