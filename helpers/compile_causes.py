@@ -6,8 +6,10 @@ JAX explains each miss of its tracing cache in a sentence (``jax_explain_cache_m
 function and names the function's cause, one of :data:`CAUSES`. Given those misses and that
 cause, :func:`fix_for` says what to change: the cause's own fix in :data:`FIXES`, unless a check
 of what JAX said finds a narrower one (a buffer grown by one at every call, an argument passed
-by keyword then by position, static values or a pytree's static data compared by identity, a
-weak type alone, a memory space alone, Python floats a library's wrapper made static);
+by keyword then by position, static values or a pytree's static data compared by identity,
+static values that print the same (a jax.jit made anew), a weak type alone, a memory space
+alone, a float the function widened itself and is fed back, Python floats a library's wrapper
+made static);
 :func:`what_changed` says what changed between the compiles, in a few words.
 
 >>> miss = CacheMiss(function="f", called_at="", defined_at="train.py:3", cause="new shapes",
@@ -30,8 +32,9 @@ from helpers._internal.records import Record
 
 __all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
            "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "MEMORY_SPACE_FIX",
-           "NEW_SHAPES_ANEW_FIX",
-           "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "CacheMiss", "fix_for", "what_changed"]
+           "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
+           "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_OUTPUT_FIX", "CacheMiss", "fix_for",
+           "what_changed"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
 CAUSES = ("function made anew", "caches cleared", "new shapes", "new dtypes", "new sharding",
@@ -106,9 +109,11 @@ LIBRARY_FLOAT_FIX = ("the static values that changed are Python floats, of a fun
 _FLOAT = re.compile(r"^-?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)$")
 _CHANGE = re.compile(r"now (.*), before (.*)$")  # a CacheMiss's "x: now f32[3], before ..."
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
-#: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142)
-_FUNCTION_REPR = re.compile(r"^<(?:function|bound method) (?:[^<>]|<locals>|<lambda>)*? "
-                            r"(?:of .*? )?at 0x[0-9a-fA-F]+>$")
+#: a function's repr, e.g. <function solve.<locals>.field at 0x7f...> (diffrax#142), and a
+#: jax.jit of one, <PjitFunction of <function fk_fn at 0x7f...>> (patrick-kidger/equinox#686)
+_FUNCTION = (r"<(?:function|bound method) (?:[^<>]|<locals>|<lambda>)*? (?:of .*? )?"
+             r"at 0x[0-9a-fA-F]+>")
+_FUNCTION_REPR = re.compile(rf"^(?:{_FUNCTION}|<PjitFunction of {_FUNCTION}>)$")
 #: the fix where a function jitted anew also had new argument types on every call (jax#7930):
 #: making it once saves no compile, and keeps every shape's program
 NEW_SHAPES_ANEW_FIX = (
@@ -153,6 +158,31 @@ SAME_TEXT_STRUCTURE_FIX = ("the structure's static data prints the same now and 
                            "a float NaN, which equals nothing. Make it once and reuse it "
                            "(almond-bot/axol#173), or keep NaN out of static data; "
                            "jax.clear_caches() drops what is kept so far")
+#: the fix for new static values that print the same now and before, yet are not equal: an
+#: object compared by identity and made anew whose text does not change (equinox#686: a module
+#: whose field is jax.jit(fk_fn), made in each __init__; the jit prints as the function it
+#: wraps); the values go in the braces
+SAME_TEXT_STATIC_FIX = ("the static values print the same now and before, {}, yet are not "
+                        "equal: {}. Make it once and reuse it (patrick-kidger/equinox#686: one "
+                        "jax.jit(fn) shared by every instance compiles once); jax.clear_caches() "
+                        "drops what is kept so far")
+#: why, in SAME_TEXT_STATIC_FIX: a jax.jit among the values, or not
+_PJIT_MADE_ANEW = ("jax.jit(f) makes a new object at each call, which prints as the function it "
+                   "wraps and compares by identity, so a jit made anew (in a module's __init__, "
+                   "in a loop) is a new static value")
+_MADE_ANEW = ("one of them compares by identity and was made anew for this call (an instance "
+              "without __eq__ that prints no address), or is a float NaN, which equals nothing")
+#: the fix for new dtypes where the step returned the new, wider float itself and is fed it
+#: back (jax-ml/jax#1830 under x64: a learning rate from np.linspace, a NumPy float64, made the
+#: float32 params float64 and the step compiled again; float(lr): 1 compile, float32 params,
+#: jax 0.10.2 and 0.8.0); the argument, its type before and now go in the braces
+WIDENED_OUTPUT_FIX = ("{0} came back from the step itself as {1} where it went in as {2}: the "
+                      "step widens its own output, so fed back it compiles again, and .astype() "
+                      "on the input would only hide that (the step still returns {1}, wider in "
+                      "bytes, plus a cast each call). A NumPy float64 scalar or array inside "
+                      "(np.linspace's learning rate) is strongly typed and promotes float32 "
+                      "under x64, where a Python float does not: pass it as float(lr) or "
+                      "jnp.float32(lr) (jax-ml/jax#1830)")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
 
@@ -172,7 +202,8 @@ class CacheMiss(Record):
 
 
 def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: bool = False,
-            through_library: bool = False) -> str:
+            through_library: bool = False,
+            programs: Sequence[tuple[tuple[str, ...], tuple[str, ...]]] = ()) -> str:
     """What to change, in a sentence, for one function whose cache misses (``misses``, JAX's
     explanations in the order they came) add up to ``cause`` (one of :data:`CAUSES`): the
     first narrower fix whose check matches what JAX said, else the cause's own in
@@ -181,15 +212,20 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     then by position (:data:`KEYWORD_FIX`), static values that print as Python's default
     repr (:data:`IDENTITY_FIX`) or as functions (:data:`FUNCTION_FIX`), a pytree structure
     that differs only in an address (:data:`IDENTITY_STRUCTURE_FIX`) or prints the same
-    (:data:`SAME_TEXT_STRUCTURE_FIX`), a weak type alone (:data:`WEAK_FIX`), a memory space
-    alone (:data:`MEMORY_SPACE_FIX`).
+    (:data:`SAME_TEXT_STRUCTURE_FIX`), static values that print the same
+    (:data:`SAME_TEXT_STATIC_FIX`), a weak type alone (:data:`WEAK_FIX`), a memory space alone
+    (:data:`MEMORY_SPACE_FIX`), a float the function widened itself
+    (:data:`WIDENED_OUTPUT_FIX`).
 
     ``new_types_each_call``: the function was jitted anew and each compile lowered argument
     types no earlier one had (what :mod:`helpers.compiles` reads from JAX's lowering log), so
     making it once saves no compile (:data:`NEW_SHAPES_ANEW_FIX`, before every check).
     ``through_library``: the function was jitted in a library's file (a wrapper of the user's,
     as eqx.filter_jit's), so new static values that are all Python floats are ones the wrapper
-    made static (:data:`LIBRARY_FLOAT_FIX`, after the identity checks)."""
+    made static (:data:`LIBRARY_FLOAT_FIX`, after the identity checks). ``programs``: the
+    function's compiled programs, each as (its parameters' types, its results' types) in XLA's
+    words ("f32[1024,1024]"): where a new dtype is a wider float that one of them returned
+    where it took the narrower one, the function widened its own output."""
     return (NEW_SHAPES_ANEW_FIX if new_types_each_call else
             GROWING_FIX if cause == "new shapes" and _grows_by_one(misses) else
             KEYWORD_FIX if _keywords_only(misses, cause) else
@@ -198,7 +234,11 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             LIBRARY_FLOAT_FIX if through_library and _floats_only(misses, cause) else
             IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(misses, cause))
             else SAME_TEXT_STRUCTURE_FIX.format(same) if (same := _prints_same(misses, cause))
+            else SAME_TEXT_STATIC_FIX.format(*_shown(same))
+            if (same := _static_prints_same(misses, cause))
             else WEAK_FIX if _weak_only(misses, cause)
+            else WIDENED_OUTPUT_FIX.format(*widened)
+            if (widened := _widened_by_itself(misses, cause, programs))
             else MEMORY_SPACE_FIX.format(*spaces, _KINDS.get(spaces[0], spaces[0]))
             if (spaces := _memory_spaces(misses, cause)) else FIXES.get(cause, ""))
 
@@ -311,6 +351,59 @@ def _prints_same(misses: Sequence[CacheMiss], cause: str) -> str:
     now = pairs[0][0]
     said = re.search(r"with pytree metadata \((.*)\)$", now)
     return (said.group(1).rstrip(",") if said else now)[:120]
+
+
+def _static_prints_same(misses: Sequence[CacheMiss], cause: str) -> str:
+    """For new static values whose "now" and "before" print the same in every miss, the text;
+    "" else."""
+    if cause != "new static values":
+        return ""
+    pairs = [m.changed.removeprefix("now ").split(", before ", 1) for m in misses
+             if m.cause == cause]
+    if not pairs or any(len(p) != 2 or p[0].strip() != p[1].strip() for p in pairs):
+        return ""
+    return pairs[0][0].strip()
+
+
+_PJIT = re.compile(rf"<PjitFunction of {_FUNCTION}>")
+
+
+def _shown(same: str) -> tuple[str, str]:
+    """(what to show of static values that print the same: a jax.jit among them, else their
+    first 120 characters; why they are not equal)."""
+    if found := _PJIT.search(same):
+        return found.group(0), _PJIT_MADE_ANEW
+    return same[:120] + ("…" if len(same) > 120 else ""), _MADE_ANEW
+
+
+#: the bits of each float type, as JAX and XLA print them
+_FLOAT_BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+_TYPE = re.compile(r"^(\w+)(\[[\d,\s]*\])")
+
+
+def _widened_by_itself(misses: Sequence[CacheMiss], cause: str,
+                       programs: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]
+                       ) -> tuple[str, str, str] | None:
+    """For new dtypes where each change is a float made wider ("now f64[4], before f32[4]") and
+    one of the function's ``programs`` took the narrower type and returned the wider one of the
+    same shape (a step fed its own widened output), (the argument, the new type, the old type)
+    of the last; None else."""
+    if cause != "new dtypes" or not programs:
+        return None
+    found = None
+    for m in (m for m in misses if m.cause == cause):
+        change = _CHANGE.search(m.changed)
+        now, before = (_TYPE.match(t.strip()) for t in change.groups()) if change else (None,
+                                                                                        None)
+        if not (now and before and now.group(2).replace(" ", "") == before.group(2).replace(
+                " ", "") and _FLOAT_BITS.get(now.group(1), 0) > _FLOAT_BITS.get(
+                before.group(1), 99)):
+            return None
+        new, old = now.group(0).replace(" ", ""), before.group(0).replace(" ", "")
+        if not any(old in takes and new in returns for takes, returns in programs):
+            return None
+        found = (m.changed.split(": now ", 1)[0] or "an argument", new, old)
+    return found
 
 
 def _identity_only(misses: Sequence[CacheMiss], cause: str) -> str:

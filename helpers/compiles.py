@@ -32,9 +32,10 @@ call on another thread, a jax.grad or jax.vmap of a jitted function, or a functi
 before the block compiles without a word from JAX ("compiles JAX did not explain").
 
 Before XLA compiles, JAX traces the Python function to a jaxpr and lowers it; both report their
-seconds to :mod:`jax.monitoring` too, and the log keeps them beside XLA's. Where tracing
-outweighs compiling and XLA kept few instructions, the program was built far larger than what
-it computes (nested ``jax.jvp``, jax-ml/jax#520), and the log says so.
+seconds to :mod:`jax.monitoring` too, and the log keeps them beside XLA's. Where the jaxpr JAX
+lowered has many times the instructions XLA kept of it, the program was built far larger than
+what it computes (nested ``jax.jvp``, jax-ml/jax#520), and the log says so: a rule on sizes, so
+that a loaded machine, which slows tracing, cannot make it fire.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from helpers._internal import frames, jaxcompat, own
 from helpers._internal.records import Display, Record
 from helpers.compile_causes import CAUSES, CacheMiss, fix_for, what_changed
 from helpers.errors import BadInputError, InUseError
-from helpers.units import NOT_AVAILABLE, NotAvailable
+from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 
 __all__ = ["CompileLog", "FunctionCompiles", "watch"]
 
@@ -73,12 +74,18 @@ HEAVY_COMPILE_SHARE = 0.5
 #: reports each jnp function traced inside a trace, nested in the outer one's seconds
 _TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 _LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
-#: tracing and lowering a function this many seconds or more, no less than XLA's compiling of
-#: it, and this many seconds or more per instruction XLA kept of it: a program JAX built far
-#: larger than what XLA kept (nested jvp at order 7: 4 ms per instruction; an MLP step's trace
-#: 0.1 ms, a 300-step unrolled loop 0.02 ms). A diagnosis; no test times it
-HEAVY_TRACE_SECONDS = 0.1
-TRACE_SECONDS_PER_INSTRUCTION = 1e-3
+#: a jaxpr lowered with this many equations or more (nested ones included), and this many or
+#: more per instruction XLA kept of it: a program JAX built far larger than what XLA kept
+#: (nested jvp, jax 0.8.0 and 0.10.2 alike: order 7 lowers 2,182 equations and XLA keeps 79, 28
+#: each; order 8: 4,807 and 91, 53 each; order 5: 436 and 58; a small step: 6 equations; an
+#: unrolled loop: about as many as XLA keeps). Sizes, not seconds: on a loaded machine a step of
+#: 19 instructions took 0.11 s to trace and lower, 2.2 times its compile, the ratio of nested
+#: jvp at order 7 (0.8.0: 0.42 s against 0.19 s)
+LARGE_TRACE_EQUATIONS = 1000
+EQUATIONS_PER_INSTRUCTION = 10
+#: of a block compiling heavily, a program holding this many bytes of array constants or more:
+#: arrays closed over, baked in (jax-ml/jax#14080: a 10 MiB dataset, 2.04 s to compile)
+HEAVY_CONSTANT_BYTES = 2**20
 #: the advice where a function's trace outweighs its compile and XLA kept little of it
 #: (jax-ml/jax#520; jet measured at order 9 on the CPU: 0.26 s against 5.7 s nested, jax 0.10.2)
 LARGE_TRACE_FIX = (
@@ -127,7 +134,7 @@ class FunctionCompiles(Record):
     trace_seconds: float = 0.0
     lowering_seconds: float = 0.0
     #: the instructions of XLA's optimized program for it (the largest, where it compiled more
-    #: than once), read only where tracing outweighed compiling; NOT_AVAILABLE where not read
+    #: than once), read only where its jaxpr was large; NOT_AVAILABLE where not read
     xla_instructions: int | NotAvailable = NOT_AVAILABLE
     #: the eager group: where each loop (while, scan, cond) compiled outside jit was called: the
     #: user's function, its line, and "cg" where jax.scipy.sparse.linalg.cg was in between
@@ -136,6 +143,13 @@ class FunctionCompiles(Record):
     #: the user's (eqx.filter_jit jits its own function under the user's function's name,
     #: patrick-kidger/diffrax#466), and ``called_at`` holds the user's lines that called it
     library: bool = False
+    #: the equations of the largest jaxpr JAX lowered for it in the block, nested ones included
+    #: (what JAX built, before XLA's optimizations); NOT_AVAILABLE where JAX did not lower it in
+    #: the block or this JAX does not say
+    jaxpr_equations: int | NotAvailable = NOT_AVAILABLE
+    #: the bytes of array constants its programs in the block hold (arrays it closes over, baked
+    #: in), read only where the block's compiling was heavy; NOT_AVAILABLE where not read
+    constant_bytes: int | NotAvailable = NOT_AVAILABLE
 
     @property
     def place(self) -> str:
@@ -147,12 +161,13 @@ class FunctionCompiles(Record):
 
     @property
     def traced_large(self) -> bool:
-        """Tracing and lowering outweighed XLA's compiling, at a millisecond or more per
-        instruction XLA kept: a program built far larger than what it computes (jax#520)."""
-        tracing = self.trace_seconds + self.lowering_seconds
-        return bool(self.xla_instructions) and tracing >= HEAVY_TRACE_SECONDS and (
-            tracing >= self.compile_seconds
-            and tracing >= TRACE_SECONDS_PER_INSTRUCTION * self.xla_instructions)
+        """The jaxpr JAX lowered had :data:`LARGE_TRACE_EQUATIONS` equations or more, and
+        :data:`EQUATIONS_PER_INSTRUCTION` or more per instruction XLA kept of it: a program built
+        far larger than what it computes (jax#520). Sizes only: the seconds are shown, not
+        judged."""
+        return bool(self.xla_instructions) and bool(self.jaxpr_equations) and (
+            self.jaxpr_equations >= LARGE_TRACE_EQUATIONS
+            and self.jaxpr_equations >= EQUATIONS_PER_INSTRUCTION * self.xla_instructions)
 
     @property
     def recompiled(self) -> bool:
@@ -324,9 +339,21 @@ class CompileLog(Display):
                 "library's too (an optimizer's update), runs operation by operation, each "
                 "operation compiled on its own, and one that bakes in a value that changes "
                 "compiles at every step (jax-ml/jax#19654). Keep it to the code you debug.")
-        if (not self.recompiled and not self.cache_dir
-                and self.compile_seconds - self.load_seconds >= HEAVY_COMPILE_SECONDS
-                and self.compile_seconds >= HEAVY_COMPILE_SHARE * self.seconds):
+        baked = [f for f in self.functions if f.constant_bytes
+                 and f.constant_bytes >= HEAVY_CONSTANT_BYTES]
+        if self.compiled_heavily and baked:
+            notes.append(
+                f"XLA compiling took {self.compile_seconds:.2f} s of the block's "
+                f"{self.seconds:.2f} s, and "
+                + "; ".join(f"`{f.function}`" + (f" ({f.place})" if f.place else "")
+                            + f"'s program holds {format_bytes(f.constant_bytes)} of constants"
+                            for f in baked)
+                + ": arrays the function closes over, not passed as arguments, are baked into "
+                "the program as constants, which XLA compiles with (slowly, and in memory: "
+                "jax-ml/jax#14080) and keeps a copy of with each program. Pass them as "
+                "arguments (jax.jit(lambda data, key: ...)(data, key)); a persistent cache would "
+                "only store them too.")
+        elif self.compiled_heavily:
             notes.append(
                 f"XLA compiling took {self.compile_seconds:.2f} s of the block's "
                 f"{self.seconds:.2f} s, and nothing compiled twice: a new process compiles all "
@@ -342,13 +369,23 @@ class CompileLog(Display):
             if f.traced_large:
                 where = f" ({f.defined_at})" if f.defined_at else ""
                 notes.append(
-                    f"`{f.function}`{where} took {f.trace_seconds + f.lowering_seconds:.2f} s "
-                    f"to trace and lower, XLA {f.compile_seconds:.2f} s to compile, keeping "
-                    f"{f.xla_instructions} instructions: {LARGE_TRACE_FIX}.")
+                    f"`{f.function}`{where} was traced to {f.jaxpr_equations:,} jaxpr equations, "
+                    f"of which XLA kept {f.xla_instructions} instructions ("
+                    f"{f.trace_seconds + f.lowering_seconds:.2f} s to trace and lower, XLA "
+                    f"{f.compile_seconds:.2f} s to compile): {LARGE_TRACE_FIX}.")
         if not self.recompiled:
             return "\n".join([f"No function compiled more than once in this block: "
                               f"{self.compiles} compile(s).", *notes])
         return "\n".join([*notes, *(f.diagnosis for f in self.recompiled), _CACHED])
+
+    @property
+    def compiled_heavily(self) -> bool:
+        """Nothing compiled twice, no persistent cache set, and XLA's compiling took
+        :data:`HEAVY_COMPILE_SECONDS` or more, :data:`HEAVY_COMPILE_SHARE` of the block or
+        more: a new process pays it again."""
+        return (not self.recompiled and not self.cache_dir
+                and self.compile_seconds - self.load_seconds >= HEAVY_COMPILE_SECONDS
+                and self.compile_seconds >= HEAVY_COMPILE_SHARE * self.seconds)
 
     def _not_cached(self) -> str:
         """Why nothing compiled in the block reached the persistent cache, in JAX's reasons
@@ -441,8 +478,9 @@ class _Events(logging.Handler):
         if lowering is None:
             return True
         if not own.active():  # the kit's own lowering: not the user's program
+            equations = jaxcompat.lowered_equations(sys._getframe(1))
             with self.guard:
-                self.events.append(("lowering", record.thread, *lowering))
+                self.events.append(("lowering", record.thread, *lowering, equations))
         return record.levelno >= logging.WARNING
 
     def cleared(self, what: str = "jax.clear_caches()") -> None:
@@ -636,7 +674,7 @@ def watch() -> Iterator[CompileLog]:
                 log.seconds = time.perf_counter() - t0
                 log.misses = tuple(e[2] for e in events.events if e[0] == "miss" and not e[3])
                 nested = _nested_traces(events.events)
-                log.functions = _with_instructions(_summarise(events.events, nested), loaded)
+                log.functions = _summarise(events.events, nested)
                 log.trace_seconds = sum(e[3] for i, e in enumerate(events.events)
                                         if e[0] == "trace" and i not in nested)
                 log.lowering_seconds = sum(e[3] for e in events.events if e[0] == "to_mlir")
@@ -647,6 +685,7 @@ def watch() -> Iterator[CompileLog]:
                                                   if w != "written").most_common())
                 log.longest_compile = max((e[3] for e in events.events if e[0] == "compile"),
                                           default=0.0)
+                log.functions = _with_programs(log, loaded)
                 log.finished = True
     finally:
         _active.release()
@@ -661,30 +700,74 @@ def _loaded() -> set[int] | None:
     return None if execs is None else {id(e) for e in execs}
 
 
-def _with_instructions(functions: tuple[FunctionCompiles, ...], before: set[int] | None
-                       ) -> tuple[FunctionCompiles, ...]:
-    """``functions``, each whose tracing outweighed its compiling with the instructions of
-    XLA's optimized program for it (read only for those: the text of a large program takes
-    time), among the programs loaded since ``before``."""
-    heavy = [f for f in functions if f.cause not in (EAGER, UNEXPLAINED) and f.compiles
-             and f.trace_seconds + f.lowering_seconds >= max(HEAVY_TRACE_SECONDS,
-                                                             f.compile_seconds)]
-    if not heavy:
+def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCompiles, ...]:
+    """``log.functions``, each read against its programs loaded since ``before`` where one of
+    three questions needs them (the text of a large program takes time, so only then): the
+    instructions XLA kept, where its jaxpr was large (a program built far larger than what XLA
+    kept); the programs' parameter and result types, where it compiled again for new dtypes (a
+    float it widened itself, fed back: the fix from :func:`compile_causes.fix_for`); the bytes
+    of constants, where the block compiled heavily (arrays closed over, baked in)."""
+    functions = log.functions
+    mine = {id(f) for f in functions if f.cause not in (EAGER, UNEXPLAINED) and f.compiles}
+    large = {id(f) for f in functions if id(f) in mine and f.jaxpr_equations
+             and f.jaxpr_equations >= LARGE_TRACE_EQUATIONS}
+    dtypes = {id(f) for f in functions if id(f) in mine and f.cause == "new dtypes"}
+    heavy = log.compiled_heavily
+    if not (large or dtypes or heavy):
         return functions
     try:
         execs = [e for e in jaxcompat.live_executables() or [] if id(e) not in (before or ())]
         modules = [e.hlo_modules()[0] for e in execs]
     except Exception:  # a jaxlib that does not say
         return functions
-    found = {}
-    for f in heavy:
+    texts: dict[int, str] = {}
+
+    def programs(f: FunctionCompiles) -> list[str]:
         wanted = _squeezed(f"jit({f.function})")
-        counts = [sum(" = " in line for line in m.to_string().splitlines())
-                  for m in modules if _squeezed(m.name) == wanted]
-        if counts:
-            found[f.function, f.defined_at] = max(counts)
-    return tuple(replace(f, xla_instructions=found[f.function, f.defined_at])
-                 if (f.function, f.defined_at) in found else f for f in functions)
+        return [texts.setdefault(id(m), m.to_string()) for m in modules
+                if _squeezed(m.name) == wanted]
+
+    out = []
+    for f in functions:
+        key, constants = id(f), heavy and id(f) in mine
+        found = programs(f) if key in large | dtypes or constants else []
+        if found and key in large:
+            f = replace(f, xla_instructions=max(sum(" = " in line for line in t.splitlines())
+                                                for t in found))
+        if found and key in dtypes:
+            misses = [m for m in log.misses if (m.function, m.defined_at) == (f.function,
+                                                                               f.defined_at)]
+            signatures = [s for t in found if (s := _signature(t)) is not None]
+            f = replace(f, fix=fix_for(misses, f.cause, programs=signatures) or f.fix)
+        if found and constants:
+            f = replace(f, constant_bytes=sum(jaxcompat.constant_bytes(t) or 0 for t in found))
+        out.append(f)
+    return tuple(out)
+
+
+_ENTRY_LAYOUT = "entry_computation_layout={"
+_XLA_TYPE = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
+
+
+def _signature(hlo_text: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(the parameters' types, the results' types) of an optimized program, from the entry
+    layout on its text's first line ("(f32[1024,1024]{1,0}, f64[])->f64[1024,1024]{1,0}"), as
+    "f32[1024,1024]"; None where the line does not say (XLA's text format, not an API)."""
+    head = hlo_text.split("\n", 1)[0]
+    at = head.find(_ENTRY_LAYOUT)
+    if at < 0:
+        return None
+    begin = end = at + len(_ENTRY_LAYOUT)
+    depth = 1
+    while end < len(head) and depth:
+        depth += {"{": 1, "}": -1}.get(head[end], 0)
+        end += 1
+    layout = head[begin:end - 1]
+    takes, arrow, returns = layout.partition("->")
+    if not arrow:
+        return None
+    return tuple(f"{t}[{d}]" for t, d in _XLA_TYPE.findall(takes)), tuple(
+        f"{t}[{d}]" for t, d in _XLA_TYPE.findall(returns))
 
 
 def _squeezed(name: str) -> str:
@@ -729,6 +812,8 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     placed: dict[tuple[str, str], list[str]] = {}  # its compiles without a trace: what changed
     lowerings: dict[tuple[int, str], tuple[str, str]] = {}  # the next compile's types, shardings
     lowered: dict[tuple[str, str], list[tuple[str, str]]] = {}  # each compile's, per function
+    sizes: dict[tuple[int, str], int] = {}  # the next compile's jaxpr equations
+    largest: dict[tuple[str, str], int] = {}  # per function: its largest jaxpr's equations
     unpaired: dict[str, list[float]] = {}
     eager_types: dict[str, list[str | None]] = {}  # per name compiled outside jit: its types
     kits: dict[tuple[int, str], list] = {}  # traces the kit made, unpaired: (miss, clears)
@@ -752,8 +837,10 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             cleared += 1
             cleared_by.append(event[1])
         elif event[0] == "lowering":
-            _, thread, raw, types, shardings = event
+            _, thread, raw, types, shardings, size = event
             lowerings[(thread, jaxcompat.compiled_function_name(raw))] = (types, shardings)
+            if size is not None:
+                sizes[(thread, jaxcompat.compiled_function_name(raw))] = size
         elif event[0] == "miss" and event[3]:  # the kit's trace: the user's if they compile it
             _, thread, m, _, _ = event
             kits.setdefault((thread, m.function), []).append((m, cleared))
@@ -777,6 +864,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 misses.setdefault(key, []).append(m)
                 clears.setdefault(key, []).append(at)
             lowering = lowerings.pop((thread, name), None)
+            size = sizes.pop((thread, name), None)
             again = traced.get((thread, name))
             if key is None and name not in primitives and seconds.get(again) and (
                     moved := _placement_change(lowering, lowered.get(again, []), logged)):
@@ -798,11 +886,13 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 seconds.setdefault(key, []).append(s)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
+                if size is not None:
+                    largest[key] = max(size, largest.get(key, 0))
             total = spent.setdefault(key, [0.0, 0.0])
             total[0], total[1] = total[0] + took[0], total[1] + took[1]
     out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
                   [t for t, _ in lowered.get(key, [])], spent.get(key, [0.0, 0.0]),
-                  library=key in libraries)
+                  library=key in libraries, equations=largest.get(key, NOT_AVAILABLE))
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -867,7 +957,8 @@ def _shardings(text: str) -> str:
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            clears: list[int] | None = None, placed: list[str] | None = None,
            cleared_by: list[str] | None = None, types: list[str] | None = None,
-           spent: list[float] | None = None, *, library: bool = False) -> FunctionCompiles:
+           spent: list[float] | None = None, *, library: bool = False,
+           equations: int | NotAvailable = NOT_AVAILABLE) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -902,7 +993,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         fix=fix_for(mine, cause, new_types_each_call=bool(fresh), through_library=library),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1],
-        library=library)
+        library=library, jaxpr_equations=equations)
 
 
 def _each_new(types: list[str], compiles: int) -> bool:

@@ -378,8 +378,17 @@ def compile_log_text(log: CompileLog) -> str:
                  "preflight_step, left out)" if log.kit_compiles else "")]
     for f in log.functions:
         where = f" ({f.place})" if f.place else ""
-        traced = (f", traced {f.traces} times" if f.traces != f.compiles and f.function not in
-                  ("eager operations", "compiles JAX did not explain") else "")
+        if f.function in ("eager operations", "compiles JAX did not explain"):
+            # a group, named by its cause: what it says is whether a name in it compiled again
+            again = (f"up to {f.most_of_one} compiles of one name" if f.most_of_one > 1 else
+                     "each name once in this block" + (
+                         "" if f.function == "eager operations" else
+                         ", as a first compile (JAX explains no compile of a trace it had "
+                         "made already, such as preflight_step's before the block)"))
+            lines.append(f"  {f.compiles:>4} x  {f.function}: {again}")
+            lines += [f"           {c}" for c in f.changed[:3]]
+            continue
+        traced = f", traced {f.traces} times" if f.traces != f.compiles else ""
         lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause}{traced}")
         lines += [f"           {c}" for c in f.changed[:3]]
     lines += ["", log.diagnosis]

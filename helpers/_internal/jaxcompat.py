@@ -40,7 +40,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
-           "jit_made_by_jax", "live_executables", "lowered_aliases", "memory_spaces_only",
+           "jit_made_by_jax", "live_executables", "lowered_aliases", "lowered_equations",
+           "memory_spaces_only",
            "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
            "parse_guard_line", "running_callback", "sharding_error_types",
@@ -155,6 +156,14 @@ INTERNALS: dict[str, Internal] = {
         "frame this function makes",
         "none: a compile event and JAX's lowering log name the program (jit(top_k)), not who "
         "jitted it, and JAX explains no miss of a function in its own files"),
+    "lowering_to_hlo": Internal(
+        "jax._src.interpreters.pxla:_cached_lowering_to_hlo",
+        "helpers.compiles counts the equations of each jaxpr JAX lowers, to tell a program "
+        "built far larger than what XLA kept (nested jax.jvp, jax-ml/jax#520) by sizes, not "
+        "seconds: the `closed_jaxpr` of this function's frame, which logs the \"Compiling "
+        "...\" line the kit reads",
+        "none: the lowering log and jax.monitoring give a program's argument types and "
+        "seconds, not its size"),
     "sharding_type_error": Internal(
         "jax._src.core:ShardingTypeError",
         "helpers.ipython explains a cell's sharding error under its traceback: JAX raises this "
@@ -289,6 +298,36 @@ def jit_made_by_jax(frame: Any) -> bool | None:
     # defined is hidden behind its jit (jnp.exp), and a primitive's (dispatch's) has no name
     module = sys.modules.get(getattr(fun, "__module__", "") or "")
     return getattr(module, getattr(fun, "__name__", ""), None) is not fun
+
+
+def lowered_equations(frame: Any) -> int | None:
+    """The equations, those of nested jaxprs included, of the jaxpr JAX is lowering now on this
+    thread: the `closed_jaxpr` of the frame of INTERNALS["lowering_to_hlo"] on the stack from
+    ``frame`` (the frame that logs the "Compiling ..." line); None where no such frame is on
+    the stack or this JAX moved it. On jax 0.8.0 and 0.10.2 alike."""
+    if _get("lowering_to_hlo") is None:
+        return None
+    module, name = INTERNALS["lowering_to_hlo"].where.split(":")
+    where = getattr(sys.modules.get(module), "__file__", None)
+    while frame is not None and not (frame.f_code.co_name == name
+                                     and frame.f_code.co_filename == where):
+        frame = frame.f_back
+    jaxpr = getattr(frame.f_locals.get("closed_jaxpr") if frame is not None else None,
+                    "jaxpr", None)
+    if jaxpr is None or not hasattr(jaxpr, "eqns"):
+        return None
+    count, stack, seen = 0, [jaxpr], 0
+    while stack and seen < 10_000_000:  # (a bound: the count is a size, not a walk to finish)
+        inner = stack.pop()
+        count += len(inner.eqns)
+        for eqn in inner.eqns:
+            for value in eqn.params.values():
+                for v in value if isinstance(value, (tuple, list)) else (value,):
+                    v = v.jaxpr if hasattr(v, "consts") and hasattr(v, "jaxpr") else v
+                    if hasattr(v, "eqns"):
+                        stack.append(v)
+                        seen += len(v.eqns)
+    return count
 
 
 def outside_transforms() -> Callable[[], bool]:
