@@ -578,6 +578,11 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
         closed = jitted.trace(*arg_specs, **kw_specs).jaxpr
     except Exception:  # a JAX that cannot trace apart from lowering
         closed = None
+    if closed is None and with_values:  # a wrapper with no trace() (eqx.filter_jit): its jaxpr
+        try:  # holds the arrays it closes over in an inner jit's (equinox#770)
+            closed = jax.make_jaxpr(fn)(*args, **kwargs)
+        except Exception:  # a wrapper that does not trace so
+            closed = None
     try:  # read once: the analyses below and preflight_step's all parse it
         text = compiled.as_text()
     except Exception:  # a backend without program text
@@ -922,6 +927,16 @@ class CompiledStep:
         (liesel-devs/liesel#282)."""
         return jaxprs.callbacks_every_step(self.jaxpr)
 
+    def callbacks(self) -> tuple[tuple[str, str], ...]:
+        """(the callback, its line) of each host callback in the step: the Python it runs
+        allocates outside XLA's plan, so XLA's sizes leave that memory out (jax-ml/jax#31292)."""
+        return jaxprs.callbacks(self.jaxpr)
+
+    def computed_while_compiling(self) -> bool:
+        """The program takes no parameter and only copies or broadcasts constants: XLA computed
+        the whole result while compiling, and a call only copies it out (jax-ml/jax#13956)."""
+        return bool(self.text and jaxcompat.computed_while_compiling(self.text))
+
     def callbacks_hoisted(self) -> tuple[tuple[str, str, str, str], ...]:
         """(the callback, its line, the loop, the loop's line) of each host callback written in
         a loop's body that the step runs once, outside the loop: under jax.grad, scan moves a
@@ -1064,7 +1079,8 @@ def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     kept = None if text is None else jaxcompat.array_constants(text)
     if kept is None:
         return sum(n for _, n in seen.values()), 0
-    closed_shapes = {shape for shape, _ in seen.values()}
+    # and the values made from them alone, which XLA folds (a closed-over w[i]: its slices)
+    closed_shapes = {shape for shape, _ in seen.values()} | jaxprs.closed_over_values(closed)
     total = sum(n for _, _, n in kept)
     return total, sum(n for _, shape, n in kept if shape not in closed_shapes)
 

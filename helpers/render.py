@@ -610,7 +610,8 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
            f"{list(t.shape)}", format_bytes(t.nbytes) + (f", {t.line}" if t.line else ""))
           for t in p.largest_temporaries  # more than all temporaries: written as an output
           if t.nbytes >= 1024],  # a few bytes are no "large one"
-        ("generated code", format_bytes(p.code_bytes)),
+        ("generated code", format_bytes(p.code_bytes) if p.code_bytes is not NOT_AVAILABLE
+         else "not reported by the CPU backend (XLA gives 0)"),
         *([("constants baked into the program (closed-over arrays"
             + (", values XLA computed" if p.folded_bytes else "") + ")",
             format_bytes(p.constant_bytes))] if p.constant_bytes else []),

@@ -36,7 +36,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "TESTED_FLOOR",
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
-           "compiled_function_name",
+           "compiled_function_name", "computed_while_compiling",
            "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
@@ -561,6 +561,26 @@ def array_constants(hlo_text: str) -> list[tuple[str, tuple[int, ...], int]] | N
             shape = tuple(int(d) for d in m.group(4).split(","))
             out.append((m.group(3), shape, math.prod(shape) * _HLO_BYTES.get(m.group(3), 4)))
     return out
+
+
+#: what moves or repeats values and computes none (a fusion is judged by what it calls)
+_MOVES_ONLY = {"constant", "parameter", "broadcast", "copy", "copy-start", "copy-done", "bitcast",
+               "reshape", "transpose", "tuple", "get-tuple-element", "fusion"}
+_ANY_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+ = (\([^)]*\)|\S+)\s+(\w[\w-]*)\(")
+
+
+def computed_while_compiling(hlo_text: str) -> bool | None:
+    """The optimized program takes no parameter and only copies or broadcasts constants: XLA
+    computed its whole result while compiling, and a call copies it out (jax-ml/jax#13956: a
+    jitted loop over closed-over arrays compiles to ``broadcast(constant 601)``). None where the
+    text is not XLA's. XLA's text format is not an API: tests check it still parses."""
+    if not hlo_text.startswith("HloModule"):
+        return None
+    if "entry_computation_layout={()->" not in hlo_text.split("\n", 1)[0]:
+        return False
+    ops = {m.group(2) for line in hlo_text.splitlines()
+           if (m := _ANY_INSTRUCTION.match(line))}
+    return bool(ops) and ops <= _MOVES_ONLY
 
 
 def constant_bytes(hlo_text: str) -> int | None:

@@ -18,8 +18,9 @@ import numpy as np
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["CALLBACKS", "callbacks_every_step", "callbacks_hoisted", "carry_lines",
-           "cast_before_scan", "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
+__all__ = ["CALLBACKS", "callbacks", "callbacks_every_step", "callbacks_hoisted",
+           "carry_lines", "cast_before_scan", "checkpoint_offloads", "closed_over_values",
+           "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
@@ -49,6 +50,31 @@ def walk(closed) -> Iterator[tuple[Any, Sequence]]:
             for v in eqn.params.values():
                 stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+
+
+def closed_over_values(closed) -> set[tuple[int, ...]]:
+    """The shapes of the values a step computes from the arrays it closes over and from no
+    argument (``w[i]`` of a closed-over weight stack in an unrolled loop): XLA computes them
+    while compiling and keeps them as constants of these shapes, which are the closed-over
+    arrays' all the same (passing the array as an argument leaves none). A value made from
+    literals alone (``jnp.ones(...).at[...].set(...)``) is not one."""
+    from jax.extend import core
+
+    out: set[tuple[int, ...]] = set()
+    for j, consts in walk(closed):
+        arrays = {v for v, c in zip(getattr(j, "constvars", ()), consts, strict=False)
+                  if getattr(c, "ndim", 0)}
+        no_argument = set(getattr(j, "constvars", ()))  # made from constants and literals only
+        for eqn in getattr(j, "eqns", ()):
+            ins = [v for v in eqn.invars if not isinstance(v, core.Literal)]
+            if eqn.effects or not all(v in no_argument for v in ins):
+                continue
+            no_argument.update(eqn.outvars)
+            if any(v in arrays for v in ins):
+                arrays.update(eqn.outvars)
+                out.update(tuple(v.aval.shape) for v in eqn.outvars
+                           if getattr(v.aval, "shape", ()))
+    return out
 
 
 def _traceback_frames(eqn) -> list:
@@ -926,6 +952,14 @@ def _user_function(eqn) -> tuple[str, str] | None:
 def _loop_name(eqn) -> str:
     return ("lax.scan" if eqn.primitive.name == "scan" else "lax.while_loop") + (
         f" of {eqn.params['length']:,} steps" if eqn.primitive.name == "scan" else "")
+
+
+def callbacks(closed) -> tuple[tuple[str, str], ...]:
+    """(the callback as the user wrote it, its line) of each host callback in the step, nested
+    ones included."""
+    return tuple((CALLBACKS[eqn.primitive.name], equation_line(eqn))
+                 for j, _ in walk(closed) for eqn in getattr(j, "eqns", ())
+                 if eqn.primitive.name in CALLBACKS)
 
 
 def callbacks_every_step(closed) -> tuple[tuple[str, str, str, int | None], ...]:

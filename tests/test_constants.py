@@ -1,0 +1,198 @@
+"""What XLA's sizes leave out, and the constants a compiled step holds: closed-over arrays seen
+through a wrapper's inner jit and through the slices XLA folds, a program XLA computed while
+compiling, a host callback's own memory, a bfloat16 draw's threefry bits, and generated code the
+CPU backend does not report. Each test reproduces a user's thread in miniature."""
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from helpers import measure, preflight
+from helpers._internal import jaxcompat
+from helpers.units import NOT_AVAILABLE
+
+MiB = 2**20
+NO_FOLDING = {"xla_disable_hlo_passes": "constant_folding"}
+
+
+class _FilterJit:
+    """A stand-in for eqx.filter_jit: its own lower() takes anything that is not an array as
+    static (a ShapeDtypeStruct fails there), it has no trace(), its Lowered wraps JAX's
+    (``.lowered``), and it keeps the function as ``__wrapped__``, as equinox's does."""
+
+    def __init__(self, fn):
+        self.fn = self.__wrapped__ = fn
+
+    def lower(self, *args):
+        if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(args)):
+            raise TypeError("unsupported operand type(s) for @: 'ShapeDtypeStruct'")
+        return types.SimpleNamespace(lowered=jax.jit(self.fn).lower(*args))
+
+    def __call__(self, *args):
+        return jax.jit(self.fn)(*args)
+
+
+class _Model:
+    """An object holding its weights, called through a bound method (equinox#770's Test)."""
+
+    def __init__(self, d):
+        self.w = jax.random.normal(jax.random.key(0), (d, d))
+
+    def __call__(self, x):
+        return self.w @ x
+
+
+def test_equinox_770_a_wrapper_of_a_bound_method_names_its_weights_as_closed_over():
+    """patrick-kidger/equinox#770: eqx.filter_jit(t.__call__)(x) bakes the weights into the
+    program. The kit called them "constants XLA computed while compiling" and advised turning
+    constant folding off, which changed nothing: the wrapper has no trace(), so the kit read no
+    jaxpr, and the weights sit as constants of its inner jit's."""
+    t, x = _Model(512), jnp.ones(512)  # 1 MiB of weights
+    p = preflight.preflight_step(_FilterJit(t.__call__), x)
+    assert (p.constant_bytes, p.folded_bytes) == (t.w.nbytes, 0)
+    assert "1.00 MiB of arrays the function closes over" in p.advice, p.advice
+    assert "constant folding" not in p.advice and "xla_disable_hlo_passes" not in p.advice
+    assert "__call__ is a method bound to a _Model object" in p.advice
+    assert "eqx.filter_jit(t)(x)" in p.advice and "patrick-kidger/equinox#770" in p.advice
+    # the old advice, run: folding off leaves the weights in the program all the same
+    lowered = jax.jit(t.__call__).lower(x)
+    assert jaxcompat.constant_bytes(lowered.compile(compiler_options=NO_FOLDING).as_text()) \
+        == t.w.nbytes
+    # the fix, run: the weights passed are an argument, and the program holds no constant
+    passed = preflight.preflight_step(_FilterJit(lambda w, x: w @ x), t.w, x)
+    assert passed.constant_bytes == 0 and passed.argument_bytes == t.w.nbytes + x.nbytes
+    assert "closes over" not in passed.advice
+    # jax.jit of the method says the same, and a plain function gets no word of methods
+    assert "a method bound to a _Model object" in preflight.preflight_step(
+        jax.jit(t.__call__), x).advice
+    w = t.w
+    plain = preflight.preflight_step(lambda x: w @ x, x)
+    assert "closes over" in plain.advice and "method bound" not in plain.advice
+
+
+def test_generation_closed_over_slices_a_weight_stack_indexed_per_layer_is_closed_over():
+    """A helper's side finding (keras-team/keras-hub#2780, marin-community/levanter#1249): a
+    closed-over weight stack indexed w[i] in an unrolled layer loop. XLA folds each w[i] into a
+    constant of its own, which the kit called values XLA computed (constant folding: 0 bytes
+    change with folding off); the cause is the closed-over array (0 bytes once passed)."""
+    layers = 8
+    w = jax.random.normal(jax.random.key(0), (layers, 256, 256))  # 2 MiB, closed over
+
+    def f(x):
+        for i in range(layers):
+            x = jnp.tanh(x @ w[i])
+        return x
+
+    def g(w, x):  # the fix: w passed
+        for i in range(layers):
+            x = jnp.tanh(x @ w[i])
+        return x
+
+    x = jnp.ones((1, 256))
+    p = preflight.preflight_step(f, x)
+    assert (p.constant_bytes, p.folded_bytes) == (w.nbytes, 0)
+    assert "2.00 MiB of arrays the function closes over" in p.advice, p.advice
+    assert "pass them as arguments" in p.advice and "constant folding" not in p.advice
+    folded_off = jax.jit(f).lower(x).compile(compiler_options=NO_FOLDING)  # the old advice
+    assert jaxcompat.constant_bytes(folded_off.as_text()) == w.nbytes
+    assert jaxcompat.constant_bytes(jax.jit(g).lower(w, x).compile().as_text()) == 0
+    assert preflight.preflight_step(g, w, x).constant_bytes == 0
+
+
+def test_jax_13956_a_closure_xla_computed_while_compiling_is_named():
+    """jax-ml/jax#13956: jax.jit(lambda: h(x, x, x, x)) over a closed-over x, timed against
+    cost_analysis()'s flops: XLA computed the whole loop while compiling, and the program is
+    a broadcast of one constant, so the call's time says nothing of the work."""
+    x = jnp.ones((256, 256))
+
+    def h(x, y, z, w):
+        for _ in range(20):
+            x = x + y + z + w
+        return x
+
+    p = preflight.preflight_step(lambda: h(x, x, x, x))
+    assert "XLA computed all of <lambda> while compiling" in p.advice, p.advice
+    assert "time and cost_analysis() say nothing of the work" in p.advice
+    assert "Pass the inputs as arguments" in p.advice and "jax-ml/jax#13956" in p.advice
+
+    def flops(compiled):
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        return (cost or {}).get("flops") or 0
+
+    assert flops(jax.jit(lambda: h(x, x, x, x)).lower().compile()) == 0
+    # the fix, run: with x passed the program does the additions (3 x 20 per element)
+    assert flops(jax.jit(h).lower(x, x, x, x).compile()) == 3 * 20 * x.size
+    assert "while compiling" not in preflight.preflight_step(h, x, x, x, x).advice
+    # a random x: the folded result is a constant kept in the program; both are said
+    r = jax.random.normal(jax.random.key(0), (256, 256))
+    q = preflight.preflight_step(lambda: h(r, r, r, r))
+    assert "XLA computed all of" in q.advice and "closes over" in q.advice
+    # a step with no argument that XLA does not fold (a random draw) is no such program
+    key = jax.random.key(0)
+    assert "computed all of" not in preflight.preflight_step(
+        lambda: jax.random.normal(key, (1024,))).advice
+
+
+def test_jax_31292_a_pure_callback_s_own_memory_is_named_as_outside_xla_s_sizes():
+    """jax-ml/jax#31292: peak = temp + args + outs - alias from memory_analysis(), and a
+    jax.pure_callback whose Python allocates 64 MiB: XLA's sizes leave that out (2.00 MiB
+    predicted, 151.64 MiB measured on a CPU by the helper), and the kit said nothing."""
+    def host_fn(x):
+        big = np.ones((4096, 4096), np.float32) * x.sum()  # 64 MiB inside the callback
+        return np.float32(big[::97, ::89].mean())
+
+    def step(x):
+        y = jax.pure_callback(host_fn, jax.ShapeDtypeStruct((), jnp.float32), x)
+        return jnp.tanh(x @ x.T) * 2 + y
+
+    x = jnp.ones((256, 256))
+    p = preflight.preflight_step(step, x)
+    assert "The jax.pure_callback at " in p.advice and "y = jax.pure_callback(" in p.advice
+    assert "leave out what that Python allocates" in p.advice, p.advice
+    assert "measure.measure_step(fn, *args)" in p.advice and "jax-ml/jax#31292" in p.advice
+    assert p.peak_bytes < 2 * MiB
+    # the fix, run: measuring the step sees the callback's 64 MiB that XLA's sizes leave out
+    m = measure.measure_step(step, x)
+    assert m.peak_bytes >= 64 * MiB > 32 * p.peak_bytes, m
+    plain = preflight.preflight_step(lambda x: jnp.tanh(x @ x.T) * 2, x)
+    assert "callback" not in plain.advice
+
+
+def test_jax_21045_a_bfloat16_draw_gets_the_threefry_note_as_a_float32_one_does():
+    """jax-ml/jax#21045: jax.random.uniform(key, shape, bfloat16) holds uint32 buffers of the
+    full shape. The kit's threefry note fired for float32 but not bfloat16: its test wanted
+    the listed uint32 values to be half the temporaries, and missed by 708 B (16 MiB listed
+    of 32 MiB; XLA's loop makes as many again in its body). The rbg fix was measured by the
+    helper: 35.96 -> 4.02 MiB."""
+    shape = (2048, 1024)
+    for dtype in (jnp.bfloat16, jnp.float32):
+        def draw(key, dtype=dtype):
+            return jax.random.uniform(key, shape, dtype=dtype, minval=-1, maxval=1)
+
+        p = preflight.preflight_step(draw, jax.random.key(0))
+        assert "threefry2x32" in p.advice and "impl='rbg'" in p.advice, (dtype, p.advice)
+        assert "holds 16.00 MiB of uint32 values" in p.advice
+        assert p.temp_bytes >= 24 * MiB
+        # the fix, run: an rbg key makes no such temporaries
+        rbg = preflight.preflight_step(draw, jax.random.key(0, impl="rbg"))
+        assert rbg.temp_bytes < 1024 and "threefry2x32" not in rbg.advice
+
+
+def test_jax_18954_generated_code_the_cpu_does_not_report_is_not_printed_as_0_B():
+    """jax-ml/jax#18954 (a helper's side note): memory_analysis() on the CPU backend gives
+    generated_code_size_in_bytes 0 for every program (jax 0.8.0 and 0.10.2); the kit printed
+    "generated code: 0 B" as if measured."""
+    def f(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    x = jnp.ones((256, 256))
+    stats = jax.jit(f).lower(x).compile().memory_analysis()
+    assert stats.generated_code_size_in_bytes == 0  # what the CPU backend says
+    p = preflight.preflight_step(f, x)
+    assert p.code_bytes is NOT_AVAILABLE and p.to_dict()["code_bytes"] is None
+    (row,) = [line for line in str(p).splitlines() if "generated code:" in line]
+    assert row.endswith("not reported by the CPU backend (XLA gives 0)") and "0 B" not in row
+    assert type(p).from_dict(p.to_dict()).code_bytes is NOT_AVAILABLE
