@@ -964,6 +964,27 @@ class CompiledStep:
         return tuple((flat[n][0], flat[n][1], to, line)
                      for n, to, line in jaxprs.narrowed_inputs(self.jaxpr))
 
+    def widened_inputs(self, args: Sequence, kwargs: dict
+                       ) -> tuple[tuple[tuple | None, str, str, tuple[int, ...], int, str, str,
+                                        tuple | None], ...]:
+        """(the leaf's key path in the dynamic arguments, None for a value computed from
+        them; its dtype; the wider dtype jnp's promotion reads it as; its shape; its bytes at
+        that dtype; the line; "constant" or "argument" for what widens it; that argument's key
+        path or None) of each floating value the step widens by promotion before a dot or a
+        convolution (:func:`helpers._internal.jaxprs.widened_inputs`: jax-ml/jax#1830,
+        #7368). Paths are None where the jaxpr's inputs are not the arguments' leaves."""
+        jax = devices.start_jax()
+        flat = jax.tree_util.tree_flatten_with_path(self.dynamic(args, kwargs))[0]
+        invars = getattr(getattr(self.jaxpr, "jaxpr", None), "invars", ())
+        named = not self.lowered_with_arguments and len(invars) == len(flat)
+
+        def path(n: int | None) -> tuple | None:
+            return flat[n][0] if named and n is not None else None
+
+        return tuple((path(n), dtype, to, shape, nbytes, line, kind, path(other))
+                     for n, dtype, to, shape, nbytes, line, kind, other
+                     in jaxprs.widened_inputs(self.jaxpr))
+
     def outputs(self) -> list[tuple[str, Any, str]]:
         """(the output's path as jax.tree_util.keystr writes it, its shape and dtype, its kind)
         for each array the step returns. The kind: "gradient" (made by a derivative's backward

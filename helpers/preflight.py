@@ -242,6 +242,16 @@ class StepPreflight(_Verdict, Display):
     #: parameters under a bfloat16 computation), unless an output has its shape and dtype (a
     #: gradient, an update: master weights)
     narrowed_arguments: tuple[step_arguments.NarrowedArgument, ...] = ()
+    #: (what, its dtype, the wider dtype, bytes at that dtype, line) of each value jnp's
+    #: promotion widens before a dot or a convolution: a NumPy float64 scalar under x64
+    #: (jax-ml/jax#1830), a float32 batch against bfloat16 parameters (jax-ml/jax#7368)
+    widened_values: tuple[tuple[str, str, str, int, str], ...] = ()
+    #: the bytes of the step's float64 arguments while jax_enable_x64 is on (0 with it off)
+    float64_argument_bytes: int = 0
+    #: on the CPU, how many of XLA's values are float32 copies of the step's bfloat16 (or
+    #: float16) values: XLA:CPU computes them in float32, a GPU keeps them narrow (from XLA's
+    #: source, not yet run on a GPU)
+    cpu_float32_values: int = 0
     #: ("device=d", line) of each creation given a device= inside the step, which jit drops
     dropped_device_keywords: tuple[tuple[str, str], ...] = ()
     #: (the spec, line) of each jax.device_put inside the step to a NamedSharding that splits
@@ -731,6 +741,129 @@ def _slice_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: in
             "(keras-team/keras-hub#2780: about 2x faster on the CPU).")
 
 
+def _leaf_name(c: compiled.CompiledStep, fn: Callable, args, kwargs, path) -> str:
+    """The name of a leaf of the dynamic arguments, as ``fn`` calls it ("params['w1']"), from
+    its key path in (args, kwargs)."""
+    jax = devices.start_jax()
+    positional = [name for where, name in c.argument_names(fn, args, kwargs)
+                  if isinstance(where, int)]
+    top = path[1]
+    name = positional[top.idx] if path[0].idx == 0 else str(top.key)
+    return name + jax.tree_util.keystr(path[2:])
+
+
+def _widened(c: compiled.CompiledStep, fn: Callable, args, kwargs
+             ) -> list[tuple[str, str, str, int, str, str, str]]:
+    """(what, its dtype, the wider dtype, bytes at that dtype, line, "constant" or
+    "argument", the wider operand's name) of each value jnp's promotion widens before a dot
+    or a convolution, largest first (:meth:`helpers.compiled.CompiledStep.widened_inputs`)."""
+    out = []
+    for path, dtype, to, shape, nbytes, line, kind, other in c.widened_inputs(args, kwargs):
+        what = (f"{_leaf_name(c, fn, args, kwargs, path)} ({dtype}{list(shape)})" if path
+                else f"a {dtype}{list(shape)} value computed from the arguments")
+        other_name = _leaf_name(c, fn, args, kwargs, other) if other else ""
+        out.append((what, dtype, to, nbytes, line, kind, other_name))
+    return out
+
+
+def _widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: str,
+                  other: str) -> str:
+    """A value jnp's promotion reads at a wider type before a dot, and the fix. Measured on
+    the CPU (jax 0.10.2; 0.8.0 alike): under x64, a float32 step dividing by
+    ``sigma = np.std(data)`` of NumPy data (a NumPy float64 scalar, strongly typed) runs in
+    float64: ``float(sigma)`` took XLA's temporaries from 9.00 to 2.00 MiB and the peak from
+    17.50 to 10.50 MiB (jax-ml/jax#1830); bfloat16 parameters against a float32 batch make
+    every activation float32: ``batch.astype(jnp.bfloat16)`` took what jax.grad keeps from
+    50.00 to 26.00 MiB (jax-ml/jax#7368). ``jax.numpy_dtype_promotion('strict')`` raises a
+    TypePromotionError at each such line (jax-ml/jax#10824, the maintainers' answer)."""
+    at = f" at {line}" if line else ""
+    if kind == "constant":
+        whose = ("under x64 a NumPy float64 scalar or array, such as np.std of NumPy data, is "
+                 "strongly typed, jax-ml/jax#1830" if to == "float64" else
+                 f"a NumPy or JAX {to} array the function closes over is strongly typed")
+        cause = f"jnp promotes it with a {to} constant there ({whose}; a Python float is not)"
+        fix = (f"make that constant {dtype} (jnp.{dtype}(sigma)), or pass a scalar as a "
+               "Python float (float(sigma)), which takes the other operand's dtype")
+    else:
+        named = other or f"a {to} value computed from the arguments"
+        cause = f"jnp promotes it with {named} ({to}) there (jax-ml/jax#7368)"
+        fix = (f"make {other} {dtype} before the step ({other}.astype(jnp.{dtype}))" if other
+               else f"cast that value to {dtype} where it is made (.astype(jnp.{dtype}))")
+    return (f"{what} is read as {to}{at}: {cause}, so what is computed from it there on, and "
+            f"what jax.grad keeps of it, is {to} ({format_bytes(nbytes)} as {to} for this "
+            f"value alone). Fix: {fix}; jax.numpy_dtype_promotion('strict') raises at every "
+            "line that promotes so.")
+
+
+def _float64_arguments(c: compiled.CompiledStep, args, kwargs) -> int:
+    """The bytes of the step's float64 array arguments (each buffer once) while x64 is on;
+    0 with x64 off."""
+    jax = devices.start_jax()
+    if not jax.config.jax_enable_x64:
+        return 0
+    leaves = {id(leaf): leaf for leaf in jax.tree.leaves(c.dynamic(args, kwargs))
+              if str(getattr(leaf, "dtype", "")) == "float64"}
+    return sum(compiled.array_bytes(leaf) for leaf in leaves.values())
+
+
+def _float64_note(nbytes: int, argument_bytes: int) -> str:
+    """x64 on and most of the step's arguments float64: under x64 what is made without a
+    dtype is float64 (patrick-kidger/equinox#1154: a network initialised so; dtype=jnp.float32
+    at creation took the step's arguments from 27.17 to 13.59 MiB and its peak from 56.22 to
+    28.11 MiB, measured on the CPU, jax 0.10.2 and 0.8.0)."""
+    share = f" ({nbytes / argument_bytes:.0%})" if argument_bytes else ""
+    return (f"{format_bytes(nbytes)} of the step's arguments{share} are float64, and "
+            "jax_enable_x64 is on: under x64 an array made without a dtype (jnp.zeros, "
+            "jax.random.normal, NumPy data through jnp.asarray, a layer's initialiser such as "
+            "eqx.nn.Linear's) is float64, twice float32's bytes. Where float32 is enough for "
+            "them, pass dtype=jnp.float32 where they are made (patrick-kidger/equinox#1154), "
+            "or leave x64 off.")
+
+
+#: where XLA:CPU computes a half-precision type in float32: read in openxla/xla's
+#: xla/service/cpu/cpu_compiler.cc (FloatNormalization with CpuFloatSupport(BF16): bfloat16
+#: arithmetic becomes float32, data movement stays; ChangeOpDataType(F16, F32): float16 dots
+#: and convolutions, elementwise float16 stays float16). Measured: the same MLP training step
+#: has 36.00 MiB of temporaries in bfloat16, 34.00 MiB in float32 (jax 0.10.2, the CPU)
+_CPU_UPCAST = {"bfloat16": "bfloat16 arithmetic in float32 (FloatNormalization with "
+                           "CpuFloatSupport(BF16)",
+               "float16": "float16 dots and convolutions in float32 (ChangeOpDataType(F16, "
+                          "F32)"}
+
+
+def _cpu_upcast(c: compiled.CompiledStep, temporaries) -> tuple[str, list[dict]]:
+    """(the half-precision dtype, XLA's float32 values of its shapes, largest first) where
+    the step compiled for the CPU computes bfloat16 or float16 values of its jaxpr in float32
+    and one of them is among its largest ``temporaries``; ("", []) otherwise. A float32 value
+    whose shape a float32 value of the jaxpr has too is left out (it may be the user's own)."""
+    if getattr(c.device, "platform", "") != "cpu":
+        return "", []
+    shapes = jaxprs.shapes_by_dtype(c.jaxpr)
+    wide = shapes.get("float32", set())
+    for dtype in _CPU_UPCAST:
+        half = shapes.get(dtype, set()) - wide
+        found = [v for v in c.values if v["dtype"] == "f32" and tuple(v["shape"]) in half]
+        if found and any(t.dtype == "f32" and tuple(t.shape) in half for t in temporaries):
+            return dtype, found
+    return "", []
+
+
+def _cpu_upcast_note(dtype: str, found: list[dict]) -> str:
+    """The CPU stand-in's float32 copies of a half-precision step: labelled, sizes kept."""
+    v = found[0]
+    largest = (f"{v['op'].rsplit('/', 1)[-1]} f32{list(v['shape'])}, "
+               f"{format_bytes(v['nbytes'])}")
+    many = (f"{len(found)} of XLA's values are float32 with the shapes of {dtype} values of "
+            f"the step, the largest {largest}" if len(found) > 1 else
+            f"XLA's {largest} has the shape of a {dtype} value of the step")
+    return (f"On the CPU, XLA computes {_CPU_UPCAST[dtype]}, openxla/xla "
+            f"xla/service/cpu/cpu_compiler.cc): these temporaries are float32-sized ({many}); "
+            f"a GPU keeps them at {dtype} "
+            "(xla/service/gpu/gpu_float_support.cc; from XLA's source, not yet run on a GPU). "
+            f"To see what a change to {dtype} saves, compare residuals(loss, ...) (the jaxpr's "
+            "sizes), not these temporaries.")
+
+
 def _cast_note(wide: str, narrow: str, shape: tuple[int, ...], nbytes: int, line: str,
                scan: str, role: str) -> str:
     """An input cast whole to a narrower float before a scan reads it step by step
@@ -1015,6 +1148,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "argnums (eqx.partition splits a model so), and no zero gradient is made or kept.")
     narrowed = step_arguments.narrowed_arguments(c, fn, args, kwargs)
     notes += step_arguments.narrowed_notes(narrowed, peak)
+    widened = _widened(c, fn, args, kwargs)
+    if widened and widened[0][3] >= 2**20 and 32 * widened[0][3] >= peak:
+        notes.append(_widened_note(*widened[0]))
+    float64 = _float64_arguments(c, args, kwargs)
+    if float64 >= 2**20 and 2 * float64 >= a["argument"]:
+        notes.append(_float64_note(float64, a["argument"]))
+    half, upcast = _cpu_upcast(c, temporaries)
+    if upcast:
+        notes.append(_cpu_upcast_note(half, upcast))
     if static := step_arguments.static_arrays(c, fn, args, kwargs):
         notes.append(step_arguments.static_array_note(static))
     gathered = _gathered(temporaries, args, kwargs, c.text) if spread and device is None else []
@@ -1109,6 +1251,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed,
+        widened_values=tuple(w[:5] for w in widened), float64_argument_bytes=float64,
+        cpu_float32_values=len(upcast),
         cast_before_scan=tuple((f"{to}{list(shape)}", n, line)
                                for _, to, shape, n, line, _, _ in casts),
         dropped_device_keywords=dropped, zero_gradients=zeros, unsplit_sharding_puts=unsplit,

@@ -1,7 +1,7 @@
 """Reading a step's jaxpr for what the user's code asked of JAX, before XLA plans anything: the
 patterns :class:`helpers.compiled.CompiledStep` names (a ``device=`` jit drops, a Jacobian made
 the long way, values multiplied by the constant 0.0, parameters used only through a narrower
-cast), each with the user's line that made it.
+cast, values jnp's promotion widens), each with the user's line that made it.
 
 Plain tuples out; :mod:`helpers.compiled` makes the records.
 """
@@ -25,7 +25,8 @@ __all__ = ["CALLBACKS", "callbacks", "callbacks_every_step", "callbacks_hoisted"
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "scan_updated_xs", "progress_fix", "sparse_products", "threefry_draws", "walk"]
+           "scan_updated_xs", "shapes_by_dtype",
+           "progress_fix", "sparse_products", "threefry_draws", "walk", "widened_inputs"]
 
 
 def _floating(dtype) -> bool:
@@ -874,6 +875,185 @@ def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
             out.append((n, found[0][0], found[0][1]))
     return tuple(out)
 
+
+#: what the user called where jnp promotes its operands to one dtype: an operator (a / b,
+#: a @ b: JAX's array methods) or a jnp ufunc (jnp.multiply), and these jnp functions. A cast
+#: made under any other call is the user's own (x.astype, jnp.asarray(x, dtype),
+#: jnp.float32(x), lax.convert_element_type) or a library's on purpose (jnp.mean and
+#: jax.nn.softmax sum bfloat16 in float32): read from the traceback, jax 0.8.0 and 0.10.2
+_PROMOTING_CALLS = ("_forward_operator_to_aval.<locals>.op", "ufunc.__call__")
+_PROMOTING_FUNCTIONS = ("matmul", "dot", "einsum", "inner", "outer", "tensordot", "vdot",
+                        "where", "concatenate", "stack", "kron")
+#: the operations whose width sets the step's cost: a widened value that reaches one is worth
+#: a word
+_PRODUCTS = ("dot_general", "conv_general_dilated")
+
+
+def _promoted(eqn) -> bool:
+    """Whether the user's call that made ``eqn`` is one where jnp promotes its operands to
+    one dtype (an operator, a jnp ufunc, jnp.matmul or jnp.where), not an explicit cast."""
+    made = _traceback_frames(eqn)
+    at = next((n for n, f in enumerate(made) if frames.is_user_file(f.file_name)), 0)
+    if not at:
+        return False
+    called = made[at - 1]  # the function the user's line called (innermost first)
+    return called.function_name in _PROMOTING_CALLS or (
+        called.function_name in _PROMOTING_FUNCTIONS and "numpy" in called.file_name)
+
+
+def _has_product(sub, cache: dict) -> bool:
+    """Whether a jaxpr, or one nested in it, computes a dot or a convolution."""
+    if id(sub) not in cache:
+        cache[id(sub)] = any(e.primitive.name in _PRODUCTS for j, _ in walk(sub)
+                             for e in getattr(j, "eqns", ()))
+    return cache[id(sub)]
+
+
+def _reaches_product(var, read: dict, cache: dict) -> bool:
+    """Whether ``var``, or a value computed from it in its jaxpr, is read by a dot or a
+    convolution (in an inner jit, a remat or a loop's body too)."""
+    from jax.extend import core
+
+    stack, seen = [var], set()
+    while stack:
+        v = stack.pop()
+        for eqn in read.get(id(v), []):
+            if id(eqn) in seen:
+                continue
+            seen.add(id(eqn))
+            if eqn.primitive.name in _PRODUCTS or any(
+                    _has_product(p, cache) for p in eqn.params.values()
+                    if isinstance(p, (core.ClosedJaxpr, core.Jaxpr))):
+                return True
+            stack += eqn.outvars
+    return False
+
+
+def widened_inputs(closed) -> tuple[tuple[int | None, str, str, tuple[int, ...], int, str,
+                                          str, int | None], ...]:
+    """(the input's position among the jaxpr's inputs, None for a value computed from them;
+    its dtype; the wider dtype it is read as; its shape; its bytes at the wider dtype; the
+    user's line; what widens it: "constant" (a literal or a closed-over array, such as a NumPy
+    float64 scalar under x64: jax-ml/jax#1830) or "argument" (a value of the arguments: a
+    float32 batch against bfloat16 parameters, jax-ml/jax#7368); that value's position among
+    the inputs, or None) of each floating value computed from the step's arguments that jnp's
+    promotion widens at the user's operator or jnp call (a ``convert_element_type``, or a
+    ``dot_general`` of two dtypes) and that then reaches a dot or a convolution, outside a
+    derivative's backward pass; followed into inner jits, remats and loops' bodies. The mirror
+    of :func:`narrowed_inputs`. Not a cast the user wrote (astype, jnp.asarray(x, dtype)) nor
+    a library's own (jnp.mean of bfloat16), not one that only feeds an elementwise update (a
+    bfloat16 gradient added to float32 master weights), and not one whose wider operand is
+    itself a widening's result (its cause is named). Largest first."""
+    top = getattr(closed, "jaxpr", closed)
+    cache: dict = {}
+    out, seen = [], set()
+
+    def visit(j, derived: set[int], wide: set[int], origin: dict[int, int]) -> None:
+        """``derived``: the ids of values computed from the step's arguments (not from
+        constants alone); ``wide``: of values computed from a widening's result; ``origin``:
+        the step's input each value is, by position."""
+        _, read = _index(j)
+        for eqn in j.eqns:
+            found = _widening(eqn, read)
+            if found is not None and id(found[0]) in derived and id(found[2]) not in wide \
+                    and scan_role(eqn) != "backward" and _promoted(eqn):
+                var, to, other = found
+                wide.update(id(v) for v in eqn.outvars)
+                line = equation_line(eqn)
+                if (eqn.primitive.name == "dot_general"
+                        or _reaches_product(eqn.outvars[0], read, cache)) \
+                        and (id(var), line) not in seen:
+                    seen.add((id(var), line))
+                    shape = tuple(var.aval.shape)
+                    kind = "argument" if id(other) in derived else "constant"
+                    out.append((origin.get(id(var)), str(var.aval.dtype), str(np.dtype(to)),
+                                shape, math.prod(shape) * np.dtype(to).itemsize, line, kind,
+                                origin.get(id(other))))
+            ins = [v for v in eqn.invars if not hasattr(v, "val")]  # (a Literal is constant)
+            for body, operands in _bodies(eqn):
+                if operands is None:  # a while loop's: read as a whole
+                    inner = set(map(id, body.invars)) if any(id(v) in derived for v in ins) \
+                        else set()
+                    visit(body, inner, set(), {})
+                    continue
+                pairs = [(b, v) for b, v in zip(body.invars, operands, strict=True)
+                         if not hasattr(v, "val")]
+                visit(body, {id(b) for b, v in pairs if id(v) in derived},
+                      {id(b) for b, v in pairs if id(v) in wide},
+                      {id(b): origin[id(v)] for b, v in pairs  # (not a scan's slice of it)
+                       if id(v) in origin and b.aval.shape == v.aval.shape})
+            if any(id(v) in derived for v in ins):
+                derived.update(id(v) for v in eqn.outvars)
+            if any(id(v) in wide for v in ins):
+                wide.update(id(v) for v in eqn.outvars)
+
+    if top is not None and hasattr(top, "invars"):
+        visit(top, set(map(id, top.invars)), set(),
+              {id(v): n for n, v in enumerate(top.invars)})
+    return tuple(sorted(out, key=lambda w: -w[4]))
+
+
+def _bodies(eqn) -> list[tuple[Any, Sequence | None]]:
+    """(jaxpr, the equation's operands its inputs take, one for one; None where they do not
+    pair so: a while loop's) of each jaxpr an equation calls: an inner jit's, a remat's, a
+    scan's body, a cond's branches."""
+    from jax.extend import core
+
+    out = []
+    for p in eqn.params.values():
+        for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+            if not isinstance(sub, (core.ClosedJaxpr, core.Jaxpr)):
+                continue
+            body = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub
+            n = len(body.invars)
+            operands = (eqn.invars if n == len(eqn.invars) else
+                        eqn.invars[1:] if eqn.primitive.name == "cond" and
+                        n == len(eqn.invars) - 1 else None)
+            out.append((body, operands))
+    return out
+
+
+def _widening(eqn, read: dict):
+    """(the value widened, the dtype it is read as, the wider operand) where ``eqn`` reads a
+    floating value at a wider floating type: a ``convert_element_type`` to a wider float (the
+    wider operand: another input of an equation that reads the result, of that type), or a
+    ``dot_general`` of a narrower and a wider float; None otherwise (or where no wider
+    operand is found: nothing to name as the cause)."""
+    name = eqn.primitive.name
+    if name == "convert_element_type":
+        (var,) = eqn.invars[:1]
+        to = eqn.params.get("new_dtype")
+        dtype = getattr(var.aval, "dtype", None)
+        if to is None or dtype is None or not (_floating(dtype) and _floating(to)) or \
+                np.dtype(to).itemsize <= np.dtype(dtype).itemsize or not var.aval.shape:
+            return None
+        result = eqn.outvars[0]
+        other = next((v for user in read.get(id(result), []) for v in user.invars
+                      if v is not result and getattr(getattr(v, "aval", None), "dtype",
+                                                     None) == np.dtype(to)), None)
+        return (var, to, other) if other is not None else None
+    if name == "dot_general" and len(eqn.invars) == 2:
+        a, b = eqn.invars
+        da, db = (getattr(v.aval, "dtype", None) for v in (a, b))
+        if da is None or db is None or da == db or not (_floating(da) and _floating(db)):
+            return None
+        narrow, other = (a, b) if np.dtype(da).itemsize < np.dtype(db).itemsize else (b, a)
+        if np.dtype(narrow.aval.dtype).itemsize == np.dtype(other.aval.dtype).itemsize:
+            return None  # (bfloat16 against float16: neither is wider)
+        return narrow, other.aval.dtype, other
+    return None
+
+
+def shapes_by_dtype(closed) -> dict[str, set[tuple[int, ...]]]:
+    """The shapes of the values of a jaxpr (its inputs and every equation's results, nested
+    jaxprs too), by dtype name ("bfloat16": {(1024, 2048), ...})."""
+    out: dict[str, set[tuple[int, ...]]] = {}
+    for j, _ in walk(closed):
+        for v in [*getattr(j, "invars", ()), *(o for e in j.eqns for o in e.outvars)]:
+            dtype = getattr(getattr(v, "aval", None), "dtype", None)
+            if dtype is not None and hasattr(v.aval, "shape"):
+                out.setdefault(str(dtype), set()).add(tuple(v.aval.shape))
+    return out
 
 def output_kinds(closed) -> list[str]:
     """One word per output of the step: "zero gradient" for a gradient JAX knows is zero and
