@@ -7,7 +7,10 @@ notebook (by name), IPython's output history (``Out``, ``_``, and its copies in
 (with every other name of it: ``samples`` that is ``mcmc._states_flat['z']``), a closure; and,
 further up, an object's attribute a variable names, or a module's globals (a library's cache of
 functions that close over the object). Each comes with how to let it go. An array nothing
-outside JAX refers to is counted as JAX's own (a pending computation, a jit's cache). It also
+outside JAX refers to is counted as JAX's own (a pending computation, a jit's cache); the Arrays
+JAX made over a sharded array's shards for a host read are that array's, not listed; the host
+copy such a read leaves on an array is named with its fix, and the bytes only reference cycles
+hold are in the header whatever ``n`` is. It also
 counts the compiled programs JAX keeps loaded, and arrays of a backend JAX restarted. The search
 is bounded in time and keeps no reference to any array once it returns.
 """
@@ -40,6 +43,9 @@ class HeldArray(Record):
     nbytes: int
     held_by: tuple[str, ...]  # one line each; () when only JAX itself holds it
     fix: str
+    #: bytes of the host copy JAX keeps on it since a read on the host made one (np.asarray,
+    #: jax.device_get, print of a sharded array), for as long as it lives (jax-ml/jax#26216)
+    host_copy: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,18 @@ class Holders(Display):
     #: arrays of a backend JAX restarted (JAX's private clear_backends(), jax-ml/jax#10828),
     #: which jax.live_arrays() no longer lists: how many, their bytes and what to do; ""
     restarted: str = ""
+    #: of ``live_arrays``: Arrays JAX made over a sharded array's shards when it was read on the
+    #: host (np.asarray, jax.device_get, str): views of its buffers, not counted in
+    #: ``live_bytes`` nor listed, freed with it (jax-ml/jax#26216)
+    shard_views: int = 0
+    #: of every live array: the host copies JAX keeps on them since a read on the host
+    host_copy_bytes: int = 0
+    #: of every live array, looked at or not: held only by reference cycles nothing reaches,
+    #: which Python's cycle collector frees at its next run (keras-team/keras#19110: which of
+    #: arrays of one size ``n`` shows is chance); never in ``user_bytes``
+    cycle_bytes: int = 0
+    #: the host copies' sentence: how many, their bytes, why they stay, and the fix; ""
+    host_copies: str = ""
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -91,6 +109,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
         backend_restarted,
         live_arrays,
         live_bytes_by_device,
+        shard_buffers,
     )
 
     t0 = time.perf_counter()
@@ -100,7 +119,10 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     count, total = len(live), sum(live_bytes_by_device().values())  # each buffer once
     many_small = _many_small(live, count, total)
     sample = _commonest(live) if many_small else []
-    arrays = _largest_arrays(live, n)
+    views = shard_buffers(live)
+    copies = [(c, a) for a in live if (c := jaxcompat.host_copy_bytes(a))]
+    cycles = sum(_nbytes(a) for a in {id(a): a for a in live if id(a) in garbage}.values())
+    arrays, n_views = _largest_arrays(live, n, views)
     del live  # a referrer of every array: gone before the search
     found, complete = [], True
     mine = {id(arrays), id(sample)}
@@ -122,7 +144,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                                  for arr in group]))
     finally:
         del arrays  # the search holds nothing once it returns
-    if any(line.startswith(_CYCLE) for h in found for line in h.held_by):
+    if cycles or any(line.startswith(_CYCLE) for h in found for line in h.held_by):
         import gc
 
         gc.collect()  # its look kept the cycles' garbage a generation longer: free it now
@@ -146,11 +168,46 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                and any(not line.startswith((_JIT_CACHE, _LIBRARY)) for line in h.held_by))
     library = sum(h.nbytes for h in found if h.held_by and all(
         line.startswith(_LIBRARY) for line in h.held_by))
+    looked_cycles = sum(h.nbytes for h in found if h.held_by and all(
+        line.startswith(_CYCLE) for line in h.held_by))
+    user -= looked_cycles  # garbage a collection frees: not held by your code
+    copied = sum(c for c, _ in copies)
+    note = _host_copies_note(copies, found)
+    del copies
     return Holders(tuple(found), count, total, user,
-                   sum(h.nbytes for h in found) - user - library - cut,
+                   sum(h.nbytes for h in found) - user - library - cut - looked_cycles,
                    NOT_AVAILABLE if execs is None else len(execs), code,
                    time.perf_counter() - t0, complete, many_small, alike, constants, library,
-                   backend_restarted())
+                   backend_restarted(), n_views, copied, cycles, note)
+
+
+def _host_copies_note(copies: list, found: list[HeldArray]) -> str:
+    """The sentence for the host copies JAX keeps on live arrays (``copies``: (bytes, array)):
+    how many and their bytes, the largest one's holder where it was looked at, why they stay
+    and how to read an array on the host without keeping one (jax-ml/jax#26216); "" if none."""
+    if not copies:
+        return ""
+    from helpers.units import format_bytes
+
+    nbytes, biggest = max(copies, key=lambda c: c[0])
+    what = f"{biggest.dtype}{list(biggest.shape)}"
+    held = next((h for h in found if h.host_copy == nbytes and h.array.startswith(what)
+                 and h.held_by), None)
+    whose = f"; the largest, {format_bytes(nbytes)}, on the {what} held by {held.held_by[0]}" \
+        if held else ""
+    n = len(copies)
+    return (f"{n} live array{'s' if n > 1 else ''} keep{'' if n > 1 else 's'} "
+            f"{format_bytes(sum(c for c, _ in copies))} of host memory in copies a read on the "
+            f"host made (np.asarray, jax.device_get, print){whose}: JAX keeps "
+            "such a copy on the array for as long as the array lives (jax-ml/jax#26216, "
+            "marin-community/marin#8609). To read one without keeping a copy: on the CPU, shard "
+            "by shard, np.asarray(s.data) for s in x.addressable_shards, each a view of its "
+            "shard's buffer; else from a temporary copy, np.asarray(x.copy()), whose host copy "
+            "goes with it (measured on the CPU, a 64 MiB array over 4 devices: 64 MiB kept "
+            "after jax.device_get, 0 B after either). On a GPU a shard's read keeps its copy on "
+            "the shard's Array, which the sharded array keeps, so there only the temporary "
+            "copy does, for the array's bytes on the device while it lives (from jaxlib's "
+            "xla/python/py_array.cc, not yet run on a GPU).")
 
 
 def _program_constants(execs: list, deadline: float) -> tuple[tuple[str, int, int], ...]:
@@ -219,7 +276,8 @@ def _merge(views: list[HeldArray]) -> HeldArray:
     """One buffer seen through several Arrays: what holds any of them holds the buffer."""
     held = tuple(dict.fromkeys(x for v in views for x in v.held_by))
     fixes = [v.fix for v in views if v.held_by] or [views[0].fix]
-    return HeldArray(views[0].array, views[0].nbytes, held, "; ".join(dict.fromkeys(fixes)))
+    return HeldArray(views[0].array, views[0].nbytes, held, "; ".join(dict.fromkeys(fixes)),
+                     max(v.host_copy for v in views))
 
 
 def _nbytes(a) -> int:
@@ -229,16 +287,22 @@ def _nbytes(a) -> int:
         return 0
 
 
-def _largest_arrays(live: list, n: int) -> list[list]:
+def _largest_arrays(live: list, n: int, views: set = frozenset()) -> tuple[list[list], int]:
     """The ``n`` largest buffers among ``live``, each as the list of live Arrays over it (JAX
-    may keep its own Array over a buffer the user's variable holds)."""
+    may keep its own Array over a buffer the user's variable holds), and how many Arrays are
+    left out as views of a sharded array's shards (``views``: their (Device, address), from
+    :func:`helpers.memory.shard_buffers`)."""
     groups: dict = {}
+    n_views = 0
     for a in sorted(live, key=_nbytes, reverse=True):
         try:
             key = (tuple(a.devices()), a.unsafe_buffer_pointer()) if len(a.devices()) == 1 \
                 else id(a)
         except Exception:
             key = id(a)
+        if isinstance(key, tuple) and (key[0][0], key[1]) in views:
+            n_views += 1  # the sharded array's own buffer: listed as that array
+            continue
         if key in groups:
             groups[key].append(a)
             continue
@@ -246,7 +310,7 @@ def _largest_arrays(live: list, n: int) -> list[list]:
         if len(groups) == n or (first and _nbytes(a) * 1000 < _nbytes(first[0])):
             continue  # a thousandth of the largest is not where the memory went
         groups[key] = [a]
-    return list(groups.values())
+    return list(groups.values()), n_views
 
 
 def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
@@ -450,7 +514,8 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
     if refs and all(id(r) in garbage for r in refs):  # jax-ml/jax#725
         kinds = ", ".join(dict.fromkeys(_type_name(r) for r in refs))
         del refs
-        return HeldArray(what, _nbytes(arr), (f"{_CYCLE} ({kinds})",), _CYCLE_FIX)
+        return HeldArray(what, _nbytes(arr), (f"{_CYCLE} ({kinds})",), _CYCLE_FIX,
+                         jaxcompat.host_copy_bytes(arr))
     unnamed = []  # JAX's objects and containers nobody names: looked above if nothing better
     for r in refs:
         line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)})
@@ -476,7 +541,8 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
     if not held:
         fixes.append("nothing outside JAX refers to it: JAX frees it when its own last "
                      "reference goes (a pending computation, a jit's cache of constants)")
-    return HeldArray(what, _nbytes(arr), tuple(dict.fromkeys(held)), "; ".join(fixes))
+    return HeldArray(what, _nbytes(arr), tuple(dict.fromkeys(held)), "; ".join(fixes),
+                     jaxcompat.host_copy_bytes(arr))
 
 
 def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int = 22,
@@ -653,6 +719,32 @@ def _traceback_frames() -> dict[int, tuple[str, bool]]:
         while tb is not None:
             out.setdefault(id(tb.tb_frame), (f"sys.{label}", first))
             tb, first = tb.tb_next, False
+    # IPython's own copy (its InteractiveTB keeps the last traceback's innermost step, whose
+    # frame reaches the caller frames above it), still there once sys.last_traceback is cleared
+    tb = getattr(getattr(frames.ipython_shell(), "InteractiveTB", None), "tb", None)
+    running = _running_frames()
+    while tb is not None:
+        frame = getattr(tb, "tb_frame", None)
+        while frame is not None and id(frame) not in running:
+            out.setdefault(id(frame), (_IPYTHON_TB, False))
+            frame = frame.f_back
+        tb = getattr(tb, "tb_next", None)
+    return out
+
+
+#: IPython's saved traceback, as the kit names it
+_IPYTHON_TB = "IPython's copy of the last error's traceback, get_ipython().InteractiveTB.tb"
+
+
+def _running_frames() -> set[int]:
+    """The ids of the frames running now, on every thread."""
+    import sys
+
+    out: set[int] = set()
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            out.add(id(frame))
+            frame = frame.f_back
     return out
 
 
@@ -663,6 +755,10 @@ def _fix_traceback(saved: str, first: bool) -> str:
     frees nothing (IPython 9.18.1, a 16 MiB local: still alive, 2 Arrays over it on jax 0.8.0);
     cutting the chain below its first frame, which is IPython's own, frees every frame below it
     wherever the chain is kept (0 left)."""
+    if saved == _IPYTHON_TB:  # sys.last_traceback cleared already: IPython's copy keeps it
+        return ("clear it: `get_ipython().InteractiveTB.tb = None` (sys.last_traceback no "
+                "longer keeps these frames; IPython keeps its own reference to the last error's "
+                "traceback, and those frames keep their locals)")
     if first or frames.ipython_shell() is None:
         return (f"clear it: `{saved} = None` (Python keeps the last error's frames and their "
                 "locals)")
@@ -715,6 +811,11 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
                     if not frames.is_user_frame(ref) else
                     f"a saved traceback ({saved}): the frame of {where}, local "
                     f"{', '.join(map(repr, local)) or 'value'}", _fix_traceback(saved, first))
+        if id(ref) not in _running_frames():  # returned or raised: something keeps its frame
+            return (f"the frame of {where}, which is no longer running, local "
+                    f"{', '.join(map(repr, local)) or 'value'}: kept by a saved traceback or "
+                    "exception", "find and drop the exception or traceback that keeps it (an "
+                    "`except ... as err` stored somewhere, a logged error)")
         return (f"a running function's local {', '.join(map(repr, local)) or 'value'} in "
                 f"{where}", "")
     if isinstance(ref, (list, tuple, set, dict)):

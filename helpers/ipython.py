@@ -25,7 +25,8 @@ from helpers._internal import frames
 from helpers._internal.records import Display, Record
 from helpers.units import NotAvailable
 
-__all__ = ["EAGER_RUNS", "TIMEIT_NOTE", "WAITED_RUNS", "CellDevice", "CellMemory", "load", "unload"]
+__all__ = ["EAGER_RUNS", "TIMED_RUNS", "TIMEIT_NOTE", "WAITED_RUNS", "CellDevice", "CellMemory",
+           "load", "unload"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class CellMemory(Display):
     #: half of its runs looked at while JAX work was still being computed: it times the
     #: dispatch, not the work (p-doom/jasmine#43)
     timed_lines: tuple[tuple[str, int, int, int], ...] = ()
+    #: (function, where it is defined, seconds of JAX's tracing and lowering and XLA's
+    #: compiling) of each function the cell compiled for the first time: the call that did it
+    #: took those seconds more than the later ones (Physical-Intelligence/openpi#271)
+    first_compiles: tuple[tuple[str, str, float], ...] = ()
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -99,6 +104,10 @@ EAGER_RUNS = 100
 #: a line that runs this many times, waiting on half of them for a value still being computed,
 #: is a loop that keeps the host from queuing work ahead
 WAITED_RUNS = 10
+#: a line that reads the clock this many times, every time while JAX work was still being
+#: computed, times the dispatch, however few the runs (Physical-Intelligence/openpi#271: four
+#: timed calls, each found work still being computed)
+TIMED_RUNS = 3
 
 
 def load(ip: Any) -> None:
@@ -266,7 +275,15 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
                       *_loop_lines(followed), SAMPLE_SECONDS, _callback_copies(log),
-                      *_waiting_lines(followed))
+                      *_waiting_lines(followed), _first_compiles(compiled))
+
+
+def _first_compiles(compiled: Any) -> tuple[tuple[str, str, float], ...]:
+    """(function, where defined, seconds of tracing, lowering and compiling) of each function
+    compiled once in the cell for its first time, the slowest first."""
+    rows = [(f.function, f.place, f.compile_seconds + f.trace_seconds + f.lowering_seconds)
+            for f in compiled.functions if f.cause == "first compile" and f.compiles == 1]
+    return tuple(sorted(rows, key=lambda r: -r[2])[:3])
 
 
 def _callback_copies(log: Any) -> tuple[tuple[str, int, str], ...]:
@@ -311,7 +328,8 @@ def _waiting_lines(followed: Any) -> tuple[tuple, tuple]:
     if followed is None:
         return (), ()
     return (_waited_lines(followed, followed.idle_blocks, followed.blocks),
-            _waited_lines(followed, followed.clock_pending, followed.clock_reads))
+            _waited_lines(followed, followed.clock_pending, followed.clock_reads,
+                          every_from=TIMED_RUNS))
 
 
 def _named(rows: list, most: int = 3) -> tuple:
@@ -323,18 +341,26 @@ def _named(rows: list, most: int = 3) -> tuple:
                  for where, *rest in sorted(rows, key=lambda h: -h[2])[:most])
 
 
-def _waited_lines(followed: Any, found: Any, looked: Any
+def _waited_lines(followed: Any, found: Any, looked: Any, every_from: int | None = None
                   ) -> tuple[tuple[str, int, int, int], ...]:
     """The lines that ran ``WAITED_RUNS`` times or more, on half of their loop's passes or
     more (a line read every 100 steps is not one), and on half of the runs ``looked`` at were
-    ``found`` (a read back of a value still being computed after which nothing was, say)."""
+    ``found`` (a read back of a value still being computed after which nothing was, say); with
+    ``every_from``, also a line that ran that many times or more and was ``found`` on every
+    run, each looked at."""
     passes: dict = {}  # per function: its most-run line's runs, the loop's passes
     for where, runs in followed.runs.items():
         f = followed.function_of.get(where)
         passes[f] = max(passes.get(f, 0), runs)
+
+    def enough(where, n) -> bool:
+        runs = followed.runs[where]
+        return runs >= WAITED_RUNS or (every_from is not None and runs >= every_from
+                                       and n == looked[where] == runs)
+
     return _named([(where, followed.runs[where], n, looked[where])
                    for where, n in found.items()
-                   if n and followed.runs[where] >= WAITED_RUNS
+                   if n and enough(where, n)
                    and 2 * followed.runs[where] >= passes.get(followed.function_of.get(where), 0)
                    and 2 * n >= looked[where]])
 

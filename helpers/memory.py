@@ -6,7 +6,8 @@ Every number says where it comes from:
 - ``"allocator"``: the device allocator's own counters (``Device.memory_stats()``; GPUs and TPUs).
 - ``"live arrays"``: the sum of the shards of live JAX arrays on that device
   (``jax.live_arrays(platform)`` for every backend), used where the backend keeps no stats (CPU).
-  It counts arrays only, not XLA's temporary buffers, so it is a lower bound.
+  It counts arrays only, not XLA's temporary buffers, so it is a lower bound; the host's
+  high-water mark is the peak there (jax-ml/jax#8096).
 - host: resident memory of this process split into anonymous (heap, NumPy arrays) and
   file-backed (memory-mapped files, shared libraries), from ``psutil``: on Linux ``shared`` is
   RssFile + RssShmem, so ``rss - shared`` is RssAnon; elsewhere the split is NOT_AVAILABLE.
@@ -53,7 +54,8 @@ jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at st
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "DeviceMemory", "HostMemory", "MemorySnapshot",
            "MemoryTrace", "backend_restarted", "borrowed_buffers", "live_arrays",
            "live_bytes_by_device", "memory_stats", "register_borrowed", "reset_host_peak",
-           "retired_arrays", "samples_to_dict", "snapshot", "still_computing", "track"]
+           "retired_arrays", "samples_to_dict", "shard_buffers", "snapshot", "still_computing",
+           "track"]
 
 ALLOCATOR = "allocator"
 LIVE_ARRAYS = "live arrays"
@@ -303,30 +305,38 @@ def still_computing() -> int:
 def live_bytes_by_device() -> dict:
     """Bytes of live JAX arrays per device (``{Device: bytes}``), each buffer counted once:
     two Arrays over one buffer (JAX caches such a second Array when a buffer's address is
-    asked for, and views alias their source) are one buffer. The number behind a CPU
+    asked for, and views alias their source) are one buffer, and so are a sharded array's shard
+    and the Array over it that a host read made (:func:`shard_buffers`). The number behind a CPU
     :func:`snapshot` and :func:`helpers.holders.largest`'s ``live_bytes``. Arrays of a backend
     JAX restarted count under their own Devices (other objects, the same names)."""
     return _live_bytes_by_device()
 
 
-def _live_bytes_by_device(pending: dict | None = None, arrays: list | None = None) -> dict:
-    """Bytes of live JAX arrays per device (each shard counted on its own device).
+def shard_buffers(arrays: list | None = None) -> set:
+    """``(Device, buffer address)`` of each shard of a live array over several devices where
+    a single-device Array of the shard's device, shape and dtype is alive on each: the Arrays
+    JAX makes over a sharded array's shards when it is read on the host (``np.asarray``,
+    ``jax.device_get``, even ``str(x)``: jax-ml/jax#26216) are views of these buffers, no memory
+    of their own, freed with the array. ``arrays``: these, not every live one."""
+    arrays = live_arrays() if arrays is None else arrays
+    if not any(_over_several(a) for a in arrays):  # the common case, answered cheaply
+        return set()
+    return _shard_buffers(_placed(arrays)[0])
 
-    Computed from each array's sharding, never through ``shard.data``: reading that makes
-    JAX cache a second Array over the same buffer, which ``jax.live_arrays()`` then lists,
-    so the measurement would double-count its own artefact. Single-device arrays that alias
-    one buffer (views made by user code) are counted once, by buffer address; the address is
-    asked for only where two arrays share device, shape and dtype, since asking can make JAX
-    cache such a second Array too. The zero-copy alias of a token file that an open
-    ``datasets.batches`` holds on a CPU device is not counted at all: it is the file's page
-    cache, not memory the device allocated. An array still being computed is never asked for
-    its address (asking waits for it: jax-ml/jax#928's queue would drain before the count);
-    ``pending`` gets how many there are per device. ``arrays``: these, not every live one.
-    """
-    borrowed = borrowed_buffers()
-    seen: set = {(d, addr) for d, addr, _, _ in borrowed}
+
+def _over_several(arr) -> bool:
+    try:
+        return len(arr.sharding.device_set) > 1
+    except Exception:  # deleted meanwhile
+        return False
+
+
+def _placed(arrays: list) -> tuple[list, dict]:
+    """(array, {Device: index}, its (device, shape, dtype) where it is on one device else None)
+    per array not deleted, and how many single-device arrays there are per (device, shape,
+    dtype)."""
     placed_arrays, groups = [], {}
-    for arr in live_arrays() if arrays is None else arrays:
+    for arr in arrays:
         try:
             if arr.is_deleted():
                 continue
@@ -336,8 +346,57 @@ def _live_bytes_by_device(pending: dict | None = None, arrays: list | None = Non
             groups[group] = groups.get(group, 0) + 1
         except Exception:  # an array deleted between listing and reading
             continue
+    return placed_arrays, groups
+
+
+def _shard_buffers(placed_arrays: list, keys: set | None = None) -> set:
+    """:func:`shard_buffers` of ``_placed``'s rows. A shard's address is asked for
+    (``shard.data``, which makes JAX cache an Array over it, one more in ``jax.live_arrays()``)
+    only where a single-device Array of its device, shape and dtype is alive on every device
+    of the array, as a host read leaves them, and the array is ready (asking waits). ``keys``
+    gets the (device, shape, dtype) of those shards."""
+    singles = {group for _, _, group in placed_arrays if group is not None}
+    out: set = set()
+    for arr, placed, group in placed_arrays:
+        if group is not None or not singles:
+            continue
+        try:
+            shape, dtype = arr.sharding.shard_shape(arr.shape), str(arr.dtype)
+            if not all((d, shape, dtype) in singles for d in placed) or not arr.is_ready():
+                continue
+            out.update((s.device, s.data.unsafe_buffer_pointer())
+                       for s in arr.addressable_shards)
+            if keys is not None:
+                keys.update((d, shape, dtype) for d in placed)
+        except Exception:  # deleted meanwhile, or a shard that cannot say
+            continue
+    return out
+
+
+def _live_bytes_by_device(pending: dict | None = None, arrays: list | None = None) -> dict:
+    """Bytes of live JAX arrays per device (each shard counted on its own device).
+
+    Computed from each array's sharding. Single-device arrays that alias one buffer (views
+    made by user code) are counted once, by buffer address; the address is asked for only
+    where two arrays share device, shape and dtype, since asking can make JAX cache such a
+    second Array too. A single-device Array over a sharded array's shard (a host read of it
+    made one: jax-ml/jax#26216, where the count was twice the device bytes, 128 MiB for a 64
+    MiB array over 4 CPU devices) is the shard's buffer, counted once
+    (:func:`shard_buffers`). The zero-copy alias of a token file that an open
+    ``datasets.batches`` holds on a CPU device is not counted at all: it is the file's page
+    cache, not memory the device allocated. An array still being computed is never asked for
+    its address (asking waits for it: jax-ml/jax#928's queue would drain before the count);
+    ``pending`` gets how many there are per device. ``arrays``: these, not every live one.
+    """
+    borrowed = borrowed_buffers()
+    seen: set = {(d, addr) for d, addr, _, _ in borrowed}
+    placed_arrays, groups = _placed(live_arrays() if arrays is None else arrays)
     for d, _, shape, dtype in borrowed:
         groups[(d, shape, dtype)] = groups.get((d, shape, dtype), 0) + 1
+    shards: set = set()  # a sharded array's shards: counted as its own, never as a view's
+    seen |= _shard_buffers(placed_arrays, shards)
+    for key in shards:
+        groups[key] = groups.get(key, 0) + 1
     totals: dict = {}
     for arr, placed, group in placed_arrays:
         try:
@@ -684,13 +743,19 @@ class MemoryTrace:
         return series
 
     def peak(self, device: str | jax.Device) -> int:
-        """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device)."""
+        """Largest bytes-in-use sampled on a device (a name like 'cpu:0' or a Device). Where
+        its source is "live arrays" (the CPU, which keeps no allocator counters) it counts live
+        arrays only: XLA's temporaries inside a call are not live arrays and never appear
+        there, however often it is sampled, and on the CPU :attr:`host_peak` is the block's
+        peak (jax-ml/jax#8096: a sort's 64 MiB temporary left this at 163,844 B for it and
+        for a version without the temporary; host_peak rose 64.3 MiB against 0.0 MiB)."""
         return max(self._series(device))
 
     @property
     def host_peak(self) -> int | NotAvailable:
         """Highest host RSS while the block ran, from the kernel's high-water mark (reset
-        when the block started), so a spike between two samples still counts. NOT_AVAILABLE
+        when the block started), so a spike between two samples still counts; on the CPU the
+        block's peak, XLA's temporaries included, which :meth:`peak` never sees. NOT_AVAILABLE
         where the OS keeps no such mark (not Linux) or it could not be reset."""
         with self._lock:
             peaks = [s.host.peak_rss for s in self._samples]

@@ -321,15 +321,25 @@ def tree_placement_html(t: TreePlacement) -> str:
 
 
 def holders_text(h: Holders) -> str:
-    lines = [f"{h.live_arrays} live arrays, {format_bytes(h.live_bytes)}; the largest "
+    views = (f" ({h.shard_views} of them JAX's views of a sharded array's shards, made when "
+             "it was read on the host: no memory of their own, freed with it)"
+             if h.shard_views else "")
+    lines = [f"{h.live_arrays} live arrays{views}, {format_bytes(h.live_bytes)}; the largest "
              f"{len(h.arrays)}: {format_bytes(h.user_bytes)} held by your code, "
              f"{format_bytes(h.jax_bytes)} by JAX alone" + (
                  f", {format_bytes(h.library_bytes)} by a library's module-level state"
-                 if h.library_bytes else "")]
+                 if h.library_bytes else "") + (
+                 f"; {format_bytes(h.cycle_bytes)} of all live arrays held only by reference "
+                 "cycles (Python frees them at its next cycle collection, gc.collect())"
+                 if h.cycle_bytes else "")]
     for a in h.arrays:
         lines.append(f"  {format_bytes(a.nbytes):>10}  {a.array}")
         lines += [f"              held by {who}" for who in a.held_by] or [
             "              held by JAX alone"]
+        if a.host_copy:
+            lines.append(f"              and keeps a {format_bytes(a.host_copy)} host copy a "
+                         "read on the host made (np.asarray, jax.device_get), as long as it "
+                         "lives")
         if a.fix:
             lines.append(f"              -> {a.fix}")
     lines.append(f"compiled programs loaded: {h.executables} (generated code "
@@ -347,6 +357,8 @@ def holders_text(h: Holders) -> str:
         lines.append(h.many_small)
     if h.restarted:
         lines.append(h.restarted)
+    if h.host_copies:
+        lines.append(h.host_copies)
     lines += [_alike_text(names, nbytes) for names, nbytes in h.alike]
     if not h.complete:
         lines.append(f"(stopped after {h.seconds:.1f} s: the time budget ran out)")
@@ -462,6 +474,15 @@ def _arrays(n: int) -> str:
     return f"{n} array was" if n == 1 else f"{n} arrays were"
 
 
+#: a device row counted from live arrays (helpers.memory.LIVE_ARRAYS: no capture module here)
+_LIVE_ARRAYS = "live arrays"
+
+
+def _few(devices: list[str]) -> str:
+    """Up to four device names, then "…"."""
+    return ", ".join(devices[:4]) + (" …" if len(devices) > 4 else "")
+
+
 def cell_memory_text(c: CellMemory) -> str:
     lines = [f"{'device':<10} {'before':>14} {'after':>14} {'peak':>14}  source"]
     for d in c.devices:
@@ -470,13 +491,25 @@ def cell_memory_text(c: CellMemory) -> str:
     lines.append(f"{'host RSS':<10} {format_bytes(c.host_before):>14} "
                  f"{format_bytes(c.host_after):>14} {format_bytes(c.host_peak):>14}  "
                  "high-water mark")
-    if sampled := [d.device for d in c.devices if not d.peak_exact]:
-        lines.append(f"The peak on {', '.join(sampled[:4])}{' …' if len(sampled) > 4 else ''} "
-                     f"is sampled every {c.sample_seconds * 1000:g} ms: an array made and "
-                     "dropped between two samples is "
-                     "missed (old values freed when a name is rebound in the same line, as in "
-                     "params = jax.tree.map(lambda p: p.astype(...), params)). Where a GPU "
-                     "allocator's own high-water mark rose during the cell, its peak is exact.")
+    missed = ("an array made and dropped between two samples is missed (old values freed when "
+              "a name is rebound in the same line, as in params = jax.tree.map(lambda p: "
+              "p.astype(...), params))")
+    if live := [d.device for d in c.devices if d.source == _LIVE_ARRAYS]:
+        rose = (f" (here {format_bytes(c.host_peak - c.host_before)} above the cell's start)"
+                if isinstance(c.host_peak, int) and c.host_peak > c.host_before else "")
+        lines.append(f"The row{'s' if len(live) > 1 else ''} of {_few(live)} count"
+                     f"{'s' if len(live) == 1 else ''} live arrays only: "
+                     "XLA's temporaries inside a call are not live arrays and never appear "
+                     "there, however often it is sampled (jax-ml/jax#8096: a sort's 64 MiB "
+                     "temporary, 981 samples, the row did not rise). On the CPU the host RSS "
+                     f"high-water mark is this cell's peak{rose}: its device buffers and "
+                     "temporaries are host memory. The peak on "
+                     f"{_few(live)} is sampled every {c.sample_seconds * 1000:g} ms: {missed}.")
+    if sampled := [d.device for d in c.devices if not d.peak_exact
+                   and d.source != _LIVE_ARRAYS]:
+        lines.append(f"The peak on {_few(sampled)} is sampled every {c.sample_seconds * 1000:g} "
+                     f"ms: {missed}. Where a GPU allocator's own high-water mark rose during the "
+                     "cell, its peak is exact.")
     moved = ", ".join(f"{r['count']} {r['direction']} "
                       f"({'explicit' if r['explicit'] else 'implicit'}"
                       f"{', ' + _copied_size(r) if r['bytes'] or r['unknown_size'] else ''})"
@@ -488,6 +521,12 @@ def cell_memory_text(c: CellMemory) -> str:
     lines.append(f"compiles: {c.compiles}" + (" (each function once)"
                                               if c.compiles and not c.recompiled else ""))
     lines += c.recompiled
+    for function, where, seconds in c.first_compiles:
+        lines.append(f"  the first call of {function}{f' ({where})' if where else ''} compiled "
+                     f"it: {seconds:.2f} s of tracing, lowering and compiling in that call "
+                     "alone, so it is slower than the later calls, which reuse the program for "
+                     "the same shapes and dtypes (Physical-Intelligence/openpi#271): time the "
+                     "calls after the first.")
     if c.pending_before:
         lines.append(f"{_arrays(c.pending_before)} still being computed when the cell began "
                      "(JAX returns before its work is done): a cell that reads them, or prints "

@@ -572,3 +572,124 @@ def test_a_search_cut_short_by_the_time_budget_is_nobody_s_bytes_not_your_code(m
         assert h.user_bytes == 0 and "seconds=60" in a.fix
     finally:
         del sys.modules["kit_test_cut_lib"]
+
+
+_OTT_423 = _SHELL + """
+cell("def solve_bad():\\n    K = jnp.ones((2048, 2048))\\n    raise RuntimeError('shapes')")
+cell("solve_bad()")
+cell("import sys; sys.last_traceback = sys.last_value = sys.last_type = None\\n"
+     "if hasattr(sys, 'last_exc'): sys.last_exc = None")
+print('after the partial clear', live())
+said = fix()
+(step,) = re.findall(r"`(get_ipython\\(\\)\\.InteractiveTB\\.tb = None)`", said)
+cell(step)
+print('after the kit fix', live())
+"""
+
+
+def test_ott_423_a_frame_ipython_keeps_after_sys_last_traceback_is_cleared_is_no_running_one():
+    """ott-jax/ott#423: memory 'dead' after an error until a restart. After the user cleared
+    sys.last_traceback, the kit called the failing function's local "held by a running
+    function's local 'K'", though nothing ran: IPython's InteractiveTB keeps the traceback.
+    Named as that, with the fix that frees it (run here: the array goes)."""
+    from tests.conftest import run_python
+
+    proc = run_python(_OTT_423, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = {x.split(" ")[0]: x for x in proc.stdout.splitlines()
+           if x.startswith(("HELD", "FIX"))}
+    counts = [x for x in proc.stdout.splitlines() if x.startswith("after")]
+    assert not counts[0].endswith(" 0"), counts  # sys.last_traceback = None freed nothing
+    assert "running function" not in out["HELD"] and "'K'" in out["HELD"]
+    assert "get_ipython().InteractiveTB.tb" in out["HELD"]
+    assert counts[1] == "after the kit fix 0", counts
+
+
+def test_jax_26216_a_host_read_of_a_sharded_array_lists_no_shard_views_and_names_its_host_copy():
+    """jax-ml/jax#26216: after np.asarray / jax.device_get of a sharded array, JAX lists
+    single-device Arrays over its shards' own buffers: the kit counted twice the device bytes
+    and called each shard "held by JAX alone". And the host copy JAX keeps on the array for as
+    long as it lives was not named; its fix (read shard by shard, or from a temporary copy) is
+    run here: no copy kept."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from helpers._internal import jaxcompat
+
+    mesh = jax.make_mesh((len(jax.devices()),), ("x",))
+    sharded = NamedSharding(mesh, PartitionSpec("x"))
+
+    def params():
+        return {"w": jax.device_put(jnp.ones((4096, 1152), jnp.float32), sharded)}  # 18 MiB
+
+    gc.collect()
+    base = sum(memory_bytes().values())
+    state = params()
+    np.asarray(state["w"])  # the checkpoint's read (jax.device_get does the same)
+    assert jaxcompat.host_copy_bytes(state["w"]) == 18 * MiB
+    assert sum(memory_bytes().values()) - base == 18 * MiB  # was 36 MiB: each shard twice
+    h = holders.largest(3, namespace={"state": state})
+    assert h.live_bytes - base == 18 * MiB
+    assert h.shard_views >= len(jax.devices())  # JAX's views, left out of the list
+    shard = 18 * MiB // len(jax.devices())
+    assert not [a for a in h.arrays if a.nbytes == shard], h.arrays
+    (w,) = [a for a in h.arrays if a.nbytes == 18 * MiB]
+    assert w.held_by == ("dict 'state'['w'] in the notebook",) and w.host_copy == 18 * MiB
+    assert h.host_copy_bytes >= 18 * MiB
+    text = str(h)
+    assert "JAX's views of a sharded array's shards" in text
+    assert "held by JAX alone" not in text.split("compiled programs")[0]
+    assert "jax-ml/jax#26216" in h.host_copies and "18.00 MiB host copy" in text
+    assert "np.asarray(s.data) for s in x.addressable_shards" in h.host_copies
+    assert "np.asarray(x.copy())" in h.host_copies
+    # the fixes, run: read shard by shard, or from a temporary copy: no copy kept
+    for read in (lambda x: np.concatenate([np.asarray(s.data) for s in x.addressable_shards]),
+                 lambda x: np.asarray(x.copy())):
+        fresh = params()
+        assert read(fresh["w"]).shape == (4096, 1152)
+        assert jaxcompat.host_copy_bytes(fresh["w"]) == 0
+        del fresh
+    del state
+
+
+def memory_bytes() -> dict:
+    from helpers import memory
+
+    return memory.live_bytes_by_device()
+
+
+def test_keras_19110_bytes_only_reference_cycles_hold_are_in_the_header_whatever_n():
+    """keras-team/keras#19110: load_weights left the old weights in reference cycles. Among
+    arrays of one size, which ones largest(n) shows is chance, so the cycle could fall outside
+    largest(3), and the header counted cycle garbage as 'held by your code'. The header now
+    says the cycles' bytes for every n; the fix (a weak back reference) leaves none."""
+    gc.collect()
+    gc.disable()  # a stand-in for 'the cycle collector has not run yet'
+    try:
+        kept = [big(21) for _ in range(3)]  # the new weights, the same size as the old
+        for _ in range(2):
+            a, b = _Node(21), _Node(1)
+            a.other, b.other = b, a  # the variable refers back to its layer
+        del a, b
+        for n in (1, 3, 8):
+            h = holders.largest(n, namespace={"kept": kept})
+            assert h.cycle_bytes >= 2 * 21 * MiB, (n, h.cycle_bytes)
+            assert "held only by reference cycles" in str(h).splitlines()[0]
+            looked = sum(x.nbytes for x in h.arrays if x.held_by
+                         and all(line.startswith("a reference cycle") for line in x.held_by))
+            assert h.user_bytes == sum(x.nbytes for x in h.arrays) - looked - h.jax_bytes
+            gc.disable()  # (the kit's collection freed them: make them again for the next n)
+            for _ in range(2):
+                a, b = _Node(21), _Node(1)
+                a.other, b.other = b, a
+            del a, b
+        gc.collect()
+        for _ in range(2):  # the fix: the back reference is weak, no cycle
+            a, b = _Node(21), _Node(1)
+            a.other, b.other = weakref.ref(b), a
+        del a, b
+        h = holders.largest(3, namespace={"kept": kept})
+        assert h.cycle_bytes == 0 and "reference cycles" not in str(h).splitlines()[0]
+    finally:
+        gc.enable()

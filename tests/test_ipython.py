@@ -481,3 +481,68 @@ def test_openpi_437_a_sharding_error_in_a_cell_is_explained_under_its_traceback(
     out = capsys.readouterr().out
     assert not r.success and "not a sharding" in out and "JAX Device Kit" not in out
     assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
+
+
+def test_jax_8096_a_live_arrays_row_says_xla_temporaries_never_appear_there(shell):
+    """jax-ml/jax#8096: two versions of a layer, one with a sort's 32 MiB XLA temporary. The
+    cpu:0 row was the same for both, and the note blamed 10 ms sampling, though hundreds of
+    samples covered the temporary's life: temporaries are never live arrays. The note says
+    so, and points at the host high-water mark, which saw it."""
+    shell.run_cell(textwrap.dedent("""
+        x = jnp.ones((4096,), jnp.float32); y = jnp.ones((2048,), jnp.float32)
+        f = jax.jit(lambda x, y: jnp.sort(x[:, None] * jnp.sin(y)[None, :], axis=1)[:, -1].sum())
+        f(x, y).block_until_ready()
+    """))
+    c = shell.run_cell_magic("memory", "", "f(x, y).block_until_ready()")
+    (dev0,) = [d for d in c.devices if d.device == "cpu:0"]
+    assert dev0.peak - dev0.before < 2**20  # the temporary is in no device row
+    text = str(c)
+    assert "The rows of cpu:0, cpu:1, cpu:2, cpu:3 count live arrays only" in text
+    assert "XLA's temporaries inside a call are not live arrays and never appear there" in text
+    assert "the host RSS high-water mark is this cell's peak" in text
+    # how much the host mark rose depends on what the process freed before (reused pages):
+    # tests/test_memory.py measures it in a fresh process; here, the words for a rise
+    from dataclasses import replace
+
+    rose = replace(c, host_before=200 * 2**20, host_peak=264 * 2**20)
+    assert "this cell's peak (here 64.00 MiB above the cell's start)" in str(rose)
+
+
+def test_openpi_271_the_first_call_is_tied_to_its_compile(shell):
+    """Physical-Intelligence/openpi#271: 'inference takes over 10 seconds'. The first call of a
+    jitted policy compiles; %%memory said 'compiles: 1' without tying it to the slow first
+    call. It now names the function, the seconds, and the fix (time the calls after the
+    first): a second cell that calls it again compiles nothing and says nothing of it."""
+    shell.run_cell("infer = jax.jit(lambda w, x: jnp.tanh(x @ w))\n"
+                   "W = jnp.ones((64, 64)); obs = jnp.ones((8, 64))")
+    c = shell.run_cell_magic("memory", "", "for i in range(4):\n    a = infer(W, obs)\n")
+    ((function, where, seconds),) = c.first_compiles
+    assert function == "<lambda>" and "line 1" in where and seconds > 0
+    text = str(c)
+    assert "the first call of <lambda>" in text and f"{seconds:.2f} s" in text
+    assert "Physical-Intelligence/openpi#271" in text and "time the calls after the first" in text
+    again = shell.run_cell_magic("memory", "", "a = infer(W, obs)")
+    assert again.first_compiles == () and "the first call" not in str(again)
+
+
+def test_openpi_271_a_clock_line_every_run_of_which_found_work_pending_is_named_below_ten():
+    """Physical-Intelligence/openpi#271: four timed calls, each print of the time read while the
+    call's work was still being computed; the clock note needed 10 runs (WAITED_RUNS). A line
+    every run of which found pending work is named from TIMED_RUNS runs; one that found it on
+    some runs only still needs WAITED_RUNS. (A stand-in of the line tracer's counts: whether
+    real work is still pending is the scheduler's business.)"""
+    from types import SimpleNamespace
+
+    from helpers import ipython
+
+    printed, started = ("<cell>", 4), ("<cell>", 2)
+    followed = SimpleNamespace(
+        runs={printed: 4, started: 4, ("<cell>", 3): 4},
+        function_of={printed: "<module>", started: "<module>", ("<cell>", 3): "<module>"},
+        idle_blocks={}, blocks={},
+        clock_pending={printed: 4, started: 3}, clock_reads={printed: 4, started: 4})
+    _, timed = ipython._waiting_lines(followed)
+    assert [(runs, pending, looked) for _, runs, pending, looked in timed] == [(4, 4, 4)]
+    followed.runs = {printed: ipython.TIMED_RUNS - 1, started: 2, ("<cell>", 3): 2}
+    followed.clock_pending = followed.clock_reads = {printed: ipython.TIMED_RUNS - 1}
+    assert ipython._waiting_lines(followed) == ((), ())  # fewer runs: not named

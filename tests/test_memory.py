@@ -465,3 +465,50 @@ def test_jax_10828_arrays_of_a_restarted_backend_are_counted_and_named():
         assert held == f"holders {16 * 2**20} the variable 'x' in the notebook"
         assert restarted.startswith("restarted ") and "`del`" in restarted
         assert after == "after del 0 ''"
+
+
+def test_jax_26216_a_host_read_of_a_sharded_array_counts_each_shard_once():
+    """jax-ml/jax#26216: np.asarray (and jax.device_get, even str) of a sharded array makes JAX
+    list single-device Arrays over the shards' own buffers; snapshot() counted them beside the
+    array, twice the device bytes (32 MiB per device for 16). Each buffer counts once."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((N_SIMULATED,), ("x",))
+    before = {d.device: d.bytes_in_use for d in memory.snapshot().devices}
+    w = jax.device_put(jnp.ones((N_SIMULATED * 1024, 1024), jnp.float32),
+                       NamedSharding(mesh, PartitionSpec("x")))  # 4 MiB per device
+    for read in (np.asarray, jax.device_get, str):
+        read(w)
+        assert len(memory.shard_buffers()) >= N_SIMULATED  # JAX's views are there
+        grown = {d.device: d.bytes_in_use - before[d.device] for d in memory.snapshot().devices}
+        assert grown == {f"cpu:{i}": 4 * 2**20 for i in range(N_SIMULATED)}, (read, grown)
+    del w
+
+
+_JAX_8096 = """
+import jax, jax.numpy as jnp
+from helpers import memory
+x = jnp.ones((4096,), jnp.float32); y = jnp.ones((2048,), jnp.float32)
+f = jax.jit(lambda x, y: jnp.sort(x[:, None] * jnp.sin(y)[None, :], axis=1)[:, -1].sum())
+f(x, y).block_until_ready()  # compiled outside the block
+with memory.track(interval=0.01) as trace:
+    f(x, y).block_until_ready()
+peak = trace.host_peak
+print(trace.peak("cpu:0") - trace.device_bytes["cpu:0"][0],
+      peak - trace.host_rss[0] if isinstance(peak, int) else -1)
+"""
+
+
+def test_jax_8096_track_s_cpu_device_peak_counts_live_arrays_and_host_peak_is_the_block_s():
+    """jax-ml/jax#8096: a per-block peak per device. On the CPU the device series counts live
+    arrays, so a sort's 32 MiB XLA temporary never shows there, however often it is sampled;
+    the host high-water mark is the block's peak. peak()'s and host_peak's words say so."""
+    out = run_python(_JAX_8096, env={"JAX_PLATFORMS": "cpu"})  # fresh: no freed pages reused
+    assert out.returncode == 0, out.stderr[-2000:]
+    device, host = (int(v) for v in out.stdout.split()[-2:])
+    assert device < 2**20  # the 32 MiB temporary is in no device sample
+    if host >= 0:  # Linux: the kernel's mark saw it
+        assert host >= 16 * 2**20
+    said = " ".join(memory.MemoryTrace.peak.__doc__.split())
+    assert "XLA's temporaries" in said and "never appear" in said and "host_peak" in said
+    assert "jax-ml/jax#8096" in said

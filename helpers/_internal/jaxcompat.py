@@ -38,7 +38,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
            "compiled_function_name", "computed_while_compiling",
            "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
-           "entry_values", "expand_platform_alias", "explicit_scopes_marked", "import_jax",
+           "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
+           "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
            "jit_made_by_jax", "live_executables", "lowered_aliases", "lowered_equations",
            "memory_spaces_only",
@@ -174,6 +175,12 @@ INTERNALS: dict[str, Internal] = {
         "helpers.preflight names residuals that a jax.custom_vjp fwd rule returned: in an "
         "equation's traceback the rule is the user's frame just under this function",
         "none: jax.ad_checkpoint.print_saved_residuals names the line, not the rule"),
+    "array_host_copy": Internal(
+        "jax._src.array:ArrayImpl",
+        "helpers.holders names the host copy JAX keeps on an array once np.asarray, "
+        "jax.device_get or print read it (its ``_npy_value``, kept as long as the array: "
+        "jax-ml/jax#26216)",
+        "none: no public API says whether an array keeps a host copy, or drops it"),
     "generate_pjrt_gpu_plugin_options": Internal(
         "jaxlib.xla_client:generate_pjrt_gpu_plugin_options",
         "the allocator options jaxlib would pass to the CUDA client for an environment, "
@@ -459,6 +466,28 @@ def live_executables() -> list | None:
         return [e for client in backends().values() for e in client.live_executables()]
     except Exception:
         return None
+
+
+@functools.cache
+def _array_kind() -> type | None:
+    """JAX's array class where it keeps a host copy in ``_npy_value``; None elsewhere."""
+    kind = _get("array_host_copy")
+    return kind if isinstance(kind, type) and hasattr(kind, "_npy_value") else None
+
+
+def host_copy_bytes(array: Any) -> int:
+    """The bytes of the host copy JAX keeps on ``array`` since a read on the host made one
+    (``np.asarray``, ``jax.device_get``, ``print``: ``jax/_src/array.py``'s ``_value`` keeps it
+    in ``_npy_value`` where making it took a copy, for as long as the array lives:
+    jax-ml/jax#26216); 0 where it keeps none, or this JAX keeps it elsewhere."""
+    kind = _array_kind()
+    if kind is None or not isinstance(array, kind):
+        return 0
+    try:
+        value = array._npy_value
+    except Exception:  # deleted meanwhile
+        return 0
+    return int(getattr(value, "nbytes", 0) or 0) if value is not None else 0
 
 
 # --- compiled programs: what the HLO text says that no public API does ---------------------
