@@ -80,11 +80,26 @@ def test_a_saved_traceback_keeps_a_frame_and_its_locals():
     assert all(x.nbytes != 80 * MiB for x in holders.largest(3, namespace={}).arrays)
 
 
+def _unaccounted(h) -> int:
+    """The bytes of the arrays looked at that none of the header's parts counts: 0 when your
+    code's, JAX's, a library's, the cycles' and the ones the time ran out on add up. (Other
+    tests' garbage in reference cycles or a search cut short by a loaded machine may be among
+    the largest arrays of a whole-suite run: each has its own part.)"""
+    def only(prefix: str) -> int:
+        return sum(a.nbytes for a in h.arrays
+                   if a.held_by and all(line.startswith(prefix) for line in a.held_by))
+
+    cut = sum(a.nbytes for a in h.arrays
+              if any(line.startswith("not found before the time ran out") for line in a.held_by))
+    return (sum(a.nbytes for a in h.arrays) - h.user_bytes - h.jax_bytes - h.library_bytes
+            - only("a reference cycle nothing reaches") - cut)
+
+
 def test_an_array_only_jax_holds_and_the_totals():
     ns = {"x": big(76)}
     h = holders.largest(2, namespace=ns)
     assert h.live_arrays >= 1 and h.live_bytes >= 76 * MiB
-    assert h.user_bytes + h.jax_bytes == sum(a.nbytes for a in h.arrays)
+    assert _unaccounted(h) == 0
     assert h.complete and h.seconds >= 0 and isinstance(h.executables, int)
     text = str(h)
     assert "held by the variable 'x'" in text and "compiled programs loaded" in text
@@ -678,7 +693,8 @@ def test_keras_19110_bytes_only_reference_cycles_hold_are_in_the_header_whatever
             assert "held only by reference cycles" in str(h).splitlines()[0]
             looked = sum(x.nbytes for x in h.arrays if x.held_by
                          and all(line.startswith("a reference cycle") for line in x.held_by))
-            assert h.user_bytes == sum(x.nbytes for x in h.arrays) - looked - h.jax_bytes
+            assert _unaccounted(h) == 0  # the cycles' bytes are not your code's
+            assert h.user_bytes <= sum(x.nbytes for x in h.arrays) - looked
             gc.disable()  # (the kit's collection freed them: make them again for the next n)
             for _ in range(2):
                 a, b = _Node(21), _Node(1)
