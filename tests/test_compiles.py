@@ -1118,7 +1118,7 @@ def test_jax_14080_a_slow_compile_of_closed_over_arrays_names_pass_them_as_argum
     np.testing.assert_array_equal(passed(dataset, key), closed(key))
 
 
-def test_equinox_686_a_loaded_machine_cannot_make_a_small_step_look_traced_large(monkeypatch):
+def test_a_loaded_machine_cannot_make_a_small_step_look_traced_large(monkeypatch):
     """Running equinox#686's stand-in on a loaded machine (jax 0.8.0, load 8.7 on 2 cores),
     the kit sent a 19-instruction step to jax.experimental.jet: its rule was in seconds (0.11 s
     to trace and lower, over 0.05 s of compiling). The rule is on sizes now: the jaxpr's
@@ -1151,7 +1151,7 @@ def test_equinox_686_a_loaded_machine_cannot_make_a_small_step_look_traced_large
     assert not log.functions[0].traced_large and "jet" not in log.diagnosis
 
 
-def test_jax_1830_a_step_preflight_compiled_first_reads_as_a_first_compile():
+def test_a_step_preflight_compiled_first_reads_as_a_first_compile():
     """After preflight_step had traced a step, the user's first compile of it inside watch()
     was listed as "compiles JAX did not explain: compiles JAX did not explain": the group's
     name twice, and no word that it is a first compile. JAX explains no compile of a trace
