@@ -388,9 +388,11 @@ def test_the_table_lists_every_report_tested_here():
                  "686": "tests/test_compiles.py", "14080": "tests/test_compiles.py",
                  "770": "tests/test_constants.py", "31292": "tests/test_constants.py",
                  "21045": "tests/test_constants.py", "26216": "tests/test_memory.py",
-                 "8609": "the jax#26216 tests in tests/test_holders.py", "19110": "tests/test_holders.py",
+                 "8609": "the jax#26216 tests in tests/test_holders.py",
+                 "19110": "tests/test_holders.py",
                  "271": "tests/test_ipython.py",
-                 "163": "tests/test_preflight.py and tests/test_tree_placement.py", "43": "tests/test_ipython.py",
+                 "163": "tests/test_preflight.py and tests/test_tree_placement.py",
+                 "43": "tests/test_ipython.py",
                  "1988": "tests/test_ipython.py", "16637": "tests/test_callbacks.py",
                  "23869": "tests/test_preflight.py", "49131": "tests/test_preflight.py",
                  "8515": "tests/test_step_arguments.py", "12879": "tests/test_holders.py",
@@ -2532,7 +2534,7 @@ def test_ott_423_a_failed_solve_s_arrays_are_held_by_the_saved_traceback():
         (kept,) = [a for a in h.arrays if a.nbytes == 2048 * 2048 * 4]
         assert any("sys.last_traceback" in w and "'kernel'" in w for w in kept.held_by)
         assert "sys.last_traceback = None" in kept.fix
-        sys.last_traceback = None  # the fix the kit names (IPython's own copy: tests/test_holders.py)
+        sys.last_traceback = None  # the kit's fix (IPython's own copy: tests/test_holders.py)
         gc.collect()
         assert all(a.nbytes != 2048 * 2048 * 4 for a in holders.largest(3, namespace={}).arrays)
     finally:
