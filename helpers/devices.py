@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import settings
-from helpers._internal import child, jaxcompat
+from helpers._internal import child, jaxcompat, own
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record, from_dict
 from helpers.errors import (
@@ -887,8 +887,9 @@ def tree_placement(tree: Any) -> TreePlacement:
     whole tree would meet: committed leaves on different devices (it raises), NumPy leaves
     (copied on every call), a batch-shaped leaf whole on one device beside leaves on a mesh
     (copied whole to every device), host-memory leaves mixed with device ones, deleted leaves,
-    and leaves that hold one copy per device as a state replicated for jax.pmap does (a save
-    writes every copy; checked by one small jitted checksum per device, and on CPU devices by
+    and leaves that hold one copy per device as a state replicated for jax.pmap does (laid out
+    by jax.pmap itself, not over a mesh of the user's; a save writes every copy; checked by
+    one small jitted checksum per device, the kit's own compile, and on CPU devices by
     comparing the slices' bytes in place)."""
     jax = jaxcompat.import_jax()
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
@@ -957,9 +958,16 @@ def _restored_on_another_mesh(arrays: list, jax: Any) -> str:
 
 
 def _pmap_laid_out(x: Any, jax: Any) -> bool:
-    """Laid out as jax.pmap lays out its values: a leading axis as long as the devices it is
-    on, one slice of it on each (all in this process)."""
+    """Laid out by jax.pmap itself: a PmapSharding (jax.device_put_replicated, jax 0.8.0) or
+    the mesh of pmap's outputs, a leading axis as long as the devices it is on, one slice of it
+    on each (all in this process). An array the user split over a mesh of their own is not: a
+    batch of one row per device, or a zero-initialised FSDP state whose slices will differ,
+    looks the same."""
     if not isinstance(x, jax.Array) or x.is_deleted() or not x.ndim or x.shape[0] < 2:
+        return False
+    mesh = getattr(x.sharding, "mesh", None)
+    if type(x.sharding).__name__ != "PmapSharding" and (
+            mesh is None or not jaxcompat.is_pmap_mesh(mesh)):
         return False
     if not x.is_fully_addressable or len(x.sharding.device_set) != x.shape[0]:
         return False
@@ -998,7 +1006,8 @@ def _equal_slices(xs: list, jax: Any) -> list[bool]:
     global _checksums
     if _checksums is None:
         _checksums = jax.jit(_slice_checksums)
-    sums = [np.asarray(c) for c in _checksums(xs)]
+    with own.compiling():  # the kit's compile, not the user's: compiles.watch skips it
+        sums = [np.asarray(c) for c in _checksums(xs)]
     equal = [bool((c == c[:1]).all()) for c in sums]
     for i, x in enumerate(xs):
         if equal[i] and next(iter(x.sharding.device_set)).platform == "cpu":
@@ -1195,8 +1204,9 @@ def _tree_problems(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] =
 def _batch_like(moved: list[LeafPlacement], placed: list[LeafPlacement]) -> dict[str, str]:
     """Of the uncommitted leaves beside leaves committed to a mesh of several devices, those
     shaped like a batch: of a shape no committed leaf has (an optimizer's state has the
-    parameters' shapes), their first dimension divided by an axis of that mesh. Each one's path
-    and the axis to split it over (an axis named for data or batch first)."""
+    parameters' shapes), their first dimension divided by an axis of that mesh; never a PRNG
+    key or a small integer leaf (:func:`_key_or_counter`). Each one's path and the axis to
+    split it over (an axis named for data or batch first)."""
     axes = [(name, size) for leaf in placed[:1] for name, size in leaf.mesh_axes if size > 1]
     if len(placed[0].devices if placed else ()) < 2 or not axes:
         return {}
@@ -1204,10 +1214,29 @@ def _batch_like(moved: list[LeafPlacement], placed: list[LeafPlacement]) -> dict
     shapes = {leaf.shape for leaf in placed}
     found = {}
     for leaf in moved:
+        if _key_or_counter(leaf):
+            continue
         if leaf.shape and leaf.shape not in shapes and (axis := next(
                 (name for name, size in axes if leaf.shape[0] % size == 0), None)):
             found[leaf.path] = axis
     return found
+
+
+#: integer leaves under this many bytes are state (a step counter, keys split for a few
+#: devices), not a batch: a batch of tokens of 4 rows of 128 int32 is 2,048 B
+_SMALL_INTEGERS = 1024
+
+
+def _key_or_counter(leaf: LeafPlacement) -> bool:
+    """A PRNG key (a typed key, key<fry>) or a small integer leaf (a raw key, uint32[2], a
+    step counter): state to replicate, never a batch to split (jax-ml/jax#12253's note)."""
+    if leaf.dtype.startswith("key<"):
+        return True
+    try:
+        integer = np.dtype(leaf.dtype).kind in "iu"
+    except TypeError:
+        return False
+    return integer and (len(leaf.shape) < 2 or leaf.nbytes < _SMALL_INTEGERS)
 
 
 def _batch_problem(batches: dict[str, str], target: tuple[str, ...]) -> str:

@@ -387,7 +387,8 @@ def compile_log_text(log: CompileLog) -> str:
                  f" ({log.cache_loads} of them loaded from the persistent compilation cache, "
                  f"{log.load_seconds:.2f} s)" if log.cache_loads else "") + (
                  f" ({log.kit_compiles} more the kit made itself to price a step, such as "
-                 "preflight_step, left out)" if log.kit_compiles else "")]
+                 "preflight_step, or to compare a tree's slices, such as tree_placement, left "
+                 "out)" if log.kit_compiles else "")]
     for f in log.functions:
         where = f" ({f.place})" if f.place else ""
         if f.function in ("eager operations", "compiles JAX did not explain"):

@@ -298,3 +298,86 @@ def test_objax_163_a_state_replicated_for_pmap_is_named_one_copy_per_device():
         copied = jax.device_put_replicated({"w": jnp.ones((64, 64))}, jax.local_devices())
         (problem,) = devices.tree_placement(copied).problems
         assert "one value copied per device" in problem
+
+
+def test_objax_163_arrays_split_over_a_mesh_of_the_users_are_not_pmap_copies():
+    """objax#163's note fired on any array split one row per device over the user's own mesh
+    with equal rows (code review, fp2.py): a zero-initialised FSDP-like state, an int32[4]
+    counter, a padded int32[4,128] token batch. Its fix, save x[0], then loses the other rows
+    once they differ. Only jax.pmap's own layout is named now."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _data_mesh()
+    dat, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    small = {"w": jax.device_put(jnp.zeros((4, 1024)), dat),
+             "count": jax.device_put(jnp.zeros((4,), jnp.int32), dat)}
+    assert devices.tree_placement(small).problems == ()
+    params = jax.device_put({"w": jnp.ones((128, 128))}, rep)
+    tokens = jax.device_put(np.zeros((4, 128), np.int32), dat)
+    assert devices.tree_placement({"params": params, "tokens": tokens}).problems == ()
+    # the rows diverge after a step: the old fix, x[0], would have kept a quarter of the state
+    stepped = jax.jit(lambda w: w + jnp.arange(4.0)[:, None])(small["w"])
+    assert stepped.sharding.spec == P("data")
+    assert not np.array_equal(np.asarray(stepped), np.broadcast_to(stepped[0], (4, 1024)))
+    # pmap's own layout, from a jax.pmap over the same 4 devices, is still named
+    rstate = jax.pmap(lambda _: {"w": jnp.zeros((1024,))})(jnp.arange(4))
+    (problem,) = devices.tree_placement(rstate).problems
+    assert "one value copied per device" in problem and "google/objax#163" in problem
+
+
+def test_objax_163_the_kits_checksum_compile_is_left_out_of_compiles_watch():
+    """The check for objax#163 compiles a small checksum jit; compiles.watch showed it as the
+    user's, "jitted in a library's file" (code review, tpw.py). It is the kit's own now."""
+    from helpers import compiles, render
+
+    rstate = jax.pmap(lambda _: {"w": jnp.ones((8, 24)), "n": jnp.ones((3,), jnp.int16)})(
+        jnp.arange(4))  # shapes no other test checks: the checksum compiles here
+    with compiles.watch() as log:
+        (problem,) = devices.tree_placement(rstate).problems
+    assert "one value copied per device" in problem
+    assert log.kit_compiles == 1 and log.compiles == 0
+    assert [f.function for f in log.functions] == []
+    text = render.compile_log_text(log)
+    assert "_slice_checksums" not in text and "such as tree_placement, left out" in text
+
+
+def _key_mesh():
+    axis = jax.sharding.AxisType.Auto
+    return jax.make_mesh((2, 2), ("data", "model"), axis_types=(axis, axis))
+
+
+def test_jax_12253_an_uncommitted_prng_key_beside_mesh_params_is_replicated_not_split():
+    """jax#12253: a PRNG key (uint32[2] or a typed key) and a step counter left uncommitted
+    beside params on a (2,2) mesh were called "shaped like ... a batch", with advice to split
+    them over 'data' (code review, key.py). They are state: the note says replicate them with
+    device_put(leaf, other.sharding), and not device_put(leaf, device), which raises."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _key_mesh()
+    params = jax.device_put({"w": jnp.ones((64, 64)), "b": jnp.ones((64,))},
+                            NamedSharding(mesh, P()))
+
+    def bits(k):
+        return jax.random.key_data(k) if jax.dtypes.issubdtype(k.dtype, jax.dtypes.prng_key) else k
+
+    # the key is used (a jit drops unused arguments before it checks their devices)
+    step = jax.jit(lambda t: t["params"]["w"].sum() + t["params"]["b"].sum()
+                   + 0 * bits(t["key"]).sum())
+    for key in (jax.random.PRNGKey(0), jax.random.split(jax.random.key(0), 4),
+                jnp.zeros((2,), jnp.int32)):
+        tree = {"params": params, "key": key}
+        (problem,) = devices.tree_placement(tree).problems
+        assert "as a batch is" not in problem and "P('data')" not in problem
+        assert "jax.device_put(leaf, other.sharding)" in problem
+        assert "Not jax.device_put(leaf, device)" in problem and "jax-ml/jax#12253" in problem
+        with pytest.raises(ValueError, match="incompatible devices"):  # what it warns of
+            step({**tree, "key": jax.device_put(key, jax.devices()[0])})
+        fixed = {**tree, "key": jax.device_put(key, params["b"].sharding)}  # the fix
+        assert devices.tree_placement(fixed).problems == ()
+        assert float(step(fixed)) == 64 * 64 + 64
+    # an integer batch of tokens (8 x 128 int32, 4,096 B) is still named as a batch
+    tokens = jnp.asarray(np.zeros((8, 128), np.int32))
+    (problem,) = devices.tree_placement({"params": params, "tokens": tokens}).problems
+    assert "as a batch is" in problem and "P('data')" in problem
