@@ -431,3 +431,51 @@ def test_keras_hub_2780_a_kv_cache_sliced_and_stacked_back_each_step_is_named():
     want = jax.jit(_generate_one_cache(True))(cache, x)[0]
     assert jnp.allclose(jax.jit(_generate_kv_buffers)(ks, ks, x)[0], want, atol=1e-5)
     assert jnp.allclose(jax.jit(_generate_one_cache(False))(cache, x)[0], want, atol=1e-5)
+
+
+RNN_B, RNN_T, RNN_D = 64, 64, 1024
+
+
+def _rnn_into_buffer(out, xs, w):
+    """An RNN that writes each step's state into a carried output buffer and feeds
+    concatenate([x, h]) to its cell: no KV cache, no slice of the buffer copied."""
+    def body(i, c):
+        out, h = c
+        h = jnp.tanh(jnp.concatenate([xs[i], h[:, RNN_D // 2:]], -1) @ w)
+        return jax.lax.dynamic_update_slice(out, h[None], (i, 0, 0)), h
+    return jax.lax.fori_loop(0, RNN_T, body, (out, jnp.zeros((RNN_B, RNN_D))))
+
+
+def _window_reader(hist, w):
+    """A reader that carries a history buffer, writes row i in place and mixes its state with
+    the mean of a 16-row window of the buffer through a concatenate."""
+    def body(i, c):
+        hist, h = c
+        win = jax.lax.dynamic_slice(hist, (jnp.maximum(i - 16, 0), 0, 0), (16, RNN_B, RNN_D))
+        ctx = win.mean(0)
+        h = jnp.tanh(jnp.concatenate([h[:, :RNN_D // 2], ctx[:, RNN_D // 2:]], -1) @ w)
+        return jax.lax.dynamic_update_slice(hist, h[None], (i, 0, 0)), h
+    return jax.lax.fori_loop(0, RNN_T, body, (hist, jnp.zeros((RNN_B, RNN_D))))
+
+
+def test_keras_hub_2780_an_rnn_writing_into_a_carried_buffer_is_no_kv_cache_note():
+    """The keras-hub#2780 note matched copies and concatenates to the carried buffer by dtype
+    and shape only: an RNN writing h into a carried f32[64, 64, 1024] output buffer with
+    concatenate([x, h[:, D//2:]]) (0 slices of the buffer copied, 1 concatenate of 256 KiB a
+    step, of x and h) was told "XLA copies slices of it and concatenates them back ... Keep
+    each layer's K and V as separate buffers". A copy's operand and a concatenate's operands
+    must now come from the carried buffer itself (followed back through slices, bitcasts,
+    copies, in-place updates and fusion parameters); the code review's sl.py, both loops."""
+    w = jnp.ones((RNN_D, RNN_D)) * 0.01
+    buf = jnp.zeros((RNN_T, RNN_B, RNN_D))
+    for fn, args in ((_rnn_into_buffer, (buf, jnp.ones((RNN_T, RNN_B, RNN_D // 2)), w)),
+                     (_window_reader, (buf, w))):
+        c = compiled.compile_step(jax.jit(fn, donate_argnums=0), *args)
+        assert "concatenate(" in c.text, fn  # the concatenate is there, in the loop's body
+        assert c.carry_slice_copies() == (), fn
+        note = preflight.preflight_step(jax.jit(fn, donate_argnums=0), *args).advice
+        assert "keras-hub#2780" not in note and "slices of it" not in note, fn
+    # the buffer is the RNN's states, one row a step, written in place
+    xs = jnp.ones((RNN_T, RNN_B, RNN_D // 2))
+    out, h = jax.jit(_rnn_into_buffer)(buf, xs, w)
+    assert jnp.allclose(out[-1], h) and not jnp.allclose(out[0], out[1])

@@ -843,6 +843,65 @@ def _slice_shape(dims: tuple[int, ...], whole: tuple[int, ...]) -> bool:
 
 #: what a slice of an array is made by (a fusion's root), before a copy of it
 _SLICES = ("slice", "dynamic-slice", "bitcast")
+#: what hands on its first operand, or a slice of it: a buffer followed back through these is
+#: still the buffer (a dynamic-update-slice's or a scatter's first operand is the one it writes)
+_PASSES = ("slice", "dynamic-slice", "bitcast", "copy", "dynamic-update-slice", "scatter")
+
+
+def _operand_names(line: str, opcode: str) -> list[str]:
+    """The names of an instruction's operands, in order."""
+    return _OPERANDS.findall(line.split(f" {opcode}(", 1)[-1].split(")", 1)[0])
+
+
+def _named(lines: list[str]) -> dict[str, re.Match]:
+    """A computation's instructions of one array result, by name."""
+    return {i.group(2): i for line in lines if (i := _INSTRUCTION.match(line))}
+
+
+def _made_from(named_of: dict[str, dict[str, re.Match]], scopes: list[tuple[dict, list[str]]],
+               name: str) -> re.Match | None:
+    """The instruction a value comes from, followed back through the first operand of each
+    of _PASSES, into a fusion to its root and out of a fusion's parameter to the fusion's
+    operand (``named_of``: each computation's instructions by name; ``scopes``: the
+    computations the value is in, outermost first, each with the operands of the fusion that
+    calls it); None where the text does not say."""
+    scopes = list(scopes)
+    for _ in range(100_000):  # an HLO program is acyclic: the walk ends
+        named, operands = scopes[-1]
+        i = named.get(name)
+        if i is None:
+            return None
+        opcode = i.group(5)
+        if opcode in _PASSES and (first := _operand_names(i.string, opcode)):
+            name = first[0]
+        elif opcode == "parameter" and len(scopes) > 1:
+            k = int(i.string.split(" parameter(", 1)[1].split(")", 1)[0])
+            scopes.pop()
+            if k >= len(operands):
+                return None
+            name = operands[k]
+        elif (opcode == "fusion" and (called := _CALLED.search(i.string))
+              and called.group(1) in named_of):
+            inner = named_of[called.group(1)]
+            roots = [root for root, r in inner.items() if r.group(1)]
+            if not roots:
+                return None
+            scopes.append((inner, _operand_names(i.string, opcode)))
+            name = roots[0]
+        else:
+            return i
+    return None
+
+
+def _element_of(made: re.Match | None, parameter: str | None
+                ) -> tuple[str, tuple[int, ...]] | None:
+    """The (dtype, shape) of the element of a while body's parameter an instruction reads
+    (a ``get-tuple-element`` of it), else None."""
+    if made is None or made.group(5) != "get-tuple-element":
+        return None
+    if _operand_names(made.string, "get-tuple-element") != [parameter]:
+        return None
+    return _shape_of(made.group(3), made.group(4))
 
 
 def while_slice_copies(text: str, least: int, is_user: Callable[[str], bool]
@@ -854,41 +913,55 @@ def while_slice_copies(text: str, least: int, is_user: Callable[[str], bool]
     it) of each carried value of ``least`` bytes or more that the body of a ``while`` updates
     in place (a ``dynamic-update-slice`` or ``scatter`` of its shape) while it also copies
     slices of it (a ``copy`` of a ``slice``, ``dynamic-slice`` or ``bitcast``, or of a fusion
-    whose root is one) or concatenates values of a slice's shape (at the top of the body or
-    inside a fusion it calls), ``least`` bytes or more a step in all: a KV cache whose layer's
-    K and V are sliced out, updated and stacked back to write one row (keras-team/keras-hub
-    #2780). XLA's text format is not an API: tests check it still parses (jax 0.8.0 and
-    0.10.2, the CPU)."""
+    whose root is one) or concatenates slices of it (at the top of the body or inside a fusion
+    it calls), ``least`` bytes or more a step in all: a KV cache whose layer's K and V are
+    sliced out, updated and stacked back to write one row (keras-team/keras-hub#2780). Each
+    copy's operand and every operand of a concatenate must come from the body parameter's
+    element of the carried shape, followed back through slices, bitcasts, copies, the buffer
+    an in-place update writes and a fusion's parameters (_made_from): an RNN that writes its
+    state into a carried output buffer and concatenates [x, h] is not one. XLA's text format
+    is not an API: tests check it still parses (jax 0.8.0 and 0.10.2, the CPU)."""
     computations = _hlo_computations(text)
     tables = _tables(text.splitlines())
     out = []
+    named_of = {name: _named(lines) for name, lines in computations.items()}
     for body, trips, op in _while_bodies(computations):
-        named = {i.group(2): i for line in body if (i := _INSTRUCTION.match(line))}
-        carried, updated = set(), set()
-        made: list[tuple[str, tuple[str, tuple[int, ...]], str]] = []  # (kind, shape, line)
+        named = _named(body)
+        scope = [(named, [])]
+        carried, updated, param = set(), set(), None
+        # (kind, shape, line, where each operand comes from)
+        made: list[tuple[str, tuple[str, tuple[int, ...]], str, list[re.Match | None]]] = []
         for line in body:
             if " parameter(0)" in line:
                 carried = _carried_shapes(line)
+                param = line.split(" = ", 1)[0].strip().removeprefix("ROOT ").lstrip("%")
             if not (i := _INSTRUCTION.match(line)):
                 continue
             shape, opcode = _shape_of(i.group(3), i.group(4)), i.group(5)
             if _made_by(computations, line, opcode) in _IN_PLACE:
                 updated.add(shape)
             if opcode == "copy":
-                source = re.search(r"copy\(%([\w.\-]+)", line)
-                of = named.get(source.group(1)) if source else None
+                source = _operand_names(line, opcode)
+                of = named.get(source[0]) if source else None
                 if of is not None and _made_by(computations, of.string, of.group(5)) in _SLICES:
-                    made.append(("copy", shape, line))
+                    made.append(("copy", shape, line,
+                                 [_made_from(named_of, scope, source[0])]))
             elif opcode == "concatenate":
-                made.append(("concatenate", shape, line))
+                made.append(("concatenate", shape, line,
+                             [_made_from(named_of, scope, name)
+                              for name in _operand_names(line, opcode)]))
             elif called := _CALLED.search(line) if opcode == "fusion" else None:
-                made += [("concatenate", _shape_of(c.group(3), c.group(4)), inner)
-                         for inner in computations.get(called.group(1), ())
-                         if (c := _INSTRUCTION.match(inner)) and c.group(5) == "concatenate"]
+                fused = [*scope, (named_of.get(called.group(1), {}),
+                                  _operand_names(line, opcode))]
+                made += [("concatenate", _shape_of(c.group(3), c.group(4)), c.string,
+                          [_made_from(named_of, fused, name)
+                           for name in _operand_names(c.string, "concatenate")])
+                         for c in fused[-1][0].values() if c.group(5) == "concatenate"]
         for dtype, whole in sorted(carried & updated):
             size = math.prod(whole) * _HLO_BYTES.get(dtype, 4)
-            mine = [(kind, dims, line) for kind, (t, dims), line in made
-                    if t == dtype and _slice_shape(dims, whole)]
+            mine = [(kind, dims, line) for kind, (t, dims), line, ends in made
+                    if t == dtype and _slice_shape(dims, whole) and ends
+                    and all(_element_of(end, param) == (dtype, whole) for end in ends)]
             moved = sum(math.prod(dims) * _HLO_BYTES.get(dtype, 4) for _, dims, _ in mine)
             if size < least or moved < least:
                 continue
