@@ -249,8 +249,8 @@ class StepPreflight(_Verdict, Display):
     #: the bytes of the step's float64 arguments while jax_enable_x64 is on (0 with it off)
     float64_argument_bytes: int = 0
     #: on the CPU, how many of XLA's values are float32 copies of the step's bfloat16 (or
-    #: float16) values: XLA:CPU computes them in float32, a GPU keeps them narrow (from XLA's
-    #: source, not yet run on a GPU)
+    #: float16) values: XLA:CPU computes them in float32, a GPU computes the dots narrow and
+    #: stores values between fusions mostly narrow (from XLA's source, not yet run on a GPU)
     cpu_float32_values: int = 0
     #: ("device=d", line) of each creation given a device= inside the step, which jit drops
     dropped_device_keywords: tuple[tuple[str, str], ...] = ()
@@ -774,21 +774,27 @@ def _widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: 
     float64: ``float(sigma)`` took XLA's temporaries from 9.00 to 2.00 MiB and the peak from
     17.50 to 10.50 MiB (jax-ml/jax#1830); bfloat16 parameters against a float32 batch make
     every activation float32: ``batch.astype(jnp.bfloat16)`` took what jax.grad keeps from
-    50.00 to 26.00 MiB (jax-ml/jax#7368). ``jax.numpy_dtype_promotion('strict')`` raises a
-    TypePromotionError at each such line (jax-ml/jax#10824, the maintainers' answer)."""
+    50.00 to 26.00 MiB (jax-ml/jax#7368); a float32 bias added to a bfloat16 activation
+    names the bias (an argument, not a constant), and ``b.astype(jnp.bfloat16)`` at that line
+    took what jax.grad keeps from 8.25 to 6.25 MiB. The constant is not named (a jaxpr has no
+    name for it): the fix says "the constant that line reads".
+    ``jax.numpy_dtype_promotion('strict')`` raises a TypePromotionError at each such line
+    (jax-ml/jax#10824, the maintainers' answer)."""
     at = f" at {line}" if line else ""
     if kind == "constant":
         whose = ("under x64 a NumPy float64 scalar or array, such as np.std of NumPy data, is "
                  "strongly typed, jax-ml/jax#1830" if to == "float64" else
                  f"a NumPy or JAX {to} array the function closes over is strongly typed")
         cause = f"jnp promotes it with a {to} constant there ({whose}; a Python float is not)"
-        fix = (f"make that constant {dtype} (jnp.{dtype}(sigma)), or pass a scalar as a "
-               "Python float (float(sigma)), which takes the other operand's dtype")
+        fix = (f"make the constant that line reads {dtype} where it is made "
+               f"(jnp.{dtype}(...) of it), or pass a scalar as a Python float (float(...) of "
+               "it), which takes the other operand's dtype")
     else:
         named = other or f"a {to} value computed from the arguments"
         cause = f"jnp promotes it with {named} ({to}) there (jax-ml/jax#7368)"
-        fix = (f"make {other} {dtype} before the step ({other}.astype(jnp.{dtype}))" if other
-               else f"cast that value to {dtype} where it is made (.astype(jnp.{dtype}))")
+        fix = (f"cast {other} to {dtype} ({other}.astype(jnp.{dtype})), before the step or "
+               "where that line reads it" if other else
+               f"cast that value to {dtype} where it is made (.astype(jnp.{dtype}))")
     return (f"{what} is read as {to}{at}: {cause}, so what is computed from it there on, and "
             f"what jax.grad keeps of it, is {to} ({format_bytes(nbytes)} as {to} for this "
             f"value alone). Fix: {fix}; jax.numpy_dtype_promotion('strict') raises at every "
@@ -810,14 +816,18 @@ def _float64_note(nbytes: int, argument_bytes: int) -> str:
     """x64 on and most of the step's arguments float64: under x64 what is made without a
     dtype is float64 (patrick-kidger/equinox#1154: a network initialised so; dtype=jnp.float32
     at creation took the step's arguments from 27.17 to 13.59 MiB and its peak from 56.22 to
-    28.11 MiB, measured on the CPU, jax 0.10.2 and 0.8.0)."""
+    28.11 MiB, measured on the CPU, jax 0.10.2 and 0.8.0). Worded for a step that wants its
+    float64 too (a float64 PDE step, x64.py of the code review): no gate tells the two apart,
+    since both are float64 throughout, so the fix is stated as conditional on float32 being
+    enough."""
     share = f" ({nbytes / argument_bytes:.0%})" if argument_bytes else ""
     return (f"{format_bytes(nbytes)} of the step's arguments{share} are float64, and "
             "jax_enable_x64 is on: under x64 an array made without a dtype (jnp.zeros, "
             "jax.random.normal, NumPy data through jnp.asarray, a layer's initialiser such as "
-            "eqx.nn.Linear's) is float64, twice float32's bytes. Where float32 is enough for "
-            "them, pass dtype=jnp.float32 where they are made (patrick-kidger/equinox#1154), "
-            "or leave x64 off.")
+            "eqx.nn.Linear's) is float64, twice float32's bytes. If float32 is enough for them "
+            "(a network beside float64 numerics, patrick-kidger/equinox#1154), pass "
+            "dtype=jnp.float32 where they are made, or leave x64 off; if the step needs float64, "
+            "this is its cost, not a mistake.")
 
 
 #: where XLA:CPU computes a half-precision type in float32: read in openxla/xla's
@@ -829,6 +839,19 @@ _CPU_UPCAST = {"bfloat16": "bfloat16 arithmetic in float32 (FloatNormalization w
                            "CpuFloatSupport(BF16)",
                "float16": "float16 dots and convolutions in float32 (ChangeOpDataType(F16, "
                           "F32)"}
+#: what a GPU does instead, read in openxla/xla: xla/service/gpu/gpu_float_support.cc keeps
+#: bfloat16 dots and data movement (copy, broadcast, slice, ...) at bfloat16; add, multiply
+#: and subtract count as supported only on Hopper or later, abs, max, min and negate on Ampere
+#: or later, exp and log on CUDA, everything else (tanh, divide, sqrt, ...) FloatNormalization
+#: widens to float32, and it runs before fusion (gpu_compiler.cc's post-layout passes), so the
+#: widening is mostly inside fusions. gpu_compiler.cc normalizes no float16. Not yet run on a
+#: GPU
+_GPU_KEEPS = {"bfloat16": "a GPU computes the dots in bfloat16 and keeps values between "
+                          "fusions mostly in bfloat16 (tanh, divide, sqrt and like math widened "
+                          "to float32 inside fusions, add and multiply too below Hopper; "
+                          "xla/service/gpu/gpu_float_support.cc",
+              "float16": "a GPU computes float16 dots and convolutions in float16 "
+                         "(xla/service/gpu/gpu_compiler.cc normalizes no float16"}
 
 
 def _cpu_upcast(c: compiled.CompiledStep, temporaries) -> tuple[str, list[dict]]:
@@ -858,8 +881,7 @@ def _cpu_upcast_note(dtype: str, found: list[dict]) -> str:
             f"XLA's {largest} has the shape of a {dtype} value of the step")
     return (f"On the CPU, XLA computes {_CPU_UPCAST[dtype]}, openxla/xla "
             f"xla/service/cpu/cpu_compiler.cc): these temporaries are float32-sized ({many}); "
-            f"a GPU keeps them at {dtype} "
-            "(xla/service/gpu/gpu_float_support.cc; from XLA's source, not yet run on a GPU). "
+            f"{_GPU_KEEPS[dtype]}; from XLA's source, not yet run on a GPU). "
             f"To see what a change to {dtype} saves, compare residuals(loss, ...) (the jaxpr's "
             "sizes), not these temporaries.")
 

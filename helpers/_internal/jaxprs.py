@@ -911,14 +911,17 @@ def _has_product(sub, cache: dict) -> bool:
 
 def _reaches_product(var, read: dict, cache: dict) -> bool:
     """Whether ``var``, or a value computed from it in its jaxpr, is read by a dot or a
-    convolution (in an inner jit, a remat or a loop's body too)."""
+    convolution (in an inner jit, a remat or a loop's body too) of the forward computation:
+    the walk stops at a derivative's backward pass (an equation whose name stack says
+    transpose, jax 0.8.0 and 0.10.2), whose weight-gradient dots read every residual (a
+    bfloat16 output against float32 labels in a float32 loss reaches no forward dot)."""
     from jax.extend import core
 
     stack, seen = [var], set()
     while stack:
         v = stack.pop()
         for eqn in read.get(id(v), []):
-            if id(eqn) in seen:
+            if id(eqn) in seen or scan_role(eqn) == "backward":
                 continue
             seen.add(id(eqn))
             if eqn.primitive.name in _PRODUCTS or any(
@@ -943,16 +946,19 @@ def widened_inputs(closed) -> tuple[tuple[int | None, str, str, tuple[int, ...],
     of :func:`narrowed_inputs`. Not a cast the user wrote (astype, jnp.asarray(x, dtype)) nor
     a library's own (jnp.mean of bfloat16), not one that only feeds an elementwise update (a
     bfloat16 gradient added to float32 master weights), and not one whose wider operand is
-    itself a widening's result (its cause is named). Largest first."""
+    itself a widening's result (its cause is named). Whether the wider operand is an argument
+    or a constant is decided after the walk (a bias broadcast after the widening is still an
+    argument's, fp1 of the code review), and it is traced to the input it moves or reshapes
+    (a float32 bias ``b`` added to a bfloat16 activation names ``b``). Largest first."""
     top = getattr(closed, "jaxpr", closed)
     cache: dict = {}
-    out, seen = [], set()
+    found_all, seen = [], set()
 
     def visit(j, derived: set[int], wide: set[int], origin: dict[int, int]) -> None:
         """``derived``: the ids of values computed from the step's arguments (not from
         constants alone); ``wide``: of values computed from a widening's result; ``origin``:
         the step's input each value is, by position."""
-        _, read = _index(j)
+        made, read = _index(j)
         for eqn in j.eqns:
             found = _widening(eqn, read)
             if found is not None and id(found[0]) in derived and id(found[2]) not in wide \
@@ -964,11 +970,7 @@ def widened_inputs(closed) -> tuple[tuple[int | None, str, str, tuple[int, ...],
                         or _reaches_product(eqn.outvars[0], read, cache)) \
                         and (id(var), line) not in seen:
                     seen.add((id(var), line))
-                    shape = tuple(var.aval.shape)
-                    kind = "argument" if id(other) in derived else "constant"
-                    out.append((origin.get(id(var)), str(var.aval.dtype), str(np.dtype(to)),
-                                shape, math.prod(shape) * np.dtype(to).itemsize, line, kind,
-                                origin.get(id(other))))
+                    found_all.append((var, to, line, other, derived, origin, made))
             ins = [v for v in eqn.invars if not hasattr(v, "val")]  # (a Literal is constant)
             for body, operands in _bodies(eqn):
                 if operands is None:  # a while loop's: read as a whole
@@ -990,7 +992,31 @@ def widened_inputs(closed) -> tuple[tuple[int | None, str, str, tuple[int, ...],
     if top is not None and hasattr(top, "invars"):
         visit(top, set(map(id, top.invars)), set(),
               {id(v): n for n, v in enumerate(top.invars)})
+    out = []
+    for var, to, line, other, derived, origin, made in found_all:  # (each jaxpr walked whole)
+        shape = tuple(var.aval.shape)
+        kind = "argument" if id(other) in derived else "constant"
+        out.append((origin.get(id(var)), str(var.aval.dtype), str(np.dtype(to)), shape,
+                    math.prod(shape) * np.dtype(to).itemsize, line, kind,
+                    _moved_from(other, made, origin)))
     return tuple(sorted(out, key=lambda w: -w[4]))
+
+
+#: equations that only move or reshape their one operand: a value they make from an input is
+#: that input (a bias broadcast to its activation's shape), for naming it
+_MOVES = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "copy")
+
+
+def _moved_from(var, made: dict, origin: dict[int, int]) -> int | None:
+    """The position among the inputs of the input ``var`` is, or is made from by moving or
+    reshaping it alone (:data:`_MOVES`); None for anything else."""
+    while id(var) not in origin:
+        eqn = made.get(id(var))
+        ins = [v for v in eqn.invars if not hasattr(v, "val")] if eqn is not None else []
+        if eqn is None or eqn.primitive.name not in _MOVES or len(ins) != 1:
+            return None
+        var = ins[0]
+    return origin[id(var)]
 
 
 def _bodies(eqn) -> list[tuple[Any, Sequence | None]]:
