@@ -291,13 +291,18 @@ def _largest_arrays(live: list, n: int, views: set = frozenset()) -> tuple[list[
     """The ``n`` largest buffers among ``live``, each as the list of live Arrays over it (JAX
     may keep its own Array over a buffer the user's variable holds), and how many Arrays are
     left out as views of a sharded array's shards (``views``: their (Device, address), from
-    :func:`helpers.memory.shard_buffers`)."""
+    :func:`helpers.memory.shard_buffers`). A buffer's address is asked for only where another
+    single-device Array of its device, shape and dtype is alive (asking a committed Array makes
+    JAX cache a second one over its buffer: one more live array per call that asked)."""
     groups: dict = {}
     n_views = 0
+    kinds = Counter(_kind(a) for a in live)
+    view_devices = {d for d, _ in views}  # where a shard's view may be: asked, however few
     for a in sorted(live, key=_nbytes, reverse=True):
         try:
-            key = (tuple(a.devices()), a.unsafe_buffer_pointer()) if len(a.devices()) == 1 \
-                else id(a)
+            kind = _kind(a)
+            asked = kind is not None and (kinds[kind] > 1 or kind[0] in view_devices)
+            key = (tuple(a.devices()), a.unsafe_buffer_pointer()) if asked else id(a)
         except Exception:
             key = id(a)
         if isinstance(key, tuple) and (key[0][0], key[1]) in views:
@@ -311,6 +316,16 @@ def _largest_arrays(live: list, n: int, views: set = frozenset()) -> tuple[list[
             continue  # a thousandth of the largest is not where the memory went
         groups[key] = [a]
     return list(groups.values()), n_views
+
+
+def _kind(a) -> tuple | None:
+    """(device, shape, dtype) of a single-device Array; None for one over several devices or
+    one deleted meanwhile."""
+    try:
+        devices = a.devices()
+        return (next(iter(devices)), a.shape, str(a.dtype)) if len(devices) == 1 else None
+    except Exception:
+        return None
 
 
 def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:

@@ -94,6 +94,11 @@ class CellMemory(Display):
     #: compiling) of each function the cell compiled for the first time: the call that did it
     #: took those seconds more than the later ones (Physical-Intelligence/openpi#271)
     first_compiles: tuple[tuple[str, str, float], ...] = ()
+    #: the cell reads the clock (a line of time.time() or time.perf_counter(), %timeit) or a
+    #: first call took ``SLOW_FIRST_CALL`` seconds or more to compile: only then does the text
+    #: name ``first_compiles`` with the fix, time the calls after the first (a cell that only
+    #: calls a function once gets a compile, and needs no advice on timing it)
+    first_call_timed: bool = False
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -108,6 +113,13 @@ WAITED_RUNS = 10
 #: computed, times the dispatch, however few the runs (Physical-Intelligence/openpi#271: four
 #: timed calls, each found work still being computed)
 TIMED_RUNS = 3
+#: a first call that spent this many seconds tracing, lowering and compiling is slow enough to
+#: be noticed with no clock read: %%memory names it with the fix (Physical-Intelligence/openpi
+#: #271: 'inference takes over 10 seconds')
+SLOW_FIRST_CALL = 1.0
+#: a cell's text that reads the clock, where the line tracer followed nothing
+_CLOCK_TEXT = re.compile(r"perf_counter|monotonic|(?<![\w.])time\.time|^[ \t]*%%?timeit\b",
+                         re.M)
 
 
 def load(ip: Any) -> None:
@@ -275,15 +287,23 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
                       *_loop_lines(followed), SAMPLE_SECONDS, _callback_copies(log),
-                      *_waiting_lines(followed), _first_compiles(compiled))
+                      *_waiting_lines(followed), *_first_compiles(compiled, followed, cell))
 
 
-def _first_compiles(compiled: Any) -> tuple[tuple[str, str, float], ...]:
+def _first_compiles(compiled: Any, followed: Any = None, cell: str = ""
+                    ) -> tuple[tuple[tuple[str, str, float], ...], bool]:
     """(function, where defined, seconds of tracing, lowering and compiling) of each function
-    compiled once in the cell for its first time, the slowest first."""
+    compiled once in the cell for its first time, the slowest first; and whether the cell
+    reads the clock (the line tracer's clock lines, %timeit; the cell's text where nothing was
+    followed) or the slowest took ``SLOW_FIRST_CALL`` seconds or more."""
     rows = [(f.function, f.place, f.compile_seconds + f.trace_seconds + f.lowering_seconds)
             for f in compiled.functions if f.cause == "first compile" and f.compiles == 1]
-    return tuple(sorted(rows, key=lambda r: -r[2])[:3])
+    rows = tuple(sorted(rows, key=lambda r: -r[2])[:3])
+    if followed is not None:
+        clock = any(followed.clock_reads.values()) or bool(_TIMEIT.search(cell))
+    else:
+        clock = bool(_CLOCK_TEXT.search(cell))
+    return rows, bool(rows) and (clock or rows[0][2] >= SLOW_FIRST_CALL)
 
 
 def _callback_copies(log: Any) -> tuple[tuple[str, int, str], ...]:

@@ -314,10 +314,11 @@ def live_bytes_by_device() -> dict:
 
 def shard_buffers(arrays: list | None = None) -> set:
     """``(Device, buffer address)`` of each shard of a live array over several devices where
-    a single-device Array of the shard's device, shape and dtype is alive on each: the Arrays
-    JAX makes over a sharded array's shards when it is read on the host (``np.asarray``,
-    ``jax.device_get``, even ``str(x)``: jax-ml/jax#26216) are views of these buffers, no memory
-    of their own, freed with the array. ``arrays``: these, not every live one."""
+    a single-device Array of the shard's device, shape and dtype is alive on each and the array
+    carries a host copy: the Arrays JAX makes over a sharded array's shards when it is read on
+    the host (``np.asarray``, ``jax.device_get``, even ``str(x)``: jax-ml/jax#26216) are views
+    of these buffers, no memory of their own, freed with the array. An array never read on the
+    host is not asked (asking would make such Arrays). ``arrays``: these, not every live one."""
     arrays = live_arrays() if arrays is None else arrays
     if not any(_over_several(a) for a in arrays):  # the common case, answered cheaply
         return set()
@@ -350,17 +351,22 @@ def _placed(arrays: list) -> tuple[list, dict]:
 
 
 def _shard_buffers(placed_arrays: list, keys: set | None = None) -> set:
-    """:func:`shard_buffers` of ``_placed``'s rows. A shard's address is asked for
-    (``shard.data``, which makes JAX cache an Array over it, one more in ``jax.live_arrays()``)
+    """:func:`shard_buffers` of ``_placed``'s rows. A shard's address is asked for only where
+    the array carries the host copy a read on the host left (``jaxcompat.host_copy_bytes``):
+    that read made JAX's Arrays over the shards, so ``shard.data`` reads them and makes none.
+    Elsewhere ``shard.data`` would make JAX cache an Array over each shard, one more in
+    ``jax.live_arrays()`` per shard, that a later count would call a host read's view. Also
     only where a single-device Array of its device, shape and dtype is alive on every device
-    of the array, as a host read leaves them, and the array is ready (asking waits). ``keys``
-    gets the (device, shape, dtype) of those shards."""
+    of the array, and the array is ready (asking waits). ``keys`` gets the (device, shape,
+    dtype) of those shards."""
     singles = {group for _, _, group in placed_arrays if group is not None}
     out: set = set()
     for arr, placed, group in placed_arrays:
         if group is not None or not singles:
             continue
         try:
+            if not jaxcompat.host_copy_bytes(arr):  # never read on the host: no views to find
+                continue
             shape, dtype = arr.sharding.shard_shape(arr.shape), str(arr.dtype)
             if not all((d, shape, dtype) in singles for d in placed) or not arr.is_ready():
                 continue

@@ -522,7 +522,7 @@ def cell_memory_text(c: CellMemory) -> str:
     lines.append(f"compiles: {c.compiles}" + (" (each function once)"
                                               if c.compiles and not c.recompiled else ""))
     lines += c.recompiled
-    for function, where, seconds in c.first_compiles:
+    for function, where, seconds in c.first_compiles if c.first_call_timed else ():
         lines.append(f"  the first call of {function}{f' ({where})' if where else ''} compiled "
                      f"it: {seconds:.2f} s of tracing, lowering and compiling in that call "
                      "alone, so it is slower than the later calls, which reuse the program for "

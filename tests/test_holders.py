@@ -668,6 +668,30 @@ def test_jax_26216_a_host_read_of_a_sharded_array_lists_no_shard_views_and_names
     del state
 
 
+def test_jax_26216_holders_makes_no_arrays_of_a_sharded_array_never_read_and_claims_no_views():
+    """jax-ml/jax#26216's fix, reviewed: with a P("x") batch never read on the host beside the
+    user's per-device arrays of its shard's shape, one count made 8 arrays and holders said "13
+    live arrays (4 of them JAX's views of a sharded array's shards, made when it was read on the
+    host ...)" where there were 5; and holders' own address reads added one Array per
+    per-device array on every call. Now nothing is made and no views are claimed."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((len(jax.devices()),), ("x",))
+    batch = jax.device_put(jnp.ones((len(jax.devices()) * 256, 1024), jnp.float32),
+                           NamedSharding(mesh, PartitionSpec("x")))
+    acts = [jax.device_put(jnp.zeros((256, 1024), jnp.float32), d) for d in jax.devices()]
+    jax.block_until_ready((batch, acts))
+    gc.collect()
+    n = len(jax.live_arrays())
+    for _ in range(2):
+        h = holders.largest(2, namespace={"batch": batch, "acts": acts})
+        assert h.shard_views == 0 and "JAX's views" not in str(h)
+        assert h.live_arrays == n and len(jax.live_arrays()) == n  # was 13 after one call, for 5
+    assert h.arrays[0].held_by == ("the variable 'batch' in the notebook",)
+    del batch, acts
+
+
 def memory_bytes() -> dict:
     from helpers import memory
 

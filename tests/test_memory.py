@@ -485,6 +485,36 @@ def test_jax_26216_a_host_read_of_a_sharded_array_counts_each_shard_once():
     del w
 
 
+def test_jax_26216_a_sharded_array_never_read_on_the_host_is_not_asked_for_its_shards():
+    """jax-ml/jax#26216's fix made what it looks for: live_bytes_by_device() read shard.data of
+    a sharded batch never read on the host, wherever the user's own per-device arrays had the
+    shard's shape, which makes JAX cache an Array over each shard (live arrays 5 -> 13 in the
+    review's repro; holders then called them a host read's views). Only an array that carries
+    a host copy is asked; after a read its shards still count once."""
+    import gc
+
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from helpers._internal import jaxcompat
+
+    mesh = jax.make_mesh((N_SIMULATED,), ("x",))
+    batch = jax.device_put(jnp.ones((N_SIMULATED * 256, 1024), jnp.float32),
+                           NamedSharding(mesh, PartitionSpec("x")))  # 1 MiB per device
+    acts = [jax.device_put(jnp.zeros((256, 1024), jnp.float32), d) for d in jax.devices()]
+    jax.block_until_ready((batch, acts))
+    gc.collect()
+    n = len(jax.live_arrays())
+    before = memory.live_bytes_by_device()
+    assert memory.shard_buffers() == set()  # no views claimed: nothing read on the host
+    assert memory.live_bytes_by_device() == before
+    assert len(jax.live_arrays()) == n  # was n + 8: four Arrays over the shards, four twins
+    assert jaxcompat.host_copy_bytes(batch) == 0
+    np.asarray(batch)  # the read that makes JAX's views: still each buffer once
+    assert len(memory.shard_buffers()) == N_SIMULATED
+    assert memory.live_bytes_by_device() == before
+    del batch, acts
+
+
 _JAX_8096 = """
 import jax, jax.numpy as jnp
 from helpers import memory
