@@ -97,10 +97,12 @@ def _unaccounted(h) -> int:
 
 def test_an_array_only_jax_holds_and_the_totals():
     ns = {"x": big(76)}
-    h = holders.largest(2, namespace=ns)
+    # only the largest: another test's array, held where the search may run out of its time
+    # on a loaded machine, would make `complete` a matter of timing
+    h = holders.largest(1, namespace=ns)
     assert h.live_arrays >= 1 and h.live_bytes >= 76 * MiB
     assert _unaccounted(h) == 0
-    assert h.complete and h.seconds >= 0 and isinstance(h.executables, int)
+    assert h.complete and h.seconds >= 0 and isinstance(h.executables, int), str(h)
     text = str(h)
     assert "held by the variable 'x'" in text and "compiled programs loaded" in text
 
