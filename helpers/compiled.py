@@ -299,15 +299,14 @@ def _deleted(args, kwargs, jax) -> str:
             "donating it where you need it again.")
 
 
-def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
-    """Why the call will fail, when a donated buffer is also passed again in the same call
-    (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
-    donated"); "" when none is. Each place is named by its argument and its path in it
-    (optax#1059: a state whose ``z`` was its ``params['w']``), every shared buffer with its
-    bytes, the first three by name (google/flax#5461: a module and its ``nnx.clone`` share
-    both the kernel and the bias). A place the step never reads is none: jit drops it before
-    the call, and the buffer is donated once (marin#3668: an unused ``ema_params`` that is
-    ``params``; jax 0.8.0 and 0.10.2)."""
+def _shared_buffers(args, kwargs, donated, kept: list[bool], jax
+                    ) -> list[tuple[str, list[tuple[int, str, bool]], int, bool]]:
+    """(the donated place, [(the other place's leaf number, its name, donated there)], bytes,
+    sure) for each donated buffer also passed in another place in the same call. ``sure``:
+    the call fails, as the other place is the same Array, or the arrays are on a device that
+    never adopts a NumPy array's memory; not sure where two Arrays over one pointer are on the
+    CPU, where two ``jax.device_put`` of one 64-byte-aligned NumPy array both adopt its memory
+    (separate buffers to XLA: the call runs; jax 0.8.0 and 0.10.2)."""
     flat = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
     leaves = [(path[1].idx if path[0].idx == 0 else path[1].key,
                jax.tree_util.keystr(path[2:]), leaf)
@@ -316,7 +315,13 @@ def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
     def named(where, path) -> str:
         return f"argument {where!r}{path}" if isinstance(where, str) else f"argument {where}{path}"
 
-    shared, listed = [], set()  # (the donated place, [(the other place, donated there)], bytes)
+    def on_cpu(leaf) -> bool:
+        try:
+            return all(d.platform == "cpu" for d in leaf.devices())
+        except Exception:  # deleted or not an array
+            return False
+
+    shared, listed = [], set()
     for n, (i, path, leaf) in enumerate(leaves):
         if i not in donated or not isinstance(leaf, jax.Array) or n in listed:
             continue
@@ -324,7 +329,22 @@ def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
                  if m != n and isinstance(x, jax.Array) and _same_buffer(leaf, x)]
         if again:
             listed.update(m for m, _, _ in again)
-            shared.append((named(i, path), again, array_bytes(leaf)))
+            sure = not on_cpu(leaf) or any(leaves[m][2] is leaf for m, _, _ in again)
+            shared.append((named(i, path), again, array_bytes(leaf), sure))
+    return shared
+
+
+def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
+    """Why the call will fail, when a donated buffer is also passed again in the same call
+    (XLA: "Attempt to donate the same buffer twice" / "...a buffer that was previously
+    donated"); "" when none is. Each place is named by its argument and its path in it
+    (optax#1059: a state whose ``z`` was its ``params['w']``), every shared buffer with its
+    bytes, the first three by name (google/flax#5461: a module and its ``nnx.clone`` share
+    both the kernel and the bias). A place the step never reads is none: jit drops it before
+    the call, and the buffer is donated once (marin#3668: an unused ``ema_params`` that is
+    ``params``; jax 0.8.0 and 0.10.2). Two Arrays over one pointer on the CPU that may be one
+    NumPy array's memory adopted twice are not said to fail (:func:`_shared_memory_note`)."""
+    shared = [s[:3] for s in _shared_buffers(args, kwargs, donated, kept, jax) if s[3]]
     if not shared:
         return ""
     first, again, nbytes = shared[0]
@@ -347,6 +367,28 @@ def _donation_conflict(args, kwargs, donated, kept: list[bool], jax) -> str:
             f"({format_bytes(nbytes)}){also}: the call fails (XLA: INVALID_ARGUMENT, \"{said}\"). "
             "Fix: pass a copy (jnp.copy(x)) where it is not the donated one, or donate it in "
             "one place only.")
+
+
+def _shared_memory_note(args, kwargs, donated, kept: list[bool], jax) -> str:
+    """Where a donated array and another array of the call are two Arrays over one pointer on
+    the CPU (and no sure conflict): they are one JAX buffer (``jax.device_put`` of an array to
+    the device it is on: the call fails) or one NumPy array's memory that two
+    ``jax.device_put`` adopted (the call runs and donates nothing, jax-ml/jax#18617: XLA does
+    not write into NumPy's memory); nothing public tells which. "" where there is none."""
+    shared = [s for s in _shared_buffers(args, kwargs, donated, kept, jax) if not s[3]]
+    if not shared:
+        return ""
+    first, again, nbytes, _ = shared[0]
+    more = f" (and {len(shared) - 1} more such)" if len(shared) > 1 else ""
+    others = ", ".join(dict.fromkeys(w for _, w, _ in again))
+    return (f"{first} is donated, and {others} is another array over the same memory "
+            f"({format_bytes(nbytes)}){more}: where both are one JAX buffer (jax.device_put of "
+            "an array to the device it is on) the call fails (XLA: INVALID_ARGUMENT, a buffer "
+            "donated and used in the same call); where two "
+            "jax.device_put calls adopted one NumPy array's memory on the CPU (a 64-byte "
+            "aligned array), it runs and donates nothing (XLA does not write into NumPy's "
+            "memory, jax-ml/jax#18617). Fix either way: pass a copy (jnp.copy(x)) where it is "
+            "not the donated one.")
 
 
 def user_line(err: BaseException) -> str:
@@ -483,8 +525,10 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     name = function_name(fn)
     lowered, err = _lower(jitted, arg_specs, kw_specs)
     lowered = _jax_lowered(lowered, jax)
-    if err is None and donated and jitted is not fn and hasattr(fn, "lower") and not _jax_jit(fn):
-        _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name, jax)
+    if err is None and jitted is not fn and hasattr(fn, "lower") and not _jax_jit(fn):
+        asked = (("donate_argnums",) if donated else ()) + (
+            ("static_argnums",) if statics else ()) + (("static_argnames",) if static_names else ())
+        _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name, jax, asked)
     placed_by_jit = with_values = False
     if err is not None and jitted is fn and device is None and over_mesh and not _jax_jit(fn):
         # a wrapper's own lower() (eqx.filter_jit) that takes non-arrays as static: a shape is
@@ -598,7 +642,10 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         _donations(compiled, text, dyn_args, dyn_kwargs, dyn_donated, kept, jax,
                                    bool(mesh)), name,
                         statics, static_names, closed, folded, bool(mesh), text, with_values,
-                        *_dropped_by_keyword(fn, jitted, compiled, arg_specs, kw_specs, jax))
+                        *_dropped_by_keyword(fn, jitted, compiled, arg_specs, kw_specs, jax),
+                        type(fn).__module__.split(".")[0]
+                        if hasattr(fn, "lower") and not _jax_jit(fn) else "",
+                        _shared_memory_note(dyn_args, dyn_kwargs, dyn_donated, kept, jax))
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -623,9 +670,10 @@ def _jax_lowered(lowered, jax):
     return inner
 
 
-def _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name: str, jax
-                           ) -> None:
-    """Refuse to price ``jax.jit(fn, donate_argnums=...)`` where ``fn`` is another library's
+def _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name: str, jax,
+                           asked: tuple[str, ...] = ("donate_argnums",)) -> None:
+    """Refuse to price ``jax.jit(fn, ...)`` (what the kit compiles when it is asked to donate
+    or to keep arguments static: the options in ``asked``) where ``fn`` is another library's
     jit whose own program returns more than that jit's does: Flax's ``nnx.jit`` returns the
     modules' updated state beside the step's outputs, which a jax.jit around it drops (XLA
     then drops the work that made it), so the kit would price a step that updates nothing."""
@@ -639,13 +687,16 @@ def _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name:
         return
     if own > wrapped:
         module = type(fn).__module__.split(".")[0]
+        what = " and ".join(dict.fromkeys(
+            "the donation" if a.startswith("donate") else "the static arguments" for a in asked))
+        declare = ", ".join(f"{a}=..." for a in asked)
         raise BadInputError(
             f"{name} is {module}'s own jit ({type(fn).__name__}), whose program returns "
             f"{own} arrays where jax.jit around it returns {wrapped}: it hands back state "
-            "that a jax.jit around it drops (Flax NNX's updated modules), so the donation "
-            "asked here would price a step that updates nothing. Declare the donation on "
-            "the wrapper itself (nnx.jit(step, donate_argnums=...)) and call preflight_step "
-            "without donate_argnums (google/flax#5026)")
+            "that a jax.jit around it drops (Flax NNX's updated modules), and the kit puts "
+            f"one around it to apply {what} asked here, so it would price a step that updates "
+            f"nothing. Declare them on the wrapper itself (nnx.jit(step, {declare})) and call "
+            f"preflight_step without {' or '.join(asked)} (google/flax#5026)")
 
 
 def _lower(jitted, arg_specs, kw_specs) -> tuple[Any, BaseException | None]:
@@ -769,6 +820,12 @@ class CompiledStep:
     #: by position instead (each device's)
     dropped_by_keyword: tuple[str, ...] = ()
     aliased_by_position: int = 0
+    #: the library whose own jit the step is (``flax`` for nnx.jit), "" for jax.jit's or a
+    #: plain function: the kit puts no jax.jit with a donation around such a wrapper
+    own_jit: str = ""
+    #: a donated array and another over the same memory that may be one NumPy array's,
+    #: adopted twice on the CPU (the call runs) or one JAX buffer (it fails); "" where none
+    shared_memory: str = ""
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""
@@ -933,9 +990,13 @@ class CompiledStep:
         return jaxprs.callbacks(self.jaxpr)
 
     def computed_while_compiling(self) -> bool:
-        """The program takes no parameter and only copies or broadcasts constants: XLA computed
-        the whole result while compiling, and a call only copies it out (jax-ml/jax#13956)."""
-        return bool(self.text and jaxcompat.computed_while_compiling(self.text))
+        """The program takes no parameter and only copies or broadcasts constants, and the step
+        closes over an array: XLA computed the whole result from that array while compiling,
+        and a call only copies it out (jax-ml/jax#13956). A step that only allocates
+        (``jnp.zeros`` of static sizes: a broadcast of the constant 0) is not one; neither is
+        a step whose jaxpr this JAX cannot trace apart."""
+        return bool(self.text and jaxprs.closes_over_arrays(self.jaxpr)
+                    and jaxcompat.computed_while_compiling(self.text))
 
     def callbacks_hoisted(self) -> tuple[tuple[str, str, str, str], ...]:
         """(the callback, its line, the loop, the loop's line) of each host callback written in

@@ -59,7 +59,9 @@ class Holders(Display):
     user_bytes: int  # of the arrays looked at: held by something outside JAX
     jax_bytes: int  # of the arrays looked at: no reference outside JAX and the kit
     executables: int | NotAvailable  # compiled programs loaded
-    executable_code_bytes: int | NotAvailable  # their generated code (0 on the CPU backend)
+    #: their generated code; NOT_AVAILABLE where every one is the CPU backend's, which does
+    #: not report it (XLA gives 0, jax 0.8.0 and 0.10.2), as ``StepPreflight.code_bytes``
+    executable_code_bytes: int | NotAvailable
     seconds: float  # how long the search took
     complete: bool  # False: the time budget ran out before every array was looked at
     #: when there are very many tiny live arrays: how many, the most common kind, and the fix
@@ -92,6 +94,9 @@ class Holders(Display):
     cycle_bytes: int = 0
     #: the host copies' sentence: how many, their bytes, why they stay, and the fix; ""
     host_copies: str = ""
+    #: of ``executables``: the CPU backend's, whose generated code is not reported (not in
+    #: ``executable_code_bytes``)
+    cpu_executables: int = 0
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -153,12 +158,15 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     alike = _trees_alike(names, time.perf_counter() + seconds)
     execs = jaxcompat.live_executables()
     code: int | NotAvailable = NOT_AVAILABLE
+    on_cpu = 0
     if execs is not None:
-        try:
-            code = sum(int(e.get_compiled_memory_stats().generated_code_size_in_bytes)
-                       for e in execs)
+        try:  # the CPU backend gives 0 for every program: not reported, not 0 B
+            on_cpu = sum(e.client.platform == "cpu" for e in execs)
+            reported = [e for e in execs if e.client.platform != "cpu"]
+            code = (sum(int(e.get_compiled_memory_stats().generated_code_size_in_bytes)
+                        for e in reported) if reported or not execs else NOT_AVAILABLE)
         except Exception:
-            code = NOT_AVAILABLE
+            code, on_cpu = NOT_AVAILABLE, 0
     constants = _program_constants(execs or [], t0 + 2 * seconds)
     # bytes whose holder the time budget left unfound are no one's here, not your code's
     cut_short = {id(h) for h in found if any(line.startswith(_CUT) for line in h.held_by)}
@@ -178,7 +186,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                    sum(h.nbytes for h in found) - user - library - cut - looked_cycles,
                    NOT_AVAILABLE if execs is None else len(execs), code,
                    time.perf_counter() - t0, complete, many_small, alike, constants, library,
-                   backend_restarted(), n_views, copied, cycles, note)
+                   backend_restarted(), n_views, copied, cycles, note, on_cpu)
 
 
 def _host_copies_note(copies: list, found: list[HeldArray]) -> str:

@@ -906,27 +906,34 @@ def _threefry_note(c: compiled.CompiledStep, temp: int, peak: int) -> str:
     """For a step whose temporaries are mostly a large ``jax.random`` draw's bits (threefry2x32,
     JAX's default generator: jax-ml/jax#20328): the draw, and the generator that holds less.
     Only where XLA's plan keeps uint32 values of the draw's shape (measured on the CPU, jax
-    0.8.0 and 0.10.2: an 8 MiB normal table, 24 MiB of temporaries; with an rbg key, none)."""
+    0.8.0 and 0.10.2: an 8 MiB normal table, 24 MiB of temporaries; with an rbg key, none),
+    and one draw's make up half the temporaries or more: several draws of one shape (dropout's
+    masks, one a layer) are made one after another in memory XLA reuses, so each draw's bits
+    count once (a dropout MLP's two 2 MiB masks, 22.5 MiB of temporaries: 18.4 MiB with an
+    rbg key, measured on the CPU, jax 0.10.2; no note)."""
     draws = [d for d in c.threefry_draws() if d[1] >= 2**20]
     if not draws or 2 * temp < peak:
         return ""
     shape, nbytes, line = draws[0]
-    kept = sum(t.nbytes for t in c.temporaries(8) if t.dtype in ("u32", "uint32")
-               and tuple(t.shape) == shape)
+    times = sum(d[0] == shape for d in c.threefry_draws())
+    listed = sum(v["nbytes"] for v in c.values if v["dtype"] in ("u32", "uint32")
+                 and tuple(v["shape"]) == shape)
+    kept = listed // times  # one draw's
     # XLA's loop that makes the bits carries the uint32 values listed here and makes as many
     # again in its body, which no list shows: the draw is most of the temporaries where the
     # listed ones are a quarter of them (bfloat16 at 2048 x 1024: 16 MiB listed of 32 MiB;
     # float32: 16 of 24. jax-ml/jax#21045: the old test, half, left out every bfloat16 draw)
     if 4 * kept < temp:
         return ""
+    each = f" (one of {times} draws of that shape)" if times > 1 else ""
     return (f"jax.random{' at ' + line if line else ''} draws {format_bytes(nbytes)} of random "
-            f"bits through threefry2x32, JAX's default generator, and XLA's plan holds "
-            f"{format_bytes(kept)} of uint32 values that size while making them "
-            f"({kept / nbytes:.0f}x the draw). A key of the 'rbg' generator makes them with no "
-            "such temporaries: jax.random.key(seed, impl='rbg'), or "
-            "jax.config.update('jax_default_prng_impl', 'rbg') before any key is made (other "
-            "numbers, the same distribution; froystig in jax-ml/jax#17982). Or draw a large "
-            "table in pieces.")
+            f"bits{each} through threefry2x32, JAX's default generator, and XLA's plan holds "
+            f"{format_bytes(kept)} of uint32 values that size while making "
+            f"{'each' if times > 1 else 'them'} ({kept / nbytes:.0f}x the draw). A key of the "
+            "'rbg' generator makes them with no such temporaries: jax.random.key(seed, "
+            "impl='rbg'), or jax.config.update('jax_default_prng_impl', 'rbg') before any key "
+            "is made (other numbers, the same distribution; froystig in jax-ml/jax#17982). Or "
+            "draw a large table in pieces.")
 
 
 def _bound_method_note(fn: Callable) -> str:
@@ -1029,9 +1036,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
             undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
         notes.append(step_arguments.donation_note(
-            *undonated, step_arguments.copied_to_update(c, fn, args, kwargs)))
+            *undonated, step_arguments.copied_to_update(c, fn, args, kwargs), c.own_jit))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
         notes.append(held)
+    if not c.conflict and c.shared_memory:
+        notes.append(c.shared_memory)
     if c.dropped_by_keyword:
         names = ", ".join(c.dropped_by_keyword)
         notes.append(f"{names} passed by keyword: {c.function}'s own wrapper drops the "
@@ -1120,13 +1129,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     host = [(cb, at) for cb, at in c.callbacks() if cb in ("jax.pure_callback", "io_callback")]
     if host:
         cb, at = host[0]
+        # one sentence for every step, however small: what the Python allocates is not in
+        # the step's sizes (the thread's step: 2 MiB, its callback's array 64 MiB)
         notes.append(
             f"The {cb}{' at ' + at if at else ''} runs Python outside XLA's plan, so XLA's "
-            "sizes above leave out what that Python allocates (in host memory beside a GPU; on "
-            "the CPU backend, the same memory the step uses). Measure the step as it runs, "
-            "measure.measure_step(fn, *args) or %%memory around a call (jax-ml/jax#31292: a "
-            "callback making a 64 MiB NumPy array, 2.00 MiB by XLA's sizes, 151.64 MiB measured "
-            "on a CPU).")
+            "sizes above leave out what that Python allocates: measure.measure_step(fn, *args) "
+            "or %%memory around a call counts it (jax-ml/jax#31292: 2.00 MiB by XLA's sizes, "
+            "151.64 MiB measured on a CPU).")
     for callback, at, loop, loop_at in c.callbacks_hoisted()[:1]:
         notes.append(
             f"The {callback} at {at}, written in the body of the {loop}"

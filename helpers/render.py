@@ -342,8 +342,13 @@ def holders_text(h: Holders) -> str:
                          "lives")
         if a.fix:
             lines.append(f"              -> {a.fix}")
-    lines.append(f"compiled programs loaded: {h.executables} (generated code "
-                 f"{format_bytes(h.executable_code_bytes)})")
+    if h.cpu_executables and h.cpu_executables == h.executables:
+        code = "generated code not reported by the CPU backend: XLA gives 0"
+    else:
+        code = f"generated code {format_bytes(h.executable_code_bytes)}" + (
+            f"; the CPU backend's {h.cpu_executables} not reported" if h.cpu_executables
+            else "")
+    lines.append(f"compiled programs loaded: {h.executables} ({code})")
     for name, programs, nbytes in h.program_constants:
         each = (f"{programs} programs named {name} hold {format_bytes(nbytes)} of constants"
                 if programs > 1 else f"the program {name} holds {format_bytes(nbytes)} of "

@@ -519,19 +519,24 @@ def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = ()) -> s
 
 
 def donation_note(names: list[str], saving: int,
-                  copied: tuple[tuple[str, int], ...] = ()) -> str:
+                  copied: tuple[tuple[str, int], ...] = (), own_jit: str = "") -> str:
     """The note for undonated arguments whose new values the step returns
     (:func:`donation_would_save`'s answer): the bytes and the fix; and, where the step copies
     one of them whole only to write a slice into it (:func:`copied_to_update`), the time that
     copy costs on every call (jax-ml/jax#9132, measured by the helper on the CPU, jax 0.10.2: a
-    32 MiB KV cache written one token per call, 26.6 ms a token, 0.067 ms donated)."""
+    32 MiB KV cache written one token per call, 26.6 ms a token, 0.067 ms donated). For a
+    step that is another library's own jit (``own_jit``: ``flax`` for nnx.jit), the donation
+    is declared on that wrapper: the kit refuses to add one around it (google/flax#5026)."""
+    how, plan = (("donate_argnums or donate_argnames; nnx.jit takes them too",
+                  "preflight_step with the donation shows its plan") if not own_jit else
+                 ("declared on the wrapper itself: nnx.jit(step, donate_argnums=...)",
+                  "preflight_step on the step so declared shows its plan; the kit adds no "
+                  "donation around another library's jit, google/flax#5026"))
     note = (f"Nothing donated for {', '.join(names)}, yet {format_bytes(saving)} of "
             "the outputs have their shapes and dtypes: the old values stay alive "
-            f"beside the new. Donating {' and '.join(names)} (donate_argnums or "
-            "donate_argnames; nnx.jit takes them too), if you do not use the old "
-            "values after the call, lets XLA write the outputs into them: up to that "
-            "much less at the peak, as XLA plans it (preflight_step with the donation "
-            "shows its plan).")
+            f"beside the new. Donating {' and '.join(names)} ({how}), if you do not use the "
+            "old values after the call, lets XLA write the outputs into them: up to that "
+            f"much less at the peak, as XLA plans it ({plan}).")
     mine = [(where, n) for where, n in copied if _root(where) in names]
     if mine:
         where, n = mine[0]

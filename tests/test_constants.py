@@ -136,6 +136,25 @@ def test_jax_13956_a_closure_xla_computed_while_compiling_is_named():
         lambda: jax.random.normal(key, (1024,))).advice
 
 
+def test_jax_13956_a_plain_allocation_is_not_called_computed_while_compiling():
+    """jax-ml/jax#13956's note is for arrays closed over and folded: a step that only allocates
+    a KV cache of static sizes (``jnp.zeros``) also compiles to a program that reads no
+    argument and broadcasts a constant (0), but it closes over nothing, and there is no work
+    to pass as arguments. The kit stays quiet."""
+
+    def init_cache(batch, seq):
+        shape = (batch, 8, seq, 64)
+        return {"k": jnp.zeros(shape, jnp.bfloat16), "v": jnp.zeros(shape, jnp.bfloat16)}
+
+    text = jax.jit(init_cache, static_argnums=(0, 1)).lower(8, 2048).compile().as_text()
+    assert jaxcompat.computed_while_compiling(text)  # the program alone looks like #13956's
+    p = preflight.preflight_step(init_cache, 8, 2048, static_argnums=(0, 1))
+    assert p.output_bytes >= 2 * 8 * 8 * 2048 * 64 * 2  # K and V, 16 MiB each
+    assert "while compiling" not in p.advice and "closes over" not in p.advice, p.advice
+    assert "while compiling" not in preflight.preflight_step(
+        lambda: jnp.arange(2**22, dtype=jnp.float32)).advice
+
+
 def test_jax_31292_a_pure_callback_s_own_memory_is_named_as_outside_xla_s_sizes():
     """jax-ml/jax#31292: peak = temp + args + outs - alias from memory_analysis(), and a
     jax.pure_callback whose Python allocates 64 MiB: XLA's sizes leave that out (2.00 MiB
@@ -161,6 +180,26 @@ def test_jax_31292_a_pure_callback_s_own_memory_is_named_as_outside_xla_s_sizes(
     assert "callback" not in plain.advice
 
 
+def test_jax_31292_a_small_step_s_callback_gets_one_short_sentence():
+    """The jax-ml/jax#31292 note fired with a whole paragraph on every pure_callback, a
+    4-element one in a step of 36 B among them. What the Python allocates is not in the
+    step's sizes either way (the thread's step was 2 MiB, its callback's array 64 MiB), so
+    the note stays, as one sentence: the cause and the fix."""
+    @jax.jit
+    def cb(x):
+        y = jax.pure_callback(lambda x: np.asarray(x) + 1, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              x)
+        return (y * 2).sum()
+
+    p = preflight.preflight_step(cb, jnp.ones((4,)))
+    assert p.peak_bytes < 64
+    (note,) = [n for n in p.advice.splitlines() if "callback" in n]
+    assert note.startswith("The jax.pure_callback at ") and "jax-ml/jax#31292" in note, note
+    assert "leave out what that Python allocates: measure.measure_step(fn, *args)" in note
+    assert len(note) < 400 and "in host memory beside a GPU" not in note
+    assert note.count(". ") == 0 and note.endswith(").")  # one sentence
+
+
 def test_jax_21045_a_bfloat16_draw_gets_the_threefry_note_as_a_float32_one_does():
     """jax-ml/jax#21045: jax.random.uniform(key, shape, bfloat16) holds uint32 buffers of the
     full shape. The kit's threefry note fired for float32 but not bfloat16: its test wanted
@@ -179,6 +218,46 @@ def test_jax_21045_a_bfloat16_draw_gets_the_threefry_note_as_a_float32_one_does(
         # the fix, run: an rbg key makes no such temporaries
         rbg = preflight.preflight_step(draw, jax.random.key(0, impl="rbg"))
         assert rbg.temp_bytes < 1024 and "threefry2x32" not in rbg.advice
+
+
+def test_jax_21045_a_dropout_step_s_masks_get_no_threefry_note_and_two_tables_get_an_honest_one():
+    """jax-ml/jax#21045's threshold (one draw's listed uint32 values a quarter of the
+    temporaries, as XLA's loop makes as many again unlisted) summed the bits of every draw of
+    the shape: an ordinary dropout MLP's two 2 MiB masks made the note fire ("8.00 MiB ...
+    (4x the draw)"), though an rbg key only took its temporaries from 22.5 to 18.4 MiB (the
+    draws are made one after another in memory XLA reuses). Each draw now counts once."""
+    def mlp(params, x, key):
+        for i, w in enumerate(params[:-1]):
+            x = jax.nn.relu(x @ w)
+            keep = jax.random.bernoulli(jax.random.fold_in(key, i), 0.9, x.shape)
+            x = jnp.where(keep, x / 0.9, 0)
+        return x @ params[-1]
+
+    @jax.jit
+    def step(params, x, y, key):
+        g = jax.grad(lambda p: jnp.mean((mlp(p, x, key) - y) ** 2))(params)
+        return jax.tree.map(lambda p, g: p - 1e-3 * g, params, g)
+
+    params = [jnp.full((a, b), 0.02) for a, b in ((512, 1024), (1024, 1024), (1024, 256))]
+    x, y = jnp.ones((512, 512)), jnp.ones((512, 256))
+    p = preflight.preflight_step(step, params, x, y, jax.random.key(1), donate_argnums=0)
+    rbg = preflight.preflight_step(step, params, x, y, jax.random.key(1, impl="rbg"),
+                                   donate_argnums=0)
+    assert "threefry2x32" not in p.advice, p.advice
+    assert rbg.temp_bytes > 0.75 * p.temp_bytes  # what the note would have promised: little
+
+    # two 8 MiB tables drawn one after the other: each draw's bits, said once
+    def two(key):
+        return sum(jax.random.uniform(jax.random.fold_in(key, i), (2048, 1024)) for i in (0, 1))
+
+    t = preflight.preflight_step(two, jax.random.key(0))
+    assert "draws 8.00 MiB of random bits (one of 2 draws of that shape)" in t.advice, t.advice
+    assert "holds 16.00 MiB of uint32 values that size while making each (2x the draw)" \
+        in t.advice
+    # the fix, run: an rbg key takes the temporaries from 40 MiB to 16 MiB
+    t_rbg = preflight.preflight_step(two, jax.random.key(0, impl="rbg"))
+    assert t.temp_bytes >= 40 * MiB and t_rbg.temp_bytes <= 16 * MiB + 4096
+    assert "threefry2x32" not in t_rbg.advice
 
 
 def test_jax_18954_generated_code_the_cpu_does_not_report_is_not_printed_as_0_B():

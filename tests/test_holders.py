@@ -735,3 +735,32 @@ def test_keras_19110_bytes_only_reference_cycles_hold_are_in_the_header_whatever
         assert h.cycle_bytes == 0 and "reference cycles" not in str(h).splitlines()[0]
     finally:
         gc.enable()
+
+
+def test_jax_18954_programs_on_the_cpu_print_no_generated_code_0_b():
+    """jax-ml/jax#18954 (a helper's side note): the CPU backend gives 0 bytes of generated code
+    for every program; preflight_step says it does not report it, and holders printed
+    "compiled programs loaded: N (generated code 0 B)" as if measured. Now the same words."""
+    import dataclasses
+
+    import jax
+
+    from helpers.units import NOT_AVAILABLE
+
+    f = jax.jit(lambda x: jnp.tanh(x) * 2)
+    f(jnp.ones(8)).block_until_ready()
+    stats = f.lower(jnp.ones(8)).compile().memory_analysis()
+    assert stats.generated_code_size_in_bytes == 0  # what the CPU backend says
+    h = holders.largest(1, namespace={})
+    assert h.executables >= 1 and h.cpu_executables == h.executables
+    assert h.executable_code_bytes is NOT_AVAILABLE and h.to_dict()["executable_code_bytes"] is None
+    (row,) = [line for line in str(h).splitlines() if line.startswith("compiled programs")]
+    assert row.endswith("(generated code not reported by the CPU backend: XLA gives 0)"), row
+    assert "0 B" not in row
+    again = type(h).from_dict(h.to_dict())
+    assert again.executable_code_bytes is NOT_AVAILABLE
+    assert again.cpu_executables == h.cpu_executables
+    # a GPU's programs beside the CPU's: theirs counted, the CPU's said to be left out
+    mixed = dataclasses.replace(h, executables=3, cpu_executables=1, executable_code_bytes=4096)
+    assert "compiled programs loaded: 3 (generated code 4.00 KiB; the CPU backend's 1 not " \
+           "reported)" in str(mixed)

@@ -1,5 +1,6 @@
 """preflight_step (will this step fit?) and its truth test against a measured peak."""
 
+import functools
 import gc
 import json
 import re
@@ -1654,28 +1655,32 @@ class _NnxJit:
     """A stand-in for ``nnx.jit`` (flax/nnx/transforms/compilation.py): the step changes its
     modules in place; the wrapper jits a pure function that takes their state and returns it
     updated beside the step's own outputs, and writes it back into the modules after the call.
-    Its Lowered keeps JAX's as ``.lowered``, as Flax's does."""
+    Its Lowered keeps JAX's as ``.lowered``, as Flax's does, and it keeps the step's signature
+    (``__wrapped__``), as Flax's does: the kit names the arguments by it."""
 
-    def __init__(self, fn, donate_argnums=()):
-        self.jitted_fn = jax.jit(lambda *args: (args, fn(*args)), donate_argnums=donate_argnums)
+    def __init__(self, fn, donate_argnums=(), static_argnames=()):
+        functools.update_wrapper(self, fn)
+        self.jitted_fn = jax.jit(lambda *args, **kw: (args, fn(*args, **kw)),
+                                 donate_argnums=donate_argnums, static_argnames=static_argnames)
 
-    def lower(self, *args):
+    def lower(self, *args, **kwargs):
         import types
 
-        return types.SimpleNamespace(lowered=self.jitted_fn.lower(*args))
+        return types.SimpleNamespace(lowered=self.jitted_fn.lower(*args, **kwargs))
 
-    def __call__(self, *args):
-        new, out = self.jitted_fn(*args)
+    def __call__(self, *args, **kwargs):
+        new, out = self.jitted_fn(*args, **kwargs)
         for old, updated in zip(args, new, strict=True):
             if isinstance(old, _Module):
                 vars(old).update(vars(updated))
         return out
 
 
-def _nnx_train_step(model, opt, x):
-    """SGD with momentum on a two-layer model, written as an nnx step: it updates in place."""
+def _nnx_train_step(model, opt, x, scale=1.0):
+    """SGD with momentum on a two-layer model, written as an nnx step: it updates in place.
+    ``scale``: a Python float for the loss, static under the wrapper."""
     def loss(w1, w2):
-        return jnp.mean((jnp.tanh(x @ w1) @ w2) ** 2)
+        return scale * jnp.mean((jnp.tanh(x @ w1) @ w2) ** 2)
 
     grads = jax.grad(loss, argnums=(0, 1))(model.w1, model.w2)
     opt.m1, opt.m2 = 0.9 * opt.m1 + grads[0], 0.9 * opt.m2 + grads[1]
@@ -1697,14 +1702,33 @@ def test_flax_5026_an_nnx_jit_step_s_state_is_read_through_its_wrapper():
     nbytes = 4 * 256 * 512 * 4  # the four state arrays, each 512 KiB
     p = preflight.preflight_step(_NnxJit(_nnx_train_step), model, opt, x)
     assert p.output_bytes >= nbytes  # the updated state comes back through the wrapper
-    assert "Donating" in p.advice and "nnx.jit takes them too" in p.advice, p.advice
+    # named by the step's own signature, and the donation declared on the wrapper, as the
+    # kit refuses to put one around it (below)
+    assert "Donating model and opt (declared on the wrapper itself: nnx.jit(step, " \
+           "donate_argnums=...))" in p.advice, p.advice
+    assert "preflight_step on the step so declared shows its plan" in p.advice
+    assert "args[0]" not in p.advice and "preflight_step with the donation" not in p.advice
     donated = _NnxJit(_nnx_train_step, donate_argnums=(0, 1))
     d = preflight.preflight_step(donated, model, opt, x)
     assert len(d.donations) == 4 and all(a.reused for a in d.donations), d.donations
     assert "no alias table" not in str(d) and d.alias_bytes == nbytes
+    assert "Nothing donated" not in d.advice  # the note's fix, followed on the wrapper
     with pytest.raises(BadInputError, match=r"returns 6 arrays where jax.jit around it returns "
-                       r"1.*Declare the donation on the wrapper itself"):
+                       r"1.*the donation asked here.*Declare them on the wrapper itself "
+                       r"\(nnx.jit\(step, donate_argnums=...\)\).*without donate_argnums"):
         preflight.preflight_step(_NnxJit(_nnx_train_step), model, opt, x, donate_argnums=(0, 1))
+    # the same with static arguments declared to the kit: it would put a jax.jit around the
+    # wrapper to make them static, and price a step that updates nothing (4 bytes out)
+    static = _NnxJit(_nnx_train_step, static_argnames="scale")
+    with pytest.raises(BadInputError, match=r"returns 6 arrays where jax.jit around it returns "
+                       r"1.*the static arguments asked here.*nnx.jit\(step, "
+                       r"static_argnames=...\).*without static_argnames"):
+        preflight.preflight_step(static, model, opt, x, scale=2.0, static_argnames="scale")
+    assert jax.jit(static, static_argnames="scale").lower(
+        model, opt, x, scale=2.0).compile().memory_analysis().output_size_in_bytes == 4
+    # the fix, run: the wrapper's own static argument, nothing asked of the kit
+    s = preflight.preflight_step(static, model, opt, x, scale=2.0)
+    assert s.output_bytes >= nbytes and "Donating model and opt" in s.advice, s.advice
     # what the kit refuses to price: jax.jit around the wrapper leaves the modules as they were
     model2, opt2, x2 = state()
     jax.jit(_NnxJit(_nnx_train_step), donate_argnums=(0, 1))(model2, opt2, x2)

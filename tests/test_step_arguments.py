@@ -6,6 +6,7 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from helpers import preflight
@@ -256,3 +257,46 @@ def test_jax_9132_a_cache_written_a_row_per_call_without_donation_is_copied_whol
     where = mine.unsafe_buffer_pointer()
     out = jax.jit(decode_step, donate_argnums=0)(mine, kv, pos).block_until_ready()
     assert out.unsafe_buffer_pointer() == where and float(out[1, 5, 0, 0]) == 1.0
+
+
+def test_jax_18617_two_device_puts_of_one_numpy_array_are_not_said_to_fail():
+    """On the CPU, jax.device_put of a 64-byte-aligned NumPy array adopts its memory, so two
+    puts of it are two Arrays over one pointer. The kit said the donated call fails ("the
+    same buffer is passed again"), but XLA sees two buffers: the call runs, and donates
+    nothing into NumPy's memory (jax-ml/jax#18617). Two Arrays over one JAX buffer
+    (jax.device_put of an array to the device it is on) do fail, and nothing public tells
+    the two apart: the kit says both, and a copy fixes either."""
+    def f(p, q):
+        return p + 1, q * 2
+
+    room = np.zeros(2**18 + 16, np.float32)
+    start = (-room.ctypes.data % 64) // 4
+    host = room[start:start + 2**18].reshape(512, 512)  # 1 MiB, 64-byte aligned
+    a, b = jax.device_put(host), jax.device_put(host)
+    assert a is not b and a.unsafe_buffer_pointer() == b.unsafe_buffer_pointer()
+    assert a.unsafe_buffer_pointer() == host.ctypes.data  # both adopted NumPy's memory
+    p = preflight.preflight_step(f, a, b, donate_argnums=0)
+    assert p.verdict == "fits" and "the same buffer is passed again" not in p.advice
+    assert ("argument 0 is donated, and argument 1 is another array over the same memory "
+            "(1.00 MiB)") in p.advice, p.advice
+    assert "it runs and donates nothing" in p.advice and "jax-ml/jax#18617" in p.advice
+    assert "pass a copy (jnp.copy(x))" in p.advice
+    out = jax.jit(f, donate_argnums=0)(a, b)  # what runs: no failure
+    assert float(out[1][0, 0]) == 0.0 and out[0].unsafe_buffer_pointer() != host.ctypes.data
+    # two Arrays over one JAX buffer: the same words, and the call fails
+    x = jnp.zeros((512, 512))
+    y = jax.device_put(x, x.devices().pop())
+    assert y is not x and y.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
+    assert "another array over the same memory" in preflight.preflight_step(
+        f, x, y, donate_argnums=0).advice
+    with pytest.raises(Exception, match="previously donated in the same call"):
+        jax.jit(f, donate_argnums=0)(x, y)
+    # the fix, run: a copy where it is not the donated one
+    x = jnp.zeros((512, 512))
+    fixed = preflight.preflight_step(f, x, jnp.copy(x), donate_argnums=0)
+    assert "same memory" not in fixed.advice and fixed.verdict == "fits"
+    jax.block_until_ready(jax.jit(f, donate_argnums=0)(x, jnp.copy(x)))
+    assert x.is_deleted()
+    # one Array passed twice is still a sure failure
+    z = jnp.zeros((512, 512))
+    assert preflight.preflight_step(f, z, z, donate_argnums=0).verdict == "will fail"

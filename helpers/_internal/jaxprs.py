@@ -20,7 +20,7 @@ from helpers._internal.jaxcompat import device_name
 
 __all__ = ["CALLBACKS", "callbacks", "callbacks_every_step", "callbacks_hoisted",
            "carry_lines", "cast_before_scan", "checkpoint_offloads", "closed_over_values",
-           "custom_vjp_residuals", "custom_vjp_rule",
+           "closes_over_arrays", "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
@@ -51,6 +51,14 @@ def walk(closed) -> Iterator[tuple[Any, Sequence]]:
             for v in eqn.params.values():
                 stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+
+
+def closes_over_arrays(closed) -> bool:
+    """The step closes over an array of one dimension or more (a constant of its jaxpr or of
+    one nested in it): what XLA can compute with while compiling. A step that only makes
+    arrays from literals (``jnp.zeros(shape)``: a broadcast of the constant 0) closes over
+    none; neither does a closed-over scalar or PRNG key."""
+    return any(getattr(c, "ndim", 0) for _, consts in walk(closed) for c in consts)
 
 
 def closed_over_values(closed) -> set[tuple[int, ...]]:
