@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import compiled, devices, measure, preflight
+from helpers import compiled, devices, measure, preflight, program_notes
 from helpers._internal import jaxcompat, jaxprs
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
@@ -1212,11 +1212,11 @@ def test_a_where_on_a_line_that_calls_a_function_named_second_is_no_cond():
                                  jnp.ones((64, 256)))
     t = Temporary("select_n", "f32", (64, 256, 256), 16 * 2**20,
                   "cell, line 3: h = jnp.where(x > 0, second(x), x)", batched=True)
-    note = preflight._batched_note(t)
+    note = program_notes.batched_note(t)
     assert "lax.cond" not in note and "jax.lax.map(f, xs, batch_size=k)" in note
     cond = dataclasses.replace(t, line="cell, line 3: return jax.lax.cond(p, f, g, x)",
                                in_derivative=True)
-    note = preflight._batched_note(cond)
+    note = program_notes.batched_note(cond)
     assert "both branches run" in note and "jax.lax.map(jax.checkpoint(f), xs) under" in note
     assert p.verdict == "fits"
 
@@ -1389,11 +1389,11 @@ def test_a_small_jacobian_beside_the_user_s_own_vmap_does_not_rename_that_vmap()
 
 
 def test_the_chunk_recipe_divides_the_loop_or_names_the_steps_left_over():
-    assert preflight._chunk_size(256) == 16 and preflight._chunk_size(300) in (15, 20)
-    assert "reshape(20, 15" in preflight._chunks_fix(300) or "reshape(15, 20" in (
-        preflight._chunks_fix(300))
-    assert "on their own" not in preflight._chunks_fix(300)  # 300 steps divide: none left
-    prime = preflight._chunks_fix(257)  # a prime: 16 chunks of 16, then one step
+    assert program_notes.chunk_size(256) == 16 and program_notes.chunk_size(300) in (15, 20)
+    assert "reshape(20, 15" in program_notes.chunks_fix(300) or "reshape(15, 20" in (
+        program_notes.chunks_fix(300))
+    assert "on their own" not in program_notes.chunks_fix(300)  # 300 steps divide: none left
+    prime = program_notes.chunks_fix(257)  # a prime: 16 chunks of 16, then one step
     assert "xs[:256].reshape(16, 16" in prime and "Then run the last step" in prime
 
 

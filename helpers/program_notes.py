@@ -1,0 +1,704 @@
+"""What a step's program holds, in words: one note for each finding of :mod:`helpers.compiled`
+(a value XLA keeps, a loop, a Jacobian, a cast, random bits, a value gathered whole), with its
+cause and its fix in one or two sentences and the numbers of the record. :func:`helpers.preflight.
+preflight_step` keeps them in its record's advice; :mod:`helpers.step_arguments` says the same of
+a step's arguments."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from helpers import compiled, devices
+from helpers._internal import jaxcompat, jaxprs
+from helpers._internal.jaxcompat import device_name
+from helpers.units import format_bytes
+
+if TYPE_CHECKING:
+    import jax
+
+__all__ = ["basis_note", "batched_by_line", "batched_note", "bound_method_note", "carry_copy_note",
+           "cast_note", "checkpoint_fix", "chunk_size", "chunks_fix", "cpu_upcast",
+           "cpu_upcast_note", "float64_arguments", "float64_note", "fwd_rule_fix",
+           "gathered", "jacobian_note", "on_the_host_by_commitment", "random_bits_whole",
+           "record_note", "slice_copy_note", "sparse_note", "stack_note",
+           "stacked_indices", "threefry_note", "unrolled_values", "widened",
+           "widened_note"]
+
+
+#: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
+_CALLBACKS = tuple(jaxprs.CALLBACKS)
+
+
+#: the operations that cut a part of an array: where one gathers a split argument whole, the
+#: part was cut along the split dimension
+_SLICES = ("dynamic_slice", "slice")
+
+
+def gathered(temporaries: Sequence[compiled.Temporary], args: tuple, kwargs: dict,
+             text: str | None = None) -> list:
+    """The large temporaries (1 MiB or more) with the whole shape of an argument split over
+    several devices: of a callback (jax.debug.print, a host callback), a value gathered from its
+    shards to be handed to the host; of a slice, only where XLA's program (``text``) all-gathers
+    a value of that shape: the argument gathered whole onto each device to cut a part along its
+    split dimension (apple/axlearn#993: a minibatch sliced from a batch split over devices). A
+    gather a sharded layer makes by design (FSDP's weights) is neither."""
+    whole = {tuple(leaf.shape) for leaf in devices.start_jax().tree.leaves((args, kwargs))
+             if compiled.devices_split_over(leaf) > 1}
+    gathers = jaxcompat.all_gather_shapes(text or "")
+    return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20
+            and (t.op in _CALLBACKS or (t.op in _SLICES and tuple(t.shape) in gathers))]
+
+
+def jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
+    """A Jacobian made the long way: jax.jacrev over a function with more outputs than inputs
+    (jax#215), or jax.jacfwd over one with more inputs than outputs (jax#719); ``held``: the
+    largest value XLA's plan holds for its batch (its first dimension).
+    Measured by the kit: jax#215's function with 5,120 outputs of 20 inputs, a peak of 107 MiB
+    with jacrev and 401 KiB with jacfwd on jax 0.10.2, whose plan holds the 100 MiB identity;
+    6.8 MiB and 401 KiB on jax 0.8.0, whose plan fuses the identity away."""
+    at = f" ({r.line})" if r.line else ""
+    if r.mode == "reverse":
+        made, one, other, fix, how = ("row per output", "output", "input", "jax.jacfwd",
+                                      "pulling back")
+    else:
+        made, one, other, fix, how = ("column per input", "input", "output", "jax.jacrev",
+                                      "pushing forward")
+    others = f"{r.other_way:,} {other}{'s' if r.other_way != 1 else ''}"
+    return (f"jax.{'jacrev' if r.mode == 'reverse' else 'jacfwd'}{at} makes its Jacobian one "
+            f"{made} of the function, all {r.batch:,} at once under vmap ({how} an identity "
+            f"of {r.batch:,} x {r.batch:,}), for {others}: XLA's plan holds {held.op} "
+            f"{held.dtype}{list(held.shape)} ({format_bytes(held.nbytes)}) for them. With "
+            f"more {one}s than {other}s, {fix} makes the same Jacobian one "
+            f"{'column' if r.mode == 'reverse' else 'row'} per {other} ({others} here) and "
+            "needs far less.")
+
+
+def basis_note(r: compiled.Jacobian, t: compiled.Temporary, count: int = 1,
+                total: int = 0) -> str:
+    """The largest values made under a vmap that is a Jacobian's own: jax.jacfwd (jax.hessian
+    is jacfwd(jacrev(f))) pushes its whole basis of tangents forward at once, jax.jacrev pulls
+    its whole basis back, so each value of the function is made once per basis vector
+    (jax-ml/jax#787: 551 GB asked for a 221 MB Hessian). Measured by the kit on the CPU, a
+    pairwise-distance energy of 96 atoms: jax.hessian 51.79 MiB of temporaries on jax 0.10.2,
+    51.47 MiB on 0.8.0; the HVP over the basis in chunks of 8, 1.85 MiB on both."""
+    at = f", {t.line}" if t.line else ""
+    what = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}{at}), "
+            "is" if count == 1 else
+            f"{count} values from one line, {format_bytes(total)} together (the largest, {t.op} "
+            f"{t.dtype}{list(t.shape)}, {format_bytes(t.nbytes)}{at}), are")
+    if r.mode == "forward":
+        who, how, plain = ("jax.jacfwd (jax.hessian is jacfwd(jacrev(f)))", "pushes forward",
+                           "for jax.jacfwd of f, jax.jvp(f, (x,), (v,))[1] the same way makes "
+                           "its columns")
+    else:
+        who, how, plain = ("jax.jacrev", "pulls back", "for jax.jacrev of f, jax.vjp(f, x)[1](u)"
+                           "[0] over the rows u of jnp.eye(m) makes its rows")
+    return (f"{what} made for all {r.batch:,} basis vectors at once, under the vmap of "
+            f"{who}, which {how} the whole identity of {r.batch:,} x {r.batch:,}. Make it a "
+            "few rows at a time instead, for a Hessian jax.lax.map(lambda v: jax.jvp(jax.grad(f), "
+            "(x,), (v,))[1], jnp.eye(n).reshape(n, *x.shape), batch_size=k) with "
+            f"n = {r.batch:,} ({plain}); such values shrink to k of the {r.batch:,}.")
+
+
+def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
+                     ) -> list[tuple[compiled.Temporary, int, int]]:
+    """(the largest, how many, their bytes, whether one is a scatter) of the values made under
+    jax.vmap, per line of the user's code, where they come to a quarter of the peak or more,
+    largest first (one line can make several: each of a layer's weights, drawn for every layer
+    at once; equinox#673)."""
+    lines: dict[str, list[compiled.Temporary]] = {}
+    for t in c.temporaries(most):
+        if t.batched:
+            lines.setdefault(t.line or f"({t.op})", []).append(t)
+    out = [(max(ts, key=lambda t: t.nbytes), len(ts), sum(t.nbytes for t in ts),
+            any(t.op == "scatter" for t in ts)) for ts in lines.values()]
+    return sorted([b for b in out if b[2] * 4 >= peak], key=lambda b: -b[2])
+
+
+def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
+                  scattered: bool = False) -> str:
+    """The largest value made under jax.vmap for the whole batch at once, and how to make it
+    in chunks: under a derivative, chunks alone keep every chunk's values for the backward
+    pass (jax#8409: 16 MiB of temporaries with vmap, 40 MiB with lax.map(f, batch_size=8),
+    2 MiB with lax.map(jax.checkpoint(f), batch_size=8); measured by the kit on jax 0.10.2).
+    A lax.cond whose predicate vmap batches is a select: both branches run. An ``.at[i]``
+    update whose index vmap batches (``scattered``) copies the whole operand for every element
+    (scatter's batching rule; jax-ml/jax#23358: 16 MiB under vmap, 0 B computed without the
+    updated array, jax 0.10.2)."""
+    at = f", {t.line}" if t.line else ""
+    head = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
+            f"{at}), is made under jax.vmap for every element of the batch at once, as the "
+            "vectorized code would be")
+    if count > 1:
+        head = (f"{count} values from one line, {format_bytes(total)} in all (XLA may reuse "
+                f"one's buffer for another), are made "
+                f"under jax.vmap for every element of the batch at once, as the vectorized code "
+                f"would be (the largest, {t.op} {t.dtype}{list(t.shape)}, "
+                f"{format_bytes(t.nbytes)}{at})")
+    cond = t.op == "select_n" and re.search(r"\bcond\(", t.line) is not None
+    if cond:
+        head += (". A lax.cond whose predicate jax.vmap batches becomes a select (XLA has no "
+                 "batched conditional), so both branches run for every element")
+    at_update = scattered and ".at[" in t.line
+    if at_update:
+        head += (". An .at[...] update whose index jax.vmap batches copies the whole array it "
+                 "updates for every element (scatter's batching rule), though each changes one "
+                 "place")
+    if t.in_derivative:
+        fix = ("under the derivative, jax.lax.map(f, xs, batch_size=k) alone keeps every "
+               "chunk's values for the backward pass; jax.lax.map(jax.checkpoint(f), xs, "
+               "batch_size=k) recomputes each chunk instead, and such values shrink in "
+               "proportion")
+    else:
+        fix = ("jax.lax.map(f, xs, batch_size=k) computes k elements at a time, and such "
+               "values shrink in proportion")
+    if cond:
+        fix += ("; without batch_size, jax.lax.map keeps the predicate unbatched, so only the "
+                "branch taken runs" + (" (jax.lax.map(jax.checkpoint(f), xs) under the "
+                                       "derivative)" if t.in_derivative else ""))
+    if at_update:
+        fix = ("compute what you need without making the updated array (for .at[i].set(v)"
+               ".sum(): x.sum() - x[i] + v, jax-ml/jax#23358), or " + fix)
+    return f"{head}: {fix}."
+
+
+def stacked_indices(temporaries: Sequence[compiled.Temporary], peak: int) -> str:
+    """The largest value is integer indices stacked into one array on a line that indexes (x[a,
+    b, c] with index arrays, or x[tuple(columns)]): JAX stacks the index arrays into one int32
+    array for its gather, and a gradient's scatter keeps it (jax-ml/jax#30015: 12 MiB of the
+    gradient's 16 MiB of temporaries, 4 MiB with lax.gather given the (N, 3) array; measured on
+    the CPU, jax 0.10.2). A note where it is 1 MiB and a quarter of the peak or more; ""
+    otherwise."""
+    if not temporaries:
+        return ""
+    t = temporaries[0]
+    if not (t.op == "concatenate" and t.dtype[:1] in "su" and "[" in t.line
+            and len(t.shape) == 2 and t.nbytes >= 2**20 and 4 * t.nbytes >= peak):
+        return ""
+    k = t.shape[1]
+    dims = ", ".join(str(i) for i in range(k))
+    return (f"The largest value, concatenate {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}, "
+            f"{t.line}), is indices: indexing with {k} index arrays makes JAX stack them into "
+            "one integer array for its gather, a copy of them (int32, however narrow yours), "
+            "which a gradient's scatter keeps as well. Where they already sit in one "
+            f"(N, {k}) array, hand it to jax.lax.gather as it is (GatherDimensionNumbers("
+            f"offset_dims=(), collapsed_slice_dims=({dims}), start_index_map=({dims})), "
+            f"slice_sizes=(1,) * {k}), or index the flattened array with one flat index "
+            "(jax-ml/jax#30015).")
+
+
+def sparse_note(products: Sequence[tuple[str, str, int, int, int]],
+                temporaries: Sequence[compiled.Temporary], peak: int) -> str:
+    """The first BCOO product of 2**18 values or more whose line made a quarter of the peak
+    (``products``: :func:`jaxprs.sparse_products`), where it makes far more values than the
+    dense product has:
+    BCOO @ dense gathers a row of the dense operand per stored element (jax-ml/jax#14642: 24 MiB
+    for 200,000 stored elements by 32 columns; blocks of 4 columns took the peak 33.87 -> 15.11
+    MiB), BCOO @ BCOO pairs every stored element of one with every one of the other
+    (jax-ml/jax#14821: 820 x 820 pairs at 20% fill, where dense needed 54.86 KiB; measured on the
+    CPU, jax 0.10.2: 30.83 and 53.27 MiB held in two runs where the kit said 24.55). ""
+    otherwise."""
+    for kind, line, nse, other, dense in products:
+        held = sum(t.nbytes for t in temporaries if line and t.line == line)
+        # 2**18 values: 1 MiB of float32 made for the product itself
+        if nse * other < 2**18 or 4 * held < peak or nse * other < 4 * dense:
+            continue
+        if kind == "dense":
+            return (f"The BCOO @ dense product at {line} gathers a row of the dense operand "
+                    f"for each of the matrix's {nse:,} stored elements: {nse * other:,} values, "
+                    f"where the product has {dense:,}. Multiply in blocks of k columns "
+                    "(jax.lax.map(lambda b: m @ b, blocks)), which holds the stored elements "
+                    "times k; on a GPU, jax.config.update('jax_bcoo_cusparse_lowering', True) "
+                    "hands it to cuSPARSE (jakevdp, jax-ml/jax#14642; from the thread, not yet "
+                    "run on a GPU).")
+        return (f"The BCOO @ BCOO product at {line} pairs each of the left's {nse:,} stored "
+                f"elements with each of the right's {other:,}: {nse * other:,} pairs, where the "
+                f"dense product has {dense:,} elements. At this fill, dense is far cheaper: "
+                "a.todense() @ b.todense() (jakevdp, jax-ml/jax#14821: a sparse product pays at "
+                "about 1% fill or less). The peak above may be low for it: on the CPU, runs of "
+                "such a product held 1.3 to 2.2 times the kit's figure (the cause not yet "
+                "known).")
+    return ""
+
+
+def unrolled_values(c: compiled.CompiledStep, unrolled: str, temp: int) -> str:
+    """Where a loop unrolled inside jit (``unrolled``: the note) holds one value per iteration
+    at once, half of XLA's temporaries (``temp``) or more: a sentence saying so; "" otherwise.
+    openxla/xla#35719: 36 iterations of a 1.91 MiB index array, 70.6 MiB of temporaries on the
+    CPU (jax 0.8.0 and 0.10.2); a lax.scan over them with one padded shape, 15.3 MiB."""
+    if "is unrolled" not in unrolled:
+        return ""
+    same = [t for t in c.temporaries(4 * compiled.UNROLLED_AT) if t.line and t.line in unrolled]
+    held = sum(t.nbytes for t in same)
+    if len(same) < 4 or 2 * held < temp:
+        return ""
+    return (f" This line's values are alive at once, too: XLA's plan holds {len(same)} of them "
+            f"({format_bytes(held)} of {format_bytes(temp)} of temporaries), from every "
+            "iteration, where a jax.lax.scan over the iterations holds one iteration's (give every "
+            "iteration one shape, padded, and mask what is padding; openxla/xla#35719).")
+
+
+def random_bits_whole(c: compiled.CompiledStep) -> bool:
+    """The step draws random numbers (threefry) while ``jax_threefry_partitionable`` is off:
+    over a mesh each device then computes the bits of the whole array (levanter#475; measured
+    on jax 0.8.0 and 0.10.2: 32 MiB of temporaries per device for a 4 MiB part, 12 MiB with
+    the flag on)."""
+    jax = devices.start_jax()
+    return (not getattr(jax.config, "jax_threefry_partitionable", True)
+            and bool({"threefry2x32", "random_bits"} & c.primitives))
+
+
+def on_the_host_by_commitment(dev: jax.Device) -> str:
+    """A note when committed arguments pin the step to another platform than the default
+    device's (a GPU machine's batch committed to its CPU): jit runs it there, and says
+    nothing. "" otherwise."""
+    default = devices.default_device()
+    if dev == default or getattr(dev, "platform", "") == getattr(default, "platform", ""):
+        return ""
+    loader = (" A loader that yields arrays committed to the CPU does this (jax.device_put to "
+              "a CPU device; jax.dlpack.from_dlpack of a NumPy array commits too, seen on the "
+              "CPU)." if getattr(dev, "platform", "") == "cpu" else "")
+    return (f"This step runs on {device_name(dev)}, not on the default device "
+            f"{device_name(default)}: its arguments are committed to {device_name(dev)}, and jit "
+            f"runs where committed arguments are, without a word.{loader} If "
+            f"{device_name(default)} was meant, jax.device_put the arguments there before the "
+            "call.")
+
+
+def chunk_size(length: int) -> int:
+    """The number of steps per chunk nearest the square root of ``length`` that divides it
+    (2 or more steps, 2 or more chunks); the square root itself where none does (a prime)."""
+    root = math.isqrt(length)
+    pairs = [d for k in range(2, root + 1) if length % k == 0 for d in (k, length // k)]
+    return min(pairs, key=lambda d: abs(d - math.sqrt(length)), default=max(root, 2))
+
+
+def chunks_fix(length: int) -> str:
+    """The fix for a scan whose steps each keep their carry: checkpointed chunks of about
+    sqrt(length) steps (measured by the kit for jax#19250, a fori_loop of 256 steps of sin over
+    float32[4096]: 4.00 MiB kept became 256 KiB, XLA's temporaries 4.03 MiB became 0.53 MiB,
+    the same gradient; jax 0.8.0 and 0.10.2)."""
+    k = chunk_size(length)
+    n, left = divmod(length, k)
+    last = "the last step" if left == 1 else f"the last {left} steps"
+    rest = (f" Then run {last} on their own, after the scan (your {length} steps are {n} "
+            f"chunks of {k} and {left} more)." if left else "")
+    return (f"A lax.scan over jax.checkpoint-ed chunks of {k} steps keeps one carry per chunk, "
+            f"{n} in all, and the backward pass recomputes one chunk at a time: "
+            f"jax.lax.scan(jax.checkpoint(chunk), carry, xs[:{n * k}].reshape({n}, {k}, ...)), "
+            f"where chunk runs the body over its {k} steps with a lax.scan (for a fori_loop: "
+            f"xs None, length={n}, and chunk a fori_loop of {k} steps).{rest}")
+
+
+def checkpoint_fix(length: int, per_step: int, carry: int, checkpointed: bool,
+                    chunked: bool) -> str:
+    """What jax.checkpoint can do for a scan under a derivative that keeps ``per_step`` bytes
+    a step, whose carry is ``carry`` bytes: checkpointing the body keeps each step's carry, so
+    where that is all it keeps already, or the whole body is checkpointed already, the fix is
+    chunks (jax-ml/jax#19250: "jax.remat(body_fn) does not help"); where a checkpoint covers
+    only part of the body and a step keeps more than its carry, around the whole body."""
+    if chunked:
+        return ("Its body is a jax.checkpoint-ed chunk of steps already: it keeps one carry per "
+                "chunk and recomputes one chunk at a time in the backward pass; chunks of about "
+                "the square root of all the steps keep the least.")
+    if checkpointed and (not carry or per_step <= 2 * carry):
+        return ("Its body is under jax.checkpoint already, so each step keeps its carry (and "
+                "what the checkpoint's policy saves). " + chunks_fix(length))
+    if carry and per_step <= carry:
+        return (f"Each step keeps {format_bytes(per_step)}, no more than its carry "
+                f"({format_bytes(carry)}), which is what jax.checkpoint on the body would keep: "
+                "it cannot shrink this (jax#19250). " + chunks_fix(length))
+    if checkpointed:
+        return (f"Part of its body is under jax.checkpoint, yet each step keeps "
+                f"{format_bytes(per_step)}, more than its carry ({format_bytes(carry)}): "
+                "jax.checkpoint around the whole body keeps only each step's carry and "
+                "recomputes the rest in the backward pass.")
+    return ("jax.checkpoint on the body keeps only each step's carry and recomputes the rest in "
+            "the backward pass.")
+
+
+def fwd_rule_fix(rule: str) -> str:
+    """The fix for residuals a jax.custom_vjp fwd rule returns (sgl-project/sglang-jax#823:
+    measured by the kit on a chunked linear attention of 32 chunks, jax 0.8.0 and 0.10.2: 896
+    KiB kept, the same with jax.checkpoint on the scan's body inside the fwd rule; 256 KiB
+    with the rule returning only its inputs)."""
+    return (f"JAX keeps what {rule} returns until the bwd rule runs, and jax.checkpoint on code "
+            f"inside {rule} (a scan's body) cannot drop it; around the whole call it only makes "
+            f"{rule} run again in the backward pass. Return fewer residuals from {rule} (its "
+            "inputs, say) and recompute the rest in the bwd rule (sglang-jax#823).")
+
+
+def _updated_stack_note(t: compiled.ScanStack, peak: int) -> str:
+    """A scan that takes an array in as xs and gives it back as ys with rows written into each
+    step's slice: a KV cache stacked over layers, scanned over with the layers
+    (marin-community/levanter#1249, the maintainer's fix a list of per-layer caches, "~5-6x").
+    Measured by the helper on the CPU, 8 layers of [2, 2048, 4, 64] float32 (32 MiB), donated:
+    51.2 ms per token through the scan (35.6 on jax 0.8.0), 13.2 with a list of per-layer
+    caches, 10.2 with the cache carried by a lax.fori_loop and written with
+    dynamic_update_slice at (i, 0, pos, 0, 0); XLA's temporaries 40 MiB -> 4 MiB."""
+    at = f" ({t.line})" if t.line else ""
+    return (f"A lax.scan{at} takes a {t.dtype}{list(t.shape)} in as xs and gives it back as "
+            f"ys with rows written into each of its {t.length} steps' slices "
+            "(dynamic_update_slice or .at[].set): every call builds a new "
+            f"{format_bytes(t.updated_bytes)} stacked array ({t.updated_bytes / peak:.0%} of the "
+            "peak) to change those rows, and donating the old one does not make the write in "
+            "place. Carry the array instead and write step i's rows into it with "
+            "lax.dynamic_update_slice at (i, ...) in a lax.fori_loop over the layers, or keep a "
+            "list of per-layer arrays (a KV cache: marin-community/levanter#1249; 51 -> 10 ms "
+            "per token on the CPU).")
+
+
+def stack_note(t: compiled.ScanStack, peak: int) -> str:
+    at = f" ({t.line})" if t.line else ""
+    largest = (f"; the largest, {t.dtype}{list(t.shape)}" if t.outputs > 1 else
+               f": {t.dtype}{list(t.shape)}")
+    head = (f"A lax.scan{at} keeps a value for each of its {t.length} steps, "
+            f"{format_bytes(t.nbytes)} stacked over its length ({t.nbytes / peak:.0%} of the "
+            f"peak{largest})")
+    if t.role == "forward" and t.fwd_rule:  # (its values may be residuals, or the output)
+        rule = t.fwd_rule
+        return (f"{head}: it runs inside the jax.custom_vjp fwd rule {rule}. What {rule} returns "
+                "as residuals JAX keeps until the bwd rule runs, and jax.checkpoint on code "
+                f"inside {rule} cannot drop it: where preflight.residuals(loss, ...) names this "
+                f"scan's values as {rule}'s residuals, return fewer from {rule} and recompute "
+                f"them in the bwd rule (sglang-jax#823); where it does not, they are {rule}'s "
+                "output.")
+    if t.role == "forward":
+        return (f"{head}: it runs under a derivative (jax.grad, jax.vjp), so beside what its "
+                "body returns it keeps what the backward pass needs from each step. "
+                "preflight.residuals(loss, ...) lists those. "
+                + checkpoint_fix(t.length, t.nbytes // t.length, t.carry_bytes,
+                                  t.checkpointed, t.chunked))
+    if t.updated_bytes * 2 >= t.nbytes:
+        return _updated_stack_note(t, peak)
+    if not t.has_carry:
+        return (f"{head.replace('A lax.scan', 'A jax.lax.map (a scan without a carry)', 1)}: "
+                "its result, each step's stacked. Where what follows needs only a reduction of "
+                "it (a sum, a maximum), compute that in a lax.scan's carry instead, and no "
+                "step's result is kept; where it needs all of it, this is memory the step "
+                "must have.")
+    if t.copied_bytes * 2 >= t.nbytes:
+        return (f"{head}: {format_bytes(t.copied_bytes)} of it is the body returning its slice "
+                "of what the scan reads, unchanged, so the scan stacks a copy of that array. "
+                "Drop it from the body's outputs (Flax NNX: return only the state that "
+                "changes, not nnx.state(layer) with its nnx.Param, maxtext#4405). Under "
+                "jax.checkpoint or an inner jax.jit JAX keeps the copy; returned directly, "
+                "JAX drops it itself.")
+    return (f"{head}: what its body returns beside the carry. Return less from the body (a "
+            "sum, or the last value, belongs in the carry).")
+
+
+def record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype: str,
+                 nbytes: int, line: str, write: str = "", steps: int | None = None,
+                 made_here: bool = True) -> str:
+    """The note for a buffer a loop carries and only writes, a step's value per row
+    (google-deepmind/gemma#534: a sampler kept every token's logits over the vocabulary; its
+    fix keeps the top-k logits and their indices. Measured by the kit on the CPU, B=4, 128
+    steps, a vocabulary of 4096: a peak of 10.44 MiB, 2.47 MiB with the top 8, jax 0.8.0 and
+    0.10.2). A ``while_loop`` has no step count: its buffer is sized by its bound, whatever the
+    number of steps it takes (patrick-kidger/diffrax#238: ``SaveAt(steps=True)`` keeps
+    ``max_steps`` rows, 4096, for 8 steps taken; equinox writes them with its own
+    ``maybe_set``. ``SaveAt(ts=...)`` of 6 times: a peak of 32.04 MiB -> 81.66 KiB, y of 1024
+    float32, measured by the kit with diffrax 0.7.2, equinox 0.13.8, jax 0.10.2 on the CPU).
+    A scan's buffer of more rows than steps is told to shrink only where the step makes it
+    (``made_here``): one handed in may hold rows written before (a prompt's, then a decode's)."""
+    kind = "lax.while_loop" if loop == "while" else "lax.scan (or lax.fori_loop)"
+    rows = math.prod(whole) // max(math.prod(step), 1)
+    head = (f"A {kind} writes a {dtype}{list(step)} into its carried {dtype}{list(whole)} at "
+            f"each step{f' ({line})' if line else ''} and never reads it back: "
+            f"{format_bytes(nbytes)} held through the loop")
+    part = ("where what follows needs only part of each step's value (the top-k logits and "
+            "their indices, the chosen token's log-probability), write that instead, and the "
+            "buffer shrinks in proportion (google-deepmind/gemma#534)")
+    if steps is not None and steps < rows and not made_here:  # rows handed in may hold values
+        return (f"{head}, {rows} rows, of which its {steps} steps write {steps}: the others "
+                f"keep what the buffer held when it was handed in; {part}.")
+    if steps is not None and steps < rows:
+        return (f"{head}, {rows} rows, of which its {steps} steps write at most {steps}. Size "
+                f"the buffer by the steps ({steps} rows), or return each step's value as the "
+                f"scan's output; {part}.")
+    if loop == "while":
+        fix = ("with diffrax, SaveAt(steps=True) or SaveAt(dense=True) keeps max_steps rows: "
+               "save at the times you need, SaveAt(ts=...), or lower max_steps "
+               "(patrick-kidger/diffrax#238; 32.04 MiB -> 81.66 KiB for 6 times)"
+               if write == "maybe_set" else
+               "write only the steps you need into a buffer of that many rows, or lower the "
+               "bound (patrick-kidger/diffrax#238: SaveAt(ts=...) for SaveAt(steps=True))")
+        return (f"{head}, {rows} rows sized by its bound, not by the steps it takes (room for "
+                f"each of its {rows} steps at most; the rows past the last step taken hold "
+                f"nothing it wrote). The fix: {fix}; {part}.")
+    return (f"{head}, a value of each of its {rows} steps. {part[0].upper()}{part[1:]}; where "
+            "it needs all of it, this is memory the loop must have.")
+
+
+def carry_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: int,
+                     steps: int | None, in_derivative: bool, line: str, more: int = 0) -> str:
+    """The note for a loop whose carried buffer XLA copies whole on every step, so a step that
+    writes one row costs the whole buffer and the loop is quadratic in its length: under
+    jax.grad, a scan that writes rows into its carry (jax-ml/jax#10197: the fix returns the
+    rows as the scan's output; measured by the kit, jax.grad at 4000 rows of 10x10 on the CPU,
+    677 -> 3.1 ms), or a value read from the carry before a write and used after it
+    (jax-ml/jax#17845: read after the writes; 2000 steps over 1e6 floats, 607 -> 0.4 ms)."""
+    each = f"each of its {steps} steps" if steps else "each step"
+    total = f" ({format_bytes(nbytes * copies * steps)} copied a call)" if steps else ""
+    times = "whole" if copies == 1 else f"whole {copies} times"
+    also = f" (and in {more} more loop{'s' if more > 1 else ''})" if more else ""
+    head = (f"XLA copies the loop's carried {dtype}{list(shape)} ({format_bytes(nbytes)}) "
+            f"{times} on {each}{f' ({line})' if line else ''}{total}{also}, so the time grows "
+            "with the buffer, not with what a step writes")
+    grad = ("under jax.grad a row written into the carry is not updated in place "
+            "(jax-ml/jax#10197): return each step's row as the scan's output (ys) and carry only "
+            "what the next step needs (677 -> 3.1 ms)")
+    read = ("a value read from the carry before a write to it and used after it keeps the old "
+            "buffer alive (jax-ml/jax#17845): read it after the writes, copying it into a spare "
+            "slot of the carry first (607 -> 0.4 ms)")
+    first, then = (grad, read) if in_derivative else (read, grad)
+    return f"{head}: {first}; or {then}."
+
+
+def slice_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: int, joins: int,
+                     moved: int, steps: int | None, line: str, joined: str, more: int = 0) -> str:
+    """The note for a loop that updates a carried buffer in place while XLA copies slices of
+    it and concatenates them back on every step: a KV cache [B, layers, 2, S, H, D] whose
+    layer's K and V are sliced out, updated with dynamic_update_slice and put back with
+    jnp.stack, which rebuilds the layer's cache to write one row (keras-team/keras-hub#2780,
+    fixed in #2781 by dropping the stack; keras-hub#1562 and marin-community/levanter#1249: a
+    list of per-layer caches). Measured by the helper on the CPU, jax 0.10.2, 4 layers,
+    S=2048, 64 tokens in a lax.while_loop, best of 8: 187-206 ms stacked, 93-107 ms with one
+    K and one V buffer per layer updated in place (the same tokens); at S=512 the kit counts 8
+    copies of 512 KiB and 4 concatenates of 1 MiB a step, none with the per-layer buffers."""
+    each = f"each of its {steps} steps" if steps else "each step"
+    total = f", {format_bytes(moved * steps)} a call" if steps else ""
+    made = f" (the concatenates: {joined})" if joined else ""
+    also = f" (and in {more} more loop{'s' if more > 1 else ''})" if more else ""
+    what = ", ".join(part for part in (
+        f"{copies} cop{'y' if copies == 1 else 'ies'}" if copies else "",
+        f"{joins} concatenate{'s' if joins > 1 else ''}" if joins else "") if part)
+    return (f"The loop{f' ({line})' if line else ''} updates its carried {dtype}{list(shape)} "
+            f"({format_bytes(nbytes)}) in place, yet XLA copies slices of it and concatenates "
+            f"them back on {each} ({what}; {format_bytes(moved)} moved a step{total}){also} to "
+            "write a row, as when a KV cache's K and V are sliced out of it, updated and stacked "
+            f"back{made}. Keep each layer's K and V as separate buffers in the carry and update "
+            "each in place with lax.dynamic_update_slice, with no jnp.stack or concatenate "
+            "(keras-team/keras-hub#2780: about 2x faster on the CPU).")
+
+
+def _leaf_name(c: compiled.CompiledStep, fn: Callable, args, kwargs, path) -> str:
+    """The name of a leaf of the dynamic arguments, as ``fn`` calls it ("params['w1']"), from
+    its key path in (args, kwargs)."""
+    jax = devices.start_jax()
+    positional = [name for where, name in c.argument_names(fn, args, kwargs)
+                  if isinstance(where, int)]
+    top = path[1]
+    name = positional[top.idx] if path[0].idx == 0 else str(top.key)
+    return name + jax.tree_util.keystr(path[2:])
+
+
+def widened(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+            ) -> list[tuple[str, str, str, int, str, str, str]]:
+    """(what, its dtype, the wider dtype, bytes at that dtype, line, "constant" or
+    "argument", the wider operand's name) of each value jnp's promotion widens before a dot
+    or a convolution, largest first (:meth:`helpers.compiled.CompiledStep.widened_inputs`)."""
+    out = []
+    for path, dtype, to, shape, nbytes, line, kind, other in c.widened_inputs(args, kwargs):
+        what = (f"{_leaf_name(c, fn, args, kwargs, path)} ({dtype}{list(shape)})" if path
+                else f"a {dtype}{list(shape)} value computed from the arguments")
+        other_name = _leaf_name(c, fn, args, kwargs, other) if other else ""
+        out.append((what, dtype, to, nbytes, line, kind, other_name))
+    return out
+
+
+def widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: str,
+                  other: str) -> str:
+    """A value jnp's promotion reads at a wider type before a dot, and the fix. Measured on
+    the CPU (jax 0.10.2; 0.8.0 alike): under x64, a float32 step dividing by
+    ``sigma = np.std(data)`` of NumPy data (a NumPy float64 scalar, strongly typed) runs in
+    float64: ``float(sigma)`` took XLA's temporaries from 9.00 to 2.00 MiB and the peak from
+    17.50 to 10.50 MiB (jax-ml/jax#1830); bfloat16 parameters against a float32 batch make
+    every activation float32: ``batch.astype(jnp.bfloat16)`` took what jax.grad keeps from
+    50.00 to 26.00 MiB (jax-ml/jax#7368); a float32 bias added to a bfloat16 activation
+    names the bias (an argument, not a constant), and ``b.astype(jnp.bfloat16)`` at that line
+    took what jax.grad keeps from 8.25 to 6.25 MiB. The constant is not named (a jaxpr has no
+    name for it): the fix says "the constant that line reads".
+    ``jax.numpy_dtype_promotion('strict')`` raises a TypePromotionError at each such line
+    (jax-ml/jax#10824, the maintainers' answer)."""
+    at = f" at {line}" if line else ""
+    if kind == "constant":
+        whose = ("under x64 a NumPy float64 scalar or array, such as np.std of NumPy data, is "
+                 "strongly typed, jax-ml/jax#1830" if to == "float64" else
+                 f"a NumPy or JAX {to} array the function closes over is strongly typed")
+        cause = f"jnp promotes it with a {to} constant there ({whose}; a Python float is not)"
+        fix = (f"make the constant that line reads {dtype} where it is made "
+               f"(jnp.{dtype}(...) of it), or pass a scalar as a Python float (float(...) of "
+               "it), which takes the other operand's dtype")
+    else:
+        named = other or f"a {to} value computed from the arguments"
+        cause = f"jnp promotes it with {named} ({to}) there (jax-ml/jax#7368)"
+        fix = (f"cast {other} to {dtype} ({other}.astype(jnp.{dtype})), before the step or "
+               "where that line reads it" if other else
+               f"cast that value to {dtype} where it is made (.astype(jnp.{dtype}))")
+    return (f"{what} is read as {to}{at}: {cause}, so what is computed from it there on, and "
+            f"what jax.grad keeps of it, is {to} ({format_bytes(nbytes)} as {to} for this "
+            f"value alone). Fix: {fix}; jax.numpy_dtype_promotion('strict') raises at every "
+            "line that promotes so.")
+
+
+def float64_arguments(c: compiled.CompiledStep, args: tuple, kwargs: dict) -> int:
+    """The bytes of the step's float64 array arguments (each buffer once) while x64 is on;
+    0 with x64 off."""
+    jax = devices.start_jax()
+    if not jax.config.jax_enable_x64:
+        return 0
+    leaves = {id(leaf): leaf for leaf in jax.tree.leaves(c.dynamic(args, kwargs))
+              if str(getattr(leaf, "dtype", "")) == "float64"}
+    return sum(compiled.array_bytes(leaf) for leaf in leaves.values())
+
+
+def float64_note(nbytes: int, argument_bytes: int) -> str:
+    """x64 on and most of the step's arguments float64: under x64 what is made without a
+    dtype is float64 (patrick-kidger/equinox#1154: a network initialised so; dtype=jnp.float32
+    at creation took the step's arguments from 27.17 to 13.59 MiB and its peak from 56.22 to
+    28.11 MiB, measured on the CPU, jax 0.10.2 and 0.8.0). Worded for a step that wants its
+    float64 too (a float64 PDE step, x64.py of the code review): no gate tells the two apart,
+    since both are float64 throughout, so the fix is stated as conditional on float32 being
+    enough."""
+    share = f" ({nbytes / argument_bytes:.0%})" if argument_bytes else ""
+    return (f"{format_bytes(nbytes)} of the step's arguments{share} are float64, and "
+            "jax_enable_x64 is on: under x64 an array made without a dtype (jnp.zeros, "
+            "jax.random.normal, NumPy data through jnp.asarray, a layer's initialiser such as "
+            "eqx.nn.Linear's) is float64, twice float32's bytes. If float32 is enough for them "
+            "(a network beside float64 numerics, patrick-kidger/equinox#1154), pass "
+            "dtype=jnp.float32 where they are made, or leave x64 off; if the step needs float64, "
+            "this is its cost, not a mistake.")
+
+
+#: where XLA:CPU computes a half-precision type in float32: read in openxla/xla's
+#: xla/service/cpu/cpu_compiler.cc (FloatNormalization with CpuFloatSupport(BF16): bfloat16
+#: arithmetic becomes float32, data movement stays; ChangeOpDataType(F16, F32): float16 dots
+#: and convolutions, elementwise float16 stays float16). Measured: the same MLP training step
+#: has 36.00 MiB of temporaries in bfloat16, 34.00 MiB in float32 (jax 0.10.2, the CPU)
+_CPU_UPCAST = {"bfloat16": "bfloat16 arithmetic in float32 (FloatNormalization with "
+                           "CpuFloatSupport(BF16)",
+               "float16": "float16 dots and convolutions in float32 (ChangeOpDataType(F16, "
+                          "F32)"}
+#: what a GPU does instead, read in openxla/xla: xla/service/gpu/gpu_float_support.cc keeps
+#: bfloat16 dots and data movement (copy, broadcast, slice, ...) at bfloat16; add, multiply
+#: and subtract count as supported only on Hopper or later, abs, max, min and negate on Ampere
+#: or later, exp and log on CUDA, everything else (tanh, divide, sqrt, ...) FloatNormalization
+#: widens to float32, and it runs before fusion (gpu_compiler.cc's post-layout passes), so the
+#: widening is mostly inside fusions. gpu_compiler.cc normalizes no float16. Not yet run on a
+#: GPU
+_GPU_KEEPS = {"bfloat16": "a GPU computes the dots in bfloat16 and keeps values between "
+                          "fusions mostly in bfloat16 (tanh, divide, sqrt and like math widened "
+                          "to float32 inside fusions, add and multiply too below Hopper; "
+                          "xla/service/gpu/gpu_float_support.cc",
+              "float16": "a GPU computes float16 dots and convolutions in float16 "
+                         "(xla/service/gpu/gpu_compiler.cc normalizes no float16"}
+
+
+def cpu_upcast(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporary]
+               ) -> tuple[str, list[dict]]:
+    """(the half-precision dtype, XLA's float32 values of its shapes, largest first) where
+    the step compiled for the CPU computes bfloat16 or float16 values of its jaxpr in float32
+    and one of them is among its largest ``temporaries``; ("", []) otherwise. A float32 value
+    whose shape a float32 value of the jaxpr has too is left out (it may be the user's own)."""
+    if getattr(c.device, "platform", "") != "cpu":
+        return "", []
+    shapes = jaxprs.shapes_by_dtype(c.jaxpr)
+    wide = shapes.get("float32", set())
+    for dtype in _CPU_UPCAST:
+        half = shapes.get(dtype, set()) - wide
+        found = [v for v in c.values if v["dtype"] == "f32" and tuple(v["shape"]) in half]
+        if found and any(t.dtype == "f32" and tuple(t.shape) in half for t in temporaries):
+            return dtype, found
+    return "", []
+
+
+def cpu_upcast_note(dtype: str, found: list[dict]) -> str:
+    """The CPU stand-in's float32 copies of a half-precision step: labelled, sizes kept."""
+    v = found[0]
+    largest = (f"{v['op'].rsplit('/', 1)[-1]} f32{list(v['shape'])}, "
+               f"{format_bytes(v['nbytes'])}")
+    many = (f"{len(found)} of XLA's values are float32 with the shapes of {dtype} values of "
+            f"the step, the largest {largest}" if len(found) > 1 else
+            f"XLA's {largest} has the shape of a {dtype} value of the step")
+    return (f"On the CPU, XLA computes {_CPU_UPCAST[dtype]}, openxla/xla "
+            f"xla/service/cpu/cpu_compiler.cc): these temporaries are float32-sized ({many}); "
+            f"{_GPU_KEEPS[dtype]}; from XLA's source, not yet run on a GPU). "
+            f"To see what a change to {dtype} saves, compare residuals(loss, ...) (the jaxpr's "
+            "sizes), not these temporaries.")
+
+
+def cast_note(wide: str, narrow: str, shape: tuple[int, ...], nbytes: int, line: str,
+               scan: str, role: str) -> str:
+    """An input cast whole to a narrower float before a scan reads it step by step
+    (marin-community/levanter#426: "we store a full bf16 copy of all the parameters")."""
+    note = (f"A {wide}{list(shape)} input is cast to {narrow} whole"
+            f"{' (' + line + ')' if line else ''}, {format_bytes(nbytes)} for all "
+            f"{shape[0]} steps at once, before the lax.scan{' (' + scan + ')' if scan else ''} "
+            "reads it one step at a time: the cast copy is made before the loop and held "
+            "through it. Cast each step's slice inside the body instead (the maintainer's fix "
+            "in marin-community/levanter#426).")
+    if role == "forward":
+        note += (" Under a derivative also put the body under jax.checkpoint: otherwise JAX "
+                 "keeps each step's cast for the backward pass all the same.")
+    return note
+
+
+def threefry_note(c: compiled.CompiledStep, temp: int, peak: int) -> str:
+    """For a step whose temporaries are mostly a large ``jax.random`` draw's bits (threefry2x32,
+    JAX's default generator: jax-ml/jax#20328): the draw, and the generator that holds less.
+    Only where XLA's plan keeps uint32 values of the draw's shape (measured on the CPU, jax
+    0.8.0 and 0.10.2: an 8 MiB normal table, 24 MiB of temporaries; with an rbg key, none),
+    and one draw's make up half the temporaries or more: several draws of one shape (dropout's
+    masks, one a layer) are made one after another in memory XLA reuses, so each draw's bits
+    count once (a dropout MLP's two 2 MiB masks, 22.5 MiB of temporaries: 18.4 MiB with an
+    rbg key, measured on the CPU, jax 0.10.2; no note)."""
+    draws = [d for d in c.threefry_draws() if d[1] >= 2**20]
+    if not draws or 2 * temp < peak:
+        return ""
+    shape, nbytes, line = draws[0]
+    times = sum(d[0] == shape for d in c.threefry_draws())
+    listed = sum(v["nbytes"] for v in c.values if v["dtype"] in ("u32", "uint32")
+                 and tuple(v["shape"]) == shape)
+    kept = listed // times  # one draw's
+    # XLA's loop that makes the bits carries the uint32 values listed here and makes as many
+    # again in its body, which no list shows: the draw is most of the temporaries where the
+    # listed ones are a quarter of them (bfloat16 at 2048 x 1024: 16 MiB listed of 32 MiB;
+    # float32: 16 of 24. jax-ml/jax#21045: the old test, half, left out every bfloat16 draw)
+    if 4 * kept < temp:
+        return ""
+    each = f" (one of {times} draws of that shape)" if times > 1 else ""
+    return (f"jax.random{' at ' + line if line else ''} draws {format_bytes(nbytes)} of random "
+            f"bits{each} through threefry2x32, JAX's default generator, and XLA's plan holds "
+            f"{format_bytes(kept)} of uint32 values that size while making "
+            f"{'each' if times > 1 else 'them'} ({kept / nbytes:.0f}x the draw). A key of the "
+            "'rbg' generator makes them with no such temporaries: jax.random.key(seed, "
+            "impl='rbg'), or jax.config.update('jax_default_prng_impl', 'rbg') before any key "
+            "is made (other numbers, the same distribution; froystig in jax-ml/jax#17982). Or "
+            "draw a large table in pieces.")
+
+
+def bound_method_note(fn: Callable) -> str:
+    """For a jit of a method bound to an object (``t.__call__``), the object's arrays are what
+    it closes over: the fix passes the object (patrick-kidger/equinox#770)."""
+    import inspect
+
+    try:
+        method = inspect.unwrap(fn)  # eqx.filter_jit and jax.jit keep it as __wrapped__
+    except Exception:  # a wrapper whose __wrapped__ chain loops
+        method = fn
+    if not inspect.ismethod(method):
+        return ""
+    return (f" {method.__name__} is a method bound to a {type(method.__self__).__name__} "
+            "object, whose arrays a jit of the method closes over: pass the object itself. "
+            "With equinox, eqx.filter_jit(t)(x), not eqx.filter_jit(t.__call__)(x), which takes "
+            "the object of a method like __call__ as static (patrick-kidger/equinox#770: "
+            "16.00 MiB of weights baked in, 0 B once passed; XLA's compile 0.29 -> 0.04 s); "
+            "with jax.jit, an object that is a pytree as an argument, "
+            "jax.jit(lambda t, x: t(x))(t, x).")
+
+
