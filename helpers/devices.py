@@ -1323,6 +1323,22 @@ _INDIVISIBLE = (re.compile(r"axis (\d+) is partitioned (\d+) times, but (?:the d
 #: what JAX raises where a mesh's axes are Explicit (jax.make_mesh's default from jax 0.9) and a
 #: program changes or mixes shardings without saying so (jax 0.10.2's texts)
 _EXPLICIT = ("can only refer to Auto axes", "All operands should have the same sharding")
+#: shard_map on a mesh of Explicit axes from jax 0.9 (jax 0.10.2's text): an argument whose
+#: sharding is not its in_spec; the groups: the in_spec, the argument's spec, its type
+_IN_SPECS = re.compile(r"in_specs passed to shard_map: (P\(.*?\)) does not match the specs of "
+                       r"the input: (P\(.*?\)) for arg: (\S+?)\.?(?:\s|$)")
+#: inside shard_map, a sharding made on the outer mesh, where the axes shard_map made Manual are
+#: still Auto (jax 0.10.2: "`manual_axis_type` field", jax 0.8.0: "`vma` field"); the groups:
+#: 0.10.2's axes, 0.8.0's one axis
+_OUTER_MESH = re.compile(r"Axes mentioned in `(?:manual_axis_type|vma)` field of ShapedArray "
+                         r"should be of type `Manual`(?:.*?varying=frozenset\(\{([^}]*)\}\)"
+                         r"|.*?Got axis: (\S+) of type)?", re.S)
+#: a PartitionSpec inside shard_map that names an axis shard_map made Manual: before jax 0.8
+#: ("contains a manual axes", NVIDIA/TransformerEngine#2069's text), and jax 0.10.2's bare P(...)
+#: ("can only refer to Auto axes ... axis_types=(Manual, Auto)"); the groups: spec, mesh, types
+_MANUAL_IN_SPEC = (re.compile(r"pspec (.*?) contains a manual axes (.*?) of mesh", re.S),
+                   re.compile(r"can only refer to Auto axes of the mesh\. Got spec=(P\(.*?\)) "
+                              r"and mesh=AbstractMesh\((.*?)axis_types=\(([^)]*)\)", re.S))
 
 
 def sharding_error_fix(error: BaseException | str) -> str:
@@ -1330,7 +1346,9 @@ def sharding_error_fix(error: BaseException | str) -> str:
     cannot take an array: a dimension its mesh axes do not divide (the last, short batch of an
     epoch: Physical-Intelligence/openpi#437, jax-ml/jax#27808), or shardings changed or mixed on
     a mesh of Explicit axes, jax.make_mesh's default from jax 0.9 (vllm-project/
-    tpu-inference#1917). "" for any other error."""
+    tpu-inference#1917), where shard_map no longer moves an argument to its in_spec
+    (sgl-project/sglang-jax#1286); a sharding inside shard_map that meets the axes shard_map
+    made Manual (NVIDIA/TransformerEngine#2069). "" for any other error."""
     text = str(error)
     for pattern in _INDIVISIBLE:
         if m := pattern.search(text):
@@ -1344,6 +1362,17 @@ def sharding_error_fix(error: BaseException | str) -> str:
                     f"or drop it; if you pad it to {padded}, the smallest multiple, the step "
                     f"compiles again for that shape), or leave it unsplit (None at place {axis} "
                     "of the PartitionSpec).")
+    if m := _IN_SPECS.search(text):
+        wanted, held, arg = m.groups()
+        return (f"shard_map's in_spec {wanted} is not the sharding the argument {arg} has "
+                f"({held}): on a mesh of Explicit axes (jax.make_mesh's default from jax 0.9) "
+                "shard_map no longer moves its inputs (sgl-project/sglang-jax#1286). Put the "
+                f"argument there first, jax.device_put(x, NamedSharding(mesh, {wanted})) or "
+                f"jax.sharding.reshard(x, NamedSharding(mesh, {wanted})), or make the mesh "
+                "with axis_types=(jax.sharding.AxisType.Auto,) * len(axis_names), where "
+                "shard_map moves it.")
+    if fix := _manual_axes_fix(text):
+        return fix
     if any(s in text for s in _EXPLICIT):
         return ("the mesh's axes are Explicit (jax.make_mesh makes them so from jax 0.9): there "
                 "a sharding changes only where the program says so, with "
@@ -1351,4 +1380,40 @@ def sharding_error_fix(error: BaseException | str) -> str:
                 "operands of one operation must agree (reshard one to the other's sharding). "
                 "Or make the mesh with axis_types=(jax.sharding.AxisType.Auto,) * "
                 "len(axis_names) for the behaviour before 0.9.")
+    return ""
+
+
+def _quoted(text: str) -> list[str]:
+    """The names in quotes in a piece of JAX's message, in order, each once."""
+    return list(dict.fromkeys(re.findall(r"'([^']+)'", text)))
+
+
+def _manual_axes_fix(text: str) -> str:
+    """The note for a sharding inside shard_map that meets the axes shard_map made Manual
+    (NVIDIA/TransformerEngine#2069); "" for any other error."""
+    if m := _OUTER_MESH.search(text):
+        axes = sorted(_quoted(m.group(1) or "")) or ([m.group(2)] if m.group(2) else [])
+        named = f" (here {', '.join(repr(a) for a in axes)})" if axes else ""
+        return ("inside shard_map the mesh axes it splits over" + named + " are Manual (each "
+                "device holds its own block), but a sharding made on the outer mesh, such as "
+                "with_sharding_constraint(x, NamedSharding(mesh, P(...))), calls them Auto "
+                "(NVIDIA/TransformerEngine#2069). Delete the constraint, or constrain only axes "
+                "outside shard_map's axis_names with a bare PartitionSpec, "
+                "with_sharding_constraint(x, P(None, 'other_axis')), which takes the mesh "
+                "inside shard_map.")
+    for pattern in _MANUAL_IN_SPEC:
+        if not (m := pattern.search(text)):
+            continue
+        if len(m.groups()) == 2:  # before jax 0.8: the Manual axes are listed
+            axes = [a for a in _quoted(m.group(1)) if a in _quoted(m.group(2))]
+        else:  # jax 0.10.2: the spec's axes that the mesh's axis_types call Manual
+            types = dict(zip(re.findall(r"'([^']+)': \d+", m.group(2)),
+                             (t.strip() for t in m.group(3).split(",")), strict=False))
+            axes = [a for a in _quoted(m.group(1)) if types.get(a) == "Manual"]
+        if axes:
+            return (f"a PartitionSpec inside shard_map ({m.group(1)}) names "
+                    f"{', '.join(repr(a) for a in axes)}, which shard_map made Manual: each "
+                    "device holds its own block there (NVIDIA/TransformerEngine#2069). Drop "
+                    "those axes from the PartitionSpec, keeping only axes outside shard_map's "
+                    "axis_names, or delete the constraint where none is left.")
     return ""

@@ -224,8 +224,9 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     """IPython's custom exception handler: the usual traceback (shown, and kept in
     ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED, a CUDA
     library that could not start or a sharding error (a dimension its sharding does not
-    divide, shardings mixed on a mesh of Explicit axes), the explanation; any other error passes
-    with its traceback alone. Never raises (IPython would unregister it)."""
+    divide, shardings mixed on a mesh of Explicit axes, an argument not on its shard_map
+    in_spec, a sharding inside shard_map that meets its Manual axes), the explanation; any other
+    error passes with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     from helpers import oom
 

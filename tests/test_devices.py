@@ -259,3 +259,109 @@ def test_transformers_17863_the_last_short_batch_is_padded_to_the_full_batch_for
 
     assert epoch(64) == (1, 1002 * 8)  # the fix it names: one compile, every example counted
     assert epoch(44) == (2, 1002 * 8)  # the smallest multiple: a second compile
+
+
+def test_sglang_jax_1286_shard_map_on_explicit_axes_does_not_move_its_inputs():
+    """sgl-project/sglang-jax#1286: shard_map code that ran on jax 0.8 failed on 0.9, where
+    jax.make_mesh makes Explicit axes and shard_map checks that an argument already has the
+    sharding its in_spec names. The kit said nothing; now it names the cause and both fixes,
+    checked here: the argument put on P('x') first, or a mesh of Auto axes."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import errors, oom
+
+    mesh = jax.make_mesh((4,), ("x",))
+    step = jax.jit(jax.shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    x = jnp.ones((1024, 256))
+    try:
+        step(x)
+    except ValueError as err:
+        said = devices.sharding_error_fix(err)
+        with pytest.raises(errors.BadInputError) as refused:
+            oom.explain(err)
+    else:  # jax 0.8.0: make_mesh's axes are Auto and shard_map moves the argument
+        assert {s.data.shape for s in step(x).addressable_shards} == {(256, 256)}
+        return
+    assert "in_spec P('x', None) is not the sharding the argument float32[1024,256] has " \
+           "(P(None, None))" in said and "sgl-project/sglang-jax#1286" in said
+    assert "no longer moves its inputs" in said and "Explicit" in said
+    assert "jax.device_put(x, NamedSharding(mesh, P('x', None)))" in said
+    assert "jax.sharding.reshard" in said and "AxisType.Auto" in said
+    assert "A sharding error: " + said in str(refused.value)
+    for fixed in (jax.device_put(x, NamedSharding(mesh, P("x", None))),  # the fixes it names
+                  jax.sharding.reshard(x, NamedSharding(mesh, P("x", None)))):
+        assert {s.data.shape for s in step(fixed).addressable_shards} == {(256, 256)}
+    auto = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    on_auto = jax.jit(jax.shard_map(lambda v: v * 2, mesh=auto, in_specs=P("x"),
+                                    out_specs=P("x")))(x)
+    assert {s.data.shape for s in on_auto.addressable_shards} == {(256, 256)}
+
+    IPython = pytest.importorskip("IPython")  # %load_ext helpers says it under the traceback
+    shell = IPython.core.interactiveshell.InteractiveShell.instance()
+    shell.user_ns.update(step=step, x=x)
+    shell.run_line_magic("load_ext", "helpers")
+    try:
+        from contextlib import redirect_stdout
+        from io import StringIO
+
+        with redirect_stdout(StringIO()) as out:
+            r = shell.run_cell("step(x)")
+    finally:
+        shell.run_line_magic("unload_ext", "helpers")
+        shell.reset()
+    assert not r.success and f"why this sharding failed: {said}" in out.getvalue()
+
+
+def test_transformer_engine_2069_a_sharding_constraint_inside_shard_map_meets_manual_axes():
+    """NVIDIA/TransformerEngine#2069: with_sharding_constraint inside shard_map, on a
+    NamedSharding of the outer mesh, failed with "Axes mentioned in `manual_axis_type` (0.8:
+    `vma`) field of ShapedArray should be of type `Manual`" (before 0.8: "contains a manual
+    axes"). Inside shard_map its axes are Manual. The fixes it names, run here: delete the
+    constraint, or a bare P(...) on the axes outside axis_names; a bare P naming a Manual axis
+    is named too, not as a mesh of Explicit axes."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import errors, oom
+
+    mesh = jax.make_mesh((2, 2), ("data", "tensor"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    x = jnp.ones((64, 32))
+    both = P(("data", "tensor"), None)
+
+    def run(constrain, spec=both, **kw):
+        body = lambda v: constrain(v) * 2  # noqa: E731
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec, **kw))(x)
+
+    with pytest.raises(ValueError) as raised:  # the thread's step, in miniature
+        run(lambda v: jax.lax.with_sharding_constraint(
+            v, NamedSharding(mesh, P(("data", "tensor"), None))))
+    said = devices.sharding_error_fix(raised.value)
+    assert "inside shard_map the mesh axes it splits over" in said and "are Manual" in said
+    assert "a sharding made on the outer mesh" in said and "calls them Auto" in said
+    assert "NVIDIA/TransformerEngine#2069" in said and "Delete the constraint" in said
+    assert "bare PartitionSpec" in said and "Explicit" not in said
+    with pytest.raises(errors.BadInputError) as refused:
+        oom.explain(raised.value)
+    assert "A sharding error: " + said in str(refused.value)
+    assert run(lambda v: v).shape == (64, 32)  # the fix: the constraint deleted
+    with pytest.raises(ValueError, match="should be of type `Manual`"):  # dropping the axes
+        run(lambda v: jax.lax.with_sharding_constraint(  # is not enough on the outer mesh
+            v, NamedSharding(mesh, P(None, "tensor"))), P("data", None), axis_names={"data"})
+    kept = run(lambda v: jax.lax.with_sharding_constraint(v, P(None, "tensor")),
+               P("data", None), axis_names={"data"})  # the other fix: a bare P, no Manual axis
+    assert kept.shape == (64, 32)
+
+    try:  # a bare P naming the Manual axis: jax 0.10.2's "can only refer to Auto axes"
+        run(lambda v: jax.lax.with_sharding_constraint(v, P("data", None)), P("data", None),
+            axis_names={"data"})
+    except ValueError as err:
+        bare = devices.sharding_error_fix(err)
+        assert "(P('data', None)) names 'data', which shard_map made Manual" in bare
+        assert "Drop those axes from the PartitionSpec" in bare and "Explicit" not in bare
+    except AssertionError:  # jax 0.8.0 asserts inside JAX, with no message to read
+        pass
+    older = ("pspec PartitionSpec(('data', 'fsdp', 'tensor'),) contains a manual axes "
+             "frozenset({'data', 'fsdp', 'tensor'}) of mesh which is not allowed.")  # before 0.8
+    assert "names 'data', 'fsdp', 'tensor', which shard_map made Manual" in \
+        devices.sharding_error_fix(older)
