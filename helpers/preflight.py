@@ -426,6 +426,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(stacked)
     if sparse := program_notes.sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak):
         notes.append(sparse)
+    for found in jaxprs.psums_of_invariant(c.jaxpr)[:1]:  # a wrong number: whatever its size
+        notes.append(program_notes.invariant_psum_note(*found))
+    for line, axes, size, nbytes in jaxprs.replicated_sums(c.jaxpr)[:1]:
+        if nbytes >= 2**20 and 4 * nbytes >= peak:
+            notes.append(program_notes.replicated_sum_note(line, axes, size, nbytes))
     casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
     if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
         notes.append(program_notes.cast_note(*casts[0]))

@@ -1,0 +1,122 @@
+"""shard_map's sums, put to preflight_step: a psum of a value already the same on every device
+(a wrong number) and a psum whose sum every device keeps whole (jax-ml/jax#839), on the 4
+simulated CPU devices of conftest."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from helpers import preflight
+from helpers._internal import jaxprs
+
+MiB = 2**20
+
+if not hasattr(jax, "shard_map"):  # (jax 0.8.0 has it, with check_vma)
+    pytest.skip("this jax has no jax.shard_map", allow_module_level=True)
+
+
+def _mesh():
+    return jax.make_mesh((4,), ("x",), axis_types=(AxisType.Auto,))
+
+
+def _loss(w, xb):
+    return jnp.sum(jnp.tanh(xb @ w) ** 2)
+
+
+def _varying(w):
+    """w made varying over 'x' (jax.lax.pcast from jax 0.8.2 on, pvary before)."""
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(w, "x", to="varying")
+    return jax.lax.pvary(w, "x")
+
+
+def _step(local, out_specs=None, check_vma=True):
+    return jax.jit(jax.shard_map(local, mesh=_mesh(), in_specs=(P(), P("x")),
+                                 out_specs=P() if out_specs is None else out_specs,
+                                 check_vma=check_vma))
+
+
+def _small():
+    return jnp.ones((8, 4)) * 0.1, jnp.arange(16 * 8.0).reshape(16, 8) / 100
+
+
+def _ratio(step, w, xb):
+    return float(jnp.mean(step(w, xb) / jax.grad(_loss)(w, xb)))
+
+
+def test_jax839_psum_of_a_grad_under_check_vma_multiplies_it_by_the_axis_size():
+    w, xb = _small()
+    summed = _step(lambda w, xb: jax.lax.psum(jax.grad(_loss)(w, xb), "x"))
+    assert _ratio(summed, w, xb) == pytest.approx(4.0)  # the pmap habit: 4x the gradient
+    advice = preflight.preflight_step(summed, w, xb).advice
+    assert "The psum at test_shard_map.py:" in advice
+    assert ("sums a value that is already the same on every device of axis 'x' (under "
+            "check_vma, jax.grad of a P() input is summed already): it multiplies it by the "
+            "axis size (4x here). Drop the psum") in advice
+    assert "jax-ml/jax#839" in advice
+    # the fix, run: no psum, the true gradient, and no note
+    dropped = _step(lambda w, xb: jax.grad(_loss)(w, xb))
+    assert _ratio(dropped, w, xb) == pytest.approx(1.0)
+    assert "sums a value that is already" not in preflight.preflight_step(dropped, w, xb).advice
+    # without check_vma the same psum is the right one: 1.0x, and no note
+    unchecked = _step(lambda w, xb: jax.lax.psum(jax.grad(_loss)(w, xb), "x"), check_vma=False)
+    assert _ratio(unchecked, w, xb) == pytest.approx(1.0)
+    assert jaxprs.psums_of_invariant(jax.make_jaxpr(unchecked)(w, xb)) == ()
+
+
+def test_jax839_psum_scatter_of_a_grad_under_check_vma_is_4x_too_and_the_fix_runs():
+    w, xb = _small()
+    scattered = _step(lambda w, xb: jax.lax.psum_scatter(
+        jax.grad(_loss)(w, xb), "x", scatter_dimension=0, tiled=True), out_specs=P("x"))
+    assert _ratio(scattered, w, xb) == pytest.approx(4.0)
+    advice = preflight.preflight_step(scattered, w, xb).advice
+    assert "The psum_scatter at test_shard_map.py:" in advice
+    assert "already the same on every device of axis 'x'" in advice and "(4x here)" in advice
+    assert "jax.lax.pcast(w, 'x', to='varying')" in advice and "then psum_scatter it" in advice
+    # the fix, run: the gradient of w made varying is each device's own; its psum_scatter is
+    # the true gradient, split
+    fixed = _step(lambda w, xb: jax.lax.psum_scatter(
+        jax.grad(_loss)(_varying(w), xb), "x", scatter_dimension=0, tiled=True),
+        out_specs=P("x"))
+    assert _ratio(fixed, w, xb) == pytest.approx(1.0)
+    assert jaxprs.psums_of_invariant(jax.make_jaxpr(fixed)(w, xb)) == ()
+
+
+def test_jax839_psum_of_a_number_or_a_varying_value_is_not_flagged():
+    w, xb = _small()
+    step = _step(lambda w, xb: (w * jax.lax.psum(1, "x"), jax.lax.psum(xb.sum(), "x")))
+    assert jaxprs.psums_of_invariant(jax.make_jaxpr(step)(w, xb)) == ()
+    # a P() input summed by hand is one: 4x, named without the grad's words
+    (found,) = jaxprs.psums_of_invariant(jax.make_jaxpr(
+        _step(lambda w, xb: jax.lax.psum(w, "x")))(w, xb))
+    assert found[0] == "psum" and found[2:] == (("x",), 4, False)
+
+
+def test_jax839_psum_of_a_gradient_returned_whole_names_psum_scatter():
+    D, H, B = 1024, 1024, 32  # f32[1024, 1024]: 4 MiB of gradient
+    mesh = _mesh()
+    w = jax.device_put(jnp.ones((D, H)) * 0.01, NamedSharding(mesh, P()))
+    xb = jax.device_put(jnp.ones((B, D)), NamedSharding(mesh, P("x", None)))
+
+    def grad(w, xb):
+        return jax.grad(lambda w: jnp.mean(jnp.tanh(xb @ w) ** 2))(w)
+
+    summed = _step(lambda w, xb: jax.lax.psum(grad(w, xb), "x"), check_vma=False)
+    p = preflight.preflight_step(summed, w, xb)
+    assert p.output_bytes == 4 * MiB
+    assert ("leaves the whole sum, 4.00 MiB, on each of the 4 devices of axis 'x' "
+            "(out_specs=P())") in p.advice
+    assert ("jax.lax.psum_scatter(..., scatter_dimension=0, tiled=True) with out_specs=P('x') "
+            "keeps 1/4 on each: 4.00 MiB -> 1.00 MiB") in p.advice
+    assert "jax-ml/jax#839" in p.advice and "jax-ml/jax#6992" in p.advice
+    # the fix, run: a quarter of the output on each device, the same sum
+    scattered = _step(lambda w, xb: jax.lax.psum_scatter(
+        grad(w, xb), "x", scatter_dimension=0, tiled=True), out_specs=P("x"), check_vma=False)
+    q = preflight.preflight_step(scattered, w, xb)
+    assert q.output_bytes == 1 * MiB and "leaves the whole sum" not in q.advice
+    assert jnp.allclose(scattered(w, xb), summed(w, xb))
+    # under check_vma, the sum jax.grad makes itself of a P() input is not the user's psum
+    own = _step(grad)
+    assert "leaves the whole sum" not in preflight.preflight_step(own, w, xb).advice
