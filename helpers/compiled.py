@@ -272,8 +272,8 @@ def _dropped_alone(leaves: list, kept: list[bool], jax) -> list[bool]:
 def _same_buffer(a, b) -> bool:
     if a is b:
         return True
-    try:
-        return (a.devices() == b.devices()
+    try:  # (a sharded array's pointer makes JAX cache an Array over each shard: not asked)
+        return (len(a.devices()) == 1 and a.devices() == b.devices()
                 and a.unsafe_buffer_pointer() == b.unsafe_buffer_pointer())
     except Exception:  # sharded, deleted, or not an array
         return False
@@ -526,7 +526,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     lowered, err = _lower(jitted, arg_specs, kw_specs)
     lowered = _jax_lowered(lowered, jax)
     if err is None and jitted is not fn and hasattr(fn, "lower") and not _jax_jit(fn):
-        asked = (("donate_argnums",) if donated else ()) + (
+        asked = (("donate_argnames",) if by_name else ()) + (
+            ("donate_argnums",) if set(donated) - set(by_name) else ()) + (
             ("static_argnums",) if statics else ()) + (("static_argnames",) if static_names else ())
         _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name, jax, asked)
     placed_by_jit = with_values = False
@@ -1339,8 +1340,9 @@ def _residency(compiled, args, kwargs, kept: list[bool], dev, jax, mesh: bool = 
             if (want is not None and dev in leaf.devices()
                     and same_sharding(leaf.sharding, want, leaf.ndim)):
                 seen.append(leaf)
-                resident += sum(int(s.data.nbytes) for s in leaf.addressable_shards
-                                if s.device == dev)
+                # its shard's bytes from the sharding: reading ``s.data`` would make JAX cache
+                # an Array over each shard, which later counts would meet as a host read's views
+                resident += math.prod(leaf.sharding.shard_shape(leaf.shape)) * leaf.dtype.itemsize
         elif set(leaf.devices()) == {dev}:
             seen.append(leaf)
             resident += leaf.nbytes

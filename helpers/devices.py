@@ -889,8 +889,7 @@ def tree_placement(tree: Any) -> TreePlacement:
     (copied whole to every device), host-memory leaves mixed with device ones, deleted leaves,
     and leaves that hold one copy per device as a state replicated for jax.pmap does (laid out
     by jax.pmap itself, not over a mesh of the user's; a save writes every copy; checked by
-    one small jitted checksum per device, the kit's own compile, and on CPU devices by
-    comparing the slices' bytes in place)."""
+    one small jitted checksum per device, the kit's own compile)."""
     jax = jaxcompat.import_jax()
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     leaves = tuple(_leaf(jax.tree_util.keystr(path) or "(root)", leaf, jax)
@@ -1000,21 +999,16 @@ _checksums = None  # jax.jit(_slice_checksums), made at its first use
 
 
 def _equal_slices(xs: list, jax: Any) -> list[bool]:
-    """Whether each pmap-laid-out array's slices are all equal: their checksums first (one
-    small program over all of them), then, on CPU devices, their bytes compared in place (a
-    CPU array is read without a copy), so that there the answer is exact."""
+    """Whether each pmap-laid-out array's slices are all equal, by their checksums (one small
+    program over all of them, the kit's own compile). Their bytes are not read: reading a
+    shard (``s.data``) makes JAX cache an Array over it, which later counts of live memory
+    would meet as a host read's views (jax-ml/jax#26216)."""
     global _checksums
     if _checksums is None:
         _checksums = jax.jit(_slice_checksums)
     with own.compiling():  # the kit's compile, not the user's: compiles.watch skips it
         sums = [np.asarray(c) for c in _checksums(xs)]
-    equal = [bool((c == c[:1]).all()) for c in sums]
-    for i, x in enumerate(xs):
-        if equal[i] and next(iter(x.sharding.device_set)).platform == "cpu":
-            parts = [np.asarray(s.data).reshape(-1).view(np.uint8)
-                     for s in x.addressable_shards]
-            equal[i] = all(np.array_equal(parts[0], p) for p in parts[1:])
-    return equal
+    return [bool((c == c[:1]).all()) for c in sums]
 
 
 def _one_copy_per_device(leaves: tuple[LeafPlacement, ...], arrays: list, jax: Any) -> str:
@@ -1036,8 +1030,7 @@ def _one_copy_per_device(leaves: tuple[LeafPlacement, ...], arrays: list, jax: A
     n = max(x.shape[0] for _, x in copies)
     total = sum(leaf.nbytes for leaf, _ in copies)
     one = sum(leaf.nbytes // x.shape[0] for leaf, x in copies)
-    exact = all(next(iter(x.sharding.device_set)).platform == "cpu" for _, x in copies)
-    how = "equal slices" if exact else "slices of equal checksums"
+    how = "slices of equal checksums"  # two 32-bit sums of each slice's bits, position-weighted
     return (f"{_some([leaf.path for leaf, _ in copies])} one value copied per device, as a "
             f"state replicated for jax.pmap is (flax.jax_utils.replicate): a leading axis of {n} "
             f"{how}, one on each device, {total:,} B for {one:,} B of values; a save or "

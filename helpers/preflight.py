@@ -346,6 +346,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         free, free_source = _free_bytes(dev)
     if c.conflict:
         verdict, advice = "will fail", c.conflict
+    elif c.shared_memory:  # it fails for one JAX buffer, runs for adopted NumPy memory
+        verdict, advice = "unknown", c.shared_memory
     else:
         verdict, advice = _verdict(needed, free, where, c.donated)
     notes = []
@@ -369,8 +371,6 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             *undonated, step_arguments.copied_to_update(c, fn, args, kwargs), c.own_jit))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
         notes.append(held)
-    if not c.conflict and c.shared_memory:
-        notes.append(c.shared_memory)
     if c.dropped_by_keyword:
         names = ", ".join(c.dropped_by_keyword)
         notes.append(f"{names} passed by keyword: {c.function}'s own wrapper drops the "

@@ -582,9 +582,11 @@ def widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: s
     else:
         named = other or f"a {to} value computed from the arguments"
         cause = f"jnp promotes it with {named} ({to}) there (jax-ml/jax#7368)"
-        fix = (f"cast {other} to {dtype} ({other}.astype(jnp.{dtype})), before the step or "
-               "where that line reads it" if other else
+        fix = (f"cast {other} to {dtype} where that line reads it ({other}.astype(jnp."
+               f"{dtype}) there: cast before the step, a parameter the optimizer updates "
+               f"would lose its {to} master copy)" if other else
                f"cast that value to {dtype} where it is made (.astype(jnp.{dtype}))")
+    what = "A" + what[1:] if what.startswith("a ") else what  # a sentence of its own
     return (f"{what} is read as {to}{at}: {cause}, so what is computed from it there on, and "
             f"what jax.grad keeps of it, is {to} ({format_bytes(nbytes)} as {to} for this "
             f"value alone). Fix: {fix}; jax.numpy_dtype_promotion('strict') raises at every "

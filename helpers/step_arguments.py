@@ -157,6 +157,8 @@ def _buffer(leaf: Any, jax) -> Any:
     if not isinstance(leaf, jax.Array):
         return None
     try:
+        if len(leaf.devices()) != 1:  # a sharded array's pointer makes JAX cache shard Arrays
+            return ("array", id(leaf))
         return (tuple(leaf.devices()), leaf.unsafe_buffer_pointer())
     except Exception:  # split over devices, or deleted
         return ("array", id(leaf))

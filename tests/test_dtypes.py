@@ -329,3 +329,28 @@ def test_jax_7431_on_the_cpu_a_float16_dot_is_computed_in_float32_and_says_so():
     assert "On the CPU, XLA computes float16 dots and convolutions in float32" in p.advice
     assert "a GPU computes float16 dots and convolutions in float16" in p.advice
     assert "a GPU keeps them at" not in p.advice
+
+
+def test_jax_7368_a_checkpointed_loss_s_backward_pass_is_not_walked_for_widening():
+    """Under jax.checkpoint the backward pass is one remat equation whose inner name stacks are
+    relative: the widening walk went into it and reached the weight-gradient dots, naming a
+    bfloat16 output against float32 labels (the fix it gave changed no byte). The remat of
+    the backward pass is not walked (found by a review, wd3.py)."""
+    bf = jnp.bfloat16
+    params = {"w": jnp.full((2, 512, 512), 0.02)}
+
+    def loss(params, x, y):
+        for i in range(2):
+            x = jax.nn.relu(x @ params["w"][i].astype(bf))
+        return jnp.mean((x - y) ** 2)  # a float32 loss on purpose
+
+    def step(params, x, y):
+        g = jax.grad(lambda p: jax.checkpoint(loss)(p, x, y))(params)
+        return jax.tree.map(lambda p, g: p - 1e-3 * g, params, g)
+
+    x, y = jnp.ones((256, 512), bf), jnp.ones((256, 512))
+    p = preflight.preflight_step(step, params, x, y)
+    assert p.widened_values == () and "is read as float32" not in p.advice
+    plain = preflight.preflight_step(  # the same loss without the checkpoint: quiet too
+        lambda params, x, y: jax.grad(loss)(params, x, y), params, x, y)
+    assert plain.widened_values == ()

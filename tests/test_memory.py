@@ -542,3 +542,24 @@ def test_jax_8096_track_s_cpu_device_peak_counts_live_arrays_and_host_peak_is_th
     said = " ".join(memory.MemoryTrace.peak.__doc__.split())
     assert "XLA's temporaries" in said and "never appear" in said and "host_peak" in said
     assert "jax-ml/jax#8096" in said
+
+
+def test_jax_26216_pricing_a_data_parallel_step_makes_no_shard_views():
+    """Asking a sharded array for its buffer pointer (or reading ``s.data``) makes JAX cache
+    an Array over each shard; preflight_step did so while pricing a data-parallel step, and
+    the next count of live memory met those views as a host read's and counted each shard
+    twice (found by a review: 8 -> 16 MiB per device)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import preflight
+
+    mesh = jax.make_mesh((N_SIMULATED,), ("data",))
+    w = jax.device_put(jnp.ones((256, 256)), NamedSharding(mesh, P()))
+    b = jax.device_put(jnp.ones((N_SIMULATED * 256, 256)), NamedSharding(mesh, P("data")))
+    jax.block_until_ready((w, b))
+    before, count = memory.live_bytes_by_device(), len(jax.live_arrays())
+    p = preflight.preflight_step(lambda w, b: jnp.sum((b @ w) ** 2), w, b)
+    assert p.verdict == "fits"
+    assert len(jax.live_arrays()) == count  # no Array made over a shard
+    assert memory.live_bytes_by_device() == before

@@ -168,9 +168,9 @@ def test_jax_13956_one_buffer_passed_four_times_is_counted_once_in_what_the_step
     assert apart.passed_again_bytes == 0 and apart.needed_bytes == x.nbytes  # the same output
     assert apart.peak_bytes == 5 * x.nbytes
     # what runs: the call holds x once and makes one output (live buffers, not time)
-    before = {id(y) for y in jax.live_arrays()}
+    before = jax.live_arrays()  # the arrays themselves: a freed one's id may be reused
     out = jax.jit(_h)(x, x, x, x).block_until_ready()
-    made = [y for y in jax.live_arrays() if id(y) not in before]
+    made = [y for y in jax.live_arrays() if not any(y is b for b in before)]
     assert [y.nbytes for y in made] == [x.nbytes] and float(out[0, 0]) == 10.0
 
 
@@ -276,7 +276,8 @@ def test_jax_18617_two_device_puts_of_one_numpy_array_are_not_said_to_fail():
     assert a is not b and a.unsafe_buffer_pointer() == b.unsafe_buffer_pointer()
     assert a.unsafe_buffer_pointer() == host.ctypes.data  # both adopted NumPy's memory
     p = preflight.preflight_step(f, a, b, donate_argnums=0)
-    assert p.verdict == "fits" and "the same buffer is passed again" not in p.advice
+    # not "fits": the same words fit a pair that fails (below); not "will fail": this one runs
+    assert p.verdict == "unknown" and "the same buffer is passed again" not in p.advice
     assert ("argument 0 is donated, and argument 1 is another array over the same memory "
             "(1.00 MiB)") in p.advice, p.advice
     assert "it runs and donates nothing" in p.advice and "jax-ml/jax#18617" in p.advice
@@ -287,8 +288,8 @@ def test_jax_18617_two_device_puts_of_one_numpy_array_are_not_said_to_fail():
     x = jnp.zeros((512, 512))
     y = jax.device_put(x, x.devices().pop())
     assert y is not x and y.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
-    assert "another array over the same memory" in preflight.preflight_step(
-        f, x, y, donate_argnums=0).advice
+    same = preflight.preflight_step(f, x, y, donate_argnums=0)
+    assert "another array over the same memory" in same.advice and same.verdict == "unknown"
     with pytest.raises(Exception, match="previously donated in the same call"):
         jax.jit(f, donate_argnums=0)(x, y)
     # the fix, run: a copy where it is not the donated one

@@ -981,7 +981,9 @@ def widened_inputs(closed) -> tuple[tuple[int | None, str, str, tuple[int, ...],
                     seen.add((id(var), line))
                     found_all.append((var, to, line, other, derived, origin, made))
             ins = [v for v in eqn.invars if not hasattr(v, "val")]  # (a Literal is constant)
-            for body, operands in _bodies(eqn):
+            # a backward pass's own equation (a checkpointed gradient's remat) is not walked:
+            # the name stacks inside it are relative, and its dots are weight gradients
+            for body, operands in ([] if scan_role(eqn) == "backward" else _bodies(eqn)):
                 if operands is None:  # a while loop's: read as a whole
                     inner = set(map(id, body.invars)) if any(id(v) in derived for v in ins) \
                         else set()
