@@ -601,11 +601,17 @@ def residuals_text(r: Residuals) -> str:
                     "memory from the forward pass beyond its arguments, and "
                     f"{format_bytes(r.offloaded_bytes)} in {r.offloaded_to} (offloaded by your "
                     "policy)")
+    if r.devices > 1:
+        lines[0] += (f", summed over the {r.devices} devices a shard_map splits it over: "
+                     f"each device keeps {format_bytes(r.device_bytes)}")
     for x in r.residuals[:8]:
         kind = "argument" if x.is_argument else "kept" if x.memory == "device" else \
             f"offloaded to {x.memory}"
-        lines.append(f"  {format_bytes(x.nbytes):>10}  {x.dtype}{list(x.shape)}  [{kind}] "
-                     f"{x.source}")
+        split = (f" = {x.devices} x {x.dtype}{list(x.device_shape)}, "
+                 f"{format_bytes(x.nbytes // x.devices)} on each device"
+                 if x.devices > 1 else "")
+        lines.append(f"  {format_bytes(x.nbytes):>10}  {x.dtype}{list(x.shape)}{split}  "
+                     f"[{kind}] {x.source}")
     if len(r.residuals) > 8:
         lines.append(f"  ... and {len(r.residuals) - 8} more")
     if r.advice:

@@ -1738,3 +1738,69 @@ def test_flax_5026_an_nnx_jit_step_s_state_is_read_through_its_wrapper():
     old = model.w2
     donated(model, opt, x)
     assert old.is_deleted() and float(model.w2[0, 0]) != 1.0
+
+
+def _jax25010_fsdp(remat: str):
+    """jax-ml/jax#25010 in miniature: FSDP by hand, each layer all-gathers its weight shard
+    inside shard_map; ``remat`` is "", "checkpoint" or "policy" (the gather named and left out
+    of a save_only_these_names policy)."""
+    from jax.sharding import PartitionSpec as P
+
+    n = 4
+    mesh = jax.make_mesh((n,), ("fsdp",), devices=jax.devices()[:n],
+                         axis_types=(jax.sharding.AxisType.Auto,))
+
+    def layer(w_shard, h):
+        w = jax.lax.all_gather(w_shard, "fsdp", tiled=True)  # the whole weight
+        if remat == "policy":
+            from jax.ad_checkpoint import checkpoint_name
+
+            w = checkpoint_name(w, "gathered")
+        return jnp.tanh(h @ w)
+
+    if remat == "checkpoint":
+        layer = jax.checkpoint(layer)
+    elif remat == "policy":
+        layer = jax.checkpoint(
+            layer, policy=jax.checkpoint_policies.save_only_these_names("not_gathered"))
+
+    def local_loss(ws, x):
+        h = x
+        for w in ws:
+            h = layer(w, h)
+        return jax.lax.pmean(jnp.mean(h ** 2), "fsdp")
+
+    spec = [P("fsdp", None)] * 2
+    loss = jax.jit(jax.shard_map(local_loss, mesh=mesh, in_specs=(spec, P("fsdp", None)),
+                                 out_specs=P(), check_vma=False))
+    ws = [jnp.full((256, 256), 0.01)] * 2
+    return loss, ws, jnp.ones((64, 256))
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 simulated devices")
+def test_jax_25010_shard_map_residuals_said_per_device_with_the_gather_and_its_fix():
+    """jax-ml/jax#25010: JAX lists a shard_map body's residuals stacked over the mesh
+    (float32[1024, 256] for 4 devices' gathered float32[256, 256]) and the kit summed them as
+    if one device kept them all. It now says each device's share and shape, names the
+    all_gather's line and the checkpoint that drops the gathered copies (checked: 2.31 MiB
+    summed, 592 KiB each, down to 128 KiB summed, 32 KiB each, with either fix)."""
+    r = preflight.residuals(*_jax25010_fsdp(""))
+    gathered = [x for x in r.residuals if x.gathered_at]
+    assert [(x.shape, x.devices, x.device_shape) for x in gathered] == \
+        [((1024, 256), 4, (256, 256))] * 2
+    # 2 gathered weights and 5 activations, each stacked over 4 devices
+    assert r.saved_bytes == 2 * 1024 * 256 * 4 + 5 * 64 * 256 * 4 == 2_424_832
+    assert r.device_bytes == r.saved_bytes // 4 and r.devices == 4
+    text = str(r)
+    assert f"summed over the 4 devices a shard_map splits it over: each device keeps " \
+           f"{format_bytes(r.device_bytes)}" in text
+    assert "float32[1024, 256] = 4 x float32[256, 256], 256.00 KiB on each device" in text
+    assert r.advice.startswith(f"512.00 KiB of the {format_bytes(r.device_bytes)} each "
+                               "device keeps are whole arrays that the all_gather at "
+                               "test_preflight.py:")
+    assert "jax.checkpoint" in r.advice and "only the shard is kept" in r.advice
+    for fix in ("checkpoint", "policy"):  # the fix, run: the gathered copies are gone
+        after = preflight.residuals(*_jax25010_fsdp(fix))
+        assert not any(x.gathered_at for x in after.residuals)
+        assert (after.saved_bytes, after.device_bytes) == (131_072, 32_768)
+        assert "all_gather" not in after.advice

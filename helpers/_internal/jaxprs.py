@@ -407,6 +407,53 @@ def custom_vjp_residuals(closed) -> list[tuple[tuple[int, ...], str, str, str]]:
     return out
 
 
+def _spec_devices(spec, mesh, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...], tuple]:
+    """(the devices a shard_map's out_spec splits a value over, its shape on one device, the
+    mesh axes named) for a PartitionSpec on ``mesh``."""
+    sizes = dict(mesh.shape)
+    devices, local, names = 1, list(shape), []
+    for dim, entry in enumerate(tuple(spec)[:len(shape)]):
+        axes = entry if isinstance(entry, tuple) else () if entry is None else (entry,)
+        n = math.prod(int(sizes.get(a, 1)) for a in axes)
+        devices, local[dim], names = devices * n, local[dim] // max(n, 1), names + list(axes)
+    return devices, tuple(local), tuple(names)
+
+
+def shard_map_residuals(closed, count: int) -> list[tuple[tuple[int, ...], str, int,
+                                                          tuple[int, ...], str, tuple]]:
+    """(shape, dtype, the devices it is split over, its shape on one device, the line of the
+    ``all_gather`` that made it whole in the body or "", the mesh axes) of each of the last
+    ``count`` outputs of ``closed`` (the jaxpr of ``jax.vjp``: those are its residuals, as in
+    JAX's ``saved_residuals``) that a ``shard_map`` returns, followed through inner jits. JAX
+    returns a shard_map body's residuals through its out_specs, stacked over the manual axes
+    (jax-ml/jax#25010: four devices' float32[1024, 1024] listed as one float32[4096, 1024])."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    out = []
+    for v in jaxpr.outvars[len(jaxpr.outvars) - count:] if count else ():
+        j, var = jaxpr, v
+        for _ in range(8):
+            eqn = _index(j)[0].get(id(var))
+            if eqn is None:
+                break
+            k = next(i for i, o in enumerate(eqn.outvars) if o is var)
+            if eqn.primitive.name == "shard_map":
+                spec, mesh = eqn.params["out_specs"][k], eqn.params["mesh"]
+                body = getattr(eqn.params["jaxpr"], "jaxpr", eqn.params["jaxpr"])
+                devices, local, axes = _spec_devices(spec, mesh, tuple(v.aval.shape))
+                made = _index(body)[0].get(id(body.outvars[k]))
+                where = equation_where(made) if made is not None and \
+                    made.primitive.name == "all_gather" else ""
+                if devices > 1:
+                    out.append((tuple(v.aval.shape), str(v.aval.dtype), devices, local, where,
+                                axes))
+                break
+            inner = _called(eqn)
+            if inner is None:
+                break
+            j, var = inner, inner.outvars[k]
+    return out
+
+
 def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
     """The index of the input of ``jaxpr`` that its value ``var`` is, unchanged, followed
     through inner jits and remats (an inner jaxpr whose output is its own input); None else."""
