@@ -105,30 +105,55 @@ def basis_note(r: compiled.Jacobian, t: compiled.Temporary, count: int = 1,
 
 
 def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
-                     ) -> list[tuple[compiled.Temporary, int, int]]:
-    """(the largest, how many, their bytes, whether one is a scatter) of the values made under
-    jax.vmap, per line of the user's code, where they come to a quarter of the peak or more,
-    largest first (one line can make several: each of a layer's weights, drawn for every layer
-    at once; equinox#673)."""
+                     ) -> list[tuple[compiled.Temporary, int, int, str, str, bool]]:
+    """(the largest, how many, their bytes, what vmap batched in a scatter on that line: "index",
+    "update value" or "", the line that sums the batch away afterwards or "", whether the jaxpr
+    keeps a lax.cond on that line: its predicate unbatched, no select) of the values made
+    under jax.vmap, per line of the user's code, where they come to a quarter of the peak or
+    more, largest first (one line can make several: each of a layer's weights, drawn for every
+    layer at once; equinox#673). The sum is one over the leading axis, outside the vmap, of a
+    value of the batch's length and a quarter of the largest's bytes or more (per-example
+    gradients averaged, google/flax#1852)."""
     lines: dict[str, list[compiled.Temporary]] = {}
     for t in c.temporaries(most):
         if t.batched:
             lines.setdefault(t.line or f"({t.op})", []).append(t)
-    out = [(max(ts, key=lambda t: t.nbytes), len(ts), sum(t.nbytes for t in ts),
-            any(t.op == "scatter" for t in ts)) for ts in lines.values()]
+    if not lines:
+        return []
+    scatters = jaxprs.scatters_batched(c.jaxpr) if c.jaxpr is not None else {}
+    sums = jaxprs.batch_reductions(c.jaxpr) if c.jaxpr is not None else ()
+    conds = {jaxprs.equation_line(e) for j, _ in jaxprs.walk(c.jaxpr) for e in j.eqns
+             if e.primitive.name == "cond"} if c.jaxpr is not None else set()
+    out = []
+    for ts in lines.values():
+        big = max(ts, key=lambda t: t.nbytes)
+        which = "" if not any(t.op == "scatter" for t in ts) else scatters.get(
+            big.line, "index or update value")
+        summed = next((line or "the step" for shape, nbytes, line in sums
+                       if shape[:1] == big.shape[:1] and 4 * nbytes >= big.nbytes), "")
+        out.append((big, len(ts), sum(t.nbytes for t in ts), which, summed, big.line in conds))
     return sorted([b for b in out if b[2] * 4 >= peak], key=lambda b: -b[2])
 
 
 def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
-                  scattered: bool = False) -> str:
+                 scattered: str = "", summed: str = "", kept_cond: bool = False) -> str:
     """The largest value made under jax.vmap for the whole batch at once, and how to make it
     in chunks: under a derivative, chunks alone keep every chunk's values for the backward
     pass (jax#8409: 16 MiB of temporaries with vmap, 40 MiB with lax.map(f, batch_size=8),
     2 MiB with lax.map(jax.checkpoint(f), batch_size=8); measured by the kit on jax 0.10.2).
-    A lax.cond whose predicate vmap batches is a select: both branches run. An ``.at[i]``
-    update whose index vmap batches (``scattered``) copies the whole operand for every element
-    (scatter's batching rule; jax-ml/jax#23358: 16 MiB under vmap, 0 B computed without the
-    updated array, jax 0.10.2)."""
+    A lax.cond whose predicate vmap batches is a select: both branches run, and its operands,
+    arrays the branches close over included, are broadcast to the batch (jax-ml/jax#3103,
+    #7159: 1,082,130,432 B of temporaries under vmap, 16,973,976 B with lax.map(f, xs,
+    batch_size=64), 265,560 B with lax.map(f, xs); jax 0.10.2, CPU). An ``.at[i]`` update
+    whose index or update value vmap batches (``scattered``: which one, from the scatter's
+    batching dimensions) copies the whole operand for every element (scatter's batching rule;
+    jax-ml/jax#23358: 16 MiB under vmap, 0 B computed without the updated array, jax 0.10.2).
+    ``kept_cond``: the jaxpr keeps a cond on that line (its predicate unbatched): no select.
+    Where the batch is summed away afterwards (``summed``: per-example gradients averaged,
+    google/flax#1852), lax.map(f, xs, batch_size=k) still stacks f's outputs whole
+    (274,204,672 B of temporaries under vmap, 290,521,912 B with lax.map(batch_size=16)); a
+    scan that adds each chunk's sum into its carry keeps one chunk (34,275,512 B; jax 0.10.2,
+    CPU)."""
     at = f", {t.line}" if t.line else ""
     head = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
             f"{at}), is made under jax.vmap for every element of the batch at once, as the "
@@ -139,15 +164,31 @@ def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
                 f"under jax.vmap for every element of the batch at once, as the vectorized code "
                 f"would be (the largest, {t.op} {t.dtype}{list(t.shape)}, "
                 f"{format_bytes(t.nbytes)}{at})")
-    cond = t.op == "select_n" and re.search(r"\bcond\(", t.line) is not None
+    # a line that calls cond, whatever the op (a branch's constant broadcast to the batch,
+    # jax-ml/jax#3103), unless the jaxpr keeps a cond there: its predicate was not batched
+    cond = re.search(r"\bcond\(", t.line) is not None and not kept_cond
     if cond:
         head += (". A lax.cond whose predicate jax.vmap batches becomes a select (XLA has no "
                  "batched conditional), so both branches run for every element")
-    at_update = scattered and ".at[" in t.line
+        if t.op == "broadcast_in_dim":
+            head += (", and its operands, arrays the branches close over included, are "
+                     "broadcast to the whole batch")
+    at_update = bool(scattered) and ".at[" in t.line
     if at_update:
-        head += (". An .at[...] update whose index jax.vmap batches copies the whole array it "
-                 "updates for every element (scatter's batching rule), though each changes one "
-                 "place")
+        head += (f". An .at[...] update whose {scattered} jax.vmap batches copies the whole "
+                 "array it updates for every element (scatter's batching rule), though each "
+                 "changes one place")
+    # (under a derivative around the vmap the scan's own residuals are not measured: lax.map)
+    if summed and not cond and not at_update and not t.in_derivative:
+        where = "" if summed == "the step" else f" ({summed})"
+        head += (f", and the step then sums the vmap's outputs over the batch{where} "
+                 "(per-example gradients averaged): jax.lax.map(f, xs, batch_size=k) would "
+                 "still stack f's outputs for the whole batch")
+        fix = ("sum them chunk by chunk instead, jax.lax.scan over xs.reshape(n // k, k, ...) "
+               "with jax.vmap(f) inside and the chunk's .sum(0) added to the carry, which keeps "
+               "k elements' values at a time (google/flax#1852: 274 MB of temporaries, 290 MB "
+               "with lax.map(batch_size=16), 34 MB with the scan)")
+        return f"{head}; {fix}."
     if t.in_derivative:
         fix = ("under the derivative, jax.lax.map(f, xs, batch_size=k) alone keeps every "
                "chunk's values for the backward pass; jax.lax.map(jax.checkpoint(f), xs, "
@@ -159,7 +200,9 @@ def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
     if cond:
         fix += ("; without batch_size, jax.lax.map keeps the predicate unbatched, so only the "
                 "branch taken runs" + (" (jax.lax.map(jax.checkpoint(f), xs) under the "
-                                       "derivative)" if t.in_derivative else ""))
+                                       "derivative)" if t.in_derivative else "")
+                + " (jax-ml/jax#3103: 0.27 MB of temporaries, 17 MB with batch_size=64, "
+                "1.08 GB under vmap)")
     if at_update:
         fix = ("compute what you need without making the updated array (for .at[i].set(v)"
                ".sum(): x.sum() - x[i] + v, jax-ml/jax#23358), or " + fix)

@@ -1221,6 +1221,132 @@ def test_a_where_on_a_line_that_calls_a_function_named_second_is_no_cond():
     assert p.verdict == "fits"
 
 
+def _temp_bytes(fn, *args) -> int:
+    """XLA's temporaries for fn on these arguments (memory_analysis)."""
+    return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_flax_1852_per_example_gradients_averaged_get_the_scan_that_sums_chunks():
+    """google/flax#1852: vmap(grad) stacks one gradient per example, then the step averages
+    them. lax.map(f, xs, batch_size=k) would stack f's outputs all the same (the kit advised it:
+    274 -> 290 MB); a scan that adds each chunk's sum into its carry keeps one chunk."""
+    b, d, k = 64, 256, 8
+    w = jnp.ones((d, d)) * 0.01
+    xs = jnp.linspace(-1.0, 1.0, b * d).reshape(b, d)
+
+    def clipped(w, x):  # DP-SGD: each example's gradient clipped to norm 1
+        g = jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
+        return g * jnp.minimum(1.0, 1.0 / jnp.sqrt(jnp.sum(g**2)))
+
+    def step(w, xs):  # per-example gradients, averaged
+        return jax.vmap(clipped, in_axes=(None, 0))(w, xs).mean(0)
+
+    def mapped(w, xs):  # what the kit used to advise
+        return jax.lax.map(lambda x: clipped(w, x), xs, batch_size=k).mean(0)
+
+    def summed(w, xs):  # the fix it names: the chunk's sum into the carry
+        def body(acc, chunk):
+            return acc + jax.vmap(clipped, in_axes=(None, 0))(w, chunk).sum(0), None
+        return jax.lax.scan(body, jnp.zeros_like(w), xs.reshape(b // k, k, d))[0] / b
+
+    p = preflight.preflight_step(step, w, xs)
+    assert "the step then sums the vmap's outputs over the batch" in p.advice
+    assert "jax.lax.scan over xs.reshape(n // k, k, ...)" in p.advice
+    assert "added to the carry" in p.advice and "google/flax#1852" in p.advice
+    assert "such values shrink in proportion" not in p.advice
+    before, stacked, after = (_temp_bytes(f, w, xs) for f in (step, mapped, summed))
+    assert before >= b * d * d * 4 and stacked * 10 >= before * 9  # lax.map: no better
+    assert after * 3 <= before  # 16 MiB -> 4 MiB (0.10.2): a chunk of 8 and the carry
+    np.testing.assert_allclose(summed(w, xs), step(w, xs), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(mapped(w, xs), step(w, xs), rtol=1e-4, atol=1e-6)
+
+
+def test_flax_1852_a_sum_inside_the_vmap_keeps_the_lax_map_fix():
+    """A value reduced inside the vmapped function (jax-ml/jax#11319's per-point sum) is no
+    per-example output summed afterwards: lax.map with a batch size shrinks it, as said."""
+    grid = jnp.linspace(0.0, 1.0, 1024 * 16).reshape(1024, 16)
+
+    def step(pts):
+        return jax.vmap(lambda q: jnp.exp(jnp.sin(grid * q)).sum())(pts)
+
+    p = preflight.preflight_step(step, jnp.linspace(0.0, 1.0, 512))
+    assert "jax.lax.map(f, xs, batch_size=k) computes k elements at a time" in p.advice
+    assert "jax.lax.scan over xs.reshape" not in p.advice
+
+
+def test_jax_3103_a_vmapped_cond_broadcasting_its_constant_is_named_with_lax_map():
+    """jax-ml/jax#3103 with #7159: a vmapped lax.cond with a batched predicate is a select,
+    both branches run, and the closed-over W is broadcast to the batch (the largest value is
+    that broadcast, not a select_n). lax.map(f, xs) without batch_size runs only the branch
+    taken (the helper's run: 1.08 GB -> 0.27 MB)."""
+    w = jnp.ones((128, 128)) * 0.001
+
+    def expensive(x):
+        for _ in range(5):
+            x = jnp.tanh(w @ x)
+        return x.sum()
+
+    def f(x):
+        return jax.lax.cond(x[0] > 0, expensive, lambda x: 0.0, x)
+
+    xs = jnp.linspace(-1.0, 1.0, 1024 * 128).reshape(1024, 128)
+    p = preflight.preflight_step(lambda xs: jax.vmap(f)(xs), xs)
+    assert "A lax.cond whose predicate jax.vmap batches becomes a select" in p.advice
+    assert "arrays the branches close over included, are broadcast" in p.advice
+    assert "without batch_size, jax.lax.map keeps the predicate unbatched" in p.advice
+    assert "jax.lax.map(f, xs, batch_size=k)" in p.advice and "jax-ml/jax#3103" in p.advice
+    before = _temp_bytes(lambda xs: jax.vmap(f)(xs), xs)
+    after = _temp_bytes(lambda xs: jax.lax.map(f, xs), xs)
+    assert before >= 1024 * 128 * 128 * 4 and after * 64 <= before
+    np.testing.assert_allclose(jax.lax.map(f, xs), jax.vmap(f)(xs), rtol=1e-5, atol=1e-6)
+
+
+def test_jax_3103_a_cond_whose_predicate_vmap_leaves_alone_is_no_select():
+    """A cond on a line whose predicate is not batched stays a cond under vmap (the jaxpr keeps
+    it): its batched values are not 'both branches run'."""
+    import dataclasses
+
+    from helpers.compiled import Temporary
+
+    t = Temporary("dot_general", "f32", (64, 256, 256), 16 * 2**20,
+                  "cell, line 3: return jax.lax.cond(flag, lambda x: w @ x, g, x)", batched=True)
+    assert "both branches run" in program_notes.batched_note(t)
+    kept = program_notes.batched_note(t, kept_cond=True)
+    assert "both branches run" not in kept and "batch_size=k" in kept
+    assert "both branches run" not in program_notes.batched_note(
+        dataclasses.replace(t, line="cell, line 3: h = second(x)"))
+
+
+def test_jax_23358_a_constant_index_with_a_batched_value_names_the_update_value():
+    """jax-ml/jax#23358's variant k: x.at[9].set(i) under vmap over i. The index is a constant
+    and the update value is batched: the note said 'whose index jax.vmap batches'. The
+    scatter's batching dimensions say which; the fix (x.sum() - x[9] + v) runs with no
+    temporaries and the same values."""
+    from helpers._internal import jaxprs
+
+    x = jnp.zeros(2048)
+
+    def run(vs):
+        return jax.vmap(lambda v: x.at[9].set(v).sum())(vs)
+
+    def by_index(ids):
+        return jax.vmap(lambda i: x.at[i].set(7.0).sum())(ids)
+
+    def fixed(vs):
+        return jax.vmap(lambda v: x.sum() - x[9] + v)(vs)
+
+    vs, ids = jnp.linspace(0.0, 1.0, 2048), jnp.arange(2048)
+    assert set(jaxprs.scatters_batched(jax.jit(run).trace(vs).jaxpr).values()) == {
+        "update value"}
+    assert set(jaxprs.scatters_batched(jax.jit(by_index).trace(ids).jaxpr).values()) == {"index"}
+    p = preflight.preflight_step(run, vs)
+    if max(t.nbytes for t in p.largest_temporaries) >= 2048 * 2048 * 4:  # 0.8.0 fuses it
+        assert "An .at[...] update whose update value jax.vmap batches" in p.advice
+    assert "whose index jax.vmap batches" not in p.advice
+    assert _temp_bytes(fixed, vs) == 0
+    np.testing.assert_allclose(fixed(vs), run(vs))
+
+
 class _FilterJit:
     """A stand-in for eqx.filter_jit: its own lower() takes anything that is not an array as
     static, so a ShapeDtypeStruct reaches the function as a Python object and fails there;

@@ -18,14 +18,15 @@ import numpy as np
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["CALLBACKS", "callbacks", "callbacks_every_step", "callbacks_hoisted",
-           "carry_lines", "cast_before_scan", "checkpoint_offloads", "closed_over_values",
+__all__ = ["CALLBACKS", "batch_reductions", "callbacks", "callbacks_every_step",
+           "callbacks_hoisted", "carry_lines", "cast_before_scan", "checkpoint_offloads",
+           "closed_over_values",
            "closes_over_arrays", "custom_vjp_residuals", "custom_vjp_rule",
            "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "scan_updated_xs", "shapes_by_dtype",
+           "scan_updated_xs", "scatters_batched", "shapes_by_dtype",
            "progress_fix", "psums_of_invariant", "replicated_sums", "sparse_products",
            "threefry_draws", "walk", "widened_inputs"]
 
@@ -656,6 +657,44 @@ def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
             for v in eqn.params.values():
                 stack += [(sub, line) for sub in (v if isinstance(v, (tuple, list)) else (v,))
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+    return tuple(sorted(out, key=lambda x: -x[1]))
+
+
+def scatters_batched(closed) -> dict[str, str]:
+    """The user's line of each scatter (an ``.at[...]`` update) that jax.vmap batched, and what
+    it batched: "index" where the scatter's indices carry the batch (its
+    ``scatter_indices_batching_dims``), "update value" where only the value does (a constant
+    index, jax-ml/jax#23358's ``x.at[9].set(i)``); jax 0.8.0 and 0.10.2 alike."""
+    out: dict[str, str] = {}
+    for j, _ in walk(closed):
+        for eqn in j.eqns:
+            if not eqn.primitive.name.startswith("scatter") or "vmap(" not in str(
+                    eqn.source_info.name_stack):
+                continue
+            dims = eqn.params.get("dimension_numbers")
+            which = ("index" if getattr(dims, "scatter_indices_batching_dims", ())
+                     else "update value")
+            line = equation_line(eqn)
+            if out.get(line, which) != which:
+                which = "index or update value"
+            out[line] = which
+    return out
+
+
+def batch_reductions(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
+    """(shape, bytes, line) of each sum over the leading axis outside any jax.vmap (a
+    ``.sum(0)`` or ``.mean(0)`` of what a vmap stacked: per-example gradients averaged,
+    google/flax#1852), largest first: values lax.map(f, xs, batch_size=k) would still stack
+    whole, where a scan that adds each chunk's sum into its carry keeps one chunk."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in j.eqns:
+            if (eqn.primitive.name != "reduce_sum" or 0 not in tuple(eqn.params.get("axes", ()))
+                    or "vmap(" in str(eqn.source_info.name_stack)):
+                continue
+            aval = eqn.invars[0].aval
+            out.append((tuple(aval.shape), math.prod(aval.shape) * aval.dtype.itemsize,
+                        equation_line(eqn)))
     return tuple(sorted(out, key=lambda x: -x[1]))
 
 
