@@ -431,6 +431,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     for line, axes, size, nbytes in jaxprs.replicated_sums(c.jaxpr)[:1]:
         if nbytes >= 2**20 and 4 * nbytes >= peak:
             notes.append(program_notes.replicated_sum_note(line, axes, size, nbytes))
+    carried = jaxprs.widened_carries(c.jaxpr)
+    if carried and carried[0][3] >= 2**20 and 8 * carried[0][3] >= peak:
+        notes.append(program_notes.widened_carry_note(*carried[0]))
     casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
     if casts and casts[0][3] >= 2**20 and casts[0][3] * 8 >= peak:
         notes.append(program_notes.cast_note(*casts[0]))

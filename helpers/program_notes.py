@@ -25,7 +25,7 @@ __all__ = ["basis_note", "batched_by_line", "batched_note", "bound_method_note",
            "gathered", "invariant_psum_note", "jacobian_note", "on_the_host_by_commitment",
            "random_bits_whole",
            "record_note", "replicated_sum_note", "slice_copy_note", "sparse_note", "stack_note",
-           "stacked_indices", "threefry_note", "unrolled_values", "widened",
+           "stacked_indices", "threefry_note", "unrolled_values", "widened", "widened_carry_note",
            "widened_note"]
 
 
@@ -316,17 +316,37 @@ def unrolled_values(c: compiled.CompiledStep, unrolled: str, temp: int) -> str:
     """Where a loop unrolled inside jit (``unrolled``: the note) holds one value per iteration
     at once, half of XLA's temporaries (``temp``) or more: a sentence saying so; "" otherwise.
     openxla/xla#35719: 36 iterations of a 1.91 MiB index array, 70.6 MiB of temporaries on the
-    CPU (jax 0.8.0 and 0.10.2); a lax.scan over them with one padded shape, 15.3 MiB."""
+    CPU (jax 0.8.0 and 0.10.2); a lax.scan over them with one padded shape, 15.3 MiB. Values
+    that add up to more than the temporaries are not all alive at once: no sentence."""
     if "is unrolled" not in unrolled:
         return ""
     same = [t for t in c.temporaries(4 * compiled.UNROLLED_AT) if t.line and t.line in unrolled]
     held = sum(t.nbytes for t in same)
-    if len(same) < 4 or 2 * held < temp:
+    if len(same) < 4 or 2 * held < temp or held > temp:
+        # more than the temporaries: XLA reuses their buffers, so they are not all alive at
+        # once (fattorib/ZeRO-transformer#13: 218 values of 12.10 MiB in 3.25 MiB)
         return ""
     return (f" This line's values are alive at once, too: XLA's plan holds {len(same)} of them "
             f"({format_bytes(held)} of {format_bytes(temp)} of temporaries), from every "
             "iteration, where a jax.lax.scan over the iterations holds one iteration's (give every "
             "iteration one shape, padded, and mask what is padding; openxla/xla#35719).")
+
+
+def widened_carry_note(line: str, wide: str, narrow: str, nbytes: int, of_bytes: int,
+                       leaves: int) -> str:
+    """A ``lax.scan`` that takes a gradient each step and carries values with the shapes of
+    the step's arguments in a wider float (:func:`helpers._internal.jaxprs.widened_carries`):
+    a gradient accumulator in float32 beside bfloat16 parameters, a cost that does not shrink
+    with the number of microbatches (AI-Hypercomputer/maxtext#5039; measured by the helper
+    on the CPU, jax 0.10.2: 4 bfloat16 512x512 parameters, 4 microbatches, temporaries 9.18 MiB
+    with a float32 carry, 7.18 MiB with a bfloat16 one)."""
+    at = f" ({line})" if line else ""
+    return (f"The lax.scan{at} carries {format_bytes(nbytes)} of {wide} with the shapes of "
+            f"{leaves} {narrow} argument{'s' if leaves > 1 else ''} ({format_bytes(of_bytes)}):"
+            f" a gradient accumulator in {wide}, {nbytes / of_bytes:.0f}x the bytes of what it "
+            "accumulates, whatever the number of microbatches. Allocate it in the parameters' "
+            "dtype (jax.tree.map(jnp.zeros_like, params)) or accept the cost (accumulating in "
+            f"{wide} is more precise; AI-Hypercomputer/maxtext#5039).")
 
 
 def random_bits_whole(c: compiled.CompiledStep) -> bool:

@@ -73,7 +73,8 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
     advised (:func:`donations_across_memory_kinds`), nor one with a buffer the step takes in
     another place too (donated, the call fails). Outputs are matched once each, largest
     arguments first. Over a mesh XLA matches the sharding too (an output of another layout
-    takes nothing), and bytes are each device's."""
+    takes nothing), and bytes are each device's. Outputs XLA already writes into donated
+    arguments are taken (google-deepmind/optax#320)."""
     jax = devices.start_jax()
     made = c.outputs()
     # an output in pinned_host takes only a donated buffer in pinned_host, and one in device
@@ -93,6 +94,13 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
     # to a step that only returns gradients would lose them (only an update replaces them)
     free = [(o, s) for o, s, (_, _, kind) in zip(outputs, out_shardings, made, strict=True)
             if not kind.endswith("gradient")]
+    # an output XLA already writes into a donated argument (its alias table) is taken: a batch
+    # with a weight's shape is no old value of it (google-deepmind/optax#320: donated too, JAX
+    # warns "Some donated buffers were not usable" and the peak stays 17,825,944 B)
+    for d in c.donations:
+        hit = next((f for f in free if d.reused and f[0][:2] == (d.shape, d.dtype)), None)
+        if hit is not None:
+            free.remove(hit)
     chosen, saving = [], 0
     for i, leaves in sorted(arrays.items(), key=lambda kv: -sum(n for _, n, _ in kv[1])):
         if any(key[2] != "device" for key, _, _ in leaves):

@@ -3,6 +3,7 @@ each checked against what JAX really does with the advice. Calls that may abort 
 run in child processes."""
 
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -301,3 +302,60 @@ def test_jax_18617_two_device_puts_of_one_numpy_array_are_not_said_to_fail():
     # one Array passed twice is still a sure failure
     z = jnp.zeros((512, 512))
     assert preflight.preflight_step(f, z, z, donate_argnums=0).verdict == "will fail"
+
+
+def _optax_320_step(p, s, x):
+    """A MultiSteps-like step (optax#320): gradients summed into an accumulator s["acc"]; x, a
+    batch of 512 rows, happens to have a weight's shape and dtype."""
+    g = jax.grad(lambda p: jnp.mean(jnp.tanh(jnp.tanh(x @ p["w0"]) @ p["w1"]) ** 2))(p)
+    acc = jax.tree.map(jnp.add, s["acc"], g)
+    return jax.tree.map(lambda w, a: w - 1e-3 * a, p, acc), {"acc": acc}
+
+
+def test_optax_320_no_donation_advised_for_a_batch_when_every_output_is_already_aliased():
+    p = {f"w{i}": jnp.full((512, 512), 0.01) for i in range(2)}  # 1 MiB each
+    s = {"acc": jax.tree.map(jnp.zeros_like, p)}
+    x = jnp.ones((512, 512))
+    r = preflight.preflight_step(jax.jit(_optax_320_step, donate_argnums=(0, 1)), p, s, x)
+    assert "Nothing donated" not in r.advice  # was "Nothing donated for x, yet 1.00 MiB ..."
+    # the old advice, followed: JAX cannot use x's buffer, and XLA's peak does not move
+    peaks = {}
+    for don in ((0, 1), (0, 1, 2)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            c = jax.jit(_optax_320_step, donate_argnums=don).lower(p, s, x).compile()
+        peaks[don] = c.memory_analysis().peak_memory_in_bytes
+        assert any("donated buffers were not usable" in str(w.message) for w in caught) == (
+            len(don) == 3)
+    assert peaks[(0, 1)] == peaks[(0, 1, 2)]
+    # still advised where an output has no donated argument to go to: p and s not donated
+    plain = preflight.preflight_step(jax.jit(_optax_320_step), p, s, x)
+    assert "Nothing donated for s, p," in plain.advice or "Nothing donated for p, s," in (
+        plain.advice)
+
+
+def test_easylm_36_a_gradient_accumulator_is_named_as_one_more_copy_of_the_parameters():
+    """young-geng/EasyLM#36: accumulate_gradient_steps=2 ran out of memory where 1 fit: the
+    accumulator is a second buffer the size of the parameters (the maintainer)."""
+    p = {f"w{i}": jnp.full((512, 512), 0.01) for i in range(4)}  # 4 MiB
+    zeros = lambda: jax.tree.map(jnp.zeros_like, p)  # noqa: E731
+
+    def step(p, s, x):
+        g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["w0"] @ p["w1"] @ p["w2"] @ p["w3"])))(p)
+        acc = jax.tree.map(jnp.add, s["acc"], g)
+        mu = jax.tree.map(lambda m, a: 0.9 * m + 0.1 * a, s["mu"], acc)
+        return jax.tree.map(lambda w, m: w - 1e-3 * m, p, mu), {"acc": acc, "mu": mu}
+
+    x = jnp.ones((64, 512))
+    r = preflight.preflight_step(jax.jit(step), p, {"acc": zeros(), "mu": zeros()}, x)
+    assert "s holds 2 copies of p's shapes (s['acc'], s['mu']: 8.00 MiB, 2.00x p)" in r.advice
+    assert "gradient accumulator" in r.advice and "accumulator_dtype" in r.advice
+    assert "Nothing donated for s, p" in r.advice or "Nothing donated for p, s" in r.advice
+    # the fixes, run: donated, the peak falls 24.13 -> 14.63 MiB; an accumulator in bfloat16
+    # holds 2 MiB less
+    donated = preflight.preflight_step(jax.jit(step, donate_argnums=(0, 1)), p,
+                                       {"acc": zeros(), "mu": zeros()}, x)
+    assert r.peak_bytes - donated.peak_bytes >= 9 * 2**20
+    narrow = {"acc": jax.tree.map(lambda a: a.astype(jnp.bfloat16), zeros()), "mu": zeros()}
+    half = preflight.preflight_step(jax.jit(step, donate_argnums=(0, 1)), p, narrow, x)
+    assert donated.argument_bytes - half.argument_bytes == 2 * 2**20

@@ -26,7 +26,7 @@ __all__ = ["CALLBACKS", "batch_reductions", "callbacks", "callbacks_every_step",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "scan_updated_xs", "scatters_batched", "shapes_by_dtype",
+           "scan_updated_xs", "scatters_batched", "shapes_by_dtype", "widened_carries",
            "progress_fix", "psums_of_invariant", "replicated_sums", "sparse_products",
            "threefry_draws", "walk", "widened_inputs"]
 
@@ -593,6 +593,43 @@ def carry_lines(closed, shape: tuple[int, ...]) -> list[str]:
                    for v in _carried_operands(eqn)):
                 out.append(equation_line(eqn))
     return sorted(out, key=lambda line: not line)
+
+
+def widened_carries(closed) -> tuple[tuple[str, str, str, int, int, int], ...]:
+    """(the scan's line, the carry's dtype, the arguments' dtype, the carry's bytes of those
+    shapes, the arguments' bytes of them, how many leaves) of each ``lax.scan`` whose body
+    takes a gradient (a transpose in its name stack) and whose carry holds floating values
+    with the shapes of the step's arguments in a wider dtype than any argument of that shape
+    (a gradient accumulator in float32 beside bfloat16 parameters: AI-Hypercomputer/maxtext
+    #5039, where the PR allocates it in the gradients' dtype). Largest first."""
+    if closed is None:
+        return ()
+    dtypes: dict[tuple[int, ...], set] = {}
+    for v in getattr(closed, "jaxpr", closed).invars:
+        if hasattr(v.aval, "shape") and _floating(v.aval.dtype) and v.aval.shape:
+            dtypes.setdefault(tuple(v.aval.shape), set()).add(v.aval.dtype)
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            # (a scan of one step XLA unrolls into the step: the sum is the gradient itself,
+            # measured at no cost on the CPU)
+            if eqn.primitive.name != "scan" or scan_role(eqn) == "backward" or eqn.params.get(
+                    "length", 2) < 2 or not any(
+                    "transpose(" in str(getattr(e.source_info, "name_stack", ""))
+                    for sub, _ in walk(eqn.params["jaxpr"]) for e in sub.eqns):
+                continue
+            wide = [v.aval for v in _carried_operands(eqn)
+                    if hasattr(v.aval, "shape") and _floating(v.aval.dtype)
+                    and (mine := dtypes.get(tuple(v.aval.shape)))
+                    and v.aval.dtype not in mine
+                    and all(d.itemsize < v.aval.dtype.itemsize for d in mine)]
+            if not wide:
+                continue
+            narrow = min(dtypes[tuple(wide[0].shape)], key=lambda d: d.itemsize)
+            out.append((equation_line(eqn), str(wide[0].dtype), str(narrow),
+                        sum(math.prod(a.shape) * a.dtype.itemsize for a in wide),
+                        sum(math.prod(a.shape) * narrow.itemsize for a in wide), len(wide)))
+    return tuple(sorted(out, key=lambda x: -x[3]))
 
 
 def _carried_operands(eqn) -> list:
