@@ -46,7 +46,7 @@ def _ratio(step, w, xb):
     return float(jnp.mean(step(w, xb) / jax.grad(_loss)(w, xb)))
 
 
-def test_jax839_psum_of_a_grad_under_check_vma_multiplies_it_by_the_axis_size():
+def test_jax_839_psum_of_a_grad_under_check_vma_multiplies_it_by_the_axis_size():
     w, xb = _small()
     summed = _step(lambda w, xb: jax.lax.psum(jax.grad(_loss)(w, xb), "x"))
     assert _ratio(summed, w, xb) == pytest.approx(4.0)  # the pmap habit: 4x the gradient
@@ -66,7 +66,7 @@ def test_jax839_psum_of_a_grad_under_check_vma_multiplies_it_by_the_axis_size():
     assert jaxprs.psums_of_invariant(jax.make_jaxpr(unchecked)(w, xb)) == ()
 
 
-def test_jax839_psum_scatter_of_a_grad_under_check_vma_is_4x_too_and_the_fix_runs():
+def test_jax_839_psum_scatter_of_a_grad_under_check_vma_is_4x_too_and_the_fix_runs():
     w, xb = _small()
     scattered = _step(lambda w, xb: jax.lax.psum_scatter(
         jax.grad(_loss)(w, xb), "x", scatter_dimension=0, tiled=True), out_specs=P("x"))
@@ -84,7 +84,7 @@ def test_jax839_psum_scatter_of_a_grad_under_check_vma_is_4x_too_and_the_fix_run
     assert jaxprs.psums_of_invariant(jax.make_jaxpr(fixed)(w, xb)) == ()
 
 
-def test_jax839_psum_of_a_number_or_a_varying_value_is_not_flagged():
+def test_jax_839_psum_of_a_number_or_a_varying_value_is_not_flagged():
     w, xb = _small()
     step = _step(lambda w, xb: (w * jax.lax.psum(1, "x"), jax.lax.psum(xb.sum(), "x")))
     assert jaxprs.psums_of_invariant(jax.make_jaxpr(step)(w, xb)) == ()
@@ -94,7 +94,7 @@ def test_jax839_psum_of_a_number_or_a_varying_value_is_not_flagged():
     assert found[0] == "psum" and found[2:] == (("x",), 4, False)
 
 
-def test_jax839_psum_of_a_gradient_returned_whole_names_psum_scatter():
+def test_jax_839_psum_of_a_gradient_returned_whole_names_psum_scatter():
     D, H, B = 1024, 1024, 32  # f32[1024, 1024]: 4 MiB of gradient
     mesh = _mesh()
     w = jax.device_put(jnp.ones((D, H)) * 0.01, NamedSharding(mesh, P()))
