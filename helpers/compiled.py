@@ -847,6 +847,22 @@ class CompiledStep:
                for i in range(len(args)) if i not in self.static_argnums]
         return out + [(k, k) for k in kwargs if k not in self.static_argnames]
 
+    def leaf_names(self, fn: Callable, args: Sequence, kwargs: dict
+                   ) -> Callable[[tuple], tuple[str, str]]:
+        """For a key path into the dynamic arguments, ``(args, kwargs)`` as
+        ``jax.tree_util.tree_flatten_with_path`` gives it: (the argument's name as ``fn``
+        calls it, the path in it, such as "['w1']")."""
+        jax = devices.start_jax()
+        positional = [name for where, name in self.argument_names(fn, args, kwargs)
+                      if isinstance(where, int)]
+
+        def names(path: tuple) -> tuple[str, str]:
+            top = path[1]  # (args, kwargs)[0][i] or [1][key]
+            return (positional[top.idx] if path[0].idx == 0 else str(top.key),
+                    jax.tree_util.keystr(path[2:]))
+
+        return names
+
     def arguments(self, fn: Callable, args: Sequence, kwargs: dict) -> list[tuple[str, Any]]:
         """(the name ``fn`` gives it, its value) for each argument that is not static."""
         return [(name, args[where] if isinstance(where, int) else kwargs[where])

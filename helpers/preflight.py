@@ -861,22 +861,35 @@ def _gradient_temp(fn: Callable, args, kwargs) -> int | None:
         return None
 
 
-def _fwd_rules(fn: Callable, args, kwargs, closed) -> dict[tuple, str]:
-    """(shape, dtype, where made) -> the jax.custom_vjp fwd rule that returns it, for each
-    residual of ``fn``'s gradient that one returns: traced as JAX's saved_residuals traces
-    (the jaxpr of ``jax.linearize``'s linear function, whose inputs are the residuals), only
-    where ``fn`` calls a custom_vjp function."""
-    if closed is None or not any(eqn.primitive.name.startswith("custom_vjp_call")
-                                 for j, _ in jaxprs.walk(closed)
-                                 for eqn in getattr(j, "eqns", ())):
-        return {}
-    jax = devices.start_jax()
+def _calls(closed, named: Callable[[str], bool]) -> bool:
+    """Whether the jaxpr, or one nested in it, has an equation whose primitive's name
+    ``named`` accepts."""
+    return closed is not None and any(named(eqn.primitive.name)
+                                      for j, _ in jaxprs.walk(closed)
+                                      for eqn in getattr(j, "eqns", ()))
+
+
+def _over_leaves(fn: Callable, args, kwargs, jax) -> tuple[list, Callable]:
+    """(the leaves of ``(args, kwargs)``, ``fn`` taking them flat): the function JAX's
+    saved_residuals traces."""
     leaves, tree = jax.tree.flatten((args, kwargs))
 
     def flat(*leaves):
         a, k = jax.tree.unflatten(tree, leaves)
         return fn(*a, **k)
 
+    return leaves, flat
+
+
+def _fwd_rules(fn: Callable, args, kwargs, closed) -> dict[tuple, str]:
+    """(shape, dtype, where made) -> the jax.custom_vjp fwd rule that returns it, for each
+    residual of ``fn``'s gradient that one returns: traced as JAX's saved_residuals traces
+    (the jaxpr of ``jax.linearize``'s linear function, whose inputs are the residuals), only
+    where ``fn`` calls a custom_vjp function."""
+    if not _calls(closed, lambda name: name.startswith("custom_vjp_call")):
+        return {}
+    jax = devices.start_jax()
+    leaves, flat = _over_leaves(fn, args, kwargs, jax)
     try:
         linear = jax.make_jaxpr(lambda *xs: jax.linearize(flat, *xs)[1])(*leaves)
     except Exception:
@@ -889,17 +902,10 @@ def _shard_map_splits(fn: Callable, args, kwargs, closed) -> list[tuple]:
     """``jaxprs.shard_map_residuals`` of ``fn``'s gradient, traced as JAX's saved_residuals
     traces it (the jaxpr of ``jax.vjp``, whose last outputs are the residuals), only where
     ``fn`` calls ``shard_map``."""
-    if closed is None or not any(eqn.primitive.name == "shard_map"
-                                 for j, _ in jaxprs.walk(closed)
-                                 for eqn in getattr(j, "eqns", ())):
+    if not _calls(closed, lambda name: name == "shard_map"):
         return []
     jax = devices.start_jax()
-    leaves, tree = jax.tree.flatten((args, kwargs))
-
-    def flat(*leaves):
-        a, k = jax.tree.unflatten(tree, leaves)
-        return fn(*a, **k)
-
+    leaves, flat = _over_leaves(fn, args, kwargs, jax)
     try:
         traced, shapes = jax.make_jaxpr(lambda *xs: jax.vjp(flat, *xs),
                                         return_shape=True)(*leaves)

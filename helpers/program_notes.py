@@ -29,10 +29,6 @@ __all__ = ["basis_note", "batched_by_line", "batched_note", "bound_method_note",
            "widened_note"]
 
 
-#: operations that hand a value to the host: under GSPMD they take it whole (jax#25842)
-_CALLBACKS = tuple(jaxprs.CALLBACKS)
-
-
 #: the operations that cut a part of an array: where one gathers a split argument whole, the
 #: part was cut along the split dimension
 _SLICES = ("dynamic_slice", "slice")
@@ -50,7 +46,8 @@ def gathered(temporaries: Sequence[compiled.Temporary], args: tuple, kwargs: dic
              if compiled.devices_split_over(leaf) > 1}
     gathers = jaxcompat.all_gather_shapes(text or "")
     return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20
-            and (t.op in _CALLBACKS or (t.op in _SLICES and tuple(t.shape) in gathers))]
+            # a callback hands a value to the host: under GSPMD it takes it whole (jax#25842)
+            and (t.op in jaxprs.CALLBACKS or (t.op in _SLICES and tuple(t.shape) in gathers))]
 
 
 def jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
@@ -594,27 +591,16 @@ def slice_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: int
             "(keras-team/keras-hub#2780: about 2x faster on the CPU).")
 
 
-def _leaf_name(c: compiled.CompiledStep, fn: Callable, args, kwargs, path) -> str:
-    """The name of a leaf of the dynamic arguments, as ``fn`` calls it ("params['w1']"), from
-    its key path in (args, kwargs)."""
-    jax = devices.start_jax()
-    positional = [name for where, name in c.argument_names(fn, args, kwargs)
-                  if isinstance(where, int)]
-    top = path[1]
-    name = positional[top.idx] if path[0].idx == 0 else str(top.key)
-    return name + jax.tree_util.keystr(path[2:])
-
-
 def widened(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
             ) -> list[tuple[str, str, str, int, str, str, str]]:
     """(what, its dtype, the wider dtype, bytes at that dtype, line, "constant" or
     "argument", the wider operand's name) of each value jnp's promotion widens before a dot
     or a convolution, largest first (:meth:`helpers.compiled.CompiledStep.widened_inputs`)."""
-    out = []
+    out, names = [], c.leaf_names(fn, args, kwargs)
     for path, dtype, to, shape, nbytes, line, kind, other in c.widened_inputs(args, kwargs):
-        what = (f"{_leaf_name(c, fn, args, kwargs, path)} ({dtype}{list(shape)})" if path
+        what = (f"{''.join(names(path))} ({dtype}{list(shape)})" if path
                 else f"a {dtype}{list(shape)} value computed from the arguments")
-        other_name = _leaf_name(c, fn, args, kwargs, other) if other else ""
+        other_name = "".join(names(other)) if other else ""
         out.append((what, dtype, to, nbytes, line, kind, other_name))
     return out
 

@@ -178,13 +178,10 @@ def _taken_leaves(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: d
     drops one the step never reads) for each leaf of the dynamic arguments, in the order the
     executable takes them (each taken one is the next parameter of its program)."""
     jax = devices.start_jax()
-    positional = [name for where, name in c.argument_names(fn, args, kwargs)
-                  if isinstance(where, int)]
+    names = c.leaf_names(fn, args, kwargs)
     flat = jax.tree_util.tree_flatten_with_path(c.dynamic(args, kwargs))[0]
     shardings = c.input_shardings(args, kwargs)  # None for a leaf it drops
-    return [(positional[path[1].idx] if path[0].idx == 0 else str(path[1].key),
-             jax.tree_util.keystr(path[2:]), leaf,
-             shardings is None or shardings[k] is not None)
+    return [(*names(path), leaf, shardings is None or shardings[k] is not None)
             for k, (path, leaf) in enumerate(flat)]
 
 
@@ -336,20 +333,16 @@ def narrowed_arguments(c: compiled.CompiledStep, fn: Callable, args: tuple, kwar
     """Each array argument the step reads only through a narrower cast, largest first; not one
     with an output of its shape and dtype (a gradient or an updated copy: master weights kept
     at full width on purpose)."""
-    jax = devices.start_jax()
     made = c.outputs()
     if not made:  # an executable that does not say: no way to tell master weights apart
         return ()
     outputs = {(tuple(o.shape), str(o.dtype)) for _, o, _ in made}
-    positional = [name for where, name in c.argument_names(fn, args, kwargs)
-                  if isinstance(where, int)]
+    names = c.leaf_names(fn, args, kwargs)
     out = []
     for path, leaf, to, line in c.narrowed_inputs(args, kwargs):
         if (tuple(leaf.shape), str(leaf.dtype)) in outputs or not hasattr(leaf, "dtype"):
             continue
-        top = path[1]  # (args, kwargs)[0][i] or [1][key]
-        name = positional[top.idx] if path[0].idx == 0 else str(top.key)
-        out.append(NarrowedArgument(name + jax.tree_util.keystr(path[2:]), str(leaf.dtype),
+        out.append(NarrowedArgument("".join(names(path)), str(leaf.dtype),
                                     tuple(leaf.shape), compiled.array_bytes(leaf), to, line))
     return tuple(sorted(out, key=lambda n: -n.nbytes))
 

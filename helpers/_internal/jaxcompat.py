@@ -710,7 +710,6 @@ def all_gather_shapes(text: str) -> set[tuple[int, ...]]:
 
 _WHILE_BODY = re.compile(r"\bwhile\(.*\bbody=%([\w.\-]+)")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_WHILE_OP = re.compile(r'op_name="([^"]*)"')
 _HLO_ARRAY = re.compile(r"\b(pred|[fsu]\d+|bf16|c64|c128|f8\w*)\[([\d,]*)\]")
 _CALLED = re.compile(r"\bcalls=%([\w.\-]+)")
 #: the operations XLA runs in place on a buffer: a row written, not the whole made anew
@@ -806,7 +805,7 @@ def _while_bodies(computations: dict[str, list[str]]
     for lines in computations.values():
         for line in lines:
             if (m := _WHILE_BODY.search(line)) and m.group(1) in computations:
-                trips, op = _TRIP_COUNT.search(line), _WHILE_OP.search(line)
+                trips, op = _TRIP_COUNT.search(line), _OP_NAME.search(line)
                 yield (computations[m.group(1)], int(trips.group(1)) if trips else None,
                        op.group(1) if op else "")
 
