@@ -382,3 +382,19 @@ def test_jax_12253_an_uncommitted_prng_key_beside_mesh_params_is_replicated_not_
     tokens = jnp.asarray(np.zeros((8, 128), np.int32))
     (problem,) = devices.tree_placement({"params": params, "tokens": tokens}).problems
     assert "as a batch is" in problem and "P('data')" in problem
+
+
+def test_placement_notes_ask_for_the_default_device_only_where_leaves_are_left_uncommitted():
+    """`tree_placement`'s notes live in `placement_notes`, one function each; the default
+    device is asked for lazily (a tree of NumPy leaves starts no backend for it)."""
+    from helpers import placement_notes
+
+    def no_device() -> str:
+        raise AssertionError("asked for the default device")
+
+    tree = {"a": np.zeros(4, np.float32), "b": 1.0}
+    leaves = devices.tree_placement(tree).leaves
+    assert all(isinstance(leaf, placement_notes.LeafPlacement) for leaf in leaves)
+    notes = placement_notes.problems(leaves, list(tree.values()), default_device=no_device)
+    assert len(notes) == 1 and "NumPy (16 B)" in notes[0]
+    assert notes == (placement_notes.numpy_note(leaves),)

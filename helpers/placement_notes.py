@@ -1,0 +1,490 @@
+"""What a jit over a whole pytree meets, in words: one note for each problem of the leaves'
+placement that :func:`helpers.devices.tree_placement` finds (deleted leaves, committed leaves on
+different devices or meshes, leaves left behind beside a mesh, a batch whole on one device,
+copies on simulated CPU devices, NumPy leaves, memory kinds mixed, a layout restored from a
+checkpoint, a state replicated for jax.pmap), with its cause and its fix in one or two sentences
+and the leaves' bytes. Each note takes the leaves (:class:`LeafPlacement`) and returns "" where
+its problem is absent; :func:`problems` runs them all in their order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from helpers._internal import jaxcompat, own
+from helpers._internal.records import Record
+
+__all__ = ["LeafPlacement", "committed_apart_note", "context_mesh_note", "cpu_copies_note",
+           "deleted_note", "memory_kinds_note", "mesh_order_note", "numpy_note",
+           "other_mesh_note", "pmap_copies_note", "problems", "split_mesh",
+           "uncommitted_notes"]
+
+
+@dataclass(frozen=True)
+class LeafPlacement(Record):
+    """One leaf of a pytree: its path, kind, devices, memory kind, committed or not, bytes."""
+
+    path: str  # e.g. "['layer1']['w']"
+    kind: str  # "jax.Array", "numpy.ndarray", or the Python type's name
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    devices: tuple[str, ...]  # () for NumPy and Python values
+    memory_kind: str | None
+    committed: bool | None  # None for NumPy and Python values
+    deleted: bool = False
+    #: the devices in its mesh's order, where its sharding has a mesh (two meshes over the same
+    #: devices in other orders do not mix in a jit); () otherwise
+    mesh_order: tuple[str, ...] = ()
+    #: the bytes its shards hold on this process's devices together (as
+    #: :attr:`Placement.local_bytes`): ``nbytes`` times the copies of a replicated leaf (0 for
+    #: NumPy, Python values and deleted leaves)
+    local_bytes: int = 0
+    #: its mesh's axes and their sizes (("data", 4),), where its sharding has a mesh of the
+    #: user's; () otherwise (and for jax.pmap's own mesh)
+    mesh_axes: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def memory(self) -> str:
+        """The memory its bytes are in: its memory kind, "device" where it says none."""
+        return self.memory_kind or "device"
+
+
+
+def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple, ...] = (), *,
+             context_mesh: Any = None, default_device: Callable[[], str] | None = None
+             ) -> tuple[str, ...]:
+    """Every note that applies to the leaves of one tree, in this order: deleted leaves,
+    committed ones apart, leaves committed to one device under ``jax.set_mesh`` (its mesh given
+    as ``context_mesh``), meshes of different device orders, uncommitted leaves beside committed
+    ones (``default_device``: the default device's name, asked only then), copies on simulated
+    CPU devices, NumPy leaves, memory kinds, a layout restored from a checkpoint, a state
+    replicated for jax.pmap. ``arrays`` are the leaves themselves, ``paths`` their key paths."""
+    notes = [deleted_note(leaves), committed_apart_note(leaves),
+             context_mesh_note(leaves, context_mesh), mesh_order_note(leaves),
+             *uncommitted_notes(leaves, default_device), cpu_copies_note(leaves),
+             numpy_note(leaves), memory_kinds_note(leaves, paths), other_mesh_note(arrays),
+             pmap_copies_note(leaves, arrays)]
+    return tuple(note for note in notes if note)
+
+
+def deleted_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """Leaves deleted (donated to a jit, or ``.delete()``): using the tree raises."""
+    deleted = [leaf.path for leaf in leaves if leaf.deleted]
+    if not deleted:
+        return ""
+    return (f"{_some(deleted)} deleted (donated to a jit, or .delete()): using the tree "
+            "raises. Fix: use the outputs of the call that took them instead.")
+
+
+def _committed(leaves: tuple[LeafPlacement, ...]) -> dict[tuple[str, ...], list[str]]:
+    """The committed leaves' paths, by the devices they are on."""
+    committed: dict[tuple[str, ...], list[str]] = {}
+    for leaf in leaves:
+        if leaf.committed:
+            committed.setdefault(leaf.devices, []).append(leaf.path)
+    return committed
+
+
+def committed_apart_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """Committed leaves on different devices: a jit over the tree raises."""
+    committed = _committed(leaves)
+    if len(committed) < 2:
+        return ""
+    groups = "; ".join(f"{', '.join(devs)}: {_paths(paths)}"
+                       for devs, paths in committed.items())
+    spread = max(committed, key=len)
+    fix = ("jax.device_put(tree, device) to put every leaf in one place first" if
+           len(spread) == 1 else
+           "put the others where the spread ones are, replicated over their mesh "
+           "(jax.device_put(leaf, NamedSharding(mesh, P())), mesh the spread leaves' "
+           "sharding.mesh), or make them under that mesh: putting the whole tree on one "
+           "device would gather the spread ones there")
+    return (f"committed leaves sit on different devices ({groups}): a jit over the whole "
+            f"tree raises 'Received incompatible devices for jitted computation'. Fix: "
+            f"{fix}.")
+
+
+def context_mesh_note(leaves: tuple[LeafPlacement, ...], context_mesh: Any) -> str:
+    """Leaves committed to one device while ``jax.set_mesh`` has set ``context_mesh`` (None:
+    no mesh set): any operation on them in that block raises (google/orbax#3183,
+    vllm-project/tpu-inference#3140, AI-Hypercomputer/maxtext#2863)."""
+    alone = [leaf.path for leaf in leaves if leaf.committed and len(leaf.devices) == 1]
+    if context_mesh is None or not alone:
+        return ""
+    return (f"{_some(alone)} committed to one device while jax.set_mesh has set a mesh "
+            f"({dict(context_mesh.shape)}): inside that block any operation on them, jitted "
+            "or not, raises 'Received incompatible devices ... jit's context mesh'. Fix: "
+            "read them on the host (np.asarray), put them on the mesh "
+            "(jax.device_put(leaf, NamedSharding(mesh, P())), replicated), or use them "
+            "outside the jax.set_mesh block.")
+
+
+def mesh_order_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """Leaves on the same devices through meshes of different device orders: a jit over them
+    raises (marin-community/levanter#635)."""
+    orders: dict[tuple[str, ...], list[str]] = {}
+    for leaf in leaves:
+        if leaf.committed and len(leaf.mesh_order) > 1:
+            orders.setdefault(leaf.mesh_order, []).append(leaf.path)
+    if len(orders) < 2 or len({tuple(sorted(o)) for o in orders}) != 1:
+        return ""
+    listed = "; ".join(f"[{', '.join(o)}]: {_paths(paths)}" for o, paths in orders.items())
+    return (f"leaves sit on the same devices through meshes of different device orders "
+            f"({listed}): a jit over them raises 'Received incompatible devices for "
+            "jitted computation', though the devices are the same. Fix: build every "
+            "sharding from one Mesh (NamedSharding(x.sharding.mesh, spec)).")
+
+
+def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
+                      default_device: Callable[[], str] | None = None) -> list[str]:
+    """Uncommitted leaves beside leaves all committed to one place, copied there at each call:
+    a batch-shaped one whole on one device beside a mesh (keras-team/keras#20007), and the rest
+    (on the default device, named by ``default_device()``: an optimizer's init,
+    google-deepmind/optax#548). No note, or one, or both."""
+    committed = _committed(leaves)
+    moved = [leaf.path for leaf in leaves if leaf.committed is False and committed
+             and all(leaf.devices != devs for devs in committed)]
+    if len(committed) != 1 or not moved:
+        return []
+    out = []
+    (target,) = committed
+    placed = [leaf for leaf in leaves if leaf.committed and leaf.devices == target]
+    batches = _batch_like([leaf for leaf in leaves if leaf.path in moved], placed)
+    if batches:
+        out.append(_batch_problem(batches, target))
+        moved = [path for path in moved if path not in batches]
+    if not moved:
+        return out
+    ranks = {len(leaf.shape) for leaf in leaves if leaf.committed and leaf.devices == target}
+    other_rank = any(len(leaf.shape) not in ranks for leaf in leaves if leaf.path in moved)
+    spread = ("put them where the others are, once, replicated: jax.device_put(leaf, "
+              "NamedSharding(other.sharding.mesh, P())), with other a leaf already spread "
+              "there (a leaf of another rank, such as a step counter, cannot take "
+              "other.sharding itself, whose spec names its dimensions). " if other_rank else
+              "put them where the others are, once: jax.device_put(leaf, other.sharding) "
+              "with a leaf already spread there (or NamedSharding(mesh, P()) to replicate; "
+              "a pickled or loaded array: device_put its NumPy data straight onto the "
+              "sharding). ")
+    fix = ("jax.device_put(tree, device) once" if len(target) == 1 else
+           spread + "Not jax.device_put(leaf, device): a jit over the tree then raises "
+           "'Received incompatible devices' (jax-ml/jax#12253); the whole tree put on one "
+           "device gathers the split leaves there")
+    where = {d for leaf in leaves if leaf.path in moved for d in leaf.devices}
+    default = default_device() if default_device is not None else None
+    made = ("uncommitted elsewhere" if where != {default} else
+            f"uncommitted on the default device ({', '.join(where)}), where JAX makes a "
+            "value that no committed input places (an optimizer's init from jnp.zeros: "
+            "google-deepmind/optax#548)")
+    if len(target) == 1:
+        fix += (f", the device being {target[0]}; or make them under "
+                f"`with jax.default_device(device):`")
+    out.append(f"{_some(moved)} {made}: a jit over the tree copies them to "
+               f"{', '.join(target)} at each call they are passed to (a loop that feeds the "
+               "step's outputs back copies them once: the outputs are committed there). "
+               f"Fix: {fix}.")
+    return out
+
+
+def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """Leaves replicated over simulated CPU devices, which share this process's RAM: the
+    copies' bytes, where they reach 1 MiB (AI-Hypercomputer/maxtext#3192)."""
+    copies = [leaf for leaf in leaves if leaf.local_bytes > leaf.nbytes
+              and all(d.startswith("cpu:") for d in leaf.devices)]
+    if (extra := sum(leaf.local_bytes - leaf.nbytes for leaf in copies)) < 2**20:
+        return ""
+    n = max(leaf.local_bytes // max(leaf.nbytes, 1) for leaf in copies)
+    times = "twice" if n == 2 else f"{n} times"
+    return (f"{_some([leaf.path for leaf in copies])} held {times} over, replicated "
+            "on CPU devices: simulated devices share this process's RAM, so the copies "
+            "cost "
+            f"{extra:,} B of host memory beyond the arrays. For work on the host alone "
+            "(a checkpoint converted or inspected), run with one CPU device (leave "
+            "JAX_NUM_CPU_DEVICES and xla_force_host_platform_device_count unset), split "
+            "the leaves over the mesh instead of replicating them, or restore them as "
+            "NumPy (AI-Hypercomputer/maxtext#3192).")
+
+
+def numpy_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """NumPy leaves: copied host to device on every call they are passed to, which a batch new
+    at each step needs anyway (jax-ml/jax#16905); data passed again gains from one put."""
+    numpy = [leaf for leaf in leaves if leaf.kind == "numpy.ndarray"]
+    if not numpy:
+        return ""
+    total = sum(leaf.nbytes for leaf in numpy)
+    return (f"{_some([leaf.path for leaf in numpy])} NumPy ({total:,} B): a jit copies "
+            "them host to device on every call they are passed to, the one copy a batch "
+            "new each step needs: pass it as NumPy (a jax.device_put of it just before "
+            "the step only adds its own dispatch: jax-ml/jax#16905), or put the next "
+            "batch while this step runs (flax.jax_utils.prefetch_to_device), onto the "
+            "step's sharding where it is split. Only data passed again unchanged gains "
+            "from jax.device_put(tree) once, keeping the result.")
+
+
+def memory_kinds_note(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...] = ()) -> str:
+    """Leaves in host memory beside device-memory ones: a small part of a state left in
+    another kind than the rest of it (marin-community/marin#8515), else the host-memory
+    leaves and how a step brings them in. ``paths``: the leaves' key paths."""
+    kinds = {leaf.memory for leaf in leaves if leaf.devices}
+    if len(kinds) < 2:
+        return ""
+    if stray := _stray_memory_kinds(leaves, paths):
+        return stray
+    host = [leaf.path for leaf in leaves if leaf.devices
+            and leaf.memory != "device"]
+    return (f"{_some(host)} in host memory ({', '.join(sorted(kinds - {'device'}))}) "
+            "beside device-memory leaves: an operation on both raises (their memory "
+            "spaces differ), so a step brings them in for the computation, "
+            "jax.device_put(x, jax.memory.Space.Device) inside jit (and returns them "
+            "with out_shardings in their memory, where they are offloaded on purpose); "
+            "where they are not meant to be offloaded, put them in device memory once, "
+            "jax.device_put(leaf, leaf.sharding.with_memory_kind('device')).")
+
+
+def split_mesh(x: Any) -> Any:
+    """The mesh a live array is split over (not replicated, on several devices); else None."""
+    mesh = getattr(x.sharding, "mesh", None)
+    if (mesh is None or getattr(mesh, "devices", None) is None or x.is_deleted()
+            or len(x.sharding.device_set) < 2 or x.sharding.is_fully_replicated):
+        return None
+    return mesh
+
+
+def _mesh_key(mesh: Any) -> tuple:
+    """Its axes and their sizes (two orders of one shape are another problem, named apart)."""
+    return tuple(mesh.shape.items())
+
+
+def other_mesh_note(arrays: list) -> str:
+    """A tree split over a mesh that no other live array uses, while other live arrays are
+    split over another mesh: the layout a checkpoint was saved with, restored into a target
+    without shardings (google/flax#5110, jax-ml/jax#19656). "" otherwise."""
+    jax = jaxcompat.import_jax()
+    meshes = {_mesh_key(m): m for x in arrays if isinstance(x, jax.Array)
+              and (m := split_mesh(x)) is not None}
+    if len(meshes) != 1:
+        return ""
+    (key, mesh), = meshes.items()
+    platform = next(iter(mesh.devices.flat)).platform
+    ids = {id(x) for x in arrays}
+    others = {}
+    for x in jax.live_arrays(platform):
+        if id(x) in ids or (theirs := split_mesh(x)) is None:
+            continue
+        if _mesh_key(theirs) == key:
+            return ""  # other arrays use this tree's mesh too: nothing stands out
+        others[_mesh_key(theirs)] = theirs
+    # one other mesh, with the same axes in other sizes: the same model's mesh on another
+    # slice (a 2-D model mesh beside a 1-D data mesh is a design, not a restore)
+    if len(others) != 1 or set(next(iter(others.values())).axis_names) != set(mesh.axis_names):
+        return ""
+    (other,) = others.values()
+    return (f"the tree is split over a mesh ({dict(mesh.shape)}) that no other live array "
+            f"uses, while other arrays are split over the same axes in other sizes "
+            f"({dict(other.shape)}): a step given this tree compiles again for its layout, and "
+            "a jit over it beside arrays of the other mesh raises 'Mesh for all inputs should "
+            "be equal' where the axes are Explicit (jax.make_mesh's default on jax 0.10.2). "
+            "A checkpoint restored into a target without shardings comes back in the layout "
+            "it was saved with (google/flax#5110). Fix: give the restore target shardings, "
+            "jax.ShapeDtypeStruct(shape, dtype, sharding=...) or "
+            "jax.eval_shape(jax.jit(init, out_shardings=...)) (jax.eval_shape of a function "
+            "with with_sharding_constraint inside gives none: jax-ml/jax#19656); or "
+            "jax.device_put(tree, shardings on the other mesh) once.")
+
+
+def _pmap_laid_out(x: Any, jax: Any) -> bool:
+    """Laid out by jax.pmap itself: a PmapSharding (jax.device_put_replicated, jax 0.8.0) or
+    the mesh of pmap's outputs, a leading axis as long as the devices it is on, one slice of it
+    on each (all in this process). An array the user split over a mesh of their own is not: a
+    batch of one row per device, or a zero-initialised FSDP state whose slices will differ,
+    looks the same."""
+    if not isinstance(x, jax.Array) or x.is_deleted() or not x.ndim or x.shape[0] < 2:
+        return False
+    mesh = getattr(x.sharding, "mesh", None)
+    if type(x.sharding).__name__ != "PmapSharding" and (
+            mesh is None or not jaxcompat.is_pmap_mesh(mesh)):
+        return False
+    if not x.is_fully_addressable or len(x.sharding.device_set) != x.shape[0]:
+        return False
+    return tuple(x.sharding.shard_shape(tuple(x.shape))) == (1, *x.shape[1:])
+
+
+def _slice_checksums(xs: list) -> list:
+    """Two position-weighted sums of each slice's bits, each device taking its own slice's:
+    differing sums prove the slices differ. The compiled program has no collective (checked on
+    4 CPU devices, jax 0.8.0 and 0.10.2; not yet run on a GPU), so no slice moves."""
+    jnp = jaxcompat.import_jax().numpy
+    lax = jaxcompat.import_jax().lax
+    out = []
+    for x in xs:
+        flat = x.reshape(x.shape[0], -1)
+        if flat.dtype == jnp.bool_:
+            flat = flat.astype(jnp.uint8)
+        size = flat.dtype.itemsize
+        bits = lax.bitcast_convert_type(
+            flat, {1: jnp.uint8, 2: jnp.uint16}.get(size, jnp.uint32))
+        bits = bits.reshape(x.shape[0], -1).astype(jnp.uint32)
+        idx = lax.broadcasted_iota(jnp.uint32, bits.shape, 1)
+        out.append(jnp.stack([jnp.sum(bits * (2 * idx + 1), axis=1),
+                              jnp.sum((bits ^ (idx * jnp.uint32(0x9E3779B9)))
+                                      * jnp.uint32(0x85EBCA6B), axis=1)], axis=1))
+    return out
+
+
+_checksums = None  # jax.jit(_slice_checksums), made at its first use
+
+
+def _equal_slices(xs: list, jax: Any) -> list[bool]:
+    """Whether each pmap-laid-out array's slices are all equal, by their checksums (one small
+    program over all of them, the kit's own compile). Their bytes are not read: reading a
+    shard (``s.data``) makes JAX cache an Array over it, which later counts of live memory
+    would meet as a host read's views (jax-ml/jax#26216)."""
+    global _checksums
+    if _checksums is None:
+        _checksums = jax.jit(_slice_checksums)
+    with own.compiling():  # the kit's compile, not the user's: compiles.watch skips it
+        sums = [np.asarray(c) for c in _checksums(xs)]
+    return [bool((c == c[:1]).all()) for c in sums]
+
+
+def pmap_copies_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
+    """Leaves that hold one copy of a value per device, as a state replicated for jax.pmap does
+    (flax.jax_utils.replicate): a save or a device_get copies every one (google/objax#163).
+    "" where none does, or where a leaf's dtype cannot be compared (a typed PRNG key)."""
+    jax = jaxcompat.import_jax()
+    laid = [(leaf, x) for leaf, x in zip(leaves, arrays, strict=True)
+            if _pmap_laid_out(x, jax) and (jax.numpy.issubdtype(x.dtype, jax.numpy.number)
+                                           or x.dtype == jax.numpy.bool_)]
+    if not laid:
+        return ""
+    try:
+        equal = _equal_slices([x for _, x in laid], jax)
+    except Exception:  # a dtype or layout the check cannot take: say nothing
+        return ""
+    copies = [(leaf, x) for (leaf, x), same in zip(laid, equal, strict=True) if same]
+    if not copies:
+        return ""
+    n = max(x.shape[0] for _, x in copies)
+    total = sum(leaf.nbytes for leaf, _ in copies)
+    one = sum(leaf.nbytes // x.shape[0] for leaf, x in copies)
+    how = "slices of equal checksums"  # two 32-bit sums of each slice's bits, position-weighted
+    return (f"{_some([leaf.path for leaf, _ in copies])} one value copied per device, as a "
+            f"state replicated for jax.pmap is (flax.jax_utils.replicate): a leading axis of {n} "
+            f"{how}, one on each device, {total:,} B for {one:,} B of values; a save or "
+            f"jax.device_get of it writes or copies all {n} (google/objax#163). Fix: save "
+            "jax.tree.map(lambda x: x[0], state) (flax: jax_utils.unreplicate(state)), and "
+            "replicate it again after loading.")
+
+
+def _batch_like(moved: list[LeafPlacement], placed: list[LeafPlacement]) -> dict[str, str]:
+    """Of the uncommitted leaves beside leaves committed to a mesh of several devices, those
+    shaped like a batch: of a shape no committed leaf has (an optimizer's state has the
+    parameters' shapes), their first dimension divided by an axis of that mesh; never a PRNG
+    key or a small integer leaf (:func:`_key_or_counter`). Each one's path and the axis to
+    split it over (an axis named for data or batch first)."""
+    axes = [(name, size) for leaf in placed[:1] for name, size in leaf.mesh_axes if size > 1]
+    if len(placed[0].devices if placed else ()) < 2 or not axes:
+        return {}
+    axes.sort(key=lambda a: not any(w in a[0].lower() for w in ("data", "batch")))
+    shapes = {leaf.shape for leaf in placed}
+    found = {}
+    for leaf in moved:
+        if _key_or_counter(leaf):
+            continue
+        if leaf.shape and leaf.shape not in shapes and (axis := next(
+                (name for name, size in axes if leaf.shape[0] % size == 0), None)):
+            found[leaf.path] = axis
+    return found
+
+
+#: integer leaves under this many bytes are state (a step counter, keys split for a few
+#: devices), not a batch: a batch of tokens of 4 rows of 128 int32 is 2,048 B
+_SMALL_INTEGERS = 1024
+
+
+def _key_or_counter(leaf: LeafPlacement) -> bool:
+    """A PRNG key (a typed key, key<fry>) or a small integer leaf (a raw key, uint32[2], a
+    step counter): state to replicate, never a batch to split (jax-ml/jax#12253's note)."""
+    if leaf.dtype.startswith("key<"):
+        return True
+    try:
+        integer = np.dtype(leaf.dtype).kind in "iu"
+    except TypeError:
+        return False
+    return integer and (len(leaf.shape) < 2 or leaf.nbytes < _SMALL_INTEGERS)
+
+
+def _batch_problem(batches: dict[str, str], target: tuple[str, ...]) -> str:
+    """A batch-shaped leaf left whole on one device beside leaves on a mesh (keras#20007)."""
+    axis = next(iter(batches.values()))
+    return (f"{_some(list(batches))} uncommitted on one device and shaped like none of the "
+            f"leaves committed to {len(target)} devices, as a batch is: a jit over the tree "
+            f"copies it whole to each of the {len(target)} devices at each call. If it is a "
+            "data-parallel batch, put each one from NumPy straight onto its split, "
+            f"jax.device_put(np_batch, NamedSharding(mesh, P({axis!r}))), mesh the others' "
+            "sharding.mesh, not through jnp.asarray (which lands it whole on one device: "
+            "keras-team/keras#20007) nor replicated (each device would hold all of it): split "
+            "so beside replicated leaves, it is data parallelism; if it is state made once, "
+            "put it there once, jax.device_put(leaf, NamedSharding(mesh, P())).")
+
+
+def _stray_memory_kinds(leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...]
+                        ) -> str | None:
+    """The problem of leaves kept in another memory kind than the rest of their own state: in
+    a node of the tree (deepest first), a child (a leaf, or a subtree of one kind) holding
+    under a sixteenth of the node's bytes in another kind than the one that holds most of
+    them (marin-community/marin#8515: Adam's scalar ``count`` left in device memory beside
+    its offloaded ``mu`` and ``nu``). Parameters on the device beside an offloaded optimizer
+    state (no small part: placed so on purpose) name no leaf: None then."""
+    if len(paths) != len(leaves):
+        return None
+    placed = [(path, leaf) for path, leaf in zip(paths, leaves, strict=True) if leaf.devices]
+    nodes: dict[tuple, list] = {}
+    for path, leaf in placed:
+        for depth in range(len(path)):
+            nodes.setdefault(path[:depth], []).append((path, leaf))
+    for node in sorted(nodes, key=len, reverse=True):
+        inside = nodes[node]
+        by_kind: dict[str, int] = {}
+        children: dict[Any, list[LeafPlacement]] = {}
+        for path, leaf in inside:
+            kind = leaf.memory
+            by_kind[kind] = by_kind.get(kind, 0) + leaf.nbytes
+            children.setdefault(path[len(node)], []).append(leaf)
+        if len(by_kind) < 2:
+            continue
+        total = sum(by_kind.values())
+        meant = max(by_kind, key=lambda k: by_kind[k])
+        stray = [leaf for part in children.values()
+                 if 16 * sum(leaf.nbytes for leaf in part) < total
+                 and len({leaf.memory for leaf in part}) == 1
+                 and part[0].memory != meant for leaf in part]
+        if not stray:
+            continue
+        rest = [leaf for _, leaf in inside if leaf.memory == meant]
+        where = "".join(str(k) for k in node) or "the tree"
+        kind = stray[0].memory
+        return (f"{_some([leaf.path for leaf in stray])} in {kind} memory while the rest of "
+                f"{where} ({_paths([leaf.path for leaf in rest])}, "
+                f"{sum(leaf.nbytes for leaf in rest):,} B) is in {meant}: a step that returns "
+                f"it in {meant} (out_shardings) is compiled again at its second call, for the "
+                "new memory kind (marin-community/marin#8515: Adam's count initialized on the "
+                "device beside an offloaded state). Fix: put it where the rest is before the "
+                "first call, jax.device_put(leaf, "
+                f"leaf.sharding.with_memory_kind('{meant}')).")
+    return None
+
+
+def _paths(paths: list[str], most: int = 3) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most
+                                      else "")
+
+
+def _some(paths: list[str]) -> str:
+    """ "1 leaf (['w']) is" / "3 leaves (['a'], ['b'], ['c']) are": the subject of a problem."""
+    return (f"1 leaf ({_paths(paths)}) is" if len(paths) == 1
+            else f"{len(paths)} leaves ({_paths(paths)}) are")
+
