@@ -20,7 +20,7 @@ from helpers._internal.records import Record
 __all__ = ["LeafPlacement", "committed_apart_note", "context_mesh_note", "cpu_copies_note",
            "deleted_note", "memory_kinds_note", "mesh_order_note", "numpy_note",
            "other_mesh_note", "pmap_copies_note", "problems", "split_mesh",
-           "uncommitted_notes"]
+           "uncommitted_notes", "whole_beside_split_note"]
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,14 @@ def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple
     """Every note that applies to the leaves of one tree, in this order: deleted leaves,
     committed ones apart, leaves committed to one device under ``jax.set_mesh`` (its mesh given
     as ``context_mesh``), meshes of different device orders, uncommitted leaves beside committed
-    ones (``default_device``: the default device's name, asked only then), copies on simulated
+    ones (``default_device``: the default device's name, asked only then), a tree whole on one
+    device shaped like arrays split elsewhere, copies on simulated
     CPU devices, NumPy leaves, memory kinds, a layout restored from a checkpoint, a state
     replicated for jax.pmap. ``arrays`` are the leaves themselves, ``paths`` their key paths."""
     notes = [deleted_note(leaves), committed_apart_note(leaves),
              context_mesh_note(leaves, context_mesh), mesh_order_note(leaves),
-             *uncommitted_notes(leaves, default_device), cpu_copies_note(leaves),
+             *uncommitted_notes(leaves, default_device), whole_beside_split_note(leaves, arrays),
+             cpu_copies_note(leaves),
              numpy_note(leaves), memory_kinds_note(leaves, paths), other_mesh_note(arrays),
              pmap_copies_note(leaves, arrays)]
     return tuple(note for note in notes if note)
@@ -187,6 +189,47 @@ def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
                "step's outputs back copies them once: the outputs are committed there). "
                f"Fix: {fix}.")
     return out
+
+
+def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
+    """A tree with no committed leaf whose uncommitted leaves, 1 MiB or more together, sit whole
+    on one device with the shapes and dtypes of live arrays outside it split over a mesh: a
+    state made from split parameters outside jit (``jnp.zeros(p.shape)`` lands whole on the
+    default device, where ``jnp.zeros_like(p)`` keeps ``p``'s sharding), which holds on one
+    device what the mesh spreads over several (ayaka14732/llama-2-jax#10: optax.MultiSteps'
+    accumulator). "" otherwise; ``arrays`` are the leaves themselves."""
+    if _committed(leaves):
+        return ""  # the tree's own committed leaves place it: uncommitted_notes says the rest
+    jax = jaxcompat.import_jax()
+    whole = [(leaf, x) for leaf, x in zip(leaves, arrays, strict=True)
+             if leaf.committed is False and len(leaf.devices) == 1]
+    if sum(leaf.nbytes for leaf, _ in whole) < 2**20:
+        return ""
+    ids = {id(x) for x in arrays}
+    platform = next(iter(whole[0][1].devices())).platform
+    split = {}
+    for x in jax.live_arrays(platform):
+        if id(x) not in ids and (mesh := split_mesh(x)) is not None:
+            split.setdefault((tuple(x.shape), str(x.dtype)), (x, mesh))
+    like = [(leaf, split[leaf.shape, leaf.dtype]) for leaf, _ in whole
+            if (leaf.shape, leaf.dtype) in split]
+    if (total := sum(leaf.nbytes for leaf, _ in like)) < 2**20:
+        return ""
+    mesh = like[0][1][1]
+    n = len(like[0][1][0].sharding.device_set)
+    share = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+                for _, (x, _) in like)  # the shard's shape: reading a shard makes views
+    device = like[0][0].devices[0]
+    return (f"{_some([leaf.path for leaf, _ in like])} uncommitted, whole on {device} "
+            f"({total:,} B), with the shapes and dtypes of live arrays split over a mesh "
+            f"({dict(mesh.shape)}, {n} devices), where each device holds {share:,} B of them: "
+            "a state made outside jit from split parameters with jnp.zeros(p.shape) lands "
+            "whole on the default device: for a model split because it does not fit on one "
+            "device, that runs out of memory there (ayaka14732/llama-2-jax#10: "
+            "optax.MultiSteps' accumulator). Fix: make it "
+            "with their shardings, jax.tree.map(jnp.zeros_like, params) (zeros_like keeps "
+            "each one's sharding) or jax.jit(init, out_shardings=...) with the parameters' "
+            "shardings.")
 
 
 def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:

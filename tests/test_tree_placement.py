@@ -398,3 +398,34 @@ def test_placement_notes_ask_for_the_default_device_only_where_leaves_are_left_u
     notes = placement_notes.problems(leaves, list(tree.values()), default_device=no_device)
     assert len(notes) == 1 and "NumPy (16 B)" in notes[0]
     assert notes == (placement_notes.numpy_note(leaves),)
+
+
+def test_llama_2_jax_10_an_accumulator_whole_on_one_device_beside_split_parameters_is_named():
+    """Asked of the optimizer state alone (no parameter in the tree), the kit said "no problem"
+    for an accumulator made outside jit with jnp.zeros(p.shape): whole on the default device
+    while the parameters it mirrors are split over four (optax.MultiSteps' init)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((4,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+    params = {"w": jax.device_put(jnp.ones((1024, 256)), NamedSharding(mesh, PartitionSpec(
+        "fsdp"))), "b": jax.device_put(jnp.ones(256), NamedSharding(mesh, PartitionSpec()))}
+    acc = jax.tree.map(lambda p: jnp.zeros(p.shape, p.dtype), params)
+    assert not acc["w"].committed and len(acc["w"].devices()) == 1  # the thread's state
+    (problem,) = devices.tree_placement({"acc": acc}).problems
+    assert "1 leaf (['acc']['w']) is uncommitted, whole on cpu:0 (1,048,576 B)" in problem
+    assert "each device holds 262,144 B of them" in problem and "llama-2-jax#10" in problem
+    assert "jax.tree.map(jnp.zeros_like, params)" in problem and "out_shardings" in problem
+    fixed = jax.tree.map(jnp.zeros_like, params)  # the first fix: each leaf keeps its sharding
+    assert fixed["w"].sharding == params["w"].sharding
+    assert devices.tree_placement({"acc": fixed}).problems == ()
+    init = jax.jit(lambda p: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), p),
+                   out_shardings=jax.tree.map(lambda x: x.sharding, params))
+    made = init(params)  # the second fix
+    assert made["w"].addressable_shards[0].data.nbytes == 262_144
+    assert devices.tree_placement({"acc": made}).problems == ()
+    # a small state, or one shaped like nothing split, says nothing
+    assert devices.tree_placement({"acc": jnp.zeros((8, 256))}).problems == ()
+    assert devices.tree_placement({"acc": jnp.zeros((512, 1024))}).problems == ()
+    # with the parameters in the tree, the note for leaves beside committed ones speaks instead
+    (both,) = devices.tree_placement({"p": params, "acc": acc}).problems
+    assert "optax#548" in both and "llama-2-jax#10" not in both

@@ -356,7 +356,8 @@ def test_the_table_lists_every_report_tested_here():
     # and the other way: every row the table calls named on the CPU has its test
     elsewhere = {"15162": "tests/test_processes.py", "11204": "tests/test_holders.py",
                  "16226": "tests/test_holders.py", "88": "tests/test_preflight.py",
-                 "548": "tests/test_tree_placement.py", "2023": "tests/test_holders.py",
+                 "548": "tests/test_tree_placement.py",
+                 "10": "tests/test_tree_placement.py", "2023": "tests/test_holders.py",
                  "19429": "tests/test_compiles.py",
                  "10320": "tests/test_settings.py", "576": "tests/test_transfers.py",
                  "475": "tests/test_preflight.py", "725": "tests/test_holders.py",
