@@ -1083,6 +1083,22 @@ class CompiledStep:
         return tuple((jax.tree_util.keystr(path), leaf, kind)
                      for (path, leaf), kind in zip(flat, kinds, strict=True))
 
+    def updated_arguments(self, fn: Callable, args: Sequence, kwargs: dict
+                          ) -> list[frozenset[str]] | None:
+        """For each output, the names of the arguments it is a new value of (``acc + g`` of
+        ``acc``, ``p - lr * g`` of ``p``: :func:`helpers._internal.jaxprs.updated_inputs`);
+        empty for a value made anew. None where the jaxpr's inputs or outputs are not the
+        executable's (a wrapper's split)."""
+        jax = devices.start_jax()
+        flat = jax.tree_util.tree_flatten_with_path(self.dynamic(args, kwargs))[0]
+        invars = getattr(getattr(self.jaxpr, "jaxpr", None), "invars", ())
+        updates = jaxprs.updated_inputs(self.jaxpr)
+        if self.lowered_with_arguments or len(invars) != len(flat) or \
+                len(updates) != len(self.outputs()):
+            return None
+        names = self.leaf_names(fn, args, kwargs)
+        return [frozenset(names(flat[k][0])[0] for k in found) for found in updates]
+
     def repeated_outputs(self) -> tuple[tuple[str, str, int], ...]:
         """(the output's path, the path of the earlier output it repeats, its bytes) of each
         output that is the same computed value as another: XLA writes each into its own

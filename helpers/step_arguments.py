@@ -92,7 +92,12 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
     shared = {name for name, _, _, _ in _shared_leaves(c, fn, args, kwargs)}
     # a gradient has its parameter's shape, and is no new value of it: donating the parameters
     # to a step that only returns gradients would lose them (only an update replaces them)
-    free = [(o, s) for o, s, (_, _, kind) in zip(outputs, out_shardings, made, strict=True)
+    # an output that is a new value of some argument is that argument's alone to take: the
+    # parameters of an accumulation step, acc + grad(loss)(p, x), are no old value of it, and
+    # donated they would be lost to the caller, who still needs them (only acc is replaced)
+    updates = c.updated_arguments(fn, args, kwargs) or [frozenset()] * len(outputs)
+    free = [(o, s, owners) for o, s, (_, _, kind), owners
+            in zip(outputs, out_shardings, made, updates, strict=True)
             if not kind.endswith("gradient")]
     # an output XLA already writes into a donated argument (its alias table) is taken: a batch
     # with a weight's shape is no old value of it (google-deepmind/optax#320: donated too, JAX
@@ -116,8 +121,12 @@ def donation_would_save(c: compiled.CompiledStep, fn: Callable, args: tuple, kwa
         total = sum(n for _, n, _ in leaves)
         matched, took = 0, []
         for key, nbytes, sharding in leaves:
-            hit = next((f for f in free if f[0] == key and (
-                sharding is None or compiled.same_sharding(f[1], sharding, len(key[0])))), None)
+            fits = [f for f in free if f[0] == key and (
+                sharding is None or compiled.same_sharding(f[1], sharding, len(key[0])))]
+            # its own new values first (those of it alone before those of several), then
+            # values made anew; never another argument's
+            hit = min((f for f in fits if names[i] in f[2]), key=lambda f: len(f[2]),
+                      default=next((f for f in fits if not f[2]), None))
             if hit is not None:
                 free.remove(hit)
                 took.append(hit)

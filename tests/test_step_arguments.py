@@ -359,3 +359,31 @@ def test_easylm_36_a_gradient_accumulator_is_named_as_one_more_copy_of_the_param
     narrow = {"acc": jax.tree.map(lambda a: a.astype(jnp.bfloat16), zeros()), "mu": zeros()}
     half = preflight.preflight_step(jax.jit(step, donate_argnums=(0, 1)), p, narrow, x)
     assert donated.argument_bytes - half.argument_bytes == 2 * 2**20
+
+
+def test_an_accumulation_step_is_advised_to_donate_the_accumulator_not_the_parameters():
+    """acc + grad(loss)(p, x): the outputs have both p's and acc's shapes, and the kit advised
+    donating p, the first of the two, which the caller still needs after the call. The outputs
+    are a new acc (reached from it through the add), so acc is the one advised."""
+    import jax
+    import jax.numpy as jnp
+
+    from helpers import preflight
+
+    p = {"w": jnp.ones((1024, 1024)), "b": jnp.ones(1024)}
+    acc = jax.tree.map(jnp.zeros_like, p)
+    x = jnp.ones((64, 1024))
+
+    def loss(p, x):
+        return jnp.mean((x @ p["w"] + p["b"]) ** 2)
+
+    def accum(p, acc, x):
+        return jax.tree.map(jnp.add, acc, jax.grad(loss)(p, x))
+
+    note = preflight.preflight_step(jax.jit(accum), p, acc, x).advice
+    assert "Donating acc" in note and "Donating p" not in note
+    donated = preflight.preflight_step(jax.jit(accum, donate_argnums=1), p, acc, x)
+    assert donated.alias_bytes >= 4 * 2**20  # the advice followed: XLA writes into acc
+    sgd = preflight.preflight_step(jax.jit(lambda p, x: jax.tree.map(
+        lambda a, g: a - 0.1 * g, p, jax.grad(loss)(p, x))), p, x)
+    assert "Donating p" in sgd.advice  # an update of p: p is the one

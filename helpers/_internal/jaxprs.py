@@ -1244,6 +1244,56 @@ def output_kinds(closed) -> list[str]:
     return [kind(jaxpr, v) for v in getattr(jaxpr, "outvars", ())]
 
 
+#: operations whose result is a new value of an operand of its own shape, element by element
+#: (an update ``acc + g``, ``p - lr * g``, a cast, a select) or with a part written
+#: (``x.at[i].set(v)``)
+_UPDATES = frozenset({
+    "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "select_n", "clamp", "pow",
+    "integer_pow", "sqrt", "rsqrt", "exp", "log", "tanh", "logistic", "abs", "sign", "copy",
+    "copy_p", "convert_element_type", "dynamic_update_slice", "scatter", "scatter-add",
+    "scatter_add", "square"})
+
+
+def updated_inputs(closed) -> list[frozenset[int]]:
+    """For each output of the step, the positions of the jaxpr's inputs it is a new value of:
+    reached from the output through operations of :data:`_UPDATES` whose operand has the
+    output's shape (``acc + g`` is a new ``acc``; a gradient, made through a dot or a sum, is no
+    new value of its parameter). Followed into inner jits and remats; empty where no input is
+    reached (a value made anew)."""
+    indexes: dict[int, tuple[dict, dict]] = {}
+
+    def reach(j, var, inputs: dict) -> set[int]:
+        """The top-level inputs ``var`` of jaxpr ``j`` updates; ``inputs`` maps ``j``'s own
+        inputs (by id) to the top-level positions they stand for."""
+        if id(var) in inputs:
+            return set(inputs[id(var)])
+        if id(j) not in indexes:
+            indexes[id(j)] = _index(j)
+        made = indexes[id(j)][0].get(id(var))
+        if made is None:
+            return set()
+        body = _called(made)
+        if body is not None:
+            at = next(i for i, v in enumerate(made.outvars) if v is var)
+            inner = {id(b): frozenset(reach(j, o, inputs)) if not hasattr(o, "val") else
+                     frozenset() for b, o in zip(body.invars, made.invars, strict=True)}
+            return reach(body, body.outvars[at], inner)
+        if made.primitive.name not in _UPDATES:
+            return set()
+        shape = getattr(getattr(var, "aval", None), "shape", None)
+        out: set[int] = set()
+        for v in made.invars:
+            if not hasattr(v, "val") and getattr(getattr(v, "aval", None), "shape", 0) == shape:
+                out |= reach(j, v, inputs)
+        return out
+
+    jaxpr = getattr(closed, "jaxpr", None)
+    if jaxpr is None:
+        return []
+    top = {id(v): frozenset({k}) for k, v in enumerate(jaxpr.invars)}
+    return [frozenset(reach(jaxpr, v, top)) for v in jaxpr.outvars]
+
+
 #: the primitives of JAX's host callbacks, and the names the user wrote (jax.debug.print is its
 #: own primitive from jax 0.10)
 CALLBACKS = {"debug_callback": "jax.debug.callback", "debug_print": "jax.debug.print",
