@@ -2630,3 +2630,22 @@ def test_jax_ai_stack_243_a_generate_step_run_op_by_op_is_named_and_jit_is_the_f
     finally:
         ip.run_line_magic("unload_ext", "helpers")
         ip.reset()
+
+
+def test_numpyro_1802_a_collection_updated_without_donation_is_copied_whole_at_each_sample():
+    """pyro-ppl/numpyro#1802: with a progress bar, fori_collect writes each sample into its
+    collection in a jitted body called once per sample, without donate_argnums: every call copies
+    the whole collection first (the PR's fix: donate it)."""
+    n, d = 1024, 1024
+
+    def body(state, collection, idx):
+        z = state * 0.99 + 0.01
+        return z, jax.lax.dynamic_update_slice(collection, z[None], (idx, 0)), idx + 1
+
+    args = (jnp.ones(d), jnp.zeros((n, d)), jnp.array(0))
+    r = preflight.preflight_step(body, *args)
+    assert r.copied_to_update == (("collection", n * d * 4),)
+    assert "Donating collection" in r.advice and "copies all 4.00 MiB of it first" in r.advice
+    donated = preflight.preflight_step(jax.jit(body, donate_argnums=(0, 1)), *args)
+    assert "collection" not in dict(donated.copied_to_update)  # the fix: written in place
+    assert r.peak_bytes - donated.peak_bytes >= 4 * MiB - 64 * 1024
