@@ -1021,6 +1021,43 @@ class CompiledStep:
         callback that reads nothing the loop changes out of it (jax-ml/jax#16637)."""
         return jaxprs.callbacks_hoisted(self.jaxpr)
 
+    def callbacks_vmapped(self) -> tuple[tuple[str, str, int], ...]:
+        """(the callback, its line, its calls per run: one per element) of each host callback
+        that jax.vmap made a loop of, one call after another (OpenSourceEconomics/pylcm#316)."""
+        return jaxprs.callbacks_vmapped(self.jaxpr)
+
+    def in_selected_conds(self) -> tuple[tuple[str, str, str, int], ...]:
+        """(the callback or "lax.while_loop", its line, the cond's line, how many) of each host
+        callback, and each batched while_loop, in a branch of a lax.cond that jax.vmap made a
+        select: both branches run on every element (jax-ml/jax#19314, #2947)."""
+        return jaxprs.in_selected_conds(self.jaxpr)
+
+    @cached_property
+    def temp_without_prints(self) -> tuple[str, str, int] | None:
+        """(the print as the user wrote it, its line, XLA's temporaries for the step compiled
+        again with its jax.debug.print and jax.debug.callback left out), where the step has
+        one: a print is part of the program XLA compiles and can change it (jax-ml/jax#26370:
+        printing a 16 MiB intermediate kept it, 0 B of temporaries without the print, on a
+        CPU with jax 0.10.2; 0.8.0 kept it either way). One more compile, the kit's own (on
+        one device: None for a step over several, where it has no print, or where the program
+        without them does not compile)."""
+        if self.over_mesh or self.jaxpr is None or not (found := jaxprs.prints(self.jaxpr)):
+            return None
+        jax = devices.start_jax()
+        try:
+            from jax.extend.core import jaxpr_as_fun
+
+            stripped = jaxprs.without_prints(self.jaxpr)
+            on = jax.sharding.SingleDeviceSharding(self.device)
+            specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=on)
+                     for v in stripped.jaxpr.invars]
+            with warnings.catch_warnings(), own.compiling():  # the kit's: compiles.watch skips
+                warnings.simplefilter("ignore")
+                other = jax.jit(jaxpr_as_fun(stripped)).lower(*specs).compile()
+            return (*found[0], _analysis(other)["temp"])
+        except Exception:  # a jaxpr this JAX does not rebuild or lower so
+            return None
+
     def threefry_draws(self) -> tuple[tuple[tuple[int, ...], int, str], ...]:
         """(shape, bytes, line) of each ``jax.random`` draw through the threefry2x32 generator
         (JAX's default), largest first: XLA's plan may hold its uint32 bits several times over

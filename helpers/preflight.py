@@ -492,6 +492,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(
             f"The {callback} at {at} is in the body of a {loop} with no cond around it: it "
             f"runs, a round trip to the host, on every iteration; {fix}.")
+    for found in c.callbacks_vmapped()[:1]:  # vmap's loop of host calls, one per element
+        notes.append(program_notes.callback_loop_note(*found))
+    for found in c.in_selected_conds()[:1]:  # a cond vmap made a select: both branches run
+        notes.append(program_notes.selected_cond_note(*found))
+    # one more compile, only where the step prints and holds 1 MiB of temporaries or more
+    if a["temp"] >= 2**20 and (printed := c.temp_without_prints) and (
+            more := a["temp"] - printed[2]) >= 2**20 and 4 * more >= peak:
+        notes.append(program_notes.print_note(printed[0], printed[1], a["temp"], printed[2]))
     if (zeroed := c.scaled_by_zero()) and zeroed[0][1] >= 64 * 1024:
         what, _, at = zeroed[0]
         notes.append(

@@ -19,11 +19,12 @@ from helpers.units import format_bytes
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["basis_note", "batched_by_line", "batched_note", "bound_method_note", "carry_copy_note",
+__all__ = ["basis_note", "batched_by_line", "batched_note", "bound_method_note",
+           "callback_loop_note", "carry_copy_note",
            "cast_note", "checkpoint_fix", "chunk_size", "chunks_fix", "cpu_upcast",
            "cpu_upcast_note", "float64_arguments", "float64_note", "fwd_rule_fix",
            "gathered", "invariant_psum_note", "jacobian_note", "on_the_host_by_commitment",
-           "random_bits_whole",
+           "print_note", "random_bits_whole", "selected_cond_note",
            "record_note", "replicated_sum_note", "slice_copy_note", "sparse_note", "stack_note",
            "stacked_indices", "threefry_note", "unrolled_values", "widened", "widened_carry_note",
            "widened_note"]
@@ -112,8 +113,11 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
     value of the batch's length and a quarter of the largest's bytes or more (per-example
     gradients averaged, google/flax#1852)."""
     lines: dict[str, list[compiled.Temporary]] = {}
+    # a callback vmap made a loop of: its operand, transposed for the loop, is no value to make
+    # in chunks (lax.map still calls it per element): callback_loop_note names it
+    looped = {at for _, at, _ in c.callbacks_vmapped()} if c.jaxpr is not None else set()
     for t in c.temporaries(most):
-        if t.batched:
+        if t.batched and t.line not in looped:
             lines.setdefault(t.line or f"({t.op})", []).append(t)
     if not lines:
         return []
@@ -798,3 +802,74 @@ def bound_method_note(fn: Callable) -> str:
             "jax.jit(lambda t, x: t(x))(t, x).")
 
 
+
+
+def callback_loop_note(callback: str, at: str, calls: int) -> str:
+    """A host callback that jax.vmap made a loop of (:meth:`compiled.CompiledStep.
+    callbacks_vmapped`): vmap's rule for io_callback is jax.lax.map, one call per element, one
+    after another (OpenSourceEconomics/pylcm#316: an io_callback validation in a function
+    vmapped over 64 x 64 state-action pairs; measured by the kit on a CPU, 4,096 calls and 112
+    ms a step on jax 0.10.2, 127 ms on 0.8.0; validated once outside the vmap, 1 call and
+    0.25 ms, 0.22 ms). The progress fix, a lax.cond around it, raises NotImplementedError
+    there ("IO effect not supported in vmap-of-cond", jax 0.8.0 and 0.10.2)."""
+    where = f" at {at}" if at else ""
+    fix = ("call it once, outside the vmap, on the whole batched array: io_callback(check, None, "
+           "jax.vmap(f)(xs)), not io_callback inside f")
+    if callback == "io_callback":
+        fix += (" (a lax.cond around it does not gate it there: JAX raises NotImplementedError, "
+                "IO effect not supported in vmap-of-cond)")
+    elif callback == "jax.pure_callback":
+        fix += (", or give it vmap_method='expand_dims', which calls it once with the batch "
+                "as a leading axis")
+    return (f"The {callback}{where} is under jax.vmap, which makes it a loop: one call to the "
+            f"host per element, one after another ({calls:,} calls a run of the step). To "
+            f"check or log the values, {fix} (OpenSourceEconomics/pylcm#316: 4,096 calls and "
+            "112 ms a step, 1 call and 0.25 ms validated once outside; CPU, jax 0.10.2).")
+
+
+def selected_cond_note(what: str, at: str, cond_at: str, count: int) -> str:
+    """A host callback, or a while_loop with a batched predicate, in a branch of a lax.cond
+    whose predicate jax.vmap batched (:meth:`compiled.CompiledStep.in_selected_conds`): the
+    cond is a select and both branches run on every element. Measured by the kit on a CPU,
+    jax 0.8.0 and 0.10.2: jax-ml/jax#19314's jax.debug.print in one branch printed 4 times for
+    4 elements under vmap, 2 with jax.lax.map(f, xs) or the predicate passed to the callback;
+    jax-ml/jax#2947's while_loop that ends only on its branch's inputs never ends under vmap
+    (compiled, not run), and ends with the unbatched values with its operand masked by
+    jnp.where or under jax.lax.map."""
+    at, cond_at = at.rstrip(","), cond_at.rstrip(",")
+    head = (f"The {what}{' at ' + at if at != cond_at else ''} is in a branch of the lax.cond "
+            f"at {cond_at} (its predicate batched by jax.vmap): XLA has no batched conditional, "
+            "so the cond became a select and both branches run for every element")
+    if what == "lax.while_loop":
+        return (f"{head}, this loop on the elements the cond sends to the other branch too, and "
+                "a batched while_loop runs until every element's condition is false: one that "
+                "ends only on its own branch's inputs never ends (jax-ml/jax#2947). Make it end "
+                "on any input, its operand masked, jax.lax.while_loop(c, b, jnp.where(pred, x, "
+                "x_that_ends)), or run the elements one at a time with jax.lax.map(f, xs), "
+                "which keeps the cond.")
+    runs = (f"it runs {count:,} times a call, one per element" if count > 1 else
+            "it runs on every call")
+    return (f"{head}: {runs}, whatever each element's predicate (jax-ml/jax#19314). "
+            "jax.lax.map(f, xs) keeps the cond, so only the branch taken calls it; or pass "
+            "the predicate to the callback and act where it holds, jax.debug.callback(lambda "
+            "ok, v: print(v) if ok else None, pred, v) (4 elements: 4 prints under vmap, 2 "
+            "with either).")
+
+
+def print_note(callback: str, at: str, with_print: int, without: int) -> str:
+    """A jax.debug.print (or jax.debug.callback) that changes the program XLA compiles: the
+    step compiled again without it (:attr:`compiled.CompiledStep.temp_without_prints`) holds
+    far fewer temporaries, as the value printed must be made whole for the host where XLA
+    would fuse it away (jax-ml/jax#26370, mattjj: a print changes the computation and can
+    change its numbers). Measured by the kit on a CPU with jax 0.10.2: printing a 16 MiB
+    intermediate, 16.00 MiB of temporaries against 0 B without the print, and outputs
+    that differ by up to 6.1e-5; a print of a slice (h[:2, :4]) or of h.mean() keeps the 16
+    MiB, one of the step's output keeps 0 B and the numbers. jax 0.8.0 kept the 16.50 MiB
+    either way: no note."""
+    return (f"The {callback} at {at} changes the program XLA compiles: the step compiled "
+            f"without it holds {format_bytes(without)} of temporaries, with it "
+            f"{format_bytes(with_print)} (what it prints is made whole for the host, where XLA "
+            "would fuse it away), and its numbers can differ in the last bits. Size and compare "
+            "the step without the print, or print the step's output instead: a slice or a "
+            "reduction of the same value can keep the cost (jax-ml/jax#26370: 0 B and 16.00 MiB "
+            "for a 16 MiB intermediate, outputs 6.1e-5 apart; CPU, jax 0.10.2).")

@@ -220,8 +220,15 @@ def _callback_reason(callback: str) -> str:
             "loop body it runs, and copies, on every iteration")
     if callback == "jax.pure_callback":
         return said
+    # under vmap, one call per element: io_callback's rule is a lax.map, debug_callback's an
+    # unrolled call per element, and a cond around either there becomes a select (pylcm#316)
     fix = jaxprs.progress_fix(callback)
-    return f"{said}. {fix[0].upper()}{fix[1:]}"
+    return (f"{said}, and under jax.vmap once per element, one after another. Under jax.vmap "
+            "(preflight_step(step, *args) names it), call it once, outside the vmap, on the "
+            "whole batched array (OpenSourceEconomics/pylcm#316: 4,096 calls and 112 ms a step "
+            "became 1 call and 0.25 ms, on a CPU); a lax.cond on a per-element predicate does "
+            "not gate it there (an io_callback raises NotImplementedError, a jax.debug.callback "
+            f"runs for every element). In a loop, {fix}")
 
 
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,

@@ -1,13 +1,22 @@
 """Host callbacks in a step's loops, read from its jaxpr: a callback that jax.grad moves out
 of a scan (runs once, not once per step: jax-ml/jax#16637), and one that runs on every
-iteration of a long loop (liesel-devs/liesel#282)."""
+iteration of a long loop (liesel-devs/liesel#282). Under jax.vmap: a callback vmap makes a loop
+of (OpenSourceEconomics/pylcm#316), a callback or a while_loop in a branch of a cond vmap made a
+select (jax-ml/jax#19314, #2947); and a jax.debug.print that changes the program XLA compiles
+(jax-ml/jax#26370)."""
+
+import contextlib
+import io
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 from jax import lax
 from jax.experimental import io_callback
 
-from helpers import preflight
+from helpers import preflight, transfers
+from helpers.units import format_bytes
 
 calls = []
 
@@ -116,3 +125,216 @@ def test_a_debug_print_in_a_solvers_few_while_iterations_gets_no_progress_note()
 
     advice = preflight.preflight_step(newton, jnp.float32(2.0)).advice
     assert "liesel" not in advice and "every k steps" not in advice
+
+
+# --- callbacks and conds under jax.vmap --------------------------------------------------------
+checked: list = []
+
+
+def check_probs(p):  # the thread's validation: it only reads its argument
+    checked.append(p.shape)
+
+
+PROBS = jnp.full((8,), 0.125)
+
+
+def trans_probs(s, a):
+    return jax.nn.softmax(PROBS * (s + a))
+
+
+def q_and_f(s, a):  # the thread's per-pair function, the validation inside it
+    p = trans_probs(s, a)
+    io_callback(check_probs, None, p)
+    return jnp.sum(p * (s * a))
+
+
+def productmap(f):  # pylcm's productmap: nested vmaps over states and actions
+    return jax.vmap(jax.vmap(f, (None, 0)), (0, None))
+
+
+def q_and_f_validated_once(S, A):  # the fix the kit names: once, outside the vmap
+    io_callback(check_probs, None, productmap(trans_probs)(S, A))
+    return productmap(lambda s, a: jnp.sum(trans_probs(s, a) * (s * a)))(S, A)
+
+
+def _checks(fn, *args) -> int:
+    checked.clear()
+    jax.block_until_ready(fn(*args))
+    jax.effects_barrier()
+    return len(checked)
+
+
+def test_pylcm_316_an_io_callback_under_vmap_is_named_as_vmaps_loop_with_the_fix_that_works():
+    """OpenSourceEconomics/pylcm#316: an io_callback validation inside a function vmapped over
+    64 x 64 state-action pairs runs 4,096 times a step, one host call after another (vmap's
+    rule makes it a lax.map); validated once outside the vmap it runs once (112 -> 0.25 ms a
+    step measured on a CPU, jax 0.10.2). The kit called it a callback in a loop body and gave
+    lax.cond(i % k == 0, ...), which raises under vmap, and preflight_step pointed
+    lax.map(batch_size=k) at it, still one call per element."""
+    S = A = jnp.arange(64.0)
+    step, fixed = jax.jit(productmap(q_and_f)), jax.jit(q_and_f_validated_once)
+    assert _checks(step, S, A) == 4096 and _checks(fixed, S, A) == 1
+    np.testing.assert_allclose(step(S, A), fixed(S, A), rtol=1e-6)
+
+    def gated(i, s, a):  # the fix the kit gave: under vmap the cond's predicate is batched
+        p = trans_probs(s, a)
+        lax.cond(i % 1000 == 0, lambda: io_callback(check_probs, None, p), lambda: None)
+        return jnp.sum(p * (s * a))
+
+    with pytest.raises(NotImplementedError, match="IO effect not supported in vmap-of-cond"):
+        jax.jit(jax.vmap(jax.vmap(gated, (0, None, 0)), (0, 0, None)))(
+            jnp.arange(64 * 64).reshape(64, 64), S, A)
+    advice = preflight.preflight_step(step, S, A).advice
+    assert "The io_callback at" in advice and "io_callback(check_probs, None, p)" in advice
+    assert "is under jax.vmap, which makes it a loop" in advice
+    assert "4,096 calls a run of the step" in advice and "outside the vmap" in advice
+    assert "IO effect not supported in vmap-of-cond" in advice
+    assert "OpenSourceEconomics/pylcm#316" in advice
+    assert "batch_size=k" not in advice and "liesel" not in advice  # not a loop of the user's
+    assert "pylcm#316" not in preflight.preflight_step(fixed, S, A).advice
+    with transfers.trace() as log:  # what %%memory shows of the copies, each call's
+        _checks(step, S, A)
+    made = [t for t in log if t.made_by == "io_callback"]
+    assert len(made) == 4096
+    why = made[0].reason
+    assert "under jax.vmap once per element" in why and "outside the vmap" in why
+    assert "OpenSourceEconomics/pylcm#316" in why and "NotImplementedError" in why
+    assert "jax.lax.cond(i % k == 0" in why  # the loop's fix kept, as the loop's
+
+
+def test_pylcm_316_a_pure_callback_vmapped_in_sequence_is_named_and_expand_dims_calls_it_once():
+    """jax.pure_callback with vmap_method='sequential' is vmapped as io_callback is, one call
+    per element; vmap_method='expand_dims' calls it once with the batch."""
+    def host(x):
+        checked.append(np.shape(x))
+        return np.asarray(x) * 2
+
+    def f(method):
+        return jax.jit(jax.vmap(lambda x: jax.pure_callback(
+            host, jax.ShapeDtypeStruct((), jnp.float32), x, vmap_method=method)))
+
+    x = jnp.arange(32.0)
+    assert _checks(f("sequential"), x) == 32 and _checks(f("expand_dims"), x) == 1
+    advice = preflight.preflight_step(f("sequential"), x).advice
+    assert "The jax.pure_callback at" in advice and "32 calls a run of the step" in advice
+    assert "vmap_method='expand_dims'" in advice and "vmap-of-cond" not in advice
+    assert "pylcm#316" not in preflight.preflight_step(f("expand_dims"), x).advice
+
+
+def test_jax_19314_a_print_in_a_branch_of_a_vmapped_cond_is_named_with_the_fixes():
+    """jax#19314: a jax.debug.print in one branch of a lax.cond prints for every element under
+    jax.vmap (the batched cond is a select: both branches run): 4 prints for 4 elements, 2 of
+    which take the branch; lax.map, or the predicate passed to the callback, print 2."""
+    seen: list = []
+
+    def f(x):  # the thread's function, a callback standing for its print
+        u = jax.random.uniform(jax.random.PRNGKey(123))
+        lax.cond(u > x, lambda w, z: jax.debug.callback(lambda w, z: seen.append(float(z)), w, z),
+                 lambda w, z: None, u, x)
+        return lax.select(u > x, u, x)
+
+    def guarded(x):  # the other fix: the predicate handed to the callback
+        u = jax.random.uniform(jax.random.PRNGKey(123))
+        jax.debug.callback(lambda ok, z: seen.append(float(z)) if ok else None, u > x, x)
+        return lax.select(u > x, u, x)
+
+    xs = jnp.array([0.2, 0.99, 0.5, 0.999])  # u = 0.949: 0.2 and 0.5 take the branch
+    counts = {}
+    for name, fn in (("vmap", jax.vmap(f)), ("lax.map", lambda xs: lax.map(f, xs)),
+                     ("guard", jax.vmap(guarded))):
+        seen.clear()
+        jax.jit(fn)(xs).block_until_ready()
+        jax.effects_barrier()
+        counts[name] = sorted(seen)
+    assert len(counts["vmap"]) == 4
+    assert counts["lax.map"] == counts["guard"] == pytest.approx([0.2, 0.5])
+    advice = preflight.preflight_step(jax.jit(jax.vmap(f)), xs).advice
+    assert "The jax.debug.callback is in a branch of the lax.cond at" in advice
+    assert "(its predicate batched by jax.vmap)" in advice and "became a select" in advice
+    assert "it runs 4 times a call, one per element" in advice
+    assert "jax.lax.map(f, xs) keeps the cond" in advice and "pass the predicate" in advice
+    assert "jax-ml/jax#19314" in advice
+    for fine in (lambda xs: lax.map(f, xs), jax.vmap(guarded)):
+        assert "19314" not in preflight.preflight_step(jax.jit(fine), xs).advice
+
+
+def positive_branch(x):  # jax#2947: ends only on x > 0
+    return lax.while_loop(lambda y: (y <= 0) | (y > 1e-6), lambda y: y * 0.1, x)
+
+
+def negative_branch(x):
+    return lax.while_loop(lambda y: y < -1e-6, lambda y: y * 0.1, x)
+
+
+def branching_fn(x):
+    return lax.cond(x >= 0, positive_branch, negative_branch, x)
+
+
+def branching_fn_masked(x):  # the fix the kit names: each loop's operand masked
+    pos = positive_branch(jnp.where(x >= 0, x, 1.0))
+    neg = negative_branch(jnp.where(x < 0, x, 0.0))
+    return jnp.where(x >= 0, pos, neg)
+
+
+def test_jax_2947_a_while_loop_in_a_branch_of_a_vmapped_cond_is_named_and_never_run():
+    """jax#2947: under jax.vmap, a while_loop in one branch of a lax.cond runs on every
+    element (the cond is a select) and a batched while runs until all elements stop: one that
+    ends only on its branch's inputs never ends. preflight_step said FITS and nothing else.
+    Only compiled here, never run; the fixes (operand masked, lax.map) end with the values of
+    the unbatched function."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (10,))
+    advice = preflight.preflight_step(jax.jit(jax.vmap(branching_fn)), x).advice
+    assert "The lax.while_loop at" in advice and "is in a branch of the lax.cond at" in advice
+    assert "lax.cond(x >= 0, positive_branch, negative_branch, x)" in advice
+    assert "a batched while_loop runs until every element's condition is false" in advice
+    assert "never ends (jax-ml/jax#2947)" in advice
+    assert "jnp.where(pred, x, x_that_ends)" in advice and "jax.lax.map(f, xs)" in advice
+    one_by_one = np.array([float(branching_fn(xi)) for xi in x])  # unbatched: it ends
+    masked = jax.jit(jax.vmap(branching_fn_masked))
+    mapped = jax.jit(lambda x: lax.map(branching_fn, x))
+    np.testing.assert_allclose(masked(x), one_by_one, rtol=1e-6)
+    np.testing.assert_allclose(mapped(x), one_by_one, rtol=1e-6)
+    for fine in (masked, mapped):
+        assert "2947" not in preflight.preflight_step(fine, x).advice
+
+
+def test_jax_26370_a_debug_print_that_changes_the_program_is_named_where_it_does():
+    """jax#26370 (mattjj): jax.debug.print changes the program XLA compiles. Printing a 4 MiB
+    intermediate makes XLA keep it (0 B of temporaries without the print, 4.00 MiB with it, on
+    a CPU with jax 0.10.2) and the outputs move by 6.1e-5; a print of a slice keeps the 4 MiB,
+    one of the output keeps 0 B and the numbers. jax 0.8.0 keeps the 4.12 MiB either way: the
+    kit says nothing there (one more compile, the kit's own, decides)."""
+    def step(kind):
+        def f(x, w):
+            h = jnp.tanh(x @ w)
+            if kind == "h":
+                jax.debug.print("h = {}", h)
+            if kind == "slice":
+                jax.debug.print("h[:2, :4] = {}", h[:2, :4])
+            out = jnp.sum(h * h, axis=1)
+            if kind == "out":
+                jax.debug.print("out[:4] = {}", out[:4])
+            return out
+        return jax.jit(f)
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (1024, 512))
+    w = jax.random.normal(jax.random.PRNGKey(1), (512, 1024)) / 20
+    temp = {k: step(k).lower(x, w).compile().memory_analysis().temp_size_in_bytes
+            for k in ("none", "h", "slice", "out")}
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = {k: np.asarray(step(k)(x, w)) for k in ("none", "h", "out")}
+        jax.effects_barrier()
+    advice = preflight.preflight_step(step("h"), x, w).advice
+    assert "26370" not in preflight.preflight_step(step("none"), x, w).advice
+    if temp["h"] - temp["none"] < 2**20:  # jax 0.8.0: the print changes nothing here
+        assert "26370" not in advice
+        return
+    assert temp["none"] < 2**20 <= 4 * 2**20 <= temp["h"] and temp["slice"] >= 4 * 2**20
+    assert temp["out"] < 2**20 and np.array_equal(out["out"], out["none"])  # the fix
+    assert not np.array_equal(out["h"], out["none"])  # the numbers moved
+    assert 'The jax.debug.print at' in advice and 'jax.debug.print("h = {}", h)' in advice
+    assert "changes the program XLA compiles" in advice
+    assert f"without it holds {format_bytes(temp['none'])} of temporaries, with it " \
+           f"{format_bytes(temp['h'])}" in advice
+    assert "print the step's output instead" in advice and "jax-ml/jax#26370" in advice
+    assert "26370" not in preflight.preflight_step(step("out"), x, w).advice

@@ -19,16 +19,17 @@ from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
 __all__ = ["CALLBACKS", "batch_reductions", "callbacks", "callbacks_every_step",
-           "callbacks_hoisted", "carry_lines", "cast_before_scan", "checkpoint_offloads",
-           "closed_over_values",
+           "callbacks_hoisted", "callbacks_vmapped", "carry_lines", "cast_before_scan",
+           "checkpoint_offloads", "closed_over_values",
            "closes_over_arrays", "custom_vjp_residuals", "custom_vjp_rule",
-           "device_keywords_and_puts", "equation_line", "equation_where", "jacobian_lines",
+           "device_keywords_and_puts", "equation_line", "equation_where", "in_selected_conds",
+           "jacobian_lines",
            "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
            "pairwise_reductions", "repeated_outputs",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
            "scan_updated_xs", "scatters_batched", "shapes_by_dtype", "widened_carries",
-           "progress_fix", "psums_of_invariant", "replicated_sums", "sparse_products",
-           "threefry_draws", "walk", "widened_inputs"]
+           "prints", "progress_fix", "psums_of_invariant", "replicated_sums",
+           "sparse_products", "threefry_draws", "walk", "widened_inputs", "without_prints"]
 
 
 def _floating(dtype) -> bool:
@@ -1313,9 +1314,100 @@ def progress_fix(callback: str) -> str:
             "callback each step, 5.4 ms called every 1,000)")
 
 
-def _placed(closed) -> Iterator[tuple[Any, tuple[Any, ...], bool]]:
+#: the primitives of jax.debug.print and jax.debug.callback (jax.debug.print is its own from
+#: jax 0.10; on 0.8.0 it binds debug_callback)
+_PRINTS = ("debug_callback", "debug_print")
+
+
+def prints(closed) -> tuple[tuple[str, str], ...]:
+    """(the print as the user wrote it, its line) of each jax.debug.print and
+    jax.debug.callback in the step, nested ones included."""
+    return tuple((c, at) for c, at in callbacks(closed)
+                 if c in ("jax.debug.print", "jax.debug.callback"))
+
+
+def without_prints(closed):
+    """The step's closed jaxpr with its jax.debug.print and jax.debug.callback equations
+    dropped, nested ones included (their effects with them): the program as it would be
+    without them, to compile beside the step's own (a print is part of what XLA compiles and
+    can change it: jax-ml/jax#26370). None where the step has none."""
+    from jax.extend import core
+
+    if not prints(closed):
+        return None
+
+    def effects(found) -> Any:
+        return type(found)(e for e in found if "Debug" not in type(e).__name__)
+
+    def strip(j):
+        if isinstance(j, core.ClosedJaxpr):
+            return j.replace(jaxpr=strip(j.jaxpr))
+        eqns = []
+        for eqn in j.eqns:
+            if eqn.primitive.name in _PRINTS:
+                continue
+            params = {k: (type(v)(strip(x) if isinstance(x, (core.ClosedJaxpr, core.Jaxpr))
+                                  else x for x in v) if isinstance(v, (tuple, list)) else
+                          strip(v) if isinstance(v, (core.ClosedJaxpr, core.Jaxpr)) else v)
+                      for k, v in eqn.params.items()}
+            eqns.append(eqn.replace(params=params, effects=effects(eqn.effects)))
+        return j.replace(eqns=eqns, effects=effects(j.effects))
+
+    return strip(closed)
+
+
+def _callback_loop(eqn) -> tuple[Any, int] | None:
+    """(the callback, its calls per run) where ``eqn`` is a scan of no carry whose body is one
+    host callback, or one such scan: what jax.lax.map makes of a callback, one call per
+    element in sequence; else None."""
+    from jax.extend import core
+
+    if eqn.primitive.name in CALLBACKS:
+        return eqn, 1
+    if eqn.primitive.name != "scan" or eqn.params.get("num_carry"):
+        return None
+    body = eqn.params.get("jaxpr")
+    body = body.jaxpr if isinstance(body, core.ClosedJaxpr) else body
+    eqns = getattr(body, "eqns", ())
+    inner = _callback_loop(eqns[0]) if len(eqns) == 1 else None
+    return (inner[0], inner[1] * int(eqn.params["length"])) if inner else None
+
+
+def _vmap_loop(eqn) -> tuple[Any, int] | None:
+    """(the callback, its calls per run of the step) where ``eqn`` is the loop jax.vmap made of
+    a host callback: vmap's rule for io_callback (and for jax.pure_callback with
+    vmap_method="sequential") is jax.lax.map, so the callback runs once per element, one after
+    another, each a round trip to the host (a scan of no carry, made under vmap, whose body is
+    the callback alone: the jaxpr of jax 0.8.0 and 0.10.2 alike)."""
+    if eqn.primitive.name != "scan" or "vmap(" not in str(eqn.source_info.name_stack):
+        return None
+    return _callback_loop(eqn)
+
+
+def callbacks_vmapped(closed) -> tuple[tuple[str, str, int], ...]:
+    """(the callback as the user wrote it, its line, its calls per run of the step: one per
+    element of the vmaps around it) of each host callback that jax.vmap made a loop of
+    (:func:`_vmap_loop`): OpenSourceEconomics/pylcm#316, an io_callback validation inside a
+    function vmapped over 64 x 64 state-action pairs ran 4,096 times a step. The line is the
+    loop's (jax 0.10.2 gives the callback inside it none)."""
+    out, seen = [], set()
+    for eqn, _, _ in _placed(closed, vmap_loops=True):
+        if id(eqn) in seen or (found := _vmap_loop(eqn)) is None:
+            continue
+        callback, calls = found
+        for j, _ in walk(eqn.params["jaxpr"]):  # its inner loops: not found again
+            seen.update(id(e) for e in j.eqns)
+        out.append((CALLBACKS[callback.primitive.name],
+                    equation_line(eqn) or equation_line(callback), calls))
+    return tuple(out)
+
+
+def _placed(closed, vmap_loops: bool = False
+            ) -> Iterator[tuple[Any, tuple[Any, ...], bool]]:
     """(equation, the loops it sits in, outermost first, whether a cond guards it inside the
-    innermost loop) for each equation of a jaxpr and of every jaxpr nested in it."""
+    innermost loop) for each equation of a jaxpr and of every jaxpr nested in it. The loops
+    jax.vmap makes of a host callback (:func:`_vmap_loop`) are no loops of the user's: left
+    out of the loops, and their callbacks too unless ``vmap_loops``."""
     from jax.extend import core
 
     stack = [(closed, (), False)] if closed is not None else []
@@ -1325,6 +1417,8 @@ def _placed(closed) -> Iterator[tuple[Any, tuple[Any, ...], bool]]:
         for eqn in getattr(j, "eqns", ()):
             yield eqn, loops, guarded
             name = eqn.primitive.name
+            if _vmap_loop(eqn) is not None and not vmap_loops:
+                continue
             inner = (*loops, eqn) if name in _LOOPS else loops
             for v in eqn.params.values():
                 for sub in (v if isinstance(v, (tuple, list)) else (v,)):
@@ -1389,6 +1483,82 @@ def callbacks_hoisted(closed) -> tuple[tuple[str, str, str, str], ...]:
                 out.append((CALLBACKS[eqn.primitive.name], equation_line(eqn), _loop_name(loop),
                             equation_line(loop)))
     return tuple(out)
+
+
+#: a line that calls lax.cond or lax.switch (what vmap turns into a select when it batches the
+#: predicate)
+_COND_CALL = re.compile(r"\b(?:cond|switch)\(")
+
+
+def in_selected_conds(closed, most: int = 64) -> tuple[tuple[str, str, str, int], ...]:
+    """(what: the callback as the user wrote it or "lax.while_loop", its line, the line of the
+    lax.cond it sits in, how many: a callback's equations there, one per element where vmap
+    unrolled it) of each host callback, and each while_loop whose predicate is batched, in a
+    branch of a lax.cond whose predicate jax.vmap batched. XLA has no batched conditional, so
+    vmap makes such a cond a select (jax 0.8.0 and 0.10.2 leave no cond equation at its line,
+    only select_n): both branches run on every element. A callback there runs for every
+    element (jax-ml/jax#19314: a jax.debug.print in one branch printed 4 times for 4 elements,
+    2 of them the branch's); a batched while_loop runs until every element's condition is
+    false, so one that ends only on its own branch's inputs never ends (jax-ml/jax#2947).
+    Found by the data: the equation reads, or its outputs reach, within ``most`` equations, a
+    select_n made at a line that calls cond( or switch( where the jaxpr keeps no cond."""
+    kept = {equation_line(e) for j, _ in walk(closed) for e in getattr(j, "eqns", ())
+            if e.primitive.name == "cond"}
+    out: dict[tuple[str, str, str], int] = {}
+    for j, _ in walk(closed):
+        eqns = list(getattr(j, "eqns", ()))
+        selects = {}
+        for e in eqns:
+            if e.primitive.name == "select_n" and (line := equation_line(e)) and \
+                    line not in kept and _COND_CALL.search(line.split(": ", 1)[-1]):
+                selects[id(e)] = line
+        if not selects:
+            continue
+        made = {id(v): e for e in eqns for v in e.outvars}
+        readers: dict[int, list] = {}
+        for e in eqns:
+            for v in e.invars:
+                readers.setdefault(id(v), []).append(e)
+        for eqn in eqns:
+            name = eqn.primitive.name
+            if name in CALLBACKS:
+                what = CALLBACKS[name]
+            elif name == "while" and getattr(_while_predicate(eqn), "shape", ()):
+                what = "lax.while_loop"
+            else:
+                continue
+            cond = _reached(eqn, selects, made, readers, most)
+            if cond:
+                key = (what, equation_line(eqn), cond)
+                out[key] = out.get(key, 0) + 1
+    return tuple((*key, n) for key, n in out.items())
+
+
+def _while_predicate(eqn):
+    """The aval of a while_loop's predicate: bool[] unbatched, bool[n] where vmap batched it."""
+    from jax.extend import core
+
+    c = eqn.params.get("cond_jaxpr")
+    c = c.jaxpr if isinstance(c, core.ClosedJaxpr) else c
+    outs = getattr(c, "outvars", ())
+    return outs[0].aval if outs else None
+
+
+def _reached(eqn, selects: dict, made: dict, readers: dict, most: int) -> str:
+    """The line of a select in ``selects`` (id of the equation -> its line) that ``eqn`` reads
+    from, or whose inputs its outputs reach, within ``most`` equations each way; "" if none."""
+    for step in (lambda e: [made[id(v)] for v in e.invars if id(v) in made],
+                 lambda e: [r for v in e.outvars for r in readers.get(id(v), ())]):
+        todo, seen = step(eqn), set()
+        while todo and len(seen) < most:
+            e = todo.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            if id(e) in selects:
+                return selects[id(e)]
+            todo += step(e)
+    return ""
 
 
 def _axis_sizes(eqn, sizes: dict) -> dict:
