@@ -283,6 +283,17 @@ class StepPreflight(_Verdict, Display):
     #: (the argument and its path, bytes) of each argument leaf the step copies whole only to
     #: write a slice into it, as it must for one not donated (jax-ml/jax#9132)
     copied_to_update: tuple[tuple[str, int], ...] = ()
+    #: ("logits" or "attention", "f32[1024, 8192]", bytes, the size its dot contracts, line) of
+    #: each product a softmax, a logsumexp or an argmax reduces whole to one value per row: the
+    #: full logits over a vocabulary (apple/axlearn#1236), an attention score matrix
+    #: (google/flax#2858)
+    softmax_products: tuple[tuple[str, str, int, int, str], ...] = ()
+    #: (the subscripts, "f32[48, 48, 48, 48]", bytes, its step on opt_einsum's path or "",
+    #: line) of each jnp.einsum that makes a value 100x its operands and result (jax#24915)
+    einsum_intermediates: tuple[tuple[str, str, int, str, str], ...] = ()
+    #: ("argsort", "float32[4194304]", n sorted, k kept, line) of each sort the step slices to
+    #: k at one end, where jax.lax.top_k needs no full sort (openxla/xla#25487)
+    sliced_sorts: tuple[tuple[str, str, int, int, str], ...] = ()
 
 
 def _in_use(dev) -> tuple[int | NotAvailable, str]:
@@ -392,6 +403,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "reads (XLA drops them); they stay on the device while you hold them.")
     temporaries = c.temporaries()
     batched = program_notes.batched_by_line(c, peak)
+    softmaxed = program_notes.softmax_inputs(c, peak)
+    # jax.nn.dot_product_attention's own vmap (over its query groups, often of one) is no
+    # vmap of the user's: the attention note below says what those values are
+    batched = [b for b in batched if not any(s[0] == "attention" and s[5] and b[0].line == s[5]
+                                             for s in softmaxed)]
     jacobians = c.jacobians()
     the_long_way = [(r, held) for r in jacobians if r.batch >= 4 * r.other_way and (
         held := max((t for t in temporaries if t.shape[:1] == (r.batch,)),
@@ -426,6 +442,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(stacked)
     if sparse := program_notes.sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak):
         notes.append(sparse)
+    for kind, *found in softmaxed[:1]:
+        notes.append((program_notes.attention_note if kind == "attention"
+                      else program_notes.logits_note)(*found))
+    blowups = program_notes.einsum_blowups(c, peak)
+    if blowups:
+        notes.append(program_notes.einsum_note(*blowups[0]))
+    sorts = program_notes.sorts_to_slice(c)
+    if sorts:
+        notes.append(program_notes.sliced_sort_note(*sorts[0]))
     for found in jaxprs.psums_of_invariant(c.jaxpr)[:1]:  # a wrong number: whatever its size
         notes.append(program_notes.invariant_psum_note(*found))
     for line, axes, size, nbytes in jaxprs.replicated_sums(c.jaxpr)[:1]:
@@ -643,7 +668,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                            for dtype, shape, n, copies, steps, _, line in copied),
         carry_slice_copies=tuple((f"{dtype}{list(shape)}", n, copies, joins, moved, steps, line)
                                  for dtype, shape, n, copies, joins, moved, steps, line, _
-                                 in sliced))
+                                 in sliced),
+        softmax_products=tuple((kind, f"{dtype}{list(shape)}", n, k, line)
+                               for kind, shape, dtype, n, k, line, _, _ in softmaxed),
+        einsum_intermediates=tuple((spec, f"{dtype}{list(shape)}", n, step, line)
+                                   for spec, shape, dtype, n, _, step, line in blowups),
+        sliced_sorts=tuple((function, f"{dtype}{list(shape)}", n, k, line)
+                           for shape, dtype, n, k, _, _, function, line in sorts))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -19,13 +19,14 @@ from helpers.units import format_bytes
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["basis_note", "batched_by_line", "batched_note", "bound_method_note",
-           "callback_loop_note", "carry_copy_note",
-           "cast_note", "checkpoint_fix", "chunk_size", "chunks_fix", "cpu_upcast",
-           "cpu_upcast_note", "float64_arguments", "float64_note", "fwd_rule_fix",
-           "gathered", "invariant_psum_note", "jacobian_note", "on_the_host_by_commitment",
-           "print_note", "random_bits_whole", "selected_cond_note",
-           "record_note", "replicated_sum_note", "slice_copy_note", "sparse_note", "stack_note",
+__all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "bound_method_note",
+           "callback_loop_note", "carry_copy_note", "cast_note", "checkpoint_fix", "chunk_size",
+           "chunks_fix", "cpu_upcast", "cpu_upcast_note", "einsum_blowups", "einsum_note",
+           "float64_arguments", "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note",
+           "jacobian_note", "logits_note", "on_the_host_by_commitment", "print_note",
+           "random_bits_whole", "record_note", "replicated_sum_note", "selected_cond_note",
+           "slice_copy_note", "sliced_sort_note", "softmax_inputs", "sorts_to_slice", "sparse_note",
+           "stack_note",
            "stacked_indices", "threefry_note", "unrolled_values", "widened", "widened_carry_note",
            "widened_note"]
 
@@ -873,3 +874,199 @@ def print_note(callback: str, at: str, with_print: int, without: int) -> str:
             "the step without the print, or print the step's output instead: a slice or a "
             "reduction of the same value can keep the cost (jax-ml/jax#26370: 0 B and 16.00 MiB "
             "for a 16 MiB intermediate, outputs 6.1e-5 apart; CPU, jax 0.10.2).")
+# --- what a product or a sort makes whole, for a result that keeps little of it ----------------
+def _held(c: compiled.CompiledStep, elements: int) -> list[dict]:
+    """XLA's values of the step with ``elements`` elements (any dtype: the CPU computes a
+    bfloat16 value in float32), largest first."""
+    return [v for v in c.values if math.prod(v["shape"]) == elements]
+
+
+def softmax_inputs(c: compiled.CompiledStep, peak: int
+                   ) -> list[tuple[str, tuple[int, ...], str, int, int, str, bool, int]]:
+    """(``"attention"`` or ``"logits"``, the product's shape, XLA's dtype for it, its bytes
+    there, the size its dot contracts, the line, made under a derivative, how many values of
+    its size XLA's plan holds) of each product a softmax, a logsumexp or an argmax reduces
+    over its last dimension (:func:`helpers._internal.jaxprs.softmax_products`), where XLA's
+    plan holds a value of its size and that value is 1 MiB and an eighth of the peak or more.
+    Left out: products already made in chunks, logits in a loop's body (a lax.scan over
+    chunks of tokens: the fix) and attention scores in one with fewer queries than keys (a
+    lax.map over blocks of queries)."""
+    out = []
+    for kind, shape, _, _, k, line, forward, looped in jaxprs.softmax_products(c.jaxpr):
+        if looped and (kind == "logits" or len(shape) < 2 or shape[-2] < shape[-1]):
+            continue
+        held = _held(c, math.prod(shape))
+        if held and held[0]["nbytes"] >= 2**20 and 8 * held[0]["nbytes"] >= peak:
+            out.append((kind, shape, held[0]["dtype"], held[0]["nbytes"], k, line, forward,
+                        len(held)))
+    return out
+
+
+def logits_note(shape: tuple[int, ...], dtype: str, nbytes: int, contracted: int, line: str,
+                in_derivative: bool, held: int) -> str:
+    """The full logits over a vocabulary, made whole for a loss that keeps one value per token
+    (apple/axlearn#1236: 9.6 GB of fp32 logits at 16k tokens and a 153k vocabulary, 313 MB
+    computed in a scan over chunks of 512 tokens). Measured by the kit on the CPU, 1,024 tokens,
+    256 features, a vocabulary of 8,192, jax.value_and_grad of a logsumexp loss: XLA's
+    temporaries 64.01 MiB, 12.13 MiB with a lax.scan over 8 chunks of 128 tokens and
+    jax.checkpoint on the body, the same loss and a gradient difference of 0.0 (jax 0.10.2;
+    64.02 -> 12.13 MiB on 0.8.0). jax.checkpoint on the whole loss, which preflight.residuals
+    suggests for a gradient's largest layer, left them at 64.01 MiB (0.10.2) or raised them to
+    96.02 MiB (0.8.0)."""
+    at = f", {line}" if line else ""
+    rows = math.prod(shape[:-1])
+    many = f"; XLA's plan holds {held} values of that many elements" if held > 1 else ""
+    body = ("with jax.checkpoint on the body, so that only one chunk's logits and their "
+            "gradient are alive at a time" if in_derivative else
+            "so that only one chunk's logits are alive at a time")
+    return (f"{dtype}{list(shape)} ({format_bytes(nbytes)}{at}) is the full logits over the "
+            f"vocabulary, {shape[-1]:,} for each of {rows:,} tokens from {contracted:,} "
+            "features, made whole for a loss that keeps one value per token (a logsumexp, a "
+            f"softmax or an argmax over them){many}. Compute the loss in a jax.lax.scan over "
+            f"chunks of tokens {body}, adding each chunk's loss into the carry "
+            "(apple/axlearn#1236: 9.6 GB -> 313 MB; measured by the kit on the CPU, 1,024 "
+            "tokens by 8,192: XLA's temporaries 64.01 -> 12.13 MiB in 8 chunks).")
+
+
+def attention_note(shape: tuple[int, ...], dtype: str, nbytes: int, contracted: int,
+                   line: str, in_derivative: bool, held: int) -> str:
+    """The attention score matrix, T x S per head, made whole for the softmax over the keys
+    (google/flax#2858, asking for FlashAttention; memory-efficient attention works on chunks).
+    Measured by the kit on the CPU, jax.grad of causal jax.nn.dot_product_attention, B=2,
+    T=S=1,024, 4 heads of 64: XLA's temporaries 130.06 MiB, 20.51 MiB with a lax.map over 8
+    blocks of 128 queries under jax.checkpoint (a max gradient difference of 2.5e-5; jax
+    0.10.2; 132.03 -> 24.51 MiB on 0.8.0); lax.map(jax.checkpoint(f), batch_size=1) over the
+    batch gave 78.00 MiB, jax.checkpoint on the attention 102.06 MiB (0.10.2; 86.02 and 130.03
+    MiB on 0.8.0). cuDNN's flash attention is read in JAX's source (jax/_src/nn/functions.py:
+    implementation='cudnn'; jax/_src/cudnn/fused_attention_stablehlo.py: fp16, bf16 or fp8 q, k
+    and v), not yet run on a GPU."""
+    at = f", {line}" if line else ""
+    queries = f"{shape[-2]:,} queries x " if len(shape) > 1 else ""
+    many = (f" (XLA's plan holds {held} values of that many elements: the softmax's steps"
+            + (" and their gradients)" if in_derivative else ")")) if held > 1 else ""
+    block = "a jax.checkpoint-ed function" if in_derivative else "a function"
+    return (f"{dtype}{list(shape)} ({format_bytes(nbytes)}{at}) is the attention score matrix, "
+            f"{queries}{shape[-1]:,} keys per head from {contracted:,} features, made whole "
+            f"for the softmax over the keys{many}. Chunk the queries: jax.lax.map, over blocks "
+            f"of queries, of {block} that attends one block to all the keys (memory-efficient "
+            "attention, "
+            "google/flax#2858; measured by the kit on the CPU, jax.grad at 1,024 x 1,024: "
+            "XLA's temporaries 130.06 -> 20.51 MiB in 8 blocks); on a GPU, "
+            "jax.nn.dot_product_attention(q, k, v, implementation='cudnn') with bfloat16 or "
+            "float16 q, k, v runs cuDNN's flash attention, which makes no such matrix (from "
+            "JAX's source, jax/_src/cudnn/fused_attention_stablehlo.py, not yet run on a GPU).")
+
+
+def einsum_blowups(c: compiled.CompiledStep, peak: int
+                   ) -> list[tuple[str, tuple[int, ...], str, int, int, str, str]]:
+    """(the subscripts, the intermediate's shape, XLA's dtype for it, its bytes, the bytes of
+    the largest of the einsum's operands and result, its step on opt_einsum's path or "",
+    the line) of each ``jnp.einsum`` that makes a value 100 or more times its operands and its
+    result (:func:`helpers._internal.jaxprs.einsum_intermediates`), where XLA's plan holds a
+    value of that size, 1 MiB and a quarter of the peak or more."""
+    out = []
+    for spec, shape, _, _, ends, shapes, line in jaxprs.einsum_intermediates(c.jaxpr):
+        held = _held(c, math.prod(shape))
+        if held and held[0]["nbytes"] >= 2**20 and 4 * held[0]["nbytes"] >= peak:
+            step = jaxprs.einsum_step(spec, shapes, math.prod(shape)) if spec else ""
+            out.append((spec, shape, held[0]["dtype"], held[0]["nbytes"], ends, step, line))
+    return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _row_fix(spec: str, step: str) -> str:
+    """How to map ``spec`` over one of its output's indices in chunks: the index the large
+    step keeps (the output's first where the step is unknown), the operands that carry it, and
+    the einsum of one slice; "" where the output has no index or one appears twice in an
+    operand (a diagonal)."""
+    ins, out = spec.split("->")
+    terms, kept = ins.split(","), step.split("->")[-1] if step else out
+    letter = next((x for x in out if x in kept), "")
+    mapped = [n for n, t in enumerate(terms) if letter and letter in t]
+    if not letter or not mapped or any(terms[n].count(letter) > 1 for n in mapped):
+        return ""
+    rest = [n for n in range(len(terms)) if n not in mapped]
+    row = ",".join([terms[n].replace(letter, "") for n in mapped]
+                   + [terms[n] for n in rest]) + "->" + out.replace(letter, "")
+    which = ", ".join(_ordinal(n + 1) for n in mapped)
+    front = ("" if all(terms[n][0] == letter for n in mapped) else
+             f", each with {letter} moved to the front (jnp.moveaxis)")
+    place = ("" if out[0] == letter else
+             f", then jnp.moveaxis(out, 0, {out.index(letter)})")
+    return (f"Map over its output index {letter} in chunks: jax.lax.map(lambda r: jnp.einsum("
+            f"'{row}', *r, *others), (the {which} operand{'s' if len(mapped) > 1 else ''}, "
+            f"which carry {letter}{front}), batch_size=k){place}, the others passed whole")
+
+
+def einsum_note(spec: str, shape: tuple[int, ...], dtype: str, nbytes: int, ends: int,
+                step: str, line: str) -> str:
+    """jnp.einsum's pairwise intermediate, far larger than its operands and result
+    (jax-ml/jax#24915: ``ij,ik,il,jk,jl,kl->ij`` over six n x n arrays goes through
+    ``ilj,jki->iljk``, n**4; jnp.einsum_path says "Largest intermediate"). Measured by the kit
+    on the CPU, n=128: XLA's temporaries 1.00 GiB (1,024.06 MiB), 1.50 MiB with a lax.map over
+    rows i in chunks of 8, each an einsum 'j,k,l,jk,jl,kl->j' (jax 0.10.2; 1,024.00 -> 2.00 MiB
+    on 0.8.0); a run 2321 -> 4.1 ms on the 2-core VM, a relative difference of 5e-6. At n=48
+    XLA 0.8.0 fuses the whole einsum into one loop and holds no such value: no note there."""
+    at = f" at {line}" if line else ""
+    what = f"jnp.einsum('{spec}')" if spec else "jnp.einsum"
+    by = (f", its step '{step}' makes it" if step else "")
+    fix = _row_fix(spec, step) if spec else ""
+    fix = (f"{fix} (jax-ml/jax#24915; measured by the kit on the CPU at n=128: XLA's "
+           "temporaries 1.00 GiB -> 1.50 MiB in chunks of 8 rows), or pass optimize= a path "
+           "whose largest intermediate fits" if fix else
+           "Map over an index of its output in chunks with jax.lax.map(..., batch_size=k), "
+           "each chunk an einsum of the operands' slices (jax-ml/jax#24915: 1.00 GiB -> 1.50 "
+           "MiB of XLA's temporaries), or pass optimize= a path whose largest intermediate "
+           "fits")
+    return (f"{what}{at} makes {dtype}{list(shape)} ({format_bytes(nbytes)}), "
+            f"{nbytes // max(ends, 1):,}x the largest of its operands and its result: "
+            f"jnp.einsum contracts two operands at a time along opt_einsum's path{by}, and "
+            "jnp.einsum_path(subscripts, *operands) lists every step. "
+            f"{fix}.")
+
+
+def sorts_to_slice(c: compiled.CompiledStep
+                   ) -> list[tuple[tuple[int, ...], str, int, int, str, str, str, str]]:
+    """:func:`helpers._internal.jaxprs.sliced_sorts` of the step whose sorted array is 1 MiB or
+    more: a sort of n elements of which the step keeps k at one end."""
+    jnp = devices.start_jax().numpy
+    return [s for s in jaxprs.sliced_sorts(c.jaxpr)
+            if math.prod(s[0]) * jnp.dtype(s[1]).itemsize >= 2**20]
+
+
+def sliced_sort_note(shape: tuple[int, ...], dtype: str, n: int, k: int, end: str, kept: str,
+                     function: str, line: str) -> str:
+    """A sort of n elements of which the step keeps k, 8k <= n, at one end: jnp.argsort(x)[:k]
+    or jnp.sort(x)[-k:] (the NumPy habit; openxla/xla#25487 asks why top-k sorts it all).
+    jax.lax.top_k finds the k without the full sort, ties first by lower index as a stable
+    sort. Measured by the kit on the CPU, 4,194,304 float32, k=100: XLA's temporaries 32.00
+    MiB for jnp.argsort(x)[:k], 16.00 MiB for jax.lax.top_k(-x, k) (the negation); 1795 ms ->
+    16 ms (jax 0.10.2), 1420 -> 41 ms (0.8.0), the same indices. On a GPU XLA's own top-k kernel
+    takes k <= 16 (n >= 1,024; newer XLA takes larger k through RAFT), and a larger k becomes a
+    sort and a slice all the same: read in XLA's source, xla/service/gpu/transforms/
+    topk_specializer.cc and the TopkDecomposer it falls back on, not yet run on a GPU."""
+    at = f" at {line}" if line else ""
+    call = {"argsort": "jnp.argsort", "sort": "jnp.sort"}.get(function, "jax.lax.sort")
+    small = end == "smallest"
+    arg = "-x" if small else "x"
+    got = {"indices": f"jax.lax.top_k({arg}, {k})[1]",
+           "values": f"{'-' if small else ''}jax.lax.top_k({arg}, {k})[0]",
+           "indices and values": f"jax.lax.top_k({arg}, {k})"}[kept]
+    order = ("in the same order" if small else
+             "largest first (reverse it for the sort's ascending order)")
+    axis = ("" if len(shape) < 2 or n == shape[-1] else
+            " (top_k works on the last axis: move the sorted one there with jnp.moveaxis)")
+    what = (f"all {n:,} elements of {dtype}{list(shape)}" if len(shape) == 1 else
+            f"{dtype}{list(shape)} along an axis of {n:,}")
+    keeps = {"indices": f"the indices of the {end} {k:,}", "values": f"the {end} {k:,}",
+             "indices and values": f"the {end} {k:,} and their indices"}[kept]
+    return (f"{call}{at} sorts {what}, and the step keeps only {keeps} (a slice of the sorted "
+            f"result). {got} gives the same {kept}, {order}, without sorting the rest{axis} "
+            "(measured by the kit on the "
+            "CPU, 4,194,304 float32, k=100: XLA's temporaries 32.00 -> 16.00 MiB, 1795 -> 16 "
+            "ms; openxla/xla#25487); on a GPU XLA's own top-k kernel takes only a small k and "
+            "sorts for a larger one (from XLA's source, xla/service/gpu/transforms/"
+            "topk_specializer.cc, not yet run on a GPU).")

@@ -22,14 +22,14 @@ __all__ = ["CALLBACKS", "batch_reductions", "callbacks", "callbacks_every_step",
            "callbacks_hoisted", "callbacks_vmapped", "carry_lines", "cast_before_scan",
            "checkpoint_offloads", "closed_over_values",
            "closes_over_arrays", "custom_vjp_residuals", "custom_vjp_rule",
-           "device_keywords_and_puts", "equation_line", "equation_where", "in_selected_conds",
-           "jacobian_lines",
-           "jacobian_sizes", "loop_records", "narrowed_inputs", "output_kinds",
-           "pairwise_reductions", "repeated_outputs",
+           "device_keywords_and_puts", "einsum_intermediates", "einsum_step", "equation_line",
+           "equation_where", "in_selected_conds", "jacobian_lines", "jacobian_sizes",
+           "loop_records", "narrowed_inputs", "output_kinds", "pairwise_reductions", "prints",
+           "progress_fix", "psums_of_invariant", "repeated_outputs", "replicated_sums",
            "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "scan_updated_xs", "scatters_batched", "shapes_by_dtype", "widened_carries",
-           "prints", "progress_fix", "psums_of_invariant", "replicated_sums",
-           "sparse_products", "threefry_draws", "walk", "widened_inputs", "without_prints"]
+           "scan_updated_xs", "scatters_batched", "shapes_by_dtype", "sliced_sorts",
+           "softmax_products", "sparse_products", "threefry_draws", "walk", "widened_carries",
+           "widened_inputs", "without_prints"]
 
 
 def _floating(dtype) -> bool:
@@ -1671,3 +1671,264 @@ def replicated_sums(closed) -> tuple[tuple[str, tuple[str, ...], int, int], ...]
                 out.append((equation_line(e), axes, math.prod(inner[a] for a in axes),
                             math.prod(aval.shape) * aval.dtype.itemsize))
     return tuple(out)
+
+
+# --- what a step's products and sorts make whole ------------------------------------------------
+def _squeezed(shape) -> tuple[int, ...]:
+    """A shape with its dimensions of 1 left out (a vmap of one group adds one: jax.nn's
+    dot_product_attention computes its scores as [B, N, T, 1, S])."""
+    return tuple(int(n) for n in shape if n != 1)
+
+
+def _nbytes(v) -> int:
+    aval = v.aval
+    return math.prod(aval.shape) * aval.dtype.itemsize if hasattr(aval, "shape") else 0
+
+
+def _last_axis(shape) -> int | None:
+    """The last dimension of a shape that is not 1, or None."""
+    return max((i for i, n in enumerate(shape) if n != 1), default=None)
+
+
+def softmax_products(closed) -> tuple[tuple[str, tuple[int, ...], str, int, int, str, bool,
+                                            bool], ...]:
+    """(``"attention"`` or ``"logits"``, the product's shape with its dimensions of 1 left out,
+    its dtype, its bytes, the size its dot contracts, the user's line, whether it is made in a
+    derivative's forward pass, whether in a loop's body: a lax.scan or lax.map, a while_loop)
+    of each ``dot_general`` outside a backward pass whose last
+    dimension (the right operand's) is 4 or more times the size it contracts and whose result
+    a ``reduce_max`` or ``argmax`` reduces over that dimension (a softmax, a logsumexp, an
+    argmax: one value per row from a whole row), largest first. "attention" where another dot
+    then contracts that dimension against an operand with dimensions of its own (the
+    probabilities times the values: a T x S score matrix, google/flax#2858); "logits"
+    otherwise (the full logits over a vocabulary, made for a loss that keeps one value per
+    token: apple/axlearn#1236)."""
+    placed = [(e, bool(loops)) for e, loops, _ in _placed(closed) if scan_role(e) != "backward"]
+    eqns = [e for e, _ in placed]
+    looped = {id(e) for e, in_loop in placed if in_loop}
+    dots = [e for e in eqns if e.primitive.name == "dot_general"]
+    reduced = set()  # the shapes (squeezed) reduced over their last dimension
+    for e in eqns:
+        if e.primitive.name in ("reduce_max", "argmax") and hasattr(e.invars[0], "aval"):
+            shape, axes = tuple(e.invars[0].aval.shape), tuple(e.params.get("axes", ()))
+            if len(axes) == 1 and axes[0] == _last_axis(shape):
+                reduced.add(_squeezed(shape))
+    contracted = set()  # the shapes (squeezed) a dot contracts over their last dimension
+    for e in dots:
+        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+        sides = ((tuple(lc), tuple(lb)), (tuple(rc), tuple(rb)))
+        for n in (0, 1):
+            shape = tuple(e.invars[n].aval.shape)
+            other, (o_axes, o_batch) = tuple(e.invars[1 - n].aval.shape), sides[1 - n]
+            keeps = [i for i, d in enumerate(other)  # the other operand's own dimensions (H)
+                     if d != 1 and i not in o_axes and i not in o_batch]
+            if _last_axis(shape) in sides[n][0] and keeps:
+                contracted.add(_squeezed(shape))
+    out = []
+    for e in dots:
+        (lc, rc), (_, rb) = e.params["dimension_numbers"]
+        lhs, rhs = (tuple(v.aval.shape) for v in e.invars)
+        free = [i for i in range(len(rhs)) if i not in rc and i not in rb and rhs[i] != 1]
+        shape, k = _squeezed(e.outvars[0].aval.shape), math.prod(lhs[i] for i in lc)
+        if not free or not shape or shape[-1] != rhs[free[-1]] or shape[-1] < 4 * max(k, 1) \
+                or shape not in reduced:
+            continue
+        out.append(("attention" if shape in contracted else "logits", shape,
+                    str(e.outvars[0].aval.dtype), _nbytes(e.outvars[0]), int(k),
+                    equation_line(e), scan_role(e) == "forward", id(e) in looped))
+    return tuple(sorted(out, key=lambda x: -x[3]))
+
+
+#: the subscripts jnp.einsum names its inner jit's scope with ("ij,jk->ik"), in a name stack
+#: such as "transpose(jvp(ij,jk->ik))"
+_EINSUM_SPEC = re.compile(r"([A-Za-z.]*(?:,[A-Za-z.]*)*->[A-Za-z.]*)")
+
+
+def _in_einsum(eqn) -> bool:
+    """The equation was made inside ``jnp.einsum`` (a frame of its traceback is JAX's einsum
+    in jax/_src/numpy/einsum.py; jax 0.8.0 and 0.10.2)."""
+    return any(f.function_name == "einsum" and f.file_name.replace("\\", "/").endswith(
+        "numpy/einsum.py") for f in _traceback_frames(eqn))
+
+
+def einsum_intermediates(closed) -> tuple[tuple[str, tuple[int, ...], str, int, int,
+                                                tuple[tuple[int, ...], ...], str], ...]:
+    """(the einsum's subscripts, "" where its name stack does not say them; the largest value
+    it makes inside; that value's dtype; its bytes; the bytes of the largest of the einsum's
+    operands and its result; the operands' shapes in the order the einsum reads them; the
+    user's line) of each ``jnp.einsum`` outside a backward pass that makes a value 100 or more
+    times the size of every operand and of its result: jnp.einsum contracts two operands at a
+    time along opt_einsum's path, and a step of it can be far larger than both ends
+    (jax-ml/jax#24915: ``ij,ik,il,jk,jl,kl->ij`` makes an n**4 intermediate). Largest
+    first."""
+    from jax.extend import core
+
+    out = []
+    for j, _ in walk(closed):
+        groups: dict[tuple[str, str], list] = {}
+        for e in getattr(j, "eqns", ()):
+            if scan_role(e) != "backward" and _in_einsum(e):
+                groups.setdefault((str(e.source_info.name_stack), equation_line(e)), []).append(e)
+        for (stack, line), eqns in groups.items():
+            made = {id(v) for e in eqns for v in e.outvars}
+            inputs = list({id(v): v for e in eqns for v in e.invars
+                           if not isinstance(v, core.Literal) and id(v) not in made
+                           and hasattr(v.aval, "shape")}.values())
+            largest = max((v for e in eqns for v in e.outvars), key=_nbytes)
+            ends = max(_nbytes(v) for v in [*inputs, eqns[-1].outvars[0]])
+            if _nbytes(largest) < 100 * max(ends, 1):
+                continue
+            spec = _EINSUM_SPEC.findall(stack.replace(" ", ""))
+            out.append((spec[-1] if spec else "", tuple(largest.aval.shape),
+                        str(largest.aval.dtype), _nbytes(largest), ends,
+                        tuple(tuple(v.aval.shape) for v in inputs), line))
+    return tuple(sorted(out, key=lambda x: -x[3]))
+
+
+def _letter_sizes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]]
+                  ) -> tuple[dict[str, int], tuple[int, ...]] | None:
+    """(each subscript letter's size, the operand for each term) where the operands' shapes fit
+    the terms in some order (the einsum's order of reading need not be its operands'); None
+    where none does, or the search runs long."""
+    budget = [5000]
+
+    def fit(i: int, sizes: dict, used: tuple) -> tuple[dict, tuple] | None:
+        if i == len(terms):
+            return sizes, used
+        for n, shape in enumerate(shapes):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            if n in used or len(shape) != len(terms[i]):
+                continue
+            new = dict(sizes)
+            if all(new.setdefault(c, d) == d for c, d in zip(terms[i], shape, strict=True)):
+                if (found := fit(i + 1, new, (*used, n))) is not None:
+                    return found
+        return None
+
+    return fit(0, {}, ())
+
+
+def einsum_step(spec: str, shapes: Sequence[tuple[int, ...]], elements: int) -> str:
+    """The pairwise step of ``jnp.einsum_path(spec, ...)`` for operands of ``shapes`` whose
+    result has ``elements`` elements ("ilj,jki->iljk"), from opt_einsum's path as jnp.einsum
+    takes it; "" where the subscripts have an ellipsis, the shapes do not fit them, or no step
+    makes a value that size (an ``optimize=`` of the user's own)."""
+    if "->" not in spec or "." in spec:
+        return ""
+    terms = spec.split("->")[0].split(",")
+    found = _letter_sizes(terms, shapes) if len(terms) == len(shapes) else None
+    if found is None:
+        return ""
+    sizes, order = found
+    import jax
+    import jax.numpy as jnp
+
+    operands = [jax.ShapeDtypeStruct(shapes[n], jnp.float32) for n in order]
+    try:
+        _, info = jnp.einsum_path(spec, *operands)
+        steps = [c[2] for c in info.contraction_list]
+    except Exception:  # subscripts opt_einsum does not take
+        return ""
+    return next((s for s in steps if math.prod(sizes.get(c, 1) for c in s.split("->")[-1])
+                 == elements), "")
+
+
+def _iota(var, made: dict) -> bool:
+    """``var`` is an iota, or one reversed (jnp.argsort(x, descending=True) sorts the reversed
+    array with the reversed iota) or broadcast (under jax.vmap)."""
+    eqn = made.get(id(var))
+    while eqn is not None and eqn.primitive.name in ("rev", "broadcast_in_dim"):
+        eqn = made.get(id(eqn.invars[0]))
+    return eqn is not None and eqn.primitive.name == "iota"
+
+
+def sliced_sorts(closed) -> tuple[tuple[tuple[int, ...], str, int, int, str, str, str, str],
+                                  ...]:
+    """(the sorted array's shape, its dtype, its length along the sorted dimension n, how many
+    the step keeps k, "smallest" or "largest": which end it keeps, "indices", "values" or
+    "indices and values": what it keeps, the function that sorts: "argsort", "sort" or
+    "lax.sort", the user's line) of each sort of one key (jnp.argsort, jnp.sort) whose
+    results the step only slices to k of n, 8k <= n, at one end of the sorted dimension
+    (followed through reversals and the inner jits jnp's functions are): it sorts all n to keep
+    k, where ``jax.lax.top_k`` finds them without the full sort (the NumPy habit
+    ``jnp.argsort(x)[:k]``; openxla/xla#25487). Largest first."""
+    from jax.extend import core
+
+    alias: dict[int, tuple[int, str, bool]] = {}  # a variable -> (sort, which, reversed)
+    sorts: dict[int, tuple[Any, str, str]] = {}  # sort -> (equation, function, line)
+    uses: dict[int, list] = {}  # sort -> (which, k, end) or None for any other use
+
+    def use(eqn, a: tuple[int, str, bool]) -> tuple[str, int, str] | None:
+        s, which, flipped = a
+        dim = sorts[s][0].params["dimension"]
+        shape = tuple(sorts[s][0].invars[0].aval.shape)
+        if eqn.primitive.name != "slice" or any(x != 1 for x in eqn.params.get("strides")
+                                                or ()):
+            return None
+        start, limit = eqn.params["start_indices"], eqn.params["limit_indices"]
+        whole = all((start[i], limit[i]) == (0, n) for i, n in enumerate(shape) if i != dim)
+        k, n = limit[dim] - start[dim], shape[dim]
+        if not whole or 8 * k > n or (start[dim] != 0 and limit[dim] != n):
+            return None
+        first = (start[dim] == 0) != flipped  # the start of an ascending sort: the smallest
+        return which, k, "smallest" if first else "largest"
+
+    def visit(j, incoming: dict[int, tuple], name: str, above: str) -> dict[int, tuple]:
+        made = {}
+        for n, v in enumerate(j.invars):
+            if n in incoming:
+                alias[id(v)] = incoming[n]
+        for e in j.eqns:
+            made.update({id(v): e for v in e.outvars})
+            p, line = e.primitive.name, equation_line(e) or above
+            held = [(v, alias[id(v)]) for v in e.invars
+                    if not isinstance(v, core.Literal) and id(v) in alias]
+            if p == "sort" and not held and e.params.get("num_keys") == 1 and (
+                    len(e.invars) == 1 or (len(e.invars) == 2 and _iota(e.invars[1], made))):
+                s = len(sorts)  # (a jit's jaxpr is shared by its calls: one sort per call)
+                sorts[s], uses[s] = (e, name or "lax.sort", line), []
+                for v, which in zip(e.outvars, ("values", "indices"), strict=False):
+                    alias[id(v)] = (s, which, False)
+                continue
+            if p == "rev" and len(held) == 1 and sorts[held[0][1][0]][0].params["dimension"] \
+                    in tuple(e.params.get("dimensions", ())):
+                s, which, flipped = held[0][1]
+                alias[id(e.outvars[0])] = (s, which, not flipped)
+                continue
+            inner = _called(e)
+            if inner is not None:
+                returned = visit(inner, {n: alias[id(v)] for n, v in enumerate(e.invars)
+                                         if id(v) in alias},
+                                 str(e.params.get("name", "")) or name, line)
+                for n, a in returned.items():
+                    alias[id(e.outvars[n])] = a
+                continue
+            for _, a in held:
+                uses[a[0]].append(use(e, a))
+            for v in e.params.values():  # a loop's or a branch's body: a use of its own
+                for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                    if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr)):
+                        body = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub
+                        for a in visit(body, {}, "", line).values():
+                            uses[a[0]].append(None)
+        return {n: alias[id(v)] for n, v in enumerate(j.outvars) if id(v) in alias}
+
+    top = getattr(closed, "jaxpr", closed)
+    if top is None:
+        return ()
+    for a in visit(top, {}, "", "").values():
+        uses[a[0]].append(None)  # returned whole
+    out = []
+    for s, (e, name, line) in sorts.items():
+        found = uses[s]
+        if not found or None in found or len({end for _, _, end in found}) != 1:
+            continue
+        which = sorted({w for w, _, _ in found})
+        aval = e.invars[0].aval
+        out.append((tuple(aval.shape), str(aval.dtype),
+                    int(aval.shape[e.params["dimension"]]), max(k for _, k, _ in found),
+                    found[0][2], " and ".join(which[::-1]) if len(which) > 1 else which[0],
+                    name if name in ("argsort", "sort") else "lax.sort", line))
+    return tuple(sorted(out, key=lambda x: -math.prod(x[0])))
