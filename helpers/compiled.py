@@ -608,6 +608,10 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                 f"{str(err)[:300]}") from None
         raise MeasurementFailed(f"XLA could not compile {name} for {device_name(dev)}: "
                                 f"{type(err).__name__}: {str(err)[:300]}") from None
+    if not (placed_by_jit or mesh or device is not None or not over_mesh):
+        # no argument placed it (a jit of no argument whose out_shardings name a mesh,
+        # jax-ml/jax#16679): the executable's own devices say where it runs
+        placed_by_jit = len(_executable_devices(compiled, jax)) > 1
     if placed_by_jit:  # where the step's own shardings put it
         mesh = _executable_devices(compiled, jax)
         dev = mesh[0] if mesh else dev
@@ -646,7 +650,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         *_dropped_by_keyword(fn, jitted, compiled, arg_specs, kw_specs, jax),
                         type(fn).__module__.split(".")[0]
                         if hasattr(fn, "lower") and not _jax_jit(fn) else "",
-                        _shared_memory_note(dyn_args, dyn_kwargs, dyn_donated, kept, jax))
+                        _shared_memory_note(dyn_args, dyn_kwargs, dyn_donated, kept, jax),
+                        max(len(mesh), 1))
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -827,6 +832,9 @@ class CompiledStep:
     #: a donated array and another over the same memory that may be one NumPy array's,
     #: adopted twice on the CPU (the call runs) or one JAX buffer (it fails); "" where none
     shared_memory: str = ""
+    #: the devices the program runs on (its shardings' or its arguments'), each running all of
+    #: it: its constants are whole on each (jax-ml/jax#16679)
+    spanned: int = 1
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""
@@ -1213,6 +1221,13 @@ def _uniform(c) -> bool:
         return False
 
 
+def _const_bytes(c) -> int:
+    """A jaxpr constant's bytes. jax 0.8.0 keeps a closed-over NumPy array as a TypedNdArray,
+    which has a shape and a dtype but no ``.nbytes`` (jax-ml/jax#16679: it was left out, and
+    its bytes in the program were called values XLA folded)."""
+    return int(c.nbytes) if hasattr(c, "nbytes") else int(np.asarray(c).nbytes)
+
+
 def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     """(the array constants the compiled program holds, the part of them XLA computed while
     compiling). The closed-over part is the program's constants with the shape of a constant
@@ -1226,8 +1241,8 @@ def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     seen: dict[int, tuple] = {}
     for _, consts in jaxprs.walk(closed):
         for c in consts:
-            if hasattr(c, "nbytes") and id(c) not in seen and not _uniform(c):
-                seen[id(c)] = (tuple(c.shape), int(c.nbytes))
+            if getattr(c, "shape", None) is not None and id(c) not in seen and not _uniform(c):
+                seen[id(c)] = (tuple(c.shape), _const_bytes(c))
     kept = None if text is None else jaxcompat.array_constants(text)
     if kept is None:
         return sum(n for _, n in seen.values()), 0

@@ -148,8 +148,12 @@ class FunctionCompiles(Record):
     #: the block or this JAX does not say
     jaxpr_equations: int | NotAvailable = NOT_AVAILABLE
     #: the bytes of array constants its programs in the block hold (arrays it closes over, baked
-    #: in), read only where the block's compiling was heavy; NOT_AVAILABLE where not read
+    #: in), read only where the block's compiling was heavy or the function compiled again;
+    #: NOT_AVAILABLE where not read
     constant_bytes: int | NotAvailable = NOT_AVAILABLE
+    #: of ``constant_bytes``, the largest one program holds, read also where the function
+    #: compiled again: each compile bakes in its own copy (jax-ml/jax#6905)
+    constants_each: int | NotAvailable = NOT_AVAILABLE
 
     @property
     def place(self) -> str:
@@ -242,7 +246,21 @@ class FunctionCompiles(Record):
             head = f"`{self.function}`{where} compiled {times}, for {self.cause}{changed}"
         said = f" JAX says: {self.jax_says}" if self.cause == "other" and self.jax_says else ""
         return (f"{head}, {self.compile_seconds:.2f} s of compiling: {self.fix}."
-                f"{said}")
+                f"{said}{self._constants_again()}")
+
+    def _constants_again(self) -> str:
+        """For a function compiled again whose programs hold arrays it closes over: each
+        compile bakes in a copy, kept with its program (jax-ml/jax#6905: jax.jit(partial(apply,
+        params)) and new input shapes)."""
+        each, total = self.constants_each, self.constant_bytes
+        if not each or not total or each < HEAVY_CONSTANT_BYTES or self.compiles < 2:
+            return ""
+        return (f" Each of these compiles also bakes in {format_bytes(each)} of arrays "
+                f"`{self.function}` closes over as constants, a copy per program "
+                f"({format_bytes(total)} in its programs here, kept as long as JAX keeps "
+                "them): pass them as arguments (jax.jit(f)(params, x), not "
+                "jax.jit(partial(f, params)) or a closure over params), and the programs hold "
+                "none (jax-ml/jax#6905).")
 
 
 def _loop_fix(callers: tuple[tuple[str, str, str], ...], loops: list[str]) -> str:
@@ -713,7 +731,9 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
              and f.jaxpr_equations >= LARGE_TRACE_EQUATIONS}
     dtypes = {id(f) for f in functions if id(f) in mine and f.cause == "new dtypes"}
     heavy = log.compiled_heavily
-    if not (large or dtypes or heavy):
+    # compiled again: each program bakes in its own copy of the arrays closed over (jax#6905)
+    again = {id(f) for f in functions if id(f) in mine and f.recompiled and f.compiles > 1}
+    if not (large or dtypes or heavy or again):
         return functions
     try:
         execs = [e for e in jaxcompat.live_executables() or [] if id(e) not in (before or ())]
@@ -729,7 +749,7 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
 
     out = []
     for f in functions:
-        key, constants = id(f), heavy and id(f) in mine
+        key, constants = id(f), (heavy and id(f) in mine) or id(f) in again
         found = programs(f) if key in large | dtypes or constants else []
         if found and key in large:
             f = replace(f, xla_instructions=max(sum(" = " in line for line in t.splitlines())
@@ -740,7 +760,8 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
             signatures = [s for t in found if (s := _signature(t)) is not None]
             f = replace(f, fix=fix_for(misses, f.cause, programs=signatures) or f.fix)
         if found and constants:
-            f = replace(f, constant_bytes=sum(jaxcompat.constant_bytes(t) or 0 for t in found))
+            each = [jaxcompat.constant_bytes(t) or 0 for t in found]
+            f = replace(f, constant_bytes=sum(each), constants_each=max(each))
         out.append(f)
     return tuple(out)
 

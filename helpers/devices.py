@@ -284,6 +284,48 @@ def _explain_start_failure(err: BaseException, requested: str | None) -> list[Fa
     return out
 
 
+#: JAX's CUDA version check, as it words a library older than the one jaxlib was built against
+#: (jax/_src/xla_bridge.py in jax 0.4: "Found cuDNN version 8500, but JAX was built against
+#: version 8600, which is newer"; jax_plugins/cuda/__init__.py later: "Outdated cuDNN
+#: installation found. Version JAX was built against: 91000 ... Installed version: 90100")
+_OLDER_LIBRARY = (
+    re.compile(r"Found (\w+) version (\d+), but JAX was built against version (\d+)"),
+    re.compile(r"Outdated (\w+) installation found\.\s*Version JAX was built against: (\d+)"
+               r"[\s\S]*?Installed version: (\d+)"))
+
+
+def _older_library(error: str) -> tuple[str, str, str] | None:
+    """(the library, the version found, the version jaxlib was built against) where JAX
+    skipped a GPU backend for a CUDA library older than its own; None otherwise."""
+    if m := _OLDER_LIBRARY[0].search(error):
+        return m.group(1), m.group(2), m.group(3)
+    if m := _OLDER_LIBRARY[1].search(error):
+        return m.group(1), m.group(3), m.group(2)
+    return None
+
+
+def _older_library_hint(backend: str, library: str, found: str, built: str) -> str:
+    """The cause and the fix of a GPU backend JAX skipped for an older CUDA library: where
+    torch or TensorFlow is imported in this process, its own copy loaded first
+    (jax-ml/jax#19004, #18032: import torch before JAX's first operation)."""
+    import sys
+
+    loaded = [m for m in ("torch", "tensorflow") if m in sys.modules]
+    head = (f"JAX did not start its {backend} backend, so no GPU is used: the {library} "
+            f"found ({found}) is older than the one jaxlib was built against ({built})")
+    source = ("(from JAX's version check, jax_plugins/cuda/__init__.py, and the thread; not "
+              "yet run on a GPU)")
+    if loaded:
+        names = " and ".join(loaded)
+        return (f"{head}: {names} is imported in this process, and an older copy of {library} "
+                f"it brings was loaded first (jax-ml/jax#19004). Start JAX before importing "
+                f"{names} (jax.devices() first), or install versions that agree (a {names} "
+                f"built for the same CUDA and {library} as jaxlib) {source}")
+    return (f"{head}. Install a {library} at least as new (pip install -U \"jax[cuda12]\", "
+            "or cuda13, brings its own), or find the older copy loaded first (LD_LIBRARY_PATH, a "
+            f"library imported before JAX) {source}")
+
+
 def probe() -> DeviceReport:
     """Everything JAX can tell about backends, devices, defaults and settings, in this process.
     Never raises for a backend that fails to start: the failure is part of the report. (For a
@@ -302,6 +344,8 @@ def probe() -> DeviceReport:
     for name, error in sorted(jaxcompat.backend_errors().items()):
         if name == "tpu" and "libtpu" in error:
             hint = "no TPU runtime (libtpu) installed: expected on a machine without a TPU"
+        elif older := _older_library(error):
+            hint = _older_library_hint(name, *older)
         else:
             hint = "JAX skipped it quietly; harmless unless you expected this backend"
         failed.append(FailedBackend(name, error, hint))

@@ -61,12 +61,13 @@ def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple
     committed ones apart, leaves committed to one device under ``jax.set_mesh`` (its mesh given
     as ``context_mesh``), meshes of different device orders, uncommitted leaves beside committed
     ones (``default_device``: the default device's name, asked only then), a tree whole on one
-    device shaped like arrays split elsewhere, copies on simulated
+    device shaped like arrays split elsewhere or beside a mesh in use, copies on simulated
     CPU devices, NumPy leaves, memory kinds, a layout restored from a checkpoint, a state
     replicated for jax.pmap. ``arrays`` are the leaves themselves, ``paths`` their key paths."""
     notes = [deleted_note(leaves), committed_apart_note(leaves),
              context_mesh_note(leaves, context_mesh), mesh_order_note(leaves),
-             *uncommitted_notes(leaves, default_device), whole_beside_split_note(leaves, arrays),
+             *uncommitted_notes(leaves, default_device),
+             whole_beside_split_note(leaves, arrays, context_mesh),
              cpu_copies_note(leaves),
              numpy_note(leaves), memory_kinds_note(leaves, paths), other_mesh_note(arrays),
              pmap_copies_note(leaves, arrays)]
@@ -191,20 +192,26 @@ def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
     return out
 
 
-def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
-    """A tree with no committed leaf whose uncommitted leaves, 1 MiB or more together, sit whole
-    on one device with the shapes and dtypes of live arrays outside it split over a mesh: a
-    state made from split parameters outside jit (``jnp.zeros(p.shape)`` lands whole on the
-    default device, where ``jnp.zeros_like(p)`` keeps ``p``'s sharding), which holds on one
-    device what the mesh spreads over several (ayaka14732/llama-2-jax#10: optax.MultiSteps'
-    accumulator). "" otherwise; ``arrays`` are the leaves themselves."""
+def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
+                            context_mesh: Any = None) -> str:
+    """A tree whose leaves sit whole on one device while a mesh of several devices is in use.
+    Uncommitted leaves, 1 MiB or more together, with the shapes and dtypes of live arrays
+    outside the tree split over a mesh: a state made from split parameters outside jit
+    (``jnp.zeros(p.shape)`` lands whole on the default device, where ``jnp.zeros_like(p)`` keeps
+    ``p``'s sharding), which holds on one device what the mesh spreads over several
+    (ayaka14732/llama-2-jax#10: optax.MultiSteps' accumulator). Otherwise every array leaf on
+    one and the same device, 8 MiB or more together (uncommitted, or committed where no
+    ``jax.set_mesh`` is set: :func:`context_mesh_note` names those), beside ``context_mesh``
+    (jax.set_mesh's) or live arrays outside the tree split over a mesh: a model made whole on
+    one device before it is split (keras-team/keras#21634). "" otherwise, and with one device;
+    ``arrays`` are the leaves themselves."""
     if _committed(leaves):
-        return ""  # the tree's own committed leaves place it: uncommitted_notes says the rest
-    jax = jaxcompat.import_jax()
+        return _whole_on_one(leaves, arrays, context_mesh, {})
     whole = [(leaf, x) for leaf, x in zip(leaves, arrays, strict=True)
              if leaf.committed is False and len(leaf.devices) == 1]
     if sum(leaf.nbytes for leaf, _ in whole) < 2**20:
         return ""
+    jax = jaxcompat.import_jax()
     ids = {id(x) for x in arrays}
     platform = next(iter(whole[0][1].devices())).platform
     split = {}
@@ -214,7 +221,7 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> 
     like = [(leaf, split[leaf.shape, leaf.dtype]) for leaf, _ in whole
             if (leaf.shape, leaf.dtype) in split]
     if (total := sum(leaf.nbytes for leaf, _ in like)) < 2**20:
-        return ""
+        return _whole_on_one(leaves, arrays, context_mesh, split)
     mesh = like[0][1][1]
     n = len(like[0][1][0].sharding.device_set)
     share = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
@@ -230,6 +237,51 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> 
             "with their shardings, jax.tree.map(jnp.zeros_like, params) (zeros_like keeps "
             "each one's sharding) or jax.jit(init, out_shardings=...) with the parameters' "
             "shardings.")
+
+
+#: a tree whole on one device beside a mesh in use, of this many bytes or more, is named as a
+#: model made whole before it is split (keras-team/keras#21634); a smaller one costs a device
+#: little whole, and may be a batch or a small state
+_WHOLE_MODEL = 8 * 2**20
+
+
+def _whole_on_one(leaves: tuple[LeafPlacement, ...], arrays: list, context_mesh: Any,
+                  split: dict) -> str:
+    """:func:`whole_beside_split_note`'s second case (keras-team/keras#21634): every array
+    leaf whole on one device, :data:`_WHOLE_MODEL` or more together, while a mesh of several
+    devices is in use (``context_mesh``, or one that the live arrays outside the tree in
+    ``split``, by shape and dtype, are split over; read here where not given)."""
+    placed = [leaf for leaf in leaves if leaf.devices]
+    if (not placed or len({leaf.devices for leaf in placed}) != 1
+            or len(placed[0].devices) != 1 or any(leaf.kind != "jax.Array" for leaf in placed)
+            or (context_mesh is not None and any(leaf.committed for leaf in placed))):
+        return ""  # (committed under jax.set_mesh: context_mesh_note)
+    if (total := sum(leaf.nbytes for leaf in placed)) < _WHOLE_MODEL:
+        return ""
+    if context_mesh is not None:
+        mesh, whose = context_mesh, "set by jax.set_mesh"
+    else:
+        if not split:
+            jax = jaxcompat.import_jax()
+            ids = {id(x) for x in arrays}
+            platform = next(iter(next(x for x in arrays if isinstance(x, jax.Array)
+                                      ).devices())).platform
+            split = {(tuple(x.shape), str(x.dtype)): (x, m) for x in jax.live_arrays(platform)
+                     if id(x) not in ids and (m := split_mesh(x)) is not None}
+        if not split:
+            return ""
+        mesh, whose = next(iter(split.values()))[1], "other live arrays split over it"
+    n = int(mesh.size)
+    state = ("committed, " if all(leaf.committed for leaf in placed) else
+             "uncommitted, " if not any(leaf.committed for leaf in placed) else "")
+    return (f"{_some([leaf.path for leaf in placed])} whole on {placed[0].devices[0]} "
+            f"({state}{total:,} B) while a mesh of {n} devices is in use ({dict(mesh.shape)}, "
+            f"{whose}): a model made whole on one device and split afterwards needs all of it "
+            "on that device first, which runs out of memory there for a model larger than "
+            "one device (keras-team/keras#21634). Fix: create it split, "
+            "jax.jit(init, out_shardings=shardings), so that each device makes only its own "
+            f"part (about {total // n:,} B each here); a loaded array: "
+            "jax.device_put(np_array, sharding) straight from NumPy.")
 
 
 def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:

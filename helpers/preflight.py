@@ -43,12 +43,20 @@ __all__ = ["FIX", "Preflight", "Residual", "Residuals", "StepPreflight",
            "TensorInfo", "judge", "preflight",
            "preflight_step", "residuals"]
 
-FIX = ("load it into host memory instead, without JAX: `safetensors.numpy.load_file(path)` "
-        "(about the file's size) or a read-only numpy.memmap of the data (pages from the file), "
-        "then `jax.device_put` one batch at a time. `safetensors.flax.load_file` under "
-        "`with jax.default_device(jax.devices('cpu')[0]):` also lands in host memory, at "
-        "up to about four times the file at its peak (4.1x for a token file in the kit's load "
-        "benchmark; 1.5-1.8x measured for a file of four float32 tensors)")
+#: how to load a safetensors file that does not fit where JAX would put it. Peak anonymous
+#: memory of a 64 MiB file of four float32 tensors (safetensors#636's repro, fresh children,
+#: sampled every 2 ms; jax 0.10.2 / 0.8.0): load_file alone +70 / +69 MiB; then device_put of
+#: each +131 / +133 MiB; safe_open and device_put one tensor at a time +101 / +84 MiB
+FIX = ("load it into host memory instead, without JAX: one tensor at a time, "
+       "`with safetensors.safe_open(path, framework='numpy') as f:` and `f.get_tensor(name)`, "
+       "or a read-only numpy.memmap of the data (pages from the file), then `jax.device_put` "
+       "one batch at a time. Not `safetensors.numpy.load_file(path)` and then `jax.device_put` "
+       "of all of it: its whole NumPy copy stays beside JAX's, about 2x the file at the peak "
+       "(the CPU backend too copies a tensor not 64-byte aligned, as most of them are not; "
+       "safetensors/safetensors#636). `safetensors.flax.load_file` under "
+       "`with jax.default_device(jax.devices('cpu')[0]):` also lands in host memory, at "
+       "up to about four times the file at its peak (4.1x for a token file in the kit's load "
+       "benchmark; 1.5-1.8x measured for a file of four float32 tensors)")
 #: safetensors.flax.load_file's peak anonymous memory, in files (benchmarks/load_strategies.py
 #: on the 2-core VM, jax 0.10.2: the median of 3 fresh children; safetensors.numpy: 1.0)
 FLAX_LOAD_PEAK = 4.1
@@ -163,8 +171,12 @@ def preflight(path: str | os.PathLike, *, device: str | jax.Device | None = None
             f"The data fits, but a load through JAX may not: safetensors.flax.load_file "
             f"peaked at {FLAX_LOAD_PEAK}x the file in host memory (the kit's load benchmark), "
             f"{format_bytes(int(total * FLAX_LOAD_PEAK))} here against "
-            f"{format_bytes(free)} free: load with safetensors.numpy.load_file (about 1x) "
-            "or a numpy.memmap, and jax.device_put it in batches.")]))
+            f"{format_bytes(free)} free. Read and put one tensor at a time, "
+            "safetensors.safe_open(path, framework='numpy') and "
+            "jax.device_put(f.get_tensor(name)) (the file plus about one tensor: 1.3-1.6x "
+            "measured for four float32 tensors), or put a numpy.memmap in batches; "
+            "safetensors.numpy.load_file, then jax.device_put, peaked at about 2x "
+            "(safetensors/safetensors#636).")]))
     return Preflight(str(path), Path(path).stat().st_size, tuple(tensors), total, where,
                      why, free, source, verdict, advice)
 
@@ -362,7 +374,18 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     else:
         verdict, advice = _verdict(needed, free, where, c.donated)
     notes = []
-    if closed_over := c.constants - c.folded:
+    if (closed_over := c.constants - c.folded) and c.spanned > 1:
+        notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
+                     f"into the compiled program as constants, whole on each of the {c.spanned} "
+                     "devices it runs on (no sharding splits a constant; XLA's "
+                     "peak_memory_in_bytes counts it, its argument, output and temporary sizes "
+                     "do not): pass them as arguments instead"
+                     + ("" if a["argument"] else
+                        ", or, where the jit only places them (jax.jit(lambda: state, "
+                        "out_shardings=shardings)), jax.device_put(state, shardings), which "
+                        "puts only each device's part there")
+                     + " (jax-ml/jax#16679)." + program_notes.bound_method_note(fn))
+    elif closed_over:
         notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
                      "into the compiled program as constants, a copy the program holds (XLA's "
                      "peak_memory_in_bytes counts it; its argument, output and temporary sizes "

@@ -687,6 +687,21 @@ def _gpu_backend_unused(env: Mapping[str, str], started_platforms=()) -> list[En
     )]
 
 
+def _jax_share_lowered(env: Mapping[str, str]) -> bool:
+    """JAX's GPU pool is set below its default 75% of the card, or not taken up front
+    (preallocation off, or the platform allocator): room left for another framework."""
+    if (env.get("XLA_PYTHON_CLIENT_PREALLOCATE") in PREALLOCATE_OFF
+            or (env.get("XLA_PYTHON_CLIENT_ALLOCATOR") or "").lower() == "platform"):
+        return True
+    for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"):
+        try:
+            if 0 < float(env.get(name) or "nan") < 0.75:
+                return True
+        except ValueError:  # a value the GPU backend refuses: _fraction_values names it
+            continue
+    return False
+
+
 def _gpu_framework_beside(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     # TensorFlow and PyTorch keep GPU pools of their own. In the same process as JAX they take
     # memory JAX's pool cannot have, and a CUDA library JAX starts later may find too little
@@ -709,7 +724,25 @@ def _gpu_framework_beside(env: Mapping[str, str], started_platforms=()) -> list[
             "memory, or fail to start cuDNN or cuBLAS (\"DNN library initialization failed\").",
             "right after `import tensorflow as tf`, before TensorFlow runs anything: "
             "tf.config.set_visible_devices([], 'GPU') (loading data needs no GPU), or set "
-            "TF_FORCE_GPU_ALLOW_GROWTH=true before TensorFlow starts",
+            "TF_FORCE_GPU_ALLOW_GROWTH=true before TensorFlow starts and lower JAX's share too, "
+            "XLA_PYTHON_CLIENT_MEM_FRACTION=.7 (growth alone is not enough: "
+            "NixOS/nixpkgs#158186)",
+        ))
+    elif gpus and not _jax_share_lowered(env):
+        # with growth on, TensorFlow takes no pool up front, yet its first operation makes a
+        # CUDA context on each GPU it sees and it keeps what it grows to; JAX's pool still
+        # takes 75% of the card (NixOS/nixpkgs#158186: "setting only one ... is not
+        # sufficient", echoing jax-ml/jax#9454). From the threads; not yet run on a GPU.
+        out.append(EnvWarning(
+            "tensorflow-grows-beside-jax",
+            f"TensorFlow is imported in this process and sees {len(gpus)} GPU(s), with memory "
+            "growth on: it takes no pool up front, but it still makes its CUDA context on each "
+            "at its first operation and keeps whatever it grows to, while JAX's pool takes 75% "
+            "of the card, so the two may not both fit: growth alone is not enough "
+            "(NixOS/nixpkgs#158186; from the thread, not yet run on a GPU).",
+            "also lower JAX's share before JAX starts, XLA_PYTHON_CLIENT_MEM_FRACTION=.7 as the "
+            "thread did (or XLA_PYTHON_CLIENT_PREALLOCATE=false); where TensorFlow only loads "
+            "data, hide the GPU from it instead: tf.config.set_visible_devices([], 'GPU')",
         ))
     torch = sys.modules.get("torch")
     try:

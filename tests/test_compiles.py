@@ -1171,3 +1171,42 @@ def test_a_step_preflight_compiled_first_reads_as_a_first_compile():
     assert ("1 x  compiles JAX did not explain: each name once in this block, as a first "
             "compile") in text
     assert "such as preflight_step's before the block" in text and not log.recompiled
+
+
+def test_jax_6905_a_partial_over_params_compiled_for_new_shapes_bakes_them_in_each_time():
+    """jax-ml/jax#6905: jax.jit(partial(model.apply, params)) ran out of memory that was hard to
+    track down: each new input shape compiled a program holding its own copy of the params.
+    watch said "compiled 4 times, for new shapes: pad or bucket the inputs" and nothing of the
+    4 MiB each of those compiles copied (holders and preflight_step did say it)."""
+    def apply(params, x):
+        return jnp.tanh(x @ params["w1"]) @ params["w2"]
+
+    key = jax.random.key(0)
+    params = {"w1": jax.random.normal(key, (512, 1024)),
+              "w2": jax.random.normal(key, (1024, 512))}  # 4 MiB
+    jitted = jax.jit(partial(apply, params))
+    batches = [jnp.ones((b, 512)) for b in (8, 16, 32, 64)]
+    with compiles.watch() as log:
+        for x in batches:
+            jitted(x).block_until_ready()
+    entry = log.function("apply")
+    assert entry.compiles == 4 and entry.cause == "new shapes"
+    assert (entry.constants_each, entry.constant_bytes) == (4 * 2**20, 16 * 2**20)
+    said = entry.diagnosis
+    assert "pad or bucket" in said  # the shapes' fix stays
+    assert "Each of these compiles also bakes in 4.00 MiB of arrays `apply` closes over" in said
+    assert "16.00 MiB in its programs here" in said and "pass them as arguments" in said
+    assert "jax-ml/jax#6905" in said and said in log.diagnosis
+    # the fix, run: params passed, 4 compiles for the 4 shapes still, and no constant in them
+    fixed = jax.jit(apply)
+    with compiles.watch() as log2:
+        for x in batches:
+            fixed(params, x).block_until_ready()
+    entry2 = log2.function("apply")
+    assert entry2.compiles == 4 and entry2.constant_bytes == 0
+    assert "closes over" not in log2.diagnosis and "pad or bucket" in log2.diagnosis
+    # a function that closes over nothing gets no word of constants
+    with compiles.watch() as log3:
+        for n in (3, 4, 5):
+            jax.jit(lambda v: v * 2)(jnp.zeros(n))
+    assert "closes over" not in log3.diagnosis and "compiled 3 times" in log3.diagnosis

@@ -275,3 +275,44 @@ def test_jax_18954_generated_code_the_cpu_does_not_report_is_not_printed_as_0_B(
     (row,) = [line for line in str(p).splitlines() if "generated code:" in line]
     assert row.endswith("not reported by the CPU backend (XLA gives 0)") and "0 B" not in row
     assert type(p).from_dict(p.to_dict()).code_bytes is NOT_AVAILABLE
+
+
+def test_jax_16679_a_state_closed_over_by_a_jit_of_no_argument_is_whole_on_each_device():
+    """jax-ml/jax#16679: pjit(lambda: state, out_shardings=...)() ran out of memory where
+    jax.device_put(state, shardings) did not. The state (NumPy arrays loaded on the host) is
+    baked whole into the program as constants, on each device it runs on. On jax 0.8.0 the
+    jaxpr keeps such an array as a TypedNdArray without .nbytes, so the kit called it values
+    XLA folded and advised compiling without folding, which changes nothing; and the header
+    said "the default device" of a program its out_shardings spread over 4 devices."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    state = {k: np.random.default_rng(i).standard_normal((512, 512), dtype=np.float32)
+             for i, k in enumerate(("params", "mu", "nu"))}  # 3 MiB on the host
+    shardings = {k: NamedSharding(mesh, PartitionSpec("x", None)) for k in state}
+    make = jax.jit(lambda: state, out_shardings=shardings)
+    p = preflight.preflight_step(make)
+    assert (p.constant_bytes, p.folded_bytes) == (3 * MiB, 0), p  # 0.8.0 was (3 MiB, 3 MiB)
+    assert "the first of the 4 devices its own shardings" in p.device_reason, p.device_reason
+    assert "3.00 MiB of arrays the function closes over" in p.advice, p.advice
+    assert "whole on each of the 4 devices it runs on" in p.advice
+    assert "jax.device_put(state, shardings)" in p.advice and "jax-ml/jax#16679" in p.advice
+    assert "constant folding" not in p.advice and "xla_disable_hlo_passes" not in p.advice
+    # XLA's per-device peak holds the whole state beside this device's quarter of the outputs
+    assert p.xla_peak_bytes >= 3 * MiB + 3 * MiB // 4
+    # the folding advice, run: folding off leaves the whole state in the program all the same
+    assert jaxcompat.constant_bytes(
+        make.lower().compile(compiler_options=NO_FOLDING).as_text()) == 3 * MiB
+    # the fixes, run: device_put puts each device's quarter there and nothing else
+    placed = jax.device_put(state, shardings)
+    assert {s.data.nbytes for leaf in placed.values() for s in leaf.addressable_shards} \
+        == {MiB // 4}
+    # passed as an argument: no constant, and a quarter of the state per device
+    passed = preflight.preflight_step(jax.jit(lambda s: s, out_shardings=shardings), state)
+    assert passed.constant_bytes == 0 and "closes over" not in passed.advice
+    assert passed.peak_bytes < 2 * MiB and p.peak_bytes > 3 * MiB  # 1.5 MiB against 3.75
+    # one device, an argument beside: the note says neither "each device" nor device_put
+    table = np.ones((512, 512), np.float32) * np.arange(512, dtype=np.float32)
+    one = preflight.preflight_step(lambda x: x @ table, jnp.ones((8, 512)))
+    assert "1.00 MiB of arrays the function closes over" in one.advice, one.advice
+    assert "each of the" not in one.advice and "device_put" not in one.advice

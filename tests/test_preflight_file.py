@@ -217,3 +217,57 @@ def test_a_file_that_fits_but_whose_jax_load_may_not_says_so(tmp_path, monkeypat
     # the Flax load's peak as measured, not as a rule: 4.1x a token file, less for float32s
     assert "up to about four times the file" in short.advice
     assert "4.1x for a token file" in short.advice and "1.5-1.8x" in short.advice
+
+
+def test_safetensors_636_load_one_tensor_at_a_time_not_load_file_then_device_put(tmp_path,
+                                                                                  monkeypatch):
+    """safetensors/safetensors#636: a load into JAX goes through NumPy, first into host memory,
+    then another copy. preflight's advice said "load with safetensors.numpy.load_file (about
+    1x) ... and jax.device_put it in batches", which peaked at about 2x: +131 MiB (jax 0.10.2)
+    and +133 MiB (0.8.0) of anonymous memory for a 64 MiB file of four float32 tensors, against
+    +101 and +84 MiB read and put one tensor at a time (fresh children, sampled every 2 ms)."""
+    import gc
+    import weakref
+
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({f"w{i}": np.full((512, 1024), i, np.float32) for i in range(4)}, str(path))
+    total = 4 * 2**21
+    monkeypatch.setattr(preflight_module, "_free_bytes", lambda dev: (3 * total, "test"))
+    p = preflight_module.preflight(path, device="cpu")
+    assert p.verdict == "fits" and "a load through JAX may not" in p.advice
+    assert "Read and put one tensor at a time" in p.advice, p.advice
+    assert "safetensors.safe_open(path, framework='numpy')" in p.advice
+    assert "jax.device_put(f.get_tensor(name))" in p.advice and "1.3-1.6x" in p.advice
+    assert "safetensors.numpy.load_file, then jax.device_put, peaked at about 2x" in p.advice
+    assert "about 1x" not in p.advice and "safetensors/safetensors#636" in p.advice
+    monkeypatch.setattr(preflight_module, "_free_bytes", lambda dev: (total // 2, "test"))
+    short = preflight_module.preflight(path, device="cpu")
+    assert short.verdict == "will not fit" and "one tensor at a time" in short.advice
+    assert "f.get_tensor(name)" in short.advice and "about 2x the file" in short.advice
+    # the cause, run: load_file's whole NumPy copy is alive while JAX copies each tensor that
+    # is not 64-byte aligned (the CPU backend uses an aligned one in place)
+    host = load_file(str(path))
+    put = {k: jax.device_put(v) for k, v in host.items()}
+    jax.block_until_ready(put)
+    unaligned = {k for k, v in host.items() if v.ctypes.data % 64}
+    assert unaligned and all(put[k].unsafe_buffer_pointer() != host[k].ctypes.data
+                             for k in unaligned)  # two copies of each at once
+    del host, put
+    # the fix, run: each NumPy tensor is gone once put, unless JAX uses it in place
+    kept, params = [], {}
+    with safe_open(str(path), framework="numpy") as f:
+        for name in f.keys():
+            t = f.get_tensor(name)
+            kept.append((name, weakref.ref(t), t.ctypes.data))
+            params[name] = jax.device_put(t)
+            del t
+    jax.block_until_ready(params)
+    gc.collect()
+    assert all(ref() is None or params[name].unsafe_buffer_pointer() == at
+               for name, ref, at in kept)
+    assert all(np.array_equal(np.asarray(params[f"w{i}"]), np.full((512, 1024), i)) for i in
+               range(4))

@@ -477,3 +477,93 @@ def test_pytorch_that_started_cuda_is_named_with_what_it_holds(monkeypatch):
     assert "torch.cuda.empty_cache()" in w.fix
     monkeypatch.setitem(sys.modules, "torch", _fake_torch(False, 0))  # torch on the CPU only
     assert not [w for w in settings.check_environment({}) if w.code == "pytorch-holds-the-gpu"]
+
+
+def test_nixpkgs_158186_tensorflow_growing_beside_jax_still_needs_jax_s_share_lowered(
+        monkeypatch):
+    """NixOS/nixpkgs#158186: the JAX+TFDS example needed both TF_FORCE_GPU_ALLOW_GROWTH=true
+    and XLA_PYTHON_CLIENT_MEM_FRACTION=.7, "setting only one ... is not sufficient" (jax#9454).
+    With growth on, check_process said nothing of TensorFlow (the GPU faked: a stand-in
+    module)."""
+    from helpers import allocation
+
+    for tf, env in ((_fake_tensorflow(1), {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}),
+                    (_fake_tensorflow(1, growth=True), {})):
+        monkeypatch.setitem(sys.modules, "tensorflow", tf)
+        found = [w for w in settings.check_environment(env) if "tensorflow" in w.code]
+        (w,) = found
+        assert w.code == "tensorflow-grows-beside-jax"
+        assert "with memory growth on" in w.message and "CUDA context" in w.message
+        assert "JAX's pool takes 75% of the card" in w.message
+        assert "growth alone is not enough" in w.message and "nixpkgs#158186" in w.message
+        assert "not yet run on a GPU" in w.message
+        assert "XLA_PYTHON_CLIENT_MEM_FRACTION=.7" in w.fix
+        assert "tf.config.set_visible_devices([], 'GPU')" in w.fix
+        # the fix: JAX's share lowered (or its pool not taken up front) leaves the rule quiet
+        for fixed in ({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".7"}, {"XLA_CLIENT_MEM_FRACTION": "0.5"},
+                      {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}):
+            assert not [w for w in settings.check_environment({**env, **fixed})
+                        if "tensorflow" in w.code]
+        assert [w for w in settings.check_environment(
+            {**env, "XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"}) if "tensorflow" in w.code]
+    # what the fix leaves TensorFlow on an 80 GB card, by XLA's rules (not run on a GPU)
+    card = 80 * 10**9
+    default = allocation.predict({}, card).upfront_bytes
+    lowered = allocation.predict({"memory_fraction": 0.7}, card).upfront_bytes
+    assert round((card - default) / 10**9) == 20 and round((card - lowered) / 10**9) == 24
+    # the warning for TensorFlow without growth names both halves of the thread's fix
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(1))
+    (w,) = [w for w in settings.check_environment({}) if "tensorflow" in w.code]
+    assert w.code == "tensorflow-sees-the-gpu"
+    assert "TF_FORCE_GPU_ALLOW_GROWTH=true" in w.fix and "XLA_PYTHON_CLIENT_MEM_FRACTION" in w.fix
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(0, growth=True))  # hidden
+    assert not [w for w in settings.check_environment({}) if "tensorflow" in w.code]
+
+
+#: jax-ml/jax#19004's error, as JAX kept it for the skipped backend (jax 0.4's version check,
+#: jax/_src/xla_bridge.py), and the later plugin's wording of the same check
+#: (jax_plugins/cuda/__init__.py)
+_CUDNN_OLDER = ("Found cuDNN version 8500, but JAX was built against version 8600, which is "
+                "newer. The copy of cuDNN that is installed must be at least as new as the "
+                "version against which JAX was built.")
+_CUDNN_OUTDATED = ("Unable to use CUDA because of the following issues with CUDA components:\n"
+                   "Outdated cuDNN installation found.\nVersion JAX was built against: 91000\n"
+                   "Minimum supported: 910\nInstalled version: 90100\nThe local installation "
+                   "version must be no lower than 910.")
+
+
+def test_jax_19004_a_cudnn_older_than_jaxlib_s_with_torch_imported_first_is_named(monkeypatch):
+    """jax-ml/jax#19004 (and #18032): `import torch` before JAX's first operation, then "CUDA
+    backend failed to initialize: Found cuDNN version 8500, but JAX was built against version
+    8600", and JAX quietly runs on the CPU. devices.probe called the skipped backend "harmless
+    unless you expected this backend". A stand-in, as no GPU is here: the thread's text as
+    JAX's record of the skipped backend, and a torch module; not run on a GPU."""
+    from helpers import devices
+
+    def cuda_hint(error: str) -> str:
+        monkeypatch.setattr(jaxcompat, "backend_errors", lambda: {"cuda": error})
+        (cuda,) = [f for f in devices.probe().failed_backends if f.name == "cuda"]
+        return cuda.hint
+
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(False, 0))  # imported, CUDA unused
+    hint = cuda_hint(_CUDNN_OLDER)
+    assert "harmless" not in hint
+    assert "JAX did not start its cuda backend, so no GPU is used" in hint
+    assert "the cuDNN found (8500) is older than the one jaxlib was built against (8600)" in hint
+    assert "torch is imported in this process" in hint and "older copy of cuDNN" in hint
+    assert "Start JAX before importing torch (jax.devices() first)" in hint
+    assert "install versions that agree" in hint and "jax-ml/jax#19004" in hint
+    assert "not yet run on a GPU" in hint
+    assert "(90100) is older than the one jaxlib was built against (91000)" in cuda_hint(
+        _CUDNN_OUTDATED)
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(0))
+    assert "torch and tensorflow is imported" in cuda_hint(_CUDNN_OLDER)
+    # no framework imported: the older library is still the cause, and no word of torch
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    alone = cuda_hint(_CUDNN_OLDER)
+    assert "is older than" in alone and "torch" not in alone and "harmless" not in alone
+    assert 'pip install -U "jax[cuda12]"' in alone
+    # another skip keeps its words
+    assert "harmless unless you expected this backend" in cuda_hint(
+        "no CUDA-capable device is detected")

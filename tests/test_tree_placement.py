@@ -429,3 +429,77 @@ def test_llama_2_jax_10_an_accumulator_whole_on_one_device_beside_split_paramete
     # with the parameters in the tree, the note for leaves beside committed ones speaks instead
     (both,) = devices.tree_placement({"p": params, "acc": acc}).problems
     assert "optax#548" in both and "llama-2-jax#10" not in both
+
+
+_KERAS_21634 = """
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from helpers import devices
+mesh = Mesh(np.array(jax.devices()), ("model",))
+shapes = {"embed": (4096, 512), "w1": (512, 2048), "w2": (2048, 512)}  # 16 MiB of float32
+spec = {"embed": P("model", None), "w1": P(None, "model"), "w2": P("model", None)}
+sh = {k: NamedSharding(mesh, spec[k]) for k in shapes}
+
+
+def init(key):
+    ks = jax.random.split(key, len(shapes))
+    return {k: jax.random.normal(kk, s) * 0.02 for kk, (k, s) in zip(ks, shapes.items())}
+"""
+
+
+def test_keras_21634_a_model_made_whole_on_one_device_beside_a_mesh_is_named_with_jit_init():
+    """keras-team/keras#21634: Gemma2 9B with ModelParallel on 8 TPU chips ran out of memory
+    while loading: each weight was made whole on one device, then sharded. tree_placement of
+    the weights said "no problem for a jit over it" while a mesh of 4 was in use."""
+    namespace: dict = {}
+    exec(_KERAS_21634, namespace)  # the thread's model in miniature, on this process's devices
+    init, sh, mesh = namespace["init"], namespace["sh"], namespace["mesh"]
+    assert mesh.size == 4
+    params = init(jax.random.key(0))  # the user's way: whole on the default device
+    assert all(not w.committed and len(w.devices()) == 1 for w in params.values())
+    # as Keras does, each variable is split once made: the first is, the rest wait whole
+    embed = jax.device_put(params["embed"], sh["embed"])
+    rest = {"w1": params["w1"], "w2": params["w2"]}  # 8 MiB
+    (problem,) = devices.tree_placement(rest).problems
+    assert "2 leaves (['w1'], ['w2']) are whole on cpu:0 (uncommitted, 8,388,608 B)" in problem
+    assert "a mesh of 4 devices is in use ({'model': 4}, other live arrays split over it)" \
+        in problem
+    assert "made whole on one device and split afterwards" in problem
+    assert "jax.jit(init, out_shardings=shardings)" in problem
+    assert "about 2,097,152 B each" in problem and "keras-team/keras#21634" in problem
+    del embed  # (its split copy would match params["embed"]: llama-2-jax#10's note)
+    # under jax.set_mesh, the whole model says the same
+    with (jax.set_mesh(mesh) if hasattr(jax, "set_mesh") else jax.sharding.use_mesh(mesh)):
+        (problem,) = devices.tree_placement(params).problems
+    assert "3 leaves (['embed'], ['w1'], ['w2']) are whole on cpu:0 (uncommitted, " \
+        "16,777,216 B)" in problem and "keras-team/keras#21634" in problem
+    # the fix, run: each device makes only its quarter (16 MiB whole on cpu:0 the user's way)
+    made = jax.jit(init, out_shardings=sh)(jax.random.key(0))
+    on_0 = sum(s.data.nbytes for w in made.values() for s in w.addressable_shards
+               if s.device == jax.devices()[0])
+    assert on_0 == 4 * 2**20 and sum(w.nbytes for w in params.values()) == 16 * 2**20
+    assert all(np.allclose(made[k], params[k]) for k in params)  # the same weights
+    assert devices.tree_placement(made).problems == ()
+    # and XLA's peak for it, per device, is a fraction of the whole-on-one-device init's
+    from helpers import preflight
+
+    split_peak = preflight.preflight_step(jax.jit(init, out_shardings=sh),
+                                          jax.random.key(0)).peak_bytes
+    assert split_peak * 3 < preflight.preflight_step(init, jax.random.key(0)).peak_bytes
+    # a small tree whole on one device beside the mesh says nothing
+    assert devices.tree_placement({"w": jnp.ones((512, 512))}).problems == ()
+
+
+def test_keras_21634_a_one_device_user_hears_nothing_of_a_mesh():
+    """keras-team/keras#21634's note needs a mesh of several devices in use: on one device the
+    same init, and a weight put on its one-device mesh, leave tree_placement quiet."""
+    from tests.conftest import run_python
+
+    out = run_python(_KERAS_21634 + """
+params = init(jax.random.key(0))
+embed = jax.device_put(params["embed"], sh["embed"])
+print(len(jax.devices()), devices.tree_placement({"w1": params["w1"], "w2": params["w2"]})
+      .problems, devices.tree_placement(params).problems)
+""", env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "()", "()"], out.stdout
