@@ -4,9 +4,13 @@
 refers to it, found with :func:`gc.get_referrers` one or two steps up: a variable in the
 notebook (by name), IPython's output history (``Out``, ``_``, and its copies in
 ``user_ns_hidden``), a saved traceback (``sys.last_traceback``), a list or dict in the notebook
-(with every other name of it: ``samples`` that is ``mcmc._states_flat['z']``), a closure; and,
-further up, an object's attribute a variable names, or a module's globals (a library's cache of
-functions that close over the object). Each comes with how to let it go. An array nothing
+(with every other name of it: ``samples`` that is ``mcmc._states_flat['z']``), a closure, every
+NumPy view of its buffer and every DLPack consumer of it (``np.from_dlpack``,
+``torch.from_dlpack``: found by address, as nothing of theirs refers to the Array); and, further
+up, an object's attribute a variable names, or a module's globals (a library's cache of
+functions that close over the object). Each comes with how to let it go, and two arrays of one
+CPU device with the same values in different shapes (a reshaped copy) are said to be one value
+held twice. An array nothing
 outside JAX refers to is counted as JAX's own (a pending computation, a jit's cache); the Arrays
 JAX made over a sharded array's shards for a host read are that array's, not listed; the host
 copy such a read leaves on an array is named with its fix, and the bytes only reference cycles
@@ -22,7 +26,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from helpers._internal import frames, jaxcompat
@@ -119,6 +123,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
 
     t0 = time.perf_counter()
     names = _namespaces(namespace)
+    sharers = _sharers(names)  # names of arrays over memory: views, DLPack consumers
     garbage = _cyclic_garbage()  # before the kit holds anything: what no root reaches
     live = live_arrays()
     count, total = len(live), sum(live_bytes_by_device().values())  # each buffer once
@@ -145,8 +150,12 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
             if time.perf_counter() - t0 > seconds:
                 complete = False
                 break
-            found.append(_merge([_held(arr, names, mine, garbage, t0 + seconds)
+            shared = _group_sharing(group, names, sharers)
+            found.append(_merge([_held(arr, names, mine, garbage, t0 + seconds, shared)
                                  for arr in group]))
+            del shared
+        # its own budget, as the trees alike have: a read of each pair's bytes, on the CPU
+        found = _same_values(arrays[:len(found)], found, time.perf_counter() + seconds)
     finally:
         del arrays  # the search holds nothing once it returns
     if cycles or any(line.startswith(_CYCLE) for h in found for line in h.held_by):
@@ -216,6 +225,71 @@ def _host_copies_note(copies: list, found: list[HeldArray]) -> str:
             "the shard's Array, which the sharded array keeps, so there only the temporary "
             "copy does, for the array's bytes on the device while it lives (from jaxlib's "
             "xla/python/py_array.cc, not yet run on a GPU).")
+
+
+def _same_values(groups: list[list], found: list[HeldArray], deadline: float
+                 ) -> list[HeldArray]:
+    """``found`` with a word on each pair of arrays of one CPU device that hold the same
+    values in different shapes (a reshaped copy: numpyro's MCMC keeps ``_states`` and
+    ``_states_flat``, the same samples twice, pyro-ppl/numpyro#1689), compared byte by byte
+    until ``deadline``; an array of one value repeated (zeros) is no copy of anything. Off the
+    CPU nothing is compared: reading a device's arrays would copy them or run a program
+    there."""
+    import itertools
+
+    notes: dict[int, list[str]] = {}
+    for i, j in itertools.combinations(range(len(found)), 2):
+        if time.perf_counter() > deadline:
+            break
+        a, b = groups[i][0], groups[j][0]
+        try:
+            if (a.shape == b.shape or a.dtype != b.dtype or a.size != b.size or not a.size
+                    or not _on_one_cpu(a) or a.devices() != b.devices()  # (a copy moved to
+                    or not found[i].held_by or not found[j].held_by):  # another device: kept)
+                continue
+            same = _same_bytes(a, b)
+        except Exception:  # deleted meanwhile, or a dtype without a buffer export
+            continue
+        if same:
+            for k, other in ((i, j), (j, i)):
+                who = found[other].held_by[0].split(": ")[0]
+                notes.setdefault(k, []).append(
+                    f"it holds the same values as the {found[other].array.split(' on ')[0]} "
+                    f"held by {who}, reshaped: one value held twice on the device (as numpyro's "
+                    "MCMC keeps _states and _states_flat, pyro-ppl/numpyro#1689), so one of the "
+                    "two is enough")
+    return [replace(h, fix="; ".join([h.fix, *notes[k]]) if h.fix else "; ".join(notes[k]))
+            if k in notes else h for k, h in enumerate(found)]
+
+
+def _on_one_cpu(a) -> bool:
+    devices = a.devices()
+    return len(devices) == 1 and next(iter(devices)).platform == "cpu"
+
+
+def _same_bytes(a, b, chunk: int = 1 << 22) -> bool:
+    """Whether two arrays of the CPU hold the same bytes, not all one value repeated: read in
+    place through the buffer protocol, a chunk at a time (no copy, no program run)."""
+    import numpy as np
+
+    ma, mb = memoryview(a), memoryview(b)
+    try:
+        x, y = np.frombuffer(ma, np.uint8), np.frombuffer(mb, np.uint8)
+        if not _chunks_equal(x, y, chunk):
+            return False
+        step = a.dtype.itemsize  # one value repeated: the bytes equal themselves shifted by one
+        return not _chunks_equal(x[step:], x[:x.size - step], chunk)
+    finally:
+        x = y = None
+        ma.release()
+        mb.release()
+
+
+def _chunks_equal(x, y, chunk: int) -> bool:
+    import numpy as np
+
+    return x.size == y.size and all(np.array_equal(x[k:k + chunk], y[k:k + chunk])
+                                    for k in range(0, x.size, chunk))
 
 
 def _program_constants(execs: list, deadline: float) -> tuple[tuple[str, int, int], ...]:
@@ -521,8 +595,11 @@ _CYCLE_FIX = ("nothing you can reach holds it: objects that refer to each other,
 
 
 def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
-          garbage: frozenset[int] = frozenset(), deadline: float = float("inf")) -> HeldArray:
-    """What refers to ``arr``, one or two steps up, described for a person."""
+          garbage: frozenset[int] = frozenset(), deadline: float = float("inf"),
+          shared: tuple = ((), (), "")) -> HeldArray:
+    """What refers to ``arr``, one or two steps up, described for a person; ``shared``: what
+    else holds its buffer, from :func:`_group_sharing` (a DLPack consumer refers to no
+    Array of JAX's)."""
     import gc
     import sys
     import types
@@ -539,14 +616,17 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
         del refs
         return HeldArray(what, _nbytes(arr), (f"{_CYCLE} ({kinds})",), _CYCLE_FIX,
                          jaxcompat.host_copy_bytes(arr))
+    views, shares, together = shared
     unnamed = []  # JAX's objects and containers nobody names: looked above if nothing better
     for r in refs:
-        line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)})
+        line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)}, views, together)
         if line:
             (vague if line.startswith(_VAGUE) else held).append((line, fix))
         if _is_jax_owned(r) or line.startswith(_VAGUE):
             unnamed.append(r)
     del refs
+    if shares:  # no referrer of the Array: they hold its buffer, not it (jax-ml/jax#4636)
+        held.append((_shares_line(shares), together))
     for r in unnamed if not held else ():  # a JAX object the user keeps (what jax.vjp returns)
         if above := _named_above(r, names, mine | {id(unnamed)}, deadline=deadline):
             held.append(above)
@@ -798,8 +878,11 @@ def _name_in(container, names: list[tuple[str, Mapping]]) -> str | None:
     return None
 
 
-def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
-    """One line for one referrer, and its fix ("", "") when it is the kit's own."""
+def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
+              together: str = "") -> tuple[str, str]:
+    """One line for one referrer, and its fix ("", "") when it is the kit's own; ``views``:
+    the NumPy views of its buffer the notebook names, ``together``: the fix that lets go of
+    them and the array together ("" where nothing shares its buffer)."""
     import gc
     import types
 
@@ -819,7 +902,8 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
             if plain:
                 return (f"the variable{'s' if len(plain) > 1 else ''} "
                         f"{', '.join(map(repr, plain))} in the notebook",
-                        f"`del {', '.join(plain)}` (or assign None) when you are done")
+                        together or f"`del {', '.join(plain)}` (or assign None) when you are "
+                        "done")
             return (f"IPython's last results: {', '.join(history)}", _fix_out(arr, names))
     if type(ref).__name__ == "DisplayHook" and type(ref).__module__.startswith("IPython"):
         return (f"IPython's output history: its display hook's "
@@ -846,7 +930,8 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
         if isinstance(ref, dict) and (obj := _instance_of(ref, owners)) is not None:
             # an object's attributes, once something read its __dict__ (Python 3.11+ makes
             # that dict only then; before, the object itself refers to the array)
-            return _describe(obj, arr, names, tb_frames, mine | {id(owners)})
+            return _describe(obj, arr, names, tb_frames, mine | {id(owners)}, views,
+                             together)
         inside = _index_of(ref, arr)
         if isinstance(ref, tuple) and any(isinstance(o, types.FunctionType) for o in owners) \
                 and not any(o is ns for o in owners for _, ns in names):
@@ -858,14 +943,11 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
         return (f"{_VAGUE}{type(ref).__name__}{inside} not named in the notebook",
                 "find and clear the container that holds it")
     if type(ref).__name__ == "managedbuffer":  # a buffer protocol export: a NumPy view of it
-        for label, ns in names:
-            if label:  # IPython's output history: no variable of the user's
-                continue
-            if views := [k for k, v in list(ns.items()) if _views(v, arr)]:
-                return (f"a NumPy view of it, the variable {views[0]!r} in "
-                        f"{_name_in(ns, names)} (np.asarray of a CPU array shares its buffer)",
-                        f"`del {views[0]}`, or np.array(x) for a copy that holds nothing of "
-                        "JAX's")
+        if views:  # every one: `del x, a1` left the buffer to a2 (jax-ml/jax#1961)
+            many = len(views) > 1
+            return (f"{'NumPy views' if many else 'a NumPy view'} of it, the variable"
+                    f"{'s' if many else ''} {', '.join(repr(v.name) for v in views)} in "
+                    f"{views[0].where} (np.asarray of a CPU array shares its buffer)", together)
         return ("a NumPy view of it (np.asarray of a CPU array shares its buffer), not named "
                 "in the notebook", "find and delete the NumPy array made from it")
     if type(ref).__name__ == "cell":
@@ -879,7 +961,7 @@ def _describe(ref, arr, names, tb_frames, mine) -> tuple[str, str]:
         return (f"an exception object ({type(ref).__name__}) refers to it", "")
     if _is_jax_owned(ref):
         return ("", "")
-    return _object_holder(ref, names, mine)
+    return _object_holder(ref, arr, names, mine)
 
 
 def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int]) -> list[dict]:
@@ -900,7 +982,7 @@ def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int])
         if hit := _named_attribute(o, ref, names, mine):
             var, attr, obj, where = hit
             found.append({"var": var, "path": f"{var}.{attr}", "obj": obj, "where": where,
-                          "action": f"`{var}.{attr} = None`"})
+                          "action": f"`{var}.{attr} = None`", "attr": attr})
         elif isinstance(o, (dict, list, tuple)) and len(deeper) < 4:
             deeper.append(o)
     if not found:  # nothing names it at all: the caller searches further up
@@ -916,7 +998,8 @@ def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int])
             elif hit := _named_attribute(oo, o, names, ours):
                 var, attr, obj, where = hit
                 found.append({"var": var, "path": f"{var}.{attr}{index}", "obj": obj,
-                              "where": where, "action": f"`{var}.{attr} = None`"})
+                              "where": where, "action": f"`{var}.{attr} = None`",
+                              "attr": attr})
     found.sort(key=lambda p: p["obj"] is not None)  # variables first
     return list({p["path"]: p for p in found}.values())
 
@@ -950,7 +1033,8 @@ def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, st
     if not others:
         if first["obj"] is None:
             return line, f"remove it from {first['var']} (or `del {first['var']}`)"
-        return line, (f"`del {first['var']}` (or {first['action']}) when you are done")
+        return line, _attribute_fix(first["var"], first["obj"], first.get("attr", ""),
+                                    first["action"])
     also = ", ".join(said(p, False) for p in others)
     actions = " and ".join(dict.fromkeys(p["action"] for p in places))
     return (f"{line}; the same {kind} is also {also}",
@@ -958,17 +1042,173 @@ def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, st
             f"{', '.join(p['path'] for p in others)}: {actions} when you are done")
 
 
-def _views(value: Any, arr: Any) -> bool:
-    """``value`` is a NumPy array whose memory is ``arr``'s buffer (np.asarray of a CPU array:
-    its base is a memoryview of the JAX array)."""
+def _attribute_fix(var: str, obj: Any, attr: str, action: str) -> str:
+    """The fix for an array an object's attribute keeps: `del var`, or the attribute set to
+    None; the attribute first where the object keeps more (pyro-ppl/numpyro#1689: `del mcmc`
+    would lose its post_warmup_state too)."""
+    try:
+        rest = [k for k in vars(obj) if k != attr and isinstance(k, str)]
+    except TypeError:  # no __dict__
+        rest = []
+    if not rest:
+        return f"`del {var}` (or {action}) when you are done"
+    more = ", ".join(rest[:4]) + (", ..." if len(rest) > 4 else "")
+    return (f"{action} when you are done (`del {var}` frees it too, and with it the rest of "
+            f"{var}: {more})")
+
+
+@dataclass(frozen=True)
+class _Sharer:
+    """A name in the notebook of an array over memory, found by :func:`_sharers`: where its
+    data starts and its bytes, host memory or a device's, the id of the jax.Array its base is
+    a memoryview of (np.asarray of a CPU array) else 0, and whether it came through DLPack."""
+
+    name: str
+    where: str
+    address: int
+    nbytes: int
+    on_host: bool
+    view_of: int = 0
+    dlpack: bool = False
+
+
+#: of the notebook's names, this many are looked at for arrays over a JAX buffer
+_MOST_SHARERS = 10_000
+
+
+def _sharers(names: list[tuple[str, Mapping]]) -> tuple[_Sharer, ...]:
+    """The notebook's names of arrays over memory that a jax.Array's buffer may be: NumPy
+    arrays (np.asarray of a CPU array: a view; np.from_dlpack of one: a DLPack consumer), a
+    torch tensor (``data_ptr()``), an array of another library that takes DLPack and gives
+    its address by ``__array_interface__`` or ``__cuda_array_interface__``. Addresses and
+    sizes only: no reference is kept."""
     import numpy as np
 
-    base = value
-    for _ in range(8):  # a view of a view: follow the chain of bases
-        if not isinstance(base, np.ndarray):
-            break
-        base = base.base
-    return isinstance(base, memoryview) and base.obj is arr
+    out = []
+    for label, ns in names:
+        if label:  # IPython's output history: no variable of the user's
+            continue
+        where = _name_in(ns, names) or "the notebook"
+        for name, value in list(ns.items())[:_MOST_SHARERS]:
+            if not isinstance(name, str) or name.startswith("_") or _is_jax_owned(value):
+                continue
+            try:
+                found = _over_memory(value, np)
+            except Exception:  # an object that does not say where its data is
+                continue
+            if found is not None:
+                out.append(_Sharer(name, where, *found))
+    return tuple(out)
+
+
+def _over_memory(value: Any, np: Any) -> tuple[int, int, bool, int, bool] | None:
+    """(address, bytes, on the host, id of the jax.Array its base is a memoryview of else 0,
+    made by DLPack) of an array over memory, None for anything else. Only protocol attributes
+    are read (an ordinary attribute of an object may run code to be read)."""
+    kind = type(value)
+    if isinstance(value, np.ndarray):
+        base = value
+        for _ in range(8):  # a view of a view: follow the chain of bases
+            if not isinstance(base, np.ndarray):
+                break
+            base = base.base
+        view_of = id(base.obj) if isinstance(base, memoryview) and _is_jax_owned(
+            base.obj) else 0
+        return (int(value.__array_interface__["data"][0]), int(value.nbytes), True, view_of,
+                type(base).__name__ == "PyCapsule")
+    if callable(getattr(kind, "data_ptr", None)) and hasattr(kind, "__dlpack__"):  # torch
+        device = getattr(getattr(value, "device", None), "type", "cpu")
+        return (int(value.data_ptr()), int(value.nbytes), device == "cpu", 0, True)
+    if not hasattr(kind, "__dlpack__"):  # (PIL's __array_interface__ copies the image out)
+        return None
+    for attribute, on_host in (("__cuda_array_interface__", False),
+                               ("__array_interface__", True)):
+        if hasattr(kind, attribute):
+            face = getattr(value, attribute)
+            if not isinstance(face.get("data"), tuple):  # no address: its bytes, or nothing
+                return None
+            nbytes = np.dtype(face["typestr"]).itemsize * int(np.prod(face["shape"]))
+            return int(face["data"][0]), nbytes, on_host, 0, True
+    return None
+
+
+def _group_sharing(group: list, names: list[tuple[str, Mapping]],
+                   sharers: tuple[_Sharer, ...]
+                   ) -> tuple[tuple[_Sharer, ...], tuple[_Sharer, ...], str]:
+    """(the NumPy views, the other arrays, the fix that lets them all go) among ``sharers``
+    whose memory is the buffer of the Arrays of ``group``: a view by its base, a memoryview
+    of one of them; any other by its address, inside the buffer's bytes on the same side
+    (host or device). The buffer's address is asked for only where one may match (asking a
+    committed Array makes JAX cache a second one over its buffer)."""
+    ids = {id(a) for a in group}
+    views = tuple(s for s in sharers if s.view_of in ids)
+    inside: list[_Sharer] = []
+    try:
+        devices = group[0].devices()
+        on_host = len(devices) == 1 and next(iter(devices)).platform == "cpu"
+        others = [s for s in sharers if s.view_of not in ids and s.on_host == on_host]
+        if len(devices) == 1 and others:
+            start, nbytes = group[0].unsafe_buffer_pointer(), _nbytes(group[0])
+            inside = [s for s in others if start <= s.address < start + max(nbytes, 1)]
+    except Exception:  # deleted meanwhile, or no address to give
+        pass
+    views += tuple(s for s in inside if s.view_of)  # np.asarray of another Array over it
+    shares = tuple(s for s in inside if not s.view_of)
+    variables = [v for a in group for v in _user_variables(a, names)]
+    return views, shares, _fix_together(list(dict.fromkeys(variables)), views, shares)
+
+
+def _shares_line(shares: tuple[_Sharer, ...]) -> str:
+    """The line for arrays of other libraries (or NumPy's, through DLPack) over the buffer."""
+    many = len(shares) > 1
+    what = ("DLPack consumers" if many else "a DLPack consumer") if all(
+        s.dlpack for s in shares) else ("arrays" if many else "an array")
+    return (f"{what} of its buffer, the variable{'s' if many else ''} "
+            f"{', '.join(repr(s.name) for s in shares)} in {shares[0].where} "
+            "(np.from_dlpack or torch.from_dlpack of a jax.Array shares its buffer, and keeps "
+            "it after the jax.Array is deleted)")
+
+
+def _fix_together(variables: list[str], views: tuple[_Sharer, ...],
+                  shares: tuple[_Sharer, ...]) -> str:
+    """The fix that lets a buffer go when NumPy views or other arrays share it: every name
+    goes (jax-ml/jax#1961: `del x, a1` left it to a2; jax-ml/jax#4636: `del w` left it to a
+    DLPack consumer); "" where nothing shares it."""
+    if not views and not shares:
+        return ""
+    every = ", ".join(dict.fromkeys([*variables, *(s.name for s in views + shares)]))
+    x = variables[0] if variables else "x"
+    said = []
+    if views:
+        many = len(views) > 1
+        said.append(f"{_listed([v.name for v in views])} "
+                    f"{'are NumPy views' if many else 'is a NumPy view'} of its buffer, "
+                    f"np.asarray of a CPU array (np.array({x}) instead makes a copy that holds "
+                    "nothing of JAX's; jax-ml/jax#1961)")
+    if shares:
+        many = len(shares) > 1
+        said.append(f"{_listed([s.name for s in shares])} share{'' if many else 's'} its "
+                    f"buffer, which stays while {'they live' if many else 'it lives'}, even "
+                    f"after {x + '.delete()' if variables else 'the jax.Array is deleted'} "
+                    "(jax-ml/jax#4636)")
+    alone = f"`del {', '.join(variables)}` alone frees nothing: " if variables else ""
+    return f"`del {every}` when you are done; {alone}{'; '.join(said)}"
+
+
+def _listed(items: list[str]) -> str:
+    """'a', 'b' and 'c'."""
+    quoted = [repr(i) for i in items]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
+def _user_variables(arr: Any, names: list[tuple[str, Mapping]]) -> list[str]:
+    """The notebook's variables bound to ``arr`` (not IPython's history names)."""
+    out: list[str] = []
+    for label, ns in names:
+        if not label:
+            out += [k for k in _keys_holding(ns, arr) if isinstance(k, str)
+                    and k not in _HISTORY and not (k.startswith("_") and k[1:].isdigit())]
+    return out
 
 
 def _instance_of(attributes: dict, owners: list) -> Any:
@@ -980,7 +1220,7 @@ def _instance_of(attributes: dict, owners: list) -> Any:
                  and getattr(o, "__dict__", None) is attributes), None)
 
 
-def _object_holder(obj, names, mine) -> tuple[str, str]:
+def _object_holder(obj, arr, names, mine) -> tuple[str, str]:
     """An object that holds the array (a model, a config): named by the variable that holds
     it, or as jit's: a static argument stays in jit's caches after the user lets it go."""
     import gc
@@ -991,7 +1231,13 @@ def _object_holder(obj, names, mine) -> tuple[str, str]:
               if id(o) not in mine and not isinstance(o, types.FrameType)]
     for _, ns in names:
         if any(o is ns for o in owners) and (keys := _keys_holding(ns, obj)):
+            try:
+                attrs = _keys_holding(vars(obj), arr)
+            except TypeError:  # no __dict__
+                attrs = []
             return (f"{kind}, the variable {keys[0]!r} in {_name_in(ns, names)}",
+                    _attribute_fix(keys[0], obj, attrs[0], f"`{keys[0]}.{attrs[0]} = None`")
+                    if attrs and isinstance(attrs[0], str) else
                     f"`del {keys[0]}` (or drop its array attribute) when you are done")
     boxes = jaxcompat.static_argument_boxes()
     if boxes and owners and all(isinstance(o, boxes) for o in owners):

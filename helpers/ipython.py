@@ -3,7 +3,9 @@
 - **Your own OOM, explained**: when a cell raises XLA's RESOURCE_EXHAUSTED, the usual traceback
   is followed by :func:`helpers.oom.explain`'s answer, read while the arrays are still alive:
   the request, the pool, who holds the largest arrays (by name), where they were made, and the
-  likely fixes, ranked. Other errors are shown as usual.
+  likely fixes, ranked; a sharding error, a CUDA library that could not start, and
+  ``jnp.from_dlpack`` of a read-only NumPy array, each with its cause and fix. Other errors are
+  shown as usual.
 - ``%%memory``: runs the cell and shows, per device and for the host, the bytes before, after
   and at the peak, the copies the cell made, and its compiles, with the cause and the fix for
   any function it compiled more than once, and any line of a Python loop that dispatches JAX
@@ -129,8 +131,8 @@ def load(ip: Any) -> None:
 
     from helpers._internal import jaxcompat
 
-    ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types()),
-                      _on_jax_error)
+    ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types(),
+                       BufferError), _on_jax_error)
 
     @magics_class
     class MemoryMagics(Magics):
@@ -225,8 +227,9 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED, a CUDA
     library that could not start or a sharding error (a dimension its sharding does not
     divide, shardings mixed on a mesh of Explicit axes, an argument not on its shard_map
-    in_spec, a sharding inside shard_map that meets its Manual axes), the explanation; any other
-    error passes with its traceback alone. Never raises (IPython would unregister it)."""
+    in_spec, a sharding inside shard_map that meets its Manual axes), or NumPy's refusal to
+    export a read-only array to jnp.from_dlpack, the explanation; any other error passes with
+    its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     from helpers import oom
 
@@ -238,6 +241,9 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
                          "why a CUDA library could not start")
     elif fix := _sharding_fix(value):  # any other ValueError passes with its traceback alone
         print(f"JAX Device Kit: why this sharding failed: {fix}")
+        return None
+    elif isinstance(value, BufferError) and _READONLY_EXPORT in str(value):
+        print(f"JAX Device Kit: why this conversion failed: {_READONLY_DLPACK}")
         return None
     else:
         return None
@@ -251,6 +257,21 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     print(f"JAX Device Kit: {head}")
     display(report)
     return None
+
+
+#: what NumPy says when asked for an old-style DLPack capsule of a read-only array
+_READONLY_EXPORT = "Cannot export readonly array"
+#: the cause and the fix of jnp.from_dlpack(a) of a read-only NumPy array (jax-ml/jax#40789):
+#: jax/_src/dlpack.py calls ``__dlpack__(stream=...)`` with no ``max_version`` (jax 0.8.0 and
+#: 0.10.2), so NumPy 2 gives the unversioned capsule, which has no read-only flag, and
+#: refuses; both fixes checked on jax 0.8.0 and 0.10.2 (np.asarray of a CPU jax.Array: the
+#: put shares its buffer)
+_READONLY_DLPACK = (
+    "jnp.from_dlpack asks NumPy for an old-style DLPack capsule (it passes no max_version), "
+    "which cannot mark an array read-only, so NumPy refuses a read-only array: np.asarray of a "
+    "jax.Array, a pandas column (jax-ml/jax#40789). Use jax.device_put(a) instead (no copy on "
+    "the CPU where a is C-contiguous and aligned to 64 bytes, as np.asarray of a CPU jax.Array "
+    "is), or pass the jax.Array itself.")
 
 
 def _sharding_fix(value: BaseException) -> str:

@@ -365,3 +365,100 @@ def test_transformer_engine_2069_a_sharding_constraint_inside_shard_map_meets_ma
              "frozenset({'data', 'fsdp', 'tensor'}) of mesh which is not allowed.")  # before 0.8
     assert "names 'data', 'fsdp', 'tensor', which shard_map made Manual" in \
         devices.sharding_error_fix(older)
+
+
+def test_jax_40789_a_numpy_array_on_the_cpu_is_used_in_place_when_aligned_else_copied(
+        monkeypatch):
+    """jax-ml/jax#40789 (a helper's side finding): placement said of np.asarray(x) that JAX
+    "copies it to the default device (cpu:0) every time you pass it"; the CPU client uses a
+    C-contiguous array aligned to 64 bytes in place (five jitted calls on a 64 MiB view added
+    0 MiB, one 4 bytes off 64 MiB, jax 0.8.0 and 0.10.2). Now it says which, and why; the
+    copy claim stays for a GPU, from the source read."""
+    from helpers import feeding, transfers
+    from helpers.transfers import H2D
+
+    x = jnp.ones((256, 256), jnp.float32)
+    host = np.asarray(x)  # the thread's array: a view of x's aligned buffer, read-only
+    said = devices.placement(host).explanation
+    assert said.startswith("a NumPy array in host memory, C-contiguous and aligned to 64 bytes: "
+                           "the default device (cpu:0) is the CPU, which uses it in place, "
+                           "with no copy, each time you pass it"), said
+    assert "jax-ml/jax#40789" in said and "On a GPU it would be copied every time" in said
+    assert jax.device_put(host).unsafe_buffer_pointer() == host.ctypes.data  # in place
+
+    raw = np.ones(256 * 256 + 32, np.float32)
+    start = (-raw.ctypes.data % 64) // 4 + 1  # 4 bytes past a multiple of 64
+    off = raw[start:start + 256 * 256].reshape(256, 256)
+    wide = feeding.aligned_empty((256, 256), np.float64)  # aligned: narrowed all the same
+    wide[...] = 1.0
+    for arr, why in ((off, "at an address 4 bytes past a multiple of 64 (NumPy promises only "
+                           "16-byte alignment)"),
+                     (np.asarray(x).T, "not C-contiguous (a transposed, Fortran-ordered or "
+                                       "strided view)"),
+                     (wide, "float64, which JAX narrows to 32 bits (jax_enable_x64 is off)")):
+        said = devices.placement(arr).explanation
+        assert f"but this one is {why}, so JAX copies it every time you pass it" in said, said
+        assert said.endswith("jax.device_put(x) once, and pass the result: one copy")
+        assert jax.device_put(arr).unsafe_buffer_pointer() != arr.ctypes.data  # copied
+    f = jax.jit(lambda a: a[0, 0] + a[-1, -1])
+    put = jax.device_put(off)  # the fix it names: one copy, then none at each call
+    f(off).block_until_ready()
+    f(put).block_until_ready()
+    with transfers.trace(lines=False) as log:
+        f(off).block_until_ready()
+    assert log.count(H2D) == 1  # the NumPy array: copied again at this call
+    with transfers.trace(lines=False) as log:
+        f(put).block_until_ready()
+    assert log.count(H2D) == 0
+
+    class _Gpu:  # a default device that is no CPU (none here to run): the source's claim
+        platform = "gpu"
+
+        def __str__(self):
+            return "cuda:0"
+
+    from jax.extend import backend
+
+    monkeypatch.setattr(backend, "get_default_device", lambda: _Gpu())
+    said = devices.placement(host).explanation
+    assert said.startswith("a NumPy array in host memory: JAX copies it to the default device "
+                           "(cuda:0) every time you pass it"), said
+    assert "xla/pjrt/common_pjrt_client.h" in said and "not yet run on a GPU" in said
+
+
+def test_jax_40789_jnp_from_dlpack_of_a_read_only_array_is_explained_under_its_traceback(
+        capsys):
+    """jax-ml/jax#40789: jnp.from_dlpack(np.asarray(x)) raises BufferError "Cannot export
+    readonly array ..." (jax 0.8.0 and 0.10.2, NumPy 2): %load_ext added nothing and
+    oom.explain refused it. Now the hook names the cause (an unversioned DLPack capsule has no
+    read-only flag) and the fixes, both run here: jax.device_put shares the buffer on the CPU,
+    and the jax.Array itself converts."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "helpers")
+    try:
+        ip.run_cell("import numpy as np, jax, jax.numpy as jnp\n"
+                    "x = jnp.arange(1024.0)\n"
+                    "host = np.asarray(x)")
+        capsys.readouterr()
+        r = ip.run_cell("jnp.from_dlpack(host)")
+        out = capsys.readouterr().out
+        assert not r.success and "Cannot export readonly array" in out  # the traceback first
+        assert "JAX Device Kit: why this conversion failed: jnp.from_dlpack asks NumPy for an " \
+               "old-style DLPack capsule (it passes no max_version), which cannot mark an " \
+               "array read-only" in out
+        assert "jax-ml/jax#40789" in out and "Use jax.device_put(a) instead" in out
+        assert "or pass the jax.Array itself" in out
+        put = ip.run_cell("jax.device_put(host).unsafe_buffer_pointer() == "
+                          "x.unsafe_buffer_pointer()").result
+        itself = ip.run_cell("jnp.from_dlpack(x).unsafe_buffer_pointer() == "
+                             "x.unsafe_buffer_pointer()").result
+        assert put is True and itself is True  # both fixes: no copy on the CPU
+        r = ip.run_cell("raise BufferError('another buffer error')")
+        out = capsys.readouterr().out
+        assert not r.success and "another buffer error" in out and "JAX Device Kit" not in out
+    finally:
+        ip.run_line_magic("unload_ext", "helpers")
+        ip.reset()

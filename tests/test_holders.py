@@ -764,3 +764,122 @@ def test_jax_18954_programs_on_the_cpu_print_no_generated_code_0_b():
     mixed = dataclasses.replace(h, executables=3, cpu_executables=1, executable_code_bytes=4096)
     assert "compiled programs loaded: 3 (generated code 4.00 KiB; the CPU backend's 1 not " \
            "reported)" in str(mixed)
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc's RssAnon")
+def test_jax_4636_a_dlpack_consumer_of_an_array_is_named_and_must_go_too():
+    """jax-ml/jax#4636 (export by DLPack consumed the buffer in 2020; now it is shared): `t =
+    np.from_dlpack(w)` (torch.from_dlpack in the thread) refers to no Array of JAX's, so the
+    kit said `del w` alone, which freed nothing: after `w.delete(); del w` 64 MiB stayed (the
+    helper's run: +74 MiB anonymous) and only `del t` freed it. It is found by its address
+    in the buffer now, and the fix names both."""
+    import numpy as np
+
+    ns = {"w": big(48)}
+    ns["t"] = np.from_dlpack(ns["w"])
+    a = _find(holders.largest(3, namespace=ns), 48 * MiB)
+    assert ("a DLPack consumer of its buffer, the variable 't' in the notebook (np.from_dlpack "
+            "or torch.from_dlpack of a jax.Array shares its buffer, and keeps it after the "
+            "jax.Array is deleted)") in a.held_by
+    assert "the variable 'w' in the notebook" in a.held_by
+    assert a.fix.startswith("`del w, t` when you are done; `del w` alone frees nothing: 't' "
+                            "shares its buffer, which stays while it lives, even after "
+                            "w.delete() (jax-ml/jax#4636)"), a.fix
+    ns["w"].delete()  # the old fix, and more: the Array is gone, its buffer is not
+    del ns["w"]
+    gc.collect()
+    assert float(ns["t"][0]) == 48.0 and ns["t"].nbytes == 48 * MiB
+    before = _rss_anon()
+    del ns["t"]  # the rest of the fix
+    gc.collect()
+    assert before - _rss_anon() > 40 * MiB  # the buffer went with the consumer
+
+
+def test_jax_1961_every_numpy_view_of_an_array_is_named_and_all_must_go():
+    """jax-ml/jax#1961: two np.asarray views of one CPU array; the kit named the first only
+    ("`del x`; `del a1`"), and after `del x, a1` the 64 MiB stayed, held by a2 (the helper's
+    run: 141 MiB anonymous until `del a2`, 77 after). Every view is named now."""
+    import numpy as np
+
+    ns = {"x": big(44)}
+    ns["a1"], ns["a2"] = np.asarray(ns["x"]), np.asarray(ns["x"])
+    gone = weakref.ref(ns["x"])
+    a = _find(holders.largest(3, namespace=ns), 44 * MiB)
+    assert set(a.held_by) == {"the variable 'x' in the notebook", "NumPy views of it, the "
+                              "variables 'a1', 'a2' in the notebook (np.asarray of a CPU array "
+                              "shares its buffer)"}
+    assert a.fix.startswith("`del x, a1, a2` when you are done; `del x` alone frees nothing: "
+                            "'a1' and 'a2' are NumPy views of its buffer"), a.fix
+    assert "np.array(x) instead makes a copy" in a.fix and "jax-ml/jax#1961" in a.fix
+    del ns["x"], ns["a1"]  # the old fix
+    gc.collect()
+    assert gone() is not None  # a2 keeps it
+    (a,) = [h for h in holders.largest(3, namespace=ns).arrays if h.nbytes == 44 * MiB]
+    assert a.fix.startswith("`del a2` when you are done; 'a2' is a NumPy view"), a.fix
+    del ns["a2"]  # the rest of the new one
+    gc.collect()
+    assert gone() is None
+
+
+class _Batches:  # numpyro's MCMC after a run: the samples twice, and the state to go on from
+    def run(self, key, chains: int, n: int, d: int):
+        import jax
+
+        states = jax.random.normal(key, (chains, n, d))
+        self._states = {"z": states}
+        self._states_flat = {"z": states.reshape(chains * n, d)}  # a copy: JAX makes no views
+        self.post_warmup_state = states[:, -1]
+
+
+def test_numpyro_1689_a_reshaped_copy_is_one_value_held_twice_and_its_attribute_goes_first():
+    """pyro-ppl/numpyro#1689: MCMC keeps the last batch twice on the device, `_states` and
+    `_states_flat` (a reshaped copy), so batch 2 needed more than batch 1 (8.2 against 24.6 MB
+    in the helper's stand-in). The kit named both with `del mcmc (or mcmc._states_flat =
+    None)`; `del mcmc` would lose its post_warmup_state, so the attribute leads now, and the
+    two are said to hold the same values. Zeros of two shapes, and a same-shaped array of
+    the same values, are no reshaped copy."""
+    import jax
+
+    mcmc = _Batches()
+    mcmc.run(jax.random.PRNGKey(0), 2, 1024, 2048)  # 16 MiB each
+    r = jax.random.normal(jax.random.PRNGKey(1), (512, 4096))
+    ns = {"mcmc": mcmc, "zeros_a": jnp.zeros((1024, 4096)), "zeros_b": jnp.zeros((4096, 1024)),
+          "r": r, "r_copy": r + 0.0}
+    del r
+    gone = weakref.ref(mcmc._states_flat["z"])
+    del mcmc
+    h = holders.largest(6, namespace=ns)
+    by = {a.array: a for a in h.arrays}
+    flat, states = by["float32[2048, 2048] on cpu:0"], by["float32[2, 1024, 2048] on cpu:0"]
+    assert flat.held_by == ("dict mcmc._states_flat['z']: a tests.test_holders._Batches object, "
+                            "the variable 'mcmc' in the notebook",)
+    assert flat.fix.startswith("`mcmc._states_flat = None` when you are done (`del mcmc` frees "
+                               "it too, and with it the rest of mcmc: _states, "
+                               "post_warmup_state)"), flat.fix
+    assert ("it holds the same values as the float32[2, 1024, 2048] held by dict "
+            "mcmc._states['z'], reshaped: one value held twice on the device") in flat.fix
+    assert "pyro-ppl/numpyro#1689" in flat.fix and "one of the two is enough" in flat.fix
+    assert "the same values as the float32[2048, 2048] held by dict mcmc._states_flat['z']" \
+        in states.fix
+    assert len(h.arrays) == 6  # the zeros and the same-shaped copy were looked at: not said
+    assert not any("same values" in a.fix for a in h.arrays if a not in (flat, states)), h
+    ns["mcmc"]._states_flat = None  # the fix it leads with
+    gc.collect()
+    assert gone() is None and ns["mcmc"].post_warmup_state.shape == (2, 2048)  # state kept
+    ns.clear()
+    sampler = _Batches()  # an array an attribute holds itself, beside more state
+    sampler.last_samples, sampler.num_samples = big(20), 1000
+    ns = {"sampler": sampler}
+    gone = weakref.ref(sampler.last_samples)
+    del sampler
+    a = _find(holders.largest(3, namespace=ns), 20 * MiB)
+    assert a.fix == ("`sampler.last_samples = None` when you are done (`del sampler` frees it "
+                     "too, and with it the rest of sampler: num_samples)"), a.fix
+    ns["sampler"].last_samples = None
+    gc.collect()
+    assert gone() is None and ns["sampler"].num_samples == 1000
