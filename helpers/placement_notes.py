@@ -304,14 +304,17 @@ def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:
 
 
 def numpy_note(leaves: tuple[LeafPlacement, ...]) -> str:
-    """NumPy leaves: copied host to device on every call they are passed to, which a batch new
+    """NumPy leaves: copied host to device on every call they are passed to (used in place by
+    a CPU device where aligned: :func:`helpers.devices.placement`), which a batch new
     at each step needs anyway (jax-ml/jax#16905); data passed again gains from one put."""
     numpy = [leaf for leaf in leaves if leaf.kind == "numpy.ndarray"]
     if not numpy:
         return ""
     total = sum(leaf.nbytes for leaf in numpy)
     return (f"{_some([leaf.path for leaf in numpy])} NumPy ({total:,} B): a jit copies "
-            "them host to device on every call they are passed to, the one copy a batch "
+            "them host to device on every call they are passed to (a CPU device uses one "
+            "that is C-contiguous and aligned to 64 bytes in place: devices.placement(leaf) "
+            "says which, jax-ml/jax#40789), the one copy a batch "
             "new each step needs: pass it as NumPy (a jax.device_put of it just before "
             "the step only adds its own dispatch: jax-ml/jax#16905), or put the next "
             "batch while this step runs (flax.jax_utils.prefetch_to_device), onto the "
