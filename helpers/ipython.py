@@ -9,7 +9,8 @@
 - ``%%memory``: runs the cell and shows, per device and for the host, the bytes before, after
   and at the peak, the copies the cell made, and its compiles, with the cause and the fix for
   any function it compiled more than once, and any line of a Python loop that dispatches JAX
-  operations one by one, waits for each step, or times a step by its dispatch
+  operations one by one, reads a jax.Array one element at a time, waits for each step, or
+  times a step by its dispatch, with earlier work, or with its result thrown away
   (:class:`CellMemory`).
 - ``%timeit`` of a jitted call that nothing waits for: a note with the fix, before it runs.
 
@@ -64,9 +65,10 @@ class CellMemory(Display):
     #: it ended: work queued before it, and work it queued and did not wait for
     pending_before: int = 0
     pending_after: int = 0
-    #: (line, times it ran, its calls into JAX outside jit) of each line that ran
-    #: ``EAGER_RUNS`` times or more and called JAX twice or more each time, most calls first:
-    #: operations dispatched one by one from a Python loop (jax-ml/jax#968)
+    #: (line, times it ran, its calls into JAX outside jit) of each line that ran, or ran a
+    #: comprehension's items, ``EAGER_RUNS`` times or more and called JAX twice or more each
+    #: time, most calls first: operations dispatched one by one from a Python loop
+    #: (jax-ml/jax#968)
     eager_lines: tuple[tuple[str, int, int], ...] = ()
     #: (line, times it ran, its reads that waited for the last work queued, the reads that
     #: waited which were looked at) of each line that ran ``WAITED_RUNS`` times or more, on
@@ -89,8 +91,9 @@ class CellMemory(Display):
     blocked_lines: tuple[tuple[str, int, int, int], ...] = ()
     #: (line, times it ran, the runs that found an array still being computed, the runs looked
     #: at) of each line that reads the clock (time.time(), time.perf_counter()) in a loop, on
-    #: half of its runs looked at while JAX work was still being computed: it times the
-    #: dispatch, not the work (p-doom/jasmine#43)
+    #: half of its runs looked at while JAX work was still being computed, a timer's start
+    #: left out (``timer_starts_early`` reads those): it times the dispatch, not the work
+    #: (p-doom/jasmine#43)
     timed_lines: tuple[tuple[str, int, int, int], ...] = ()
     #: (function, where it is defined, seconds of JAX's tracing and lowering and XLA's
     #: compiling) of each function the cell compiled for the first time: the call that did it
@@ -101,6 +104,26 @@ class CellMemory(Display):
     #: name ``first_compiles`` with the fix, time the calls after the first (a cell that only
     #: calls a function once gets a compile, and needs no advice on timing it)
     first_call_timed: bool = False
+    #: (line, times it ran, the timed runs it started while an array was still being computed,
+    #: with a wait before the timer's end and no array at the end still being computed that
+    #: the start did not find, the timed runs looked at, the names of those arrays, ", "-joined)
+    #: of each timer's start (``t0 = time.time()``, ended by ``time.time() - t0``) that did so
+    #: as ``timed_lines`` read: the wait inside waited for the earlier work too, so the time is
+    #: too long (jax-ml/jax#1219)
+    timer_starts_early: tuple[tuple[str, int, int, int, str], ...] = ()
+    #: (line, times it ran, the runs between two clock reads of its frame that threw away the
+    #: result of a jitted function or JAX operation, nothing waiting after it, the call's text)
+    #: of each line that did so on half of its runs or more: the time read after it measures
+    #: the dispatch (jax-ml/jax#1219)
+    untimed_calls: tuple[tuple[str, int, int, str], ...] = ()
+    #: the lines of ``timed_lines`` whose timer brackets a loop of the same function, start and
+    #: end run as often: a per-epoch time, named however few its runs against the inner loop's
+    #: passes (jax-ml/jax#1797)
+    timed_loops: tuple[str, ...] = ()
+    #: (line, times it ran, its reads of one element of a jax.Array, x[i]) of each line that
+    #: read ``EAGER_RUNS`` elements or more and is not in ``eager_lines`` or
+    #: ``read_back_lines``: each read is its own operation (jax-ml/jax#390)
+    element_lines: tuple[tuple[str, int, int], ...] = ()
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -309,7 +332,8 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       not result.success, compiled.compiles,
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
                       *_loop_lines(followed), SAMPLE_SECONDS, _callback_copies(log),
-                      *_waiting_lines(followed), *_first_compiles(compiled, followed, cell))
+                      *_waiting_lines(followed), *_first_compiles(compiled, followed, cell),
+                      **_timers(followed), element_lines=_element_lines(followed))
 
 
 def _first_compiles(compiled: Any, followed: Any = None, cell: str = ""
@@ -366,12 +390,58 @@ def _loop_lines(followed: Any) -> tuple[tuple, tuple, tuple]:
 
 def _waiting_lines(followed: Any) -> tuple[tuple, tuple]:
     """(blocked_lines, timed_lines), as ``waited_lines`` for the waits with block_until_ready
-    and for the lines that read the clock. Both () where nothing was followed."""
+    (a benchmark's waits left out: between two clock reads on half of them or more, no loop
+    between) and for the lines that read the clock (a timer's start left out: its state at
+    the start is ``timer_starts_early``'s; a timer around a loop named whatever its runs
+    against the loop's passes). Both () where nothing was followed."""
     if followed is None:
         return (), ()
-    return (_waited_lines(followed, followed.idle_blocks, followed.blocks),
-            _waited_lines(followed, followed.clock_pending, followed.clock_reads,
-                          every_from=TIMED_RUNS))
+    idle = {where: n for where, n in followed.idle_blocks.items()
+            if 2 * followed.timed_waits[where] < followed.blocks[where]}
+    pending = {where: n for where, n in followed.clock_pending.items()
+               if 2 * followed.clock_starts[where] < followed.clock_reads[where]}
+    return (_waited_lines(followed, idle, followed.blocks),
+            _waited_lines(followed, pending, followed.clock_reads, every_from=TIMED_RUNS,
+                          loops=followed.clock_loops))
+
+
+def _timers(followed: Any) -> dict:
+    """CellMemory's ``timer_starts_early``, ``untimed_calls`` and ``timed_loops``; none where
+    nothing was followed."""
+    if followed is None:
+        return {}
+    early = _waited_lines(followed, followed.early_starts, followed.clock_starts,
+                          every_from=TIMED_RUNS, loops=followed.clock_loops)
+    names = {frames.line(*where): ", ".join(followed.early_names.get(where, ()))
+             for where in followed.early_starts}
+    untimed = _named([(where, followed.runs[where], n, _statement(where))
+                      for where, n in followed.untimed_calls.items()
+                      if 2 * n >= followed.runs[where] > 0])
+    _, timed = _waiting_lines(followed)
+    loops = {frames.line(*where) for where, n in followed.clock_loops.items()
+             if 2 * n >= followed.runs[where]}
+    return {"timer_starts_early": tuple((*row, names.get(row[0], "")) for row in early),
+            "untimed_calls": untimed,
+            "timed_loops": tuple(row[0] for row in timed if row[0] in loops)}
+
+
+def _statement(where: tuple[str, int]) -> str:
+    """The line's code, stripped of its comment where one follows."""
+    import linecache
+
+    return linecache.getline(*where).split("  #")[0].strip()
+
+
+def _element_lines(followed: Any) -> tuple[tuple[str, int, int], ...]:
+    """(line, times it ran, its element reads) of the lines that read ``EAGER_RUNS`` single
+    elements of a jax.Array or more, those ``eager_lines`` and ``read_back_lines`` name left
+    out (their fixes cover them); () where nothing was followed."""
+    if followed is None:
+        return ()
+    eager = {where for where, *_ in _eager(followed)}
+    return _named([(where, followed.runs[where], n)
+                   for where, n in followed.element_reads.items()
+                   if n >= EAGER_RUNS and where not in eager])
 
 
 def _named(rows: list, most: int = 3) -> tuple:
@@ -383,10 +453,11 @@ def _named(rows: list, most: int = 3) -> tuple:
                  for where, *rest in sorted(rows, key=lambda h: -h[2])[:most])
 
 
-def _waited_lines(followed: Any, found: Any, looked: Any, every_from: int | None = None
-                  ) -> tuple[tuple[str, int, int, int], ...]:
+def _waited_lines(followed: Any, found: Any, looked: Any, every_from: int | None = None,
+                  loops: Any = None) -> tuple[tuple[str, int, int, int], ...]:
     """The lines that ran ``WAITED_RUNS`` times or more, on half of their loop's passes or
-    more (a line read every 100 steps is not one), and on half of the runs ``looked`` at were
+    more (a line read every 100 steps is not one; a line of ``loops``, a timer around an inner
+    loop on half of its runs, whatever its runs), and on half of the runs ``looked`` at were
     ``found`` (a read back of a value still being computed after which nothing was, say); with
     ``every_from``, also a line that ran that many times or more and was ``found`` on every
     run, each looked at."""
@@ -400,15 +471,20 @@ def _waited_lines(followed: Any, found: Any, looked: Any, every_from: int | None
         return runs >= WAITED_RUNS or (every_from is not None and runs >= every_from
                                        and n == looked[where] == runs)
 
+    def often(where) -> bool:
+        runs = followed.runs[where]
+        return (2 * runs >= passes.get(followed.function_of.get(where), 0)
+                or (loops is not None and 2 * loops[where] >= runs > 0))
+
     return _named([(where, followed.runs[where], n, looked[where])
                    for where, n in found.items()
-                   if n and enough(where, n)
-                   and 2 * followed.runs[where] >= passes.get(followed.function_of.get(where), 0)
-                   and 2 * n >= looked[where]])
+                   if n and enough(where, n) and often(where) and 2 * n >= looked[where]])
 
 
 def _eager(followed: Any) -> list[tuple[tuple[str, int], int, int]]:
-    """(key, runs, calls) of the lines that ran ``EAGER_RUNS`` times or more and called into
-    JAX outside jit twice or more each time."""
+    """(key, runs, calls) of the lines that ran, or ran a comprehension's items,
+    ``EAGER_RUNS`` times or more and called into JAX outside jit twice or more each time."""
+    passes = {where: followed.runs[where] + followed.items[where]
+              for where in followed.jax_calls}
     return [(where, followed.runs[where], calls) for where, calls in followed.jax_calls.items()
-            if followed.runs[where] >= EAGER_RUNS and calls >= 2 * followed.runs[where]]
+            if passes[where] >= EAGER_RUNS and calls >= 2 * passes[where]]

@@ -562,12 +562,46 @@ def cell_memory_text(c: CellMemory) -> str:
         lines += [f"  {line}: ran {runs:,} times; "
                   + (f"{pending:,} of {looked:,} runs looked at" if looked < runs else
                      f"{pending:,} runs") + " found work still being computed"
+                  + (", a timer around a loop of steps" if line in c.timed_loops else "")
                   for line, runs, pending, looked in c.timed_lines]
         lines.append(
             "JAX returns before a step is done, so a time read around a call measures its "
             "dispatch, not the step (p-doom/jasmine#43; on a CPU 0.08 ms timed around the "
             "call, 19.0 ms per step timed over 60 steps). Time k steps and block once, "
             "jax.block_until_ready(out), then divide by k.")
+        if c.timed_loops:
+            lines.append(
+                "A timer around a loop of steps (a per-epoch time) that ends while they are "
+                "still being computed times their dispatch, which runs ahead of the work, so "
+                "the first epochs look fastest (jax-ml/jax#1797; on a CPU, jax 0.10.2, the "
+                "first two epochs took 0.0003 and 0.0001 s, the rest 0.04-0.14 s, and each "
+                "0.09-0.18 s with the wait). Wait for all of the loop's last results before "
+                "reading the clock: jax.block_until_ready((loss, params)).")
+    if c.timer_starts_early:
+        lines.append("Timers started while earlier JAX work was still being computed:")
+        lines += [f"  {line}: ran {_times(runs)}; {early:,} of {looked:,} timed runs started "
+                  f"while {names or 'an array'} {'were' if ', ' in names else 'was'} still "
+                  "being computed, and the timed lines waited before its end"
+                  for line, runs, early, looked, names in c.timer_starts_early]
+        names = ", ".join(n for *_, n in c.timer_starts_early if n)
+        ready = f"jax.block_until_ready({names})" if names else \
+            "jax.block_until_ready on the timed call's inputs"
+        lines.append(
+            "A wait inside the timer waits for that earlier work too where the timed call "
+            "uses it, so each time is too long, not too short (jax-ml/jax#1219; on a CPU, jax "
+            "0.10.2, 6.7-12.8 ms a call timed so, 1.8-3.1 ms with its input waited for first, "
+            "medians of 30). Call "
+            f"{ready} before the timer starts.")
+    if c.untimed_calls:
+        lines.append("JAX calls timed with their results thrown away:")
+        lines += [f"  {line}: ran {_times(runs)}; {n:,} between two clock reads, nothing "
+                  "waiting for its result" for line, runs, n, _ in c.untimed_calls]
+        call = c.untimed_calls[0][3]
+        lines.append(
+            "Nothing waits for the work such a call queues, so the clock read after it "
+            "measures its dispatch alone (jax-ml/jax#1219; on a CPU, jax 0.10.2, 0.005 ms timed "
+            "so, 2.1-3.7 ms with the result waited for, medians of 30). Wait "
+            f"for the result before reading the clock: jax.block_until_ready({call}).")
     if c.read_back_lines:
         lines.append("A Python loop that reads JAX values back to decide what to do:")
         lines += [f"  {line}: ran {runs:,} times, each time reading a JAX value back to Python "
@@ -582,7 +616,7 @@ def cell_memory_text(c: CellMemory) -> str:
             "convergence check) belongs in jax.lax.while_loop.")
     if c.eager_lines:
         lines.append("JAX operations dispatched one by one from a Python loop:")
-        lines += [f"  {line}: ran {runs:,} times and made {calls:,} calls into JAX's Python "
+        lines += [f"  {line}: ran {_times(runs)} and made {calls:,} calls into JAX's Python "
                   "code outside jit" for line, runs, calls in c.eager_lines]
         lines.append(
             "Outside jit each JAX operation is dispatched on its own, a fixed cost of "
@@ -590,7 +624,20 @@ def cell_memory_text(c: CellMemory) -> str:
             "(jax-ml/jax#968). Jit the loop's body, or the whole loop as jax.lax.fori_loop or "
             "jax.lax.scan, or give each call more work: one call over a batch (jax.vmap; "
             "jax.random.split(key, n) makes n keys at once).")
+    if c.element_lines:
+        lines.append("A jax.Array read one element at a time:")
+        lines += [f"  {line}: ran {_times(runs)} and read {n:,} single elements of a jax.Array"
+                  for line, runs, n in c.element_lines]
+        lines.append(
+            "Each x[i] of a jax.Array is its own dispatched operation, with i copied to the "
+            "device (jax-ml/jax#390; on a CPU, jax 0.10.2, 1,000 reads took 0.08-0.18 s, "
+            "0.0001-0.0006 s from NumPy). Read the array into NumPy "
+            "once, xn = np.asarray(x), and index xn.")
     return "\n".join(lines)
+
+
+def _times(n: int) -> str:
+    return "1 time" if n == 1 else f"{n:,} times"
 
 
 def residuals_text(r: Residuals) -> str:

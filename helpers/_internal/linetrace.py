@@ -5,20 +5,25 @@ Python lets a thread have one tracer (``sys.settrace``), so the kit installs one
 share it: :func:`helpers.transfers.trace` marks its log with the running line, and ``%%memory``
 (:mod:`helpers.ipython`) counts each line's runs and its calls into JAX, where a loop of tiny
 operations outside ``jit`` pays JAX's dispatch for each (jax-ml/jax#968), and its reads, waits
-(``block_until_ready``) and clock reads that meet work still being computed. Nesting a second
+(``block_until_ready``) and clock reads that meet work still being computed, which clock reads
+pair up as a timer's start and end, and what ran between them. Nesting a second
 :func:`follow` adds to the tracer already running; a tracer of another tool (a debugger,
 coverage) is never displaced: then nothing is followed.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
 import linecache
+import numbers
 import os
 import re
 import sys
 import threading
+import types
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,6 +64,25 @@ _PLAIN, _BLOCK_LINE, _CLOCK_LINE = 0, 1, 2
 MOST_LOOKS = 64
 #: a generator's or coroutine's code: each resume is a "call" event, not a call into JAX
 _RESUMED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+#: a comprehension's own code (Python 3.11 and before; a generator expression on every version):
+#: each item it runs is a line event of the line, not a run of it
+_COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+#: Python 3.12 and later run a list, set or dict comprehension in its caller's frame (PEP 709):
+#: its items are line events of the same line again, in the same frame
+_INLINED = sys.version_info >= (3, 12)
+#: a line with a comprehension in it, and a line that is a loop statement (whose passes on one
+#: line are runs of it)
+_COMPREHENSION = re.compile(r"\bfor\b.*\bin\b")
+_LOOP_STATEMENT = re.compile(r"\s*(?:async\s+)?(?:for|while)\b")
+#: a timer's end: the clock read, then minus the name its start was kept in
+#: (``time.time() - start``)
+_MINUS = re.compile(r"\)?\s*-\s*([A-Za-z_][\w.]*)")
+#: a timer's start (or an end kept to be subtracted from): ``start = time.perf_counter()``
+_KEPT = re.compile(r"\s*([A-Za-z_][\w.]*)\s*=\s*(?:time\.)?(?:time|perf_counter|monotonic)"
+                   r"(?:_ns)?\(\)\s*$")
+#: the public modules through which a call is an operation JAX dispatches (``jnp.dot(a, b)``;
+#: a function imported bare is looked for by its own ``__module__``, jnp's are "jax.numpy")
+_OPERATION_MODULES = ("jax.numpy", "jax.lax", "jax.random", "jax.nn", "jax.scipy", "jax.image")
 
 
 @dataclass
@@ -93,9 +117,51 @@ class Followed:
     #: runs of a line that reads the clock (time.time(), time.perf_counter()) looked at
     #: (``MOST_LOOKS`` at most per line), outside any transformation
     clock_reads: Counter = field(default_factory=Counter)
-    #: of those, the runs that found an array still being computed: the time read measures
-    #: dispatch, not the work (p-doom/jasmine#43)
+    #: of those, the runs that found an array still being computed (a timer's end: one its
+    #: start did not find): the time read measures dispatch, not the work (p-doom/jasmine#43)
     clock_pending: Counter = field(default_factory=Counter)
+    #: items a comprehension on the line ran (``[float(v) for v in out]``): not runs of the line
+    #: (elegy-style counts read "ran 1,500 times" for 300 passes, jax-ml/jax#5605), but passes
+    #: of a loop all the same
+    items: Counter = field(default_factory=Counter)
+    #: reads of one element of a jax.Array from the line (``x[i]``, an int per dimension),
+    #: outside any transformation: each its own operation (jax-ml/jax#390)
+    element_reads: Counter = field(default_factory=Counter)
+    #: runs of a clock line looked at that started a timer which a later clock read of the same
+    #: frame ended (``start = time.time()`` ... ``time.time() - start``)
+    clock_starts: Counter = field(default_factory=Counter)
+    #: of those, the starts that found an array still being computed where the timed lines
+    #: waited (a block or a read) and the end found no other: the time includes the earlier
+    #: work (jax-ml/jax#1219)
+    early_starts: Counter = field(default_factory=Counter)
+    #: per start line of ``early_starts``, the names of the frame's arrays still being
+    #: computed when it read the clock (up to three)
+    early_names: dict = field(default_factory=dict)
+    #: clock lines of a timer whose start and end ran as often and a line between which ran
+    #: again (an inner loop: a per-epoch time, jax-ml/jax#1797), per timer
+    clock_loops: Counter = field(default_factory=Counter)
+    #: waits of ``blocks`` that sat between two clock reads of their frame with no line run
+    #: twice between them: a benchmark's waits (on its inputs, on its result), not a loop's
+    timed_waits: Counter = field(default_factory=Counter)
+    #: runs of a line between two clock reads of its frame that called a jitted function or a
+    #: JAX operation and threw its result away, no wait after it (jax-ml/jax#1219)
+    untimed_calls: Counter = field(default_factory=Counter)
+
+
+class _Timers:
+    """One frame's clock reads and what ran since: its timers' starts by name, lines run
+    again, waits and results thrown away since the frame's last clock read."""
+
+    __slots__ = ("started", "ran", "repeats", "at_last", "waits_seen", "waits", "dropped")
+
+    def __init__(self) -> None:
+        self.started: dict = {}  # name -> (key, pending, names, repeats, waits_seen) at start
+        self.ran: set = set()  # line numbers run since the frame's last clock read, not it
+        self.repeats = 0  # lines run again since a clock read, all told
+        self.at_last = 0  # repeats at the frame's last clock read
+        self.waits_seen = 0  # waits and reads that found work, all told
+        self.waits: list = []  # block lines that found work since the last clock read
+        self.dropped: list = []  # lines whose JAX call's result was thrown away since then
 
 
 class _Tracer:
@@ -105,6 +171,11 @@ class _Tracer:
         self.kinds: dict = {}  # code object -> its kind
         self.texts: dict = {}  # (file, line) -> _PLAIN, _BLOCK_LINE or _CLOCK_LINE
         self.block_open = None  # (frame, key) of a x.block_until_ready() line that waited
+        self.timers: dict = {}  # frame -> _Timers, from its first clock read to its return
+        self.roles: dict = {}  # (file, line) of a clock line -> (name kept, name subtracted)
+        self.discards: dict = {}  # (file, line) -> the dotted name an expression calls, or ()
+        self.comprehends: dict = {}  # (file, line) -> a comprehension, not a loop statement
+        self.last_line: dict = {}  # frame -> its last line number (Python 3.12 and later)
         import jax
 
         self.jax_dir = os.path.dirname(jax.__file__) + os.sep
@@ -153,9 +224,135 @@ class _Tracer:
         if kind == _BLOCK_LINE and seen.blocks[key] < MOST_LOOKS and _pending():
             seen.blocks[key] += 1
             self.block_open = (frame, key)
-        elif kind == _CLOCK_LINE and seen.clock_reads[key] < MOST_LOOKS:
-            seen.clock_reads[key] += 1
-            seen.clock_pending[key] += bool(_pending())
+            self.waited(frame, key)
+        elif kind == _CLOCK_LINE:
+            computing = None  # not looked at: a timer's start or end of unknown state
+            if seen.clock_reads[key] < MOST_LOOKS:
+                seen.clock_reads[key] += 1
+                computing = _computing()
+            self.clocked(frame, key, computing)
+
+    def clocked(self, frame, key, computing: list | None) -> None:
+        """A clock read at ``key``, which found ``computing`` still being computed (None: not
+        looked at): it ends what ran since the frame's last one (waits there were a
+        benchmark's, results thrown away were timed), ends the timer whose start it subtracts,
+        and starts the one it keeps. A timer's end counts as finding work only for arrays its
+        start did not find (one waited for in between can read as not ready for milliseconds
+        more under the transfer guard, jax 0.8.0 and 0.10.2 on a CPU)."""
+        seen, timers = self.seen, self.timers.get(frame)
+        if timers is None:
+            timers = self.timers[frame] = _Timers()
+        else:
+            if timers.repeats == timers.at_last:  # no line ran twice: no loop between
+                for wait in timers.waits:
+                    seen.timed_waits[wait] += 1
+            for dropped in timers.dropped:
+                seen.untimed_calls[dropped] += 1
+        kept, subtracted = self.role(key)
+        pending = None if computing is None else bool(computing)
+        if subtracted in timers.started:
+            start, found, names, repeats, waits_seen = timers.started[subtracted]
+            if found is not None and computing is not None:
+                pending = any(all(a is not r() for r in found) for a in computing)
+                seen.clock_starts[start] += 1
+                if found and not pending and timers.waits_seen > waits_seen:
+                    seen.early_starts[start] += 1
+                    seen.early_names.setdefault(start, names)
+            if timers.repeats > repeats and seen.runs[start] == seen.runs[key]:
+                seen.clock_loops[start] += 1
+                seen.clock_loops[key] += 1
+        if computing is not None:
+            seen.clock_pending[key] += bool(pending)
+        if kept:
+            timers.started[kept] = (
+                key, None if computing is None else [weakref.ref(a) for a in computing],
+                _pending_names(frame) if computing else (), timers.repeats, timers.waits_seen)
+        timers.ran, timers.at_last = set(), timers.repeats  # the read itself is no repeat
+        timers.waits, timers.dropped = [], []
+
+    def role(self, key) -> tuple[str, str]:
+        """(the name a clock line keeps its read in, the name of the start it subtracts),
+        each "" where none: ``t0 = time.time()`` keeps t0; ``dt = time.time() - t0``, or
+        ``t1 = time.time()`` where the file reads ``t1 - t0``, subtracts t0. Once per line."""
+        role = self.roles.get(key)
+        if role is None:
+            source = linecache.getline(*key).split("#")[0]
+            kept = m.group(1) if (m := _KEPT.match(source)) else ""
+            subtracted = next((m.group(1) for c in _CLOCK.finditer(source)
+                               if (m := _MINUS.match(source, c.end()))), "")
+            if kept and not subtracted:  # an end kept first: t1 = time.time(); t1 - t0
+                text = "".join(linecache.getlines(key[0]))
+                subtracted = next((m.group(1) for m in re.finditer(
+                    rf"(?<![\w.]){re.escape(kept)}\s*-\s*([A-Za-z_][\w.]*)", text)
+                    if m.group(1) != kept), "")
+            role = self.roles[key] = (kept, subtracted)
+        return role
+
+    def waited(self, frame, key, block: bool = True) -> None:
+        """A wait with block_until_ready (or a read, ``block`` False) in ``frame`` found work
+        still being computed: the timer running there waited for it. A result thrown away
+        before it is no longer said to be untimed: what the wait covered is not known."""
+        while frame.f_code.co_name in _COMPREHENSIONS and frame.f_back is not None:
+            frame = frame.f_back  # [float(v) for v in out] waits for its caller's timer
+        timers = self.timers.get(frame)
+        if timers is not None:
+            timers.waits_seen += 1
+            timers.dropped.clear()
+            if block:
+                timers.waits.append(key)
+
+    def ran(self, frame, key) -> None:
+        """A line of a frame that has read the clock: a line run again since (a loop), or a
+        call into JAX whose result the line throws away."""
+        timers = self.timers.get(frame)
+        if timers is None:
+            return
+        if key[1] in timers.ran:
+            timers.repeats += 1
+        else:
+            timers.ran.add(key[1])
+        name = self.discarded(key)
+        if name and self.clean() and _dispatches(frame, name):
+            timers.dropped.append(key)
+
+    def discarded(self, key) -> tuple[str, ...]:
+        """The dotted name (``("jnp", "dot")``) a line calls as a whole expression statement,
+        its result thrown away (``f(a, b)``); () for any other line. Once per line."""
+        name = self.discards.get(key)
+        if name is None:
+            name = ()
+            try:
+                (statement,) = ast.parse(linecache.getline(*key).strip()).body
+            except (SyntaxError, ValueError):
+                statement = None
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+                func, parts = statement.value.func, []
+                while isinstance(func, ast.Attribute):
+                    parts.insert(0, func.attr)
+                    func = func.value
+                if isinstance(func, ast.Name):
+                    name = (func.id, *parts)
+            self.discards[key] = name
+        return name
+
+    def item(self, frame, key) -> bool:
+        """Is this line event an item of a comprehension on the line, not a run of it? A
+        comprehension's own frame (Python 3.11; a generator expression), or, from Python 3.12,
+        the same line again in the same frame on a line with a comprehension that is not a
+        loop statement."""
+        if frame.f_code.co_name in _COMPREHENSIONS:
+            return True
+        if not _INLINED:
+            return False
+        again, self.last_line[frame] = self.last_line.get(frame) == key[1], key[1]
+        if not again:
+            return False
+        comprehends = self.comprehends.get(key)
+        if comprehends is None:
+            source = linecache.getline(*key).split("#")[0]
+            comprehends = self.comprehends[key] = bool(
+                _COMPREHENSION.search(source) and not _LOOP_STATEMENT.match(source))
+        return comprehends
 
     def settle(self, frame) -> None:
         """The line of ``frame`` that waited on an array's method has ended: was anything
@@ -169,17 +366,26 @@ class _Tracer:
         if event == "line":
             self.settle(frame)
             key = (frame.f_code.co_filename, frame.f_lineno)
-            self.seen.runs[key] += 1
+            if self.item(frame, key):
+                self.seen.items[key] += 1
+            else:
+                self.seen.runs[key] += 1
             if key not in self.seen.function_of:
-                code = frame.f_code
+                code, outer = frame.f_code, frame
+                while code.co_name in _COMPREHENSIONS and outer.f_back is not None:
+                    outer = outer.f_back  # a comprehension's lines are its caller's
+                    code = outer.f_code
                 self.seen.function_of[key] = (code.co_filename, code.co_firstlineno,
                                               code.co_name)
             self.mark(frame)
+            self.ran(frame, key)
             self.looks(frame, key)
         elif event == "return":
             self.settle(frame)  # back to the innermost user frame still running: its line again
             # (a jitted function traced, or a callback of the user's, has returned: what follows
             # belongs to the line that called into JAX, not to the last line that ran)
+            self.timers.pop(frame, None)
+            self.last_line.pop(frame, None)
             back = frame.f_back
             while back is not None and self.kind(back) != _USER:
                 back = back.f_back
@@ -197,6 +403,8 @@ class _Tracer:
             return None
         if kind == _JAX_CALL:
             self.seen.jax_calls[key] += 1
+            if frame.f_code.co_name == "__getitem__" and _element(frame):
+                self.seen.element_reads[key] += 1
         elif kind == _JAX_BLOCK and self.seen.blocks[key] < MOST_LOOKS:
             try:  # jax.block_until_ready(x): its first parameter, a pytree
                 import jax
@@ -208,6 +416,7 @@ class _Tracer:
                 waits = False
             if waits:
                 self.seen.blocks[key] += 1
+                self.waited(frame.f_back, key)
                 return self._after_read(key, self.seen.idle_blocks)
         elif kind == _JAX_READ:
             self.seen.reads[key] += 1
@@ -218,6 +427,7 @@ class _Tracer:
                     waits = False
                 if waits:
                     self.seen.looked[key] += 1
+                    self.waited(frame.f_back, key, block=False)
                     return self._after_read(key, self.seen.idle_reads)
         return None
 
@@ -240,6 +450,52 @@ class _Tracer:
         return local
 
 
+def _element(frame) -> bool:
+    """At the call of a jax.Array's ``__getitem__``: does it read one element (an int for each
+    dimension, ``x[i]`` of a vector)?"""
+    try:
+        arguments = frame.f_locals
+        index, ndim = arguments["idx"], arguments["self"].ndim
+    except Exception:  # not the array's own __getitem__
+        return False
+    index = index if isinstance(index, tuple) else (index,)
+    return len(index) == ndim > 0 and all(
+        isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in index)
+
+
+def _dispatches(frame, name: tuple[str, ...]) -> bool:
+    """Does ``name``, read in ``frame`` (through modules only), call a jitted function or an
+    operation of jax.numpy, jax.lax, jax.random, jax.nn or jax.scipy?"""
+    if not name:
+        return False
+    root, *parts = name
+    scope = frame.f_locals
+    obj = scope[root] if root in scope else frame.f_globals.get(root)
+    module = ""
+    for part in parts:
+        if not isinstance(obj, types.ModuleType):
+            return False  # an attribute of an object may run code to be read: not looked at
+        module, obj = obj.__name__, getattr(obj, part, None)
+    if isinstance(obj, types.ModuleType) or not callable(obj):
+        return False
+    if hasattr(type(obj), "lower") and hasattr(type(obj), "clear_cache"):  # jax.jit's
+        return True
+    module = module or getattr(obj, "__module__", None) or ""
+    return module.startswith(_OPERATION_MODULES)
+
+
+def _pending_names(frame) -> tuple[str, ...]:
+    """The names in ``frame`` (up to three) of arrays still being computed."""
+    try:
+        import jax
+
+        return tuple(sorted(name for name, value in list(frame.f_locals.items())
+                            if not name.startswith("_") and isinstance(value, jax.Array)
+                            and not value.is_deleted() and not value.is_ready())[:3])
+    except Exception:  # an array deleted meanwhile
+        return ()
+
+
 def _pending() -> bool | None:
     """Is any live array still being computed? None where that cannot be told (an array
     deleted meanwhile)."""
@@ -247,6 +503,16 @@ def _pending() -> bool | None:
         import jax
 
         return any(not a.is_ready() for a in jax.live_arrays())
+    except Exception:
+        return None
+
+
+def _computing() -> list | None:
+    """The live arrays still being computed; None where that cannot be told."""
+    try:
+        import jax
+
+        return [a for a in jax.live_arrays() if not a.is_ready()]
     except Exception:
         return None
 
