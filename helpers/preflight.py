@@ -786,30 +786,49 @@ class _Scan:
     offloads: tuple[tuple[str, str, bool, str], ...]
 
 
-def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dict, object]:
+def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dict, object,
+                                               dict]:
     """(the lengths of the scans in ``fn``'s forward pass, nested ones included; the (shape,
     dtype) of their carries, which a stacked output is not; (length, where) -> its
-    :class:`_Scan`; the jaxpr). None and empties where it cannot be traced apart (then every
+    :class:`_Scan`; the jaxpr; (length, where) -> the :class:`_Scan` of each scan of that
+    length made at that line, the top-level ones in the order they run first, then those
+    nested in other equations). None and empties where it cannot be traced apart (then every
     scan output counts as stacked)."""
     jax = devices.start_jax()
     try:
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
     except Exception:
-        return None, set(), {}, None
-    scans = [eqn for j, _ in jaxprs.walk(closed) for eqn in getattr(j, "eqns", ())
-             if eqn.primitive.name == "scan"]
+        return None, set(), {}, None, {}
+    top = [eqn for eqn in closed.jaxpr.eqns if eqn.primitive.name == "scan"]
+    scans = top + [eqn for j, _ in jaxprs.walk(closed) if j is not closed.jaxpr
+                   for eqn in getattr(j, "eqns", ()) if eqn.primitive.name == "scan"]
     steps: dict[tuple[int, str], _Scan] = {}
-    for eqn in scans:
+    every: dict[tuple[int, str], list[tuple[_Scan, bool]]] = {}
+    for n, eqn in enumerate(scans):
         carried = eqn.outvars[:eqn.params["num_carry"]]
-        steps.setdefault((int(eqn.params["length"]), jaxprs.equation_where(eqn)), _Scan(
-            jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn),
-            tuple((tuple(v.aval.shape), str(v.aval.dtype)) for v in carried
-                  if hasattr(v.aval, "shape")),
-            jaxprs.checkpoint_offloads(eqn.params["jaxpr"])))
+        key = (int(eqn.params["length"]), jaxprs.equation_where(eqn))
+        scan = _Scan(jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn),
+                     tuple((tuple(v.aval.shape), str(v.aval.dtype)) for v in carried
+                           if hasattr(v.aval, "shape")),
+                     jaxprs.checkpoint_offloads(eqn.params["jaxpr"]))
+        steps.setdefault(key, scan)
+        every.setdefault(key, []).append((scan, n < len(top)))
     return ({int(eqn.params["length"]) for eqn in scans},
             {(tuple(v.aval.shape), str(v.aval.dtype)) for eqn in scans
              for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape")},
-            steps, closed)
+            steps, closed, every)
+
+
+def _scan_of(every: dict, key: tuple[int, str], ordinal: int, forward: int) -> _Scan | None:
+    """The :class:`_Scan` of the ``ordinal``-th of the ``forward`` top-level scans of ``key``
+    in the gradient's forward pass, which are the function's top-level scans of that key in
+    the same order where it has as many; else the one all scans of that key are alike in; None
+    where they differ (the kit cannot tell which one it is)."""
+    found = every.get(key, [])
+    top = [scan for scan, at_top in found if at_top]
+    if ordinal < forward == len(top):
+        return top[ordinal]
+    return found[0][0] if found and len({scan for scan, _ in found}) == 1 else None
 
 
 def _offloaded_note(offloaded: list[Residual], kept: int, names: list[str]) -> str:
@@ -912,15 +931,61 @@ def _input_name(fn: Callable, args, kwargs, index: int) -> str:
         return ""
 
 
-def _gradient_temp(fn: Callable, args, kwargs) -> int | None:
-    """XLA's temporaries for ``jax.grad(fn)`` (by the first argument, as the user takes it),
+def _compiled_gradient(fn: Callable, args, kwargs) -> compiled.CompiledStep | None:
+    """XLA's program for ``jax.grad(fn)`` (by the first argument, as the user takes it),
     compiled, not run; None where it cannot be compiled (an output that is no scalar)."""
     jax = devices.start_jax()
     try:
-        return int(compiled.compile_step(jax.grad(fn), *args, over_mesh=False,
-                                         **kwargs).sizes()["temp"])
+        return compiled.compile_step(jax.grad(fn), *args, over_mesh=False, **kwargs)
     except Exception:  # an output that is no scalar, a backend that will not say
         return None
+
+
+def _gradient_temp(fn: Callable, args, kwargs) -> int | None:
+    """XLA's temporaries for ``jax.grad(fn)``, compiled, not run; None where it cannot be
+    compiled."""
+    c = _compiled_gradient(fn, args, kwargs)
+    try:
+        return None if c is None else int(c.sizes()["temp"])
+    except Exception:  # a backend that will not say
+        return None
+
+
+#: arguments that are no arrays: ``jax.grad(loss)(x, 10)`` passes them to ``loss`` as they are
+_PYTHON = (int, float, complex, str)
+
+
+def _close_over_python(fn: Callable, args: tuple, kwargs: dict
+                       ) -> tuple[Callable, tuple, dict, list[str]]:
+    """``fn`` with its arguments that are Python numbers or strings closed over, as
+    ``jax.grad(loss)(x, 10)`` passes its arguments after the first (jax-ml/jax#2956: a
+    ``lax.fori_loop`` bound of 10 stays a Python int, so the loop is a scan, which the gradient
+    can go through; traced, it is a while_loop, which it cannot). Their places hold None (no
+    leaves), so every other leaf keeps its place and its name. A Python float or complex first
+    argument stays: ``jax.grad`` differentiates it. (fn, args, kwargs, the names closed over:
+    none and ``fn`` itself where there are none)."""
+    import functools
+    import inspect
+
+    fixed = [i for i, a in enumerate(args) if isinstance(a, _PYTHON)
+             and not (i == 0 and isinstance(a, (float, complex)))]
+    named = [k for k, a in kwargs.items() if isinstance(a, _PYTHON)]
+    if not fixed and not named:
+        return fn, args, kwargs, []
+
+    @functools.wraps(fn)
+    def closed(*a, **k):
+        a = tuple(args[i] if i in fixed else x for i, x in enumerate(a))
+        return fn(*a, **{**k, **{n: kwargs[n] for n in named}})
+
+    closed.__name__ = compiled.function_name(fn)
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # no signature
+        params = []
+    names = [params[i] if i < len(params) else f"argument {i}" for i in fixed] + named
+    return (closed, tuple(None if i in fixed else a for i, a in enumerate(args)),
+            {k: None if k in named else a for k, a in kwargs.items()}, names)
 
 
 def _calls(closed, named: Callable[[str], bool]) -> bool:
@@ -960,20 +1025,72 @@ def _fwd_rules(fn: Callable, args, kwargs, closed) -> dict[tuple, str]:
             for shape, dtype, where, rule in jaxprs.custom_vjp_residuals(linear)}
 
 
-def _shard_map_splits(fn: Callable, args, kwargs, closed) -> list[tuple]:
-    """``jaxprs.shard_map_residuals`` of ``fn``'s gradient, traced as JAX's saved_residuals
-    traces it (the jaxpr of ``jax.vjp``, whose last outputs are the residuals), only where
-    ``fn`` calls ``shard_map``."""
-    if not _calls(closed, lambda name: name == "shard_map"):
-        return []
+def _vjp_jaxpr(fn: Callable, args, kwargs) -> tuple[object, int]:
+    """(the jaxpr of ``jax.vjp`` of ``fn``, whose last outputs are the residuals, as JAX's
+    saved_residuals traces it; how many residuals); (None, 0) where it cannot be traced."""
     jax = devices.start_jax()
     leaves, flat = _over_leaves(fn, args, kwargs, jax)
     try:
         traced, shapes = jax.make_jaxpr(lambda *xs: jax.vjp(flat, *xs),
                                         return_shape=True)(*leaves)
     except Exception:
+        return None, 0
+    return traced, len(jax.tree.leaves(shapes[1]))
+
+
+def _shard_map_splits(traced, count: int, closed) -> list[tuple]:
+    """``jaxprs.shard_map_residuals`` of the gradient's jaxpr (:func:`_vjp_jaxpr`), only where
+    ``fn`` calls ``shard_map``."""
+    if traced is None or not _calls(closed, lambda name: name == "shard_map"):
         return []
-    return jaxprs.shard_map_residuals(traced, len(jax.tree.leaves(shapes[1])))
+    return jaxprs.shard_map_residuals(traced, count)
+
+
+def _reverse_mode_error(fn: Callable, args, kwargs) -> str:
+    """JAX's own words where the backward pass of ``fn`` cannot be traced (a ``while_loop``
+    that carries a value the gradient needs: "Reverse-mode differentiation does not work for
+    lax.while_loop or lax.fori_loop with dynamic start/stop values", jax 0.8.0 and 0.10.2),
+    traced as jax.grad traces it, nothing run; "" where it can."""
+    jax = devices.start_jax()
+    leaves, flat = _over_leaves(fn, args, kwargs, jax)
+
+    def backward(*xs):
+        out, pullback = jax.vjp(flat, *xs)
+        return pullback(jax.tree.map(jax.numpy.ones_like, out))
+
+    try:
+        jax.make_jaxpr(backward)(*leaves)
+    except Exception as err:  # the one about while_loop: another is no loop's to explain
+        said = str(err).splitlines()[0] if str(err) else ""
+        return f"{type(err).__name__}: {said}" if "while_loop" in said else ""
+    return ""
+
+
+def _while_error(fn: Callable, args, kwargs, closed, names: list[str]) -> str:
+    """The words for a gradient that cannot go back through a ``while_loop`` (jax-ml/jax#2956):
+    its line, the argument its bound comes from, JAX's error, the fix; "" where there is none
+    or the gradient goes through it (a loop that carries nothing the gradient needs)."""
+    loops = jaxprs.while_loops(closed) if closed is not None else ()
+    if not loops or not (said := _reverse_mode_error(fn, args, kwargs)):
+        return ""
+    where, bound = next(((w, b) for w, b in loops if b >= 0), loops[0])
+    at = f" at {where}" if where else ""
+    name = _input_name(fn, args, kwargs, bound) if bound >= 0 else ""
+    traced = (f"Its bound comes from the argument {name}, an array, which is traced as jax.jit "
+              f"traces its arguments: pass {name} as a Python int (marked static, "
+              "jax.jit(step, static_argnums=...), where a jitted step takes it) so "
+              "lax.fori_loop makes a lax.scan the gradient can go back through, or use "
+              "lax.scan with a fixed length."
+              if name else
+              "Use lax.scan with a fixed number of steps (or lax.fori_loop with Python-int "
+              "bounds, which makes one), masking the steps past the end, or a "
+              "jax.custom_vjp for the loop.")
+    kept = (f" (The kit passed {', '.join(names)} as given, as jax.grad passes the arguments "
+            "it does not differentiate.)" if names else "")
+    return (f"jax.grad({compiled.function_name(fn)}) cannot go back through the "
+            f"lax.while_loop{at}: reverse-mode differentiation does not work for a "
+            "while_loop, and a lax.fori_loop whose bounds are traced is one (jax-ml/jax#2956). "
+            f"JAX raises {said} {traced}{kept}")
 
 
 def _gathered_note(gathered: list[Residual], kept: int) -> str:
@@ -998,13 +1115,149 @@ def _gathered_note(gathered: list[Residual], kept: int) -> str:
             "MiB and XLA's temporaries stayed at 16 MiB).")
 
 
+def _jitted_name(source: str) -> str:
+    """The inner jit JAX's words name ("output of jitted function '_one_hot' from ..."), ""
+    for none."""
+    m = re.match(r"output of jitted function '([^']+)'", source)
+    return m.group(1) if m else ""
+
+
+def _fused(candidates: list[Residual], made_at: dict, step: compiled.CompiledStep
+           ) -> list[Residual]:
+    """Those of ``candidates`` that XLA's compiled gradient holds no buffer of: no value the
+    program materializes has its shape or its bytes and was made where it was (inside its inner
+    jit, as XLA's op_name says, or at its line). XLA recomputes such a value inside the
+    fusions that read it (google/flax#2051: a one-hot of the labels)."""
+    values = step.values
+    out = []
+    for r in candidates:
+        name, where = _jitted_name(r.source), made_at[id(r)]
+        there = [v for v in values if (f"jit({name})" in v["op"] if name else
+                                       bool(v["source"]) and frames.where(*v["source"]) == where)]
+        if values and not any(tuple(v["shape"]) == r.shape or v["nbytes"] == r.nbytes
+                              for v in there):
+            out.append(r)
+    return out
+
+
+def _fused_note(fused: list[Residual], saved: int, temp: int, function: str) -> str:
+    """google/flax#2051: JAX lists a value made from integers alone (a one-hot of the labels)
+    among what the gradient keeps; XLA recomputes it inside the fusions that read it and holds
+    no buffer of it. Measured by the kit (the thread's cross-entropy, 2048 labels over 8192
+    classes, XLA's temporaries for jax.grad on the CPU): one-hot 64.02 MiB, integer labels with
+    take_along_axis 64.03 MiB on jax 0.10.2; 4.00 and 66.12 MiB on jax 0.8.0."""
+    r = fused[0]
+    total = sum(x.nbytes for x in fused)
+    return (f"{format_bytes(total)} of the {format_bytes(saved)} kept (the largest, "
+            f"{r.dtype}{list(r.shape)}, {r.source}) is made from integers alone, and XLA's "
+            f"compiled jax.grad({function}) ({format_bytes(temp)} of temporaries) holds no "
+            "buffer of it: it recomputes it inside the fusions that read it, so on this "
+            "backend it costs no memory and needs no change (google/flax#2051: a one-hot of "
+            "the labels; integer labels gave the same temporaries on jax 0.10.2, 64.03 against "
+            "64.02 MiB).")
+
+
+def _wide_note(hits: list[Residual], saved: int, found: tuple, rows_name: str,
+               temp: int | None, function: str) -> str:
+    """apple/axlearn#1236, google/flax#2858: a product over a wide axis (full-vocabulary
+    logits, attention scores) that what follows reduces over that axis (a logsumexp, a
+    softmax): the gradient keeps the whole product. jax.checkpoint around it keeps less but
+    recomputes the whole product at once in the backward pass. Measured by the kit, XLA's
+    temporaries for jax.grad on the CPU, jax 0.8.0 and 0.10.2 alike: the thread's loss over
+    1024 tokens, a hidden size of 256 and 8192 classes, 64.01 MiB; the same with jax.checkpoint
+    around the loss or the dots_with_no_batch_dims_saveable policy; 12.13 MiB in a lax.scan over
+    8 chunks of 128 tokens with jax.checkpoint on the chunk, the same loss and gradient.
+    flax#2858's causal attention (2 x 1024 tokens, 4 heads of 64), by q, k and v: 130.06 MiB
+    (132.03 on 0.8.0), 102.06 (130.03) with jax.checkpoint, 20.51 (24.51) in 8 checkpointed
+    query chunks of 128."""
+    shape, dtype, wide, k, rows, made, reduced, _, _ = found
+    chunk = program_notes.chunk_size(rows)
+    total = sum(r.nbytes for r in hits)
+    of = f" of {rows_name}" if rows_name else ""
+    held = (f" XLA's compiled jax.grad({function}) holds {format_bytes(temp)} of temporaries."
+            if temp is not None else "")
+    return (f"{format_bytes(total)} of the {format_bytes(saved)} kept are {dtype}{list(shape)}, "
+            f"a product over {wide} columns against a contracted size of {k} ({made}), and the "
+            f"values made from it, which {reduced} reduces over those {wide} columns: "
+            "full-vocabulary logits under a logsumexp, or attention scores under a softmax. "
+            f"The gradient keeps the whole product for all {rows} rows.{held} jax.checkpoint "
+            "around it (or a policy such as dots_with_no_batch_dims_saveable) recomputes the "
+            "whole product at once in the backward pass and does not lower XLA's peak "
+            "(apple/axlearn#1236's loss on the CPU: 64.01 MiB of temporaries either way). "
+            f"Compute it in chunks of rows instead: a lax.scan (or lax.map) over {rows // chunk} "
+            f"chunks of {chunk} of the {rows} rows{of}, with jax.checkpoint on the chunk's body, "
+            "holds "
+            "one chunk's product at a time (there: 64.01 -> 12.13 MiB, the same gradient; "
+            "attention in query chunks, google/flax#2858, jax 0.10.2: 130.06 -> 20.51 MiB).")
+
+
+def _loop_checkpoint_note(where: str, count: int, saved: int, temp: int, function: str) -> str:
+    """jax-ml/jax#19822 and #27748: jax.checkpoint on each layer (or block) in a Python loop
+    leaves little kept, yet XLA's plan for the gradient can hold far more: it schedules the
+    layers' recomputations as it likes, and can run them together before the backward pass
+    uses them. A lax.scan over the layers with jax.checkpoint on the body recomputes one at a
+    time. Measured by the kit, XLA's temporaries for jax.grad on the CPU, jax 0.10.2 (0.8.0):
+    jax#19822's 10 layers of a random 512 x 512 matrix, plain 13.02 MiB (41.02), checkpointed
+    in the Python loop 14.02 (41.02), a lax.scan over the checkpointed layers 6.02 (6.02);
+    jax#27748's 10 blocks of a 100-step scan over a float32[300, 100] carry, each block
+    checkpointed in the Python loop 126.24 MiB (126.24), one lax.scan over the checkpointed
+    blocks 13.16 (12.93)."""
+    return (f"jax.checkpoint is applied {count} times at {where}, once per layer or block of a "
+            f"Python loop: the gradient keeps only {format_bytes(saved)}, yet XLA's compiled "
+            f"jax.grad({function}) holds {format_bytes(temp)} of temporaries. XLA schedules the "
+            f"{count} recomputations as it likes and can run them together before the backward "
+            "pass uses them (jax-ml/jax#19822, #27748). Make the layers (or blocks) one lax.scan "
+            "over their stacked parameters or inputs, with jax.checkpoint on the body: a scan "
+            "recomputes one at a time (jax 0.10.2 on the CPU, jax#19822: 14.02 -> 6.02 MiB; "
+            "jax#27748: 126.24 -> 13.16 MiB).")
+
+
+def _whole_checkpoint_note(temp: int | None, function: str) -> str:
+    """jax-ml/jax#19822: jax.checkpoint around the whole function differentiated keeps only its
+    arguments, and its backward pass recomputes the whole function at once, so XLA's peak for
+    the gradient does not fall. Measured by the kit (the thread's 10 layers of a random
+    512 x 512 matrix, XLA's temporaries for jax.grad on the CPU): 13.02 MiB with and without
+    it on jax 0.10.2 (41.02 on 0.8.0); 6.02 MiB with a lax.scan over the layers, each
+    jax.checkpoint-ed, on both."""
+    held = (f": XLA's compiled jax.grad({function}) holds {format_bytes(temp)} of "
+            "temporaries" if temp is not None else "")
+    return (f"jax.checkpoint wraps the whole of {function}: the gradient keeps nothing beyond "
+            "its arguments, but the backward pass recomputes the whole function at once, so "
+            "every layer's values are live together again and XLA's peak stays where it was "
+            f"without the checkpoint{held} (jax-ml/jax#19822, jax 0.10.2 on the CPU: 13.02 MiB "
+            "with it and without). "
+            "Checkpoint each layer inside a lax.scan over the layers instead, which recomputes "
+            "one at a time (there: 6.02 MiB).")
+
+
+def _generic_note(kept: int) -> str:
+    """What jax.checkpoint can do where the kit sees nothing more specific: it trades residuals
+    for recomputation, and whether XLA's peak falls depends on how it schedules the
+    recomputation (jax-ml/jax#19822, its 10 layers measured by the kit: XLA's temporaries for
+    jax.grad on the CPU 13.02 MiB, 14.02 with jax.checkpoint on each layer of the Python loop,
+    6.02 in a lax.scan over the checkpointed layers on jax 0.10.2; 41.02, 41.02, 6.02 on
+    0.8.0)."""
+    return (f"{format_bytes(kept)} is kept between the forward and backward pass. "
+            "jax.checkpoint on the largest layer keeps only its inputs and recomputes the rest "
+            "in the backward pass, but XLA plans the gradient's buffers itself, so fewer "
+            "residuals need not mean a lower peak: on each layer of a Python loop it did not "
+            "fall (jax-ml/jax#19822, jax 0.10.2 on the CPU: 13.02 MiB of XLA's temporaries became "
+            "14.02), in a "
+            "lax.scan over the jax.checkpoint-ed layers it did (6.02 MiB): compare "
+            "preflight_step(jax.grad(loss), ...) before and after.")
+
+
 def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     """What ``jax.grad(fn)`` keeps from the forward pass, from JAX's own list
     (``jax.ad_checkpoint.print_saved_residuals``): each array, its size and where it was made.
     Arrays or ``jax.ShapeDtypeStruct`` shapes; nothing runs. ``fn`` is the function whose
     gradient is taken (the loss), not the whole training step. What a jax.checkpoint policy
     offloads to host memory is counted apart (``offloaded_bytes``) from what waits in device
-    memory (``saved_bytes``).
+    memory (``saved_bytes``). Arguments that are Python numbers or strings are passed as they
+    are, as ``jax.grad(loss)(x, 10)`` passes the arguments it does not differentiate (a
+    ``lax.fori_loop`` bound stays static); a gradient that cannot go back through a
+    ``while_loop`` raises :class:`~helpers.errors.BadInputError` with the loop's line, where
+    its bound comes from and the fix (jax-ml/jax#2956).
 
     >>> import jax.numpy as jnp
     >>> r = residuals(lambda w, x: jnp.sum(jnp.sin(x @ w)), jnp.ones((3, 3)), jnp.ones((5, 3)))
@@ -1014,23 +1267,36 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     devices.start_jax()  # JAX can start here, or a BackendError says why
     if not callable(fn):
         raise BadInputError(f"fn must be a function, got {fn!r}")
+    given = (args, kwargs)
+    fn, args, kwargs, static = _close_over_python(fn, args, kwargs)
     saved = jaxcompat.verify("saved_residuals")
     try:
         found = saved(fn, *args, **kwargs)
     except Exception as err:
         raise BadInputError(f"{compiled.function_name(fn)} could not be differentiated on "
-                            f"these arguments ({compiled.describe_arguments((args, kwargs))})"
+                            f"these arguments ({compiled.describe_arguments(given)})"
                             f"{compiled.user_line(err)}: "
                             f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
-    lengths_run, carries, steps, closed = _scans(fn, args, kwargs)
+    lengths_run, carries, steps, closed, every = _scans(fn, args, kwargs)
+    if said := _while_error(fn, args, kwargs, closed, static):
+        raise BadInputError(said)
+    traced, count = _vjp_jaxpr(fn, args, kwargs)
+    sources = jaxprs.residual_sources(traced, count) if traced is not None else []
+    if [s[:2] for s in sources] != [(tuple(a.shape), str(a.dtype)) for a, _ in found]:
+        sources = []  # they do not pair one for one: the kit reads JAX's words alone
+    forward: dict[tuple[int, str], int] = {}  # the gradient's top-level scans of each key
+    for eqn in getattr(getattr(traced, "jaxpr", None), "eqns", ()):
+        if eqn.primitive.name == "scan":
+            key = (int(eqn.params["length"]), jaxprs.equation_where(eqn))
+            forward[key] = forward.get(key, 0) + 1
     rules = _fwd_rules(fn, args, kwargs, closed)
     offloads = jaxprs.checkpoint_offloads(closed) if closed is not None else ()
     kinds = {kind for _, kind, _, _ in offloads}
     splits: dict[tuple, list[tuple]] = {}  # (shape, dtype) -> how shard_maps split such
-    for split in _shard_map_splits(fn, args, kwargs, closed):
+    for split in _shard_map_splits(traced, count, closed):
         splits.setdefault(split[:2], []).append(split[2:])
-    out, made_at = [], {}
-    for aval, source in found:
+    out, made_at, source_of = [], {}, {}
+    for n, (aval, source) in enumerate(found):
         nbytes = int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
         shape, dtype, where = tuple(aval.shape), str(aval.dtype), _made_at(str(source))
         is_argument = str(source).startswith("from the argument")
@@ -1040,14 +1306,21 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                             rules.get((shape, dtype, where), ""), _memory(aval, kinds),
                             *split[:3]))
         made_at[id(out[-1])] = where
+        source_of[id(out[-1])] = sources[n] if sources else None
     out.sort(key=lambda r: (r.memory != "device", -r.nbytes))
     extra = [r for r in out if not r.is_argument and r.memory == "device"]
     offloaded = [r for r in out if not r.is_argument and r.memory != "device"]
-    # a scan's stacked outputs lead with its length; its final carry, also "output of scan",
-    # does not grow with the length
-    scans = [r for r in extra if r.source.startswith("output of scan") and r.shape
-             and (lengths_run is None or (r.shape[0] in lengths_run
-                                          and (r.shape, r.dtype) not in carries))]
+
+    def stacked(r: Residual) -> bool:
+        """A scan's output stacked over its steps: its final carry, also "output of scan",
+        does not grow with the length."""
+        if (src := source_of[id(r)]) is not None and src[4] is not None:
+            return src[4][3] and bool(r.shape)
+        return r.source.startswith("output of scan") and bool(r.shape) and (
+            lengths_run is None or (r.shape[0] in lengths_run
+                                    and (r.shape, r.dtype) not in carries))
+
+    scans = [r for r in extra if stacked(r)]
     saved_bytes, scan_bytes = sum(r.nbytes for r in extra), sum(r.nbytes for r in scans)
     lengths = tuple(sorted({r.shape[0] for r in scans}))
     by_rule = [r for r in extra if r.fwd_rule]
@@ -1068,9 +1341,27 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                 and (r.shape[a], r.shape[b]) == (shape[a], shape[b])]
         if sum(r.nbytes for r in hits) > sum(r.nbytes for r in pairwise):
             pairwise, pair = hits, found_pair
+    wide, reduction = [], None
+    for found_wide in (jaxprs.wide_reductions(closed) if closed is not None and extra else ()):
+        along = {shape for shape, _ in found_wide[8]}
+        hits = [r for r in extra if r.shape in along]
+        if sum(r.nbytes for r in hits) > sum(r.nbytes for r in wide):
+            wide, reduction = hits, found_wide
+    name = compiled.function_name(fn)
     names = list(dict.fromkeys(what for what, _, returned, _ in offloads
                                if what and not returned))
     lead = _offloaded_note(offloaded, saved_bytes, names) if offloaded else ""
+    # google/flax#2051: values made from integers alone (a one-hot) that XLA fuses away
+    integers = [r for r in extra if (src := source_of[id(r)]) is not None and src[5]
+                and src[2] >= 0 and r not in scans]
+    fused: list[Residual] = []
+    if integers and 4 * sum(r.nbytes for r in integers) >= saved_bytes and not pairwise:
+        step = _compiled_gradient(fn, args, kwargs)
+        fused = _fused(integers, made_at, step) if step is not None else []
+        if fused:
+            lead = f"{lead} {_fused_note(fused, saved_bytes, step.sizes()['temp'], name)}"
+    kept = saved_bytes - sum(r.nbytes for r in fused)
+    repeated = jaxprs.repeated_checkpoints(closed) if closed is not None else ()
     advice = ""
     if stranded:
         key, held = max(stranded.items(), key=lambda kv: sum(r.nbytes for r in kv[1]))
@@ -1083,40 +1374,69 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                   f"{r.fwd_rule} returns (the largest, {r.dtype}{list(r.shape)}, {r.source}). "
                   + program_notes.fwd_rule_fix(r.fwd_rule))
     elif scan_bytes:
-        per_scan: dict[tuple[int, str], int] = {}  # (length, where): the bytes it stacks
-        for r in scans:
-            key = (r.shape[0], made_at[id(r)])
-            per_scan[key] = per_scan.get(key, 0) + r.nbytes
-        (length, where), stacked = max(per_scan.items(), key=lambda kv: kv[1])
-        fix = ("If the scan's body is not wrapped in jax.checkpoint yet, wrapping it keeps only "
-               "each step's carry and recomputes the rest in the backward pass; if it is, a "
-               "shorter scan (or fewer layers) is what shrinks it.")
-        if (length, where) in steps:
-            s = steps[(length, where)]
-            fix = program_notes.checkpoint_fix(length, stacked // length, s.carry_bytes,
-                                               s.checkpointed, s.chunked)
-        advice = (f"{format_bytes(scan_bytes)} of the {format_bytes(saved_bytes)} kept are "
-                  f"scan outputs stacked over {', '.join(map(str, lengths))} steps, so they "
-                  f"grow with the length. {fix}")
+        advice = _scan_advice(scans, saved_bytes, scan_bytes, lengths, made_at, source_of,
+                              every, forward, jaxprs.chained_scans(closed) if closed else ())
     elif pair is not None and pair[6] >= 0 and 2 * sum(r.nbytes for r in pairwise) >= saved_bytes:
         # (the reduced axis runs along an input: chunks of it are what a scan can take; a
         # one-hot against jnp.arange is no pair of inputs, and its fix is take_along_axis)
         arg = _input_name(fn, args, kwargs, pair[6])
         advice = _pairwise_note(pairwise, saved_bytes, pair, arg,
-                                _gradient_temp(fn, args, kwargs), compiled.function_name(fn))
+                                _gradient_temp(fn, args, kwargs), name)
     elif 2 * sum(r.nbytes for r in extra if r.gathered_at) >= saved_bytes > 0:
         advice = _gathered_note([r for r in extra if r.gathered_at],
                                 sum(r.nbytes // r.devices for r in extra))
-    elif saved_bytes:
-        advice = (f"{format_bytes(saved_bytes)} is kept between the forward and backward pass: "
-                  "jax.checkpoint on the largest layer (or a policy such as "
-                  "jax.checkpoint_policies.dots_with_no_batch_dims_saveable) trades it for "
-                  "recomputation. Fewer residuals need not mean a lower peak: XLA plans the "
-                  "gradient's buffers itself, so compare preflight_step(jax.grad(loss), ...) "
-                  "before and after.")
+    elif reduction is not None and 2 * sum(r.nbytes for r in wide) >= saved_bytes:
+        rows = _input_name(fn, args, kwargs, reduction[7]) if reduction[7] >= 0 else ""
+        advice = _wide_note(wide, saved_bytes, reduction, rows,
+                            _gradient_temp(fn, args, kwargs), name)
+    elif repeated and (temp := _gradient_temp(fn, args, kwargs)) is not None \
+            and temp >= 4 * max(saved_bytes, 1):
+        where, times = max(repeated, key=lambda wn: wn[1])
+        advice = _loop_checkpoint_note(where, times, saved_bytes, temp, name)
+    elif not saved_bytes and closed is not None and jaxprs.wholly_checkpointed(closed):
+        advice = _whole_checkpoint_note(_gradient_temp(fn, args, kwargs), name)
+    elif kept:
+        advice = _generic_note(kept)
     advice = f"{lead} {advice}".strip()
-    return Residuals(compiled.function_name(fn), tuple(out), saved_bytes, scan_bytes, lengths,
+    return Residuals(name, tuple(out), saved_bytes, scan_bytes, lengths,
                      advice, sum(r.nbytes for r in offloaded),
                      "/".join(sorted({r.memory for r in offloaded})),
                      sum(r.nbytes // r.devices for r in extra), max((r.devices for r in out),
                                                                      default=1))
+
+
+def _scan_advice(scans: list[Residual], saved: int, scan_bytes: int, lengths: tuple[int, ...],
+                 made_at: dict, source_of: dict, every: dict, forward: dict,
+                 chained: frozenset | tuple) -> str:
+    """The words for scan outputs stacked over their steps: the scan that stacks the most, one
+    equation each (a Python loop of scans made by one line is several: jax-ml/jax#27748), and
+    what jax.checkpoint can do for it (:func:`program_notes.checkpoint_fix`); for checkpointed
+    blocks of one long scan in a Python loop (``chained``), one scan over the blocks."""
+    per_scan: dict[tuple, int] = {}  # (length, where, the scan's place): the bytes it stacks
+    for r in scans:
+        src = source_of[id(r)]
+        key = (r.shape[0], made_at[id(r)], src[4][2] if src is not None and src[4] else -1)
+        per_scan[key] = per_scan.get(key, 0) + r.nbytes
+    (length, where, ordinal), most = max(per_scan.items(), key=lambda kv: kv[1])
+    alike = sum(1 for k in per_scan if k[:2] == (length, where))
+    scan = _scan_of(every, (length, where), ordinal, forward.get((length, where), 0)) \
+        if ordinal >= 0 else _scan_of(every, (length, where), 0, -1)
+    fix = ("If the scan's body is not wrapped in jax.checkpoint yet, wrapping it keeps only "
+           "each step's carry and recomputes the rest in the backward pass; if it is, a "
+           "shorter scan (or fewer layers) is what shrinks it.")
+    if scan is not None:
+        fix = program_notes.checkpoint_fix(length, most // length, scan.carry_bytes,
+                                           scan.checkpointed, scan.chunked)
+    several, blocks = "", ""
+    if alike > 1:
+        several = (f" {alike} scans of {length} steps are made at {where}, each its own "
+                   f"(a Python loop of scans); the largest stacks {format_bytes(most)}.")
+        if scan is not None and scan.checkpointed and not scan.chunked \
+                and (length, where) in chained:
+            blocks = (f" One lax.scan over the {alike} blocks with jax.checkpoint on the "
+                      "block keeps one carry per block and recomputes one block at a time "
+                      "(jax-ml/jax#27748, jax 0.10.2 on the CPU: XLA's temporaries 115.02 -> "
+                      "13.16 MiB).")
+    return (f"{format_bytes(scan_bytes)} of the {format_bytes(saved)} kept are scan outputs "
+            f"stacked over {', '.join(map(str, lengths))} steps, so they grow with the length."
+            f"{several} {fix}{blocks}")

@@ -18,17 +18,18 @@ import numpy as np
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["CALLBACKS", "batch_reductions", "callbacks", "callbacks_every_step",
+__all__ = ["batch_reductions", "CALLBACKS", "callbacks", "callbacks_every_step",
            "callbacks_hoisted", "callbacks_vmapped", "carry_lines", "cast_before_scan",
-           "checkpoint_offloads", "closed_over_values",
-           "closes_over_arrays", "custom_vjp_residuals", "custom_vjp_rule",
-           "device_keywords_and_puts", "einsum_intermediates", "einsum_step", "equation_line",
-           "equation_where", "in_selected_conds", "jacobian_lines", "jacobian_sizes",
-           "loop_records", "narrowed_inputs", "output_kinds", "pairwise_reductions", "prints",
-           "progress_fix", "psums_of_invariant", "repeated_outputs", "replicated_sums",
-           "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "scan_updated_xs", "scatters_batched", "shapes_by_dtype", "sliced_sorts",
-           "softmax_products", "sparse_products", "threefry_draws", "walk", "widened_carries",
+           "chained_scans", "checkpoint_offloads", "closed_over_values", "closes_over_arrays",
+           "custom_vjp_residuals", "custom_vjp_rule", "device_keywords_and_puts",
+           "einsum_intermediates", "einsum_step", "equation_line", "equation_where",
+           "in_selected_conds", "jacobian_lines", "jacobian_sizes", "loop_records",
+           "narrowed_inputs", "output_kinds", "pairwise_reductions", "prints", "progress_fix",
+           "psums_of_invariant", "repeated_checkpoints", "repeated_outputs", "replicated_sums",
+           "residual_sources", "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint",
+           "scan_copied_xs", "scan_role", "scan_updated_xs", "scatters_batched", "shapes_by_dtype",
+           "sliced_sorts", "softmax_products", "sparse_products", "threefry_draws", "walk",
+           "while_loops", "wholly_checkpointed", "WIDE_AT", "wide_reductions", "widened_carries",
            "widened_inputs", "without_prints"]
 
 
@@ -454,6 +455,224 @@ def shard_map_residuals(closed, count: int) -> list[tuple[tuple[int, ...], str, 
                 break
             j, var = inner, inner.outvars[k]
     return out
+
+
+def residual_sources(closed, count: int) -> list[tuple[tuple[int, ...], str, int, str,
+                                                      tuple[int, str, int, bool] | None, bool]]:
+    """(shape, dtype, the number of the top-level equation that makes it (-1 for an input, a
+    constant or a literal), that equation's primitive, for a ``lax.scan``'s output (its length,
+    the user's line, its place among the top-level scans of that length and line, whether it is
+    stacked over the steps rather than a final carry) else None, whether that equation reads
+    no floating value (a one-hot or a mask, made from integers alone)) of each of the last
+    ``count`` outputs of ``closed``: the jaxpr of ``jax.vjp``, whose last outputs are the
+    residuals, listed in the order JAX's ``saved_residuals`` lists them (literals, constants,
+    inputs, then each equation's outputs in turn: jax 0.8.0 and 0.10.2), so the two pair one
+    for one. Two scans made by one line (a Python loop of scans) are two equations here."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    wanted = list(jaxpr.outvars[len(jaxpr.outvars) - count:]) if count else []
+    subst = {id(e.outvars[0]): e.invars[0] for e in jaxpr.eqns
+             if e.primitive.name == "reduce_precision"}  # JAX looks through it (0.10.2)
+    ids = {id(subst.get(id(v), v)) for v in wanted if not hasattr(v, "val")}
+    out: list = [(tuple(v.aval.shape), str(v.aval.dtype), -1, "", None, False)
+                 for v in wanted if hasattr(v, "val")]
+    out += [(tuple(v.aval.shape), str(v.aval.dtype), -1, "", None, False)
+            for v in (*jaxpr.constvars, *jaxpr.invars) if id(v) in ids]
+    seen: dict[tuple[int, str], int] = {}
+    for n, eqn in enumerate(jaxpr.eqns):
+        scan = None
+        if eqn.primitive.name == "scan":
+            key = (int(eqn.params["length"]), equation_where(eqn))
+            scan = (*key, seen.get(key, 0))
+            seen[key] = scan[2] + 1
+        integers = not any(_floating(v.aval.dtype) or "complex" in str(v.aval.dtype)
+                           for v in eqn.invars if hasattr(v.aval, "dtype"))
+        for k, v in enumerate(eqn.outvars):
+            if id(v) in ids:
+                out.append((tuple(v.aval.shape), str(v.aval.dtype), n, eqn.primitive.name,
+                            (*scan, k >= eqn.params["num_carry"]) if scan else None, integers))
+    return out
+
+
+def _rows_of(var, made: dict, invars: dict) -> int:
+    """The position among the jaxpr's inputs of the input ``var`` is, or is moved or reshaped
+    from (:data:`_MOVES`), -1 for anything else."""
+    for _ in range(8):
+        if id(var) in invars:
+            return invars[id(var)]
+        eqn = made.get(id(var))
+        ins = [v for v in eqn.invars if not hasattr(v, "val")] if eqn is not None else []
+        if eqn is None or eqn.primitive.name not in _MOVES or len(ins) != 1:
+            return -1
+        var = ins[0]
+    return -1
+
+
+#: reductions that take the value's axes in ``axes``: a softmax's max and sum, a logsumexp's
+_REDUCTIONS = ("reduce_max", "reduce_sum", "reduce_min", "argmax", "argmin", "reduce_prod")
+#: a product's free axis this many times its contracted size or more is "wide": a vocabulary
+#: against the hidden size (apple/axlearn#1236: 8192 against 256), keys against a head's size
+#: (google/flax#2858: 1024 against 64)
+WIDE_AT = 8
+
+
+def _follow_axis(j, var, axis: int, found: list, depth: int = 0) -> tuple[list, dict]:
+    """(the reductions over ``axis`` of ``var`` in jaxpr ``j``, reached through the elementwise
+    equations, transposes, broadcasts and inner calls that keep that axis; id of each value
+    reached -> its axis there). Each value on the way is added to ``found`` as (shape,
+    dtype)."""
+    _, read = _index(j)
+    stack, reached, reducers = [(var, axis)], {}, []
+    while stack:
+        v, a = stack.pop()
+        if id(v) in reached:
+            continue
+        reached[id(v)] = a
+        found.append((tuple(v.aval.shape), str(v.aval.dtype)))
+        for eqn in read.get(id(v), ()):
+            name, out = eqn.primitive.name, eqn.outvars[0] if eqn.outvars else None
+            if name in _REDUCTIONS:
+                if a in tuple(int(x) for x in eqn.params.get("axes", ())):
+                    reducers.append(eqn)
+            elif name == "transpose":
+                stack.append((out, list(eqn.params["permutation"]).index(a)))
+            elif name == "broadcast_in_dim":
+                stack.append((out, int(eqn.params["broadcast_dimensions"][a])))
+            elif (inner := _called(eqn)) is not None:
+                if depth > 6:
+                    continue
+                for k in [k for k, x in enumerate(eqn.invars) if x is v]:
+                    more, inside = _follow_axis(inner, inner.invars[k], a, found, depth + 1)
+                    reducers += more
+                    stack += [(eqn.outvars[i], inside[id(o)])
+                              for i, o in enumerate(inner.outvars) if id(o) in inside]
+            elif out is not None and len(eqn.outvars) == 1 and hasattr(out.aval, "shape") \
+                    and name not in ("dot_general", "gather", "scatter", "scatter-add") \
+                    and len(out.aval.shape) == len(v.aval.shape) \
+                    and out.aval.shape[a] == v.aval.shape[a]:
+                stack.append((out, a))  # elementwise: the same axis
+    return reducers, reached
+
+
+def wide_reductions(closed) -> tuple[tuple[tuple[int, ...], str, int, int, int, str, str, int,
+                                           frozenset], ...]:
+    """Each product (``dot_general``) whose free axis is :data:`WIDE_AT` times its contracted
+    size or more, and that what follows reduces over that axis: full-vocabulary logits reduced
+    by a logsumexp (apple/axlearn#1236), attention scores reduced by a softmax
+    (google/flax#2858). (the product's shape, its dtype, the wide axis's size, the contracted
+    size, the rows: the other operand's largest free axis, the user's line that made the
+    product, the line that reduces it, the position among the jaxpr's own inputs of the input
+    those rows come from (-1 where it is made inside), the (shape, dtype) of every value on the
+    way from the product to its reduction)."""
+    out = []
+    for depth, (j, _) in enumerate(walk(closed)):
+        made, _ = _index(j) if getattr(j, "eqns", None) is not None else ({}, {})
+        invars = {id(v): i for i, v in enumerate(getattr(j, "invars", ()))} if depth == 0 \
+            else {}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "dot_general":
+                continue
+            (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+            lhs, rhs = (tuple(v.aval.shape) for v in eqn.invars[:2])
+            k = math.prod(lhs[i] for i in lc) or 1
+            lfree = [i for i in range(len(lhs)) if i not in lc and i not in lb]
+            rfree = [i for i in range(len(rhs)) if i not in rc and i not in rb]
+            # output axes: the batch axes, then the lhs's free ones, then the rhs's
+            sides = ((rhs, rfree, lhs, lfree, eqn.invars[0], len(lb) + len(lfree)),
+                     (lhs, lfree, rhs, rfree, eqn.invars[1], len(lb)))
+            for shape, free, other, other_free, other_var, first in sides:
+                for n, i in enumerate(free):
+                    if shape[i] < WIDE_AT * k or not other_free:
+                        continue
+                    found: list = []
+                    reducers, _ = _follow_axis(j, eqn.outvars[0], first + n, found)
+                    if not reducers:
+                        continue
+                    out.append((tuple(eqn.outvars[0].aval.shape),
+                                str(eqn.outvars[0].aval.dtype), shape[i], k,
+                                max(other[x] for x in other_free), equation_where(eqn),
+                                equation_line(reducers[0]), _rows_of(other_var, made, invars),
+                                frozenset(found)))
+    return tuple(out)
+
+
+def chained_scans(closed) -> frozenset[tuple[int, str]]:
+    """(length, the user's line) of the top-level scans made at one line where each
+    after the first starts from a carry the one before ends with: blocks of one long scan in a
+    Python loop (jax-ml/jax#27748), which one scan over the blocks can run. Layers that pass
+    each other their stacked outputs (a stacked RNN) are not chained so."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    ends: dict[tuple[int, str], set[int]] = {}  # key -> ids of the carries its scans end with
+    counts: dict[tuple[int, str], list[bool]] = {}
+    for eqn in getattr(jaxpr, "eqns", ()):
+        if eqn.primitive.name != "scan":
+            continue
+        key = (int(eqn.params["length"]), equation_where(eqn))
+        start = eqn.params["num_consts"]
+        carried = eqn.invars[start:start + eqn.params["num_carry"]]
+        if key in ends:
+            counts[key].append(any(id(v) in ends[key] for v in carried))
+        else:
+            counts[key] = []
+        ends.setdefault(key, set()).update(id(v) for v in eqn.outvars[:eqn.params["num_carry"]])
+    return frozenset(k for k, chained in counts.items() if chained and all(chained))
+
+
+def repeated_checkpoints(closed) -> tuple[tuple[str, int], ...]:
+    """(the user's line, how many) for each line that made two or more ``jax.checkpoint``
+    equations in one jaxpr: a function checkpointed layer by layer in a Python loop, whose
+    recomputations XLA schedules as it likes (jax-ml/jax#19822, #27748)."""
+    out = []
+    for j, _ in walk(closed):
+        lines: dict[str, int] = {}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name in _REMATS and (where := equation_where(eqn)):
+                lines[where] = lines.get(where, 0) + 1
+        out += [(w, n) for w, n in lines.items() if n >= 2]
+    return tuple(out)
+
+
+def wholly_checkpointed(closed) -> bool:
+    """Whether every output of the jaxpr comes from one ``jax.checkpoint`` equation (followed
+    through inner jits): ``jax.checkpoint`` around the whole function differentiated, which
+    keeps only its arguments and recomputes all of it at once in the backward pass
+    (jax-ml/jax#19822)."""
+    j = getattr(closed, "jaxpr", closed)
+    for _ in range(8):
+        made, _ = _index(j)
+        makers = {id(made[id(v)]) for v in j.outvars if id(v) in made}
+        eqns = [made[id(v)] for v in j.outvars if id(v) in made]
+        if len(makers) != 1 or len(eqns) != len(j.outvars):
+            return False
+        if eqns[0].primitive.name in _REMATS:
+            return True
+        if (j := _called(eqns[0])) is None:
+            return False
+    return False
+
+
+def while_loops(closed) -> tuple[tuple[str, int], ...]:
+    """(the user's line, the position among the jaxpr's own inputs of the input its condition
+    reads: a bound, -1 where none is) of each ``while`` in the jaxpr and in those nested in it.
+    A ``lax.fori_loop`` whose bounds are traced (a jit argument, a jnp value) is one; reverse-mode
+    differentiation cannot go through it (jax-ml/jax#2956)."""
+    out = []
+    for depth, (j, _) in enumerate(walk(closed)):
+        invars = {id(v): i for i, v in enumerate(getattr(j, "invars", ()))} if depth == 0 \
+            else {}
+        made, _ = _index(j) if getattr(j, "eqns", None) is not None else ({}, {})
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "while":
+                continue
+            cond = eqn.params["cond_jaxpr"]
+            cond = getattr(cond, "jaxpr", cond)
+            consts = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
+            operands = [*eqn.invars[:eqn.params["cond_nconsts"]], *eqn.invars[consts:]]
+            used = {id(v) for e in cond.eqns for v in e.invars}
+            read = [x for x, inner in zip(operands, cond.invars, strict=False)
+                    if id(inner) in used and not hasattr(x, "val")]
+            bound = next((p for x in read if (p := _rows_of(x, made, invars)) >= 0), -1)
+            out.append((equation_where(eqn), bound))
+    return tuple(out)
 
 
 def _invar_index(jaxpr, var, depth: int = 0) -> int | None:
