@@ -224,8 +224,8 @@ class StepPreflight(_Verdict, Display):
     donations: tuple[compiled.DonatedArgument, ...] = ()
     #: the largest values the step materializes, with the op and the line (XLA's program text)
     largest_temporaries: tuple[compiled.Temporary, ...] = ()
-    #: what the runtime takes outside XLA's plan (the CPU's weight-gradient convolution copies),
-    #: counted in ``peak_bytes``
+    #: what the runtime takes outside XLA's plan (the CPU's weight-gradient convolution copies,
+    #: a stable sort's scratch), counted in ``peak_bytes``
     runtime_bytes: int = 0
     #: each top-level argument's array bytes, by parameter name, largest first (an optimizer
     #: state beside its parameters shows here as a multiple of them)
@@ -318,10 +318,16 @@ def _in_use(dev) -> tuple[int | NotAvailable, str]:
     return mem.bytes_in_use, mem.source
 
 
-def _verdict(needed: int, free, dev, donated) -> tuple[str, str]:
-    tips = [] if donated else ["donate the arguments the step replaces (donate_argnums)"]
-    tips += ["a smaller batch", "jax.checkpoint on the largest activations",
-             "free arrays still held (notebook 08)"]
+def _verdict(needed: int, free, dev, donate: bool, derivative: bool,
+             batch: bool = True) -> tuple[str, str]:
+    """``donate``: an argument whose donation lowers the planned peak (the note says which);
+    ``derivative``: the step differentiates something (else jax.checkpoint has nothing to
+    drop); ``batch``: not a factorization of one whole matrix (google/neural-tangents#166's
+    Cholesky solve: none of the three applies)."""
+    tips = ["donate the arguments the step replaces (donate_argnums)"] if donate else []
+    tips += ["a smaller batch"] if batch else []
+    tips += ["jax.checkpoint on the largest activations"] if derivative else []
+    tips += ["free arrays still held (notebook 08)"]
     return judge(needed, free, dev, fix="Try: " + "; ".join(tips),
                  unknown="this device reports no free memory")
 
@@ -349,7 +355,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     split = step_arguments.argument_split(c, fn, args, kwargs, per_device=device is None)
     copies = step_arguments.state_copies(c, fn, args, kwargs, per_device=device is None)
     spread = step_arguments.spread_arguments(c, fn, args, kwargs)
-    # the CPU runtime's own copies for weight-gradient convolutions (outside XLA's plan)
+    # the CPU runtime's own copies for weight-gradient convolutions and a stable sort's scratch
+    # (outside XLA's plan)
     runtime = c.runtime_bytes() if target is None else 0
     # one buffer passed in several places: XLA's argument size counts each, the device one
     again = step_arguments.passed_again(c, fn, args, kwargs, per_device=device is None)
@@ -367,12 +374,36 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         reason = c.why
         in_use, in_use_source = _in_use(dev)
         free, free_source = _free_bytes(dev)
+    # donation advised only where XLA's plan of the step so donated has a lower peak: an output
+    # of an argument's shape may not let it go (a LAPACK call copies the input it overwrites:
+    # jax-ml/jax#9755's svd), and a step whose outputs match no argument has nothing to donate
+    # (google/neural-tangents#166's Cholesky solve)
+    undonated, drop = None, None
+    if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
+            undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
+        drop = step_arguments.donation_drop(c, fn, args, kwargs, undonated[0], device)
+        # kept where the plan does not drop but the step copies a donatable argument whole to
+        # write a slice (time, jax-ml/jax#9132), or where it was planned for the CPU, whose
+        # plan copies where a GPU's may not: the note then says the CPU's plan did not drop
+        copied = {re.split(r"[\[.]", where, maxsplit=1)[0]
+                  for where, _ in step_arguments.copied_to_update(c, fn, args, kwargs)}
+        if drop is not None and drop < 2**20 and not (
+                getattr(dev, "platform", "") == "cpu" or copied & set(undonated[0])):
+            undonated = None
     if c.conflict:
         verdict, advice = "will fail", c.conflict
     elif c.shared_memory:  # it fails for one JAX buffer, runs for adopted NumPy memory
         verdict, advice = "unknown", c.shared_memory
     else:
-        verdict, advice = _verdict(needed, free, where, c.donated)
+        # a one-shot factorization of a whole matrix: no batch to shrink, nothing to checkpoint
+        factored = program_notes.factorization(c.temporaries(), peak, c.jaxpr)
+        verdict, advice = _verdict(needed, free, where, bool(undonated),
+                                   c.jaxpr is None or jaxprs.has_derivative(c.jaxpr),
+                                   factored is None)
+        if verdict == "will not fit" and factored is not None:
+            host = (a["peak"] - again + c.constants + c.runtime_bytes(), _free_bytes(dev)[0]
+                    ) if getattr(dev, "platform", "") == "cpu" else (None, None)
+            advice += " " + program_notes.factorization_note(factored, needed, *host)
     notes = []
     if (closed_over := c.constants - c.folded) and c.spanned > 1:
         notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
@@ -399,10 +430,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "the compile. Make such a value from an argument, or compile without "
                      "folding: jax.jit(f).lower(*args).compile(compiler_options="
                      "{'xla_disable_hlo_passes': 'constant_folding'}).")
-    if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
-            undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
+    if undonated:
         notes.append(step_arguments.donation_note(
-            *undonated, step_arguments.copied_to_update(c, fn, args, kwargs), c.own_jit))
+            *undonated, step_arguments.copied_to_update(c, fn, args, kwargs), c.own_jit, drop,
+            getattr(dev, "platform", "") == "cpu"))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
         notes.append(held)
     if c.dropped_by_keyword:
@@ -463,7 +494,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(bits)
     if stacked := program_notes.stacked_indices(temporaries, peak):
         notes.append(stacked)
-    if sparse := program_notes.sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak):
+    # the CPU runtime's stable sort of several arrays: its scratch, outside XLA's plan
+    sorted_ = [x for x in (c.stable_sorts() if target is None else []) if x[0] == runtime]
+    sparse = program_notes.sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak,
+                                       sorted_[0][0] if sorted_ else 0)
+    if sparse:
         notes.append(sparse)
     for kind, *found in softmaxed[:1]:
         notes.append((program_notes.attention_note if kind == "attention"
@@ -474,6 +509,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     sorts = program_notes.sorts_to_slice(c)
     if sorts:
         notes.append(program_notes.sliced_sort_note(*sorts[0]))
+    if c.jaxpr is not None and not jaxprs.has_derivative(c.jaxpr):
+        # a value over every pair of two inputs' rows that XLA keeps whole (jax-ml/jax#7856)
+        kept = program_notes.pairwise_temporary(jaxprs.pairwise_reductions(c.jaxpr),
+                                                temporaries, peak)
+        if kept is not None:
+            notes.append(program_notes.pairwise_map_note(
+                *kept, _input_name(fn, args, kwargs, kept[0][6]) if kept[0][6] >= 0 else ""))
     for found in jaxprs.psums_of_invariant(c.jaxpr)[:1]:  # a wrong number: whatever its size
         notes.append(program_notes.invariant_psum_note(*found))
     for line, axes, size, nbytes in jaxprs.replicated_sums(c.jaxpr)[:1]:
@@ -654,7 +696,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "before the call (jit runs where its committed arguments are), or give device_put "
             "a sharding, jax.sharding.SingleDeviceSharding(device): inside jit that places the "
             "whole computation there (and fails if an argument is committed elsewhere).")
-    if runtime:
+    if runtime and sorted_:
+        if "to sort the pairs stably" not in sparse:  # (said there, with its own fix)
+            notes.append(program_notes.sort_scratch_note(*sorted_[0]))
+    elif runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")
     if a["output"] == 0 and a["temp"] == 0 and not c.conflict:

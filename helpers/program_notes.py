@@ -22,11 +22,12 @@ if TYPE_CHECKING:
 __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "bound_method_note",
            "callback_loop_note", "carry_copy_note", "cast_note", "checkpoint_fix", "chunk_size",
            "chunks_fix", "cpu_upcast", "cpu_upcast_note", "einsum_blowups", "einsum_note",
-           "float64_arguments", "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note",
-           "jacobian_note", "logits_note", "on_the_host_by_commitment", "print_note",
-           "random_bits_whole", "record_note", "replicated_sum_note", "selected_cond_note",
-           "slice_copy_note", "sliced_sort_note", "softmax_inputs", "sorts_to_slice", "sparse_note",
-           "stack_note",
+           "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
+           "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note", "jacobian_note",
+           "logits_note", "on_the_host_by_commitment", "pairwise_map_note", "pairwise_temporary",
+           "print_note", "random_bits_whole", "record_note", "replicated_sum_note",
+           "selected_cond_note", "slice_copy_note", "sliced_sort_note", "softmax_inputs",
+           "sort_scratch_note", "sorts_to_slice", "sparse_note", "stack_note",
            "stacked_indices", "threefry_note", "unrolled_values", "widened", "widened_carry_note",
            "widened_note"]
 
@@ -236,22 +237,43 @@ def stacked_indices(temporaries: Sequence[compiled.Temporary], peak: int) -> str
             "(jax-ml/jax#30015).")
 
 
-def sparse_note(products: Sequence[tuple[str, str, int, int, int]],
-                temporaries: Sequence[compiled.Temporary], peak: int) -> str:
+def sparse_note(products: Sequence[tuple[str, str, int, int, int, int, int, int, int]],
+                temporaries: Sequence[compiled.Temporary], peak: int,
+                sort_scratch: int = 0) -> str:
     """The first BCOO product of 2**18 values or more whose line made a quarter of the peak
     (``products``: :func:`jaxprs.sparse_products`), where it makes far more values than the
     dense product has:
     BCOO @ dense gathers a row of the dense operand per stored element (jax-ml/jax#14642: 24 MiB
     for 200,000 stored elements by 32 columns; blocks of 4 columns took the peak 33.87 -> 15.11
-    MiB), BCOO @ BCOO pairs every stored element of one with every one of the other
-    (jax-ml/jax#14821: 820 x 820 pairs at 20% fill, where dense needed 54.86 KiB; measured on the
-    CPU, jax 0.10.2: 30.83 and 53.27 MiB held in two runs where the kit said 24.55). ""
-    otherwise."""
-    for kind, line, nse, other, dense in products:
+    MiB), unless the matrix stores about as many bytes as its dense form (MIT-Lu-Lab/MPAX#24:
+    ``BCOO.fromdense(A, nse=A.size)``, every element stored; blocks change nothing for a matvec,
+    its real nse does: measured by the kit on the CPU, jax 0.10.2, 1024 x 2048 at 1% fill,
+    80.02 -> 0.82 MiB); BCOO @ BCOO pairs every stored element of one with every one of the
+    other (jax-ml/jax#14821: 820 x 820 pairs at 20% fill, where dense needed 54.86 KiB), and on
+    the CPU its sum_duplicates sorts the pairs stably, with ``sort_scratch`` bytes outside XLA's
+    plan (:meth:`compiled.CompiledStep.stable_sorts`; counted in ``peak``: 25.84 + 30.78 = 56.62
+    MiB predicted, 54.64 and 56.57 measured in two runs). "" otherwise."""
+    for kind, line, nse, other, dense, whole, values, stored, dense_bytes in products:
         held = sum(t.nbytes for t in temporaries if line and t.line == line)
         # 2**18 values: 1 MiB of float32 made for the product itself
         if nse * other < 2**18 or 4 * held < peak or nse * other < 4 * dense:
             continue
+        # stored with their indices in no fewer bytes than dense: a third of float32 values
+        # with two int32 indices each (the wrapper's own MPAX#24 case: all of them)
+        if kind == "dense" and stored >= dense_bytes > 0:
+            everything = ("every element of its dense shape, zeros included: a dense matrix "
+                          "in a sparse wrapper" if values >= whole else
+                          f"{values / whole:.0%} of the {whole:,} elements of its dense shape")
+            return (f"The BCOO matrix of the product at {line} stores {values:,} values, "
+                    f"{everything}; with their indices they take {format_bytes(stored)}, where "
+                    f"the dense matrix takes {format_bytes(dense_bytes)}, and the product "
+                    "gathers a row of the other operand for each of them. Build "
+                    "it with its real number of stored elements (BCOO.fromdense(A) outside "
+                    "jit, or BCOO.from_scipy_sparse), or keep it dense"
+                    + (": a vector is one block of one column, so blocks of columns change "
+                       "nothing" if other == 1 else "") +
+                    " (MIT-Lu-Lab/MPAX#24: nse=A.size kept every element; a 1024 x 2048 "
+                    "matrix at 1% fill, 80.02 -> 0.82 MiB with its real nse).")
         if kind == "dense":
             return (f"The BCOO @ dense product at {line} gathers a row of the dense operand "
                     f"for each of the matrix's {nse:,} stored elements: {nse * other:,} values, "
@@ -260,14 +282,112 @@ def sparse_note(products: Sequence[tuple[str, str, int, int, int]],
                     "times k; on a GPU, jax.config.update('jax_bcoo_cusparse_lowering', True) "
                     "hands it to cuSPARSE (jakevdp, jax-ml/jax#14642; from the thread, not yet "
                     "run on a GPU).")
+        sort = (f" The peak above counts {format_bytes(sort_scratch)} that the CPU runtime "
+                "takes outside XLA's plan to sort the pairs stably (sum_duplicates' lexsort: "
+                "16 bytes per array per element, xla/backends/cpu/runtime/sort_thunk.cc)."
+                if sort_scratch else "")
         return (f"The BCOO @ BCOO product at {line} pairs each of the left's {nse:,} stored "
                 f"elements with each of the right's {other:,}: {nse * other:,} pairs, where the "
                 f"dense product has {dense:,} elements. At this fill, dense is far cheaper: "
                 "a.todense() @ b.todense() (jakevdp, jax-ml/jax#14821: a sparse product pays at "
-                "about 1% fill or less). The peak above may be low for it: on the CPU, runs of "
-                "such a product held 1.3 to 2.2 times the kit's figure (the cause not yet "
-                "known).")
+                f"about 1% fill or less).{sort}")
     return ""
+
+
+def sort_scratch_note(nbytes: int, arrays: int, elements: int) -> str:
+    """The scratch the CPU runtime's stable sort of several arrays takes outside XLA's plan
+    (:meth:`compiled.CompiledStep.stable_sorts`), counted in the peak, and the fix where the
+    order of equal keys does not matter. Measured by the kit on the CPU (jax 0.8.0 and 0.10.2):
+    a sort of 2 int32 arrays of 1,510,441 elements, 23.05 MiB planned, 69.33 MiB held stable
+    and 23.24 MiB unstable."""
+    return (f"Counted beyond XLA's plan: {format_bytes(nbytes)} of scratch for the CPU runtime's "
+            f"stable sort of {arrays} arrays of {elements:,} elements (jnp.argsort, jnp.lexsort, "
+            "a sort with several operands): XLA:CPU moves them through a buffer of 16 bytes per "
+            "array per element (xla/backends/cpu/runtime/sort_thunk.cc; a GPU's sort is not "
+            "counted, not yet run on a GPU). Where the order of equal keys does not matter, "
+            "jnp.argsort(x, stable=False) or lax.sort(..., is_stable=False) sorts in place "
+            "without it (2 arrays of 1,510,441 int32: 69.33 -> 23.24 MiB measured).")
+
+
+def pairwise_temporary(pairs: Sequence[tuple], temporaries: Sequence[compiled.Temporary],
+                       peak: int) -> tuple[tuple, compiled.Temporary] | None:
+    """The first value over every pair of two inputs' rows, broadcast against each other and
+    then reduced (``pairs``: :func:`jaxprs.pairwise_reductions`), that XLA keeps whole: a
+    temporary outside any derivative with the pair's two dimensions, of 1 MiB or more and a
+    quarter of the peak (jax-ml/jax#7856's kernel matrix-vector product: kept by jax 0.8.0,
+    fused away by 0.10.2). (the pair, the temporary) or None."""
+    for found in pairs:
+        shape, (a, b) = found[0], found[2]
+        for t in temporaries:
+            if (not t.in_derivative and len(t.shape) > max(a, b) and t.nbytes >= 2**20
+                    and 4 * t.nbytes >= peak
+                    and (t.shape[a], t.shape[b]) == (shape[a], shape[b])):
+                return found, t
+    return None
+
+
+def pairwise_map_note(found: tuple, t: compiled.Temporary, reduced_input: str) -> str:
+    """The note for a pairwise value XLA keeps whole in a step with no derivative
+    (:func:`pairwise_temporary`): compute the rows a chunk at a time with ``jax.lax.map``
+    (froystig, jax-ml/jax#7856: XLA does not make such a value lazy in general). Measured by the
+    kit on the thread's Gaussian kernel times a vector, n = 4096, jax 0.8.0 on the CPU: 66.03
+    MiB measured for the whole kernel, 4.20 MiB with lax.map(row, x_j, batch_size=256)."""
+    shape, _, pair, which, made, reduced = found[:6]
+    kept, size = shape[pair[1 - which]], shape[pair[which]]
+    k = chunk_size(kept)
+    ys = reduced_input or "the reduced input"
+    return (f"XLA keeps {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}) whole: a "
+            "value over every pair of two inputs' rows, made by broadcasting them against each "
+            f"other ({made}) and then reduced over {size:,} ({reduced}). Compute it a chunk of "
+            f"{k} of its {kept:,} rows at a time, each reduced over all of {ys}: "
+            f"jax.lax.map(row, xs, batch_size={k}), where xs is the other input and row(x) "
+            f"reduces f(x, {ys}), holds one chunk (froystig, jax-ml/jax#7856: 66.03 -> 4.20 MiB "
+            "measured on the thread's kernel, n = 4096).")
+
+
+#: the operations that factor or decompose a whole matrix at once (LAPACK / cuSOLVER calls)
+FACTORIZATIONS = ("cholesky", "lu", "qr", "householder_product", "eigh", "eig", "svd", "schur")
+
+
+def factorization(temporaries: Sequence[compiled.Temporary], peak: int,
+                  closed: object) -> compiled.Temporary | None:
+    """The largest value a factorization of one whole matrix makes (a cholesky, lu, qr, eigh,
+    eig, svd or schur of two dimensions: no batch of matrices), where it is a quarter of the
+    peak or more and the step takes no derivative: a one-shot solve that no smaller batch,
+    donation or jax.checkpoint shrinks (google/neural-tangents#166). ``closed``: the step's
+    jaxpr (None where it could not be traced apart). None otherwise."""
+    if closed is not None and jaxprs.has_derivative(closed):
+        return None
+    return next((t for t in temporaries if t.op in FACTORIZATIONS and len(t.shape) == 2
+                 and 4 * t.nbytes >= peak), None)
+
+
+def factorization_note(t: compiled.Temporary, needed: int, host_need: int | None = None,
+                       host_free: int | None = None) -> str:
+    """The note for a step that does not fit because of one factorization of a whole matrix
+    (:func:`factorization`): it cannot shrink, so it must run where ``needed`` fits; the host
+    is named as that place (romanngg, google/neural-tangents#166: the CPU) only where the kit
+    priced the step for it (``host_need``, compiled for the CPU) and it fits in ``host_free``.
+    Measured by the kit: the thread's Cholesky solve, 29.81 GiB for 50,000 x 50,000 float32."""
+    shape = " x ".join(f"{d:,}" for d in t.shape)
+    at = f" ({t.line})" if t.line else ""
+    note = (f"The {t.op} of one {shape} matrix{at} makes {t.dtype} values of "
+            f"{format_bytes(t.nbytes)} each: a factorization of the whole matrix at once, which "
+            "no smaller batch, donation or jax.checkpoint shrinks. It needs "
+            f"{format_bytes(needed)} where it runs")
+    if host_need is not None and host_free is not None and host_need <= host_free:
+        return note + (f"; this machine's host has {format_bytes(host_free)} available and the "
+                       f"step needs {format_bytes(host_need)} as planned for its CPU: run it "
+                       "there, with its arguments put on jax.devices('cpu')[0] (jax.device_put; "
+                       "a step runs where its arguments are), as romanngg advised in "
+                       "google/neural-tangents#166.")
+    if host_need is not None and host_free is not None:
+        return note + (f": a card with that much free (this machine's host has "
+                       f"{format_bytes(host_free)} available, less than the "
+                       f"{format_bytes(host_need)} it needs there).")
+    return note + (": a card with that much free, or the host where it has that much "
+                   "(jax.device_put the arguments to jax.devices('cpu')[0]: romanngg, "
+                   "google/neural-tangents#166; the kit priced it for this device only).")
 
 
 def _axis_names(axes: Sequence[str]) -> str:

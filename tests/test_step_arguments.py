@@ -328,10 +328,15 @@ def test_optax_320_no_donation_advised_for_a_batch_when_every_output_is_already_
         assert any("donated buffers were not usable" in str(w.message) for w in caught) == (
             len(don) == 3)
     assert peaks[(0, 1)] == peaks[(0, 1, 2)]
-    # still advised where an output has no donated argument to go to: p and s not donated
+    # still named where an output has no donated argument to go to, p and s not donated, with
+    # what XLA's plan of the step so donated says (XLA:CPU's does not drop: 9.00 -> 9.00 MiB,
+    # measured 10.96 -> 11.01 MiB; it keeps temporaries instead)
     plain = preflight.preflight_step(jax.jit(_optax_320_step), p, s, x)
+    followed = preflight.preflight_step(jax.jit(_optax_320_step, donate_argnums=(0, 1)), p, s, x)
     assert "Nothing donated for s, p," in plain.advice or "Nothing donated for p, s," in (
         plain.advice)
+    assert ("for the CPU, its peak does not drop" in plain.advice) == (
+        plain.peak_bytes - followed.peak_bytes < 2**20)
 
 
 def test_easylm_36_a_gradient_accumulator_is_named_as_one_more_copy_of_the_parameters():
@@ -380,10 +385,25 @@ def test_an_accumulation_step_is_advised_to_donate_the_accumulator_not_the_param
     def accum(p, acc, x):
         return jax.tree.map(jnp.add, acc, jax.grad(loss)(p, x))
 
-    note = preflight.preflight_step(jax.jit(accum), p, acc, x).advice
-    assert "Donating acc" in note and "Donating p" not in note
+    from helpers import compiled, step_arguments
+
+    def chosen(fn, *args):  # the argument the kit would advise, before it checks the peak
+        c = compiled.compile_step(fn, *args)
+        return step_arguments.donation_would_save(c, fn, args, {})[0]
+
+    plain = preflight.preflight_step(jax.jit(accum), p, acc, x)
+    assert chosen(jax.jit(accum), p, acc, x) == ["acc"] and "Donating p" not in plain.advice
     donated = preflight.preflight_step(jax.jit(accum, donate_argnums=1), p, acc, x)
     assert donated.alias_bytes >= 4 * 2**20  # the advice followed: XLA writes into acc
-    sgd = preflight.preflight_step(jax.jit(lambda p, x: jax.tree.map(
-        lambda a, g: a - 0.1 * g, p, jax.grad(loss)(p, x))), p, x)
-    assert "Donating p" in sgd.advice  # an update of p: p is the one
+    # said with what XLA's plan of the donated step gives (XLA:CPU's keeps a temporary of
+    # acc's size instead: 12.51 -> 12.51 MiB, measured 12.98 -> 12.95 MiB)
+    drop = plain.peak_bytes - donated.peak_bytes
+    assert "Donating acc" in plain.advice
+    assert ("for the CPU, its peak does not drop" in plain.advice) == (drop < 2**20)
+    update = jax.jit(lambda p, x: jax.tree.map(lambda a, g: a - 0.1 * g, p,
+                                               jax.grad(loss)(p, x)))
+    sgd = preflight.preflight_step(update, p, x)
+    assert chosen(update, p, x) == ["p"]  # an update of p: p is the one
+    drop = sgd.peak_bytes - preflight.preflight_step(update, p, x, donate_argnums=0).peak_bytes
+    assert "Donating p" in sgd.advice
+    assert ("for the CPU, its peak does not drop" in sgd.advice) == (drop < 2**20)

@@ -510,9 +510,18 @@ def test_flax_4848_undonated_state_is_named_with_the_bytes_at_stake():
         return jax.tree.map(lambda p, g: p - 0.1 * g, params, g)
 
     plain = preflight.preflight_step(sgd, params, x)
-    assert "Nothing donated for params, yet 8.00 MiB of the outputs" in plain.advice
     donated = preflight.preflight_step(sgd, params, x, donate_argnums=0)
     assert "Nothing donated" not in donated.advice and donated.donations[0].reused
+    # named with what XLA's plan of the donated step says: XLA:CPU's keeps temporaries instead
+    # (16.75 -> 16.50 MiB; measured 16.8 -> 16.9), so the CPU stand-in says it saves nothing
+    # here and leaves a GPU's plan to a run there
+    drop = plain.peak_bytes - donated.peak_bytes
+    assert "Nothing donated for params, yet 8.00 MiB of the outputs" in plain.advice
+    if drop >= 2**20:
+        assert f"{format_bytes(drop)} less at the peak" in plain.advice
+    else:
+        assert "for the CPU, its peak does not drop" in plain.advice
+        assert "not yet run on a GPU" in plain.advice
     small = preflight.preflight_step(sgd, {"w1": jnp.ones((8, 8)), "w2": jnp.ones((8, 8))},
                                      jnp.ones((4, 8)))
     assert "Nothing donated" not in small.advice  # under 1 MiB: not worth a word

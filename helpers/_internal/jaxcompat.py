@@ -45,7 +45,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "memory_spaces_only",
            "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
-           "parse_guard_line", "running_callback", "sharding_error_types",
+           "parse_guard_line", "running_callback", "sharding_error_types", "stable_sort_scratch",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
            "while_slice_copies", "weight_gradient_convolutions"]
 
@@ -644,6 +644,37 @@ def weight_gradient_convolutions(hlo_text: str) -> list[int]:
         if len(spatial) == len(window) and window == spatial and math.prod(window) > 1:
             out.append(math.prod(lhs) * _HLO_BYTES.get(lhs_type, 4)
                        + math.prod(rhs) * _HLO_BYTES.get(rhs_type, 4))
+    return out
+
+
+#: XLA:CPU's SortThunk moves the elements of a sort of several arrays through a value of 16
+#: bytes per array (kMaxElementSize: a complex128), whatever their type
+_SORT_VALUE_BYTES = 16
+_SORT_DIMENSION = re.compile(r"\bdimensions=\{(\d+)\}")
+
+
+def stable_sort_scratch(hlo_text: str) -> list[tuple[int, int, int]]:
+    """(bytes, arrays sorted together, elements along the sorted dimension) of the scratch each
+    stable ``sort`` of two or more arrays in an optimized CPU executable takes outside XLA's
+    buffer plan. From XLA's source, xla/backends/cpu/runtime/sort_thunk.cc: SortThunk hands
+    std::stable_sort an iterator over all k arrays whose value type holds 16 bytes per array,
+    and std::stable_sort allocates a buffer of one value per element of the slice it sorts
+    (one row at a time: a sort along the last axis of [rows, n] takes 16 * k * n). Measured,
+    jax 0.8.0 and 0.10.2: 16 B x k x n within 0.3% for k = 2 and 3 at n = 1,510,441. XLA's
+    text format is not an API: tests check it still parses."""
+    out = []
+    for line in hlo_text.splitlines():
+        if "is_stable=true" not in line:
+            continue
+        found = _tuple_results(line)
+        dim = _SORT_DIMENSION.search(line)
+        if found is None or found[2] != "sort" or len(found[3]) < 2 or dim is None:
+            continue
+        dims = [int(d) for d in found[3][0][1].split(",") if d]
+        if int(dim.group(1)) >= len(dims):
+            continue
+        k, n = len(found[3]), dims[int(dim.group(1))]
+        out.append((_SORT_VALUE_BYTES * k * n, k, n))
     return out
 
 

@@ -23,14 +23,14 @@ __all__ = ["batch_reductions", "CALLBACKS", "callbacks", "callbacks_every_step",
            "chained_scans", "checkpoint_offloads", "closed_over_values", "closes_over_arrays",
            "custom_vjp_residuals", "custom_vjp_rule", "device_keywords_and_puts",
            "einsum_intermediates", "einsum_step", "equation_line", "equation_where",
-           "in_selected_conds", "jacobian_lines", "jacobian_sizes", "loop_records",
-           "narrowed_inputs", "output_kinds", "pairwise_reductions", "prints", "progress_fix",
-           "psums_of_invariant", "repeated_checkpoints", "repeated_outputs", "replicated_sums",
-           "residual_sources", "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint",
-           "scan_copied_xs", "scan_role", "scan_updated_xs", "scatters_batched", "shapes_by_dtype",
-           "sliced_sorts", "softmax_products", "sparse_products", "threefry_draws", "walk",
-           "while_loops", "wholly_checkpointed", "WIDE_AT", "wide_reductions", "widened_carries",
-           "widened_inputs", "without_prints"]
+           "has_derivative", "in_selected_conds", "jacobian_lines", "jacobian_sizes",
+           "loop_records", "narrowed_inputs", "output_kinds", "pairwise_reductions", "prints",
+           "progress_fix", "psums_of_invariant", "repeated_checkpoints", "repeated_outputs",
+           "replicated_sums", "residual_sources", "scaled_by_zero", "scan_carry_bytes",
+           "scan_checkpoint", "scan_copied_xs", "scan_role", "scan_updated_xs", "scatters_batched",
+           "shapes_by_dtype", "sliced_sorts", "softmax_products", "sparse_products",
+           "threefry_draws", "walk", "while_loops", "wholly_checkpointed", "WIDE_AT",
+           "wide_reductions", "widened_carries", "widened_inputs", "without_prints"]
 
 
 def _floating(dtype) -> bool:
@@ -55,6 +55,15 @@ def walk(closed) -> Iterator[tuple[Any, Sequence]]:
             for v in eqn.params.values():
                 stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+
+
+def has_derivative(closed) -> bool:
+    """The step takes a reverse-mode derivative (jax.grad, jax.vjp: an equation, at any depth,
+    made under ``transpose(``): what keeps residuals for a backward pass, which
+    ``jax.checkpoint`` trades for recomputation. A solve or a factorization alone has none
+    (google/neural-tangents#166)."""
+    return any("transpose(" in str(getattr(eqn.source_info, "name_stack", ""))
+               for j, _ in walk(closed) for eqn in getattr(j, "eqns", ()))
 
 
 def closes_over_arrays(closed) -> bool:
@@ -955,13 +964,16 @@ def batch_reductions(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
     return tuple(sorted(out, key=lambda x: -x[1]))
 
 
-def sparse_products(closed) -> tuple[tuple[str, str, int, int, int], ...]:
+def sparse_products(closed) -> tuple[tuple[str, str, int, int, int, int, int, int, int], ...]:
     """Each product of a ``jax.experimental.sparse`` BCOO matrix in the step: (``"dense"`` for
     BCOO @ dense, ``"sparse"`` for BCOO @ BCOO, the user's line, the left operand's stored
-    elements, the right's stored elements or dense columns, the elements of the dense product).
+    elements, the right's stored elements or dense columns, the elements of the dense product,
+    the elements of the left's dense shape, the values it stores, the bytes of its values and
+    indices, the bytes of its dense form).
     BCOO @ dense gathers a row of the dense operand per stored element (nse x p values:
     jax-ml/jax#14642); BCOO @ BCOO pairs every stored element of one with every one of the
-    other (nse_a x nse_b: jax-ml/jax#14821)."""
+    other (nse_a x nse_b: jax-ml/jax#14821); a left operand that stores as many values as its
+    dense shape has elements is a dense matrix in a sparse wrapper (MIT-Lu-Lab/MPAX#24)."""
     out = []
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
@@ -969,16 +981,22 @@ def sparse_products(closed) -> tuple[tuple[str, str, int, int, int], ...]:
             if name not in ("bcoo_dot_general", "bcoo_spdot_general"):
                 continue
             try:
-                lhs_nse = eqn.invars[0].aval.shape[-1]
+                data, indices = eqn.invars[0].aval, eqn.invars[1].aval
+                lhs_nse = data.shape[-1]
                 rhs = eqn.invars[2].aval.shape  # BCOO @ BCOO: the right's data, [nse]
                 if name == "bcoo_dot_general":
                     other, dense_out = math.prod(rhs[1:]), math.prod(eqn.outvars[0].aval.shape)
                 else:
                     other, dense_out = rhs[-1], math.prod(_product_shape(eqn))
+                whole = math.prod(eqn.params["lhs_spinfo"].shape)
+                stored = (math.prod(data.shape) * data.dtype.itemsize
+                          + math.prod(indices.shape) * indices.dtype.itemsize)
             except Exception:  # a form of these primitives this reader does not know
                 continue
             out.append(("dense" if name == "bcoo_dot_general" else "sparse",
-                        equation_line(eqn), int(lhs_nse), int(other), int(dense_out)))
+                        equation_line(eqn), int(lhs_nse), int(other), int(dense_out),
+                        int(whole), int(math.prod(data.shape)), int(stored),
+                        int(whole * data.dtype.itemsize)))
     return tuple(out)
 
 
