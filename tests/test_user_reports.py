@@ -2658,3 +2658,31 @@ def test_numpyro_1802_a_collection_updated_without_donation_is_copied_whole_at_e
     donated = preflight.preflight_step(jax.jit(body, donate_argnums=(0, 1)), *args)
     assert "collection" not in dict(donated.copied_to_update)  # the fix: written in place
     assert r.peak_bytes - donated.peak_bytes >= 4 * MiB - 64 * 1024
+
+
+def test_jax_2139_a_checkpointed_scan_body_is_told_to_scan_over_checkpointed_chunks():
+    """jax-ml/jax#2139: checkpointing a long scan's body still keeps one carry per step;
+    shoyer's answer, a scan over checkpointed chunks (nested_checkpoint_scan), keeps one per
+    chunk. The fix the kit names is run: 4 MiB -> 128 KiB."""
+    n, b, d = 1024, 16, 64  # a carry of 4 KiB; 1,024 of them are 4 MiB
+
+    def step(c, w):
+        return jnp.tanh(c @ w), None
+
+    def body_checkpointed(c0, w):
+        c, _ = jax.lax.scan(jax.checkpoint(lambda c, _: step(c, w)), c0, None, length=n)
+        return jnp.sum(c)
+
+    def chunked(c0, w):  # the fix as the kit writes it: 32 chunks of 32 steps
+        chunk = jax.checkpoint(lambda c, _: jax.lax.scan(lambda c, _: step(c, w), c, None,
+                                                         length=32))
+        c, _ = jax.lax.scan(chunk, c0, None, length=n // 32)
+        return jnp.sum(c)
+
+    c0, w = jnp.ones((b, d)), jnp.eye(d) * 0.5
+    r = preflight.residuals(body_checkpointed, c0, w)
+    assert r.saved_bytes == 4 * MiB and "under jax.checkpoint already" in r.advice
+    assert "chunks of 32 steps keeps one carry per chunk, 32 in all" in r.advice
+    fixed = preflight.residuals(chunked, c0, w)
+    assert fixed.saved_bytes == 128 * 1024
+    assert jnp.allclose(jax.grad(chunked, 1)(c0, w), jax.grad(body_checkpointed, 1)(c0, w))
