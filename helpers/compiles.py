@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 
 import jax
 
-from helpers._internal import frames, jaxcompat, own
+from helpers._internal import frames, jaxcompat, jaxprs, own
 from helpers._internal.records import Display, Record
 from helpers.compile_causes import CAUSES, CacheMiss, fix_for, what_changed
 from helpers.errors import BadInputError, InUseError
@@ -83,6 +83,13 @@ _LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 #: jvp at order 7 (0.8.0: 0.42 s against 0.19 s)
 LARGE_TRACE_EQUATIONS = 1000
 EQUATIONS_PER_INSTRUCTION = 10
+#: a jaxpr with this many equations or more from one line of the user's code, one of them made
+#: again and again there (``jaxprs.LOOP_REPEATS`` times or more), was a Python loop unrolled
+#: while it was traced (as :data:`helpers.compiled.UNROLLED_AT` for a step's operations): XLA
+#: compiles each copy of its body (jax-ml/jax#352: an RNN of 300 steps written as a Python
+#: loop, 21.5 s to its first result, 19.8 s of it XLA compiling; 1.0 s with lax.scan; measured
+#: by the kit on jax 0.10.2, CPU)
+UNROLLED_EQUATIONS = 64
 #: of a block compiling heavily, a program holding this many bytes of array constants or more:
 #: arrays closed over, baked in (jax-ml/jax#14080: a 10 MiB dataset, 2.04 s to compile)
 HEAVY_CONSTANT_BYTES = 2**20
@@ -154,6 +161,15 @@ class FunctionCompiles(Record):
     #: of ``constant_bytes``, the largest one program holds, read also where the function
     #: compiled again: each compile bakes in its own copy (jax-ml/jax#6905)
     constants_each: int | NotAvailable = NOT_AVAILABLE
+    #: the line of the user's code that made the most of that jaxpr's equations,
+    #: :data:`UNROLLED_EQUATIONS` or more, where one of them recurs
+    #: ``jaxprs.LOOP_REPEATS`` times or more: a Python loop inside jit, unrolled (jax-ml/jax#352)
+    #: ("" where none did); its equations, how often that one recurs, and whether a gather
+    #: recurs there (a lookup in each iteration: one gather with index arrays, jax-ml/jax#891)
+    unrolled_line: str = ""
+    unrolled_equations: int = 0
+    unrolled_repeats: int = 0
+    unrolled_gathers: bool = False
 
     @property
     def place(self) -> str:
@@ -384,6 +400,17 @@ class CompileLog(Display):
         if self.cache_dir and self.cache_skipped and not self.cache_written:
             notes.append(self._not_cached())
         for f in self.functions:
+            if f.unrolled_line:
+                where = f" ({f.defined_at})" if f.defined_at else ""
+                notes.insert(0, (
+                    f"`{f.function}`{where} was traced to {f.jaxpr_equations:,} jaxpr "
+                    f"equations, {f.unrolled_equations:,} of them from one line "
+                    f"({f.unrolled_line}), one of them {f.unrolled_repeats} times over: a Python "
+                    "loop inside the jitted function is unrolled, one copy of its body per "
+                    f"iteration, and XLA compiles every copy ({f.compile_seconds:.2f} s here). "
+                    "jax.lax.scan or jax.lax.fori_loop compile the body once (jax-ml/jax#352: "
+                    "an RNN of 300 steps, 21.5 s to its first result, 1.0 s with lax.scan)."
+                    + (jaxprs.LOOKUPS_FIX if f.unrolled_gathers else "")))
             if f.traced_large:
                 where = f" ({f.defined_at})" if f.defined_at else ""
                 notes.append(
@@ -496,9 +523,17 @@ class _Events(logging.Handler):
         if lowering is None:
             return True
         if not own.active():  # the kit's own lowering: not the user's program
-            equations = jaxcompat.lowered_equations(sys._getframe(1))
+            frame = sys._getframe(1)
+            equations = jaxcompat.lowered_equations(frame)
+            loop = None
+            if equations is not None and equations >= UNROLLED_EQUATIONS:
+                try:  # the line a Python loop unrolled into the program, if one did
+                    loop = jaxprs.unrolled_line(jaxcompat.lowered_jaxpr(frame),
+                                                UNROLLED_EQUATIONS)
+                except Exception:  # never break the user's program over a diagnosis
+                    loop = None
             with self.guard:
-                self.events.append(("lowering", record.thread, *lowering, equations))
+                self.events.append(("lowering", record.thread, *lowering, equations, loop))
         return record.levelno >= logging.WARNING
 
     def cleared(self, what: str = "jax.clear_caches()") -> None:
@@ -835,6 +870,8 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     lowered: dict[tuple[str, str], list[tuple[str, str]]] = {}  # each compile's, per function
     sizes: dict[tuple[int, str], int] = {}  # the next compile's jaxpr equations
     largest: dict[tuple[str, str], int] = {}  # per function: its largest jaxpr's equations
+    loops: dict[tuple[int, str], tuple] = {}  # the next compile's unrolled line
+    unrolled: dict[tuple[str, str], tuple] = {}  # per function: its largest jaxpr's
     unpaired: dict[str, list[float]] = {}
     eager_types: dict[str, list[str | None]] = {}  # per name compiled outside jit: its types
     kits: dict[tuple[int, str], list] = {}  # traces the kit made, unpaired: (miss, clears)
@@ -858,10 +895,12 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             cleared += 1
             cleared_by.append(event[1])
         elif event[0] == "lowering":
-            _, thread, raw, types, shardings, size = event
+            _, thread, raw, types, shardings, size, loop = event
             lowerings[(thread, jaxcompat.compiled_function_name(raw))] = (types, shardings)
             if size is not None:
                 sizes[(thread, jaxcompat.compiled_function_name(raw))] = size
+            if loop is not None:
+                loops[(thread, jaxcompat.compiled_function_name(raw))] = loop
         elif event[0] == "miss" and event[3]:  # the kit's trace: the user's if they compile it
             _, thread, m, _, _ = event
             kits.setdefault((thread, m.function), []).append((m, cleared))
@@ -886,6 +925,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 clears.setdefault(key, []).append(at)
             lowering = lowerings.pop((thread, name), None)
             size = sizes.pop((thread, name), None)
+            loop = loops.pop((thread, name), None)
             again = traced.get((thread, name))
             if key is None and name not in primitives and seconds.get(again) and (
                     moved := _placement_change(lowering, lowered.get(again, []), logged)):
@@ -907,13 +947,18 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 seconds.setdefault(key, []).append(s)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
-                if size is not None:
-                    largest[key] = max(size, largest.get(key, 0))
+                if size is not None and size >= largest.get(key, 0):
+                    largest[key] = size
+                    if loop is not None:
+                        unrolled[key] = loop
+                    else:
+                        unrolled.pop(key, None)
             total = spent.setdefault(key, [0.0, 0.0])
             total[0], total[1] = total[0] + took[0], total[1] + took[1]
     out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
                   [t for t, _ in lowered.get(key, [])], spent.get(key, [0.0, 0.0]),
-                  library=key in libraries, equations=largest.get(key, NOT_AVAILABLE))
+                  library=key in libraries, equations=largest.get(key, NOT_AVAILABLE),
+                  unrolled=unrolled.get(key))
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -979,7 +1024,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            clears: list[int] | None = None, placed: list[str] | None = None,
            cleared_by: list[str] | None = None, types: list[str] | None = None,
            spent: list[float] | None = None, *, library: bool = False,
-           equations: int | NotAvailable = NOT_AVAILABLE) -> FunctionCompiles:
+           equations: int | NotAvailable = NOT_AVAILABLE,
+           unrolled: tuple | None = None) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -1014,7 +1060,10 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         fix=fix_for(mine, cause, new_types_each_call=bool(fresh), through_library=library),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1],
-        library=library, jaxpr_equations=equations)
+        library=library, jaxpr_equations=equations,
+        **({} if unrolled is None else {
+            "unrolled_line": frames.line(*unrolled[0]), "unrolled_equations": unrolled[1],
+            "unrolled_repeats": unrolled[3], "unrolled_gathers": unrolled[4]}))
 
 
 def _each_new(types: list[str], compiles: int) -> bool:

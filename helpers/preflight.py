@@ -539,7 +539,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "state's ema_params=params with EMA off: marin-community/marin#3668).")
     records = c.loop_records()
     if records and records[0][4] >= 2**20 and records[0][4] * 4 >= peak:
-        notes.append(program_notes.record_note(*records[0]))
+        unchanged = jaxprs.unchanged_in_rows(c.jaxpr).get((records[0][1], records[0][5]), 0)
+        notes.append(program_notes.record_note(*records[0], unchanged=unchanged))
     copied = c.carry_copies()
     if copied:
         notes.append(program_notes.carry_copy_note(*copied[0], more=len(copied) - 1))

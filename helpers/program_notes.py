@@ -113,13 +113,23 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
     more, largest first (one line can make several: each of a layer's weights, drawn for every
     layer at once; equinox#673). The sum is one over the leading axis, outside the vmap, of a
     value of the batch's length and a quarter of the largest's bytes or more (per-example
-    gradients averaged, google/flax#1852)."""
+    gradients averaged, google/flax#1852). Left out, where the jaxpr says so: values of a
+    line only JAX's own vmaps batched (jax.nn.dot_product_attention's over its query groups,
+    google/flax#2858: the user wrote none), of vmaps of one element, without a dimension of
+    the batch (a gradient summed over it: jax-ml/jax#891's f32[50, 50, 21, 21] for a batch of
+    6), or of a vmap that only cuts, reshapes or casts (the stacked rows of a collection
+    unravelled: pyro-ppl/numpyro#539, where lax.map(unravel, coll, batch_size=100) left XLA's
+    peak at 33,333,452 B against 33,333,440 B; jax 0.8.0 and 0.10.2): no chunks shrink them."""
+    temporaries = c.temporaries(most)
+    vmapped = (jaxprs.vmapped_lines(c.jaxpr) if c.jaxpr is not None
+               and any(t.batched for t in temporaries) else None)
     lines: dict[str, list[compiled.Temporary]] = {}
     # a callback vmap made a loop of: its operand, transposed for the loop, is no value to make
     # in chunks (lax.map still calls it per element): callback_loop_note names it
     looped = {at for _, at, _ in c.callbacks_vmapped()} if c.jaxpr is not None else set()
-    for t in c.temporaries(most):
-        if t.batched and t.line not in looped:
+    for t in temporaries:
+        if t.batched and t.line not in looped and (
+                vmapped is None or not t.line or _chunks_shrink(t, vmapped)):
             lines.setdefault(t.line or f"({t.op})", []).append(t)
     if not lines:
         return []
@@ -136,6 +146,21 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
                        if shape[:1] == big.shape[:1] and 4 * nbytes >= big.nbytes), "")
         out.append((big, len(ts), sum(t.nbytes for t in ts), which, summed, big.line in conds))
     return sorted([b for b in out if b[2] * 4 >= peak], key=lambda b: -b[2])
+
+
+def _chunks_shrink(t: compiled.Temporary,
+                   vmapped: dict[str, tuple[tuple[frozenset[int], ...], bool]]) -> bool:
+    """A batched value that computing the batch in chunks makes smaller: its line has values a
+    vmap of the user's made (:func:`jaxprs.vmapped_lines`), not only cut, reshaped or cast, of
+    more than one element, and it has a dimension of the batch (or one a multiple of it)."""
+    found = vmapped.get(t.line)
+    if found is None:
+        return False  # only JAX's own vmaps made this line's values
+    sizes, relayouts = found
+    if relayouts or (sizes and all(s == {1} for s in sizes)):
+        return False
+    return not (sizes and all(sizes) and not any(
+        d % b == 0 for s in sizes for b in s if b > 1 for d in t.shape))
 
 
 def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
@@ -623,7 +648,7 @@ def stack_note(t: compiled.ScanStack, peak: int) -> str:
 
 def record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype: str,
                  nbytes: int, line: str, write: str = "", steps: int | None = None,
-                 made_here: bool = True) -> str:
+                 made_here: bool = True, unchanged: int = 0) -> str:
     """The note for a buffer a loop carries and only writes, a step's value per row
     (google-deepmind/gemma#534: a sampler kept every token's logits over the vocabulary; its
     fix keeps the top-k logits and their indices. Measured by the kit on the CPU, B=4, 128
@@ -634,12 +659,26 @@ def record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype:
     ``maybe_set``. ``SaveAt(ts=...)`` of 6 times: a peak of 32.04 MiB -> 81.66 KiB, y of 1024
     float32, measured by the kit with diffrax 0.7.2, equinox 0.13.8, jax 0.10.2 on the CPU).
     A scan's buffer of more rows than steps is told to shrink only where the step makes it
-    (``made_here``): one handed in may hold rows written before (a prompt's, then a decode's)."""
+    (``made_here``): one handed in may hold rows written before (a prompt's, then a decode's).
+    ``unchanged``: of each row's values, those the loop carries unchanged
+    (:func:`helpers._internal.jaxprs.unchanged_in_rows`); half of the row or more is named, as
+    every row's copy of the same values (pyro-ppl/numpyro#539: fori_collect kept the whole HMC
+    state per sample, 8,192 of its 8,325 floats a dense mass matrix and its square root;
+    collecting state.z alone: XLA's outputs 33,300,064 B -> 256,000 B, its peak 33,333,440 B
+    -> 272,980 B, D=64 and 1000 samples, measured on jax 0.8.0 and 0.10.2, CPU)."""
     kind = "lax.while_loop" if loop == "while" else "lax.scan (or lax.fori_loop)"
     rows = math.prod(whole) // max(math.prod(step), 1)
     head = (f"A {kind} writes a {dtype}{list(step)} into its carried {dtype}{list(whole)} at "
             f"each step{f' ({line})' if line else ''} and never reads it back: "
             f"{format_bytes(nbytes)} held through the loop")
+    row = max(math.prod(step), 1)
+    if 2 * unchanged >= row and made_here:
+        kept = nbytes * (row - unchanged) // row
+        return (f"{head}, yet {unchanged:,} of each row's {row:,} values "
+                f"({100 * unchanged // row}%) are values the loop carries unchanged, the same "
+                "in every row. Collect only what changes (numpyro's fori_collect(..., "
+                "transform=lambda state: state.z), pyro-ppl/numpyro#539): "
+                f"{format_bytes(nbytes)} -> {format_bytes(kept)} without them.")
     part = ("where what follows needs only part of each step's value (the top-k logits and "
             "their indices, the chosen token's log-probability), write that instead, and the "
             "buffer shrinks in proportion (google-deepmind/gemma#534)")

@@ -1210,3 +1210,100 @@ def test_jax_6905_a_partial_over_params_compiled_for_new_shapes_bakes_them_in_ea
         for n in (3, 4, 5):
             jax.jit(lambda v: v * 2)(jnp.zeros(n))
     assert "closes over" not in log3.diagnosis and "compiled 3 times" in log3.diagnosis
+
+
+_T352, _B352, _H352 = 20, 8, 64
+
+
+def _rnn_loop(params, xs):
+    """jax-ml/jax#352 in miniature: an RNN written as a Python for loop inside jit."""
+    w, u = params
+    h = jnp.zeros((_B352, _H352))
+    for t in range(_T352):
+        h = jnp.tanh(h @ w + xs[t] @ u)
+    return jnp.sum(h)
+
+
+def _rnn_scan(params, xs):
+    """The fix: lax.scan traces the body once."""
+    w, u = params
+    h, _ = jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x @ u), None),
+                        jnp.zeros((_B352, _H352)), xs)
+    return jnp.sum(h)
+
+
+def test_jax_352_a_compile_of_a_python_loop_names_the_line_and_lax_scan():
+    """jax-ml/jax#352: an RNN of 300 steps as a Python loop inside jit took 21.5 s to its first
+    result, 19.8 s of it XLA compiling (1.0 s with lax.scan; jax 0.10.2, CPU), and
+    compiles.watch named only the persistent cache. It names the line that made most of the
+    jaxpr JAX lowered, again and again, and lax.scan (sizes, not seconds: 20 steps here)."""
+    from helpers._internal import jaxprs
+
+    params = (jnp.eye(_H352) * 0.5, jnp.ones((_H352, _H352)) * 0.01)
+    xs = jnp.ones((_T352, _B352, _H352))
+    step = jax.jit(jax.value_and_grad(_rnn_loop))
+    with compiles.watch() as log:
+        looped = step(params, xs)[0]
+    entry = log.function("_rnn_loop")
+    assert "h = jnp.tanh(h @ w + xs[t] @ u)" in entry.unrolled_line
+    assert entry.unrolled_repeats >= _T352 and entry.unrolled_equations >= 64
+    assert entry.unrolled_equations * 10 >= 9 * entry.jaxpr_equations  # one line: nearly all
+    note = log.diagnosis
+    assert "a Python loop inside the jitted function is unrolled" in note
+    assert "jax.lax.scan" in note and "jax-ml/jax#352" in note
+    assert entry.unrolled_line in note
+    assert json.loads(json.dumps(log.to_dict()))["functions"][0]["unrolled_line"]
+    # the fix, run: the same value from a program a fraction of the size, no such note
+    with compiles.watch() as fixed:
+        scanned = jax.jit(jax.value_and_grad(_rnn_scan))(params, xs)[0]
+    np.testing.assert_allclose(scanned, looped, rtol=1e-5)
+    assert fixed.function("_rnn_scan").unrolled_line == ""
+    assert fixed.function("_rnn_scan").jaxpr_equations * 5 < entry.jaxpr_equations
+    assert "unrolled" not in fixed.diagnosis
+
+    # JAX's own recursion (associative_scan, radarFudan/mamba-minimal-jax#1) and a nested
+    # derivative (jax.jvp of jax.jvp: several equations from one call) are no loop
+    def binop(a, b):
+        return a[0] * b[0], b[0] * a[1] + b[1]
+
+    def ssm(a, b):
+        return jnp.sum(jax.lax.associative_scan(binop, (a, b))[1] ** 2)
+
+    a = jnp.full((256, 4), 0.9)
+    assert jaxprs.unrolled_line(jax.make_jaxpr(jax.value_and_grad(ssm))(a, a), 64) is None
+    g = lambda t: jnp.sin(t) * t ** 10  # noqa: E731
+    for _ in range(4):
+        g = (lambda h: (lambda v: jax.jvp(h, (v,), (jnp.ones_like(v),))[1]))(g)
+    assert jaxprs.unrolled_line(jax.make_jaxpr(g)(a), 64) is None
+
+
+def test_jax_891_compiles_watch_names_a_loop_of_lookups_and_one_gather():
+    """jax-ml/jax#891: lookups in a Python loop under jax.grad of a vmap compiled for 16.6 s,
+    one gather for 0.68 s (jax 0.10.2, CPU). compiles.watch names the loop's line and the
+    single gather with index arrays. Run: the fix gives the same gradient, with no note."""
+    def energy(h, seq):
+        e = 0.0
+        for r in range(20):
+            e = e + h[r, seq[r]] ** 2
+        return e
+
+    def gathered(h, seq):
+        return jnp.sum(h[jnp.arange(20), seq] ** 2)
+
+    def lookups(h, seqs):
+        return jnp.mean(jax.vmap(energy, in_axes=(None, 0))(h, seqs))
+
+    def one_gather(h, seqs):
+        return jnp.mean(jax.vmap(gathered, in_axes=(None, 0))(h, seqs))
+
+    h = jnp.arange(20 * 21, dtype=jnp.float32).reshape(20, 21) / 100
+    seqs = (jnp.arange(6 * 20).reshape(6, 20) * 7) % 21
+    with compiles.watch() as log:
+        looped = jax.jit(jax.grad(lookups))(h, seqs)
+    entry = log.function("lookups")
+    assert "e = e + h[r, seq[r]] ** 2" in entry.unrolled_line and entry.unrolled_gathers
+    assert "one gather for all iterations with index arrays" in log.diagnosis
+    with compiles.watch() as fixed:
+        once = jax.jit(jax.grad(one_gather))(h, seqs)
+    assert fixed.function("one_gather").unrolled_line == "" and "gather" not in fixed.diagnosis
+    np.testing.assert_allclose(once, looped, rtol=1e-6)

@@ -4,6 +4,7 @@ import functools
 import gc
 import json
 import re
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from helpers import compiled, devices, measure, preflight, program_notes
-from helpers._internal import jaxcompat, jaxprs
+from helpers._internal import frames, jaxcompat, jaxprs
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
 from helpers.units import NOT_AVAILABLE, format_bytes
@@ -1930,3 +1931,252 @@ def test_jax_25010_shard_map_residuals_said_per_device_with_the_gather_and_its_f
         assert not any(x.gathered_at for x in after.residuals)
         assert (after.saved_bytes, after.device_bytes) == (131_072, 32_768)
         assert "all_gather" not in after.advice
+
+
+def _attention(q, k, v):
+    return jax.nn.dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_flax_2858_jax_s_own_vmap_in_dot_product_attention_is_not_called_the_user_s():
+    """google/flax#2858: jax.nn.dot_product_attention's [B, H, T, S] values under jax.grad were
+    said to be "made under jax.vmap for every element of the batch", with lax.map(jax.checkpoint
+    (f), batch_size=k) as the fix: the user wrote no vmap. The vmap is JAX's own, over the
+    query groups (one here: the shapes' leading 1). A vmap of the user's around the same
+    attention keeps its note."""
+    import dataclasses
+
+    q = jnp.zeros((2, 256, 4, 64))
+    step = jax.grad(lambda q, k, v: jnp.sum(_attention(q, k, v) ** 2), argnums=(0, 1, 2))
+    p = preflight.preflight_step(step, q, q, q)
+    assert "under jax.vmap" not in p.advice and "jax.lax.map" not in p.advice
+    top = p.largest_temporaries[0]  # the score matrix is still listed, with its line
+    assert top.shape[-2:] == (256, 256) and "dot_product_attention" in top.line
+    # what the kit said before: the same values, read without the jaxpr, are "batched"
+    c = compiled.compile_step(step, q, q, q)
+    peak = c.sizes()["peak"]
+    assert program_notes.batched_by_line(dataclasses.replace(c, jaxpr=None), peak)
+    assert program_notes.batched_by_line(c, peak) == []
+    # the user's own vmap (per example) around the same attention: named, as before
+    mine = jax.grad(lambda q, k, v: jnp.sum(jax.vmap(
+        lambda a, b, c: _attention(a[None], b[None], c[None])[0])(q, k, v) ** 2),
+        argnums=(0, 1, 2))
+    assert "under jax.vmap" in preflight.preflight_step(mine, q, q, q).advice
+
+
+def test_flax_2858_a_vmap_of_one_element_gets_no_advice_to_compute_it_in_chunks():
+    """A jax.vmap of axis size 1 makes nothing "for every element of the batch at once": chunks
+    of k elements would shrink nothing. The same vmap over 4 elements keeps the note."""
+    def each(x):
+        y = jnp.tanh(jnp.outer(x, x))  # 16 MiB for each element
+        return y @ x + y.T @ x
+
+    def step(xs):
+        return jax.vmap(each)(xs)
+
+    one, four = jnp.ones((1, 2048)) * 1e-3, jnp.ones((4, 2048)) * 1e-3
+    assert "under jax.vmap" in preflight.preflight_step(step, four).advice
+    p = preflight.preflight_step(step, one)
+    assert p.temp_bytes >= 16 * MiB  # the 2048 x 2048 value is made
+    assert "under jax.vmap" not in p.advice and "jax.lax.map" not in p.advice
+
+
+_L891, _Q891 = 20, 21
+
+
+def _energy_loop(h, J, seq):
+    """jax-ml/jax#891 in miniature: one lookup per position in a Python loop inside jit."""
+    e = 0.0
+    for r in range(_L891):
+        e = e + h[r, seq[r]]
+        e = e + jnp.sum(J[r, jnp.arange(_L891), seq[r], seq])
+    return e
+
+
+def _energy_gather(h, J, seq):
+    """hawkinsp's fix: one gather with index arrays."""
+    r = jnp.arange(_L891)
+    return jnp.sum(h[r, seq]) + jnp.sum(J[r[:, None], r[None, :], seq[:, None], seq[None, :]])
+
+
+def _loss891(energy):
+    return jax.grad(lambda h, J, seqs: jnp.mean(jax.vmap(energy, in_axes=(None, None, 0))(
+        h, J, seqs)), argnums=(0, 1))
+
+
+def _args891():
+    key = jax.random.key(0)
+    h = jax.random.normal(key, (_L891, _Q891))
+    J = jax.random.normal(jax.random.fold_in(key, 1), (_L891, _L891, _Q891, _Q891))
+    seqs = jax.random.randint(jax.random.fold_in(key, 2), (6, _L891), 0, _Q891)
+    return h, J, seqs
+
+
+def test_jax_891_a_gradient_summed_over_the_batch_is_not_said_to_be_made_under_vmap():
+    """jax-ml/jax#891: the gradient of J, f32[L, L, q, q], summed over the batch of 6 by
+    jax.grad of a vmap with in_axes=None, was "made under jax.vmap for every element of the
+    batch at once" with lax.map(jax.checkpoint(f), batch_size=k) as the fix, which left it
+    4.21 MiB. It has no dimension of the batch: no note now."""
+    import dataclasses
+
+    args = _args891()
+    c = compiled.compile_step(_loss891(_energy_loop), *args)
+    peak = c.sizes()["peak"]
+    before = program_notes.batched_by_line(dataclasses.replace(c, jaxpr=None), peak)
+    assert before and before[0][0].shape == (_L891, _L891, _Q891, _Q891)  # what it said
+    assert program_notes.batched_by_line(c, peak) == []
+    assert jaxprs.vmapped_lines(c.jaxpr)[before[0][0].line][0] == (frozenset({6}),)
+    assert "under jax.vmap" not in preflight.preflight_step(_loss891(_energy_loop),
+                                                            *args).advice
+
+
+def test_jax_891_a_python_loop_of_lookups_xla_fused_is_named_by_its_jaxpr_equations():
+    """jax-ml/jax#891: 50 lookups in a Python loop inside jit compiled for 16.6 s, one gather
+    for 0.68 s (jax 0.10.2, CPU), and the unrolled-loop note said nothing: XLA fused the loop's
+    copies into 51 operations, fewer than UNROLLED_AT. The note counts the jaxpr's equations
+    per line now and names the single gather (here: 20 lookups)."""
+    args = _args891()
+    c = compiled.compile_step(_loss891(_energy_loop), *args)
+    line = "J[r, jnp.arange(_L891), seq[r], seq]"
+    xla = sum(1 for v in c.values if v["source"] and line in frames.line(*v["source"]))
+    assert xla < compiled.UNROLLED_AT  # the old count: silent
+    p = preflight.preflight_step(_loss891(_energy_loop), *args)
+    assert "jaxpr equations come from one line" in p.advice and line in p.advice
+    assert "a Python loop inside the jitted function is unrolled" in p.advice
+    assert "one gather for all iterations with index arrays" in p.advice
+    assert "jax-ml/jax#891" in p.advice
+    _, n, total, repeats, gathers = jaxprs.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
+    assert n >= 10 * xla and repeats >= _L891 and gathers
+    # the fix, run: one gather, the same gradients, a program a fraction of the size
+    fixed = compiled.compile_step(_loss891(_energy_gather), *args)
+    assert 10 * len(list(e for j, _ in jaxprs.walk(fixed.jaxpr) for e in j.eqns)) < total
+    assert "unrolled" not in preflight.preflight_step(_loss891(_energy_gather), *args).advice
+    for a, b in zip(jax.jit(_loss891(_energy_loop))(*args),
+                    jax.jit(_loss891(_energy_gather))(*args), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_mamba_minimal_jax_1_associative_scan_is_no_python_loop(monkeypatch):
+    """radarFudan/mamba-minimal-jax#1: 97 of the gradient's 109 operations came from the line
+    calling jax.lax.associative_scan (L=1024), and the kit said "a Python loop inside the
+    jitted function is unrolled": there is none, it is associative_scan's recursion of log2 L
+    levels inside JAX. Its equations are left out now. In miniature (L=16: 32 operations from
+    the line) with the threshold lowered to 16 so that the old rule fires; a Python loop at
+    that threshold is still named."""
+    import dataclasses
+
+    def binop(a, b):
+        (a1, b1), (a2, b2) = a, b
+        return a1 * a2, a2 * b1 + b2
+
+    def ssm(dA, dBu):
+        _, xs = jax.lax.associative_scan(binop, (dA, dBu))
+        return jnp.sum(xs ** 2)
+
+    monkeypatch.setattr(compiled, "UNROLLED_AT", 16)
+    dA = jnp.full((16, 4, 4), 0.9)
+    c = compiled.compile_step(jax.value_and_grad(ssm, argnums=(0, 1)), dA, dA)
+    assert "Python loop" in dataclasses.replace(c, jaxpr=None).unrolled()  # the old words
+    assert c.unrolled() == ""
+    made = jaxprs.line_repeats(c.jaxpr)
+    scan_line = next(v for k, v in made.items() if "associative_scan(binop" in frames.line(*k))
+    assert scan_line[0] == 0 and scan_line[1] > 0  # all its equations: JAX's own loop code
+
+    def looped(h):
+        for _ in range(20):
+            h = jnp.tanh(h * 0.5)
+        return h
+
+    assert "Python loop" in compiled.compile_step(looped, jnp.ones(8)).unrolled()
+
+
+def test_jax_520_nested_jvp_is_no_python_loop_for_the_unrolled_note():
+    """A derivative makes several equations from one call (nested jax.jvp of one line, order
+    3: 27 of one mul); they are not a loop's iterations."""
+    def f(t):
+        return 0.3 * jnp.sin(t) * t ** 10
+
+    g = f
+    for _ in range(3):
+        g = (lambda h: (lambda v: jax.jvp(h, (v,), (jnp.ones_like(v),))[1]))(g)
+    x = jnp.linspace(0.5, 1.5, 64)
+    assert jaxprs.unrolled_line(jax.make_jaxpr(g)(x), 64) is None
+    assert "unrolled" not in compiled.compile_step(g, x).unrolled()
+
+
+class _Adapt(NamedTuple):
+    step_size: jax.Array
+    inverse_mass_matrix: jax.Array  # (D, D) with dense_mass=True
+    mass_matrix_sqrt: jax.Array
+
+
+class _HMC(NamedTuple):
+    i: jax.Array
+    z: jax.Array
+    z_grad: jax.Array
+    potential_energy: jax.Array
+    rng_key: jax.Array
+    adapt_state: _Adapt
+
+
+_D539, _N539 = 16, 512
+
+
+def _hmc_step(state):
+    key, sub = jax.random.split(state.rng_key)
+    z = state.z - 0.01 * state.z_grad + 0.01 * (state.adapt_state.mass_matrix_sqrt
+                                                 @ jax.random.normal(sub, (_D539,)))
+    return state._replace(i=state.i + 1, z=z, z_grad=z, potential_energy=0.5 * z @ z,
+                          rng_key=key)
+
+
+def _fori_collect(init, transform=lambda s: s, batch_size=None):
+    """numpyro 0.2's fori_collect: a fori_loop writes ravel_pytree(transform(state)) into a
+    row of a preallocated collection at each step, then unravels the rows with jax.vmap
+    (``batch_size``: lax.map in chunks instead, the advice the kit gave)."""
+    from jax.flatten_util import ravel_pytree
+
+    flat, unravel = ravel_pytree(transform(init))
+
+    def step(i, carry):
+        state, coll = carry
+        state = _hmc_step(state)
+        return state, coll.at[i].set(ravel_pytree(transform(state))[0])
+
+    _, coll = jax.lax.fori_loop(0, _N539, step, (init, jnp.zeros((_N539,) + flat.shape)))
+    if batch_size:
+        return jax.lax.map(unravel, coll, batch_size=batch_size)
+    return jax.vmap(unravel)(coll)
+
+
+def test_numpyro_539_unravelled_rows_get_no_lax_map_advice_and_the_unchanged_carry_is_named():
+    """pyro-ppl/numpyro#539: fori_collect kept the whole HMC state for every sample, the dense
+    mass matrix included (the same in every row). The kit advised jax.lax.map(f, xs,
+    batch_size=k) for the rows jax.vmap(unravel) cuts back into the state's leaves: run, it
+    changes nothing (they are the step's outputs). That advice is gone; the note names the
+    values the loop carries unchanged and collecting only what changes (transform=lambda s:
+    s.z, the thread's fix), run here."""
+    import dataclasses
+
+    init = _HMC(jnp.array(0), jnp.ones(_D539), jnp.ones(_D539), jnp.array(0.0),
+                jax.random.key_data(jax.random.key(0)),
+                _Adapt(jnp.array(0.1), jnp.eye(_D539), jnp.eye(_D539)))
+    c = compiled.compile_step(_fori_collect, init)
+    peak = c.sizes()["peak"]
+    assert program_notes.batched_by_line(dataclasses.replace(c, jaxpr=None), peak)  # before
+    assert program_notes.batched_by_line(c, peak) == []
+    p = preflight.preflight_step(_fori_collect, init)
+    assert "under jax.vmap" not in p.advice and "batch_size=k" not in p.advice
+    row = 1 + 2 * _D539 + 1 + 2 + 1 + 2 * _D539 * _D539
+    unchanged = 1 + 2 * _D539 * _D539  # step_size and the two D x D matrices
+    assert f"{unchanged:,} of each row's {row:,} values" in p.advice
+    assert "transform=lambda state: state.z" in p.advice and "numpyro#539" in p.advice
+    # the advice it gave, run: lax.map in chunks leaves XLA's peak as it was
+    ma = [jax.jit(f).lower(init).compile().memory_analysis() for f in (
+        _fori_collect, functools.partial(_fori_collect, batch_size=64))]
+    assert ma[1].temp_size_in_bytes + ma[1].output_size_in_bytes >= 0.99 * (
+        ma[0].temp_size_in_bytes + ma[0].output_size_in_bytes)
+    # the fix, run: collect z alone; the buffer shrinks by the row's share that changes
+    z_only = preflight.preflight_step(functools.partial(_fori_collect,
+                                                        transform=lambda s: s.z), init)
+    assert z_only.peak_bytes * 20 < p.peak_bytes and "numpyro#539" not in z_only.advice
+    assert p.loop_records[0][2] == _N539 * row * 4

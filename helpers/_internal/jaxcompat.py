@@ -42,6 +42,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
            "jit_made_by_jax", "live_executables", "lowered_aliases", "lowered_equations",
+           "lowered_jaxpr",
            "memory_spaces_only",
            "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
@@ -307,11 +308,11 @@ def jit_made_by_jax(frame: Any) -> bool | None:
     return getattr(module, getattr(fun, "__name__", ""), None) is not fun
 
 
-def lowered_equations(frame: Any) -> int | None:
-    """The equations, those of nested jaxprs included, of the jaxpr JAX is lowering now on this
-    thread: the `closed_jaxpr` of the frame of INTERNALS["lowering_to_hlo"] on the stack from
-    ``frame`` (the frame that logs the "Compiling ..." line); None where no such frame is on
-    the stack or this JAX moved it. On jax 0.8.0 and 0.10.2 alike."""
+def lowered_jaxpr(frame: Any) -> Any:
+    """The closed jaxpr JAX is lowering now on this thread: the `closed_jaxpr` of the frame of
+    INTERNALS["lowering_to_hlo"] on the stack from ``frame`` (the frame that logs the
+    "Compiling ..." line); None where no such frame is on the stack or this JAX moved it. On jax
+    0.8.0 and 0.10.2 alike."""
     if _get("lowering_to_hlo") is None:
         return None
     module, name = INTERNALS["lowering_to_hlo"].where.split(":")
@@ -319,11 +320,17 @@ def lowered_equations(frame: Any) -> int | None:
     while frame is not None and not (frame.f_code.co_name == name
                                      and frame.f_code.co_filename == where):
         frame = frame.f_back
-    jaxpr = getattr(frame.f_locals.get("closed_jaxpr") if frame is not None else None,
-                    "jaxpr", None)
-    if jaxpr is None or not hasattr(jaxpr, "eqns"):
+    closed = frame.f_locals.get("closed_jaxpr") if frame is not None else None
+    return closed if hasattr(getattr(closed, "jaxpr", None), "eqns") else None
+
+
+def lowered_equations(frame: Any) -> int | None:
+    """The equations, those of nested jaxprs included, of the jaxpr JAX is lowering now on this
+    thread (:func:`lowered_jaxpr`); None where it cannot be found."""
+    closed = lowered_jaxpr(frame)
+    if closed is None:
         return None
-    count, stack, seen = 0, [jaxpr], 0
+    count, stack, seen = 0, [closed.jaxpr], 0
     while stack and seen < 10_000_000:  # (a bound: the count is a size, not a walk to finish)
         inner = stack.pop()
         count += len(inner.eqns)

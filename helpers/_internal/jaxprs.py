@@ -24,13 +24,14 @@ __all__ = ["batch_reductions", "CALLBACKS", "callbacks", "callbacks_every_step",
            "custom_vjp_residuals", "custom_vjp_rule", "device_keywords_and_puts",
            "einsum_intermediates", "einsum_step", "equation_line", "equation_where",
            "has_derivative", "in_selected_conds", "jacobian_lines", "jacobian_sizes",
-           "loop_records", "narrowed_inputs", "output_kinds", "pairwise_reductions", "prints",
-           "progress_fix", "psums_of_invariant", "repeated_checkpoints", "repeated_outputs",
-           "replicated_sums", "residual_sources", "scaled_by_zero", "scan_carry_bytes",
-           "scan_checkpoint", "scan_copied_xs", "scan_role", "scan_updated_xs", "scatters_batched",
-           "shapes_by_dtype", "sliced_sorts", "softmax_products", "sparse_products",
-           "threefry_draws", "walk", "while_loops", "wholly_checkpointed", "WIDE_AT",
-           "wide_reductions", "widened_carries", "widened_inputs", "without_prints"]
+           "line_repeats", "LOOKUPS_FIX", "loop_records", "LOOP_REPEATS", "narrowed_inputs",
+           "output_kinds", "pairwise_reductions", "prints", "progress_fix", "psums_of_invariant",
+           "repeated_checkpoints", "repeated_outputs", "replicated_sums", "residual_sources",
+           "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
+           "scan_updated_xs", "scatters_batched", "shapes_by_dtype", "sliced_sorts",
+           "softmax_products", "sparse_products", "threefry_draws", "unchanged_in_rows",
+           "unrolled_line", "vmapped_lines", "walk", "while_loops", "wholly_checkpointed",
+           "WIDE_AT", "wide_reductions", "widened_carries", "widened_inputs", "without_prints"]
 
 
 def _floating(dtype) -> bool:
@@ -741,6 +742,91 @@ def repeated_outputs(closed) -> list[tuple[int, int]]:
     return out
 
 
+#: one equation (a primitive, from one and the same call stack) made this many times or more
+#: at a line of the user's: the line ran that often, a Python loop unrolled into the program
+LOOP_REPEATS = 16
+#: where JAX's own loop code lives: what it makes by itself (associative_scan's slices and
+#: interleaving, a recursion of log2 n levels, each level its own call stack) is no loop of
+#: the user's (radarFudan/mamba-minimal-jax#1)
+_JAX_LOOPS = "jax/_src/lax/control_flow/"
+#: where jax.tree.map runs a function once per leaf (jax/_src/tree_util.py, jax/_src/tree.py)
+_TREE_MAPS = ("tree_util.py", "_src/tree.py")
+
+
+#: where the unrolled line looks a value up in each iteration (jax-ml/jax#891, hawkinsp: one
+#: large gather, not many lookups in a loop; measured by the kit on a loaded 2-core CPU, B=6,
+#: L=50: the gradient compiled in 16.6 s, one gather in 0.68 s, jax 0.10.2; 25.3 s and 2.35 s
+#: on jax 0.8.0)
+LOOKUPS_FIX = (" Its lookups (x[i, idx[i]] for each i) are one gather for all iterations with "
+               "index arrays: x[jnp.arange(n), idx] (jax-ml/jax#891: 16.6 s of compiling "
+               "for 50 lookups in a loop, 0.68 s for one gather).")
+
+
+def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool]]:
+    """Per line of the user's code, (file, line): (the equations it made, nested ones
+    included, besides those of JAX's own loop code; those JAX's loop code made (the slices of
+    ``jax.lax.associative_scan``); the most times one equation (one primitive, one call stack)
+    recurs there: how often the line ran, a Python loop's iterations; the same through
+    ``jax.tree.map``: once per leaf; whether a gather (in a gradient, or its scatter-add)
+    recurs there, a lookup in each iteration). Recurrences are counted among the equations of
+    no derivative but one ``jax.grad`` or ``jax.jvp``'s forward pass: a derivative makes
+    several equations from one call stack (nested ``jax.jvp`` of one line, 27 of one ``mul``
+    at order 3)."""
+    groups: dict[tuple[str, Any], list] = {}  # (primitive, traceback): [all, primal, lookups]
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            try:
+                tb = eqn.source_info.traceback
+                stack = str(eqn.source_info.name_stack)
+            except Exception:  # an equation without its source
+                continue
+            one = groups.setdefault((eqn.primitive.name, tb), [0, 0, 0])
+            one[0] += 1
+            one[1] += stack.count("jvp(") <= 1 and "transpose(" not in stack
+            # a lookup: a gather, or its transpose under jax.grad, a scatter-add (where the
+            # gradient needs no forward value, jit's dead-code pass drops the gathers)
+            one[2] += eqn.primitive.name == "gather" or (
+                eqn.primitive.name == "scatter-add" and "transpose(" in stack)
+    out: dict[tuple[str, int], list] = {}
+    for (_, tb), (n, primal, lookups) in groups.items():
+        try:
+            fs = list(tb.frames) if tb is not None else []
+        except Exception:  # a traceback that cannot say
+            continue
+        user = next((i for i, f in enumerate(fs) if frames.is_user_file(f.file_name)), None)
+        if user is None:
+            continue
+        key = (fs[user].file_name, fs[user].line_num)
+        line = out.setdefault(key, [0, 0, 0, 0, False])
+        if any(_JAX_LOOPS in f.file_name.replace("\\", "/") for f in fs[:user]):
+            line[1] += n
+            continue
+        line[0] += n
+        if any(f.file_name.endswith(_TREE_MAPS) for f in fs):
+            line[3] = max(line[3], primal)
+        else:
+            line[2] = max(line[2], primal)
+            line[4] = line[4] or lookups > 1
+    return {k: tuple(v) for k, v in out.items()}  # type: ignore[misc]
+
+
+def unrolled_line(closed, least: int) -> tuple[tuple[str, int], int, int, int, bool] | None:
+    """((file, line), its equations, the step's equations, the most times one of its
+    equations recurs, whether a gather recurs there) of the line of the user's code that made
+    the most equations, ``least`` or more, of which one recurs :data:`LOOP_REPEATS` times or
+    more outside ``jax.tree.map``: a Python loop inside jit, unrolled (counted before XLA fuses
+    its copies: jax-ml/jax#891's 50 lookups were 51 XLA operations, 900 equations and more);
+    None where none does."""
+    lines = line_repeats(closed)
+    total = sum(len(getattr(j, "eqns", ())) for j, _ in walk(closed))
+    found = [(key, n, repeats, gathers) for key, (n, _, repeats, _, gathers) in lines.items()
+             if n >= least and repeats >= LOOP_REPEATS]
+    if not found:
+        return None
+    key, n, repeats, gathers = max(found, key=lambda f: f[1])
+    return key, n, total, repeats, gathers
+
+
 #: the primitives that write one step's value into a buffer, with the positions of the buffer
 #: and the value among their operands: equinox's own ``maybe_set`` (pred, xs, x, i) is how
 #: ``eqx.internal.while_loop`` (diffrax's ``SaveAt(steps=True)``, patrick-kidger/diffrax#238)
@@ -760,19 +846,11 @@ def _copied(j, var):
         var = users[0].outvars[0]
 
 
-def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
-                                        str, int | None, bool], ...]:
-    """(the loop's primitive, the buffer's shape, one step's shape, dtype, the buffer's bytes,
-    the write's line, the write's primitive, the scan's steps: None for a ``while_loop``,
-    whose buffer is sized by its bound, not by the steps it takes; whether the buffer's
-    starting value is made in the step, not handed in) of each buffer a
-    ``lax.while_loop`` or ``lax.scan`` (``lax.fori_loop``) carries and only writes: each step
-    puts its value into one row (``.at[:, i].set(v)``, ``lax.dynamic_update_slice``, equinox's
-    ``maybe_set``) and nothing in the body reads the buffer back, so it holds a value of every
-    step (google-deepmind/gemma#534: a sampler's logits over the whole vocabulary, kept for
-    every token; patrick-kidger/diffrax#238: ``SaveAt(steps=True)``, ``max_steps`` rows). A
-    buffer the body reads (a KV cache) is not one. Largest first."""
-    out = []
+def _row_writes(closed) -> Iterator[tuple[Any, Any, Any, int, int, int, Any, int]]:
+    """(the jaxpr, the loop's equation, its body, its first carry's position among the body's
+    inputs, its carries, the carry's number, the write, the position of the written value
+    among the write's operands) of each buffer a loop carries and only writes, a row a step:
+    what :func:`loop_records` describes."""
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
             name = eqn.primitive.name
@@ -799,15 +877,68 @@ def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], s
                 size, piece = math.prod(whole.shape), math.prod(step.shape)
                 if piece == 0 or size // piece < 2 or size // piece not in whole.shape:
                     continue  # not one row of a dimension of steps
-                # the buffer's starting value: made in this jaxpr (zeros), or handed in (an
-                # argument whose rows may already hold values: a prompt's before a decode)
-                start = _carried_operands(eqn)[k]
-                made_here = not any(start is x for x in getattr(j, "invars", ()))
-                out.append((name, tuple(whole.shape), tuple(step.shape), str(whole.dtype),
-                            size * whole.dtype.itemsize, equation_line(write),
-                            write.primitive.name,
-                            eqn.params["length"] if name == "scan" else None, made_here))
+                yield j, eqn, body, first, carries, k, write, value
+
+
+def loop_records(closed) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
+                                        str, int | None, bool], ...]:
+    """(the loop's primitive, the buffer's shape, one step's shape, dtype, the buffer's bytes,
+    the write's line, the write's primitive, the scan's steps: None for a ``while_loop``,
+    whose buffer is sized by its bound, not by the steps it takes; whether the buffer's
+    starting value is made in the step, not handed in) of each buffer a
+    ``lax.while_loop`` or ``lax.scan`` (``lax.fori_loop``) carries and only writes: each step
+    puts its value into one row (``.at[:, i].set(v)``, ``lax.dynamic_update_slice``, equinox's
+    ``maybe_set``) and nothing in the body reads the buffer back, so it holds a value of every
+    step (google-deepmind/gemma#534: a sampler's logits over the whole vocabulary, kept for
+    every token; patrick-kidger/diffrax#238: ``SaveAt(steps=True)``, ``max_steps`` rows). A
+    buffer the body reads (a KV cache) is not one. Largest first."""
+    out = []
+    for j, eqn, body, first, _, k, write, value in _row_writes(closed):
+        name = eqn.primitive.name
+        whole = body.invars[first + k].aval
+        step = write.invars[value].aval
+        size = math.prod(whole.shape)
+        # the buffer's starting value: made in this jaxpr (zeros), or handed in (an
+        # argument whose rows may already hold values: a prompt's before a decode)
+        start = _carried_operands(eqn)[k]
+        made_here = not any(start is x for x in getattr(j, "invars", ()))
+        out.append((name, tuple(whole.shape), tuple(step.shape), str(whole.dtype),
+                    size * whole.dtype.itemsize, equation_line(write),
+                    write.primitive.name,
+                    eqn.params["length"] if name == "scan" else None, made_here))
     return tuple(sorted(out, key=lambda r: -r[4]))
+
+
+def _moved_back(var, made: dict, moves: tuple[str, ...]):
+    """What ``var`` was before equations of ``moves`` (``made``: each value's equation, by id)
+    passed it on."""
+    while (e := made.get(id(var))) is not None and e.primitive.name in moves:
+        var = e.invars[0]
+    return var
+
+
+def unchanged_in_rows(closed) -> dict[tuple[tuple[int, ...], str], int]:
+    """For each buffer :func:`loop_records` lists, by (its shape, the write's line): how many
+    of the values of each row it writes are values the loop carries unchanged (a carry its
+    body returns as it took it, or a constant of the body: JAX moves a carry no step changes
+    into the constants), cut, reshaped or cast and concatenated into the row: the same in every
+    row (pyro-ppl/numpyro#539: 8,192 of each 8,325, the dense mass matrix and its square root
+    in every sample's HMC state). 0 where the row is made otherwise."""
+    moves = (*_MOVES, "convert_element_type")
+    out: dict[tuple[tuple[int, ...], str], int] = {}
+    for _, _, body, first, carries, k, write, value in _row_writes(closed):
+        same = {id(v) for v in body.invars[:first]} | {
+            id(v) for i, v in enumerate(body.invars[first:first + carries])
+            if body.outvars[i] is v}
+        made = {id(o): e for e in body.eqns for o in e.outvars}
+        row = _moved_back(write.invars[value], made, moves)
+        joined = made.get(id(row))
+        parts = joined.invars if joined is not None and (
+            joined.primitive.name == "concatenate") else [row]
+        n = sum(math.prod(getattr(p.aval, "shape", ())) for p in parts
+                if not hasattr(p, "val") and id(_moved_back(p, made, moves)) in same)
+        out[(tuple(body.invars[first + k].aval.shape), equation_line(write))] = n
+    return out
 
 
 def carry_lines(closed, shape: tuple[int, ...]) -> list[str]:
@@ -945,6 +1076,121 @@ def scatters_batched(closed) -> dict[str, str]:
                 which = "index or update value"
             out[line] = which
     return out
+
+
+#: where JAX's own functions live (jnp, lax, jax.nn, jax.scipy, jax.random, ...): a jax.vmap one
+#: of them calls is JAX's, not the user's (jax.nn.dot_product_attention's over its query
+#: groups, of one element: google/flax#2858); JAX's tracing machinery (jit, grad, linear_util)
+#: calling a vmap the user made, and jax.jacfwd, jacrev, hessian and jnp.vectorize, which
+#: batch for the user (api.py, vectorize.py), are not
+_JAX_FUNCTIONS = re.compile(r"jax/(_src/(nn|numpy|lax|scipy|image|ops|cudnn|pallas)/|"
+                            r"_src/random\.py|experimental/)")
+_VECTORIZE = "jax/_src/numpy/vectorize.py"
+#: operations that only cut, reshape or cast a value: under a vmap, no larger in chunks
+_RELAYOUTS = frozenset({"split", "slice", "dynamic_slice", "reshape", "squeeze", "expand_dims",
+                        "convert_element_type", "copy", "copy_p", "transpose", "concatenate",
+                        "bitcast_convert_type", "pad"})
+
+
+def _vmaps(tb) -> list[tuple[tuple, bool]]:
+    """Each jax.vmap around an equation made with the traceback ``tb``, innermost first: (what
+    names its call: the call stack from JAX's ``vmap_f`` out to the user's first frame, which
+    an inner jit's jaxpr traced at an earlier call of the step shares; whether the user asked
+    for it: no function of JAX's own (:data:`_JAX_FUNCTIONS`) sits between it and the user's
+    code)."""
+    try:
+        fs = list(tb.frames) if tb is not None else []
+    except Exception:  # a traceback that cannot say
+        return []
+    out = []
+    for i, f in enumerate(fs):
+        if not (f.function_name.endswith("vmap_f")
+                and f.file_name.replace("\\", "/").endswith("jax/_src/api.py")):
+            continue
+        users, end = True, len(fs)
+        for at in range(i + 1, len(fs)):
+            name = fs[at].file_name.replace("\\", "/")
+            if frames.is_user_file(fs[at].file_name):
+                end = at + 1
+                break
+            if users and _JAX_FUNCTIONS.search(name) and not name.endswith(_VECTORIZE):
+                users = False
+        out.append((tuple((c.file_name, c.line_num) for c in fs[i:end]), users))
+    return out
+
+
+def _relayout(eqn) -> bool:
+    """An equation that only cuts, reshapes or casts (:data:`_RELAYOUTS`), or an inner jit of
+    such equations alone."""
+    if eqn.primitive.name in _RELAYOUTS:
+        return True
+    subs = [getattr(sub, "jaxpr", sub) for value in eqn.params.values()
+            for sub in (value if isinstance(value, (tuple, list)) else (value,))
+            if hasattr(getattr(sub, "jaxpr", sub), "eqns")]
+    return bool(subs) and all(_relayout(e) for sub in subs for e in sub.eqns)
+
+
+def vmapped_lines(closed) -> dict[str, tuple[tuple[frozenset[int], ...], bool]]:
+    """Per user's line (as :func:`equation_line` names it) with equations under a jax.vmap the
+    user asked for: (for each such vmap, the sizes its batch may have: the leading size of
+    the outputs of its forward pass where they all have one (out_axes=0), else the sizes every
+    one of them has, an empty set where they share none; whether those equations only
+    cut, reshape or cast values, :data:`_RELAYOUTS`: ``jax.vmap(unravel)(rows)`` of
+    ``ravel_pytree``, pyro-ppl/numpyro#539). A line whose values only JAX's own vmaps made
+    (jax.nn.dot_product_attention's, google/flax#2858) is not listed. A vmap applied to
+    equations traced before it (jax.jacrev's, of the pullback) is not on their call stacks:
+    counted as the user's, its size not known."""
+    sizes: dict[tuple, tuple[set[int], frozenset[int]]] = {}  # (leading sizes, common sizes)
+    lines: dict[str, list] = {}  # line: [its vmaps, only relayouts]
+    seen: dict[Any, list[tuple[tuple, bool]]] = {}  # per traceback: its vmaps
+
+    def vmaps(e) -> list[tuple[tuple, bool]]:
+        tb = getattr(e.source_info, "traceback", None)
+        if tb not in seen:
+            seen[tb] = _vmaps(tb)
+        return seen[tb]
+
+    def visit(j, around: set) -> None:
+        eqns = list(getattr(j, "eqns", ()))
+        regions = [{key for key, _ in vmaps(e)} for e in eqns]
+        outside: dict[int, list[set]] = {}  # var: the vmaps of each equation that reads it
+        for e, regs in zip(eqns, regions, strict=True):
+            for v in e.invars:
+                if not hasattr(v, "val"):
+                    outside.setdefault(id(v), []).append(regs)
+        for v in getattr(j, "outvars", ()):
+            if not hasattr(v, "val"):
+                outside.setdefault(id(v), []).append(around)
+        for e, regs in zip(eqns, regions, strict=True):
+            users = [key for key, asked in vmaps(e) if asked]
+            if str(e.source_info.name_stack).count("vmap(") > len(regs):
+                # a vmap of equations traced before it, whose call stacks do not show it
+                # (jax.jacrev's of its pullback): the user's, of a size not known here
+                users.append(())
+            if users and (line := equation_line(e)):
+                entry = lines.setdefault(line, [set(), True])
+                entry[0].update(users)
+                entry[1] = entry[1] and _relayout(e)
+            if "transpose(" not in str(e.source_info.name_stack):
+                for key in regs:
+                    for v in e.outvars:
+                        shape = tuple(int(d) for d in getattr(v.aval, "shape", ()))
+                        if any(key not in r for r in outside.get(id(v), ())):
+                            lead, common = sizes.setdefault(key, (set(), frozenset(shape)))
+                            lead.add(shape[0] if shape else -1)
+                            sizes[key] = (lead, common & frozenset(shape))
+            for value in e.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        visit(inner, regs)
+
+    visit(getattr(closed, "jaxpr", closed), set())
+    def batch(key: tuple) -> frozenset[int]:
+        lead, common = sizes.get(key, (set(), frozenset()))
+        return frozenset(lead) if len(lead) == 1 and -1 not in lead else common
+
+    return {line: (tuple(batch(key) for key in keys), only) for line, (keys, only) in lines.items()}
 
 
 def batch_reductions(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
