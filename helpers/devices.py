@@ -658,7 +658,7 @@ def _numpy_explanation(x: np.ndarray, default: str, on_cpu: bool, jax: Any) -> s
                 "each time you pass it to a JAX operation or a jitted function (jax-ml/jax#40789:"
                 " 0 MiB added by five calls on a 64 MiB one), so writing into it changes what "
                 "JAX reads (jax-ml/jax#37830). On a GPU it would be copied every time you pass "
-                "it")
+                "it (from XLA's source, xla/pjrt/common_pjrt_client.h; not yet run on a GPU)")
     return (f"a NumPy array in host memory: the default device ({default}) is the CPU, which "
             "uses a C-contiguous array aligned to 64 bytes in place, but this one is "
             f"{why}, so JAX copies it every time you pass it to a JAX operation or a jitted "

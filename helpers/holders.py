@@ -1165,8 +1165,9 @@ def _shares_line(shares: tuple[_Sharer, ...]) -> str:
         s.dlpack for s in shares) else ("arrays" if many else "an array")
     return (f"{what} of its buffer, the variable{'s' if many else ''} "
             f"{', '.join(repr(s.name) for s in shares)} in {shares[0].where} "
-            "(np.from_dlpack or torch.from_dlpack of a jax.Array shares its buffer, and keeps "
-            "it after the jax.Array is deleted)")
+            "(np.from_dlpack of a jax.Array shares its buffer, and keeps it after the jax.Array "
+            "is deleted; torch.from_dlpack does the same by the thread, jax-ml/jax#4636, not "
+            "run here, and a GPU's consumers not yet run on a GPU)")
 
 
 def _fix_together(variables: list[str], views: tuple[_Sharer, ...],

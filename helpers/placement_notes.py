@@ -239,9 +239,9 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
             "shardings.")
 
 
-#: a tree whole on one device beside a mesh in use, of this many bytes or more, is named as a
-#: model made whole before it is split (keras-team/keras#21634); a smaller one costs a device
-#: little whole, and may be a batch or a small state
+#: a tree whole on one device beside a mesh in use, of this many bytes or more, is named (a
+#: model made whole before it is split, keras-team/keras#21634, or a batch put on one device);
+#: a smaller one costs a device little whole
 _WHOLE_MODEL = 8 * 2**20
 
 
@@ -276,12 +276,13 @@ def _whole_on_one(leaves: tuple[LeafPlacement, ...], arrays: list, context_mesh:
              "uncommitted, " if not any(leaf.committed for leaf in placed) else "")
     return (f"{_some([leaf.path for leaf in placed])} whole on {placed[0].devices[0]} "
             f"({state}{total:,} B) while a mesh of {n} devices is in use ({dict(mesh.shape)}, "
-            f"{whose}): a model made whole on one device and split afterwards needs all of it "
-            "on that device first, which runs out of memory there for a model larger than "
-            "one device (keras-team/keras#21634). Fix: create it split, "
-            "jax.jit(init, out_shardings=shardings), so that each device makes only its own "
-            f"part (about {total // n:,} B each here); a loaded array: "
-            "jax.device_put(np_array, sharding) straight from NumPy.")
+            f"{whose}): that device holds all of what the mesh would spread over {n}; a model "
+            "made whole on one device and split afterwards needs all of it there first, which "
+            "runs out of memory for a model larger than one device (keras-team/keras#21634), "
+            "and a batch put on one device is copied from there to the others. Fix: create it "
+            "split: parameters with jax.jit(init, out_shardings=shardings), so that each "
+            f"device makes only its own part (about {total // n:,} B each here); data or a "
+            "loaded array with jax.device_put(np_array, sharding) straight from NumPy.")
 
 
 def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:

@@ -331,7 +331,9 @@ def test_jax_26370_a_debug_print_that_changes_the_program_is_named_where_it_does
         return
     assert temp["none"] < 2**20 <= 4 * 2**20 <= temp["h"] and temp["slice"] >= 4 * 2**20
     assert temp["out"] < 2**20 and np.array_equal(out["out"], out["none"])  # the fix
-    assert not np.array_equal(out["h"], out["none"])  # the numbers moved
+    # (the printed program's numbers moved in their last bits here, 6.1e-5: XLA:CPU's codegen,
+    # not the kit's, so not asserted)
+    assert np.allclose(out["h"], out["none"], rtol=1e-3)
     assert 'The jax.debug.print at' in advice and 'jax.debug.print("h = {}", h)' in advice
     assert "changes the program XLA compiles" in advice
     assert f"without it holds {format_bytes(temp['none'])} of temporaries, with it " \

@@ -577,6 +577,8 @@ def test_jax_390_a_jax_array_read_one_element_at_a_time_is_named_with_numpy(shel
     assert np.array_equal(np.array(ns["ys"]), ns["ns"]) and ns["zs"] == list(ns["ns"])
     slices = shell.run_cell_magic("memory", "", "bs = [x[i:i + 10] for i in range(0, 1000, 5)]")
     assert slices.element_lines == ()  # slices of a device array are no element reads
+    few = shell.run_cell_magic("memory", "", "ws = [x[i] for i in range(10)]")
+    assert few.element_lines == ()  # ten reads: under the 100 that make a line worth a word
 
 
 def test_liesel_282_percent_percent_memory_names_a_callbacks_copies(shell):

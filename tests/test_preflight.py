@@ -1942,7 +1942,8 @@ def test_flax_2858_jax_s_own_vmap_in_dot_product_attention_is_not_called_the_use
     said to be "made under jax.vmap for every element of the batch", with lax.map(jax.checkpoint
     (f), batch_size=k) as the fix: the user wrote no vmap. The vmap is JAX's own, over the
     query groups (one here: the shapes' leading 1). A vmap of the user's around the same
-    attention keeps its note."""
+    attention is still found by batched_by_line; preflight_step's advice gives the attention
+    note for that line instead."""
     import dataclasses
 
     q = jnp.zeros((2, 256, 4, 64))

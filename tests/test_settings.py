@@ -451,8 +451,9 @@ def _fake_torch(started: bool, reserved: int):
 
 
 def test_tensorflow_that_sees_the_gpu_is_named_with_its_fix(monkeypatch):
-    """flax#445: TensorFlow in the same process takes most of the GPU at its first operation;
-    the fix is to hide the GPU from it (the GPU faked: a stand-in module)."""
+    """flax#445 (and google-deepmind/acme#208's tf.data pipeline): TensorFlow in the same process
+    takes most of the GPU at its first operation; the fix is to hide the GPU from it (the GPU
+    faked: a stand-in module)."""
     monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(1))
     (w,) = [w for w in settings.check_environment({}) if w.code == "tensorflow-sees-the-gpu"]
     assert "sees 1 GPU(s)" in w.message and "DNN library initialization failed" in w.message

@@ -465,6 +465,7 @@ def test_keras_21634_a_model_made_whole_on_one_device_beside_a_mesh_is_named_wit
     assert "a mesh of 4 devices is in use ({'model': 4}, other live arrays split over it)" \
         in problem
     assert "made whole on one device and split afterwards" in problem
+    assert "that device holds all of what the mesh would spread over 4" in problem
     assert "jax.jit(init, out_shardings=shardings)" in problem
     assert "about 2,097,152 B each" in problem and "keras-team/keras#21634" in problem
     del embed  # (its split copy would match params["embed"]: llama-2-jax#10's note)
@@ -488,6 +489,15 @@ def test_keras_21634_a_model_made_whole_on_one_device_beside_a_mesh_is_named_wit
     assert split_peak * 3 < preflight.preflight_step(init, jax.random.key(0)).peak_bytes
     # a small tree whole on one device beside the mesh says nothing
     assert devices.tree_placement({"w": jnp.ones((512, 512))}).problems == ()
+    # a 16 MiB batch is named as what it is too, with the data's fix (a review's repro: it was
+    # called "a model made whole")
+    batch = {"x": jnp.ones((2048, 1024)), "y": jnp.ones((2048, 1024))}
+    (said,) = devices.tree_placement(batch).problems
+    assert "a batch put on one device is copied from there to the others" in said
+    assert "data or a loaded array with jax.device_put(np_array, sharding)" in said
+    split = jax.device_put(np.ones((2048, 1024), np.float32),
+                           jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("model")))
+    assert split.addressable_shards[0].data.nbytes == 2 * 2**20  # the data fix: a quarter each
 
 
 def test_keras_21634_a_one_device_user_hears_nothing_of_a_mesh():
