@@ -387,7 +387,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         # plan copies where a GPU's may not: the note then says the CPU's plan did not drop
         copied = {re.split(r"[\[.]", where, maxsplit=1)[0]
                   for where, _ in step_arguments.copied_to_update(c, fn, args, kwargs)}
-        if drop is not None and drop < 2**20 and not (
+        if drop is not None and not step_arguments.donation_pays(drop, undonated[1]) and not (
                 getattr(dev, "platform", "") == "cpu" or copied & set(undonated[0])):
             undonated = None
     if c.conflict:
@@ -433,7 +433,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if undonated:
         notes.append(step_arguments.donation_note(
             *undonated, step_arguments.copied_to_update(c, fn, args, kwargs), c.own_jit, drop,
-            getattr(dev, "platform", "") == "cpu"))
+            getattr(dev, "platform", "") == "cpu",
+            "" if target is None else _as_target(target).card.name))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
         notes.append(held)
     if c.dropped_by_keyword:
@@ -588,7 +589,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     for found in c.in_selected_conds()[:1]:  # a cond vmap made a select: both branches run
         notes.append(program_notes.selected_cond_note(*found))
     # one more compile, only where the step prints and holds 1 MiB of temporaries or more
-    if a["temp"] >= 2**20 and (printed := c.temp_without_prints) and (
+    if a["temp"] >= 2**20 and 4 * a["temp"] >= peak and (printed := c.temp_without_prints) and (
             more := a["temp"] - printed[2]) >= 2**20 and 4 * more >= peak:
         notes.append(program_notes.print_note(printed[0], printed[1], a["temp"], printed[2]))
     if (zeroed := c.scaled_by_zero()) and zeroed[0][1] >= 64 * 1024:
