@@ -653,17 +653,40 @@ def _numpy_explanation(x: np.ndarray, default: str, on_cpu: bool, jax: Any) -> s
            f"{x.dtype}, which JAX narrows to 32 bits (jax_enable_x64 is off)" if narrowed else
            f"{x.dtype}, which XLA packs several to a byte" if x.dtype.name in _SUB_BYTE else "")
     if not why:
+        version = jax.__version__
+        asarray = (f"jnp.asarray(x), though, copies it on this JAX ({version}; jax 0.8.0 "
+                   "shares it), so a write after jnp.asarray is not seen"
+                   if _asarray_copies(jax) else
+                   f"jnp.asarray(x) shares it too on this JAX ({version}; jax 0.10.2 copies it)")
         return (f"a NumPy array in host memory, C-contiguous and aligned to 64 bytes: the "
                 f"default device ({default}) is the CPU, which uses it in place, with no copy, "
                 "each time you pass it to a JAX operation or a jitted function (jax-ml/jax#40789:"
-                " 0 MiB added by five calls on a 64 MiB one), so writing into it changes what "
-                "JAX reads (jax-ml/jax#37830). On a GPU it would be copied every time you pass "
+                " 0 MiB added by five calls on a 64 MiB one), and jax.device_put(x) shares it, "
+                "so writing into it changes what JAX reads (jax-ml/jax#37830); "
+                f"{asarray}. On a GPU it would be copied every time you pass "
                 "it (from XLA's source, xla/pjrt/common_pjrt_client.h; not yet run on a GPU)")
     return (f"a NumPy array in host memory: the default device ({default}) is the CPU, which "
             "uses a C-contiguous array aligned to 64 bytes in place, but this one is "
             f"{why}, so JAX copies it every time you pass it to a JAX operation or a jitted "
             "function (jax-ml/jax#40789: 64 MiB a call for a 64 MiB array 4 bytes off). "
             "jax.device_put(x) once, and pass the result: one copy")
+
+
+_ASARRAY_COPIES: list[bool] = []  # the answer of :func:`_asarray_copies`, once asked
+
+
+def _asarray_copies(jax: Any) -> bool:
+    """Whether jnp.asarray of a C-contiguous float32 NumPy array aligned to 64 bytes copies it
+    on this JAX, asked once of 16 floats: it does on jax 0.10.2 (a write after it is not seen;
+    257 MiB more at the peak for a 256 MiB array) and shares it on jax 0.8.0 (0 MiB more),
+    where jax.device_put shares it on both (the review of jax-ml/jax#40789's note)."""
+    if not _ASARRAY_COPIES:
+        raw = np.zeros(16 * 4 + 64, np.uint8)
+        start = -raw.ctypes.data % 64
+        host = raw[start:start + 64].view(np.float32)
+        made = jax.numpy.asarray(host)
+        _ASARRAY_COPIES.append(made.unsafe_buffer_pointer() != host.ctypes.data)
+    return _ASARRAY_COPIES[0]
 
 
 def placement(x: jax.Array | np.ndarray) -> Placement:

@@ -713,7 +713,7 @@ def _named_above(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: i
                     var, attr, holder, where = found
                     return held_as(node, f"kept as {var}.{attr} (a {_type_name(holder)} "
                                          f"object, the variable {var!r} in {where})",
-                                   f"`{var}.{attr} = None`")
+                                   _set_none(var, holder, attr))
                 seen[id(r)] = r
                 below[id(r)] = id(node)
                 nxt.append(r)
@@ -982,7 +982,7 @@ def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int])
         if hit := _named_attribute(o, ref, names, mine):
             var, attr, obj, where = hit
             found.append({"var": var, "path": f"{var}.{attr}", "obj": obj, "where": where,
-                          "action": f"`{var}.{attr} = None`", "attr": attr})
+                          "action": _set_none(var, obj, attr), "attr": attr})
         elif isinstance(o, (dict, list, tuple)) and len(deeper) < 4:
             deeper.append(o)
     if not found:  # nothing names it at all: the caller searches further up
@@ -998,7 +998,7 @@ def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int])
             elif hit := _named_attribute(oo, o, names, ours):
                 var, attr, obj, where = hit
                 found.append({"var": var, "path": f"{var}.{attr}{index}", "obj": obj,
-                              "where": where, "action": f"`{var}.{attr} = None`",
+                              "where": where, "action": _set_none(var, obj, attr),
                               "attr": attr})
     found.sort(key=lambda p: p["obj"] is not None)  # variables first
     return list({p["path"]: p for p in found}.values())
@@ -1042,6 +1042,28 @@ def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, st
             f"{', '.join(p['path'] for p in others)}: {actions} when you are done")
 
 
+def _set_none(var: str, obj: Any, attr: str) -> str:
+    """What lets ``obj.attr`` go: `var.attr = None`; for an object that refuses assignment (a
+    frozen dataclass, as flax.struct's and equinox's are, raises FrozenInstanceError), a copy
+    without it: `var = var.replace(attr=None)` where the class has ``replace`` (flax.struct),
+    `var = dataclasses.replace(var, attr=None)` for a frozen dataclass whose own __init__ takes
+    the field, else `del var`."""
+    import dataclasses
+
+    kind = type(obj)
+    frozen = dataclasses.is_dataclass(kind) and getattr(
+        getattr(kind, "__dataclass_params__", None), "frozen", False)
+    if not frozen and getattr(kind, "__setattr__", object.__setattr__) is object.__setattr__:
+        return f"`{var}.{attr} = None`"
+    if callable(getattr(kind, "replace", None)) and attr.isidentifier():
+        return f"`{var} = {var}.replace({attr}=None)`"
+    init = getattr(getattr(kind, "__init__", None), "__code__", None)
+    if frozen and attr.isidentifier() and init is not None and init.co_filename == "<string>" \
+            and any(f.name == attr and f.init for f in dataclasses.fields(kind)):
+        return f"`{var} = dataclasses.replace({var}, {attr}=None)`"  # (the generated __init__)
+    return f"`del {var}`"
+
+
 def _attribute_fix(var: str, obj: Any, attr: str, action: str) -> str:
     """The fix for an array an object's attribute keeps: `del var`, or the attribute set to
     None; the attribute first where the object keeps more (pyro-ppl/numpyro#1689: `del mcmc`
@@ -1050,9 +1072,12 @@ def _attribute_fix(var: str, obj: Any, attr: str, action: str) -> str:
         rest = [k for k in vars(obj) if k != attr and isinstance(k, str)]
     except TypeError:  # no __dict__
         rest = []
+    more = ", ".join(rest[:4]) + (", ..." if len(rest) > 4 else "")
+    if action == f"`del {var}`":  # (an object that takes no assignment: :func:`_set_none`)
+        return (f"`del {var}` when you are done (it takes no assignment" +
+                (f"; with it goes the rest of {var}: {more})" if rest else ")"))
     if not rest:
         return f"`del {var}` (or {action}) when you are done"
-    more = ", ".join(rest[:4]) + (", ..." if len(rest) > 4 else "")
     return (f"{action} when you are done (`del {var}` frees it too, and with it the rest of "
             f"{var}: {more})")
 
@@ -1061,7 +1086,9 @@ def _attribute_fix(var: str, obj: Any, attr: str, action: str) -> str:
 class _Sharer:
     """A name in the notebook of an array over memory, found by :func:`_sharers`: where its
     data starts and its bytes, host memory or a device's, the id of the jax.Array its base is
-    a memoryview of (np.asarray of a CPU array) else 0, and whether it came through DLPack."""
+    a memoryview of (np.asarray of a CPU array) else 0, whether it came through DLPack, and
+    whether it is a NumPy array over memory NumPy allocated (its chain of bases ends in an
+    array that owns its data: never over a JAX buffer)."""
 
     name: str
     where: str
@@ -1070,6 +1097,7 @@ class _Sharer:
     on_host: bool
     view_of: int = 0
     dlpack: bool = False
+    numpy_own: bool = False
 
 
 #: of the notebook's names, this many are looked at for arrays over a JAX buffer
@@ -1101,10 +1129,11 @@ def _sharers(names: list[tuple[str, Mapping]]) -> tuple[_Sharer, ...]:
     return tuple(out)
 
 
-def _over_memory(value: Any, np: Any) -> tuple[int, int, bool, int, bool] | None:
+def _over_memory(value: Any, np: Any) -> tuple[int, int, bool, int, bool, bool] | None:
     """(address, bytes, on the host, id of the jax.Array its base is a memoryview of else 0,
-    made by DLPack) of an array over memory, None for anything else. Only protocol attributes
-    are read (an ordinary attribute of an object may run code to be read)."""
+    made by DLPack, a NumPy array over NumPy's own memory) of an array over memory, None for
+    anything else. Only protocol attributes are read (an ordinary attribute of an object may
+    run code to be read)."""
     kind = type(value)
     if isinstance(value, np.ndarray):
         base = value
@@ -1115,10 +1144,10 @@ def _over_memory(value: Any, np: Any) -> tuple[int, int, bool, int, bool] | None
         view_of = id(base.obj) if isinstance(base, memoryview) and _is_jax_owned(
             base.obj) else 0
         return (int(value.__array_interface__["data"][0]), int(value.nbytes), True, view_of,
-                type(base).__name__ == "PyCapsule")
+                type(base).__name__ == "PyCapsule", base is None)
     if callable(getattr(kind, "data_ptr", None)) and hasattr(kind, "__dlpack__"):  # torch
         device = getattr(getattr(value, "device", None), "type", "cpu")
-        return (int(value.data_ptr()), int(value.nbytes), device == "cpu", 0, True)
+        return (int(value.data_ptr()), int(value.nbytes), device == "cpu", 0, True, False)
     if not hasattr(kind, "__dlpack__"):  # (PIL's __array_interface__ copies the image out)
         return None
     for attribute, on_host in (("__cuda_array_interface__", False),
@@ -1128,7 +1157,7 @@ def _over_memory(value: Any, np: Any) -> tuple[int, int, bool, int, bool] | None
             if not isinstance(face.get("data"), tuple):  # no address: its bytes, or nothing
                 return None
             nbytes = np.dtype(face["typestr"]).itemsize * int(np.prod(face["shape"]))
-            return int(face["data"][0]), nbytes, on_host, 0, True
+            return int(face["data"][0]), nbytes, on_host, 0, True, False
     return None
 
 
@@ -1138,15 +1167,17 @@ def _group_sharing(group: list, names: list[tuple[str, Mapping]],
     """(the NumPy views, the other arrays, the fix that lets them all go) among ``sharers``
     whose memory is the buffer of the Arrays of ``group``: a view by its base, a memoryview
     of one of them; any other by its address, inside the buffer's bytes on the same side
-    (host or device). The buffer's address is asked for only where one may match (asking a
-    committed Array makes JAX cache a second one over its buffer)."""
+    (host or device). The buffer's address is asked for only where one may match: a sharer
+    that is not a NumPy array over NumPy's own memory (asking a committed Array makes JAX
+    cache a second Array over its buffer, which jax.live_arrays() then counts)."""
     ids = {id(a) for a in group}
     views = tuple(s for s in sharers if s.view_of in ids)
     inside: list[_Sharer] = []
     try:
         devices = group[0].devices()
         on_host = len(devices) == 1 and next(iter(devices)).platform == "cpu"
-        others = [s for s in sharers if s.view_of not in ids and s.on_host == on_host]
+        others = [s for s in sharers if s.view_of not in ids and s.on_host == on_host
+                  and not s.numpy_own]
         if len(devices) == 1 and others:
             start, nbytes = group[0].unsafe_buffer_pointer(), _nbytes(group[0])
             inside = [s for s in others if start <= s.address < start + max(nbytes, 1)]
@@ -1237,7 +1268,7 @@ def _object_holder(obj, arr, names, mine) -> tuple[str, str]:
             except TypeError:  # no __dict__
                 attrs = []
             return (f"{kind}, the variable {keys[0]!r} in {_name_in(ns, names)}",
-                    _attribute_fix(keys[0], obj, attrs[0], f"`{keys[0]}.{attrs[0]} = None`")
+                    _attribute_fix(keys[0], obj, attrs[0], _set_none(keys[0], obj, attrs[0]))
                     if attrs and isinstance(attrs[0], str) else
                     f"`del {keys[0]}` (or drop its array attribute) when you are done")
     boxes = jaxcompat.static_argument_boxes()

@@ -67,7 +67,7 @@ def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple
     notes = [deleted_note(leaves), committed_apart_note(leaves),
              context_mesh_note(leaves, context_mesh), mesh_order_note(leaves),
              *uncommitted_notes(leaves, default_device),
-             whole_beside_split_note(leaves, arrays, context_mesh),
+             whole_beside_split_note(leaves, arrays, context_mesh, paths),
              cpu_copies_note(leaves),
              numpy_note(leaves), memory_kinds_note(leaves, paths), other_mesh_note(arrays),
              pmap_copies_note(leaves, arrays)]
@@ -193,7 +193,7 @@ def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
 
 
 def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
-                            context_mesh: Any = None) -> str:
+                            context_mesh: Any = None, paths: tuple[tuple, ...] = ()) -> str:
     """A tree whose leaves sit whole on one device while a mesh of several devices is in use.
     Uncommitted leaves, 1 MiB or more together, with the shapes and dtypes of live arrays
     outside the tree split over a mesh: a state made from split parameters outside jit
@@ -204,7 +204,11 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
     ``jax.set_mesh`` is set: :func:`context_mesh_note` names those), beside ``context_mesh``
     (jax.set_mesh's) or live arrays outside the tree split over a mesh: a model made whole on
     one device before it is split (keras-team/keras#21634). "" otherwise, and with one device;
-    ``arrays`` are the leaves themselves."""
+    ``arrays`` are the leaves themselves, ``paths`` their key paths. Where every live array
+    they mirror is split along its first dimension only, as a data-parallel batch is, and no
+    sibling leaf mirrors a live array replicated over that mesh (as a state mirrors a bias),
+    the leaves may be an eval batch made like the training one: the note gives that cause and
+    fix first, then the state's (:func:`_batch_or_state`)."""
     if _committed(leaves):
         return _whole_on_one(leaves, arrays, context_mesh, {})
     whole = [(leaf, x) for leaf, x in zip(leaves, arrays, strict=True)
@@ -227,16 +231,56 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
     share = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
                 for _, (x, _) in like)  # the shard's shape: reading a shard makes views
     device = like[0][0].devices[0]
+    batch = _batch_or_state(like, leaves, paths, jax.live_arrays(platform), mesh)
     return (f"{_some([leaf.path for leaf, _ in like])} uncommitted, whole on {device} "
             f"({total:,} B), with the shapes and dtypes of live arrays split over a mesh "
-            f"({dict(mesh.shape)}, {n} devices), where each device holds {share:,} B of them: "
-            "a state made outside jit from split parameters with jnp.zeros(p.shape) lands "
+            f"({dict(mesh.shape)}, {n} devices)"
+            + (" along their first dimension only, as a batch is," if batch else "")
+            + f" where each device holds {share:,} B of them: "
+            + (f"if it is an eval batch made like the training one with jnp.ones or "
+               "jnp.asarray, a jit over it runs whole on one device, or, beside the "
+               "parameters replicated over the mesh, copies it whole to each device, which "
+               "computes all of it (its output comes back replicated, not split): put it "
+               "from NumPy straight onto its split, jax.device_put(np_batch, "
+               f"NamedSharding(mesh, P({batch}))), mesh the split arrays' sharding.mesh "
+               "(keras-team/keras#20007). If it is a state: " if batch else "a state ")
+            + "made outside jit from split parameters with jnp.zeros(p.shape) it lands "
             "whole on the default device: for a model split because it does not fit on one "
             "device, that runs out of memory there (ayaka14732/llama-2-jax#10: "
             "optax.MultiSteps' accumulator). Fix: make it "
             "with their shardings, jax.tree.map(jnp.zeros_like, params) (zeros_like keeps "
             "each one's sharding) or jax.jit(init, out_shardings=...) with the parameters' "
             "shardings.")
+
+
+def _batch_or_state(like: list, leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...],
+                    live: list, mesh: Any) -> str:
+    """The mesh axis, written as P's argument, to split a batch over where the leaves in
+    ``like`` (each with the live array it mirrors) may be a data-parallel batch: every array
+    they mirror split along its first dimension alone, and no leaf beside them (the same
+    parent in the tree) mirrors an array replicated over ``mesh``, as an optimizer state
+    mirrors a bias (ayaka14732/llama-2-jax#10's accumulator holds both). "" for a state."""
+    for _, (x, _) in like:
+        shard = tuple(x.sharding.shard_shape(x.shape))
+        if not x.shape or shard[0] == x.shape[0] or shard[1:] != tuple(x.shape[1:]):
+            return ""
+    if len(paths) == len(leaves):
+        parents = {path[:-1] for path, leaf in zip(paths, leaves, strict=True)
+                   if any(leaf is mine for mine, _ in like)}
+        key = _mesh_key(mesh)
+        replicated = {(tuple(x.shape), str(x.dtype)) for x in live
+                      if not x.is_deleted() and len(x.sharding.device_set) > 1
+                      and x.sharding.is_fully_replicated
+                      and (m := getattr(x.sharding, "mesh", None)) is not None
+                      and getattr(m, "devices", None) is not None and _mesh_key(m) == key}
+        if any(path[:-1] in parents and (leaf.shape, leaf.dtype) in replicated
+               for path, leaf in zip(paths, leaves, strict=True)):
+            return ""
+    spec = getattr(like[0][1][0].sharding, "spec", ())
+    axis = spec[0] if spec and spec[0] is not None else mesh.axis_names[0]
+    if not isinstance(axis, str) and len(axis) == 1:
+        (axis,) = axis
+    return repr(axis if isinstance(axis, str) else tuple(axis))
 
 
 #: a tree whole on one device beside a mesh in use, of this many bytes or more, is named (a

@@ -426,6 +426,30 @@ def test_jax_40789_a_numpy_array_on_the_cpu_is_used_in_place_when_aligned_else_c
     assert "xla/pjrt/common_pjrt_client.h" in said and "not yet run on a GPU" in said
 
 
+def test_jax_40789_what_jnp_asarray_does_with_an_aligned_array_is_said_per_version():
+    """A review of jax-ml/jax#40789's note: it said an aligned NumPy array is used in place
+    "each time you pass it to a JAX operation", but jnp.asarray copies it on jax 0.10.2 (a
+    write after it is not seen), while jax.device_put shares it (on 0.8.0 both share)."""
+    from helpers import feeding
+
+    host = feeding.aligned_empty((256, 256), np.float32)
+    host[...] = 1.0
+    put, made = jax.device_put(host), jnp.asarray(host)
+    host[0, 0] = 7.0
+    assert float(put[0, 0]) == 7.0  # device_put shares it on both versions
+    copies = float(made[0, 0]) == 1.0
+    said = devices.placement(host).explanation
+    assert "and jax.device_put(x) shares it, so writing into it changes what JAX reads" in said
+    if copies:
+        assert (f"jnp.asarray(x), though, copies it on this JAX ({jax.__version__}; jax 0.8.0 "
+                "shares it), so a write after jnp.asarray is not seen") in said, said
+    else:
+        assert (f"jnp.asarray(x) shares it too on this JAX ({jax.__version__}; jax 0.10.2 "
+                "copies it)") in said, said
+    assert (jax.__version__, copies) in {("0.10.2", True), ("0.8.0", False)} or \
+        jax.__version__ not in ("0.10.2", "0.8.0")  # what was measured on each
+
+
 def test_jax_40789_jnp_from_dlpack_of_a_read_only_array_is_explained_under_its_traceback(
         capsys):
     """jax-ml/jax#40789: jnp.from_dlpack(np.asarray(x)) raises BufferError "Cannot export

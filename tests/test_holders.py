@@ -1,6 +1,7 @@
 """holders.largest: what keeps the largest live arrays alive, and how to let each go. Each case
 also checks the fix it names really frees the array (a weak reference dies)."""
 
+import dataclasses
 import gc
 import sys
 import weakref
@@ -883,3 +884,82 @@ def test_numpyro_1689_a_reshaped_copy_is_one_value_held_twice_and_its_attribute_
     ns["sampler"].last_samples = None
     gc.collect()
     assert gone() is None and ns["sampler"].num_samples == 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class _FrozenState:  # a train state as flax.struct and equinox make them: assignment raises
+    params: object
+    opt: object
+    step: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReplaceableState:  # flax.struct.PyTreeNode's way: a replace method
+    params: object
+    step: int = 0
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+class _Locked:  # overrides __setattr__ to refuse assignment, no replace
+    def __init__(self, w):
+        object.__setattr__(self, "w", w)
+        object.__setattr__(self, "n", 1)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("locked")
+
+
+def test_numpyro_1689_a_frozen_state_gets_a_replaced_copy_not_an_assignment():
+    """A review's repro of numpyro#1689's attribute fix: for a frozen dataclass TrainState the
+    kit led with `state.params = None`, which raises FrozenInstanceError. It leads with a copy
+    without the array now (dataclasses.replace, or the class's own replace), else `del`."""
+    ns = {"state": _FrozenState(big(23), jnp.zeros(4))}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ns["state"].params = None  # the old fix
+    gone = weakref.ref(ns["state"].params)
+    a = _find(holders.largest(3, namespace=ns), 23 * MiB)
+    assert a.fix.startswith("`state = dataclasses.replace(state, params=None)` when you are "
+                            "done (`del state` frees it too, and with it the rest of state: "
+                            "opt, step)"), a.fix
+    exec("import dataclasses\nstate = dataclasses.replace(state, params=None)", ns)  # the fix
+    gc.collect()
+    assert gone() is None and ns["state"].opt.shape == (4,)  # the rest kept
+    ns = {"s": _ReplaceableState(big(22))}
+    gone = weakref.ref(ns["s"].params)
+    a = _find(holders.largest(3, namespace=ns), 22 * MiB)
+    assert "`s = s.replace(params=None)`" in a.fix and "s.params = None" not in a.fix, a.fix
+    exec("s = s.replace(params=None)", ns)
+    gc.collect()
+    assert gone() is None
+    ns = {"locked": _Locked(big(21))}
+    gone = weakref.ref(ns["locked"].w)
+    a = _find(holders.largest(3, namespace=ns), 21 * MiB)
+    assert a.fix == ("`del locked` when you are done (it takes no assignment; with it goes the "
+                     "rest of locked: n)"), a.fix
+    del ns["locked"]
+    gc.collect()
+    assert gone() is None
+
+
+def test_jax_4636_looking_for_sharers_leaves_the_live_array_count_as_it_was():
+    """A review's repro: holders.largest() asked a committed Array for its buffer's address
+    whenever a NumPy array was in the namespace, and JAX then caches a second Array over the
+    buffer: jax.live_arrays() went from 1 to 2 for one array. NumPy arrays over NumPy's own
+    memory (np.ones, a slice of one) cannot be over a JAX buffer: no address is asked."""
+    import jax
+    import numpy as np
+
+    w = jax.device_put(big(16), jax.devices()[0])
+    assert w.committed
+    ns = {"w": w, "a": np.ones(100), "v": np.ones(200)[::2]}
+    del w
+    before = len(jax.live_arrays())
+    a = _find(holders.largest(3, namespace=ns), 16 * MiB)
+    assert len(jax.live_arrays()) == before  # it was before + 1
+    assert a.held_by == ("the variable 'w' in the notebook",)
+    probe = jax.device_put(jnp.zeros(4), jax.devices()[0])
+    n = len(jax.live_arrays())
+    probe.unsafe_buffer_pointer()  # the cause, still so on this JAX
+    assert len(jax.live_arrays()) == n + 1

@@ -431,6 +431,46 @@ def test_llama_2_jax_10_an_accumulator_whole_on_one_device_beside_split_paramete
     assert "optax#548" in both and "llama-2-jax#10" not in both
 
 
+def test_llama_2_jax_10_an_eval_batch_shaped_like_a_split_training_batch_gets_the_batch_fix():
+    """A review's repro: an eval batch made with jnp.ones, shaped like the training batch split
+    P("data"), was told only llama-2-jax#10's state cause and its jnp.zeros_like(params) fix.
+    Split along its first dimension alone, with no sibling mirroring a replicated array, it may
+    be either: the note gives the batch's cause and fix first, then the state's."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    params = {"w": jnp.ones((512, 512))}
+    x = jax.device_put(jnp.ones((1024, 512)), NamedSharding(mesh, PartitionSpec("data")))
+    x_eval = jnp.ones((1024, 512))  # the user's eval batch: uncommitted, whole on cpu:0
+    for tree in ({"params": params, "x": x_eval}, x_eval):
+        (said,) = devices.tree_placement(tree).problems
+        assert "split over a mesh ({'data': 4}, 4 devices) along their first dimension only, " \
+            "as a batch is, where each device holds 524,288 B" in said
+        assert "if it is an eval batch made like the training one" in said
+        assert "jax.device_put(np_batch, NamedSharding(mesh, P('data')))" in said
+        assert said.index("np_batch") < said.index("If it is a state:") < said.index(
+            "jax.tree.map(jnp.zeros_like, params)")
+    step = jax.jit(lambda p, b: b @ p["w"])
+    assert len(step(params, x_eval).sharding.device_set) == 1  # the cause: runs on one device
+    replicated = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+    assert step(replicated, x_eval).sharding.is_fully_replicated  # or each device does it all
+    fixed = jax.device_put(np.ones((1024, 512), np.float32),
+                           NamedSharding(x.sharding.mesh, PartitionSpec("data")))  # the fix
+    assert fixed.addressable_shards[0].data.nbytes == 524_288
+    assert step(replicated, fixed).sharding.spec == PartitionSpec("data")
+    assert devices.tree_placement(fixed).problems == ()
+    # a state split on another dimension, or mirroring a replicated bias beside it, is a state
+    b = jax.device_put(jnp.ones(256), NamedSharding(mesh, PartitionSpec()))
+    for_b = {"w": jnp.zeros((1024, 512)), "b": jnp.zeros(256)}
+    (state,) = devices.tree_placement({"acc": for_b}).problems
+    assert "as a batch is" not in state and "np_batch" not in state
+    assert "a state made outside jit" in state and "jnp.zeros_like" in state
+    cols = jax.device_put(jnp.ones((512, 1024)), NamedSharding(mesh, PartitionSpec(None, "data")))
+    (state,) = devices.tree_placement({"acc": jnp.zeros((512, 1024))}).problems
+    assert "np_batch" not in state and "a state made outside jit" in state
+    del b, cols
+
+
 _KERAS_21634 = """
 import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
