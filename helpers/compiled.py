@@ -1552,21 +1552,29 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                     "the number of arrays. Fewer, larger arrays compile faster: stack alike "
                     "layers into one array (and run them with jax.lax.scan), or flatten the "
                     "tree (jax.flatten_util.ravel_pytree).")
+        if made and made[2] >= jaxprs.LOOP_REPEATS > made[5]:  # layers of different widths
+            return (f"{head}, one of them {made[2]} times over, its operand shapes "
+                    f"changing between iterations (at most {made[5]} alike): "
+                    f"{_UNROLLED_CAUSE}; {jaxprs.UNALIKE_LOOP_FIX}")
         return f"{head}: {_UNROLLED_FIX}" + (jaxprs.LOOKUPS_FIX if made and made[4] else "")
     found = jaxprs.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None
     if found is None:
         return ""
-    source, n, total, repeats, gathers = found
+    source, n, total, repeats, gathers, alike = found
+    fix = (_UNROLLED_FIX + (jaxprs.LOOKUPS_FIX if gathers else "") if alike >= jaxprs.LOOP_REPEATS
+           else f"{_UNROLLED_CAUSE}; {jaxprs.UNALIKE_LOOP_FIX}")
+    shapes = ("" if alike >= jaxprs.LOOP_REPEATS else
+              f", its operand shapes changing between iterations (at most {alike} alike)")
     return (f"{n:,} of the step's {total:,} jaxpr equations come from one line "
-            f"({frames.line(*source)}), one of them {repeats} times over, though XLA fused "
-            f"them into {counts.get(source, 0)} of its {len(values)} operations: "
-            f"{_UNROLLED_FIX}" + (jaxprs.LOOKUPS_FIX if gathers else ""))
+            f"({frames.line(*source)}), one of them {repeats} times over{shapes}, though XLA "
+            f"fused them into {counts.get(source, 0)} of its {len(values)} operations: {fix}")
 
 
 #: the cause and the fix of a loop unrolled inside jit (jax-ml/jax#2777)
-_UNROLLED_FIX = ("a Python loop inside the jitted function is unrolled, one copy of its body per "
-                 "iteration, so the program and its compile time grow with the loop; "
-                 "jax.lax.fori_loop or jax.lax.scan compile the body once.")
+_UNROLLED_CAUSE = ("a Python loop inside the jitted function is unrolled, one copy of its body "
+                   "per iteration, so the program and its compile time grow with the loop")
+_UNROLLED_FIX = (f"{_UNROLLED_CAUSE}; jax.lax.fori_loop or jax.lax.scan compile the body "
+                 "once.")
 
 
 

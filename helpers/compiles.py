@@ -90,6 +90,11 @@ EQUATIONS_PER_INSTRUCTION = 10
 #: loop, 21.5 s to its first result, 19.8 s of it XLA compiling; 1.0 s with lax.scan; measured
 #: by the kit on jax 0.10.2, CPU)
 UNROLLED_EQUATIONS = 64
+#: the seconds of XLA compiling a function's compiles take, this many or more, before
+#: compiles.watch names its unrolled loop: a loop that compiles fast costs nothing worth a
+#: rewrite (a 21-layer MLP's loop compiled in 1.44 s, a vmapped print's 32 callbacks in 0.24 s;
+#: jax-ml/jax#352's RNN of 300 steps in 19.8 s)
+UNROLLED_SECONDS = 1.0
 #: of a block compiling heavily, a program holding this many bytes of array constants or more:
 #: arrays closed over, baked in (jax-ml/jax#14080: a 10 MiB dataset, 2.04 s to compile)
 HEAVY_CONSTANT_BYTES = 2**20
@@ -170,6 +175,10 @@ class FunctionCompiles(Record):
     unrolled_equations: int = 0
     unrolled_repeats: int = 0
     unrolled_gathers: bool = False
+    #: the most times one of that line's equations recurs with the same operand shapes: under
+    #: ``jaxprs.LOOP_REPEATS`` its iterations differ in shape (layers of different widths) and
+    #: ``jax.lax.scan`` cannot run them as one body
+    unrolled_alike: int = 0
 
     @property
     def place(self) -> str:
@@ -400,17 +409,23 @@ class CompileLog(Display):
         if self.cache_dir and self.cache_skipped and not self.cache_written:
             notes.append(self._not_cached())
         for f in self.functions:
-            if f.unrolled_line:
+            if f.unrolled_line and f.compile_seconds >= UNROLLED_SECONDS:
                 where = f" ({f.defined_at})" if f.defined_at else ""
+                alike = f.unrolled_alike >= jaxprs.LOOP_REPEATS
                 notes.insert(0, (
                     f"`{f.function}`{where} was traced to {f.jaxpr_equations:,} jaxpr "
                     f"equations, {f.unrolled_equations:,} of them from one line "
-                    f"({f.unrolled_line}), one of them {f.unrolled_repeats} times over: a Python "
-                    "loop inside the jitted function is unrolled, one copy of its body per "
-                    f"iteration, and XLA compiles every copy ({f.compile_seconds:.2f} s here). "
-                    "jax.lax.scan or jax.lax.fori_loop compile the body once (jax-ml/jax#352: "
-                    "an RNN of 300 steps, 21.5 s to its first result, 1.0 s with lax.scan)."
-                    + (jaxprs.LOOKUPS_FIX if f.unrolled_gathers else "")))
+                    f"({f.unrolled_line}), one of them {f.unrolled_repeats} times over"
+                    + ("" if alike else
+                       f", its operand shapes changing between iterations (at most "
+                       f"{f.unrolled_alike} alike)")
+                    + ": a Python loop inside the jitted function is unrolled, one copy of its "
+                    f"body per iteration, and XLA compiles every copy ({f.compile_seconds:.2f} s "
+                    "here). "
+                    + ("jax.lax.scan or jax.lax.fori_loop compile the body once (jax-ml/jax#352: "
+                       "an RNN of 300 steps, 21.5 s to its first result, 1.0 s with lax.scan)."
+                       + (jaxprs.LOOKUPS_FIX if f.unrolled_gathers else "") if alike else
+                       jaxprs.UNALIKE_LOOP_FIX[0].upper() + jaxprs.UNALIKE_LOOP_FIX[1:])))
             if f.traced_large:
                 where = f" ({f.defined_at})" if f.defined_at else ""
                 notes.append(
@@ -1063,7 +1078,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         library=library, jaxpr_equations=equations,
         **({} if unrolled is None else {
             "unrolled_line": frames.line(*unrolled[0]), "unrolled_equations": unrolled[1],
-            "unrolled_repeats": unrolled[3], "unrolled_gathers": unrolled[4]}))
+            "unrolled_repeats": unrolled[3], "unrolled_gathers": unrolled[4],
+            "unrolled_alike": unrolled[5]}))
 
 
 def _each_new(types: list[str], compiles: int) -> bool:

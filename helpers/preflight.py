@@ -459,10 +459,6 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     temporaries = c.temporaries()
     batched = program_notes.batched_by_line(c, peak)
     softmaxed = program_notes.softmax_inputs(c, peak)
-    # jax.nn.dot_product_attention's own vmap (over its query groups, often of one) is no
-    # vmap of the user's: the attention note below says what those values are
-    batched = [b for b in batched if not any(s[0] == "attention" and s[5] and b[0].line == s[5]
-                                             for s in softmaxed)]
     jacobians = c.jacobians()
     the_long_way = [(r, held) for r in jacobians if r.batch >= 4 * r.other_way and (
         held := max((t for t in temporaries if t.shape[:1] == (r.batch,)),

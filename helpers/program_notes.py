@@ -971,20 +971,27 @@ def callback_loop_note(callback: str, at: str, calls: int) -> str:
     vmapped over 64 x 64 state-action pairs; measured by the kit on a CPU, 4,096 calls and 112
     ms a step on jax 0.10.2, 127 ms on 0.8.0; validated once outside the vmap, 1 call and
     0.25 ms, 0.22 ms). The progress fix, a lax.cond around it, raises NotImplementedError
-    there ("IO effect not supported in vmap-of-cond", jax 0.8.0 and 0.10.2)."""
+    there ("IO effect not supported in vmap-of-cond", jax 0.8.0 and 0.10.2). A
+    jax.pure_callback (vmap_method='sequential') computes a value the step uses, not a check:
+    vmap_method='expand_dims' calls it once with the batch as a leading axis (measured by the
+    kit on a CPU, a vmap over 32: 32 calls -> 1, jax 0.8.0 and 0.10.2)."""
     where = f" at {at}" if at else ""
+    head = (f"The {callback}{where} is under jax.vmap, which makes it a loop: one call to the "
+            f"host per element, one after another ({calls:,} calls a run of the step). ")
+    if callback == "jax.pure_callback":
+        return (f"{head}It computes a value, so let it take the whole batch: give it "
+                "vmap_method='expand_dims', which calls it once with the batch as a leading "
+                "axis of each batched argument (write the function for that), in place of "
+                "'sequential' (measured by the kit on a CPU, a vmap over 32: 32 calls -> 1; "
+                "OpenSourceEconomics/pylcm#316: 4,096 calls and 112 ms a step).")
     fix = ("call it once, outside the vmap, on the whole batched array: io_callback(check, None, "
            "jax.vmap(f)(xs)), not io_callback inside f")
     if callback == "io_callback":
         fix += (" (a lax.cond around it does not gate it there: JAX raises NotImplementedError, "
                 "IO effect not supported in vmap-of-cond)")
-    elif callback == "jax.pure_callback":
-        fix += (", or give it vmap_method='expand_dims', which calls it once with the batch "
-                "as a leading axis")
-    return (f"The {callback}{where} is under jax.vmap, which makes it a loop: one call to the "
-            f"host per element, one after another ({calls:,} calls a run of the step). To "
-            f"check or log the values, {fix} (OpenSourceEconomics/pylcm#316: 4,096 calls and "
-            "112 ms a step, 1 call and 0.25 ms validated once outside; CPU, jax 0.10.2).")
+    return (f"{head}To check or log the values, {fix} (OpenSourceEconomics/pylcm#316: 4,096 "
+            "calls and 112 ms a step, 1 call and 0.25 ms validated once outside; CPU, jax "
+            "0.10.2).")
 
 
 def selected_cond_note(what: str, at: str, cond_at: str, count: int) -> str:
@@ -1198,24 +1205,36 @@ def sorts_to_slice(c: compiled.CompiledStep
 
 def sliced_sort_note(shape: tuple[int, ...], dtype: str, n: int, k: int, end: str, kept: str,
                      function: str, line: str) -> str:
-    """A sort of n elements of which the step keeps k, 8k <= n, at one end: jnp.argsort(x)[:k]
-    or jnp.sort(x)[-k:] (the NumPy habit; openxla/xla#25487 asks why top-k sorts it all).
-    jax.lax.top_k finds the k without the full sort, ties first by lower index as a stable
-    sort. Measured by the kit on the CPU, 4,194,304 float32, k=100: XLA's temporaries 32.00
-    MiB for jnp.argsort(x)[:k], 16.00 MiB for jax.lax.top_k(-x, k) (the negation); 1795 ms ->
-    16 ms (jax 0.10.2), 1420 -> 41 ms (0.8.0), the same indices. On a GPU XLA's own top-k kernel
-    takes k <= 16 (n >= 1,024; newer XLA takes larger k through RAFT), and a larger k becomes a
-    sort and a slice all the same: read in XLA's source, xla/service/gpu/transforms/
-    topk_specializer.cc and the TopkDecomposer it falls back on, not yet run on a GPU."""
+    """A sort of n elements of which the step keeps k, 8k <= n, at one end: jnp.argsort(x)[:k] or
+    jnp.sort(x)[-k:] (the NumPy habit; openxla/xla#25487 asks why top-k sorts it all). jax.lax.top_k
+    finds the k without the full sort, ties first by lower index: at the smallest end that is a
+    stable sort's order, at the largest end a slice of the sorted result keeps the highest indices
+    among equal values and top_k the lowest (jnp.ones(10): argsort(x)[-3:] gives [7 8 9], top_k(x,
+    3)[1] gives [0 1 2]). Integers are flipped with ~x, not -x, which wraps for unsigned ints
+    (uint32: -top_k(-u, 10)[0] gives 1..10, jnp.sort(u)[:10] 0..9). Measured by the kit on the CPU,
+    4,194,304 float32, k=100: XLA's temporaries 32.00 MiB for jnp.argsort(x)[:k], 16.00 MiB for
+    jax.lax.top_k(-x, k) (the negation); 1795 ms -> 16 ms (jax 0.10.2), 1420 -> 41 ms (0.8.0), the
+    same indices. On a GPU XLA's own top-k kernel takes k <= 16 (n >= 1,024; newer XLA takes larger
+    k through RAFT), and a larger k becomes a sort and a slice all the same: read in XLA's source,
+    xla/service/gpu/transforms/ topk_specializer.cc and the TopkDecomposer it falls back on, not yet
+    run on a GPU."""
     at = f" at {line}" if line else ""
     call = {"argsort": "jnp.argsort", "sort": "jnp.sort"}.get(function, "jax.lax.sort")
     small = end == "smallest"
-    arg = "-x" if small else "x"
+    # -x wraps around for unsigned ints and for the signed minimum; ~x reverses their order
+    # without wrapping (uint32 jnp.sort(u)[:10] gives 0..9, -top_k(-u, 10)[0] gives 1..10).
+    flip = "~" if devices.start_jax().numpy.dtype(dtype).kind in "biu" else "-"
+    arg = f"{flip}x" if small else "x"
     got = {"indices": f"jax.lax.top_k({arg}, {k})[1]",
-           "values": f"{'-' if small else ''}jax.lax.top_k({arg}, {k})[0]",
+           "values": f"{flip if small else ''}jax.lax.top_k({arg}, {k})[0]",
            "indices and values": f"jax.lax.top_k({arg}, {k})"}[kept]
     order = ("in the same order" if small else
              "largest first (reverse it for the sort's ascending order)")
+    ties = not small and kept != "values"
+    same = f"the same {kept}{' where the values differ' if ties else ''}"
+    if ties:
+        order += ("; among equal values top_k takes the lowest indices and the sort's slice "
+                  "the highest")
     axis = ("" if len(shape) < 2 or n == shape[-1] else
             " (top_k works on the last axis: move the sorted one there with jnp.moveaxis)")
     what = (f"all {n:,} elements of {dtype}{list(shape)}" if len(shape) == 1 else
@@ -1223,7 +1242,7 @@ def sliced_sort_note(shape: tuple[int, ...], dtype: str, n: int, k: int, end: st
     keeps = {"indices": f"the indices of the {end} {k:,}", "values": f"the {end} {k:,}",
              "indices and values": f"the {end} {k:,} and their indices"}[kept]
     return (f"{call}{at} sorts {what}, and the step keeps only {keeps} (a slice of the sorted "
-            f"result). {got} gives the same {kept}, {order}, without sorting the rest{axis} "
+            f"result). {got} gives {same}, {order}, without sorting the rest{axis} "
             "(measured by the kit on the "
             "CPU, 4,194,304 float32, k=100: XLA's temporaries 32.00 -> 16.00 MiB, 1795 -> 16 "
             "ms; openxla/xla#25487); on a GPU XLA's own top-k kernel takes only a small k and "

@@ -169,7 +169,8 @@ def parse_guard_output(text: str, *, marked: bool = True) -> tuple[list[Transfer
         explicit = bool(scopes) if marked else None
         split = piece is not None and piece != shape
         made_by = next((s for s in reversed(scopes) if s), "") if marked else ""
-        reason = (_callback_reason(made_by) if made_by else
+        made_by, _, vmapped = made_by.partition(_VMAPPED)
+        reason = (_callback_reason(made_by, vmapped=vmapped != "no") if made_by else
                   _reason(direction, explicit, shape, dtype, where, dst, split))
         transfers.append(Transfer(direction, explicit, shape, dtype, nbytes, src, dst,
                                   fields["raw"], where, reason, logged_at(line), piece,
@@ -224,8 +225,34 @@ _REFILLED = (": refilling that NumPy buffer after the put can change the array p
              "prevent it); give each batch its own array, jax.device_put(np.copy(buf))")
 
 
-def _callback_reason(callback: str) -> str:
-    """Why a host callback's copy happened, and the fix where the callback only reports."""
+#: after a host callback's name in its scope's marker: whether it runs under jax.vmap
+#: ("yes", "no", or "?" where the program it runs in could not be read)
+_VMAPPED = "|vmap="
+
+
+def _callback_label(seen: dict, name: str) -> str:
+    """The marker's text for the host callback ``name`` copying its arguments: its name and
+    whether it runs under jax.vmap (read from the jaxpr of the program it runs in, once per
+    program and callback: ``seen``; "?" where that cannot be read)."""
+    site = jaxcompat.running_callback_site()
+    if site is None:
+        return f"{name}{_VMAPPED}?"
+    _, callback, jaxpr = site
+    key = (id(jaxpr), id(callback))
+    if key not in seen:
+        try:
+            found = (None if jaxpr is None or callback is None else
+                     jaxprs.callback_vmapped(jaxpr, callback))
+        except Exception:  # never break the user's program over a label
+            found = None
+        seen[key] = ("?" if found is None else "yes" if found else "no", jaxpr, callback)
+    return f"{name}{_VMAPPED}{seen[key][0]}"
+
+
+def _callback_reason(callback: str, vmapped: bool = True) -> str:
+    """Why a host callback's copy happened, and the fix where the callback only reports; the
+    paragraph on jax.vmap only where it runs under one (``vmapped``: or where that is unknown;
+    a jax.debug.callback in a scan body with no vmap gets the loop's fix alone)."""
     who = (callback + " (or jax.debug.print, which calls it)" if callback == "jax.debug.callback"
            else callback)
     said = ("the copy " + who + " makes of its arguments on every call (JAX device_puts "
@@ -236,6 +263,8 @@ def _callback_reason(callback: str) -> str:
     # under vmap, one call per element: io_callback's rule is a lax.map, debug_callback's an
     # unrolled call per element, and a cond around either there becomes a select (pylcm#316)
     fix = jaxprs.progress_fix(callback)
+    if not vmapped:
+        return f"{said}. {fix[0].upper()}{fix[1:]}"
     return (f"{said}, and under jax.vmap once per element, one after another. Under jax.vmap "
             "(preflight_step(step, *args) names it), call it once, outside the vmap, on the "
             "whole batched array (OpenSourceEconomics/pylcm#316: 4,096 calls and 112 ms a step "
@@ -511,7 +540,14 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
 
         probing = installed = False  # also when entering the guard below fails
         try:
-            with jaxcompat.explicit_scopes_marked(write, _BEGIN, _END) as installed, \
+            seen: dict = {}  # (program, callback): whether it runs under jax.vmap
+
+            def mark(marker: str) -> None:  # a host callback's copy: whether under jax.vmap
+                if marker.startswith(_BEGIN) and marker != _BEGIN:
+                    marker = _BEGIN + _callback_label(seen, marker[len(_BEGIN):])
+                write(marker)
+
+            with jaxcompat.explicit_scopes_marked(mark, _BEGIN, _END) as installed, \
                     jax.transfer_guard("log_explicit"):
                 probing = installed and not _markers_verified
                 if probing:

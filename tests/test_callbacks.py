@@ -221,6 +221,30 @@ def test_pylcm_316_a_pure_callback_vmapped_in_sequence_is_named_and_expand_dims_
     assert "pylcm#316" not in preflight.preflight_step(f("expand_dims"), x).advice
 
 
+def test_pylcm_316_a_vmapped_pure_callback_is_led_to_expand_dims_not_told_to_check_or_log():
+    """A review of OpenSourceEconomics/pylcm#316's note: for a jax.pure_callback it said "To
+    check or log the values, call it once, outside the vmap ... io_callback(check, None, ...)";
+    a pure_callback computes a value the step uses. The note leads with
+    vmap_method='expand_dims', run here: the same values, 32 calls -> 1."""
+    def host(x):
+        checked.append(np.shape(x))
+        return np.asarray(x) * 2
+
+    def f(method):
+        return jax.jit(jax.vmap(lambda x: jax.pure_callback(
+            host, jax.ShapeDtypeStruct((), jnp.float32), x, vmap_method=method) + 1))
+
+    x = jnp.arange(32.0)
+    advice = preflight.preflight_step(f("sequential"), x).advice
+    note = next(s for s in advice.split("\n") if "The jax.pure_callback at" in s)
+    assert "32 calls a run of the step). It computes a value, so let it take the whole " \
+        "batch: give it vmap_method='expand_dims'" in note
+    assert "check or log" not in note and "io_callback(check" not in note
+    assert _checks(f("sequential"), x) == 32 and _checks(f("expand_dims"), x) == 1
+    assert checked == [(32,)]  # one call, the batch as a leading axis
+    np.testing.assert_array_equal(f("expand_dims")(x), f("sequential")(x))
+
+
 def test_jax_19314_a_print_in_a_branch_of_a_vmapped_cond_is_named_with_the_fixes():
     """jax#19314: a jax.debug.print in one branch of a lax.cond prints for every element under
     jax.vmap (the batched cond is a select: both branches run): 4 prints for 4 elements, 2 of

@@ -1232,13 +1232,15 @@ def _rnn_scan(params, xs):
     return jnp.sum(h)
 
 
-def test_jax_352_a_compile_of_a_python_loop_names_the_line_and_lax_scan():
+def test_jax_352_a_compile_of_a_python_loop_names_the_line_and_lax_scan(monkeypatch):
     """jax-ml/jax#352: an RNN of 300 steps as a Python loop inside jit took 21.5 s to its first
     result, 19.8 s of it XLA compiling (1.0 s with lax.scan; jax 0.10.2, CPU), and
     compiles.watch named only the persistent cache. It names the line that made most of the
-    jaxpr JAX lowered, again and again, and lax.scan (sizes, not seconds: 20 steps here)."""
+    jaxpr JAX lowered, again and again, and lax.scan (sizes, not seconds: 20 steps here, with
+    the note's floor of compile seconds, UNROLLED_SECONDS, set to 0)."""
     from helpers._internal import jaxprs
 
+    monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
     params = (jnp.eye(_H352) * 0.5, jnp.ones((_H352, _H352)) * 0.01)
     xs = jnp.ones((_T352, _B352, _H352))
     step = jax.jit(jax.value_and_grad(_rnn_loop))
@@ -1277,10 +1279,12 @@ def test_jax_352_a_compile_of_a_python_loop_names_the_line_and_lax_scan():
     assert jaxprs.unrolled_line(jax.make_jaxpr(g)(a), 64) is None
 
 
-def test_jax_891_compiles_watch_names_a_loop_of_lookups_and_one_gather():
+def test_jax_891_compiles_watch_names_a_loop_of_lookups_and_one_gather(monkeypatch):
     """jax-ml/jax#891: lookups in a Python loop under jax.grad of a vmap compiled for 16.6 s,
     one gather for 0.68 s (jax 0.10.2, CPU). compiles.watch names the loop's line and the
-    single gather with index arrays. Run: the fix gives the same gradient, with no note."""
+    single gather with index arrays. Run: the fix gives the same gradient, with no note (20
+    lookups here: the note's floor of compile seconds, UNROLLED_SECONDS, set to 0)."""
+    monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
     def energy(h, seq):
         e = 0.0
         for r in range(20):
@@ -1307,3 +1311,111 @@ def test_jax_891_compiles_watch_names_a_loop_of_lookups_and_one_gather():
         once = jax.jit(jax.grad(one_gather))(h, seqs)
     assert fixed.function("one_gather").unrolled_line == "" and "gather" not in fixed.diagnosis
     np.testing.assert_allclose(once, looped, rtol=1e-6)
+
+
+_WIDTHS = [64] + [128 + 8 * i for i in range(20)] + [10]  # 21 layers, each of its own width
+
+
+def _mlp_loop(params, x):
+    h = x
+    for w, b in params:  # a Python loop over layers of different shapes
+        h = jnp.tanh(h @ w + b)
+    return jnp.mean(h ** 2)
+
+
+def test_jax_352_layers_of_different_widths_get_no_lax_scan_advice(monkeypatch):
+    """A review of jax-ml/jax#352's note: a 21-layer MLP whose layers all differ in width was
+    told "jax.lax.scan or jax.lax.fori_loop compile the body once" (1.44 s of compiling), and
+    a scan needs one shape. The repeated equation must recur with the same operand shapes for
+    that advice (here 21 times, at most once with the same shapes); otherwise the note says the
+    iterations differ in shape and names stacking the layers that share a shape. Run: stacked
+    and scanned, 20 alike layers give the same value from a fraction of the equations."""
+    from helpers._internal import jaxprs
+
+    monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
+    params = [(jnp.ones((a, b)) * .01, jnp.zeros(b))
+              for a, b in zip(_WIDTHS[:-1], _WIDTHS[1:], strict=False)]
+    x = jnp.ones((32, 64))
+    with compiles.watch() as log:
+        jax.block_until_ready(jax.jit(jax.grad(_mlp_loop))(params, x))
+    entry = log.function("_mlp_loop")
+    assert "h = jnp.tanh(h @ w + b)" in entry.unrolled_line
+    assert entry.unrolled_repeats == 21 and entry.unrolled_alike < jaxprs.LOOP_REPEATS
+    note = log.diagnosis
+    assert "21 times over, its operand shapes changing between iterations" in note
+    assert "Its iterations work on arrays of different shapes" in note
+    assert "stack the layers that share a shape into one array and scan over those" in note
+    assert "compile the body once" not in note
+    # the fix, run: layers of one width stacked into one array and scanned
+    alike = [(jnp.full((128, 128), 0.01 * (i + 1)), jnp.full(128, 0.001 * i)) for i in range(20)]
+
+    def looped(ws, x):
+        for w, b in ws:
+            x = jnp.tanh(x @ w + b)
+        return jnp.mean(x ** 2)
+
+    def scanned(ws, x):
+        stacked = jax.tree.map(lambda *a: jnp.stack(a), *ws)
+        h, _ = jax.lax.scan(lambda h, wb: (jnp.tanh(h @ wb[0] + wb[1]), None), x, stacked)
+        return jnp.mean(h ** 2)
+
+    x128 = jnp.ones((32, 128))
+    big = jaxprs.unrolled_line(jax.make_jaxpr(looped)(alike, x128), 64)
+    assert big is not None and big[5] == 20  # alike layers: the scan advice holds
+    np.testing.assert_allclose(jax.jit(scanned)(alike, x128), jax.jit(looped)(alike, x128),
+                               rtol=1e-6)
+    assert jaxprs.unrolled_line(jax.make_jaxpr(scanned)(alike, x128), 64) is None
+
+
+def test_jax_352_a_loop_that_compiles_fast_gets_no_note_from_watch():
+    """A review of jax-ml/jax#352's note: compiles.watch named an unrolled loop whatever its
+    compile cost (a vmapped print's callbacks at 0.24 s). The note needs UNROLLED_SECONDS (1 s)
+    of XLA compiling; the record still names the line."""
+    def small(x):
+        for _ in range(40):
+            x = jnp.sin(x) * 0.9
+        return x
+
+    with compiles.watch() as log:
+        jax.block_until_ready(jax.jit(small)(jnp.ones(4)))
+    entry = log.function("small")
+    assert compiles.UNROLLED_SECONDS == 1.0 and entry.compile_seconds < 1.0
+    assert "x = jnp.sin(x) * 0.9" in entry.unrolled_line and entry.unrolled_repeats == 40
+    assert "unrolled" not in log.diagnosis
+
+
+def test_jax_2777_a_vmapped_debug_print_is_no_unrolled_python_loop(monkeypatch):
+    """A review of jax-ml/jax#2777's note: jax.vmap of a function with one jax.debug.print
+    made 97 of the step's 100 equations at the print's line, one callback and one slice per
+    element (JAX's batching rule in jax/_src/debugging.py), and preflight and compiles.watch
+    called it "a Python loop inside the jitted function is unrolled". JAX's own code made
+    them: no note. Without the vmap, a print in a Python loop is still named."""
+    from helpers import preflight
+    from helpers._internal import jaxprs
+
+    monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
+
+    def p(x):
+        jax.debug.print("x={x}", x=x.sum())
+        return jnp.tanh(x @ x.T)
+
+    xs = jnp.ones((32, 16, 16))
+    made = jax.make_jaxpr(jax.vmap(p))(xs)
+    line = next(v for k, v in jaxprs.line_repeats(made).items() if "jax.debug.print" in
+                frames.line(*k))
+    assert line[1] >= 32 and line[2] < jaxprs.LOOP_REPEATS  # JAX's own: not the user's loop
+    assert jaxprs.unrolled_line(made, 64) is None
+    assert "unrolled" not in preflight.preflight_step(jax.jit(jax.vmap(p)), xs).advice
+    with compiles.watch() as log:
+        jax.block_until_ready(jax.jit(jax.vmap(p))(xs))
+        jax.effects_barrier()
+    assert all(f.unrolled_line == "" for f in log.functions)
+    assert "unrolled" not in log.diagnosis
+
+    def looped(x):
+        for i in range(32):
+            jax.debug.print("x={x}", x=x[i].sum())
+            x = x.at[i].set(jnp.tanh(x[i]))
+        return x
+
+    assert jaxprs.unrolled_line(jax.make_jaxpr(looped)(xs), 64) is not None

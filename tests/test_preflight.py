@@ -2054,7 +2054,7 @@ def test_jax_891_a_python_loop_of_lookups_xla_fused_is_named_by_its_jaxpr_equati
     assert "a Python loop inside the jitted function is unrolled" in p.advice
     assert "one gather for all iterations with index arrays" in p.advice
     assert "jax-ml/jax#891" in p.advice
-    _, n, total, repeats, gathers = jaxprs.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
+    _, n, total, repeats, gathers, _ = jaxprs.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
     assert n >= 10 * xla and repeats >= _L891 and gathers
     # the fix, run: one gather, the same gradients, a program a fraction of the size
     fixed = compiled.compile_step(_loss891(_energy_gather), *args)
@@ -2190,3 +2190,24 @@ def test_numpyro_539_unravelled_rows_get_no_lax_map_advice_and_the_unchanged_car
                                                         transform=lambda s: s.z), init)
     assert z_only.peak_bytes * 20 < p.peak_bytes and "numpyro#539" not in z_only.advice
     assert p.loop_records[0][2] == _N539 * row * 4
+
+
+def test_jax_2777_a_loop_over_layers_of_different_widths_is_not_told_lax_scan():
+    """A review of jax-ml/jax#2777's note: a Python loop over layers that each have a width of
+    their own was given "jax.lax.fori_loop or jax.lax.scan compile the body once"; a scan runs
+    one body over one shape. The note says the iterations differ in shape (the repeated
+    equation never recurs with the same operand shapes) and names stacking alike layers."""
+    widths = [64] + [64 + 4 * i for i in range(1, 41)]
+
+    def grow(x):
+        h = x
+        for a, b in zip(widths[:-1], widths[1:], strict=False):
+            h = jnp.tanh(h @ jnp.full((a, b), 0.01) + 0.1)
+        return h
+
+    note = compiled.compile_step(grow, jnp.ones((8, 64))).unrolled()
+    assert "h = jnp.tanh(h @ jnp.full((a, b), 0.01) + 0.1)" in note
+    assert ("40 times over, its operand shapes changing between iterations (at most 1 "
+            "alike)") in note
+    assert "arrays of different shapes" in note and "compile the body once" not in note
+    assert "stack the layers that share a shape into one array" in note

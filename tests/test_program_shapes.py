@@ -234,6 +234,83 @@ def test_xla_25487_largest_k_note_says_the_order():
     assert "jax.lax.top_k(x, 16)[1]" in note and "largest first" in note
 
 
+def test_xla_25487_ties_at_the_largest_end_are_said_to_keep_other_indices():
+    """A review of the note: at the largest end, "gives the same indices" was false where
+    values tie. argsort's slice keeps the highest indices among equal values, top_k the lowest
+    (8 x 32,768 ones, k=50: [32718 32719 ...] against [0 1 ...]). The note says so; where the
+    values differ the two agree."""
+    x = jnp.ones((8, 32768))
+    r = preflight.preflight_step(lambda x: jnp.argsort(x, axis=-1)[:, -50:], x)
+    assert r.sliced_sorts[0][:4] == ("argsort", "float32[8, 32768]", 32768, 50)
+    for words in ("jax.lax.top_k(x, 50)[1] gives the same indices where the values differ",
+                  "among equal values top_k takes the lowest indices and the sort's slice the "
+                  "highest"):
+        assert words in r.advice
+    sliced, top = np.asarray(jnp.argsort(x, axis=-1)[0, -50:]), np.asarray(
+        jax.lax.top_k(x, 50)[1][0])
+    assert list(sliced[:3]) == [32718, 32719, 32720] and list(top[:3]) == [0, 1, 2]
+    distinct = jax.random.permutation(jax.random.key(0), 32768).astype(jnp.float32)
+    assert bool(jnp.all(jnp.argsort(distinct)[-50:][::-1] == jax.lax.top_k(distinct, 50)[1]))
+    # the smallest end: top_k(-x) takes the lowest indices first, as a stable sort does
+    assert bool(jnp.all(jnp.argsort(x[0])[:50] == jax.lax.top_k(-x[0], 50)[1]))
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "int32"])
+def test_xla_25487_integers_are_flipped_with_invert_not_negated(dtype):
+    """A review of the note: for jnp.sort(u)[:10] on uint32 it gave -jax.lax.top_k(-x, 10)[0],
+    which gives 1..10 where the sort gives 0..9: negating an unsigned int wraps around (and
+    -x of int32's minimum is itself). ~x reverses the order of any integer without wrapping."""
+    u = jnp.arange(1 << 20, dtype=dtype)[::-1]
+    if dtype == "int32":
+        u = u.at[5].set(jnp.iinfo(jnp.int32).min).at[9].set(jnp.iinfo(jnp.int32).min)
+    r = preflight.preflight_step(lambda u: jnp.sort(u)[:10], u)
+    assert "~jax.lax.top_k(~x, 10)[0] gives the same values, in the same order" in r.advice
+    assert "-jax.lax.top_k(-x" not in r.advice
+    want = np.asarray(jnp.sort(u)[:10])
+    np.testing.assert_array_equal(np.asarray(~jax.lax.top_k(~u, 10)[0]), want)  # the fix, run
+    assert not np.array_equal(np.asarray(-jax.lax.top_k(-u, 10)[0]), want)  # the old words
+    idx = jax.lax.top_k(~u, 10)[1]  # the indices too: the same as argsort's, ties included
+    np.testing.assert_array_equal(np.asarray(idx), np.asarray(jnp.argsort(u)[:10]))
+
+
+# --- a CLIP loss's similarity matrix is no logits over a vocabulary ----------------------------
+B_CLIP, D_CLIP = 1024, 64
+
+
+def _clip_loss(w, img, txt):
+    a, b = img @ w, txt @ w
+    a = a / jnp.linalg.norm(a, axis=-1, keepdims=True)
+    b = b / jnp.linalg.norm(b, axis=-1, keepdims=True)
+    logits = a @ b.T * 10.0
+    lab = jnp.arange(B_CLIP)
+    return -(jnp.mean(jax.nn.log_softmax(logits, -1)[lab, lab])
+             + jnp.mean(jax.nn.log_softmax(logits.T, -1)[lab, lab])) / 2
+
+
+def test_axlearn_1236_a_clip_similarity_matrix_is_not_called_logits_over_a_vocabulary():
+    """A review of apple/axlearn#1236's note: a CLIP loss's f32[2048, 2048] similarity matrix
+    (two projected batches, softmaxed along rows and along columns) was called "the full logits
+    over the vocabulary", with a chunk-of-tokens fix that cannot compute
+    log_softmax(logits.T). The note is given only where one operand of the product is the
+    step's argument (a weight) and nothing reduces it along another axis: none here, and none
+    for a weight's product softmaxed along both axes; apple/axlearn#1236's h @ w keeps it."""
+    w, img, txt = jnp.eye(D_CLIP), jnp.ones((B_CLIP, D_CLIP)), jnp.ones((B_CLIP, D_CLIP))
+    step = jax.jit(lambda w, i, t: w - 1e-3 * jax.grad(_clip_loss)(w, i, t))
+    r = preflight.preflight_step(step, w, img, txt)
+    assert not any(k == "logits" for k, *_ in r.softmax_products)
+    assert "full logits" not in r.advice and "over the vocabulary" not in r.advice
+
+    def both_ways(w, h):  # a weight's product, softmaxed along its rows and its columns
+        logits = h @ w
+        return jnp.sum(jax.nn.log_softmax(logits, -1)) + jnp.sum(jax.nn.log_softmax(logits.T))
+
+    h, wv = jnp.ones((T, D)), jnp.ones((D, V))
+    assert jaxprs.softmax_products(jax.make_jaxpr(both_ways)(wv, h)) == ()
+    one_way = jaxprs.softmax_products(jax.make_jaxpr(
+        lambda w, h: jnp.sum(jax.nn.log_softmax(h @ w, -1)))(wv, h))
+    assert [(s[0], s[1]) for s in one_way] == [("logits", (T, V))]
+
+
 # --- ordinary steps stay quiet ------------------------------------------------------------------
 def _classifier_step(params, x, y):
     """An MLP classifier's SGD step with a softmax cross-entropy over 10 classes."""

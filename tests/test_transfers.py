@@ -553,3 +553,46 @@ def test_jax_20418_jnp_load_with_mmap_mode_is_named_with_the_memmap_fix(tmp_path
     m.flush()
     del m, pj
     assert float(np.load(path)[0, 0]) == 2.0  # written back to the file
+
+
+def test_pylcm_316_a_callback_in_a_scan_gets_the_loop_fix_and_no_vmap_paragraph():
+    """A review of OpenSourceEconomics/pylcm#316's words in transfers: every host callback's
+    copy was told "and under jax.vmap once per element ... call it once, outside the vmap",
+    a jax.debug.callback in a lax.scan with no vmap included, ahead of the loop's fix. The
+    paragraph is there only where the program the callback runs in has it under jax.vmap
+    (read from its jaxpr: a name stack with vmap(, or the loop vmap made of an io_callback)."""
+    from jax.experimental import io_callback
+
+    def body(c, x):
+        jax.debug.callback(lambda v: None, c)
+        return c + x, None
+
+    def io_body(c, x):
+        io_callback(lambda v: None, None, c)
+        return c + x, None
+
+    xs = jnp.ones((5, 4))
+    reasons = {}
+    for name, f in (
+            ("scan", jax.jit(lambda xs: jax.lax.scan(body, jnp.zeros(4), xs)[0])),
+            ("vmap", jax.jit(jax.vmap(lambda c: body(c, c)[0]))),
+            ("io scan", jax.jit(lambda xs: jax.lax.scan(io_body, jnp.zeros(4), xs)[0])),
+            ("io vmap", jax.jit(jax.vmap(lambda c: io_body(c, c)[0])))):
+        f(xs).block_until_ready()
+        jax.effects_barrier()
+        with transfers.trace() as log:
+            f(xs).block_until_ready()
+            jax.effects_barrier()
+        made = [t for t in log if t.made_by]
+        assert len(made) == 5, name  # one copy a call: 5 iterations, or 5 elements
+        reasons[name] = {t.reason for t in made}
+    (scan,) = reasons["scan"]
+    assert "under jax.vmap" not in scan and "outside the vmap" not in scan
+    assert "in a loop body it runs, and copies, on every iteration. To report progress, call " \
+        "it every k steps: jax.lax.cond(i % k == 0" in scan
+    (io_scan,) = reasons["io scan"]
+    assert "under jax.vmap" not in io_scan and "jax.lax.cond(i % k == 0" in io_scan
+    for name in ("vmap", "io vmap"):
+        (why,) = reasons[name]
+        assert "under jax.vmap once per element" in why and "outside the vmap" in why
+        assert "OpenSourceEconomics/pylcm#316" in why

@@ -46,7 +46,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "memory_spaces_only",
            "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
-           "parse_guard_line", "running_callback", "sharding_error_types", "stable_sort_scratch",
+           "parse_guard_line", "running_callback", "running_callback_site",
+           "sharding_error_types", "stable_sort_scratch",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
            "while_slice_copies", "weight_gradient_convolutions"]
 
@@ -116,6 +117,12 @@ INTERNALS: dict[str, Internal] = {
         "jax._src.callback:io_callback_impl",
         "the same for jax.experimental.io_callback",
         "none"),
+    "pjit_call_impl_python": Internal(
+        "jax._src.pjit:_pjit_call_impl_python",
+        "helpers.transfers reads, from this frame's local 'jaxpr', the program a host callback "
+        "runs in (on every call: host callbacks have effects, so JAX's C++ fast path is not "
+        "taken), to tell a callback jax.vmap made per element from one in a loop body",
+        "none: a running program's jaxpr is not public"),
     "saved_residuals": Internal(
         "jax._src.ad_checkpoint:saved_residuals",
         "list what a function's gradient keeps from the forward pass (shape, and where each "
@@ -1416,6 +1423,26 @@ def running_callback(most: int = 8) -> str | None:
             return codes[frame.f_code]
         frame = frame.f_back
     return None
+
+
+def running_callback_site(most: int = 32) -> tuple[str, Any, Any] | None:
+    """(the host callback's name as :func:`running_callback` gives it, its function: the
+    ``callback`` local of JAX's callback internal, the same object as its equation's
+    ``callback`` parameter, and the closed jaxpr of the jitted program it runs in, or None
+    where no frame of ``_pjit_call_impl_python`` is among the ``most`` innermost) of the host
+    callback running on this thread; None where none is (jax 0.8.0 and 0.10.2 alike)."""
+    codes = _callback_codes()
+    program = getattr(_get("pjit_call_impl_python"), "__code__", None)
+    frame, found = sys._getframe(1), None
+    for _ in range(most):
+        if frame is None:
+            break
+        if found is None and frame.f_code in codes:
+            found = (codes[frame.f_code], frame.f_locals.get("callback"))
+        elif found is not None and frame.f_code is program:
+            return (*found, frame.f_locals.get("jaxpr"))
+        frame = frame.f_back
+    return None if found is None else (*found, None)
 
 
 @contextlib.contextmanager

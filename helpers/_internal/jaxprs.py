@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -18,20 +19,21 @@ import numpy as np
 from helpers._internal import frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 
-__all__ = ["batch_reductions", "CALLBACKS", "callbacks", "callbacks_every_step",
-           "callbacks_hoisted", "callbacks_vmapped", "carry_lines", "cast_before_scan",
-           "chained_scans", "checkpoint_offloads", "closed_over_values", "closes_over_arrays",
-           "custom_vjp_residuals", "custom_vjp_rule", "device_keywords_and_puts",
-           "einsum_intermediates", "einsum_step", "equation_line", "equation_where",
-           "has_derivative", "in_selected_conds", "jacobian_lines", "jacobian_sizes",
-           "line_repeats", "LOOKUPS_FIX", "loop_records", "LOOP_REPEATS", "narrowed_inputs",
-           "output_kinds", "pairwise_reductions", "prints", "progress_fix", "psums_of_invariant",
-           "repeated_checkpoints", "repeated_outputs", "replicated_sums", "residual_sources",
-           "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint", "scan_copied_xs", "scan_role",
-           "scan_updated_xs", "scatters_batched", "shapes_by_dtype", "sliced_sorts",
-           "softmax_products", "sparse_products", "threefry_draws", "unchanged_in_rows",
-           "unrolled_line", "vmapped_lines", "walk", "while_loops", "wholly_checkpointed",
-           "WIDE_AT", "wide_reductions", "widened_carries", "widened_inputs", "without_prints"]
+__all__ = ["batch_reductions", "callback_vmapped", "CALLBACKS", "callbacks",
+           "callbacks_every_step", "callbacks_hoisted", "callbacks_vmapped", "carry_lines",
+           "cast_before_scan", "chained_scans", "checkpoint_offloads", "closed_over_values",
+           "closes_over_arrays", "custom_vjp_residuals", "custom_vjp_rule",
+           "device_keywords_and_puts", "einsum_intermediates", "einsum_step", "equation_line",
+           "equation_where", "has_derivative", "in_selected_conds", "jacobian_lines",
+           "jacobian_sizes", "line_repeats", "LOOKUPS_FIX", "loop_records", "LOOP_REPEATS",
+           "narrowed_inputs", "output_kinds", "pairwise_reductions", "prints", "progress_fix",
+           "psums_of_invariant", "repeated_checkpoints", "repeated_outputs", "replicated_sums",
+           "residual_sources", "scaled_by_zero", "scan_carry_bytes", "scan_checkpoint",
+           "scan_copied_xs", "scan_role", "scan_updated_xs", "scatters_batched", "shapes_by_dtype",
+           "sliced_sorts", "softmax_products", "sparse_products", "threefry_draws",
+           "UNALIKE_LOOP_FIX", "unchanged_in_rows", "unrolled_line", "vmapped_lines", "walk",
+           "while_loops", "wholly_checkpointed", "WIDE_AT", "wide_reductions", "widened_carries",
+           "widened_inputs", "without_prints"]
 
 
 def _floating(dtype) -> bool:
@@ -749,6 +751,12 @@ LOOP_REPEATS = 16
 #: interleaving, a recursion of log2 n levels, each level its own call stack) is no loop of
 #: the user's (radarFudan/mamba-minimal-jax#1)
 _JAX_LOOPS = "jax/_src/lax/control_flow/"
+#: JAX's own code that makes equations by itself as a loop would: the batching rule of
+#: ``jax.debug.print`` and ``jax.debug.callback`` under ``jax.vmap`` binds one callback and
+#: one slice per element (jax/_src/debugging.py, ``debug_batching_rule``; a vmap over 32 made
+#: 97 of a step's 100 equations at the print's line, jax 0.10.2), and JAX's callback code
+#: (jax/_src/callback.py) is the same kind: no Python loop of the user's
+_JAX_OWN = (_JAX_LOOPS, "jax/_src/debugging.py", "jax/_src/callback.py")
 #: where jax.tree.map runs a function once per leaf (jax/_src/tree_util.py, jax/_src/tree.py)
 _TREE_MAPS = ("tree_util.py", "_src/tree.py")
 
@@ -762,17 +770,21 @@ LOOKUPS_FIX = (" Its lookups (x[i, idx[i]] for each i) are one gather for all it
                "for 50 lookups in a loop, 0.68 s for one gather).")
 
 
-def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool]]:
-    """Per line of the user's code, (file, line): (the equations it made, nested ones
-    included, besides those of JAX's own loop code; those JAX's loop code made (the slices of
-    ``jax.lax.associative_scan``); the most times one equation (one primitive, one call stack)
-    recurs there: how often the line ran, a Python loop's iterations; the same through
-    ``jax.tree.map``: once per leaf; whether a gather (in a gradient, or its scatter-add)
-    recurs there, a lookup in each iteration). Recurrences are counted among the equations of
-    no derivative but one ``jax.grad`` or ``jax.jvp``'s forward pass: a derivative makes
-    several equations from one call stack (nested ``jax.jvp`` of one line, 27 of one ``mul``
-    at order 3)."""
-    groups: dict[tuple[str, Any], list] = {}  # (primitive, traceback): [all, primal, lookups]
+def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool, int]]:
+    """Per line of the user's code, (file, line): (the equations it made, nested ones included,
+    besides those of JAX's own loop code; those JAX's own code made (the slices of
+    ``jax.lax.associative_scan``, a vmapped ``jax.debug.print``'s callback per element); the most
+    times one equation (one primitive, one call stack) recurs there: how often the line ran, a
+    Python loop's iterations; the same through ``jax.tree.map``: once per leaf; whether a gather (in
+    a gradient, or its scatter-add) recurs there, a lookup in each iteration; of the equations that
+    recur :data:`LOOP_REPEATS` times or more, the fewest times one of them recurs with the same
+    operand shapes: a loop over layers of different widths makes its matmul with shapes of their own
+    each time, and ``jax.lax.scan`` cannot run those as one body; the most recurrences where none
+    recurs that often). Recurrences are counted among the equations of no derivative but one
+    ``jax.grad`` or ``jax.jvp``'s forward pass: a derivative makes several equations from one call
+    stack (nested ``jax.jvp`` of one line, 27 of one ``mul`` at order 3)."""
+    # (primitive, traceback): [all, primal, lookups, {operand shapes: primal}]
+    groups: dict[tuple[str, Any], list] = {}
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
             try:
@@ -780,15 +792,19 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
                 stack = str(eqn.source_info.name_stack)
             except Exception:  # an equation without its source
                 continue
-            one = groups.setdefault((eqn.primitive.name, tb), [0, 0, 0])
+            one = groups.setdefault((eqn.primitive.name, tb), [0, 0, 0, Counter()])
             one[0] += 1
-            one[1] += stack.count("jvp(") <= 1 and "transpose(" not in stack
+            primal = stack.count("jvp(") <= 1 and "transpose(" not in stack
+            one[1] += primal
+            if primal:
+                one[3][tuple(getattr(getattr(v, "aval", None), "shape", None)
+                             for v in eqn.invars)] += 1
             # a lookup: a gather, or its transpose under jax.grad, a scatter-add (where the
             # gradient needs no forward value, jit's dead-code pass drops the gathers)
             one[2] += eqn.primitive.name == "gather" or (
                 eqn.primitive.name == "scatter-add" and "transpose(" in stack)
     out: dict[tuple[str, int], list] = {}
-    for (_, tb), (n, primal, lookups) in groups.items():
+    for (_, tb), (n, primal, lookups, shapes) in groups.items():
         try:
             fs = list(tb.frames) if tb is not None else []
         except Exception:  # a traceback that cannot say
@@ -797,8 +813,8 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
         if user is None:
             continue
         key = (fs[user].file_name, fs[user].line_num)
-        line = out.setdefault(key, [0, 0, 0, 0, False])
-        if any(_JAX_LOOPS in f.file_name.replace("\\", "/") for f in fs[:user]):
+        line = out.setdefault(key, [0, 0, 0, 0, False, None])
+        if any(own in f.file_name.replace("\\", "/") for f in fs[:user] for own in _JAX_OWN):
             line[1] += n
             continue
         line[0] += n
@@ -807,24 +823,42 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
         else:
             line[2] = max(line[2], primal)
             line[4] = line[4] or lookups > 1
-    return {k: tuple(v) for k, v in out.items()}  # type: ignore[misc]
+            if primal >= LOOP_REPEATS:  # each equation the loop repeats, alike or not
+                alike = max(shapes.values(), default=0)
+                line[5] = alike if line[5] is None else min(line[5], alike)
+    return {k: (*v[:5], v[2] if v[5] is None else v[5])  # type: ignore[misc]
+            for k, v in out.items()}
 
 
-def unrolled_line(closed, least: int) -> tuple[tuple[str, int], int, int, int, bool] | None:
-    """((file, line), its equations, the step's equations, the most times one of its
-    equations recurs, whether a gather recurs there) of the line of the user's code that made
-    the most equations, ``least`` or more, of which one recurs :data:`LOOP_REPEATS` times or
-    more outside ``jax.tree.map``: a Python loop inside jit, unrolled (counted before XLA fuses
-    its copies: jax-ml/jax#891's 50 lookups were 51 XLA operations, 900 equations and more);
-    None where none does."""
+def unrolled_line(closed, least: int
+                  ) -> tuple[tuple[str, int], int, int, int, bool, int] | None:
+    """((file, line), its equations, the step's equations, the most times one of its equations
+    recurs, whether a gather recurs there, the fewest times one of its repeated equations recurs
+    with the same operand shapes (:func:`line_repeats`): under :data:`LOOP_REPEATS`, the loop's
+    iterations differ in shape and ``jax.lax.scan`` cannot take them as they are,
+    :data:`UNALIKE_LOOP_FIX`) of the line of the user's code that made the most equations, ``least``
+    or more, of which one recurs :data:`LOOP_REPEATS` times or more outside ``jax.tree.map``: a
+    Python loop inside jit, unrolled (counted before XLA fuses its copies: jax-ml/jax#891's 50
+    lookups were 51 XLA operations, 900 equations and more); None where none does."""
     lines = line_repeats(closed)
     total = sum(len(getattr(j, "eqns", ())) for j, _ in walk(closed))
-    found = [(key, n, repeats, gathers) for key, (n, _, repeats, _, gathers) in lines.items()
+    found = [(key, n, repeats, gathers, alike)
+             for key, (n, _, repeats, _, gathers, alike) in lines.items()
              if n >= least and repeats >= LOOP_REPEATS]
     if not found:
         return None
-    key, n, repeats, gathers = max(found, key=lambda f: f[1])
-    return key, n, total, repeats, gathers
+    key, n, repeats, gathers, alike = max(found, key=lambda f: f[1])
+    return key, n, total, repeats, gathers, alike
+
+
+#: the fix of an unrolled loop whose iterations differ in shape (a model's layers of different
+#: widths): jax.lax.scan runs one body over arrays of one shape, so it cannot take them; the
+#: many-leaves advice instead (jax-ml/jax#4667: one operation per array)
+UNALIKE_LOOP_FIX = (
+    "its iterations work on arrays of different shapes (layers of different widths), and "
+    "jax.lax.scan runs one body over arrays of one shape, so it cannot take them as they are: "
+    "stack the layers that share a shape into one array and scan over those, or use fewer, "
+    "larger arrays (jax-ml/jax#4667).")
 
 
 #: the primitives that write one step's value into a buffer, with the positions of the buffer
@@ -1885,6 +1919,32 @@ def callbacks_vmapped(closed) -> tuple[tuple[str, str, int], ...]:
     return tuple(out)
 
 
+def callback_vmapped(closed, callback) -> bool | None:
+    """Whether the host callback whose function is ``callback`` (its equation's ``callback``
+    parameter) runs under jax.vmap in ``closed``: its equation's name stack has ``vmap(``
+    (jax.debug.callback, one call per element), or it is the body of the loop vmap made of it
+    (:func:`_vmap_loop`: io_callback, whose equation inside that loop has no ``vmap(``; jax
+    0.8.0 and 0.10.2 alike). A jax.debug.print's equation (``debug_print``) holds no callback:
+    its function is made when the program is lowered, so where no equation has ``callback``,
+    the step's prints decide, all under a vmap or none. None where that cannot tell."""
+    seen = False
+    printed = set()  # whether each debug_print is under a vmap
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.params.get("callback") is callback:
+                seen = True
+                if "vmap(" in str(eqn.source_info.name_stack):
+                    return True
+            elif eqn.primitive.name == "debug_print":
+                printed.add("vmap(" in str(eqn.source_info.name_stack))
+            found = _vmap_loop(eqn)
+            if found is not None and found[0].params.get("callback") is callback:
+                return True
+    if seen:
+        return False
+    return printed.pop() if len(printed) == 1 else None
+
+
 def _placed(closed, vmap_loops: bool = False
             ) -> Iterator[tuple[Any, tuple[Any, ...], bool]]:
     """(equation, the loops it sits in, outermost first, whether a cond guards it inside the
@@ -2173,6 +2233,113 @@ def _last_axis(shape) -> int | None:
     return max((i for i, n in enumerate(shape) if n != 1), default=None)
 
 
+#: the equations that pass a value on rearranged, not computed from others: a weight they
+#: reach is still the step's argument (an embedding's transpose, a cast to bfloat16)
+_REARRANGED = frozenset({"transpose", "convert_element_type", "reshape", "broadcast_in_dim",
+                         "copy", "squeeze", "expand_dims", "slice", "dynamic_slice"})
+
+
+def _inner_arguments(eqn, args: set) -> list[tuple[Any, set]]:
+    """(a jaxpr nested in ``eqn``, the ids of its inputs that are the step's arguments) where
+    ``args`` holds those of ``eqn``'s jaxpr: an inner jit, a checkpoint or a custom rule passes
+    its operands on one for one; a scan, its constants and the rows of its xs; a while_loop,
+    its constants; a cond, its operands to each branch. Other nested jaxprs: none."""
+    from jax.extend import core
+
+    def ids(j, pairs):
+        j = j.jaxpr if isinstance(j, core.ClosedJaxpr) else j
+        return (j, {id(v) for v, o in pairs if id(o) in args})
+
+    name, p, ins = eqn.primitive.name, eqn.params, list(eqn.invars)
+    out = []
+    if name == "scan":
+        body = p["jaxpr"].jaxpr if isinstance(p["jaxpr"], core.ClosedJaxpr) else p["jaxpr"]
+        c, n = p["num_consts"], p["num_carry"]
+        pairs = [*zip(body.invars[:c], ins[:c], strict=False),
+                 *zip(body.invars[c + n:], ins[c + n:], strict=False)]
+        return [ids(body, pairs)]
+    if name == "while":
+        body = p["body_jaxpr"].jaxpr
+        c = p["body_nconsts"]
+        return [ids(body, zip(body.invars[:c], ins[p["cond_nconsts"]:][:c], strict=False))]
+    if name == "cond":
+        return [ids(b, zip(b.jaxpr.invars, ins[1:], strict=False)) for b in p["branches"]]
+    for v in p.values():
+        for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr)):
+                inner = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub
+                if len(inner.invars) == len(ins):
+                    out.append(ids(inner, zip(inner.invars, ins, strict=True)))
+    return out
+
+
+def _dots_of_arguments(closed) -> set[int]:
+    """The ids of the ``dot_general`` equations one of whose operands is an argument of the
+    step, rearranged at most (:data:`_REARRANGED`): a weight or an embedding table, not a value
+    computed from the batch (apple/axlearn#1236's ``h @ w``, not CLIP's ``a @ b.T`` of two
+    projected batches). Followed into nested jaxprs (:func:`_inner_arguments`)."""
+    from jax.extend import core
+
+    found: set[int] = set()
+    top = closed.jaxpr if isinstance(closed, core.ClosedJaxpr) else closed
+    if top is None:
+        return found
+    stack = [(top, {id(v) for v in (*top.constvars, *top.invars)})]
+    while stack:
+        j, args = stack.pop()
+        args = set(args) | {id(v) for v in getattr(j, "constvars", ())}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name == "dot_general" and any(id(v) in args for v in eqn.invars):
+                found.add(id(eqn))
+            if eqn.primitive.name in _REARRANGED and eqn.invars and id(eqn.invars[0]) in args:
+                args.update(id(v) for v in eqn.outvars)
+            stack += _inner_arguments(eqn, args)
+    return found
+
+
+#: the equations a product passes through, elementwise, before its softmax: a scale, a bias
+_ELEMENTWISE = frozenset({"mul", "div", "add", "sub", "neg", "convert_element_type", "copy",
+                          "stop_gradient", "tanh", "max", "min", "select_n"})
+
+
+def _reduced_across(j, dot) -> bool:
+    """Whether the product of ``dot`` (in jaxpr ``j``) is reduced (a max, an argmax, a sum)
+    along a dimension that is not its last, directly or through its transpose and elementwise
+    equations: a CLIP loss's ``log_softmax(logits.T)``, which a chunk of rows cannot
+    compute."""
+    from jax.extend import core
+
+    last = _last_axis(dot.outvars[0].aval.shape)
+    todo = [(j, dot.outvars[0], last)]
+    seen = set()
+    while todo:
+        j, var, axis = todo.pop()
+        if id(var) in seen or axis is None:
+            continue
+        seen.add(id(var))
+        for e in getattr(j, "eqns", ()):
+            if not any(v is var for v in e.invars):
+                continue
+            name = e.primitive.name
+            if name == "transpose":
+                todo.append((j, e.outvars[0], list(e.params["permutation"]).index(axis)))
+            elif name in _ELEMENTWISE and e.outvars and getattr(
+                    e.outvars[0].aval, "shape", None) == var.aval.shape:
+                todo.append((j, e.outvars[0], axis))
+            elif name in ("pjit", "jit", "closed_call", "custom_jvp_call", "remat",
+                          "checkpoint"):  # into the inner jaxpr (jax.nn.log_softmax's jit)
+                for sub in e.params.values():
+                    inner = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub
+                    if isinstance(inner, core.Jaxpr) and len(inner.invars) == len(e.invars):
+                        todo += [(inner, iv, axis) for iv, v in zip(inner.invars, e.invars,
+                                                                    strict=True) if v is var]
+            elif name in ("reduce_max", "argmax", "reduce_sum") and axis not in tuple(
+                    e.params.get("axes", ())) and any(
+                    var.aval.shape[a] != 1 for a in e.params.get("axes", ())):
+                return True
+    return False
+
+
 def softmax_products(closed) -> tuple[tuple[str, tuple[int, ...], str, int, int, str, bool,
                                             bool], ...]:
     """(``"attention"`` or ``"logits"``, the product's shape with its dimensions of 1 left out,
@@ -2183,9 +2350,12 @@ def softmax_products(closed) -> tuple[tuple[str, tuple[int, ...], str, int, int,
     a ``reduce_max`` or ``argmax`` reduces over that dimension (a softmax, a logsumexp, an
     argmax: one value per row from a whole row), largest first. "attention" where another dot
     then contracts that dimension against an operand with dimensions of its own (the
-    probabilities times the values: a T x S score matrix, google/flax#2858); "logits"
-    otherwise (the full logits over a vocabulary, made for a loss that keeps one value per
-    token: apple/axlearn#1236)."""
+    probabilities times the values: a T x S score matrix, google/flax#2858); "logits" where
+    one operand of the dot is an argument of the step (a weight, an embedding table:
+    :func:`_dots_of_arguments`) and nothing reduces the product along another dimension (the
+    full logits over a vocabulary, made for a loss that keeps one value per token:
+    apple/axlearn#1236); none otherwise (a CLIP loss's similarity matrix of two projected
+    batches, softmaxed along both axes: no vocabulary, and no chunk of rows computes it)."""
     placed = [(e, bool(loops)) for e, loops, _ in _placed(closed) if scan_role(e) != "backward"]
     eqns = [e for e, _ in placed]
     looped = {id(e) for e, in_loop in placed if in_loop}
@@ -2207,6 +2377,8 @@ def softmax_products(closed) -> tuple[tuple[str, tuple[int, ...], str, int, int,
                      if d != 1 and i not in o_axes and i not in o_batch]
             if _last_axis(shape) in sides[n][0] and keeps:
                 contracted.add(_squeezed(shape))
+    weighted = _dots_of_arguments(closed)
+    within = {id(e): j for j, _ in walk(closed) for e in getattr(j, "eqns", ())}
     out = []
     for e in dots:
         (lc, rc), (_, rb) = e.params["dimension_numbers"]
@@ -2216,7 +2388,10 @@ def softmax_products(closed) -> tuple[tuple[str, tuple[int, ...], str, int, int,
         if not free or not shape or shape[-1] != rhs[free[-1]] or shape[-1] < 4 * max(k, 1) \
                 or shape not in reduced:
             continue
-        out.append(("attention" if shape in contracted else "logits", shape,
+        kind = "attention" if shape in contracted else "logits"
+        if kind == "logits" and (id(e) not in weighted or _reduced_across(within[id(e)], e)):
+            continue
+        out.append((kind, shape,
                     str(e.outvars[0].aval.dtype), _nbytes(e.outvars[0]), int(k),
                     equation_line(e), scan_role(e) == "forward", id(e) in looped))
     return tuple(sorted(out, key=lambda x: -x[3]))
