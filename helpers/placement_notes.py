@@ -215,13 +215,7 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
              if leaf.committed is False and len(leaf.devices) == 1]
     if sum(leaf.nbytes for leaf, _ in whole) < 2**20:
         return ""
-    jax = jaxcompat.import_jax()
-    ids = {id(x) for x in arrays}
-    platform = next(iter(whole[0][1].devices())).platform
-    split = {}
-    for x in jax.live_arrays(platform):
-        if id(x) not in ids and (mesh := split_mesh(x)) is not None:
-            split.setdefault((tuple(x.shape), str(x.dtype)), (x, mesh))
+    live, split = _split_outside(arrays, next(iter(whole[0][1].devices())).platform)
     like = [(leaf, split[leaf.shape, leaf.dtype]) for leaf, _ in whole
             if (leaf.shape, leaf.dtype) in split]
     if (total := sum(leaf.nbytes for leaf, _ in like)) < 2**20:
@@ -231,7 +225,7 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
     share = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
                 for _, (x, _) in like)  # the shard's shape: reading a shard makes views
     device = like[0][0].devices[0]
-    batch = _batch_or_state(like, leaves, paths, jax.live_arrays(platform), mesh)
+    batch = _batch_or_state(like, leaves, paths, live, mesh)
     return (f"{_some([leaf.path for leaf, _ in like])} uncommitted, whole on {device} "
             f"({total:,} B), with the shapes and dtypes of live arrays split over a mesh "
             f"({dict(mesh.shape)}, {n} devices)"
@@ -251,6 +245,18 @@ def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,
             "with their shardings, jax.tree.map(jnp.zeros_like, params) (zeros_like keeps "
             "each one's sharding) or jax.jit(init, out_shardings=...) with the parameters' "
             "shardings.")
+
+
+def _split_outside(arrays: list, platform: str) -> tuple[list, dict]:
+    """The live arrays of ``platform``, and of those outside ``arrays`` split over a mesh, the
+    first of each shape and dtype with its mesh: ``{(shape, dtype): (array, mesh)}``."""
+    live = jaxcompat.import_jax().live_arrays(platform)
+    ids = {id(x) for x in arrays}
+    split: dict = {}
+    for x in live:
+        if id(x) not in ids and (mesh := split_mesh(x)) is not None:
+            split.setdefault((tuple(x.shape), str(x.dtype)), (x, mesh))
+    return live, split
 
 
 def _batch_or_state(like: list, leaves: tuple[LeafPlacement, ...], paths: tuple[tuple, ...],
@@ -307,11 +313,8 @@ def _whole_on_one(leaves: tuple[LeafPlacement, ...], arrays: list, context_mesh:
     else:
         if not split:
             jax = jaxcompat.import_jax()
-            ids = {id(x) for x in arrays}
-            platform = next(iter(next(x for x in arrays if isinstance(x, jax.Array)
-                                      ).devices())).platform
-            split = {(tuple(x.shape), str(x.dtype)): (x, m) for x in jax.live_arrays(platform)
-                     if id(x) not in ids and (m := split_mesh(x)) is not None}
+            _, split = _split_outside(arrays, next(iter(next(
+                x for x in arrays if isinstance(x, jax.Array)).devices())).platform)
         if not split:
             return ""
         mesh, whose = next(iter(split.values()))[1], "other live arrays split over it"

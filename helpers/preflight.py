@@ -379,14 +379,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # jax-ml/jax#9755's svd), and a step whose outputs match no argument has nothing to donate
     # (google/neural-tangents#166's Cholesky solve)
     undonated, drop = None, None
+    # arguments the step copies whole to write a slice into (jax-ml/jax#9132): read once
+    slice_copies = step_arguments.copied_to_update(c, fn, args, kwargs)
     if not (c.conflict or c.lowered_with_arguments) and (  # (a wrapper's own donation: unseen)
             undonated := step_arguments.donation_would_save(c, fn, args, kwargs)):
         drop = step_arguments.donation_drop(c, fn, args, kwargs, undonated[0], device)
         # kept where the plan does not drop but the step copies a donatable argument whole to
         # write a slice (time, jax-ml/jax#9132), or where it was planned for the CPU, whose
         # plan copies where a GPU's may not: the note then says the CPU's plan did not drop
-        copied = {re.split(r"[\[.]", where, maxsplit=1)[0]
-                  for where, _ in step_arguments.copied_to_update(c, fn, args, kwargs)}
+        copied = {step_arguments.argument_root(where) for where, _ in slice_copies}
         if drop is not None and not step_arguments.donation_pays(drop, undonated[1]) and not (
                 getattr(dev, "platform", "") == "cpu" or copied & set(undonated[0])):
             undonated = None
@@ -432,7 +433,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "{'xla_disable_hlo_passes': 'constant_folding'}).")
     if undonated:
         notes.append(step_arguments.donation_note(
-            *undonated, step_arguments.copied_to_update(c, fn, args, kwargs), c.own_jit, drop,
+            *undonated, slice_copies, c.own_jit, drop,
             getattr(dev, "platform", "") == "cpu",
             "" if target is None else _as_target(target).card.name))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
@@ -729,7 +730,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         loop_records=tuple((f"{dtype}{list(whole)}", f"{dtype}{list(step)}", n, line)
                            for _, whole, step, dtype, n, line, *_ in records),
         repeated_outputs=repeated, passed_again_bytes=again,
-        copied_to_update=step_arguments.copied_to_update(c, fn, args, kwargs),
+        copied_to_update=slice_copies,
         carry_copies=tuple((f"{dtype}{list(shape)}", n, copies, steps, line)
                            for dtype, shape, n, copies, steps, _, line in copied),
         carry_slice_copies=tuple((f"{dtype}{list(shape)}", n, copies, joins, moved, steps, line)

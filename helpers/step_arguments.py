@@ -20,7 +20,8 @@ from helpers._internal import jaxcompat
 from helpers._internal.records import Record
 from helpers.units import format_bytes
 
-__all__ = ["NarrowedArgument", "StateCopy", "argument_split", "copied_to_update", "copies_note",
+__all__ = ["NarrowedArgument", "StateCopy", "argument_root", "argument_split", "copied_to_update",
+           "copies_note",
            "donated_host_note", "donation_drop", "donation_note", "donation_pays",
            "donation_would_save",
            "donations_across_memory_kinds", "host_memory_leaves", "narrowed_arguments",
@@ -405,7 +406,7 @@ def _is_data(n: NarrowedArgument) -> bool:
     """A batch of data rather than parameters: by the argument's name where it says (x, batch,
     inputs; params, weights, state), else by its shape of tree (a whole array is data, a leaf
     of a tree a parameter)."""
-    root = _root(n.argument)
+    root = argument_root(n.argument)
     if _DATA_NAME.match(root):
         return True
     if _PARAMS_NAME.search(root):
@@ -413,7 +414,7 @@ def _is_data(n: NarrowedArgument) -> bool:
     return n.argument == root
 
 
-def _root(argument: str) -> str:
+def argument_root(argument: str) -> str:
     """The top-level argument's name in a leaf's path ("params" of "params['w']")."""
     return re.split(r"[\[.]", argument, maxsplit=1)[0]
 
@@ -430,7 +431,7 @@ def _narrowed_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> str:
     what they cost, the fix."""
     first, more = narrowed[0], len(narrowed) - 1
     hf = {"bfloat16": "to_bf16", "float16": "to_fp16"}.get(first.read_as)
-    root = _root(first.argument)
+    root = argument_root(first.argument)
     return (
         f"{first.argument}{f' and {more} more argument arrays' if more else ''} "
         f"({format_bytes(wide)}, {first.dtype}) {'are' if more else 'is'} read only as "
@@ -605,7 +606,7 @@ def donation_note(names: list[str], saving: int,
                   "fed back 20 times peaked at 243-259 MiB of process memory without it, "
                   "126-152 MiB with it); a GPU's plan is "
                   f"its own (not yet run on a GPU: {plan} there)." if on_cpu else ".")))
-    mine = [(where, n) for where, n in copied if _root(where) in names]
+    mine = [(where, n) for where, n in copied if argument_root(where) in names]
     if mine:
         where, n = mine[0]
         also = f" (and {len(mine) - 1} more)" if len(mine) > 1 else ""

@@ -12,6 +12,7 @@ import pytest
 
 from helpers import example_steps, preflight, program_notes
 from helpers._internal import jaxprs
+from tests.conftest import chunked_causal_attention
 
 MiB = 2**20
 
@@ -85,16 +86,7 @@ def _attention(q, k, v):
 
 def _attention_chunked(q, k, v, block=64):
     """Memory-efficient attention: a lax.map over blocks of queries, each checkpointed."""
-    qs = q.reshape(B, S // block, block, H, DH).swapaxes(0, 1)
-    rows = jnp.arange(S).reshape(S // block, block)
-
-    @jax.checkpoint
-    def one(xs):
-        qb, r = xs
-        s = jnp.einsum("bqhd,bkhd->bhqk", qb, k) / jnp.sqrt(DH)
-        s = jnp.where(r[None, None, :, None] >= jnp.arange(S)[None, None, None, :], s, -1e30)
-        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
-    return jax.lax.map(one, (qs, rows)).swapaxes(0, 1).reshape(B, S, H, DH)
+    return chunked_causal_attention(q, k, v, block)
 
 
 def _sum_squares(attention):

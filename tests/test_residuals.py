@@ -12,6 +12,7 @@ from helpers import compiled, preflight
 from helpers._internal import jaxcompat
 from helpers.errors import BadInputError
 from helpers.units import format_bytes
+from tests.conftest import chunked_causal_attention
 
 MiB = 2**20
 
@@ -215,18 +216,7 @@ def _attention(q, k, v):
 
 
 def _attention_in_chunks(q, k, v, qc=32):  # the fix: query chunks, each checkpointed
-    qs = q.reshape(_B, _S // qc, qc, _H, _DH).swapaxes(0, 1)
-    rows = jnp.arange(_S).reshape(_S // qc, qc)
-
-    @jax.checkpoint
-    def one(a):
-        qb, r = a
-        s = jnp.einsum("bqhd,bkhd->bhqk", qb, k) / jnp.sqrt(_DH)
-        s = jnp.where(r[None, None, :, None] >= jnp.arange(_S)[None, None, None, :], s, -1e30)
-        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
-
-    out = lax.map(one, (qs, rows)).swapaxes(0, 1).reshape(_B, _S, _H, _DH)
-    return jnp.sum(out ** 2)
+    return jnp.sum(chunked_causal_attention(q, k, v, qc) ** 2)
 
 
 def test_google_flax_2858_attention_scores_are_told_to_go_in_query_chunks():
