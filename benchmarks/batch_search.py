@@ -39,7 +39,7 @@ def _step_args():
 
 
 def need(make, batch):
-    return preflight.preflight_step(example_steps.mlp_sgd_step, *make(batch)).needed_bytes
+    return preflight.needed_bytes(example_steps.mlp_sgd_step, *make(batch))
 
 
 def bisection(make, budget):
@@ -49,7 +49,7 @@ def bisection(make, budget):
     def need(b):
         nonlocal compiles
         compiles += 1
-        return preflight.preflight_step(example_steps.mlp_sgd_step, *make(b)).needed_bytes
+        return preflight.needed_bytes(example_steps.mlp_sgd_step, *make(b))
 
     lo, hi = 0, 1
     while hi <= MAX_BATCH and need(hi) <= budget:

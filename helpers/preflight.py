@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import jax
 
 __all__ = ["FIX", "Preflight", "Residual", "Residuals", "StepPreflight",
-           "TensorInfo", "judge", "preflight",
+           "TensorInfo", "judge", "needed_bytes", "preflight",
            "preflight_step", "residuals"]
 
 #: how to load a safetensors file that does not fit where JAX would put it. Peak anonymous
@@ -332,6 +332,32 @@ def _verdict(needed: int, free, dev, donate: bool, derivative: bool,
                  unknown="this device reports no free memory")
 
 
+def _peak(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
+          device, here: bool) -> tuple[int, int, int]:
+    """The step's peak as :func:`preflight_step` counts it, with its two corrections to XLA's:
+    the CPU runtime's own copies for weight-gradient convolutions and a stable sort's scratch
+    (outside XLA's plan; ``here``: not for a target card), and one buffer passed in several
+    places (XLA's argument size counts each, the device holds it once)."""
+    runtime = c.runtime_bytes() if here else 0
+    again = step_arguments.passed_again(c, fn, args, kwargs, per_device=device is None)
+    return c.sizes()["peak"] - again + c.constants + runtime, runtime, again
+
+
+def needed_bytes(fn: Callable, *args, device: str | jax.Device | None = None,
+                 donate_argnums: int | Sequence[int] = (),
+                 static_argnums: int | Sequence[int] = (),
+                 static_argnames: str | Sequence[str] = (),
+                 donate_argnames: str | Sequence[str] = (), **kwargs) -> int:
+    """What :func:`preflight_step` reports as ``needed_bytes`` (the step's peak on ``device``,
+    less its arguments already there), from one compile and without its notes: the question a
+    batch search asks at each size (:func:`helpers.sizing.largest_batch`). ``preflight_step``
+    may compile the step again, donated or without its prints, to check a note's advice."""
+    c = compiled.compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
+                              static_argnums=static_argnums, static_argnames=static_argnames,
+                              donate_argnames=donate_argnames, **kwargs)
+    return max(_peak(c, fn, args, kwargs, device, True)[0] - c.resident, 0)
+
+
 def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                    donate_argnums: int | Sequence[int] = (),
                    target: str | int | allocation.Target | None = None,
@@ -355,12 +381,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     split = step_arguments.argument_split(c, fn, args, kwargs, per_device=device is None)
     copies = step_arguments.state_copies(c, fn, args, kwargs, per_device=device is None)
     spread = step_arguments.spread_arguments(c, fn, args, kwargs)
-    # the CPU runtime's own copies for weight-gradient convolutions and a stable sort's scratch
-    # (outside XLA's plan)
-    runtime = c.runtime_bytes() if target is None else 0
-    # one buffer passed in several places: XLA's argument size counts each, the device one
-    again = step_arguments.passed_again(c, fn, args, kwargs, per_device=device is None)
-    peak = a["peak"] - again + c.constants + runtime
+    peak, runtime, again = _peak(c, fn, args, kwargs, device, target is None)
     if target is not None:
         t = _as_target(target)
         resident, needed, where = 0, peak, t.card.name

@@ -2,12 +2,13 @@
 
 A step's memory grows with its batch about linearly once the batch is large: parameters and
 optimizer state stay, activations, gradients of the inputs and temporaries scale. So
-:func:`largest_batch` prices the step (:func:`helpers.preflight.preflight_step`, shapes only:
-nothing is allocated or run) at two large batches, fits a line, and checks the line's answer with
-a third compile. Where the line is off there (memory is not linear in the batch in that range: a
-small batch, XLA changing its plan), it narrows down with more compiles, secant steps and then
-halving, until it has compiled the answer and the next batch. The record says how many compiles
-it took, how long, and whether the next batch's need was compiled or read off the line.
+:func:`largest_batch` prices the step (:func:`helpers.preflight.needed_bytes`, one compile
+each, shapes only: nothing is allocated or run) at two large batches, fits a line, and checks the
+line's answer with a third compile. Where the line is off there (memory is not linear in the
+batch in that range: a small batch, XLA changing its plan), it narrows down with more compiles,
+secant steps and then halving, until it has compiled the answer and the next batch. The record
+says how many compiles it took, how long, and whether the next batch's need was compiled or read
+off the line.
 
 It assumes a need that grows with the batch. On a GPU it need not: on the H100 the MLP step at
 batch 129 needed more than twice its need at 128 (2026-11-26 record; why is not yet known). There
@@ -87,7 +88,7 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
                   tolerance: float = 0.001) -> BatchSize:
     """The largest batch for which ``fn(*make_args(batch))`` needs at most ``budget`` (bytes, or
     a size such as "40 GiB": what :func:`helpers.preflight.preflight_step` calls the step's
-    ``needed_bytes``) on ``device``.
+    ``needed_bytes``, priced by :func:`helpers.preflight.needed_bytes`) on ``device``.
 
     ``make_args(batch)`` returns the step's arguments for that batch: ``jax.ShapeDtypeStruct``
     shapes (nothing is allocated) or arrays. ``granularity``: the answer is a multiple of it.
@@ -135,8 +136,8 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
 
     def need(batch: int) -> int:
         if batch not in known:
-            known[batch] = preflight.preflight_step(
-                fn, *args_of(batch), device=device, donate_argnums=donate_argnums).needed_bytes
+            known[batch] = preflight.needed_bytes(
+                fn, *args_of(batch), device=device, donate_argnums=donate_argnums)
             last[:] = [None, ()]
         return known[batch]
 

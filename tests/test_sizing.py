@@ -22,6 +22,31 @@ def need(batch):
     return preflight.preflight_step(example_steps.mlp_sgd_step, *make(batch)).needed_bytes
 
 
+def test_needed_bytes_is_preflight_steps_need_from_one_compile(monkeypatch):
+    compiles = []
+    real = jax.stages.Lowered.compile
+
+    def counting(self, *a, **kw):
+        compiles.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", counting)
+    for batch in (1, 64, 4096):
+        jax.clear_caches()
+        compiles.clear()
+        plan = preflight.preflight_step(example_steps.mlp_sgd_step, *make(batch))
+        assert len(compiles) == 2  # the step, and the step donated (its donation note checked)
+        jax.clear_caches()
+        compiles.clear()
+        assert preflight.needed_bytes(example_steps.mlp_sgd_step, *make(batch)) == \
+            plan.needed_bytes > 0
+        assert len(compiles) == 1
+    jax.clear_caches()
+    compiles.clear()
+    found = sizing.largest_batch(example_steps.mlp_sgd_step, make, 64 * 2**20)
+    assert len(compiles) == found.compiles  # one XLA compile for each batch priced
+
+
 def bisection(budget, g=1):
     """The slow, sure way: double, then halve the gap, in multiples of g."""
     lo, hi = 0, g
@@ -88,14 +113,9 @@ def test_bad_input_is_named():
 
 
 # --- the search itself, on needs of known shape (preflight replaced: no compile) --------------
-class _Need:
-    def __init__(self, needed_bytes):
-        self.needed_bytes = needed_bytes
-
-
 def _search(monkeypatch, f, budget, **kw):
-    monkeypatch.setattr(preflight, "preflight_step",
-                        lambda fn, b, **_: _Need(int(f(b))))
+    monkeypatch.setattr(preflight, "needed_bytes",
+                        lambda fn, b, **_: int(f(b)))
     return sizing.largest_batch(lambda b: b, lambda b: (b,), budget, **kw)
 
 
@@ -143,13 +163,13 @@ def test_a_padded_need_is_exact_at_its_padding_and_never_raises(monkeypatch):
 # --- a step too large to compile, and a first compile near the answer ---------------------------
 def test_the_first_compile_is_near_the_answer_where_the_arguments_alone_are_over(monkeypatch):
     compiled = []
-    real = preflight.preflight_step
+    real = preflight.needed_bytes
 
     def recording(fn, *args, **kw):
         compiled.append(args[1].shape[0])
         return real(fn, *args, **kw)
 
-    monkeypatch.setattr(preflight, "preflight_step", recording)
+    monkeypatch.setattr(preflight, "needed_bytes", recording)
     budget = int(460.8 * 2**20)
     found = sizing.largest_batch(example_steps.mlp_sgd_step, make, budget)  # max_batch 2**24
     monkeypatch.undo()
@@ -172,7 +192,7 @@ class _TooLarge:
         self.asked.append(b)
         if b > self.limit:
             raise CompileOutOfMemory(f"RESOURCE_EXHAUSTED at batch {b}")
-        return _Need(int(self.f(b)))
+        return int(self.f(b))
 
 
 def test_a_batch_too_large_to_compile_is_over_the_budget(monkeypatch):
@@ -182,7 +202,7 @@ def test_a_batch_too_large_to_compile_is_over_the_budget(monkeypatch):
     for limit, budget in [(5000, 3 * 10**6), (5000, 4_000_500), (5000, 6 * 10**6),
                           (5000, 10**9), (1 << 23, 10**9), (3, 1_003_500)]:
         step = _TooLarge(f, limit)
-        monkeypatch.setattr(preflight, "preflight_step", step)
+        monkeypatch.setattr(preflight, "needed_bytes", step)
         found = sizing.largest_batch(lambda b: b, lambda b: (b,), budget)
         best = min(_largest(f, budget, 1, 1 << 24), limit)
         assert found.batch == best, (limit, budget, found)
@@ -217,7 +237,7 @@ def test_a_batch_that_does_not_compile_below_one_that_did_is_over_the_budget(mon
     for lo, hi, best in [(2500, 3600, 2499), (2999, 3001, 2998), (100, 200, 3000),
                          (1, 3600, 0)]:
         step = _Band(f, lo, hi)
-        monkeypatch.setattr(preflight, "preflight_step", step)
+        monkeypatch.setattr(preflight, "needed_bytes", step)
         if best == 0:
             with pytest.raises(CompileOutOfMemory, match="every batch it compiled was over"):
                 sizing.largest_batch(lambda b: b, lambda b: (b,), budget)
@@ -231,7 +251,7 @@ def test_a_batch_that_does_not_compile_below_one_that_did_is_over_the_budget(mon
 
 
 def test_a_step_too_large_to_compile_at_any_batch_says_so(monkeypatch):
-    monkeypatch.setattr(preflight, "preflight_step", _TooLarge(lambda b: b, 0))
+    monkeypatch.setattr(preflight, "needed_bytes", _TooLarge(lambda b: b, 0))
     with pytest.raises(CompileOutOfMemory, match="even at batch 1: the step does not fit"):
         sizing.largest_batch(lambda b: b, lambda b: (b,), 10**6)
 
@@ -265,7 +285,7 @@ def test_no_batch_zero_and_no_second_try_at_a_batch_that_did_not_compile(monkeyp
     assert none.batch == 0 and 0 not in asked and "smallest batch does not fit" in none.method
     for limit, budget in [(1000, 10**9), (1 << 23, 10**9), (64, 1_003_500), (5000, 3 * 10**6)]:
         step = _TooLarge(lambda b: 10**6 + 1000 * b, limit)
-        monkeypatch.setattr(preflight, "preflight_step", step)
+        monkeypatch.setattr(preflight, "needed_bytes", step)
         sizing.largest_batch(lambda b: b, lambda b: (b,), budget)
         assert len(step.asked) == len(set(step.asked)), (limit, step.asked)  # each batch once
 
@@ -277,9 +297,9 @@ def test_an_argument_bound_that_does_not_hold_costs_no_huge_compile(monkeypatch)
 
     def step(fn, x, **_):
         asked.append(x.shape[0])
-        return _Need(10 * x.shape[0])
+        return 10 * x.shape[0]
 
-    monkeypatch.setattr(preflight, "preflight_step", step)
+    monkeypatch.setattr(preflight, "needed_bytes", step)
     found = sizing.largest_batch(lambda x: 0, lambda b: (jax.ShapeDtypeStruct((b, 250), "f4"),),
                                  2 * 10**6)
     assert found.batch == 200_000 and found.needed_bytes <= 2 * 10**6 < found.next_needed_bytes
