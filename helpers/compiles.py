@@ -515,6 +515,8 @@ class _Events(logging.Handler):
                 with self.guard:
                     self.writes.append(written[0])
             return
+        if parsed is not None and jaxcompat.traced_for_jax_transpose(sys._getframe(1)):
+            return  # JAX's trace of a jit's backward pass (jax >= 0.11), not the user's
         if parsed is not None:  # (a trace the kit made: kept for a compile of the user's)
             called, defined = jaxcompat.cache_miss_files(message)
             # a function jitted in a library's file (eqx.filter_jit's wrapper, diffrax#466): JAX

@@ -441,7 +441,15 @@ _LIBRARY_FAILURE = re.compile(
     r"CUDNN_STATUS_(?:NOT_INITIALIZED|INTERNAL_ERROR|ALLOC_FAILED))|"
     r"(?P<cuBLAS>CUBLAS_STATUS_(?:NOT_INITIALIZED|ALLOC_FAILED)|failed to create cublas handle)|"
     r"(?P<cuSOLVER>CUSOLVER_STATUS_(?:NOT_INITIALIZED|ALLOC_FAILED))|(?P<cuFFT>CUFFT_ALLOC_FAILED)|"
-    r"(?P<CUDA>cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY)")
+    r"(?P<CUDA>cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY)|"
+    r"(?P<backend>no supported devices found for platform CUDA)")
+#: the name each group of _LIBRARY_FAILURE is told by, where it is not the group's own. JAX's
+#: CUDA backend: on the H100 (2026-11-27 record, the gpu tests) a third JAX process beside two
+#: that held their pools could not create its CUDA context (the driver's log:
+#: "Failed to create stream executor for device CUDA:0: CUDA_ERROR_OUT_OF_MEMORY"), and JAX
+#: raised only "Unable to initialize backend 'cuda': INTERNAL: no supported devices found for
+#: platform CUDA", which names no memory
+_LIBRARY_NAMES = {"backend": "JAX's CUDA backend"}
 #: the CUDA libraries whose loaded copies the explanation lists, by file name
 _CUDA_LIBRARY_FILE = re.compile(r"^lib(cudnn|cublas|cublasLt|cusolver|cufft|cusparse|cudart|nccl)"
                                 r"(?:_\w+)?\.so[.\d]*$")
@@ -457,7 +465,9 @@ class LibraryFailure(Display):
     asked, after the failure."""
 
     error: str  # the error's first line
-    library: str  # "cuDNN", "cuBLAS", "cuSOLVER", "cuFFT" or "CUDA" (the driver's memory)
+    #: "cuDNN", "cuBLAS", "cuSOLVER", "cuFFT", "CUDA" (the driver's memory) or "JAX's CUDA
+    #: backend" (no CUDA device could be started at all)
+    library: str
     device: str  # "" where JAX could not say, or its first device is not a GPU
     total_bytes: int | NotAvailable  # the card's, by the driver
     free_bytes: int | NotAvailable  # free on the card when asked, by the driver
@@ -510,32 +520,39 @@ def explain_library_failure(error: BaseException, *,
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
     m = _LIBRARY_FAILURE.search(text)
-    library = m.lastgroup if m else "CUDA"
+    library = _LIBRARY_NAMES.get(m.lastgroup, m.lastgroup) if m else "CUDA"
+    backend = m is not None and m.lastgroup == "backend"
     dev = None
-    try:
-        import jax
+    if not backend:  # (JAX's backends start once a process: asking again starts none)
+        try:
+            import jax
 
-        dev = jax.devices()[0]
-    except Exception:  # the backend itself may not have started
-        pass
+            dev = jax.devices()[0]
+        except Exception:  # the backend itself may not have started
+            pass
     on_gpu = dev is not None and dev.platform == "gpu"
-    total = gpu.total_bytes() if on_gpu else None
-    used = gpu.device_used_bytes() if on_gpu else None
+    # no CUDA backend: the driver's numbers (nvidia-smi) are all there is, and every byte in
+    # use on the card is another process's (this one has no context there)
+    total = gpu.total_bytes() if on_gpu or backend else None
+    used = gpu.device_used_bytes() if on_gpu or backend else None
     stats = (memory.memory_stats(dev) or {}) if on_gpu else {}
     pool = int(stats["bytes_limit"]) if "bytes_limit" in stats else NOT_AVAILABLE
     beside = tuple((w.message, f"{w.fix}.") for w in settings.check_environment()
                    if w.code in ("tensorflow-sees-the-gpu", "pytorch-holds-the-gpu"))
+    others = (_other_processes(dev) if dev is not None else
+              used if backend and used is not None else NOT_AVAILABLE)
     report = LibraryFailure(
         first, library, device_name(dev) if on_gpu else "",
         total if total else NOT_AVAILABLE,
         total - used if total and used is not None and used <= total else NOT_AVAILABLE,
-        pool, _other_processes(dev) if dev is not None else NOT_AVAILABLE, beside,
-        _loaded_cuda_libraries(maps), ())
+        pool, others, beside, _loaded_cuda_libraries(maps), ())
     return dataclasses.replace(report, fixes=_library_fixes(report))
 
 
 def _library_fixes(r: LibraryFailure) -> tuple[str, ...]:
     """The likely fixes for a library that could not start, most likely first."""
+    if r.library == _LIBRARY_NAMES["backend"]:
+        return _backend_fixes(r)
     room = [fix for _, fix in r.beside]
     if isinstance(r.other_processes_bytes, int) and r.other_processes_bytes > 0:
         room.append(f"Other processes hold {format_bytes(r.other_processes_bytes)} on this card: "
@@ -570,6 +587,34 @@ def _library_fixes(r: LibraryFailure) -> tuple[str, ...]:
         return (f"{format_bytes(r.free_bytes)} of the card's {format_bytes(r.total_bytes)} is "
                 "free, so memory may not be the cause. " + version, *room)
     return (*room, version)
+
+
+def _backend_fixes(r: LibraryFailure) -> tuple[str, ...]:
+    """JAX's CUDA backend did not start: a card other processes have filled first, where the
+    driver says so; else what ``doctor`` reads (driver, plugin, CUDA_VISIBLE_DEVICES)."""
+    again = ("Then restart the kernel or process: JAX starts its backends once per process "
+             "(jax/_src/xla_bridge.py), and one that failed is not tried again.")
+    doctor = ("`python -m helpers doctor` says why JAX sees no GPU here: no driver, a CUDA "
+              "plugin that does not match it, or CUDA_VISIBLE_DEVICES.")
+    full = (isinstance(r.free_bytes, int) and isinstance(r.total_bytes, int)
+            and r.free_bytes < _ROOMY * r.total_bytes)
+    if not full:
+        known = (f"{format_bytes(r.free_bytes)} of the card's {format_bytes(r.total_bytes)} is "
+                 "free, so memory is not the cause: " if isinstance(r.free_bytes, int) else
+                 "The driver gave no numbers here: ")
+        return (known + doctor + " " + again,
+                "If another process filled the card since: JAX's log (stderr) then says "
+                "\"Failed to create stream executor ... CUDA_ERROR_OUT_OF_MEMORY\" just above "
+                "the error.")
+    held = format_bytes(r.other_processes_bytes) if isinstance(r.other_processes_bytes, int) \
+        else "most of it"
+    return (f"Other processes hold {held} of the card's {format_bytes(r.total_bytes)} "
+            f"({format_bytes(r.free_bytes)} free), too little for JAX even to create its CUDA "
+            "context (JAX's log, stderr, says \"Failed to create stream executor ... "
+            "CUDA_ERROR_OUT_OF_MEMORY\" just above the error). Each JAX process takes 75% of "
+            "the card at its start: set XLA_PYTHON_CLIENT_PREALLOCATE=false, or a share with "
+            "XLA_CLIENT_MEM_FRACTION, in every process that shares the card, or stop the one "
+            "that holds it (nvidia-smi lists them). " + again, doctor)
 
 
 @dataclass(frozen=True)

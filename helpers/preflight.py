@@ -870,7 +870,7 @@ def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dic
     steps: dict[tuple[int, str], _Scan] = {}
     every: dict[tuple[int, str], list[tuple[_Scan, bool]]] = {}
     for n, eqn in enumerate(scans):
-        carried = eqn.outvars[:eqn.params["num_carry"]]
+        carried = eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]
         key = (int(eqn.params["length"]), jaxprs.equation_where(eqn))
         scan = _Scan(jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn),
                      tuple((tuple(v.aval.shape), str(v.aval.dtype)) for v in carried
@@ -880,7 +880,8 @@ def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dic
         every.setdefault(key, []).append((scan, n < len(top)))
     return ({int(eqn.params["length"]) for eqn in scans},
             {(tuple(v.aval.shape), str(v.aval.dtype)) for eqn in scans
-             for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape")},
+             for v in eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]
+             if hasattr(v.aval, "shape")},
             steps, closed, every)
 
 

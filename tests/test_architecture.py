@@ -311,3 +311,28 @@ def test_the_hook_is_installed_before_the_first_jax_operation():
         jaxcompat.jax_version_tuple())
     expected = "installed" if has_hook else "unavailable"
     assert out.stdout.split()[-1] == expected
+
+
+def test_collecting_the_tests_starts_no_jax_backend():
+    """A test module that makes an array when imported (a module-level jnp.full, a skipif that
+    asks jax.devices()) starts JAX in the pytest process. On a GPU that process then holds 75%
+    of the card, and the gpu tests that start JAX processes beside it measure what is left (the
+    H100 run of 2026-11-27: a default child's pool was 20 GB, not 59 GB)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import sys, pytest\n"
+            "class Watch:\n"
+            "    first = None\n"
+            "    def pytest_collectreport(self, report):\n"
+            "        from helpers._internal import jaxcompat\n"
+            "        if jaxcompat.backends_started() and Watch.first is None:\n"
+            "            Watch.first = report.nodeid\n"
+            "pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', 'tests'], "
+            "plugins=[Watch()])\n"
+            "print('STARTED BY', Watch.first)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert "STARTED BY None" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

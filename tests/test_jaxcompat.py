@@ -220,3 +220,35 @@ def test_pmap_s_own_mesh_is_told_from_a_user_s():
     out = jax.pmap(lambda x: x * 2)(np.ones((jax.local_device_count(), 4), np.float32))
     assert internals.is_pmap_mesh(out.sharding.mesh)
     assert not internals.is_pmap_mesh(Mesh(np.array(jax.devices()), ("x",)))
+
+
+def test_scan_counts_reads_both_forms_of_a_scan_equation():
+    """Up to jax 0.10 a scan equation says num_consts and num_carry; from 0.11 it holds ft_in,
+    a FlatTree of (constants, carry, xs) whose parts JAX counts with len() (the H100 run of
+    2026-11-27, jax 0.11.2, failed with KeyError: 'num_consts' before this)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from helpers._internal import jaxcompat
+
+    w = jnp.ones(3)
+
+    def f(c0, xs):
+        return lax.scan(lambda c, x: ((c[0] * w + x, c[1] + 1.0), c[0]), c0, xs)
+
+    eqn = next(e for e in jax.make_jaxpr(f)((jnp.ones(3), jnp.ones(2)), jnp.ones((5, 3))).eqns
+               if e.primitive.name == "scan")
+    assert jaxcompat.scan_counts(eqn.params) == (1, 2)  # w closed over; a carry of two arrays
+
+    class Part:  # jax 0.11's FlatTree part: a length
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+    class FlatTree:
+        def unpack(self):
+            return Part(3), Part(2), Part(4)
+
+    assert jaxcompat.scan_counts({"ft_in": FlatTree(), "length": 5}) == (3, 2)

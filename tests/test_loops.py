@@ -1,6 +1,8 @@
 """What a loop holds: a buffer a loop carries and only writes, a value per step (its record),
 and a carry XLA copies whole on every step."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -266,7 +268,10 @@ def test_jax_10197_an_ordinary_scan_and_threefry_rounds_get_no_carry_copy_note()
 
 # --- a KV cache in a decode loop ---------------------------------------------------------------
 L, KV_S, KV_H, KV_D = 8, 512, 4, 64
-_KV_W = jax.random.normal(jax.random.key(0), (L, KV_H * KV_D, KV_H * KV_D)) * 0.02
+@functools.cache
+def _kv_w():  # made on first use: importing the tests starts no backend (on a GPU, its pool)
+    with jax.ensure_compile_time_eval():  # an array, also where first asked inside a trace
+        return jax.random.normal(jax.random.key(0), (L, KV_H * KV_D, KV_H * KV_D)) * 0.02
 
 
 def _attend(x, k, v):
@@ -318,7 +323,7 @@ def test_levanter_1249_a_kv_cache_scanned_as_xs_and_ys_is_told_to_carry_it_not_r
     (51 -> 10 ms per token at 32 MiB: the helper's timing on the CPU, not asserted)."""
     cache = jnp.zeros((L, 2, KV_S, KV_H, KV_D))
     x, pos = jnp.ones(KV_H * KV_D), jnp.int32(3)
-    slow = preflight.preflight_step(jax.jit(_scan_cache_as_xs, donate_argnums=0), cache, _KV_W,
+    slow = preflight.preflight_step(jax.jit(_scan_cache_as_xs, donate_argnums=0), cache, _kv_w(),
                                     x, pos)
     (stack,) = slow.scan_stacks
     assert stack.updated_bytes == stack.nbytes == 8 * MiB and stack.copied_bytes == 0
@@ -332,17 +337,17 @@ def test_levanter_1249_a_kv_cache_scanned_as_xs_and_ys_is_told_to_carry_it_not_r
     assert slow.temp_bytes >= 8 * MiB  # a new stack every call, though the cache is donated
     # the fixes, run: the same output; no stack, and XLA's temporaries a fraction of the cache
     carried = preflight.preflight_step(jax.jit(_fori_cache_in_carry, donate_argnums=0),
-                                       cache, _KV_W, x, pos)
+                                       cache, _kv_w(), x, pos)
     caches = tuple(jnp.zeros((2, KV_S, KV_H, KV_D)) for _ in range(L))
     listed = preflight.preflight_step(jax.jit(_list_of_caches, donate_argnums=0), caches,
-                                      _KV_W, x, pos)
+                                      _kv_w(), x, pos)
     for fixed in (carried, listed):
         assert fixed.scan_stacks == () and "levanter#1249" not in fixed.advice
         assert fixed.carry_slice_copies == () and fixed.carry_copies == ()
     assert carried.temp_bytes < 2 * MiB and listed.temp_bytes < 4 * MiB  # from >= 8 MiB
-    out = jax.jit(_scan_cache_as_xs)(cache, _KV_W, x, pos)
+    out = jax.jit(_scan_cache_as_xs)(cache, _kv_w(), x, pos)
     for fix, start in ((_fori_cache_in_carry, cache), (_list_of_caches, caches)):
-        got = jax.jit(fix)(start, _KV_W, x, pos)
+        got = jax.jit(fix)(start, _kv_w(), x, pos)
         assert jnp.allclose(got[1], out[1], atol=1e-5)
         assert jnp.allclose(jnp.stack(got[0]) if isinstance(got[0], tuple) else got[0], out[0])
 
@@ -362,7 +367,7 @@ def _kv_layer(x, cache, i, pos, stack):
     """keras-team/keras-hub#2780's update: the layer's K and V sliced out of one cache
     [B, layers, 2, S, H, D], a row written into each, then stacked back (stack=True); stack=False
     writes the row into the cache and reads K and V after (PR #2781's shape)."""
-    kv = (x @ _KV_W[i]).reshape(B, 1, KV_H, KV_D)
+    kv = (x @ _kv_w()[i]).reshape(B, 1, KV_H, KV_D)
     if stack:
         cur = cache[:, i]
         k = jax.lax.dynamic_update_slice(cur[:, 0], kv, (0, pos, 0, 0))
@@ -393,7 +398,7 @@ def _generate_kv_buffers(ks, vs, x, layers=4):
         pos, x, ks, vs = c
         ks, vs = list(ks), list(vs)
         for i in range(layers):
-            kv = (x @ _KV_W[i]).reshape(B, 1, KV_H, KV_D)
+            kv = (x @ _kv_w()[i]).reshape(B, 1, KV_H, KV_D)
             ks[i] = jax.lax.dynamic_update_slice(ks[i], kv, (0, pos, 0, 0))
             vs[i] = jax.lax.dynamic_update_slice(vs[i], kv, (0, pos, 0, 0))
             x = jnp.tanh(_attend(x[0], ks[i][0], vs[i][0]))[None]

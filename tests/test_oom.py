@@ -1,3 +1,4 @@
+import contextlib
 import json
 
 import jax
@@ -80,7 +81,7 @@ def test_cli_reproduce_oom_json(small_file):
     assert not seed["ok"] and "RESOURCE_EXHAUSTED" in seed["error_message"] and fix["ok"]
 
 
-@pytest.mark.skipif(jax.default_backend() != "cpu", reason="asserts the numbers a CPU lacks")
+@pytest.mark.skipif("jax.default_backend() != 'cpu'", reason="asserts the numbers a CPU lacks")
 @pytest.mark.parametrize("text, library", [
     ("FAILED_PRECONDITION: DNN library initialization failed. Look at the errors above for "
      "more details.", "cuDNN"),  # jax#22626, jax#23145
@@ -135,8 +136,6 @@ def test_tensorflow_beside_jax_comes_first_and_room_on_the_card_puts_the_copy_fi
     import sys
     from types import SimpleNamespace
 
-    import jax
-
     from helpers import gpu, memory, oom
 
     tf = SimpleNamespace(config=SimpleNamespace(
@@ -160,6 +159,52 @@ def test_tensorflow_beside_jax_comes_first_and_room_on_the_card_puts_the_copy_fi
     assert "(JAX's pool is 12.00 GiB of the card's 15.77 GiB)" in roomy.fixes[1]
 
 
+#: JAX's words on the H100 (2026-11-27 record, the gpu tests) for a third default process
+#: beside two that held their pools: the driver's log said "Failed to create stream executor
+#: for device CUDA:0: : CUDA_ERROR_OUT_OF_MEMORY: out of memory"; the error, only this
+_NO_CONTEXT = ("Unable to initialize backend 'cuda': INTERNAL: no supported devices found for "
+               "platform CUDA (you may need to uninstall the failing plugin package, or set "
+               "JAX_PLATFORMS=cpu to skip this backend.)")
+
+
+def test_a_cuda_backend_that_could_not_start_on_a_full_card_is_explained(monkeypatch):
+    """The GPU faked (the driver's numbers): the error names no memory, the card says it is
+    full; with room on the card, memory is not blamed and doctor is the next step."""
+
+    from helpers import gpu, oom
+
+    error = RuntimeError(_NO_CONTEXT)
+    assert oom.is_library_failure(error) and not oom.is_out_of_memory(error)
+    with pytest.raises(Exception, match="explain_library_failure"):
+        oom.explain(error)  # not a RESOURCE_EXHAUSTED: pointed to the right explanation
+
+    def no_backend(*a):  # JAX's backends start once a process: the kit must not ask again
+        raise AssertionError("jax.devices() called")
+
+    monkeypatch.setattr(jax, "devices", no_backend)
+    total = 85520809984  # the H100's, by the driver
+    monkeypatch.setattr(gpu, "total_bytes", lambda i=0: total)
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: total - 300 * 2**20)
+    full = oom.explain_library_failure(error)
+    assert full.library == "JAX's CUDA backend" and full.device == ""
+    assert full.free_bytes == 300 * 2**20 and full.other_processes_bytes == total - 300 * 2**20
+    assert full.fixes[0].startswith("Other processes hold 79.35 GiB of the card's 79.65 GiB "
+                                    "(300.00 MiB free), too little for JAX even to create its "
+                                    "CUDA context")
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in full.fixes[0]
+    assert "restart the kernel" in full.fixes[0] and "doctor" in full.fixes[1]
+    assert str(full).startswith("JAX's CUDA backend could not start: Unable to initialize")
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: 2**30)
+    roomy = oom.explain_library_failure(error)
+    assert roomy.fixes[0].startswith("78.65 GiB of the card's 79.65 GiB is free, so memory is "
+                                     "not the cause: `python -m helpers doctor`")
+    monkeypatch.setattr(gpu, "total_bytes", lambda i=0: None)
+    monkeypatch.setattr(gpu, "device_used_bytes", lambda i=0: None)
+    blind = oom.explain_library_failure(error)  # no driver answered: nothing blamed
+    assert blind.fixes[0].startswith("The driver gave no numbers here: `python -m helpers "
+                                     "doctor`")
+
+
 #: the second process: JAX's defaults, a convolution (cuDNN) and a matmul (cuBLAS), and what
 #: the kit says of whatever fails
 _SECOND = """
@@ -177,28 +222,59 @@ except Exception as err:
 """
 
 
+@contextlib.contextmanager
+def _holding(n: int):
+    """``n`` JAX processes with the default settings, each holding its pool (75% of the card at
+    its start, or what the driver still gives), until the block ends."""
+    import subprocess
+    import sys
+
+    from helpers._internal.child import child_env
+    from tests.conftest import REPO
+
+    holders = []
+    try:
+        for _ in range(n):
+            holders.append(subprocess.Popen(
+                [sys.executable, "-c", "import sys, jax.numpy as jnp; x = jnp.ones(2**20); "
+                 "x.block_until_ready(); print('ready', flush=True); sys.stdin.read()"],
+                cwd=REPO, env=child_env(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True))
+            assert holders[-1].stdout.readline().strip() == "ready"  # its pool is taken
+        yield
+    finally:
+        for h in holders:
+            h.stdin.close()
+            h.wait(timeout=60)
+
+
+@pytest.mark.gpu
+def test_gpu_a_third_default_process_gets_no_cuda_context_and_is_explained():
+    """The H100 (2026-11-27): beside two default JAX processes, a third could not create its
+    CUDA context, and JAX said only "no supported devices found for platform CUDA"."""
+    from tests.conftest import run_python
+
+    with _holding(2):
+        out = run_python("import jax.numpy as jnp\nfrom helpers import oom\ntry:\n"
+                         "    jnp.ones(4).block_until_ready()\n    print('NO ERROR')\n"
+                         "except Exception as err:\n    assert oom.is_library_failure(err), err\n"
+                         "    print(oom.explain_library_failure(err))\n", timeout=300)
+    print(out.stdout[-3000:], out.stderr[-3000:])  # the record keeps what the card said
+    assert out.stdout.startswith("JAX's CUDA backend could not start"), out.stdout + out.stderr
+    assert "too little for JAX even to create its CUDA context" in out.stdout
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in out.stderr  # the driver's word, in JAX's log
+
+
 @pytest.mark.gpu
 def test_a_second_default_process_starves_a_cuda_library_and_is_explained():
     """jax#17217: a JAX process beside another that holds its default 75% takes most of what
     is left for its pool, and cuDNN or cuBLAS may find too little to start. Written from the
     threads, not yet run on a GPU: if the second process raises nothing, this fails, and the
     record says what the card did instead."""
-    import subprocess
-    import sys
+    from tests.conftest import run_python
 
-    from helpers._internal.child import child_env
-    from tests.conftest import REPO, run_python
-
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, jax.numpy as jnp; x = jnp.ones(2**20); "
-         "x.block_until_ready(); print('ready', flush=True); sys.stdin.read()"],
-        cwd=REPO, env=child_env(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "ready"  # its pool is taken
+    with _holding(1):
         out = run_python(_SECOND, timeout=300)
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=60)
     print(out.stdout[-3000:], out.stderr[-3000:])  # the record keeps what the card said
     assert "NO ERROR" not in out.stdout, "the second process started cuDNN and cuBLAS"
     kind = out.stdout.split("\n", 1)[0].strip()

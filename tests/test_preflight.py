@@ -1904,7 +1904,7 @@ def _jax25010_fsdp(remat: str):
     return loss, ws, jnp.ones((64, 256))
 
 
-@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 simulated devices")
+@pytest.mark.skipif("len(jax.devices()) < 4", reason="needs 4 simulated devices")
 def test_jax_25010_shard_map_residuals_said_per_device_with_the_gather_and_its_fix():
     """jax-ml/jax#25010: JAX lists a shard_map body's residuals stacked over the mesh
     (float32[1024, 256] for 4 devices' gathered float32[256, 256]) and the kit summed them as

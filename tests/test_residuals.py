@@ -2,6 +2,8 @@
 cause and fix, and the fix run against XLA's temporaries for the gradient (compiled, on the
 CPU)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +27,10 @@ def _temp(f, *args, argnums=0) -> int:
 
 # --- jax-ml/jax#27748: a Python loop of scans, each body checkpointed -------------------------
 _BLOCKS, _STEPS = 5, 20
-_X0 = jnp.ones((100, 100))
+@functools.cache
+def _x0():  # made on first use: importing the tests starts no backend (on a GPU, its pool)
+    with jax.ensure_compile_time_eval():  # an array, also where first asked inside a trace
+        return jnp.ones((100, 100))
 
 
 @jax.checkpoint
@@ -36,21 +41,21 @@ def _step(c, t):
 
 
 def _blocks(p):  # the thread's comparison case: no outer remat
-    c = (_X0, p)
+    c = (_x0(), p)
     for i in range(_BLOCKS):
         c, _ = lax.scan(_step, c, jnp.arange(i * _STEPS, (i + 1) * _STEPS))
     return jnp.sum(c[0])
 
 
 def _blocks_twice(p):  # the kit's old advice, applied: jax.checkpoint around the whole body
-    c = (_X0, p)
+    c = (_x0(), p)
     for i in range(_BLOCKS):
         c, _ = lax.scan(jax.checkpoint(_step), c, jnp.arange(i * _STEPS, (i + 1) * _STEPS))
     return jnp.sum(c[0])
 
 
 def _remat_blocks(p):  # the thread's own: each block's scan under jax.remat too
-    c = (_X0, p)
+    c = (_x0(), p)
     for i in range(_BLOCKS):
         idx = jnp.arange(i * _STEPS, (i + 1) * _STEPS)
         c, _ = jax.checkpoint(lambda c, idx=idx: lax.scan(_step, c, idx))(c)
@@ -60,7 +65,7 @@ def _remat_blocks(p):  # the thread's own: each block's scan under jax.remat too
 def _outer_scan(p):  # the fix: one scan over the checkpointed blocks
     block = jax.checkpoint(lambda c, ix: (lax.scan(_step, c, ix)[0], None))
     idx = jnp.arange(_BLOCKS * _STEPS).reshape(_BLOCKS, _STEPS)
-    return jnp.sum(lax.scan(block, (_X0, p), idx)[0][0])
+    return jnp.sum(lax.scan(block, (_x0(), p), idx)[0][0])
 
 
 def test_jax_27748_scans_one_line_makes_in_a_python_loop_are_each_their_own():

@@ -46,8 +46,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "memory_spaces_only",
            "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
-           "parse_guard_line", "running_callback", "running_callback_site",
-           "sharding_error_types", "stable_sort_scratch",
+           "parse_guard_line", "running_callback", "running_callback_site", "scan_counts",
+           "sharding_error_types", "stable_sort_scratch", "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
            "while_slice_copies", "weight_gradient_convolutions"]
 
@@ -286,6 +286,21 @@ def custom_vjp_fwd_caller() -> str:
     inner = (wrapped.args[0] if isinstance(wrapped, functools.partial) and wrapped.args
              else wrapped)
     return getattr(inner, "__name__", "") or ""
+
+
+def traced_for_jax_transpose(frame: Any) -> bool:
+    """Whether the trace JAX explains now (a "TRACING CACHE MISS" logged on this thread, the
+    stack from ``frame``) is of the backward pass JAX builds for a jit under jax.grad/jax.vjp
+    (jax/_src/pjit.py, _transpose_jaxpr_fancy): from jax 0.11 traced through the explained
+    cache (pe.trace_to_jaxpr), as "never seen function: f" with f's name and line; on 0.8.0
+    and 0.10.2 traced uncached (trace_to_jaxpr_dynamic), unexplained, so never True there."""
+    made = _get("jit_cache_miss")
+    where = getattr(getattr(made, "__code__", None), "co_filename", None)
+    while where and frame is not None:
+        if frame.f_code.co_name == "_transpose_jaxpr_fancy" and frame.f_code.co_filename == where:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def jit_made_by_jax(frame: Any) -> bool | None:
@@ -1199,6 +1214,19 @@ def jit_cache_clears(note: Callable[[str], None]) -> Iterator[bool]:
 
 def _same(x):
     return x
+
+
+def scan_counts(params: Mapping) -> tuple[int, int]:
+    """A ``scan`` equation's numbers of constants and of carried values (its inputs are the
+    constants, then the carry, then the xs; its outputs the carry, then the ys). Up to jax 0.10
+    they are the params ``num_consts`` and ``num_carry``; from jax 0.11 the params hold
+    ``ft_in``, a FlatTree of (constants, carry, xs), whose parts JAX itself counts with len()
+    (jax-ml/jax commit 08958bd, "Use FlatTree to structure scan arguments"; first seen failing
+    on the H100 with jax 0.11.2, 2026-11-27)."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = (len(part) for part in params["ft_in"].unpack())
+    return consts, carry
 
 
 def compiled_function_name(fun_name: str) -> str:

@@ -171,7 +171,7 @@ def scan_copied_xs(eqn) -> list[bool]:
     ``jax.checkpoint`` it stays: jax 0.8.0 and 0.10.2, maxtext#4405)."""
     body = eqn.params["jaxpr"]
     body = getattr(body, "jaxpr", body)
-    consts, carry = eqn.params["num_consts"], eqn.params["num_carry"]
+    consts, carry = jaxcompat.scan_counts(eqn.params)
     first_xs = consts + carry
     out = []
     for var in body.outvars[carry:]:
@@ -193,10 +193,10 @@ def scan_updated_xs(eqn) -> list[bool]:
     a scan over the layers as xs and ys (marin-community/levanter#1249)."""
     body = eqn.params["jaxpr"]
     body = getattr(body, "jaxpr", body)
-    first_xs = eqn.params["num_consts"] + eqn.params["num_carry"]
+    first_xs = sum(jaxcompat.scan_counts(eqn.params))
     made = {id(v): e for e in body.eqns for v in e.outvars}
     out = []
-    for var in body.outvars[eqn.params["num_carry"]:]:
+    for var in body.outvars[jaxcompat.scan_counts(eqn.params)[1]:]:
         kind, start, writes = _types([var]), var, 0
         while (e := made.get(id(start))) is not None and e.primitive.name in _UPDATES and (
                 writes < 64):
@@ -211,7 +211,8 @@ def scan_carry_bytes(eqn) -> int:
     """The bytes of one step's carry of a ``lax.scan``: what ``jax.checkpoint`` on its body
     keeps for each step (jax-ml/jax#19250)."""
     return sum(math.prod(v.aval.shape) * v.aval.dtype.itemsize
-               for v in eqn.outvars[:eqn.params["num_carry"]] if hasattr(v.aval, "shape"))
+               for v in eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]
+               if hasattr(v.aval, "shape"))
 
 
 #: the primitives of jax.checkpoint (jax.remat): remat2 is its name on jax 0.8.0 and 0.10.2
@@ -224,13 +225,13 @@ def scan_checkpoint(eqn) -> tuple[bool, bool]:
     the inner jits it calls, not from a scan nested in it. In a gradient's forward scan JAX has
     already split the checkpoint off (its backward scan keeps it: jax 0.8.0 and 0.10.2)."""
     body = eqn.params["jaxpr"]
-    carry = sorted(_types(eqn.outvars[:eqn.params["num_carry"]]))
+    carry = sorted(_types(eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]))
     stack = [getattr(body, "jaxpr", body)]
     while stack:
         for inner in stack.pop().eqns:
             if inner.primitive.name in _REMATS:  # chunks: an inner scan that carries ours
                 return True, any(e.primitive.name == "scan" and _within(
-                                     carry, _types(e.outvars[:e.params["num_carry"]]))
+                                     carry, _types(e.outvars[:jaxcompat.scan_counts(e.params)[1]]))
                                  for j, _ in walk(inner.params.get("jaxpr"))
                                  for e in getattr(j, "eqns", ()))
             if (called := _called(inner)) is not None:
@@ -501,7 +502,8 @@ def residual_sources(closed, count: int) -> list[tuple[tuple[int, ...], str, int
         for k, v in enumerate(eqn.outvars):
             if id(v) in ids:
                 out.append((tuple(v.aval.shape), str(v.aval.dtype), n, eqn.primitive.name,
-                            (*scan, k >= eqn.params["num_carry"]) if scan else None, integers))
+                            (*scan, k >= jaxcompat.scan_counts(eqn.params)[1]) if scan else None,
+                            integers))
     return out
 
 
@@ -619,13 +621,14 @@ def chained_scans(closed) -> frozenset[tuple[int, str]]:
         if eqn.primitive.name != "scan":
             continue
         key = (int(eqn.params["length"]), equation_where(eqn))
-        start = eqn.params["num_consts"]
-        carried = eqn.invars[start:start + eqn.params["num_carry"]]
+        start = jaxcompat.scan_counts(eqn.params)[0]
+        carried = eqn.invars[start:start + jaxcompat.scan_counts(eqn.params)[1]]
         if key in ends:
             counts[key].append(any(id(v) in ends[key] for v in carried))
         else:
             counts[key] = []
-        ends.setdefault(key, set()).update(id(v) for v in eqn.outvars[:eqn.params["num_carry"]])
+        ends.setdefault(key, set()).update(
+            id(v) for v in eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]])
     return frozenset(k for k, chained in counts.items() if chained and all(chained))
 
 
@@ -892,8 +895,8 @@ def _row_writes(closed) -> Iterator[tuple[Any, Any, Any, int, int, int, Any, int
                 body, first = eqn.params["body_jaxpr"], eqn.params["body_nconsts"]
                 carries = len(eqn.outvars)
             elif name == "scan":
-                body, first = eqn.params["jaxpr"], eqn.params["num_consts"]
-                carries = eqn.params["num_carry"]
+                body, first = eqn.params["jaxpr"], jaxcompat.scan_counts(eqn.params)[0]
+                carries = jaxcompat.scan_counts(eqn.params)[1]
             else:
                 continue
             body = getattr(body, "jaxpr", body)
@@ -1030,7 +1033,7 @@ def _carried_operands(eqn) -> list:
     """The operands a ``lax.scan`` or ``lax.while_loop`` equation starts its carry from (after
     its constants); [] for any other equation."""
     if eqn.primitive.name == "scan":
-        first, n = eqn.params["num_consts"], eqn.params["num_carry"]
+        first, n = jaxcompat.scan_counts(eqn.params)
     elif eqn.primitive.name == "while":
         first, n = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"], len(eqn.outvars)
     else:
@@ -1056,7 +1059,7 @@ def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str,
                         and after.dtype.itemsize < before.dtype.itemsize and after.shape):
                     casts[id(eqn.outvars[0])] = (eqn, before, after)
             elif eqn.primitive.name == "scan" and casts:
-                first = eqn.params["num_consts"] + eqn.params["num_carry"]
+                first = sum(jaxcompat.scan_counts(eqn.params))
                 for v in eqn.invars[first:]:
                     if id(v) in casts:
                         cast, before, after = casts[id(v)]
@@ -1488,7 +1491,7 @@ def narrowed_inputs(closed) -> tuple[tuple[int, str, str], ...]:
         for eqn in dict.fromkeys(read.get(id(var), [])):  # (an equation reading it twice)
             if eqn.primitive.name == "scan":  # its constants and the slices of what it scans,
                 body = eqn.params["jaxpr"].jaxpr  # not its carry (whose type must not change)
-                consts, carry = eqn.params["num_consts"], eqn.params["num_carry"]
+                consts, carry = jaxcompat.scan_counts(eqn.params)
                 for i, v in enumerate(eqn.invars):
                     if v is not var:
                         continue
@@ -1881,7 +1884,7 @@ def _callback_loop(eqn) -> tuple[Any, int] | None:
 
     if eqn.primitive.name in CALLBACKS:
         return eqn, 1
-    if eqn.primitive.name != "scan" or eqn.params.get("num_carry"):
+    if eqn.primitive.name != "scan" or jaxcompat.scan_counts(eqn.params)[1]:
         return None
     body = eqn.params.get("jaxpr")
     body = body.jaxpr if isinstance(body, core.ClosedJaxpr) else body
@@ -2254,7 +2257,7 @@ def _inner_arguments(eqn, args: set) -> list[tuple[Any, set]]:
     out = []
     if name == "scan":
         body = p["jaxpr"].jaxpr if isinstance(p["jaxpr"], core.ClosedJaxpr) else p["jaxpr"]
-        c, n = p["num_consts"], p["num_carry"]
+        c, n = jaxcompat.scan_counts(p)
         pairs = [*zip(body.invars[:c], ins[:c], strict=False),
                  *zip(body.invars[c + n:], ins[c + n:], strict=False)]
         return [ids(body, pairs)]
