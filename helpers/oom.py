@@ -508,8 +508,10 @@ def explain_library_failure(error: BaseException, *,
     """Why a CUDA library could not start: the card's memory now (the driver's numbers),
     JAX's pool, other processes and other GPU frameworks in this one
     (:func:`helpers.settings.check_process`'s rules), and where this process loaded its CUDA
-    libraries from; ranked fixes. Reads; changes nothing. Not yet run on a GPU: written from
-    JAX's FAQ and the threads named in ``docs/user-reports.md``.
+    libraries from; ranked fixes. Reads; changes nothing. JAX's CUDA backend that could not
+    start on a full card ("no supported devices found for platform CUDA") was met and named on
+    the H100 (2026-11-27 record); the libraries' own failures are written from JAX's FAQ and
+    the threads named in ``docs/user-reports.md``, not yet met on a GPU.
 
     >>> r = explain_library_failure(RuntimeError("DNN library initialization failed"))
     >>> r.library

@@ -1,8 +1,6 @@
 """What a loop holds: a buffer a loop carries and only writes, a value per step (its record),
 and a carry XLA copies whole on every step."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -268,9 +266,8 @@ def test_jax_10197_an_ordinary_scan_and_threefry_rounds_get_no_carry_copy_note()
 
 # --- a KV cache in a decode loop ---------------------------------------------------------------
 L, KV_S, KV_H, KV_D = 8, 512, 4, 64
-@functools.cache
-def _kv_w():  # made on first use: importing the tests starts no backend (on a GPU, its pool)
-    with jax.ensure_compile_time_eval():  # an array, also where first asked inside a trace
+def _kv_w():  # made when asked: importing the tests starts no backend (on a GPU, its pool)
+    with jax.ensure_compile_time_eval():  # an array, also where asked inside a trace
         return jax.random.normal(jax.random.key(0), (L, KV_H * KV_D, KV_H * KV_D)) * 0.02
 
 

@@ -232,6 +232,10 @@ def _holding(n: int):
     from helpers._internal.child import child_env
     from tests.conftest import REPO
 
+    if jax.default_backend() == "gpu":  # this process's own pool would take the card first
+        pool = (jax.devices()[0].memory_stats() or {}).get("pool_bytes", 0)
+        assert pool < 2**30, (f"the pytest process holds a {pool:,} B pool: a test before this "
+                              "one made an array here; make it in a child process")
     holders = []
     try:
         for _ in range(n):

@@ -2,8 +2,6 @@
 cause and fix, and the fix run against XLA's temporaries for the gradient (compiled, on the
 CPU)."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,9 +25,8 @@ def _temp(f, *args, argnums=0) -> int:
 
 # --- jax-ml/jax#27748: a Python loop of scans, each body checkpointed -------------------------
 _BLOCKS, _STEPS = 5, 20
-@functools.cache
-def _x0():  # made on first use: importing the tests starts no backend (on a GPU, its pool)
-    with jax.ensure_compile_time_eval():  # an array, also where first asked inside a trace
+def _x0():  # made when asked: importing the tests starts no backend (on a GPU, its pool)
+    with jax.ensure_compile_time_eval():  # an array, also where asked inside a trace
         return jnp.ones((100, 100))
 
 

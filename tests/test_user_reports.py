@@ -285,11 +285,12 @@ def test_jax_14934_and_flax_2493_who_holds_the_array():
             self._caches = {}
 
     module = Module()
-    module._caches["activations"] = jnp.zeros((1024, 512))  # 2 MiB
+    # sizes no other test's leftover array has (a 2 MiB one from test_loops was taken for it)
+    module._caches["activations"] = jnp.zeros((1024, 515))  # about 2 MiB
     saved = {}
     try:
         def step():
-            local = jnp.zeros((1024, 1024))  # 4 MiB, a local of the failed call  # noqa: F841
+            local = jnp.zeros((1024, 1031))  # about 4 MiB, a local of the failed call  # noqa: F841
             raise ValueError("step failed")
 
         step()
@@ -300,9 +301,9 @@ def test_jax_14934_and_flax_2493_who_holds_the_array():
         gc.collect()
         h = holders.largest(4)
         by_size = {a.nbytes: a for a in h.arrays}
-        tb = by_size[4 * MiB]
+        tb = by_size[1024 * 1031 * 4]
         assert any("traceback" in who for who in tb.held_by) and "last_traceback" in tb.fix
-        cached = by_size[2 * MiB]
+        cached = by_size[1024 * 515 * 4]
         assert cached.held_by and any("_caches" in who or "dict" in who
                                       for who in cached.held_by)
     finally:
