@@ -1284,7 +1284,8 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
              if (line := jaxprs.equation_line(eqn)) and found[id(eqn)][0]}
     out = []
     for eqn in scans:
-        ys = [v.aval for v in eqn.outvars[jaxcompat.scan_counts(eqn.params)[1]:]]
+        carried = jaxcompat.scan_counts(eqn.params)[1]
+        ys = [v.aval for v in eqn.outvars[carried:]]
         sizes = [array_bytes(a) for a in ys]
         if sum(sizes) < 2**20:
             continue
@@ -1299,7 +1300,7 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
         length, line = int(eqn.params["length"]), jaxprs.equation_line(eqn)
         checkpointed, chunked = remat.get((length, line), found[id(eqn)])
         out.append(ScanStack(length, sum(sizes), len(ys), str(big.dtype), tuple(big.shape),
-                             line, jaxprs.scan_role(eqn), jaxcompat.scan_counts(eqn.params)[1] > 0,
+                             line, jaxprs.scan_role(eqn), carried > 0,
                              copied, jaxprs.scan_carry_bytes(eqn), checkpointed, chunked,
                              jaxprs.custom_vjp_rule(eqn), updated))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])

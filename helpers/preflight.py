@@ -423,7 +423,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                    c.jaxpr is None or jaxprs.has_derivative(c.jaxpr),
                                    factored is None)
         if verdict == "will not fit" and factored is not None:
-            host = (a["peak"] - again + c.constants + c.runtime_bytes(), _free_bytes(dev)[0]
+            host = (peak - runtime + c.runtime_bytes(), _free_bytes(dev)[0]
                     ) if getattr(dev, "platform", "") == "cpu" else (None, None)
             advice += " " + program_notes.factorization_note(factored, needed, *host)
     notes = []
@@ -869,20 +869,18 @@ def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dic
                    for eqn in getattr(j, "eqns", ()) if eqn.primitive.name == "scan"]
     steps: dict[tuple[int, str], _Scan] = {}
     every: dict[tuple[int, str], list[tuple[_Scan, bool]]] = {}
+    carry_types: set[tuple[tuple[int, ...], str]] = set()
     for n, eqn in enumerate(scans):
-        carried = eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]
+        carried = tuple((tuple(v.aval.shape), str(v.aval.dtype))
+                        for v in eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]
+                        if hasattr(v.aval, "shape"))
+        carry_types.update(carried)
         key = (int(eqn.params["length"]), jaxprs.equation_where(eqn))
-        scan = _Scan(jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn),
-                     tuple((tuple(v.aval.shape), str(v.aval.dtype)) for v in carried
-                           if hasattr(v.aval, "shape")),
+        scan = _Scan(jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn), carried,
                      jaxprs.checkpoint_offloads(eqn.params["jaxpr"]))
         steps.setdefault(key, scan)
         every.setdefault(key, []).append((scan, n < len(top)))
-    return ({int(eqn.params["length"]) for eqn in scans},
-            {(tuple(v.aval.shape), str(v.aval.dtype)) for eqn in scans
-             for v in eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]
-             if hasattr(v.aval, "shape")},
-            steps, closed, every)
+    return ({int(eqn.params["length"]) for eqn in scans}, carry_types, steps, closed, every)
 
 
 def _scan_of(every: dict, key: tuple[int, str], ordinal: int, forward: int) -> _Scan | None:

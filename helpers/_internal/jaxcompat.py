@@ -294,13 +294,24 @@ def traced_for_jax_transpose(frame: Any) -> bool:
     (jax/_src/pjit.py, _transpose_jaxpr_fancy): from jax 0.11 traced through the explained
     cache (pe.trace_to_jaxpr), as "never seen function: f" with f's name and line; on 0.8.0
     and 0.10.2 traced uncached (trace_to_jaxpr_dynamic), unexplained, so never True there."""
+    return _frame_running(frame, "_transpose_jaxpr_fancy", _pjit_file()) is not None
+
+
+def _pjit_file() -> str | None:
+    """The file of JAX's jit machinery (jax/_src/pjit.py: where INTERNALS["jit_cache_miss"]
+    is defined); None where this JAX moved it."""
     made = _get("jit_cache_miss")
-    where = getattr(getattr(made, "__code__", None), "co_filename", None)
-    while where and frame is not None:
-        if frame.f_code.co_name == "_transpose_jaxpr_fancy" and frame.f_code.co_filename == where:
-            return True
+    return getattr(getattr(made, "__code__", None), "co_filename", None)
+
+
+def _frame_running(frame: Any, name: str, filename: str | None) -> Any:
+    """The innermost frame on the stack from ``frame`` that runs the function ``name`` of
+    ``filename``; None where there is none (or no file is known)."""
+    while filename and frame is not None:
+        if frame.f_code.co_name == name and frame.f_code.co_filename == filename:
+            return frame
         frame = frame.f_back
-    return False
+    return None
 
 
 def jit_made_by_jax(frame: Any) -> bool | None:
@@ -311,13 +322,9 @@ def jit_made_by_jax(frame: Any) -> bool | None:
     jax.jit); None where no jit is running (an ahead-of-time compile) or this JAX moved it.
     Read from the `fun` of JAX's cache_miss frame (INTERNALS["jit_cache_miss"]); on jax 0.8.0
     and 0.10.2 alike."""
-    made = _get("jit_cache_miss")
-    where = getattr(getattr(made, "__code__", None), "co_filename", None)
-    while where and frame is not None:
-        if frame.f_code.co_name == "cache_miss" and frame.f_code.co_filename == where:
-            break
-        frame = frame.f_back
-    if not where or frame is None or "fun" not in frame.f_locals:
+    where = _pjit_file()
+    frame = _frame_running(frame, "cache_miss", where)
+    if frame is None or "fun" not in frame.f_locals:
         return None
     fun = frame.f_locals["fun"]
     code = getattr(fun, "__code__", None)
@@ -338,10 +345,7 @@ def lowered_jaxpr(frame: Any) -> Any:
     if _get("lowering_to_hlo") is None:
         return None
     module, name = INTERNALS["lowering_to_hlo"].where.split(":")
-    where = getattr(sys.modules.get(module), "__file__", None)
-    while frame is not None and not (frame.f_code.co_name == name
-                                     and frame.f_code.co_filename == where):
-        frame = frame.f_back
+    frame = _frame_running(frame, name, getattr(sys.modules.get(module), "__file__", None))
     closed = frame.f_locals.get("closed_jaxpr") if frame is not None else None
     return closed if hasattr(getattr(closed, "jaxpr", None), "eqns") else None
 

@@ -193,10 +193,11 @@ def scan_updated_xs(eqn) -> list[bool]:
     a scan over the layers as xs and ys (marin-community/levanter#1249)."""
     body = eqn.params["jaxpr"]
     body = getattr(body, "jaxpr", body)
-    first_xs = sum(jaxcompat.scan_counts(eqn.params))
+    consts, carry = jaxcompat.scan_counts(eqn.params)
+    first_xs = consts + carry
     made = {id(v): e for e in body.eqns for v in e.outvars}
     out = []
-    for var in body.outvars[jaxcompat.scan_counts(eqn.params)[1]:]:
+    for var in body.outvars[carry:]:
         kind, start, writes = _types([var]), var, 0
         while (e := made.get(id(start))) is not None and e.primitive.name in _UPDATES and (
                 writes < 64):
@@ -621,14 +622,13 @@ def chained_scans(closed) -> frozenset[tuple[int, str]]:
         if eqn.primitive.name != "scan":
             continue
         key = (int(eqn.params["length"]), equation_where(eqn))
-        start = jaxcompat.scan_counts(eqn.params)[0]
-        carried = eqn.invars[start:start + jaxcompat.scan_counts(eqn.params)[1]]
+        start, n = jaxcompat.scan_counts(eqn.params)
+        carried = eqn.invars[start:start + n]
         if key in ends:
             counts[key].append(any(id(v) in ends[key] for v in carried))
         else:
             counts[key] = []
-        ends.setdefault(key, set()).update(
-            id(v) for v in eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]])
+        ends.setdefault(key, set()).update(id(v) for v in eqn.outvars[:n])
     return frozenset(k for k, chained in counts.items() if chained and all(chained))
 
 
@@ -895,8 +895,8 @@ def _row_writes(closed) -> Iterator[tuple[Any, Any, Any, int, int, int, Any, int
                 body, first = eqn.params["body_jaxpr"], eqn.params["body_nconsts"]
                 carries = len(eqn.outvars)
             elif name == "scan":
-                body, first = eqn.params["jaxpr"], jaxcompat.scan_counts(eqn.params)[0]
-                carries = jaxcompat.scan_counts(eqn.params)[1]
+                body = eqn.params["jaxpr"]
+                first, carries = jaxcompat.scan_counts(eqn.params)
             else:
                 continue
             body = getattr(body, "jaxpr", body)
