@@ -266,7 +266,8 @@ class _Tracer:
         if kept:
             timers.started[kept] = (
                 key, None if computing is None else [weakref.ref(a) for a in computing],
-                _pending_names(frame) if computing else (), timers.repeats, timers.waits_seen)
+                _pending_names(frame, computing) if computing else (), timers.repeats,
+                timers.waits_seen)
         timers.ran, timers.at_last = set(), timers.repeats  # the read itself is no repeat
         timers.waits, timers.dropped = [], []
 
@@ -484,16 +485,13 @@ def _dispatches(frame, name: tuple[str, ...]) -> bool:
     return module.startswith(_OPERATION_MODULES)
 
 
-def _pending_names(frame) -> tuple[str, ...]:
-    """The names in ``frame`` (up to three) of arrays still being computed."""
-    try:
-        import jax
-
-        return tuple(sorted(name for name, value in list(frame.f_locals.items())
-                            if not name.startswith("_") and isinstance(value, jax.Array)
-                            and not value.is_deleted() and not value.is_ready())[:3])
-    except Exception:  # an array deleted meanwhile
-        return ()
+def _pending_names(frame, computing: list) -> tuple[str, ...]:
+    """The names in ``frame`` (up to three) of the arrays in ``computing``: those one reading
+    found still being computed. (Asking each array again raced with the work: one that became
+    ready in between lost its name, and a timer's start was named by none.)"""
+    ids = {id(a) for a in computing}
+    return tuple(sorted(name for name, value in list(frame.f_locals.items())
+                        if not name.startswith("_") and id(value) in ids)[:3])
 
 
 def _pending() -> bool | None:
