@@ -723,7 +723,8 @@ def watch() -> Iterator[CompileLog]:
             if lowering.getEffectiveLevel() > logging.DEBUG:  # and says what it lowers at DEBUG
                 lowering.setLevel(logging.DEBUG)
                 set_here.append((lowering, lowering_level, logging.DEBUG))
-            with jax.explain_cache_misses(True), jaxcompat.jit_cache_clears(events.cleared):
+            with (jax.explain_cache_misses(True), jaxcompat.jit_cache_clears(events.cleared),
+                  jaxcompat.static_values_explained()):
                 yield log
         finally:
             try:

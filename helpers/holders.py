@@ -622,8 +622,9 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
         line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)}, views, together)
         if line:
             (vague if line.startswith(_VAGUE) else held).append((line, fix))
-        if _is_jax_owned(r) or line.startswith(_VAGUE):
-            unnamed.append(r)
+        if _is_jax_owned(r) or line.startswith(_VAGUE) or (
+                not line and isinstance(r, (list, tuple, set, dict))):
+            unnamed.append(r)  # (a container only JAX's objects hold: jax 0.11's VJP's list)
     del refs
     if shares:  # no referrer of the Array: they hold its buffer, not it (jax-ml/jax#4636)
         held.append((_shares_line(shares), together))

@@ -252,3 +252,35 @@ def test_scan_counts_reads_both_forms_of_a_scan_equation():
             return Part(3), Part(2), Part(4)
 
     assert jaxcompat.scan_counts({"ft_in": FlatTree(), "length": 5}) == (3, 2)
+
+
+def test_a_new_static_value_is_explained_on_every_jax(caplog):
+    """jax 0.11 and later explain a static argument's new value as only "cache miss
+    explanation unavailable" (its cache keys keep static values in FlatTree leaves whose
+    structure is a plain leaf); the kit's wrapper adds the values, in jax 0.10.2's words, so
+    compiles.watch says "new static values" on every JAX (it said "other" on 0.11.2)."""
+    import logging
+    from functools import partial
+
+    import jax.numpy as jnp
+
+    from helpers._internal import jaxcompat
+
+    @partial(jax.jit, static_argnums=1, static_argnames="m")
+    def f(x, n, m=1):
+        return x * n * m
+
+    x = jnp.ones(3)
+    with caplog.at_level(logging.WARNING), jax.explain_cache_misses(True), \
+            jaxcompat.static_values_explained() as wrapped:
+        f(x, 1, m=1)
+        f(x, 2, m=1)
+        f(x, 2, m=3)
+    assert wrapped == (jaxcompat.jax_version_tuple() >= (0, 11, 0))
+    misses = [jaxcompat.parse_cache_miss(r.getMessage()) for r in caplog.records]
+    found = [(m["cause"], m["changed"]) for m in misses if m and m["cause"] != "first compile"]
+    assert found[0] == ("new static values", "now 2, before 1")
+    assert found[1][0] == "new static values" and found[1][1] in (
+        "now 3, before 1", "now {m: 3}, before {m: 1}")  # (jax 0.8.0 words keywords so)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert (jaxcompat.STATIC_VALUES_EXPLAINED in text) == wrapped

@@ -33,7 +33,8 @@ from helpers._internal import frames
 
 __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
            "CALLBACK_IMPLS", "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS",
-           "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "TESTED_FLOOR",
+           "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "STATIC_VALUES_EXPLAINED",
+           "TESTED_FLOOR",
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
            "compiled_function_name", "computed_while_compiling",
@@ -47,7 +48,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "on_backend_start",
            "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
            "parse_guard_line", "running_callback", "running_callback_site", "scan_counts",
-           "sharding_error_types", "stable_sort_scratch", "traced_for_jax_transpose",
+           "sharding_error_types", "stable_sort_scratch", "static_values_explained",
+           "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
            "while_slice_copies", "weight_gradient_convolutions"]
 
@@ -141,11 +143,27 @@ INTERNALS: dict[str, Internal] = {
         "jax._src.tree_util:Static",
         "helpers.holders tells an object that only jit's caches keep, as a static argument, "
         "from one the user holds",
-        "none: jit's caches are not public", since=(0, 10, 2)),
+        "none: jit's caches are not public", since=(0, 10, 2), until=(0, 11, 0)),
     "static_argument_box_older": Internal(
         "jax._src.api_util:_HashableWithStrictTypeEquality",
         "the same on older JAX (0.8.0 boxes a static argument in this type)",
         "none"),
+    "tracing_cache_key_diff": Internal(
+        "jax._src.interpreters.partial_eval:diff_tracing_cache_keys",
+        "helpers.compiles names the static argument whose new value made jit trace again: from "
+        "jax 0.11 JAX's explanation compares two cache keys' pytree structure, debug info and "
+        "types but not their static values, and says only 'cache miss explanation "
+        "unavailable'; during the kit's block JAX calls the kit's wrapper of this function, "
+        "which adds the static values that differ",
+        "none: JAX_EXPLAIN_CACHE_MISSES writes a log line, and its cache keys are not public "
+        "(0.10.2 has the function too and explains static values itself: the kit wraps it "
+        "only where static_argument_leaf exists)", since=(0, 10, 2)),
+    "static_argument_leaf": Internal(
+        "jax._src.flattree:FTStatic",
+        "how jax 0.11 keeps one static argument in a cache key (its ``val``; equal as jit "
+        "compares it: by value where hashable, else by identity): helpers.compiles reads the "
+        "values that differ, helpers.holders tells an object only jit's caches keep",
+        "none", since=(0, 11, 0)),
     "trace_state_clean": Internal(
         "jax._src.core:trace_state_clean",
         "%%memory counts a line's calls into JAX outside any transformation: a call made while "
@@ -388,9 +406,11 @@ def outside_transforms() -> Callable[[], bool]:
 
 
 def static_argument_boxes() -> tuple[type, ...]:
-    """The types jit keeps a static argument in, in its caches (``Static`` on jax 0.10.2,
-    ``_HashableWithStrictTypeEquality`` on 0.8.0); () where this JAX has neither."""
-    found = (_get("static_argument_box"), _get("static_argument_box_older"))
+    """The types jit keeps a static argument in, in its caches (``FTStatic`` from jax 0.11,
+    ``Static`` on 0.10.2, ``_HashableWithStrictTypeEquality`` on 0.8.0); () where this JAX has
+    none of them."""
+    found = (_get("static_argument_leaf"), _get("static_argument_box"),
+             _get("static_argument_box_older"))
     return tuple(t for t in found if isinstance(t, type))
 
 
@@ -1146,8 +1166,9 @@ _TYPE_CHANGE = re.compile(r"\* at (.+?), now (.+?) and before (.+?)$", re.M)
 #: axes it is split over on a mesh of Explicit axes (f32[8@x,4])
 _BASE_TYPE = re.compile(r"^(\w+)(<\w+>)?\[((?:\d+(?:@(?:\w+|\([\w,\s]*\)))?|[,\s])*)\]")
 _STATIC_NEW = re.compile(  # 0.10: the "before" value runs to the Static's own closing bracket
-    r"Static\(val=(.*?)\) and before .*?Static\(val=(.*)\)(?:, so the pytree|\s*$)")
-_STATIC_OLD = re.compile(r"different value of static args:\s*now (.*?) and before (.*)")  # 0.8
+    r"Static\(val=(.*?)\) and before .*?Static\(val=(.*)\)(?:, so |\s*$)")  # (0.11: the kit's)
+_STATIC_OLD = re.compile(  # 0.8 (keywords: "now {m: 3} and before {m: 1}")
+    r"different value of static (?:args|kwargs):\s*now (.*?) and before (.*)")
 _SETTING = re.compile(r"\* (\w+) differs: now (.*?) and before (.*)$", re.M)  # 0.10
 _SETTING_AT = re.compile(r"\[(\d+)\]: now (.*?) and before (.*)$", re.M)  # 0.8: a position
 _PYTREE_CHANGE = re.compile(r"\* at (.+?), now (.+?)(?:,|$)", re.M)
@@ -1218,6 +1239,70 @@ def jit_cache_clears(note: Callable[[str], None]) -> Iterator[bool]:
 
 def _same(x):
     return x
+
+
+#: the first line of the kit's explanation of new static values on jax 0.11 and later (its
+#: lines below it are worded as jax 0.10.2's, which :func:`parse_cache_miss` reads)
+STATIC_VALUES_EXPLAINED = ("different static values (added by helpers.compiles: this JAX's "
+                           "explanation leaves them out):")
+
+
+@contextlib.contextmanager
+def static_values_explained() -> Iterator[bool]:
+    """While the block runs, JAX's explanation of a tracing cache miss names the static
+    arguments whose values differ from the closest earlier call's, where JAX would say only
+    "cache miss explanation unavailable" (jax 0.11 and later: its cache keys hold each static
+    argument in a FlatTree leaf whose pytree structure is a plain leaf, so comparing the keys'
+    structures finds nothing). Yields False, and changes nothing, on a JAX without that key."""
+    diff, static = _get("tracing_cache_key_diff"), _get("static_argument_leaf")
+    if diff is None or not isinstance(static, type):
+        yield False
+        return
+    module = _import("jax._src.interpreters.partial_eval")
+
+    def explained(new_key, old_key):
+        found = diff(new_key, old_key)
+        if found[0] < 4:  # JAX explained it (a setting, the structure, the types)
+            return found
+        try:
+            changed = _static_differences(new_key[1][0], old_key[1][0], static, "")
+        except Exception:  # a key of another form: JAX's own words stand
+            return found
+        if not changed:
+            return found
+        lines = [f"  * at input path {path}, now Static(val={now!r}) and before "
+                 f"Static(val={before!r}), so jit traces anew" for path, now, before in changed]
+        return (1, len(changed), "\n".join([STATIC_VALUES_EXPLAINED, *lines]))
+
+    module.diff_tracing_cache_keys = explained
+    try:
+        yield True
+    finally:
+        module.diff_tracing_cache_keys = diff
+
+
+def _static_differences(new, old, static: type, path: str) -> list[tuple[str, Any, Any]]:
+    """(input path, value now, value before) of each static argument that differs between two
+    of jax 0.11's argument FlatTrees, found the way jit compares them (FTStatic's ==); paths as
+    jax 0.10.2 wrote them ("[0][1]": the second positional argument; "[1]['n']": keyword n)."""
+    if isinstance(new, static) and isinstance(old, static):
+        return [] if new == old else [(path, new.val, old.val)]
+    a, b = _flat_tree_parts(new), _flat_tree_parts(old)
+    if a is None or b is None or [k for k, _ in a] != [k for k, _ in b]:
+        return []
+    return [d for (key, x), (_, y) in zip(a, b) for d in
+            _static_differences(x, y, static, path + key)]
+
+
+def _flat_tree_parts(tree) -> list[tuple[str, Any]] | None:
+    """The parts of a jax 0.11 FlatTree tuple (``elts``) or dict (``keys``, ``_vals``), each
+    with its place ("[1]", "['n']"); None for any other node."""
+    if isinstance(getattr(tree, "elts", None), tuple):
+        return [(f"[{i}]", part) for i, part in enumerate(tree.elts)]
+    keys, parts = getattr(tree, "keys", None), getattr(tree, "_vals", None)
+    if isinstance(keys, tuple) and isinstance(parts, tuple):
+        return [(f"[{k!r}]", part) for k, part in zip(keys, parts)]
+    return None
 
 
 def scan_counts(params: Mapping) -> tuple[int, int]:
