@@ -33,8 +33,8 @@ from helpers._internal import frames
 
 __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
            "CALLBACK_IMPLS", "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS",
-           "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS", "STATIC_VALUES_EXPLAINED",
-           "TESTED_FLOOR",
+           "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS",
+           "STATIC_VALUES_EXPLAINED", "TESTED_FLOOR",
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
            "compiled_function_name", "computed_while_compiling",
@@ -1290,7 +1290,7 @@ def _static_differences(new, old, static: type, path: str) -> list[tuple[str, An
     a, b = _flat_tree_parts(new), _flat_tree_parts(old)
     if a is None or b is None or [k for k, _ in a] != [k for k, _ in b]:
         return []
-    return [d for (key, x), (_, y) in zip(a, b) for d in
+    return [d for (key, x), (_, y) in zip(a, b, strict=True) for d in
             _static_differences(x, y, static, path + key)]
 
 
@@ -1301,7 +1301,7 @@ def _flat_tree_parts(tree) -> list[tuple[str, Any]] | None:
         return [(f"[{i}]", part) for i, part in enumerate(tree.elts)]
     keys, parts = getattr(tree, "keys", None), getattr(tree, "_vals", None)
     if isinstance(keys, tuple) and isinstance(parts, tuple):
-        return [(f"[{k!r}]", part) for k, part in zip(keys, parts)]
+        return [(f"[{k!r}]", part) for k, part in zip(keys, parts, strict=False)]
     return None
 
 
