@@ -294,7 +294,7 @@ def capped(name: str, budget: int, first: bool) -> dict:
         return jax.block_until_ready(jax.device_put(c.dynamic(args, {}), dev, may_alias=False))
 
     def run(a, k):
-        measure._wait_for_run(c.executable(*a, **k), a, k)
+        measure._wait_for_run(c.run(a, k), a, k)
 
     if not first:
         run(*placed())

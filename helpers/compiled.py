@@ -841,6 +841,19 @@ class CompiledStep:
         return (tuple(a for i, a in enumerate(args) if i not in self.static_argnums),
                 {k: v for k, v in kwargs.items() if k not in self.static_argnames})
 
+    def run(self, args: Sequence, kwargs: dict) -> Any:
+        """Run the executable on the dynamic arguments (:meth:`dynamic`), as its program takes
+        them: Flax 0.12's nnx.jit compiles a program that takes the modules' state (its
+        NodeStates) where the step is given the modules, the same leaves in the same order,
+        and JAX refuses a Compiled called with other Python types ("Function compiled with
+        input pytree does not match": the H100 run of 2026-11-27; jax 0.8.0 to 0.11.2)."""
+        jax = devices.start_jax()
+        tree = getattr(self.executable, "in_tree", None)
+        leaves, given = jax.tree.flatten((tuple(args), dict(kwargs)))
+        if tree is not None and tree != given and tree.num_leaves == len(leaves):
+            args, kwargs = jax.tree.unflatten(tree, leaves)
+        return self.executable(*args, **kwargs)
+
     def argument_names(self, fn: Callable, args: Sequence, kwargs: dict) -> list[tuple]:
         """(position or keyword, the name ``fn`` gives it) for each argument that is not
         static ("args[2]" for ``*args``)."""

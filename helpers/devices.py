@@ -230,15 +230,22 @@ def _device_info(d) -> DeviceInfo:
     )
 
 
+#: libraries whose versions change what a step compiles to (named where installed: the GPU
+#: record of 2026-11-27 could not say which Flax its nnx.jit failure came from)
+_LIBRARIES = ("flax", "optax", "equinox", "grain")
+
+
 def versions() -> tuple[dict[str, str], dict[str, str]]:
-    """(versions of python, the platform, jax, jaxlib, numpy, safetensors; JAX plugins), read
-    from package metadata: works even where ``import jax`` fails."""
+    """(versions of python, the platform, jax, jaxlib, numpy, safetensors, and of the JAX
+    libraries that are installed (flax, optax, equinox, grain); JAX plugins), read from
+    package metadata: works even where ``import jax`` fails."""
     found = {"python": _platform.python_version(), "platform": _platform.platform()}
-    for dist in ("jax", "jaxlib", "numpy", "safetensors"):
+    for dist in ("jax", "jaxlib", "numpy", "safetensors", *_LIBRARIES):
         try:
             found[dist] = md.version(dist)
         except md.PackageNotFoundError:
-            found[dist] = "not installed"
+            if dist not in _LIBRARIES:
+                found[dist] = "not installed"
     plugins: dict[str, str] = {}
     pattern = re.compile(r"^(jax[-_](cuda|rocm|plugin|metal|tpu)|libtpu)", re.I)
     for dist in md.distributions():

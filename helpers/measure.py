@@ -35,7 +35,7 @@ from helpers import gpu
 from helpers._internal import child
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
-from helpers.compiled import compile_step
+from helpers.compiled import CompiledStep, compile_step
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.preflight import StepPreflight, preflight_step
 from helpers.units import NOT_AVAILABLE, NotAvailable
@@ -95,7 +95,7 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
     c = compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
                      static_argnums=static_argnums, static_argnames=static_argnames,
                      donate_argnames=donate_argnames, over_mesh=False, **kwargs)
-    compiled, dev = c.executable, c.device
+    dev = c.device
     name = c.function
     dyn = c.dynamic(args, kwargs)  # the executable takes the non-static arguments only
 
@@ -110,7 +110,7 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # cannot be reset. The host RSS mark is reset per block, so on the CPU stand-in a later run
     # is measured as well.
     arg_bytes = sum(x.nbytes for x in jax.tree.leaves((a, k)) if isinstance(x, jax.Array))
-    first, seconds = _run_measured(compiled, a, k, dev, arg_bytes)
+    first, seconds = _run_measured(c, a, k, dev, arg_bytes)
     after = _allocator(dev)
     later: int | NotAvailable = NOT_AVAILABLE
     if before is not None and after is not None:
@@ -126,7 +126,7 @@ def measure_step(fn: Callable, *args, device: str | jax.Device | None = None,
     else:
         source = HOST_PEAK
         a, k = placed()
-        later, seconds = _run_measured(compiled, a, k, dev, arg_bytes)
+        later, seconds = _run_measured(c, a, k, dev, arg_bytes)
         if later is NOT_AVAILABLE or first is NOT_AVAILABLE:
             peak, note = NOT_AVAILABLE, "this OS keeps no RSS high-water mark"
         else:
@@ -147,7 +147,8 @@ def _wait_for_run(out, *args) -> None:
                            if not (isinstance(x, jax.Array) and x.is_deleted())])
 
 
-def _run_measured(compiled, a, k, dev, arg_bytes: int) -> tuple[int | NotAvailable, float]:
+def _run_measured(c: CompiledStep, a, k, dev, arg_bytes: int
+                  ) -> tuple[int | NotAvailable, float]:
     """One run, waited for (every output, the updated state included), under a tracker: the
     host RSS high-water mark over it (NOT_AVAILABLE where the OS keeps none), and seconds."""
     import time
@@ -156,7 +157,7 @@ def _run_measured(compiled, a, k, dev, arg_bytes: int) -> tuple[int | NotAvailab
 
     t0 = time.perf_counter()
     with track(interval=0.005, devices=[dev]) as trace:
-        _wait_for_run(compiled(*a, **k), a, k)
+        _wait_for_run(c.run(a, k), a, k)
     seconds = time.perf_counter() - t0
     if trace.host_peak is NOT_AVAILABLE:
         return NOT_AVAILABLE, seconds

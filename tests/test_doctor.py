@@ -142,3 +142,25 @@ def test_bug_report_removes_home_paths_user_and_host(monkeypatch):
     for private in ("/home/alice", "alice", "alices-laptop", "/Users/bob"):
         assert private not in text, private
     assert "--xla_dump_to=~/dumps" in text and "node='<host>'" in text and "in ~/x" in text
+
+
+def test_versions_name_the_jax_libraries_installed_and_leave_out_the_rest(monkeypatch):
+    """A record says which Flax compiled the step (the GPU run of 2026-11-27 could not); a
+    library not installed is left out, where jax and the kit's own packages say so."""
+    from importlib import metadata
+
+    from helpers import devices
+
+    real = metadata.version
+
+    def version(dist):
+        if dist == "flax":
+            return "0.12.12"
+        if dist in ("optax", "equinox", "grain", "safetensors"):
+            raise metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(devices.md, "version", version)
+    found, _ = devices.versions()
+    assert found["flax"] == "0.12.12" and "optax" not in found and "grain" not in found
+    assert found["safetensors"] == "not installed" and found["jax"] == real("jax")

@@ -1867,6 +1867,57 @@ def test_flax_5026_an_nnx_jit_step_s_state_is_read_through_its_wrapper():
     assert old.is_deleted() and float(model.w2[0, 0]) != 1.0
 
 
+
+class _State:
+    """A stand-in for Flax 0.12's NodeStates: the modules' state as the program inside nnx.jit
+    takes it, another pytree type over the same leaves."""
+
+    def __init__(self, leaves):
+        self.leaves = tuple(leaves)
+
+
+jax.tree_util.register_pytree_node(_State, lambda s: (s.leaves, None),
+                                   lambda _, leaves: _State(leaves))
+
+
+class _NnxJitOfState(_NnxJit):
+    """``_NnxJit`` whose program takes each module's state as a ``_State``, as Flax 0.12's
+    does (flax/nnx/transforms/compilation.py splits the modules before the inner jit)."""
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+
+        def pure(*args):
+            modules = [_Module(**dict(zip(sorted(vars(m)), a.leaves, strict=True)))
+                       if isinstance(a, _State) else a for m, a in zip(self._given, args,
+                                                                       strict=True)]
+            return [_State(jax.tree.leaves(m)) if isinstance(m, _Module) else None
+                    for m in modules], fn(*modules)
+
+        self.jitted_fn = jax.jit(pure)
+
+    def _split(self, args):
+        self._given = args
+        return [_State(jax.tree.leaves(a)) if isinstance(a, _Module) else a for a in args]
+
+    def lower(self, *args):
+        import types
+
+        return types.SimpleNamespace(lowered=self.jitted_fn.lower(*self._split(args)))
+
+
+def test_an_nnx_jit_step_whose_program_takes_the_modules_state_is_measured():
+    """The H100 run of 2026-11-27 (jax 0.11.2; Flax 0.12.12 on the CPU too): measuring an
+    nnx.jit step failed with "Function compiled with input pytree does not match ... seen
+    NodeStates but now given Optimizer": the program inside nnx.jit takes the modules' state,
+    the kit called it with the modules. The same leaves go in, as the program takes them."""
+    model = _Module(w1=jnp.ones((256, 512)), w2=jnp.ones((512, 256)))
+    opt = _Module(m1=jnp.zeros((256, 512)), m2=jnp.zeros((512, 256)))
+    step = _NnxJitOfState(_nnx_train_step)
+    m = measure.measure_step(step, model, opt, jnp.ones((64, 256)))
+    state = 4 * 256 * 512 * 4  # four arrays of 512 KiB
+    assert m.argument_bytes == state + 64 * 256 * 4 and m.peak_bytes >= state
+
 def _jax25010_fsdp(remat: str):
     """jax-ml/jax#25010 in miniature: FSDP by hand, each layer all-gathers its weight shard
     inside shard_map; ``remat`` is "", "checkpoint" or "policy" (the gather named and left out
