@@ -38,7 +38,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
            "compiled_function_name", "computed_while_compiling",
-           "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
+           "custom_vjp_fwd_caller", "deleted_argument_error", "device_name",
+           "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
            "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
@@ -1363,6 +1364,19 @@ def scan_counts(params: Mapping) -> tuple[int, int]:
         return params["num_consts"], params["num_carry"]
     consts, carry, _ = (len(part) for part in params["ft_in"].unpack())
     return consts, carry
+
+
+def deleted_argument_error() -> str:
+    """What this JAX raises when a jitted function is passed an array already deleted (donated
+    to an earlier call, or .delete()). Measured on the CPU (flatironinstitute/jaxmg#29): jax
+    0.8.0 and 0.10.2 raise RuntimeError "Array has been deleted" from a function not run
+    before, but a jitted call already run hands the buffer to XLA from its C++ fast path and
+    fails there (ValueError, INVALID_ARGUMENT); jax 0.11.2's fast path leaves that call to the
+    Python path, whose check raises the RuntimeError too."""
+    if jax_version_tuple() >= (0, 11):
+        return 'RuntimeError "Array has been deleted"'
+    return ('RuntimeError "Array has been deleted", or, from a jitted call it has run before, '
+            'INVALID_ARGUMENT "Buffer has been deleted or donated"')
 
 
 def wraps_jaxpr(jaxpr: Any) -> bool:
