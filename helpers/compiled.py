@@ -281,8 +281,8 @@ def _same_buffer(a, b) -> bool:
 
 def _deleted(args, kwargs, jax) -> str:
     """Why the call will fail, when an argument is an array already deleted (donated to an
-    earlier call, or .delete()): the call raises (jaxmg#29, measured on jax 0.8.0 and 0.10.2:
-    a jitted call's INVALID_ARGUMENT); "" when none is."""
+    earlier call, or .delete()): the call raises (jaxmg#29; what it raises depends on the JAX:
+    jaxcompat.deleted_argument_error); "" when none is."""
     paths = [(f"argument {where!r}" if isinstance(where, str) else f"argument {where}")
              + jax.tree_util.keystr(path)
              for where, value in [*enumerate(args), *kwargs.items()]
@@ -292,11 +292,9 @@ def _deleted(args, kwargs, jax) -> str:
         return ""
     return (f"{', '.join(paths[:3])}{' and more' if len(paths) > 3 else ''} "
             f"{'was' if len(paths) == 1 else 'were'} deleted (donated to an earlier call, or "
-            ".delete()): the call fails (JAX raises \"Array has been deleted\", or, from a "
-            "jitted call it has run before, INVALID_ARGUMENT \"Buffer has been deleted or "
-            "donated\"). Fix: pass what "
-            "the earlier call returned in its place, or keep a copy (jnp.copy(x)) before "
-            "donating it where you need it again.")
+            f".delete()): the call fails (JAX raises {jaxcompat.deleted_argument_error()}). "
+            "Fix: pass what the earlier call returned in its place, or keep a copy "
+            "(jnp.copy(x)) before donating it where you need it again.")
 
 
 def _shared_buffers(args, kwargs, donated, kept: list[bool], jax

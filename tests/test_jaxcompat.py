@@ -212,6 +212,65 @@ ENTRY %main.1 (x.1: f32[129,256], w.1: f32[256,2048]) -> f32[256,2048] {
     assert not [n for n in by if n.startswith("while")]  # a loop's state holds its inputs
 
 
+def test_an_all_gather_the_partitioner_inserted_is_named_by_what_needed_it():
+    """From jax 0.11.2's XLA an all-gather its SPMD partitioner inserts is marked
+    is_spmd_generated and carries its operand's metadata (none for an argument), where 0.10.2's
+    carried that of the instruction that needed the value whole. The text below is 0.11.2's
+    CPU program for apple/axlearn#993 (trimmed): the gather, hoisted out of the loop, is named
+    by the body's dynamic_slice that reads it; a gather for a print by the print's tuple."""
+    from helpers._internal import frames
+
+    text = """HloModule jit_sliced, is_scheduled=true, num_partitions=4
+
+%body.1 (wide.param.5: (s32[], f32[1024,512])) -> (s32[], f32[1024,512]) {
+  %wide.param.5 = (s32[], f32[1024,512]{1,0}) parameter(0)
+  %get-tuple-element.102 = f32[1024,512]{1,0} get-tuple-element(%wide.param.5), index=1
+  %get-tuple-element.92 = s32[] get-tuple-element(%wide.param.5), index=0
+  %add_dynamic-slice_fusion = f32[64,512]{1,0} fusion(%get-tuple-element.102, %get-tuple-element.92), kind=kLoop, calls=%fused_computation.3, metadata={op_name="jit(sliced)/while/body/eval_jaxpr/dynamic_slice" stack_frame_id=12}
+  ROOT %tuple.16 = (s32[], f32[1024,512]{1,0}) tuple(%get-tuple-element.92, %get-tuple-element.102)
+}
+
+ENTRY %main.3_spmd (param.2: f32[256,512], param.3: f32[256,512]) -> f32[512,64] {
+  %param.2 = f32[256,512]{1,0} parameter(1), sharding={mesh['data'=4], [{'data'}, {}]}, metadata={op_name="x"}
+  %param.3 = f32[256,512]{1,0} parameter(0), sharding={mesh['data'=4], [{'data'}, {}]}, metadata={op_name="y"}
+  %copy.8 = s32[] copy(%constant.8.clone)
+  %all-gather.1 = f32[1024,512]{1,0} all-gather(%param.2), channel_id=1, replica_groups=mesh['data'=4] {'data'}, dimensions={0}, use_global_device_ids=true, frontend_attributes={is_spmd_generated="true"}
+  %all-gather.10 = f32[1024,512]{1,0} all-gather(%param.3), channel_id=2, replica_groups=mesh['data'=4] {'data'}, dimensions={0}, use_global_device_ids=true, frontend_attributes={is_spmd_generated="true"}, metadata={op_name="jit(sliced)/mul" stack_frame_id=5}
+  %tuple.2 = (f32[1024,512]{1,0}) tuple(%all-gather.10), metadata={op_name="jit(sliced)/debug_print" stack_frame_id=6}
+  %tuple.14 = (s32[], f32[1024,512]{1,0}) tuple(%copy.8, %all-gather.1)
+  %while.11 = (s32[], f32[1024,512]{1,0}) while(%tuple.14), condition=%cond.1, body=%body.1, metadata={op_name="jit(sliced)/while" stack_frame_id=8}
+  ROOT %get-tuple-element.26 = f32[1024,512]{1,0} get-tuple-element(%while.11), index=1
+}
+"""  # noqa: E501 (XLA writes one instruction a line)
+    by = {v["name"]: v["op"] for v in internals.entry_values(text, frames.is_user_file)}
+    assert by["all-gather.1"] == "jit(sliced)/while/body/eval_jaxpr/dynamic_slice"
+    assert by["all-gather.10"] == "jit(sliced)/debug_print"
+    # without XLA's mark (0.10.2's text) a gather keeps its own metadata
+    plain = internals.entry_values(text.replace(', frontend_attributes={is_spmd_generated="true"}',
+                                                ""), frames.is_user_file)
+    assert {v["name"]: v["op"] for v in plain}["all-gather.10"] == "jit(sliced)/mul"
+
+
+def test_a_step_without_its_prints_is_a_jaxpr_on_every_jax():
+    """jax 0.11 made ClosedJaxpr and Jaxpr one class (``.jaxpr`` returns the jaxpr itself):
+    the kit's copy of a step without its prints recursed without end there (jax-ml/jax#26370's
+    test found it on jax 0.11.2)."""
+    import jax.numpy as jnp
+    from jax.extend import core
+
+    from helpers._internal import jaxprs
+
+    def f(x):
+        jax.debug.print("x = {}", x)
+        return jnp.sin(x) * 2
+
+    stripped = jaxprs.without_prints(jax.make_jaxpr(f)(jnp.ones(3)))
+    assert [e.primitive.name for e in stripped.jaxpr.eqns] == ["sin", "mul"]
+    assert core.jaxpr_as_fun(stripped)(jnp.ones(3))[0].shape == (3,)
+    assert internals.wraps_jaxpr(jax.make_jaxpr(f)(jnp.ones(3))) == (
+        core.ClosedJaxpr is not core.Jaxpr)
+
+
 def test_pmap_s_own_mesh_is_told_from_a_user_s():
     """jax.pmap's outputs are split over a mesh of JAX's own, whose axis name changed between
     versions: the kit must still tell it from a mesh the user made."""

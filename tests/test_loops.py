@@ -594,9 +594,13 @@ def test_jax_3865_a_lax_map_under_grad_keeps_every_chunks_activations_and_remat_
     kept = preflight.residuals(loss, p, x)
     assert "stacked over 8 steps" in str(kept) and "jax.checkpoint on the body" in str(kept)
     before = preflight.preflight_step(jax.jit(jax.grad(loss)), p, x)
-    assert "keeps a value for each of its 8 steps, 44.00 MiB" in before.advice
+    # the forward scan stacks each tanh's output and 1 - it on jax 0.8.0 and 0.10.2 (44 MiB);
+    # 0.11.2's tanh JVP keeps one_minus_square(y) instead, and the second tanh's output is no
+    # longer a residual (40 MiB; measured from each version's jaxpr and advice)
+    kept = "44.00" if jax.__version_info__ < (0, 11) else "40.00"
+    assert f"keeps a value for each of its 8 steps, {kept} MiB" in before.advice
     assert "jax.checkpoint on the body" in before.advice
-    # the fix, run: the peak falls from 58 MiB to 14 MiB, the gradient the same
+    # the fix, run: the peak falls from 58 MiB (54 on 0.11.2) to 14 MiB, the gradient the same
     after = preflight.preflight_step(jax.jit(jax.grad(loss_remat)), p, x)
     assert 3 * after.peak_bytes < before.peak_bytes
     assert "keeps a value for each" not in after.advice

@@ -38,7 +38,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
            "compiled_function_name", "computed_while_compiling",
-           "custom_vjp_fwd_caller", "device_name", "distributed_coordinator", "ensure_hook",
+           "custom_vjp_fwd_caller", "deleted_argument_error", "device_name",
+           "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
            "import_jax",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
@@ -51,7 +52,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "sharding_error_types", "stable_sort_scratch", "static_values_explained",
            "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
-           "while_slice_copies", "weight_gradient_convolutions"]
+           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -1054,6 +1055,48 @@ def while_slice_copies(text: str, least: int, is_user: Callable[[str], bool]
     return sorted(out, key=lambda r: -r[5])
 
 
+#: XLA's mark on a collective its SPMD partitioner inserted (seen from jax 0.11.2's XLA; 0.10.2's
+#: text has none)
+_SPMD_GENERATED = 'is_spmd_generated="true"'
+
+
+def _line_name(line: str) -> str:
+    return line.split(" = ", 1)[0].strip().removeprefix("ROOT ").lstrip("%")
+
+
+def _needed_by(computations: dict[str, list[str]], lines: list[str], name: str,
+               depth: int = 0) -> str | None:
+    """The line of the first instruction that reads the value ``name`` and carries XLA's
+    op_name, followed through instructions without one and through a tuple into the body of
+    the ``while`` it starts (the body's get-tuple-element of the same index); None where none
+    is found. What an all-gather XLA's partitioner inserted was made for: from jax 0.11.2's
+    XLA such a gather carries its operand's metadata (the value gathered, or none for an
+    argument) where 0.10.2's carried that of the instruction that needed it whole (a
+    jax.debug.print, a dynamic_slice: measured on the CPU, jax-ml/jax#25842, apple/axlearn#993)."""
+    reads = re.compile(rf"%{re.escape(name)}(?![\w.\-])")
+    for line in lines:
+        if " = " not in line or not reads.search(line.split(" = ", 1)[1]) or depth > 8:
+            continue
+        if _OP_NAME.search(line):
+            return line
+        user, tupled = _line_name(line), _tuple_results(line)
+        if tupled is None or tupled[2] != "tuple":
+            if found := _needed_by(computations, lines, user, depth + 1):
+                return found
+            continue
+        index = _operand_names(line, "tuple").index(name)
+        loop = re.compile(rf"\bwhile\(%{re.escape(user)}\)")
+        for other in lines:
+            if loop.search(other) and (m := _WHILE_BODY.search(other)) \
+                    and (body := computations.get(m.group(1))):
+                param = next((_line_name(b) for b in body if " parameter(0)" in b), None)
+                element = next((_line_name(b) for b in body if param and re.search(
+                    rf"get-tuple-element\(%{re.escape(param)}\), index={index}\b", b)), None)
+                if element and (found := _needed_by(computations, body, element, depth + 1)):
+                    return found
+    return None
+
+
 def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
     """The values an optimized executable materializes between its top-level instructions
     (its candidates for temporary buffers), largest first: name, dtype, shape, bytes, XLA's
@@ -1065,6 +1108,9 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
     except StopIteration:
         return []
     tables = _tables(lines)
+    computations = _hlo_computations(hlo_text)
+    entry = _ENTRY.search(hlo_text)
+    entry = entry.group(1) if entry else ""
     out = []
     skip = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
     for line in lines[start + 1:]:
@@ -1082,6 +1128,8 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
             continue
         if root or opcode in skip:
             continue
+        if opcode == "all-gather" and _SPMD_GENERATED in line:  # named by what needed it
+            line = _needed_by(computations, computations.get(entry, []), name) or line
         op = _OP_NAME.search(line)
         op = op.group(1) if op else opcode
         target = _TARGET.search(line)
@@ -1316,6 +1364,30 @@ def scan_counts(params: Mapping) -> tuple[int, int]:
         return params["num_consts"], params["num_carry"]
     consts, carry, _ = (len(part) for part in params["ft_in"].unpack())
     return consts, carry
+
+
+def deleted_argument_error() -> str:
+    """What this JAX raises when a jitted function is passed an array already deleted (donated
+    to an earlier call, or .delete()). Measured on the CPU (flatironinstitute/jaxmg#29): jax
+    0.8.0 and 0.10.2 raise RuntimeError "Array has been deleted" from a function not run
+    before, but a jitted call already run hands the buffer to XLA from its C++ fast path and
+    fails there (ValueError, INVALID_ARGUMENT); jax 0.11.2's fast path leaves that call to the
+    Python path, whose check raises the RuntimeError too."""
+    if jax_version_tuple() >= (0, 11):
+        return 'RuntimeError "Array has been deleted"'
+    return ('RuntimeError "Array has been deleted", or, from a jitted call it has run before, '
+            'INVALID_ARGUMENT "Buffer has been deleted or donated"')
+
+
+def wraps_jaxpr(jaxpr: Any) -> bool:
+    """``jaxpr`` is a ClosedJaxpr wrapping an open Jaxpr (its ``.jaxpr``), as up to jax 0.10.
+    From jax 0.11 the two are one class (jax.extend.core.ClosedJaxpr is Jaxpr, which holds its
+    ``consts``) and ``.jaxpr`` returns the jaxpr itself: a reader that unwraps until no
+    ClosedJaxpr is left never stops (measured on jax 0.11.2; 0.10.2 and 0.8.0 keep two
+    classes)."""
+    from jax.extend import core
+
+    return core.ClosedJaxpr is not core.Jaxpr and isinstance(jaxpr, core.ClosedJaxpr)
 
 
 def compiled_function_name(fun_name: str) -> str:

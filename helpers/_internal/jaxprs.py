@@ -1860,7 +1860,7 @@ def without_prints(closed):
         return type(found)(e for e in found if "Debug" not in type(e).__name__)
 
     def strip(j):
-        if isinstance(j, core.ClosedJaxpr):
+        if jaxcompat.wraps_jaxpr(j):
             return j.replace(jaxpr=strip(j.jaxpr))
         eqns = []
         for eqn in j.eqns:
