@@ -90,11 +90,13 @@ def test_jax_7368_bfloat16_parameters_read_as_float32_by_a_float32_batch_are_nam
                   "jax.numpy_dtype_promotion('strict')"):
         assert words in note, words
     assert "On the CPU, XLA computes" not in p.advice  # float32 here by the user's promotion
-    # the fix, run: what jax.grad keeps goes 50 -> 26 MiB, and the strict mode finds the line
+    # the fix, run: what jax.grad keeps goes 50 -> 26 MiB (jax 0.8.0 and 0.10.2: gelu's tanh
+    # keeps tanh and 1 - tanh, six [1024, 2048] arrays); 42 -> 22 MiB where tanh's derivative
+    # is one_minus_square(tanh), one array (jax 0.11.2: five); the strict mode finds the line
     fixed_batch = batch.astype(jnp.bfloat16)
     kept = [round(preflight.residuals(_bf16_loss, params, b).saved_bytes / MiB, 2)
             for b in (batch, fixed_batch)]
-    assert kept == [50.0, 26.0]
+    assert kept == ([42.0, 22.0] if hasattr(jax.lax, "one_minus_square") else [50.0, 26.0])
     with jax.numpy_dtype_promotion("strict"):
         with pytest.raises(Exception, match="romot"):
             jax.make_jaxpr(_bf16_step)(params, batch)
@@ -130,7 +132,8 @@ def test_jax_7368_a_bfloat16_output_against_float32_labels_in_a_float32_loss_is_
     weight-gradient dots do (through the loss's residual), and the walk stops there (its
     equations' name stack says transpose, jax 0.8.0 and 0.10.2). The old note's fix, labels
     made bfloat16, changes nothing it promised: temporaries 15.50 -> 15.50 MiB (jax 0.10.2;
-    17.50 -> 17.50 MiB on 0.8.0)."""
+    17.50 -> 17.50 MiB on 0.8.0; 12.50 -> 12.50 MiB on 0.11.2, whose XLA CPU runs the
+    bfloat16 dots in bfloat16 YNNPACK fusions, where 0.10.2 first converted them to float32)."""
     forward, _, step, params = _labels_step()
     x = jnp.ones((512, 256), jnp.bfloat16)
     y, y16 = jnp.ones((512, 512)), jnp.ones((512, 512), jnp.bfloat16)
@@ -138,7 +141,9 @@ def test_jax_7368_a_bfloat16_output_against_float32_labels_in_a_float32_loss_is_
     assert p.widened_values == () and "is read as" not in p.advice
     assert jaxprs.widened_inputs(jax.make_jaxpr(step)(params, x, y)) == ()
     followed = preflight.preflight_step(step, params, x, y16, donate_argnums=0)
-    assert round(p.temp_bytes / MiB, 2) == round(followed.temp_bytes / MiB, 2) in (15.5, 17.5)
+    temps = round(p.temp_bytes / MiB, 2), round(followed.temp_bytes / MiB, 2)
+    measured = {"0.8.0": 17.5, "0.10.2": 15.5, "0.11.2": 12.5}.get(jax.__version__, temps[0])
+    assert temps == (measured, measured), (jax.__version__, temps)
     # the same widened output read by a forward dot is named still, under jax.grad too
     def dotted(params, x, y):
         return jnp.mean(((forward(params, x) - y) @ y) ** 2)
