@@ -430,9 +430,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if (closed_over := c.constants - c.folded) and c.spanned > 1:
         notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
                      f"into the compiled program as constants, whole on each of the {c.spanned} "
-                     "devices it runs on (no sharding splits a constant; XLA's "
-                     "peak_memory_in_bytes counts it, its argument, output and temporary sizes "
-                     "do not): pass them as arguments instead"
+                     "devices it runs on (no sharding splits a constant; counted in the peak "
+                     "here, where XLA's argument, output and temporary sizes leave it out): "
+                     "pass them as arguments instead"
                      + ("" if a["argument"] else
                         ", or, where the jit only places them (jax.jit(lambda: state, "
                         "out_shardings=shardings)), jax.device_put(state, shardings), which "
@@ -440,9 +440,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      + " (jax-ml/jax#16679)." + program_notes.bound_method_note(fn))
     elif closed_over:
         notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
-                     "into the compiled program as constants, a copy the program holds (XLA's "
-                     "peak_memory_in_bytes counts it; its argument, output and temporary sizes "
-                     "do not): pass them as arguments instead."
+                     "into the compiled program as constants, a copy the program holds "
+                     "(counted in the peak here, where XLA's argument, output and temporary "
+                     "sizes leave it out): pass them as arguments instead."
                      + program_notes.bound_method_note(fn))
     if c.folded >= 2**20:
         notes.append(f"{format_bytes(c.folded)} of constants XLA computed while compiling "
