@@ -516,7 +516,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # the CPU runtime's stable sort of several arrays: its scratch, outside XLA's plan
     sorted_ = [x for x in (c.stable_sorts() if target is None else []) if x[0] == runtime]
     sparse = program_notes.sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak,
-                                       sorted_[0][0] if sorted_ else 0)
+                                       sorted_[0] if sorted_ else None)
     if sparse:
         notes.append(sparse)
     for kind, *found in softmaxed[:1]:
