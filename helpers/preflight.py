@@ -900,7 +900,8 @@ def _offloaded_note(offloaded: list[Residual], kept: int, names: list[str]) -> s
     stays in device memory (jax-ml/jax#20015: JAX lists them as float32<host>[...]). XLA:CPU
     drops the placement when it compiles, so the CPU shows no saving: the gradient's
     temporaries were 720,896 B with the offload, save and nothing_saveable policies alike
-    (two float32[256, 128] activations, jax 0.8.0 and 0.10.2)."""
+    (two float32[256, 128] activations, jax 0.8.0 and 0.10.2); on 0.11.2 851,968 B offloading
+    both, as saving both (786,432 saving one or none)."""
     total = sum(r.nbytes for r in offloaded)
     kinds = sorted({r.memory for r in offloaded})
     named = f": {', '.join(repr(n) for n in names)}" if names else ""
