@@ -1213,23 +1213,25 @@ class CompiledStep:
         """Memory the CPU runtime takes outside XLA's buffer plan: it copies both operands of a
         weight-gradient convolution (measured, jax 0.10.2: a CNN's step was 15% over the plan
         at batch 256), and a stable sort of several arrays takes a buffer of 16 bytes per array
-        per element (:meth:`stable_sorts`). One such operation runs at a time, so the largest
-        counts. 0 off the CPU (a GPU's sort: not counted, not run on a GPU)."""
+        per element (two arrays from jax 0.11: a pair per element; :meth:`stable_sorts`). One
+        such operation runs at a time, so the largest counts. 0 off the CPU (a GPU's sort: not
+        counted, not run on a GPU)."""
         if getattr(self.device, "platform", "") != "cpu":
             return 0
         try:
             convolutions = jaxcompat.weight_gradient_convolutions(self.text or "")
         except Exception:  # text the parser cannot read
             convolutions = []
-        return max([*convolutions, *(n for n, _, _ in self.stable_sorts())], default=0)
+        return max([*convolutions, *(n for n, *_ in self.stable_sorts())], default=0)
 
-    def stable_sorts(self) -> list[tuple[int, int, int]]:
-        """(scratch bytes, arrays sorted together, elements sorted) of each stable sort of two
-        or more arrays (``jnp.argsort``, ``jnp.lexsort``, a BCOO's sum_duplicates) in the CPU
-        program, largest first: XLA:CPU's sort takes 16 B x arrays x elements outside XLA's
-        plan (xla/backends/cpu/runtime/sort_thunk.cc; measured, jax 0.8.0 and 0.10.2: a stable
-        sort of 2 int32 arrays of 1,510,441 elements peaked at 69.33 MiB where XLA planned
-        23.05). [] off the CPU: a GPU's sort is not counted (not run on a GPU)."""
+    def stable_sorts(self) -> list[tuple[int, int, int, bool]]:
+        """(scratch bytes, arrays sorted together, elements sorted, sorted as pairs) of each
+        stable sort of two or more arrays (``jnp.argsort``, ``jnp.lexsort``, a BCOO's
+        sum_duplicates) in the CPU program, largest first: XLA:CPU's sort takes 16 B x arrays x
+        elements outside XLA's plan, from jax 0.11 a pair per element for two arrays
+        (:func:`jaxcompat.stable_sort_scratch`; measured, a stable sort of 2 int32 arrays of
+        1,510,441 elements where XLA planned 23.05 MiB peaked at 69.16 MiB on jax 0.8.0, 69.18 on
+        0.10.2, 34.76 on 0.11.2). [] off the CPU: a GPU's sort is not counted (not run on a GPU)."""
         if getattr(self.device, "platform", "") != "cpu":
             return []
         try:

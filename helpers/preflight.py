@@ -516,7 +516,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # the CPU runtime's stable sort of several arrays: its scratch, outside XLA's plan
     sorted_ = [x for x in (c.stable_sorts() if target is None else []) if x[0] == runtime]
     sparse = program_notes.sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak,
-                                       sorted_[0][0] if sorted_ else 0)
+                                       sorted_[0] if sorted_ else None)
     if sparse:
         notes.append(sparse)
     for kind, *found in softmaxed[:1]:
@@ -900,7 +900,8 @@ def _offloaded_note(offloaded: list[Residual], kept: int, names: list[str]) -> s
     stays in device memory (jax-ml/jax#20015: JAX lists them as float32<host>[...]). XLA:CPU
     drops the placement when it compiles, so the CPU shows no saving: the gradient's
     temporaries were 720,896 B with the offload, save and nothing_saveable policies alike
-    (two float32[256, 128] activations, jax 0.8.0 and 0.10.2)."""
+    (two float32[256, 128] activations, jax 0.8.0 and 0.10.2); on 0.11.2 851,968 B offloading
+    both, as saving both (786,432 saving one or none)."""
     total = sum(r.nbytes for r in offloaded)
     kinds = sorted({r.memory for r in offloaded})
     named = f": {', '.join(repr(n) for n in names)}" if names else ""
@@ -1009,9 +1010,46 @@ def _gradient_temp(fn: Callable, args, kwargs) -> int | None:
     """XLA's temporaries for ``jax.grad(fn)``, compiled, not run; None where it cannot be
     compiled."""
     c = _compiled_gradient(fn, args, kwargs)
+    return None if c is None else _temp_of(c)
+
+
+def _temp_of(c: compiled.CompiledStep) -> int | None:
     try:
-        return None if c is None else int(c.sizes()["temp"])
+        return int(c.sizes()["temp"])
     except Exception:  # a backend that will not say
+        return None
+
+
+def _one_checkpoint_temp(closed, where: str, device) -> int | None:
+    """XLA's temporaries for the gradient of one of the ``jax.checkpoint`` calls made at
+    ``where``, alone (by its inexact inputs, of the sum of its inexact outputs), compiled for
+    ``device``, not run: what a lax.scan over such calls holds about, as it recomputes one at a
+    time (jax-ml/jax#19822's layer: 4.00 MiB on jax 0.8.0, 0.10.2 and 0.11.2). None where it
+    cannot be made or compiled."""
+    jax = devices.start_jax()
+    from jax.extend import core
+
+    found = jaxprs.checkpoint_at(closed, where)
+    if found is None:
+        return None
+    body, policy = found
+    avals = [v.aval for v in body.invars]
+    inexact = [i for i, a in enumerate(avals)
+               if jax.numpy.issubdtype(getattr(a, "dtype", None), jax.numpy.inexact)]
+    if not inexact:
+        return None
+    call = jax.checkpoint(core.jaxpr_as_fun(core.ClosedJaxpr(body, [])), policy=policy)
+
+    def loss(*xs):
+        outs = [o for o in call(*xs) if jax.numpy.issubdtype(o.dtype, jax.numpy.inexact)]
+        return sum(jax.numpy.sum(o.real) for o in outs)
+
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    try:
+        step = compiled.compile_step(jax.grad(loss, argnums=tuple(inexact)), *shapes,
+                                     device=device, over_mesh=False)
+        return int(step.sizes()["temp"])
+    except Exception:  # a body this cannot call alone, a backend that will not say
         return None
 
 
@@ -1255,7 +1293,8 @@ def _wide_note(hits: list[Residual], saved: int, found: tuple, rows_name: str,
             "attention in query chunks, google/flax#2858, jax 0.10.2: 130.06 -> 20.51 MiB).")
 
 
-def _loop_checkpoint_note(where: str, count: int, saved: int, temp: int, function: str) -> str:
+def _loop_checkpoint_note(where: str, count: int, saved: int, temp: int, function: str,
+                          one: int | None = None) -> str:
     """jax-ml/jax#19822 and #27748: jax.checkpoint on each layer (or block) in a Python loop
     leaves little kept, yet XLA's plan for the gradient can hold far more: it schedules the
     layers' recomputations as it likes, and can run them together before the backward pass
@@ -1265,15 +1304,27 @@ def _loop_checkpoint_note(where: str, count: int, saved: int, temp: int, functio
     in the Python loop 14.02 (41.02), a lax.scan over the checkpointed layers 6.02 (6.02);
     jax#27748's 10 blocks of a 100-step scan over a float32[300, 100] carry, each block
     checkpointed in the Python loop 126.24 MiB (126.24), one lax.scan over the checkpointed
-    blocks 13.16 (12.93)."""
+    blocks 13.16 (12.93). ``one``: the gradient of one of the calls alone
+    (:func:`_one_checkpoint_temp`). Where ``temp`` is under twice that, XLA already recomputes
+    them one at a time, and a scan has nothing to take: jax 0.11.2 holds 4.02 MiB for
+    jax#19822's loop, one layer alone 4.00, the scan 6.02."""
+    alone = f" (one of them alone: {format_bytes(one)})" if one is not None else ""
+    if one is not None and temp < 2 * one:
+        return (f"jax.checkpoint is applied {count} times at {where}, once per layer or block "
+                f"of a Python loop: the gradient keeps only {format_bytes(saved)}, and XLA's "
+                f"compiled jax.grad({function}) holds {format_bytes(temp)} of temporaries, "
+                f"under twice what one of them alone holds ({format_bytes(one)}): XLA "
+                "recomputes them one at a time, and a lax.scan over them would not hold less "
+                "(jax-ml/jax#19822 on jax 0.11.2 on the CPU: 4.02 MiB in the loop, 6.02 in a "
+                "scan; jax 0.10.2 ran them together: 14.02).")
     return (f"jax.checkpoint is applied {count} times at {where}, once per layer or block of a "
             f"Python loop: the gradient keeps only {format_bytes(saved)}, yet XLA's compiled "
-            f"jax.grad({function}) holds {format_bytes(temp)} of temporaries. XLA schedules the "
-            f"{count} recomputations as it likes and can run them together before the backward "
-            "pass uses them (jax-ml/jax#19822, #27748). Make the layers (or blocks) one lax.scan "
-            "over their stacked parameters or inputs, with jax.checkpoint on the body: a scan "
-            "recomputes one at a time (jax 0.10.2 on the CPU, jax#19822: 14.02 -> 6.02 MiB; "
-            "jax#27748: 126.24 -> 13.16 MiB).")
+            f"jax.grad({function}) holds {format_bytes(temp)} of temporaries{alone}. XLA "
+            f"schedules the {count} recomputations as it likes and can run them together "
+            "before the backward pass uses them (jax-ml/jax#19822, #27748). Make the layers (or "
+            "blocks) one lax.scan over their stacked parameters or inputs, with jax.checkpoint "
+            "on the body: a scan recomputes one at a time (jax 0.10.2 on the CPU, jax#19822: "
+            "14.02 -> 6.02 MiB; jax#27748: 126.24 -> 13.16 MiB).")
 
 
 def _whole_checkpoint_note(temp: int | None, function: str) -> str:
@@ -1300,14 +1351,15 @@ def _generic_note(kept: int) -> str:
     recomputation (jax-ml/jax#19822, its 10 layers measured by the kit: XLA's temporaries for
     jax.grad on the CPU 13.02 MiB, 14.02 with jax.checkpoint on each layer of the Python loop,
     6.02 in a lax.scan over the checkpointed layers on jax 0.10.2; 41.02, 41.02, 6.02 on
-    0.8.0)."""
+    0.8.0; 13.02, 4.02, 6.02 on 0.11.2, whose XLA recomputes the loop's layers one at a
+    time)."""
     return (f"{format_bytes(kept)} is kept between the forward and backward pass. "
             "jax.checkpoint on the largest layer keeps only its inputs and recomputes the rest "
             "in the backward pass, but XLA plans the gradient's buffers itself, so fewer "
             "residuals need not mean a lower peak: on each layer of a Python loop it did not "
-            "fall (jax-ml/jax#19822, jax 0.10.2 on the CPU: 13.02 MiB of XLA's temporaries became "
-            "14.02), in a "
-            "lax.scan over the jax.checkpoint-ed layers it did (6.02 MiB): compare "
+            "fall on jax 0.10.2 (jax-ml/jax#19822 on the CPU: 13.02 MiB of XLA's temporaries "
+            "became 14.02; jax 0.11.2 recomputes the layers one at a time: 4.02), in a "
+            "lax.scan over the jax.checkpoint-ed layers it did on both (6.02 MiB): compare "
             "preflight_step(jax.grad(loss), ...) before and after.")
 
 
@@ -1453,10 +1505,11 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
         rows = _input_name(fn, args, kwargs, reduction[7]) if reduction[7] >= 0 else ""
         advice = _wide_note(wide, saved_bytes, reduction, rows,
                             _gradient_temp(fn, args, kwargs), name)
-    elif repeated and (temp := _gradient_temp(fn, args, kwargs)) is not None \
-            and temp >= 4 * max(saved_bytes, 1):
+    elif repeated and (step := _compiled_gradient(fn, args, kwargs)) is not None \
+            and (temp := _temp_of(step)) is not None and temp >= 4 * max(saved_bytes, 1):
         where, times = max(repeated, key=lambda wn: wn[1])
-        advice = _loop_checkpoint_note(where, times, saved_bytes, temp, name)
+        one = _one_checkpoint_temp(closed, where, step.device)
+        advice = _loop_checkpoint_note(where, times, saved_bytes, temp, name, one)
     elif not saved_bytes and closed is not None and jaxprs.wholly_checkpointed(closed):
         advice = _whole_checkpoint_note(_gradient_temp(fn, args, kwargs), name)
     elif kept:

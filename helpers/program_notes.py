@@ -264,7 +264,7 @@ def stacked_indices(temporaries: Sequence[compiled.Temporary], peak: int) -> str
 
 def sparse_note(products: Sequence[tuple[str, str, int, int, int, int, int, int, int]],
                 temporaries: Sequence[compiled.Temporary], peak: int,
-                sort_scratch: int = 0) -> str:
+                sort: tuple[int, int, int, bool] | None = None) -> str:
     """The first BCOO product of 2**18 values or more whose line made a quarter of the peak
     (``products``: :func:`jaxprs.sparse_products`), where it makes far more values than the
     dense product has:
@@ -275,11 +275,16 @@ def sparse_note(products: Sequence[tuple[str, str, int, int, int, int, int, int,
     its real nse does: measured by the kit on the CPU, jax 0.10.2, 1024 x 2048 at 1% fill,
     80.02 -> 0.82 MiB); BCOO @ BCOO pairs every stored element of one with every one of the
     other (jax-ml/jax#14821: 820 x 820 pairs at 20% fill, where dense needed 54.86 KiB), and on
-    the CPU its sum_duplicates sorts the pairs stably, with ``sort_scratch`` bytes outside XLA's
-    plan (:meth:`compiled.CompiledStep.stable_sorts`; counted in ``peak``: 25.84 + 30.78 = 56.62
-    MiB predicted, 54.64 and 56.57 measured in two runs). "" otherwise."""
+    the CPU its sum_duplicates sorts the pairs stably, with scratch outside XLA's plan (``sort``:
+    the stable sort counted in ``peak``, :meth:`compiled.CompiledStep.stable_sorts`; 25.84 +
+    30.78 = 56.62 MiB predicted, 54.64 and 56.57 measured in two runs). A sort of as many
+    elements as the product's pairs is taken for that one, and its scratch counts as the
+    product's: jax 0.11's XLA plans the pairs' indices in one buffer where 0.10.2 had two (a
+    1,229 x 1,229 product's line: 23.05 MiB of temporaries, 34.57 on 0.10.2, beside 69.14 of
+    the sort's scratch in a 127.18 MiB peak). "" otherwise."""
     for kind, line, nse, other, dense, whole, values, stored, dense_bytes in products:
-        held = sum(t.nbytes for t in temporaries if line and t.line == line)
+        scratch = sort[0] if kind == "sparse" and sort and sort[2] == nse * other else 0
+        held = scratch + sum(t.nbytes for t in temporaries if line and t.line == line)
         # 2**18 values: 1 MiB of float32 made for the product itself
         if nse * other < 2**18 or 4 * held < peak or nse * other < 4 * dense:
             continue
@@ -307,31 +312,31 @@ def sparse_note(products: Sequence[tuple[str, str, int, int, int, int, int, int,
                     "times k; on a GPU, jax.config.update('jax_bcoo_cusparse_lowering', True) "
                     "hands it to cuSPARSE (jakevdp, jax-ml/jax#14642; from the thread, not yet "
                     "run on a GPU).")
-        sort = (f" The peak above counts {format_bytes(sort_scratch)} that the CPU runtime "
-                "takes outside XLA's plan to sort the pairs stably (sum_duplicates' lexsort: "
-                "16 bytes per array per element, xla/backends/cpu/runtime/sort_thunk.cc)."
-                if sort_scratch else "")
+        pairs = (f" The peak above counts {format_bytes(scratch)} that the CPU runtime "
+                 "takes outside XLA's plan to sort the pairs stably (sum_duplicates' lexsort: "
+                 f"{jaxcompat.sort_buffer_words(bool(sort and sort[3]))})." if scratch else "")
         return (f"The BCOO @ BCOO product at {line} pairs each of the left's {nse:,} stored "
                 f"elements with each of the right's {other:,}: {nse * other:,} pairs, where the "
                 f"dense product has {dense:,} elements. At this fill, dense is far cheaper: "
                 "a.todense() @ b.todense() (jakevdp, jax-ml/jax#14821: a sparse product pays at "
-                f"about 1% fill or less).{sort}")
+                f"about 1% fill or less).{pairs}")
     return ""
 
 
-def sort_scratch_note(nbytes: int, arrays: int, elements: int) -> str:
+def sort_scratch_note(nbytes: int, arrays: int, elements: int, paired: bool = False) -> str:
     """The scratch the CPU runtime's stable sort of several arrays takes outside XLA's plan
     (:meth:`compiled.CompiledStep.stable_sorts`), counted in the peak, and the fix where the
-    order of equal keys does not matter. Measured by the kit on the CPU (jax 0.8.0 and 0.10.2):
-    a sort of 2 int32 arrays of 1,510,441 elements, 23.05 MiB planned, 69.33 MiB held stable
-    and 23.24 MiB unstable."""
+    order of equal keys does not matter. Measured by the kit on the CPU: a sort of 2 int32
+    arrays of 1,510,441 elements, 23.05 MiB planned, held 69.16 MiB stable and 23.07 unstable
+    on jax 0.8.0, 69.18 and 23.08 on 0.10.2, 34.76 and 23.07 on 0.11.2 (pairs)."""
+    measured = "34.76 -> 23.07" if jaxcompat.paired_sorts() else "69.18 -> 23.08"
     return (f"Counted beyond XLA's plan: {format_bytes(nbytes)} of scratch for the CPU runtime's "
             f"stable sort of {arrays} arrays of {elements:,} elements (jnp.argsort, jnp.lexsort, "
-            "a sort with several operands): XLA:CPU moves them through a buffer of 16 bytes per "
-            "array per element (xla/backends/cpu/runtime/sort_thunk.cc; a GPU's sort is not "
-            "counted, not yet run on a GPU). Where the order of equal keys does not matter, "
+            f"a sort with several operands): XLA:CPU moves them through "
+            f"{jaxcompat.sort_buffer_words(paired)}. A GPU's sort is not counted (not yet run "
+            "on a GPU). Where the order of equal keys does not matter, "
             "jnp.argsort(x, stable=False) or lax.sort(..., is_stable=False) sorts in place "
-            "without it (2 arrays of 1,510,441 int32: 69.33 -> 23.24 MiB measured).")
+            f"without it (2 arrays of 1,510,441 int32: {measured} MiB measured).")
 
 
 def pairwise_temporary(pairs: Sequence[tuple], temporaries: Sequence[compiled.Temporary],

@@ -1608,9 +1608,13 @@ def test_jax_20015_residuals_offloaded_by_a_policy_are_counted_in_host_memory():
     # the fact the kit reads is JAX's own: the aval's memory space is Host
     listed = jaxcompat.verify("saved_residuals")(_offload_block([], ["x", "y"]), w, x)
     assert sum("<host>" in str(a) for a, _ in listed) == 2
-    # the CPU drops the placement when it compiles: no saving shows there (the note says so)
+    # the CPU drops the placement when it compiles: offloading both is saving both there, and
+    # no saving shows (the note says so). 720,896 B of temporaries for both on jax 0.8.0 and
+    # 0.10.2, as for saving 'x' alone; 851,968 on 0.11.2, whose XLA plans saving one (786,432)
+    # apart from saving two
     temps = {jax.jit(jax.grad(_offload_block(s, o))).lower(w, x).compile()
-             .memory_analysis().temp_size_in_bytes for s, o in (([], ["x", "y"]), (["x"], []))}
+             .memory_analysis().temp_size_in_bytes
+             for s, o in (([], ["x", "y"]), (["x", "y"], []))}
     assert len(temps) == 1 and "CPU show no saving" in off.advice
     assert np.allclose(jax.grad(_offload_block([], ["x", "y"]))(w, x),
                        jax.grad(_offload_block([], []))(w, x))
@@ -1968,13 +1972,17 @@ def test_jax_25010_shard_map_residuals_said_per_device_with_the_gather_and_its_f
     (float32[1024, 256] for 4 devices' gathered float32[256, 256]) and the kit summed them as
     if one device kept them all. It now says each device's share and shape, names the
     all_gather's line and the checkpoint that drops the gathered copies (checked: 2.31 MiB
-    summed, 592 KiB each, down to 128 KiB summed, 32 KiB each, with either fix)."""
+    summed, 592 KiB each, 2.25 and 576 KiB on jax 0.11.2, down to 128 KiB summed, 32 KiB
+    each, with either fix)."""
     r = preflight.residuals(*_jax25010_fsdp(""))
     gathered = [x for x in r.residuals if x.gathered_at]
     assert [(x.shape, x.devices, x.device_shape) for x in gathered] == \
         [((1024, 256), 4, (256, 256))] * 2
-    # 2 gathered weights and 5 activations, each stacked over 4 devices
-    assert r.saved_bytes == 2 * 1024 * 256 * 4 + 5 * 64 * 256 * 4 == 2_424_832
+    # 2 gathered weights and 5 activations, each stacked over 4 devices; 4 from jax 0.11,
+    # whose tanh derivative is g * one_minus_square(y) where 0.10.2's was (g + g * y) * (1 - y):
+    # the last layer's tanh keeps 1 - y**2 alone, not y and 1 - y (2.31 -> 2.25 MiB summed)
+    activations = 5 if jaxcompat.jax_version_tuple() < (0, 11) else 4
+    assert r.saved_bytes == 2 * 1024 * 256 * 4 + activations * 64 * 256 * 4
     assert r.device_bytes == r.saved_bytes // 4 and r.devices == 4
     text = str(r)
     assert f"summed over the 4 devices a shard_map splits it over: each device keeps " \

@@ -33,7 +33,7 @@ from helpers._internal import frames
 
 __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
            "CALLBACK_IMPLS", "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS",
-           "Internal", "InternalMoved", "PMAP_AXIS_PREFIXES", "STARTUP_VARS",
+           "Internal", "InternalMoved", "PAIRED_SORT_SINCE", "PMAP_AXIS_PREFIXES", "STARTUP_VARS",
            "STATIC_VALUES_EXPLAINED", "TESTED_FLOOR",
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
@@ -47,9 +47,11 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "lowered_jaxpr",
            "memory_spaces_only",
            "on_backend_start",
-           "outside_transforms", "parse_cache_miss", "parse_cache_write", "parse_compiling",
+           "outside_transforms", "paired_sorts", "parse_cache_miss", "parse_cache_write",
+           "parse_compiling",
            "parse_guard_line", "running_callback", "running_callback_site", "scan_counts",
-           "sharding_error_types", "stable_sort_scratch", "static_values_explained",
+           "sharding_error_types", "sort_buffer_words", "sort_threads", "stable_sort_scratch",
+           "static_values_explained",
            "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
            "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr"]
@@ -705,17 +707,52 @@ def weight_gradient_convolutions(hlo_text: str) -> list[int]:
 #: bytes per array (kMaxElementSize: a complex128), whatever their type
 _SORT_VALUE_BYTES = 16
 _SORT_DIMENSION = re.compile(r"\bdimensions=\{(\d+)\}")
+#: From jax 0.11 (xla/backends/cpu/runtime/sort_lib.cc, measured on 0.11.2; 0.10.2 has neither):
+#: a sort of two arrays of 1, 2, 4 or 8 byte elements moves them as std::pair<Key, Value> of
+#: unsigned stand-ins, whose size is twice the wider (a key-value sort), where the sorted
+#: dimension is the innermost or at most 65,536 long; a strided slice is gathered into two
+#: arrays of its own first (on the stack up to 1,024 elements). SortThunk sorts the slices in
+#: parallel on the intra-op pool, in tasks of max(1, 32768 // n) slices.
+PAIRED_SORT_SINCE = (0, 11, 0)
+_PAIRED_WIDTHS = (1, 2, 4, 8)
+_PAIRED_STRIDED_MAX = 65536
+_PAIRED_ON_STACK = 1024
+_SORT_GRAIN = 32768
 
 
-def stable_sort_scratch(hlo_text: str) -> list[tuple[int, int, int]]:
-    """(bytes, arrays sorted together, elements along the sorted dimension) of the scratch each
-    stable ``sort`` of two or more arrays in an optimized CPU executable takes outside XLA's
-    buffer plan. From XLA's source, xla/backends/cpu/runtime/sort_thunk.cc: SortThunk hands
-    std::stable_sort an iterator over all k arrays whose value type holds 16 bytes per array,
-    and std::stable_sort allocates a buffer of one value per element of the slice it sorts
-    (one row at a time: a sort along the last axis of [rows, n] takes 16 * k * n). Measured,
-    jax 0.8.0 and 0.10.2: 16 B x k x n within 0.3% for k = 2 and 3 at n = 1,510,441. XLA's
-    text format is not an API: tests check it still parses."""
+def paired_sorts(version: tuple[int, ...] | None = None) -> bool:
+    """Whether XLA:CPU in this JAX (or ``version``) sorts two arrays as pairs (see above)."""
+    return (jax_version_tuple() if version is None else version) >= PAIRED_SORT_SINCE
+
+
+def sort_threads() -> int:
+    """The CPUs this process may run on: the size of XLA:CPU's intra-op pool."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def stable_sort_scratch(hlo_text: str, threads: int | None = None,
+                        version: tuple[int, ...] | None = None
+                        ) -> list[tuple[int, int, int, bool]]:
+    """(bytes, arrays sorted together, elements along the sorted dimension, paired) of the
+    scratch each stable ``sort`` of two or more arrays in an optimized CPU executable takes
+    outside XLA's buffer plan. From XLA's source, xla/backends/cpu/runtime/sort_thunk.cc: SortThunk
+    hands std::stable_sort an iterator over all k arrays whose value type holds 16 bytes per
+    array, and std::stable_sort allocates a buffer of one value per element of the slice it
+    sorts (one row at a time: a sort along the last axis of [rows, n] takes 16 * k * n).
+    Measured, jax 0.8.0 and 0.10.2: 16 B x k x n within 0.3% for k = 2 and 3 at n = 1,510,441.
+    From jax 0.11 (``version``, the installed one by default) two arrays of 1 to 8 byte
+    elements are sorted as pairs (``paired``: n x twice the wider element; measured on 0.11.2,
+    n = 2**21: 8 B for int32 with int32 or int8, 16 B for complex64 with int32), and slices
+    are sorted in parallel: up to ``threads`` (:func:`sort_threads` by default) + 1 at once, the
+    caller's thread among them (measured on 0.11.2, 8 rows of 262,144: 3 slices' scratch with 2
+    CPUs, 2 with 1; it varies run to run), so the bytes are those of the most at once. The
+    layout is taken as XLA's default (the last dimension innermost). XLA's text format is not an
+    API: tests check it still parses."""
+    paired_since = paired_sorts(version)
+    threads = sort_threads() if threads is None else threads
     out = []
     for line in hlo_text.splitlines():
         if "is_stable=true" not in line:
@@ -725,11 +762,37 @@ def stable_sort_scratch(hlo_text: str) -> list[tuple[int, int, int]]:
         if found is None or found[2] != "sort" or len(found[3]) < 2 or dim is None:
             continue
         dims = [int(d) for d in found[3][0][1].split(",") if d]
-        if int(dim.group(1)) >= len(dims):
+        d = int(dim.group(1))
+        if d >= len(dims):
             continue
-        k, n = len(found[3]), dims[int(dim.group(1))]
-        out.append((_SORT_VALUE_BYTES * k * n, k, n))
+        k, n = len(found[3]), dims[d]
+        if not paired_since:
+            out.append((_SORT_VALUE_BYTES * k * n, k, n, False))
+            continue
+        inner = math.prod(dims[d + 1:])
+        widths = [_HLO_BYTES.get(t) for t, _ in found[3]]
+        paired = (k == 2 and all(w in _PAIRED_WIDTHS for w in widths)
+                  and (inner == 1 or n <= _PAIRED_STRIDED_MAX))
+        if paired:
+            gathered = n * sum(widths) if inner > 1 and n > _PAIRED_ON_STACK else 0
+            per_slice = n * 2 * max(widths) + gathered
+        else:
+            per_slice = _SORT_VALUE_BYTES * k * n
+        slices = math.prod(dims) // max(n, 1)
+        grain = max(1, _SORT_GRAIN // max(n, 1))
+        at_once = 1 if slices <= grain else min(-(-slices // grain), threads + 1)
+        out.append((per_slice * at_once, k, n, paired))
     return out
+
+
+def sort_buffer_words(paired: bool) -> str:
+    """How XLA:CPU's stable sort of several arrays holds them (:func:`stable_sort_scratch`),
+    with the source file, for a note (no parentheses: notes put it in theirs)."""
+    if paired:
+        return ("a buffer of one (key, value) pair per element, of twice the wider element's "
+                "bytes, xla/backends/cpu/runtime/sort_lib.cc from jax 0.11; 16 bytes per array "
+                "per element before it, and for three arrays or more")
+    return "a buffer of 16 bytes per array per element, xla/backends/cpu/runtime/sort_thunk.cc"
 
 
 def _tuple_results(line: str) -> tuple[str | None, str, str, list[tuple[str, str]]] | None:

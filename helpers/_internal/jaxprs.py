@@ -646,6 +646,20 @@ def repeated_checkpoints(closed) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def checkpoint_at(closed, where: str) -> tuple[Any, Any] | None:
+    """(the jaxpr it recomputes, its policy) of the first ``jax.checkpoint`` equation made at
+    ``where`` (a line :func:`repeated_checkpoints` names), for the gradient of one such call
+    alone; None where none is, or its jaxpr has constants of its own."""
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name in _REMATS and equation_where(eqn) == where:
+                body = _called(eqn)
+                if body is None or getattr(body, "constvars", ()):
+                    return None
+                return body, eqn.params.get("policy")
+    return None
+
+
 def wholly_checkpointed(closed) -> bool:
     """Whether every output of the jaxpr comes from one ``jax.checkpoint`` equation (followed
     through inner jits): ``jax.checkpoint`` around the whole function differentiated, which
