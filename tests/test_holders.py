@@ -644,19 +644,23 @@ def test_jax_26216_a_host_read_of_a_sharded_array_lists_no_shard_views_and_names
     gc.collect()
     base = sum(memory_bytes().values())
     state = params()
+    listed = len(jax.live_arrays())
     np.asarray(state["w"])  # the checkpoint's read (jax.device_get does the same)
+    # JAX made an Array over each shard (jax 0.8.0 to 0.11.2; 0.12.0.1 makes none: measured)
+    views = len(jax.live_arrays()) > listed
     assert jaxcompat.host_copy_bytes(state["w"]) == 18 * MiB
     assert sum(memory_bytes().values()) - base == 18 * MiB  # was 36 MiB: each shard twice
     h = holders.largest(3, namespace={"state": state})
     assert h.live_bytes - base == 18 * MiB
-    assert h.shard_views >= len(jax.devices())  # JAX's views, left out of the list
+    # JAX's views, left out of the list
+    assert h.shard_views >= len(jax.devices()) if views else h.shard_views == 0
     shard = 18 * MiB // len(jax.devices())
     assert not [a for a in h.arrays if a.nbytes == shard], h.arrays
     (w,) = [a for a in h.arrays if a.nbytes == 18 * MiB]
     assert w.held_by == ("dict 'state'['w'] in the notebook",) and w.host_copy == 18 * MiB
     assert h.host_copy_bytes >= 18 * MiB
     text = str(h)
-    assert "JAX's views of a sharded array's shards" in text
+    assert ("JAX's views of a sharded array's shards" in text) == views
     assert "held by JAX alone" not in text.split("compiled programs")[0]
     assert "jax-ml/jax#26216" in h.host_copies and "18.00 MiB host copy" in text
     assert "np.asarray(s.data) for s in x.addressable_shards" in h.host_copies

@@ -476,16 +476,21 @@ def test_jax_10828_arrays_of_a_restarted_backend_are_counted_and_named():
 def test_jax_26216_a_host_read_of_a_sharded_array_counts_each_shard_once():
     """jax-ml/jax#26216: np.asarray (and jax.device_get, even str) of a sharded array makes JAX
     list single-device Arrays over the shards' own buffers; snapshot() counted them beside the
-    array, twice the device bytes (32 MiB per device for 16). Each buffer counts once."""
+    array, twice the device bytes (32 MiB per device for 16). Each buffer counts once. jax
+    0.12.0.1 makes no such Arrays: the count holds there too."""
     from jax.sharding import NamedSharding, PartitionSpec
 
     mesh = jax.make_mesh((N_SIMULATED,), ("x",))
     before = {d.device: d.bytes_in_use for d in memory.snapshot().devices}
     w = jax.device_put(jnp.ones((N_SIMULATED * 1024, 1024), jnp.float32),
                        NamedSharding(mesh, PartitionSpec("x")))  # 4 MiB per device
+    listed = len(jax.live_arrays())
     for read in (np.asarray, jax.device_get, str):
         read(w)
-        assert len(memory.shard_buffers()) >= N_SIMULATED  # JAX's views are there
+        # JAX's views are there (jax 0.8.0 to 0.11.2); 0.12.0.1 makes none (measured)
+        views = len(jax.live_arrays()) > listed
+        assert len(memory.shard_buffers()) >= N_SIMULATED if views else \
+            memory.shard_buffers() == set()
         grown = {d.device: d.bytes_in_use - before[d.device] for d in memory.snapshot().devices}
         assert grown == {f"cpu:{i}": 4 * 2**20 for i in range(N_SIMULATED)}, (read, grown)
     del w

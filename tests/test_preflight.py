@@ -1703,22 +1703,29 @@ def _temp(fn, *args):
 
 def test_xla_49131_a_pairwise_broadcast_then_reduced_is_told_to_sum_over_chunks():
     """The kit advised "jax.checkpoint on the largest layer", which raised XLA's temporaries
-    for the gradient (192 -> 240 MiB at M = N = 2048 on jax 0.10.2)."""
+    for the gradient (192 -> 240 MiB at M = N = 2048 on jax 0.10.2). Where XLA fuses the pairs
+    away (jax 0.12.0.1 on the CPU: 0 B of temporaries, 13 MiB listed), the note says nothing
+    needs changing, as for the RBF kernel below."""
     x, y = (jax.random.normal(jax.random.PRNGKey(i), (_P, 3)) for i in (0, 1))
     m = jnp.ones(_P)
     r = preflight.residuals(_nbody_loss, x, y, m)
-    for words in ("values over every pair of two inputs' rows (the largest float32[512, 512, 3])",
-                  "made by broadcasting them against each other (test_preflight.py:",
-                  "reduced over 512 (test_preflight.py:", ".sum(1)",
-                  f"XLA's compiled jax.grad(_nbody_loss) holds "
-                  f"{_temp(_nbody_loss, x, y, m) / MiB:.2f} MiB",
+    plain = _temp(_nbody_loss, x, y, m)
+    head = ("values over every pair of two inputs' rows (the largest float32[512, 512, 3])",
+            "made by broadcasting them against each other (test_preflight.py:",
+            "reduced over 512 (test_preflight.py:", ".sum(1)", "openxla/xla#49131")
+    if 2 * plain < r.saved_bytes:  # jax 0.12.0.1's XLA:CPU fuses the whole gradient (0 B)
+        for words in (*head, f"XLA's compiled jax.grad(_nbody_loss) holds only "
+                      f"{format_bytes(plain)} of temporaries", "nothing needs changing"):
+            assert words in r.advice, words
+        assert "lax.scan" not in r.advice
+        return
+    for words in (*head, f"XLA's compiled jax.grad(_nbody_loss) holds {plain / MiB:.2f} MiB",
                   "jax.checkpoint around it keeps none of them",
                   "a lax.scan over 32 chunks of 16 of y (the reduced axis)",
-                  "y.reshape(32, 16, ...)", "openxla/xla#49131"):
+                  "y.reshape(32, 16, ...)"):
         assert words in r.advice, words
     assert "on the largest layer" not in r.advice
     # measured: a bare jax.checkpoint does not shrink it; the chunks do, with the same gradient
-    plain = _temp(_nbody_loss, x, y, m)
     whole = _temp(lambda x, y, m: jax.checkpoint(_nbody)(x, y, m).sum(), x, y, m)
     chunked = _temp(_nbody_in_chunks, x, y, m)
     assert whole > 0.8 * plain and chunked * 20 < plain, (plain, whole, chunked)
