@@ -9,11 +9,12 @@ ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # the unit tests and every `>>>` example in the package's docstrings
 UNIT = --doctest-modules tests helpers
 # every notebook under nbval, lax mode, stderr left out (tests/nbval_hooks.py)
-NBVAL = $(BIN)/python -m pytest -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax \
+NBVAL_ARGS = -q -p no:cacheprovider -p tests.nbval_hooks --nbval-lax \
 	--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 notebooks
+NBVAL = $(BIN)/python -m pytest $(NBVAL_ARGS)
 
-.PHONY: lab test unit nbval lint doctor notebooks bench clean venv gpu-check test-floor test-next \
+.PHONY: lab test unit nbval lint doctor notebooks bench clean venv gpu-check test-floor test-next next-python \
 	test-browser chromium-check
 
 venv: $(STAMP)
@@ -50,24 +51,32 @@ test-floor: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -c "import jax; assert jax.__version__ == '$(JAX_FLOOR)', jax.__version__"
 	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider $(UNIT)
 
-## make test-next: the unit tests on the newest jax that pip gives a newer Python (jax 0.11 and
-## later need Python 3.12; the .venv's Python 3.11 stops at 0.10.2), in a third virtualenv
-## (.venv-next). JAX_NEXT pins a version (the lent H100's is 0.11.2). Not yet in CI: it still
-## fails where jax 0.11 changed what the kit reads (docs/limitations.md).
-NEXT_PYTHON ?= python3.12
+## make test-next: the unit tests and every notebook on a newer jax (JAX_NEXT, e.g. 0.11.2, the
+## lent H100's; default the newest pip gives), in a third virtualenv (.venv-next) on Python 3.12:
+## jax 0.11 and later need it, and the .venv's Python 3.11 stops at 0.10.2. NEXT_PYTHON is the
+## first Python 3.12 that runs (a pyenv shim that refuses is skipped). CI runs 0.11.2 and 0.12.0.1.
+NEXT_PYTHON ?= $(shell for p in python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) \
+	/usr/bin/python3.12; do $$p -c "" 2>/dev/null && { echo $$p; break; }; done)
 NEXT_VENV   ?= .venv-next
 JAX_NEXT    ?=
 NEXT_STAMP  := $(NEXT_VENV)/.jax-$(or $(JAX_NEXT),newest)-installed
 $(NEXT_STAMP): pyproject.toml
+	@test -n "$(NEXT_PYTHON)" || { echo "no Python 3.12 runs here: set NEXT_PYTHON=/path/to/python3.12"; exit 1; }
 	@test -x $(NEXT_VENV)/bin/python || $(NEXT_PYTHON) -m venv $(NEXT_VENV)
 	$(NEXT_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(NEXT_VENV)/bin/python -m pip install --quiet -e ".[dev]" \
-	    $(if $(JAX_NEXT),"jax==$(JAX_NEXT)" "jaxlib==$(JAX_NEXT)")
+	    $(if $(JAX_NEXT),"jax==$(JAX_NEXT)" "jaxlib==$(JAX_NEXT)",--upgrade jax jaxlib)
+	@rm -f $(NEXT_VENV)/.jax-*-installed  # one stamp: the jax installed now
 	@touch $(NEXT_STAMP)
 
+next-python:
+	@echo $(NEXT_PYTHON)
+
 test-next: $(NEXT_STAMP)
-	$(NEXT_VENV)/bin/python -c "import jax, sys; print('jax', jax.__version__, 'on Python', sys.version.split()[0])"
+	$(NEXT_VENV)/bin/python -c "import jax, sys; print('jax', jax.__version__, 'on Python', \
+	    sys.version.split()[0]); assert '$(JAX_NEXT)' in ('', jax.__version__), jax.__version__"
 	$(NEXT_VENV)/bin/python -m pytest -q -p no:cacheprovider $(UNIT)
+	$(NEXT_VENV)/bin/python -m pytest $(NBVAL_ARGS)
 
 ## make test-browser: JupyterLab in headless Chromium, as a learner uses it: Restart & Run All on
 ## every notebook (no error output, no stderr traceback, every cell run), the MemoryMonitor widget
