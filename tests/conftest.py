@@ -24,6 +24,19 @@ collect_ignore = ["browser"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def wait_until(condition, seconds: float = 30) -> bool:
+    """Poll ``condition`` (a thread ending, a buffer freed: both asynchronous); True as soon as
+    it holds. What a test asserts is the condition, not how long it took."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
 def run_python(code: str, env: dict | None = None, timeout: float = 120):
     """Run python code in a fresh process from the repo root; returns CompletedProcess."""
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_child_env(env),

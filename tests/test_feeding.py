@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import datasets, feeding, plotting
-from tests.conftest import benchmark_module
+from tests.conftest import benchmark_module, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -256,16 +256,6 @@ def batch_threads():
     return [t for t in threading.enumerate() if t.name == "helpers-batches"]
 
 
-def _wait_until(condition, seconds: float = 30) -> bool:
-    """Poll ``condition`` (a thread ending is asynchronous); True as soon as it holds."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 def test_an_unclosed_iterator_that_is_dropped_stops_its_thread(tokens):
     import gc
     import weakref
@@ -277,9 +267,9 @@ def test_an_unclosed_iterator_that_is_dropped_stops_its_thread(tokens):
     gone = weakref.ref(it)
     del it
     # the producer holds the iterator only while it makes a batch: gone once that one is made
-    assert _wait_until(lambda: gc.collect() is not None and gone() is None), \
+    assert wait_until(lambda: gc.collect() is not None and gone() is None), \
         "the prefetch thread keeps the iterator alive"
-    assert _wait_until(lambda: len(batch_threads()) == before), batch_threads()
+    assert wait_until(lambda: len(batch_threads()) == before), batch_threads()
 
 
 def test_rebinding_the_name_as_a_rerun_cell_does_leaves_one_thread(tokens):
@@ -287,7 +277,7 @@ def test_rebinding_the_name_as_a_rerun_cell_does_leaves_one_thread(tokens):
     for _ in range(5):  # `it = datasets.batches(...)` in a cell run five times
         it = datasets.batches(tokens, 4, 16, prefetch=2)
         next(it)
-    assert _wait_until(lambda: len(batch_threads()) == before + 1), batch_threads()
+    assert wait_until(lambda: len(batch_threads()) == before + 1), batch_threads()
     it.close()
     assert len(batch_threads()) == before
 
@@ -299,7 +289,7 @@ def test_a_waiting_producer_does_not_poll(tokens):
 
     with datasets.batches(tokens, 4, 16, prefetch=2) as it:
         next(it)
-        assert _wait_until(lambda: it._queue.qsize() >= 2)
+        assert wait_until(lambda: it._queue.qsize() >= 2)
         (thread,) = [t for t in batch_threads() if t is it._thread]
         made = it._made
         before = time.thread_time()  # this thread's, as a control the test can read

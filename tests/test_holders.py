@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from helpers import holders
+from tests.conftest import wait_until
 
 MiB = 2**20
 
@@ -802,7 +803,9 @@ def test_jax_4636_a_dlpack_consumer_of_an_array_is_named_and_must_go_too():
     before = _rss_anon()
     del ns["t"]  # the rest of the fix
     gc.collect()
-    assert before - _rss_anon() > 40 * MiB  # the buffer went with the consumer
+    # the buffer went with the consumer (once, in a jax 0.8.0 suite run, a reading taken at
+    # once still had it: polled, not read once)
+    assert wait_until(lambda: before - _rss_anon() > 40 * MiB, seconds=10)
 
 
 def test_jax_1961_every_numpy_view_of_an_array_is_named_and_all_must_go():
