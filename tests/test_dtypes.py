@@ -142,7 +142,8 @@ def test_jax_7368_a_bfloat16_output_against_float32_labels_in_a_float32_loss_is_
     assert jaxprs.widened_inputs(jax.make_jaxpr(step)(params, x, y)) == ()
     followed = preflight.preflight_step(step, params, x, y16, donate_argnums=0)
     temps = round(p.temp_bytes / MiB, 2), round(followed.temp_bytes / MiB, 2)
-    measured = {"0.8.0": 17.5, "0.10.2": 15.5, "0.11.2": 12.5}.get(jax.__version__, temps[0])
+    measured = {"0.8.0": 17.5, "0.10.2": 15.5, "0.11.2": 12.5, "0.12.0.1": 12.5}.get(
+        jax.__version__, temps[0])  # (another version: the two equal, as the lesson says)
     assert temps == (measured, measured), (jax.__version__, temps)
     # the same widened output read by a forward dot is named still, under jax.grad too
     def dotted(params, x, y):

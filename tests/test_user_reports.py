@@ -683,7 +683,8 @@ def test_jax_12789_21300_constants_xla_folds_while_compiling_are_in_the_peak():
 def test_jax_12792_fewer_residuals_need_not_lower_the_plan_and_the_kit_says_to_compare():
     """jax.checkpoint "does not work": the residuals drop, XLA's plan for the gradient may not
     (measured on the CPU, jax 0.8.0 and 0.10.2: 8 MiB of temporaries either way; on 0.11.2
-    XLA's plan did fall, 8 -> 5 MiB: either way, only comparing the two says which)."""
+    and 0.12.0.1 XLA's plan did fall, 8 -> 5 MiB: either way, only comparing the two says
+    which)."""
     ws = [jnp.ones((256, 256)) / 256 for _ in range(4)]
     x = jnp.ones((1024, 256))
 
@@ -702,7 +703,8 @@ def test_jax_12792_fewer_residuals_need_not_lower_the_plan_and_the_kit_says_to_c
     temps = [preflight.preflight_step(jax.grad(f), ws, x).temp_bytes for f in (net, per_layer)]
     # ...and XLA's plan for the gradient stayed the same here (MiB; it fell on jax 0.11.2)
     mib = [t / 2**20 for t in temps]
-    assert mib == {"0.8.0": [8, 8], "0.10.2": [8, 8], "0.11.2": [8, 5]}.get(jax.__version__, mib)
+    assert mib[1] <= mib[0] and mib == {"0.8.0": [8, 8], "0.10.2": [8, 8], "0.11.2": [8, 5],
+                                        "0.12.0.1": [8, 5]}.get(jax.__version__, mib)
     assert "compare preflight_step(jax.grad(loss), ...) before and after" in plain.advice
 
 
