@@ -1275,10 +1275,9 @@ def _object_holder(obj, arr, names, mine) -> tuple[str, str]:
     boxes = jaxcompat.static_argument_boxes()
     if boxes and owners and all(isinstance(o, boxes) for o in owners):
         return (f"{_JIT_CACHE}, through {kind} passed as a static argument",
-                "jax.clear_caches() lets it go now (measured on jax 0.8.0, 0.10.2 and 0.11.2; "
-                "on 0.10.2 and 0.11.2 deleting the jitted function and its clear_cache() do "
-                "not); keep arrays out of static arguments: pass them as traced arguments "
-                "instead")
+                "jax.clear_caches() lets it go now (measured on jax 0.8.0 to 0.12.0.1; from "
+                "0.10.2, deleting the jitted function and its clear_cache() do not); keep "
+                "arrays out of static arguments: pass them as traced arguments instead")
     return (kind, "")
 
 

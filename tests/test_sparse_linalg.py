@@ -111,7 +111,9 @@ def test_jax_14821_a_bcoo_bcoo_products_sort_scratch_is_counted_and_the_peak_hol
     assert runtime == 16 * 3 * 1229 * 1229
     assert abs(peak - measured) <= 0.05 * measured, (peak / MiB, measured / MiB)
     assert "69.14 MiB that the CPU runtime takes outside XLA's plan to sort the pairs" in advice
-    assert "sort_thunk.cc" in advice and "not yet known" not in advice
+    # (the 16 B per array path moved from sort_thunk.cc to sort_lib.cc in jax 0.11's XLA)
+    assert ("sort_lib.cc" if jaxcompat.paired_sorts() else "sort_thunk.cc") in advice
+    assert "not yet known" not in advice
     assert "a.todense() @ b.todense()" in advice and "jax-ml/jax#14821" in advice
     peak, runtime, measured, _ = sorted_runs["dense"]  # the fix it names
     assert runtime == 0 and 10 * measured < sorted_runs["spsp"][2]
@@ -152,7 +154,6 @@ def test_stable_sort_scratch_is_read_from_the_program_text():
     argsort = text(jnp.argsort, x[:1000])
     assert scratch(argsort, old) == [(32000, 2, 1000, False)]
     assert scratch(argsort, new) == [(8000, 2, 1000, True)]
-    assert scratch(argsort) == scratch(argsort, jax_version_tuple())
     rows = text(lambda a: jnp.argsort(a[:1000].reshape(10, 100), axis=1), x)
     assert scratch(rows, old) == [(3200, 2, 100, False)]  # a row at a time
     assert scratch(rows, new) == [(800, 2, 100, True)]  # 10 rows: one task of 327

@@ -707,7 +707,8 @@ def weight_gradient_convolutions(hlo_text: str) -> list[int]:
 #: bytes per array (kMaxElementSize: a complex128), whatever their type
 _SORT_VALUE_BYTES = 16
 _SORT_DIMENSION = re.compile(r"\bdimensions=\{(\d+)\}")
-#: From jax 0.11 (xla/backends/cpu/runtime/sort_lib.cc, measured on 0.11.2; 0.10.2 has neither):
+#: From jax 0.11 (xla/backends/cpu/runtime/sort_lib.cc, measured on 0.11.2, taken to hold from
+#: 0.11.0; 0.10.2 has neither):
 #: a sort of two arrays of 1, 2, 4 or 8 byte elements moves them as std::pair<Key, Value> of
 #: unsigned stand-ins, whose size is twice the wider (a key-value sort), where the sorted
 #: dimension is the innermost or at most 65,536 long; a strided slice is gathered into two
@@ -792,7 +793,8 @@ def sort_buffer_words(paired: bool) -> str:
         return ("a buffer of one (key, value) pair per element, of twice the wider element's "
                 "bytes, xla/backends/cpu/runtime/sort_lib.cc from jax 0.11; 16 bytes per array "
                 "per element before it, and for three arrays or more")
-    return "a buffer of 16 bytes per array per element, xla/backends/cpu/runtime/sort_thunk.cc"
+    where = "sort_lib.cc" if paired_sorts() else "sort_thunk.cc"  # (the code moved in 0.11)
+    return f"a buffer of 16 bytes per array per element, xla/backends/cpu/runtime/{where}"
 
 
 def _tuple_results(line: str) -> tuple[str | None, str, str, list[tuple[str, str]]] | None:
@@ -1147,16 +1149,19 @@ def _needed_by(computations: dict[str, list[str]], lines: list[str], name: str,
             if found := _needed_by(computations, lines, user, depth + 1):
                 return found
             continue
-        index = _operand_names(line, "tuple").index(name)
+        places = [i for i, op in enumerate(_operand_names(line, "tuple")) if op == name]
         loop = re.compile(rf"\bwhile\(%{re.escape(user)}\)")
-        for other in lines:
+        for other in lines if places else ():  # (the name matched outside the operands: none)
             if loop.search(other) and (m := _WHILE_BODY.search(other)) \
                     and (body := computations.get(m.group(1))):
                 param = next((_line_name(b) for b in body if " parameter(0)" in b), None)
-                element = next((_line_name(b) for b in body if param and re.search(
-                    rf"get-tuple-element\(%{re.escape(param)}\), index={index}\b", b)), None)
-                if element and (found := _needed_by(computations, body, element, depth + 1)):
-                    return found
+                for index in places:
+                    element = next((_line_name(b) for b in body if param and re.search(
+                        rf"get-tuple-element\(%{re.escape(param)}\), index={index}\b", b)),
+                        None)
+                    if element and (found := _needed_by(computations, body, element,
+                                                        depth + 1)):
+                        return found
     return None
 
 
@@ -1375,14 +1380,15 @@ def static_values_explained() -> Iterator[bool]:
         found = diff(new_key, old_key)
         if found[0] < 4:  # JAX explained it (a setting, the structure, the types)
             return found
-        try:
+        try:  # (a key of another form, a value whose repr raises: JAX's own words stand)
             changed = _static_differences(new_key[1][0], old_key[1][0], static, "")
-        except Exception:  # a key of another form: JAX's own words stand
+            lines = [f"  * at input path {path}, now Static(val={_short_repr(now)}) and before "
+                     f"Static(val={_short_repr(before)}), so jit traces anew"
+                     for path, now, before in changed]
+        except Exception:
             return found
         if not changed:
             return found
-        lines = [f"  * at input path {path}, now Static(val={now!r}) and before "
-                 f"Static(val={before!r}), so jit traces anew" for path, now, before in changed]
         return (1, len(changed), "\n".join([STATIC_VALUES_EXPLAINED, *lines]))
 
     module.diff_tracing_cache_keys = explained
@@ -1390,6 +1396,15 @@ def static_values_explained() -> Iterator[bool]:
         yield True
     finally:
         module.diff_tracing_cache_keys = diff
+
+
+def _short_repr(value: Any) -> str:
+    """repr(value), cut to 300 characters (a static value can be a whole model)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxother = r.maxstring = 300
+    return r.repr(value)
 
 
 def _static_differences(new, old, static: type, path: str) -> list[tuple[str, Any, Any]]:
@@ -1436,8 +1451,9 @@ def deleted_argument_error() -> str:
     before, but a jitted call already run hands the buffer to XLA from its C++ fast path and
     fails there (ValueError, INVALID_ARGUMENT); jax 0.11.2's fast path leaves that call to the
     Python path, whose check raises the RuntimeError too."""
-    if jax_version_tuple() >= (0, 11):
-        return 'RuntimeError "Array has been deleted"'
+    if jax_version_tuple() >= (0, 11):  # (measured on 0.11.2 and 0.12.0.1, on the CPU)
+        return ('RuntimeError "Array has been deleted", measured on the CPU, not yet run on a '
+                'GPU')
     return ('RuntimeError "Array has been deleted", or, from a jitted call it has run before, '
             'INVALID_ARGUMENT "Buffer has been deleted or donated"')
 
