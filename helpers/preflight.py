@@ -1048,9 +1048,9 @@ def _one_checkpoint_temp(closed, where: str, device) -> int | None:
     try:
         step = compiled.compile_step(jax.grad(loss, argnums=tuple(inexact)), *shapes,
                                      device=device, over_mesh=False)
-        return int(step.sizes()["temp"])
-    except Exception:  # a body this cannot call alone, a backend that will not say
+    except Exception:  # a body this cannot call alone
         return None
+    return _temp_of(step)  # (None: a backend that will not say)
 
 
 #: arguments that are no arrays: ``jax.grad(loss)(x, 10)`` passes them to ``loss`` as they are

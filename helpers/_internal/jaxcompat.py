@@ -1083,7 +1083,7 @@ def while_slice_copies(text: str, least: int, is_user: Callable[[str], bool]
         for line in body:
             if " parameter(0)" in line:
                 carried = _carried_shapes(line)
-                param = line.split(" = ", 1)[0].strip().removeprefix("ROOT ").lstrip("%")
+                param = _line_name(line)
             if not (i := _INSTRUCTION.match(line)):
                 continue
             shape, opcode = _shape_of(i.group(3), i.group(4)), i.group(5)
