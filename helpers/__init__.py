@@ -18,6 +18,10 @@ before ``jax.config.update("jax_num_cpu_devices", ...)``. In IPython or Jupyter,
 
 __version__ = "0.1.0"
 
+from helpers._internal import forks as _forks  # noqa: E402
+
+_forks.watch()  # each os.fork() after JAX started, by line (settings.check_process names it)
+
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext helpers``: see :mod:`helpers.ipython`."""

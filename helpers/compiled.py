@@ -46,8 +46,9 @@ from helpers.units import NOT_AVAILABLE, format_bytes
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "ScanStack",
-           "Temporary", "array_bytes", "bytes_per_device", "compile_step", "describe_arguments",
+__all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "JacobianProduct",
+           "ScanStack", "Temporary", "array_bytes", "bytes_per_device", "compile_step",
+           "describe_arguments",
            "devices_split_over", "elements_per_device", "function_name", "memory_kind",
            "metadata_arrays", "same_sharding", "user_line"]
 
@@ -145,6 +146,23 @@ class Jacobian(Record):
     def other_way(self) -> int:
         """How many the other mode would carry: the columns (reverse) or the rows (forward)."""
         return self.inputs if self.mode == "reverse" else self.outputs
+
+
+@dataclass(frozen=True)
+class JacobianProduct(Record):
+    """A whole Jacobian (or Hessian) the step makes only to multiply it by a vector
+    (jax-ml/jax#2937). ``jax.jvp`` gives J @ v, ``jax.vjp`` u @ J, and a Hessian-vector
+    product ``jax.jvp(jax.grad(f), (x,), (v,))[1]``, each without the Jacobian."""
+
+    kind: str  # "hessian" (jax.hessian: jacfwd of jacrev), "forward" or "reverse"
+    side: str  # "right": J @ v (the inputs' dimensions contracted); "left": u @ J
+    shape: tuple[int, ...]  # the Jacobian's, with any vmap's batch
+    dtype: str
+    nbytes: int  # the Jacobian's
+    product_bytes: int  # what the step keeps of it: the product
+    line: str  # the user's line that made the Jacobian
+    product_line: str  # the user's line that multiplies it
+    batched: bool  # one vector per point of a batch (an einsum 'nij,nj->ni', a vmap)
 
 
 # --- arguments as shapes on the target device ----------------------------------------------
@@ -933,6 +951,12 @@ class CompiledStep:
         (``_std_basis``, ``_jacrev_unravel``, ``_jacfwd_unravel`` under the ``jacfun`` of
         ``jacrev`` or ``jacfwd``; jax 0.8.0 and 0.10.2 alike)."""
         return tuple(Jacobian(*sizes) for sizes in jaxprs.jacobian_sizes(self.jaxpr))
+
+    def jacobian_products(self) -> tuple[JacobianProduct, ...]:
+        """Each whole Jacobian the step only multiplies by a vector, largest first: the output
+        of JAX's ``_jacfwd_unravel`` or ``_jacrev_unravel`` read by a ``dot_general`` whose
+        other operand keeps no dimension of its own (jax-ml/jax#2937)."""
+        return tuple(JacobianProduct(*p) for p in jaxprs.jacobian_products(self.jaxpr))
 
     def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:
         """("float32[512, 512]", bytes, line) of each floating array the step computes and then

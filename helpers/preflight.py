@@ -248,6 +248,9 @@ class StepPreflight(_Verdict, Display):
     static_arrays: tuple[tuple[str, str, str], ...] = ()
     #: each jax.jacrev and jax.jacfwd in the step, with its rows (outputs) and columns (inputs)
     jacobians: tuple[compiled.Jacobian, ...] = ()
+    #: each whole Jacobian made only to multiply a vector, named where it is a quarter of the
+    #: peak (jax-ml/jax#2937)
+    jacobian_products: tuple[compiled.JacobianProduct, ...] = ()
     #: ("float32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
     scaled_by_zero: tuple[tuple[str, int, str], ...] = ()
     #: each floating argument the step reads only through a cast to a narrower type (float32
@@ -482,7 +485,23 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     batched = program_notes.batched_by_line(c, peak)
     softmaxed = program_notes.softmax_inputs(c, peak)
     jacobians = c.jacobians()
-    the_long_way = [(r, held) for r in jacobians if r.batch >= 4 * r.other_way and (
+    # a whole Jacobian made only to multiply a vector: jvp/vjp make the product without it,
+    # which no other way of making the Jacobian (fewer rows, chunks) comes near
+    by_line: dict[str, list] = {}  # the values made inside the Jacobians, by line
+    for t in temporaries:
+        if t.line in c.jacobian_lines:
+            by_line.setdefault(t.line, []).append(t)
+    made_for = max(by_line.values(), key=lambda ts: sum(t.nbytes for t in ts), default=[])
+    made_bytes = sum(t.nbytes for t in made_for)
+    products = [p for p in c.jacobian_products()  # (where XLA's plan has room for it)
+                if 4 * max(p.nbytes, made_bytes) >= peak
+                and p.nbytes >= 4 * p.product_bytes and a["temp"] >= p.nbytes]
+    if products:
+        notes.append(program_notes.jacobian_product_note(
+            products[0], made_for if made_bytes > products[0].nbytes else ()))
+        batched = [b for b in batched if b[0].line not in c.jacobian_lines]
+    made_whole = () if products else jacobians  # (a product needs no Jacobian at all)
+    the_long_way = [(r, held) for r in made_whole if r.batch >= 4 * r.other_way and (
         held := max((t for t in temporaries if t.shape[:1] == (r.batch,)),
                     key=lambda t: t.nbytes, default=None)) is not None
         and 4 * held.nbytes >= peak]
@@ -492,7 +511,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         batched = [b for b in batched if b[0].shape[:1] != (r.batch,)]  # its rows: not lax.map
     # a vmap the user never wrote: a Jacobian's own, over its basis (XLA may fold the batch
     # into a dot's rows: f32[288 * 96, 96] for 288 tangents)
-    basis = [r for r in jacobians if batched and not the_long_way and r.batch > 1
+    basis = [r for r in made_whole if batched and not the_long_way and r.batch > 1
              and batched[0][0].shape and batched[0][0].shape[0] % r.batch == 0
              and batched[0][0].line in c.jacobian_lines]  # (not a vmap of the user's)
     if basis and batched[0][2] >= 4 * basis[0].basis_bytes:
@@ -742,7 +761,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         donations=c.donations, largest_temporaries=temporaries,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
-        jacobians=jacobians, scaled_by_zero=zeroed, narrowed_arguments=narrowed,
+        jacobians=jacobians, jacobian_products=tuple(products), scaled_by_zero=zeroed,
+        narrowed_arguments=narrowed,
         widened_values=tuple(w[:5] for w in widened), float64_argument_bytes=float64,
         cpu_float32_values=len(upcast),
         cast_before_scan=tuple((f"{to}{list(shape)}", n, line)

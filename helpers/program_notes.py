@@ -24,7 +24,8 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "chunks_fix", "cpu_upcast", "cpu_upcast_note", "einsum_blowups", "einsum_note",
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note", "jacobian_note",
-           "logits_note", "on_the_host_by_commitment", "pairwise_map_note", "pairwise_temporary",
+           "jacobian_product_note", "logits_note", "on_the_host_by_commitment",
+           "pairwise_map_note", "pairwise_temporary",
            "print_note", "random_bits_whole", "record_note", "replicated_sum_note",
            "selected_cond_note", "slice_copy_note", "sliced_sort_note", "softmax_inputs",
            "sort_scratch_note", "sorts_to_slice", "sparse_note", "stack_note",
@@ -75,6 +76,39 @@ def jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
             f"more {one}s than {other}s, {fix} makes the same Jacobian one "
             f"{'column' if r.mode == 'reverse' else 'row'} per {other} ({others} here) and "
             "needs far less.")
+
+
+def jacobian_product_note(p: compiled.JacobianProduct,
+                          made_for: Sequence[compiled.Temporary] = ()) -> str:
+    """A whole Jacobian or Hessian made only to be multiplied by a vector (jax-ml/jax#2937,
+    where mattjj pointed to the autodiff cookbook's ``hvp``): ``jax.jvp`` or ``jax.vjp`` gives
+    the product without it. Measured by the kit on the CPU, a pairwise energy of 96 atoms
+    (288 inputs) at 32 points: ``jax.vmap(jax.hessian(V))`` then an einsum with one vector per
+    point, 10.44 MiB of temporaries; the vmapped ``jvp(grad(V))``, 0 B (jax 0.10.2).
+    ``made_for``: the values one line makes to build it, together larger than it (jacfwd's
+    basis pushed through at once, as in jax-ml/jax#787), which the product needs none of."""
+    if p.kind == "hessian":
+        what = "Hessian (jax.hessian)"
+        fix = ("jax.jvp(jax.grad(f), (x,), (v,))[1] gives that product without it (a "
+               "Hessian-vector product)")
+    else:
+        what = f"Jacobian (jax.{'jacfwd' if p.kind == 'forward' else 'jacrev'})"
+        fix = ("jax.jvp(f, (x,), (v,))[1] gives J @ v without it, in one forward pass"
+               if p.side == "right" else
+               "jax.vjp(f, x)[1](u)[0] gives u @ J without it, in one backward pass")
+    at = f" at {p.line}" if p.line else ""
+    by = f" at {p.product_line}" if p.product_line and p.product_line != p.line else ""
+    batch = "; jax.vmap it over the points, one vector each" if p.batched else ""
+    built = ""
+    if made_for:
+        t = max(made_for, key=lambda t: t.nbytes)
+        where = f", {t.line}" if t.line else ""
+        built = (f", and to build it {len(made_for)} value{'s' if len(made_for) > 1 else ''}"
+                 f" of {format_bytes(sum(u.nbytes for u in made_for))} (the largest {t.op} "
+                 f"{t.dtype}{list(t.shape)}{where})")
+    return (f"The step makes the whole {what}{at}, {p.dtype}{list(p.shape)} "
+            f"({format_bytes(p.nbytes)}){built}, only to multiply it by a vector{by}, a "
+            f"product of {format_bytes(p.product_bytes)}: {fix}{batch}.")
 
 
 def basis_note(r: compiled.Jacobian, t: compiled.Temporary, count: int = 1,

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from helpers._internal import forks
 from helpers._internal.jaxcompat import (
     ALLOCATOR_VARS,
     DEFAULT_MEM_FRACTION,
@@ -763,6 +764,30 @@ def _gpu_framework_beside(env: Mapping[str, str], started_platforms=()) -> list[
     return out
 
 
+def _forked_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # os.fork() copies JAX's locks but not its threads: a lock held at that moment stays held
+    # in the child, where JAX can hang (jax-ml/jax#9190, a PyTorch DataLoader's workers; the
+    # fix, levskaya's there: no JAX in the workers, or processes that are not forks). JAX
+    # warns at each such fork without the line; the kit counts them from `import helpers`.
+    lines = forks.forks_after_start()
+    if not lines:
+        return []
+    count = sum(lines.values())
+    where = "; ".join(f"{n} from {line or 'a library (no line of yours)'}"
+                      for line, n in sorted(lines.items(), key=lambda kv: -kv[1]))
+    return [EnvWarning(
+        "forked-after-jax-started",
+        f"This process called os.fork() {count} time(s) after JAX started its backends "
+        f"({where}): a forked child copies JAX's locks but not its threads, so a child that "
+        "uses JAX, or only touches a lock held at that moment, can hang (multiprocessing's "
+        "default start method on Linux before Python 3.14 is fork, and so are a PyTorch "
+        "DataLoader's workers).",
+        "keep JAX out of the children (NumPy in data-loading workers), and start them with "
+        "'spawn' or 'forkserver': multiprocessing.get_context('spawn'), or "
+        "DataLoader(..., multiprocessing_context='spawn')",
+    )]
+
+
 #: The checks check_environment runs, in this order; each is
 #: ``rule(env, started_platforms) -> list[EnvWarning]``.
 RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
@@ -783,6 +808,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _default_device_assigned,
     _gpu_backend_unused,
     _gpu_framework_beside,
+    _forked_after_start,
 )
 
 
@@ -791,4 +817,4 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
 PROCESS_RULES = (_platforms_after_import, _x64_after_import, _allocator_after_start,
                  _xla_flags_after_start,
                  _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused,
-                 _gpu_framework_beside)
+                 _gpu_framework_beside, _forked_after_start)

@@ -613,6 +613,78 @@ def test_jax_787_a_hessian_s_own_vmap_is_named_with_the_rows_at_a_time_fix():
         assert rows.temp_bytes * 2 < thread.temp_bytes
 
 
+# jax-ml/jax#2937: the Hessian of V at each of many points, multiplied by one vector per point;
+# a Hessian-vector product (jvp of grad, the autodiff cookbook's hvp) never makes the Hessian
+def _hessians_times_vectors(xs, ws):
+    hs = jax.vmap(jax.hessian(_energy))(xs)  # LINE-HESSIANS
+    return jnp.einsum("nij,nj->ni", hs.reshape(len(xs), 144, 144), ws.reshape(len(xs), 144))
+
+
+def _hessians_times_vectors_and_kept(xs, ws):
+    hs = jax.vmap(jax.hessian(_energy))(xs).reshape(len(xs), 144, 144)
+    return jnp.einsum("nij,nj->ni", hs, ws.reshape(len(xs), 144)), hs
+
+
+def _hvps(xs, ws):  # the fix the note gives
+    return jax.vmap(lambda x, w: jax.jvp(jax.grad(_energy), (x,), (w,))[1])(xs, ws)
+
+
+def test_jax_2937_a_hessian_made_only_to_multiply_a_vector_is_named_with_the_hvp():
+    rng = np.random.RandomState(0)
+    xs = jnp.asarray(rng.rand(16, 48, 3), jnp.float32)
+    ws = jnp.asarray(rng.rand(16, 48, 3), jnp.float32)
+    p = preflight.preflight_step(_hessians_times_vectors, xs, ws)
+    assert p.jacobian_products and p.jacobian_products[0].kind == "hessian"
+    said = p.advice
+    assert "makes the whole Hessian (jax.hessian) at" in said and "LINE-HESSIANS" in said
+    assert "float32[16, 144, 144]" in said and "einsum" in said  # the product's line
+    assert "jax.jvp(jax.grad(f), (x,), (v,))[1] gives that product without it" in said
+    assert "jax.vmap it over the points" in said
+    # not the advice for a Hessian the user needs whole, nor chunks of the user's vmap
+    assert "basis vectors" not in said and "as the vectorized code would be" not in said
+    fixed = preflight.preflight_step(_hvps, xs, ws)
+    assert fixed.temp_bytes * 4 < p.temp_bytes and not fixed.jacobian_products
+    assert np.allclose(jax.jit(_hessians_times_vectors)(xs, ws),
+                       jax.jit(_hvps)(xs, ws).reshape(16, 144), rtol=1e-3, atol=1e-2)
+    # a Hessian kept whole, or multiplied by a matrix, is no Hessian-vector product
+    whole = preflight.preflight_step(jax.vmap(jax.hessian(_energy)), xs)
+    assert not whole.jacobian_products and "makes the whole Hessian" not in whole.advice
+    also_kept = preflight.preflight_step(_hessians_times_vectors_and_kept, xs, ws)
+    assert not also_kept.jacobian_products  # returned as well: needed whole
+    by_matrix = preflight.preflight_step(
+        lambda x, m: jax.hessian(_energy)(x).reshape(144, 144) @ m, xs[0], jnp.ones((144, 8)))
+    assert not by_matrix.jacobian_products
+
+
+def test_jax_2937_a_jacobian_times_a_vector_is_a_jvp_and_a_vector_times_it_a_vjp():
+    w = jnp.asarray(np.random.RandomState(1).rand(4, 512), jnp.float32)
+
+    def f(x):
+        return jnp.tanh(x @ w).ravel()  # 8,192 outputs of 64 inputs
+
+    x = jnp.ones((16, 4), jnp.float32)
+    right = preflight.preflight_step(lambda x, v: jax.jacfwd(f)(x).reshape(8192, 64) @ v,
+                                     x, jnp.ones(64))
+    left = preflight.preflight_step(lambda x, u: u @ jax.jacrev(f)(x).reshape(8192, 64),
+                                    x, jnp.ones(8192))
+    for p, mode, side in ((right, "forward", "right"), (left, "reverse", "left")):
+        if not p.jacobian_products:  # XLA fused the Jacobian away: nothing held, nothing said
+            assert "makes the whole Jacobian" not in p.advice
+            continue
+        assert (p.jacobian_products[0].kind, p.jacobian_products[0].side) == (mode, side)
+    if right.jacobian_products:
+        assert "jax.jvp(f, (x,), (v,))[1] gives J @ v without it" in right.advice
+    if left.jacobian_products:
+        assert "jax.vjp(f, x)[1](u)[0] gives u @ J without it" in left.advice
+    # the two fixes give the same products
+    v, u = jnp.ones(64), jnp.ones(8192)
+    jvp = jax.jvp(f, (x,), (v.reshape(16, 4),))[1]
+    vjp = jax.vjp(f, x)[1](u)[0]
+    assert np.allclose(jvp, jax.jacfwd(f)(x).reshape(8192, 64) @ v, rtol=1e-4, atol=1e-3)
+    assert np.allclose(vjp.ravel(), u @ jax.jacrev(f)(x).reshape(8192, 64), rtol=1e-4,
+                       atol=1e-3)
+
+
 # --- the largest temporaries, with the op and the user's line -----------------------------------
 # The product is returned, not summed: XLA 0.11's CPU runs (...).sum() as one YNNPACK fusion
 # (both dots, tanh and sin inside) with no temporaries in its plan (16 MiB on jax 0.8.0 and

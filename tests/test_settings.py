@@ -568,3 +568,52 @@ def test_jax_19004_a_cudnn_older_than_jaxlib_s_with_torch_imported_first_is_name
     # another skip keeps its words
     assert "harmless unless you expected this backend" in cuda_hint(
         "no CUDA-capable device is detected")
+
+
+# jax-ml/jax#9190: a PyTorch DataLoader's worker processes, forked from a process running JAX,
+# hang. The kit counts each os.fork() after JAX started, by the line that made it, and names
+# the fix; a fork before JAX started, and a subprocess (no fork handlers), are not counted.
+_FORKS = """
+import multiprocessing, os, subprocess, sys
+import helpers
+from helpers import settings
+pid = os.fork()  # LINE-EARLY: before JAX started
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+import jax.numpy as jnp
+jnp.ones(3).block_until_ready()
+subprocess.run([sys.executable, '-c', 'pass'], check=True)
+print('BEFORE', [w.code for w in settings.check_process().warnings])
+ctx = multiprocessing.get_context('fork')
+workers = [ctx.Process(target=int) for _ in range(2)]  # two workers, as a DataLoader's
+for p in workers:
+    p.start()  # LINE-START
+for p in workers:
+    p.join()
+pid = os.fork()  # LINE-FORK
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+(w,) = [w for w in settings.check_process().warnings if w.code == 'forked-after-jax-started']
+print('MESSAGE', w.message)
+print('FIX', w.fix)
+"""
+
+
+def test_jax_9190_a_fork_after_jax_started_is_named_with_its_line_and_the_fix():
+    proc = run_python(_FORKS, env={"JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "BEFORE [" in out and "forked-after-jax-started" not in out.split("MESSAGE")[0]
+    message = out.split("MESSAGE", 1)[1]
+    assert "called os.fork() 3 time(s) after JAX started its backends" in message
+    def line(marker):  # the script's lines, as the kit names code run by python -c
+        return "<string>:" + str(1 + _FORKS.splitlines().index(
+            next(t for t in _FORKS.splitlines() if marker in t)))
+
+    assert f"(2 from {line('LINE-START')}; 1 from {line('LINE-FORK')})" in message
+    assert line("LINE-EARLY") not in message
+    assert "copies JAX's locks but not its threads" in message
+    assert "multiprocessing.get_context('spawn')" in message
+    assert "multiprocessing_context='spawn'" in message and "NumPy" in message

@@ -1422,6 +1422,76 @@ def jacobian_sizes(closed) -> list[tuple[str, int, int, int, str]]:
             if basis and outputs and inputs]
 
 
+#: what a Jacobian's value may pass through between JAX's unravel and the user's product
+_RESHAPING = frozenset({"transpose", "reshape", "convert_element_type", "copy", "squeeze",
+                        "expand_dims"})
+
+
+def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int, int, str,
+                                            str, bool]]:
+    """(kind, side, the Jacobian's shape, its dtype, its bytes, the product's bytes, the
+    Jacobian's line, the product's line, whether the product is batched) of each whole
+    Jacobian that the step only multiplies by a vector (jax-ml/jax#2937:
+    ``jax.vmap(jax.hessian(V))(xs)`` then contracted with one vector per point). kind:
+    "hessian" (``jax.jacfwd`` of ``jax.jacrev``, what ``jax.hessian`` is), "forward" or
+    "reverse"; side: "right" where the product contracts the Jacobian's
+    input dimensions (J @ v, a ``jax.jvp``), "left" where its outputs' (u @ J, a
+    ``jax.vjp``). The Jacobian is the output of JAX's ``_jacfwd_unravel`` or
+    ``_jacrev_unravel`` (jax/_src/api.py), read through transposes and reshapes; the vector
+    is a ``dot_general`` operand with no dimension of its own left in the product (one
+    vector per point where the product is batched, as an einsum ``'nij,nj->ni'`` is)."""
+    found = []
+    for j, _ in walk(closed):
+        eqns = getattr(j, "eqns", ())
+        made_by = {id(v): e for e in eqns for v in e.outvars}
+        uses = Counter(id(v) for e in eqns for v in e.invars)
+        uses.update(id(v) for v in getattr(j, "outvars", ()))
+        # jax.hessian is jacfwd(jacrev(f)): the inner unravel, traced under the outer jacfun
+        inner_reverse = {equation_line(e) for e in eqns
+                         if {"_jacrev_unravel", "jacfwd.<locals>.jacfun"} <= set(
+                             _frame_names(e))}
+        for eqn in eqns:
+            if eqn.primitive.name != "dot_general" or any(
+                    n.endswith("jacfun") for n in _frame_names(eqn)):
+                continue
+            (contract, batch) = eqn.params["dimension_numbers"]
+            for side in (0, 1):
+                other = 1 - side
+                o_shape = tuple(getattr(eqn.invars[other].aval, "shape", ()))
+                if math.prod(d for k, d in enumerate(o_shape)
+                             if k not in contract[other] and k not in batch[other]) != 1:
+                    continue  # a matrix on the other side: a product of Jacobians, not a vector
+                var, source, alone = eqn.invars[side], None, True
+                for _ in range(6):
+                    alone = alone and uses[id(var)] == 1  # read by nothing else, not returned
+                    source = made_by.get(id(var))
+                    if source is None or source.primitive.name not in _RESHAPING or \
+                            {"_jacfwd_unravel", "_jacrev_unravel"} & set(_frame_names(source)):
+                        break
+                    var = source.invars[0]
+                if not alone:
+                    continue  # the Jacobian is needed as well: not only for this product
+                names = set(_frame_names(source)) if source is not None else set()
+                mode = ("forward" if "_jacfwd_unravel" in names else
+                        "reverse" if "_jacrev_unravel" in names else "")
+                if not mode:
+                    continue
+                aval = eqn.invars[side].aval
+                shape = tuple(aval.shape)
+                free = [k for k in range(len(shape)) if k not in batch[side]]
+                contracted = sorted(contract[side])
+                right = contracted == free[len(free) - len(contracted):]
+                line = equation_line(source)
+                out = eqn.outvars[0].aval
+                found.append((
+                    "hessian" if mode == "forward" and line in inner_reverse else mode,
+                    "right" if right else "left", shape, str(aval.dtype),
+                    math.prod(shape) * aval.dtype.itemsize,
+                    math.prod(out.shape) * out.dtype.itemsize, line, equation_line(eqn),
+                    bool(batch[side])))
+    return sorted(found, key=lambda f: -f[4])
+
+
 def _zero_literal(v) -> bool:
     """A jaxpr operand that is the literal 0 (a Python 0.0 the step multiplies by)."""
     val = getattr(v, "val", None)  # a Var has none
