@@ -952,6 +952,13 @@ class CompiledStep:
         ``jacrev`` or ``jacfwd``; jax 0.8.0 and 0.10.2 alike)."""
         return tuple(Jacobian(*sizes) for sizes in jaxprs.jacobian_sizes(self.jaxpr))
 
+    def stopped_scans(self) -> tuple[tuple[int, str, str, str], ...]:
+        """(length, the flag's type, the scan's line, the line that sets the flag) of each
+        ``lax.scan`` whose carry holds a flag that only turns on and gates the body (a decode
+        loop's ``stopped``): it runs every step after the flag is on everywhere
+        (NovaSky-AI/SkyRL#1058)."""
+        return tuple(jaxprs.stop_flags(self.jaxpr))
+
     def jacobian_products(self) -> tuple[JacobianProduct, ...]:
         """Each whole Jacobian the step only multiplies by a vector, largest first: the output
         of JAX's ``_jacfwd_unravel`` or ``_jacrev_unravel`` read by a ``dot_general`` whose

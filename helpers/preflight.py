@@ -253,6 +253,9 @@ class StepPreflight(_Verdict, Display):
     jacobian_products: tuple[compiled.JacobianProduct, ...] = ()
     #: ("float32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
     scaled_by_zero: tuple[tuple[str, int, str], ...] = ()
+    #: (length, flag, the scan's line, the flag's line) of each lax.scan that runs on after its
+    #: carried stop flag is on everywhere (NovaSky-AI/SkyRL#1058)
+    stopped_scans: tuple[tuple[int, str, str, str], ...] = ()
     #: each floating argument the step reads only through a cast to a narrower type (float32
     #: parameters under a bfloat16 computation), unless an output has its shape and dtype (a
     #: gradient, an update: master weights)
@@ -623,6 +626,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             f"runs, a round trip to the host, on every iteration; {fix}.")
     for found in c.callbacks_vmapped()[:1]:  # vmap's loop of host calls, one per element
         notes.append(program_notes.callback_loop_note(*found))
+    if stopped := c.stopped_scans():  # a loop that runs on after every element stopped
+        notes.append(program_notes.stopped_scan_note(*stopped[0]))
     for found in c.in_selected_conds()[:1]:  # a cond vmap made a select: both branches run
         notes.append(program_notes.selected_cond_note(*found))
     # one more compile, only where the step prints and holds 1 MiB of temporaries or more
@@ -762,6 +767,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, jacobian_products=tuple(products), scaled_by_zero=zeroed,
+        stopped_scans=stopped,
         narrowed_arguments=narrowed,
         widened_values=tuple(w[:5] for w in widened), float64_argument_bytes=float64,
         cpu_float32_values=len(upcast),

@@ -606,3 +606,73 @@ def test_jax_3865_a_lax_map_under_grad_keeps_every_chunks_activations_and_remat_
     assert "keeps a value for each" not in after.advice
     g, h = jax.jit(jax.grad(loss))(p, x), jax.jit(jax.grad(loss_remat))(p, x)
     assert all(np.allclose(g[k], h[k], rtol=1e-5) for k in p)
+
+
+# --- NovaSky-AI/SkyRL#1058: a decode scan that runs on after every row stopped -----------------
+# A lax.scan of max_new_tokens steps whose carry keeps each row's "stopped" flag: once every row
+# has stopped, the remaining steps compute tokens jnp.where throws away. The pull request's fix,
+# a while_loop whose condition reads the flags, stops at the last row's stop token.
+EOS, PAD = 1, 0
+
+
+def _token(h, i, stopped):
+    nxt = jnp.where(i >= 4 + jnp.arange(8), EOS, jnp.argmax(h, -1) + 2)  # row r stops at 4 + r
+    return jnp.where(stopped, PAD, nxt)
+
+
+def _decode(w, h0, n=256):
+    def step(carry, i):
+        h, stopped = carry
+        h = jnp.tanh(h @ w)
+        nxt = _token(h, i, stopped)
+        return (h, stopped | (nxt == EOS)), nxt  # LINE-STOPPED
+
+    _, tokens = jax.lax.scan(step, (h0, jnp.zeros(8, bool)), jnp.arange(n))  # LINE-SCAN
+    return tokens.T
+
+
+def _decode_until_stopped(w, h0, n=256):  # the fix the note gives
+    def body(c):
+        i, h, stopped, tokens = c
+        h = jnp.tanh(h @ w)
+        nxt = _token(h, i, stopped)
+        return i + 1, h, stopped | (nxt == EOS), tokens.at[:, i].set(nxt)
+
+    return jax.lax.while_loop(lambda c: (c[0] < n) & ~jnp.all(c[2]), body,
+                              (0, h0, jnp.zeros(8, bool), jnp.full((8, n), PAD)))[3]
+
+
+def test_skyrl_1058_a_scan_that_runs_on_after_every_row_stopped_is_named_with_the_while_loop():
+    w = jnp.asarray(np.random.RandomState(0).randn(64, 64) / 8, jnp.float32)
+    h0 = jnp.asarray(np.random.RandomState(1).randn(8, 64), jnp.float32)
+    p = preflight.preflight_step(_decode, w, h0)
+    ((length, flag, scan_line, flag_line),) = p.stopped_scans
+    assert (length, flag) == (256, "bool[8]")
+    assert "LINE-SCAN" in scan_line and "LINE-STOPPED" in flag_line
+    said = p.advice
+    assert "runs all 256 of its steps, though its carry keeps a flag, bool[8]" in said
+    assert "LINE-STOPPED" in said and "LINE-SCAN" in said
+    assert "jax.lax.while_loop whose condition is (i < n) & ~jnp.all(flag)" in said
+    assert "buf.at[:, i].set(out)" in said
+    # the fix: the same tokens, and nothing to say
+    fixed = preflight.preflight_step(_decode_until_stopped, w, h0)
+    assert not fixed.stopped_scans and "runs all" not in fixed.advice
+    assert (np.asarray(jax.jit(_decode)(w, h0)) ==
+            np.asarray(jax.jit(_decode_until_stopped)(w, h0))).all()
+    # a flag the body never reads gates nothing; a flag that turns off again is no stop flag
+    def counted(w, h0):
+        def step(c, i):
+            h, seen = c
+            h = jnp.tanh(h @ w)
+            return (h, seen | (jnp.argmax(h, -1) == EOS)), h[:, 0]
+        return jax.lax.scan(step, (h0, jnp.zeros(8, bool)), jnp.arange(64))
+
+    def toggled(w, h0):
+        def step(c, i):
+            h, on = c
+            h = jnp.where(on[:, None], h, jnp.tanh(h @ w))
+            return (h, ~on), h[:, 0]
+        return jax.lax.scan(step, (h0, jnp.zeros(8, bool)), jnp.arange(64))
+
+    assert not compiled.compile_step(counted, w, h0).stopped_scans()
+    assert not compiled.compile_step(toggled, w, h0).stopped_scans()

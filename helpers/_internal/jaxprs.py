@@ -632,6 +632,37 @@ def chained_scans(closed) -> frozenset[tuple[int, str]]:
     return frozenset(k for k, chained in counts.items() if chained and all(chained))
 
 
+def stop_flags(closed) -> list[tuple[int, str, str, str]]:
+    """(the scan's length, the flag's type, the scan's line, the line that sets it) of each
+    ``lax.scan`` (a ``fori_loop`` with fixed bounds is one) whose carry holds a boolean flag
+    that only ever turns on, ``stopped = stopped | ...``, and that the body also reads (to
+    select with ``jnp.where``): once every element has it, the remaining steps compute what
+    is thrown away (NovaSky-AI/SkyRL#1058, a decode loop of ``max_new_tokens`` steps)."""
+    found = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "scan" or int(eqn.params.get("length", 0)) < 4:
+                continue
+            body = eqn.params["jaxpr"]
+            body = getattr(body, "jaxpr", body)
+            start, n = jaxcompat.scan_counts(eqn.params)
+            made_by = {id(v): e for e in body.eqns for v in e.outvars}
+            for k in range(n):
+                flag, new = body.invars[start + k], body.outvars[k]
+                aval = getattr(flag, "aval", None)
+                if getattr(aval, "dtype", None) != np.bool_:
+                    continue
+                setter = made_by.get(id(new))
+                if setter is None or setter.primitive.name != "or" or not any(
+                        v is flag for v in setter.invars):
+                    continue
+                if not any(v is flag for e in body.eqns if e is not setter for v in e.invars):
+                    continue  # a flag the body never reads: nothing is gated by it
+                found.append((int(eqn.params["length"]), f"bool{list(aval.shape)}",
+                              equation_line(eqn), equation_line(setter)))
+    return found
+
+
 def repeated_checkpoints(closed) -> tuple[tuple[str, int], ...]:
     """(the user's line, how many) for each line that made two or more ``jax.checkpoint``
     equations in one jaxpr: a function checkpointed layer by layer in a Python loop, whose
