@@ -475,7 +475,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "(each device's).")
     if copies:
         notes.append(step_arguments.copies_note(
-            copies, tuple(name for name, _ in spread) if device is None else ()))
+            copies, tuple(name for name, _ in spread) if device is None else (), peak))
     unused = [d for d in c.donations if not d.reused]
     if unused:
         notes.append("Donated but not reused: " + "; ".join(

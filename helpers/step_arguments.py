@@ -39,6 +39,7 @@ class StateCopy(Record):
     of: str  # the argument whose shapes it has, e.g. "params"
     nbytes: int
     of_nbytes: int  # the bytes of the argument it copies
+    of_elements: int = 0  # the numbers in it: the parameters, where ``of`` is the model's
 
 
 @dataclass(frozen=True)
@@ -496,6 +497,7 @@ def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: di
     trees alike only the first is looked for."""
     jax = devices.start_jax()
     nbytes = compiled.bytes_per_device if per_device else compiled.array_bytes
+    count = compiled.elements_per_device if per_device else (lambda x: math.prod(x.shape))
     arrays = {}
     for name, value in c.arguments(fn, args, kwargs):
         arrays[name] = [(tuple(str(k) for k in path), leaf) for path, leaf
@@ -511,6 +513,7 @@ def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: di
     for of, of_arg, key, like in trees:
         want = tuple((path, tuple(x.shape)) for path, x in like)
         size = sum(nbytes(x) for _, x in like)
+        elements = sum(count(x) for _, x in like)
         if len(like) < 2 or want in looked_for or size < 2**20:
             continue
         looked_for.add(want)
@@ -525,7 +528,7 @@ def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: di
                         h == holder and path[:len(q)] == q for h, q in found):
                     continue
                 found.append((holder, path))
-                out.append(StateCopy(holder, "".join(path), of, held_bytes, size))
+                out.append(StateCopy(holder, "".join(path), of, held_bytes, size, elements))
     return tuple(out)
 
 
@@ -547,16 +550,28 @@ def _subtrees_like(leaves: list[tuple[tuple[str, ...], Any]], want: list[tuple],
     return [(path, nbytes) for _, path, nbytes in sorted(found)]
 
 
-def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = ()) -> str:
+def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = (),
+                peak: int = 0) -> str:
     """One sentence per argument that holds copies of another: how many, where, and how to
     shrink them (``split``: the arguments already split over devices, whose bytes are one
-    device's share: sharding is no news to them)."""
+    device's share: sharding is no news to them); and the bytes per parameter, kept between
+    steps and (``peak``, the step's) at the step's peak, the figure a model's size is
+    multiplied by (AI-Hypercomputer/maxtext#606: "20 bytes per parameter with Adam", answered
+    "12": float32 parameters and two moments)."""
     out = []
     for holder, of in dict.fromkeys((c.holder, c.of) for c in copies):
         mine = [c for c in copies if (c.holder, c.of) == (holder, of)]
         total = sum(c.nbytes for c in mine)
         where = ", ".join(f"{holder}{c.path}" for c in mine)
         n, whose = len(mine), of + ("'" if of.endswith("s") else "'s")
+        per = ""
+        if (numbers := mine[0].of_elements) > 0:
+            own, kept = mine[0].of_nbytes / numbers, (mine[0].of_nbytes + total) / numbers
+            per = (f" Kept from step to step: {kept:.3g} bytes per parameter, a number of {of} "
+                   f"({own:.3g} for {of}, {total / numbers:.3g} for these copies)" + (
+                       f", {peak / numbers:.3g} at this step's peak (with its batch, gradients "
+                       "and activations)" if peak else "") + f"; N parameters need N x "
+                   f"{kept:.3g} bytes before a step runs.")
         out.append(
             f"{holder} holds {n} {'copy' if n == 1 else 'copies'} of {whose} shapes ({where}: "
             f"{format_bytes(total)}, {total / mine[0].of_nbytes:.2f}x {of}): state kept from "
@@ -566,7 +581,7 @@ def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = ()) -> s
             "optimizer that keeps less (optax.adafactor factors its second moment; optax.sgd "
             "without momentum keeps none)" + (" (these are one device's bytes: it is split "
                                               "over devices already)." if holder in split else
-                                              ", or the state sharded over devices."))
+                                              ", or the state sharded over devices.") + per)
     return " ".join(out)
 
 
