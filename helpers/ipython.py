@@ -155,7 +155,7 @@ def load(ip: Any) -> None:
     from helpers._internal import jaxcompat
 
     ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types(),
-                       BufferError), _on_jax_error)
+                       BufferError, AttributeError), _on_jax_error)
 
     @magics_class
     class MemoryMagics(Magics):
@@ -250,9 +250,10 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     ``sys.last_traceback`` as IPython always does), then, for RESOURCE_EXHAUSTED, a CUDA
     library that could not start or a sharding error (a dimension its sharding does not
     divide, shardings mixed on a mesh of Explicit axes, an argument not on its shard_map
-    in_spec, a sharding inside shard_map that meets its Manual axes), or NumPy's refusal to
-    export a read-only array to jnp.from_dlpack, the explanation; any other error passes with
-    its traceback alone. Never raises (IPython would unregister it)."""
+    in_spec, a sharding inside shard_map that meets its Manual axes), NumPy's refusal to
+    export a read-only array to jnp.from_dlpack, or ``.block_until_ready()`` asked of what is
+    no jax.Array (a tuple of them: jax-ml/jax#3125), the explanation; any other error passes
+    with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     from helpers import oom
 
@@ -267,6 +268,9 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
         return None
     elif isinstance(value, BufferError) and _READONLY_EXPORT in str(value):
         print(f"JAX Device Kit: why this conversion failed: {_READONLY_DLPACK}")
+        return None
+    elif isinstance(value, AttributeError) and (why := _not_an_array(value)):
+        print(f"JAX Device Kit: why this wait failed: {why}")
         return None
     else:
         return None
@@ -295,6 +299,29 @@ _READONLY_DLPACK = (
     "jax.Array, a pandas column (jax-ml/jax#40789). Use jax.device_put(a) instead (no copy on "
     "the CPU where a is C-contiguous and aligned to 64 bytes, as np.asarray of a CPU jax.Array "
     "is), or pass the jax.Array itself.")
+
+
+#: "'tuple' object has no attribute 'block_until_ready'": the type's name
+_NO_WAIT = re.compile(r"^'([\w.]+)' object has no attribute 'block_until_ready'")
+
+
+def _not_an_array(value: AttributeError) -> str:
+    """The cause and the fix of ``.block_until_ready()`` called on what is not a jax.Array: a
+    tuple, list or dict of arrays (a step's output with its state, jax-ml/jax#3125), which
+    ``jax.block_until_ready`` waits for whole, or a NumPy array or a Python number, which is
+    computed already. "" for any other AttributeError."""
+    found = _NO_WAIT.match(str(value))
+    if not found:
+        return ""
+    kind = found.group(1)
+    if kind in ("tuple", "list", "dict") or not kind.startswith(("numpy", "float", "int",
+                                                                  "bool", "complex")):
+        return (f"a {kind} has no .block_until_ready(), only each jax.Array in it has: "
+                "jax.block_until_ready(x) waits for every array in a tuple, list, dict or any "
+                "pytree, and returns it (jax-ml/jax#3125). Time a step with "
+                "jax.block_until_ready(step(state, batch)), so that the time includes its work.")
+    return (f"a {kind} is no jax.Array: a NumPy or Python value is computed already, with "
+            "nothing to wait for. jax.block_until_ready(x) takes it too, and returns it.")
 
 
 def _sharding_fix(value: BaseException) -> str:

@@ -30,7 +30,8 @@ def test_the_extension_registers_and_unregisters(shell):
     from helpers._internal import jaxcompat
 
     assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,
-                                       *jaxcompat.sharding_error_types(), BufferError)
+                                       *jaxcompat.sharding_error_types(), BufferError,
+                                       AttributeError)
     assert "memory" in shell.magics_manager.magics["cell"]
     shell.run_line_magic("unload_ext", "helpers")
     assert shell.custom_exceptions == () and "memory" not in shell.magics_manager.magics["cell"]
@@ -45,6 +46,30 @@ def test_an_oom_in_a_cell_is_explained_with_the_names_that_hold_memory(shell, ca
     assert not r.success and "RESOURCE_EXHAUSTED" in out  # the usual traceback first
     assert "why this cell ran out of memory" in out and "asked for 64.00 MiB" in out
     assert "the variable 'big' in the notebook" in out and "`del big`" in out
+    assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
+
+
+def test_jax_3125_block_until_ready_of_a_tuple_is_explained_under_its_traceback(shell, capsys):
+    """jax-ml/jax#3125: a step returns (params, opt_state); timing it with
+    ``.block_until_ready()`` on the tuple raises AttributeError. The hook names the fix,
+    jax.block_until_ready, which waits for a whole pytree (run here); any other AttributeError
+    passes with its traceback alone."""
+    shell.run_cell("out = (jnp.ones(3), {'mu': jnp.ones(2)})")
+    capsys.readouterr()
+    r = shell.run_cell("out.block_until_ready()")
+    said = capsys.readouterr().out
+    assert not r.success and "AttributeError" in said  # the traceback first
+    assert ("JAX Device Kit: why this wait failed: a tuple has no .block_until_ready(), only "
+            "each jax.Array in it has: jax.block_until_ready(x) waits for every array") in said
+    assert "jax-ml/jax#3125" in said
+    fixed = shell.run_cell("jax.block_until_ready(out) is out")
+    assert fixed.success and fixed.result is True  # the fix runs, and returns the tuple
+    r = shell.run_cell("import numpy as np; np.ones(2).block_until_ready()")
+    said = capsys.readouterr().out
+    assert "a numpy.ndarray is no jax.Array" in said and "nothing to wait for" in said
+    r = shell.run_cell("(1, 2).no_such_attribute")
+    said = capsys.readouterr().out
+    assert not r.success and "no_such_attribute" in said and "JAX Device Kit" not in said
     assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
 
 
