@@ -557,7 +557,8 @@ def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = (),
     device's share: sharding is no news to them); and the bytes per parameter, kept between
     steps and (``peak``, the step's) at the step's peak, the figure a model's size is
     multiplied by (AI-Hypercomputer/maxtext#606: "20 bytes per parameter with Adam", answered
-    "12": float32 parameters and two moments)."""
+    "12": float32 parameters and two moments). Where a copy is optax.MultiSteps' ``acc_grads``,
+    that MultiSteps accumulates over calls and splits no batch (google-deepmind/optax#320)."""
     out = []
     for holder, of in dict.fromkeys((c.holder, c.of) for c in copies):
         mine = [c for c in copies if (c.holder, c.of) == (holder, of)]
@@ -572,6 +573,11 @@ def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = (),
                        f", {peak / numbers:.3g} at this step's peak (with its batch, gradients "
                        "and activations)" if peak else "") + f"; N parameters need N x "
                    f"{kept:.3g} bytes before a step runs.")
+        if any("acc_grads" in c.path for c in mine):  # optax.MultiSteps' accumulator
+            per += (" optax.MultiSteps adds up the gradients of k calls of the step in its "
+                    "acc_grads; it does not split the batch a call is given, so a call given k "
+                    "times the batch holds k times the activations: give each call one "
+                    "microbatch, the batch you want divided by k (google-deepmind/optax#320).")
         out.append(
             f"{holder} holds {n} {'copy' if n == 1 else 'copies'} of {whose} shapes ({where}: "
             f"{format_bytes(total)}, {total / mine[0].of_nbytes:.2f}x {of}): state kept from "

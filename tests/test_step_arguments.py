@@ -339,6 +339,30 @@ def test_optax_320_no_donation_advised_for_a_batch_when_every_output_is_already_
         plain.peak_bytes - followed.peak_bytes < 2**20)
 
 
+def test_optax_320_multisteps_accumulates_over_calls_and_splits_no_batch():
+    """google-deepmind/optax#320: gradient accumulation with optax.MultiSteps, fed k times the
+    batch at each call, ran out of memory as that batch would: MultiSteps adds up the gradients
+    of k calls and splits nothing. Where the state holds MultiSteps' acc_grads (a stand-in with
+    its field names: optax is not a dependency; checked by hand with optax 0.2.8, whose
+    MultiStepsState names it acc_grads), the note says so."""
+    p = {f"w{i}": jnp.full((512, 512), 0.01) for i in range(2)}  # 2 MiB
+
+    def step(p, s, x):
+        g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["w0"] @ p["w1"])))(p)
+        acc = jax.tree.map(jnp.add, s["acc_grads"], g)
+        return p, {"acc_grads": acc, "mini_step": s["mini_step"] + 1}
+
+    state = {"acc_grads": jax.tree.map(jnp.zeros_like, p), "mini_step": jnp.zeros((), jnp.int32)}
+    r = preflight.preflight_step(step, p, state, jnp.ones((64, 512)))
+    assert "optax.MultiSteps adds up the gradients of k calls" in r.advice
+    assert "give each call one microbatch" in r.advice and "optax#320" in r.advice
+    other = {"acc": state["acc_grads"], "mini_step": state["mini_step"]}
+    plain = preflight.preflight_step(lambda p, s, x: step(p, {"acc_grads": s["acc"],
+                                                              "mini_step": s["mini_step"]}, x),
+                                     p, other, jnp.ones((64, 512)))
+    assert "holds 1 copy of p" in plain.advice and "MultiSteps adds up" not in plain.advice
+
+
 def test_easylm_36_a_gradient_accumulator_is_named_as_one_more_copy_of_the_parameters():
     """young-geng/EasyLM#36: accumulate_gradient_steps=2 ran out of memory where 1 fit: the
     accumulator is a second buffer the size of the parameters (the maintainer)."""
