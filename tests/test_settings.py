@@ -591,10 +591,11 @@ for p in workers:
     p.start()  # LINE-START
 for p in workers:
     p.join()
+from helpers._internal import forks
 pid = os.fork()  # LINE-FORK
-if pid == 0:
-    os._exit(0)
-os.waitpid(pid, 0)
+if pid == 0:  # the child's record starts empty: its parent's forks are not its own
+    os._exit(0 if not forks.forks_after_start() else 3)
+print('CHILD', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 (w,) = [w for w in settings.check_process().warnings if w.code == 'forked-after-jax-started']
 print('MESSAGE', w.message)
 print('FIX', w.fix)
@@ -606,6 +607,7 @@ def test_jax_9190_a_fork_after_jax_started_is_named_with_its_line_and_the_fix():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "BEFORE [" in out and "forked-after-jax-started" not in out.split("MESSAGE")[0]
+    assert "CHILD 0" in out
     message = out.split("MESSAGE", 1)[1]
     assert "called os.fork() 3 time(s) after JAX started its backends" in message
     def line(marker):  # the script's lines, as the kit names code run by python -c

@@ -18,6 +18,8 @@ import os
 import sys
 import threading
 
+from helpers._internal import frames
+
 __all__ = ["forks_after_start", "watch"]
 
 _MOST = 8  # distinct lines kept
@@ -33,7 +35,7 @@ def watch() -> None:
     with _lock:
         if _installed or not hasattr(os, "register_at_fork"):
             return
-        os.register_at_fork(before=_before_fork)
+        os.register_at_fork(before=_before_fork, after_in_child=_in_child)
         _installed = True
 
 
@@ -58,9 +60,12 @@ def _before_fork() -> None:  # in the parent, just before the fork: never raise
         pass
 
 
-def _forking_line() -> str:
-    from helpers._internal import frames
+def _in_child() -> None:  # a new process: its parent's forks are not its own, and a lock
+    global _lock, _lines   # another thread held at the fork would stay held here forever
+    _lock, _lines = threading.Lock(), {}
 
+
+def _forking_line() -> str:
     frame = sys._getframe(2)  # past this module
     while frame is not None:
         if frames.is_user_frame(frame):
