@@ -48,9 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "JacobianProduct",
            "ScanStack", "Temporary", "array_bytes", "bytes_per_device", "compile_step",
-           "describe_arguments",
-           "devices_split_over", "elements_per_device", "function_name", "memory_kind",
-           "metadata_arrays", "same_sharding", "user_line"]
+           "describe_arguments", "devices_split_over", "elements_per_device", "function_name",
+           "memory_kind", "metadata_arrays", "same_sharding", "user_line"]
 
 # --- the records -------------------------------------------------------------------------------
 #: a whole copy of a loop's carried value of this many bytes on every step is worth a note (a

@@ -255,6 +255,15 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     no jax.Array (a tuple of them: jax-ml/jax#3125), the explanation; any other error passes
     with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    try:  # an error whose str() raises, say, must not unregister the handler
+        _explain(shell, value)
+    except Exception as err:
+        print(f"(the kit could not explain this error: {type(err).__name__})")
+    return None
+
+
+def _explain(shell, value: BaseException) -> None:
+    """What :func:`_on_jax_error` adds under the traceback, if anything."""
     from helpers import oom
 
     if oom.is_out_of_memory(value):
@@ -308,20 +317,30 @@ _NO_WAIT = re.compile(r"^'([\w.]+)' object has no attribute 'block_until_ready'"
 def _not_an_array(value: AttributeError) -> str:
     """The cause and the fix of ``.block_until_ready()`` called on what is not a jax.Array: a
     tuple, list or dict of arrays (a step's output with its state, jax-ml/jax#3125), which
-    ``jax.block_until_ready`` waits for whole, or a NumPy array or a Python number, which is
-    computed already. "" for any other AttributeError."""
+    ``jax.block_until_ready`` waits for whole; None (a function with no ``return``); a NumPy
+    array or a Python number, computed already; another class, which it waits for only where
+    it is a registered pytree. "" for any other AttributeError, and for text."""
     found = _NO_WAIT.match(str(value))
     if not found:
         return ""
     kind = found.group(1)
-    if kind in ("tuple", "list", "dict") or not kind.startswith(("numpy", "float", "int",
-                                                                  "bool", "complex")):
+    if kind == "NoneType":
+        return ("the value is None, so the function that made it returned nothing (a missing "
+                "return?): there is no array to wait for.")
+    if kind in ("tuple", "list", "dict"):
         return (f"a {kind} has no .block_until_ready(), only each jax.Array in it has: "
                 "jax.block_until_ready(x) waits for every array in a tuple, list, dict or any "
                 "pytree, and returns it (jax-ml/jax#3125). Time a step with "
                 "jax.block_until_ready(step(state, batch)), so that the time includes its work.")
-    return (f"a {kind} is no jax.Array: a NumPy or Python value is computed already, with "
-            "nothing to wait for. jax.block_until_ready(x) takes it too, and returns it.")
+    if kind.startswith("numpy.") or kind in ("int", "float", "bool", "complex"):
+        return (f"a {kind} is no jax.Array: a NumPy or Python value is computed already, with "
+                "nothing to wait for. jax.block_until_ready(x) takes it too, and returns it.")
+    if kind in ("str", "bytes"):
+        return ""
+    return (f"an object of class {kind} has no .block_until_ready(): jax.block_until_ready(x) "
+            "waits for every jax.Array in it where it is a registered pytree (a flax.struct "
+            "dataclass, an Equinox Module, a NamedTuple), and returns it; an object of another "
+            "class it returns without waiting.")
 
 
 def _sharding_fix(value: BaseException) -> str:

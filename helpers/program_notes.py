@@ -25,12 +25,11 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note", "jacobian_note",
            "jacobian_product_note", "logits_note", "on_the_host_by_commitment",
-           "pairwise_map_note", "pairwise_temporary",
-           "print_note", "random_bits_whole", "record_note", "replicated_sum_note",
-           "selected_cond_note", "slice_copy_note", "sliced_sort_note", "softmax_inputs",
-           "sort_scratch_note", "sorts_to_slice", "sparse_note", "stack_note", "stopped_scan_note",
-           "stacked_indices", "threefry_note", "unrolled_values", "widened", "widened_carry_note",
-           "widened_note"]
+           "pairwise_map_note", "pairwise_temporary", "print_note", "random_bits_whole",
+           "record_note", "replicated_sum_note", "selected_cond_note", "slice_copy_note",
+           "sliced_sort_note", "softmax_inputs", "sort_scratch_note", "sorts_to_slice",
+           "sparse_note", "stack_note", "stacked_indices", "stopped_scan_note", "threefry_note",
+           "unrolled_values", "widened", "widened_carry_note", "widened_note"]
 
 
 #: the operations that cut a part of an array: where one gathers a split argument whole, the

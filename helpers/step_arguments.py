@@ -568,8 +568,8 @@ def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = (),
         per = ""
         if (numbers := mine[0].of_elements) > 0:
             own, kept = mine[0].of_nbytes / numbers, (mine[0].of_nbytes + total) / numbers
-            per = (f" Kept from step to step: {kept:.3g} bytes per parameter, a number of {of} "
-                   f"({own:.3g} for {of}, {total / numbers:.3g} for these copies)" + (
+            per = (f" Kept from step to step: {kept:.3g} bytes per parameter (per number in "
+                   f"{of}: {own:.3g} for {of}, {total / numbers:.3g} for these copies)" + (
                        f", {peak / numbers:.3g} at this step's peak (with its batch, gradients "
                        "and activations)" if peak else "") + f"; N parameters need N x "
                    f"{kept:.3g} bytes before a step runs.")

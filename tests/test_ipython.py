@@ -67,9 +67,27 @@ def test_jax_3125_block_until_ready_of_a_tuple_is_explained_under_its_traceback(
     r = shell.run_cell("import numpy as np; np.ones(2).block_until_ready()")
     said = capsys.readouterr().out
     assert "a numpy.ndarray is no jax.Array" in said and "nothing to wait for" in said
-    r = shell.run_cell("(1, 2).no_such_attribute")
+    shell.run_cell("def step(x):\n    x * 2")  # no return
+    shell.run_cell("step(jnp.ones(3)).block_until_ready()")
     said = capsys.readouterr().out
-    assert not r.success and "no_such_attribute" in said and "JAX Device Kit" not in said
+    assert "the value is None, so the function that made it returned nothing" in said
+    assert "waits for every array" not in said
+    shell.run_cell("class Interpolator: pass")
+    shell.run_cell("Interpolator().block_until_ready()")
+    said = capsys.readouterr().out
+    assert "an object of class Interpolator has no .block_until_ready()" in said
+    assert "where it is a registered pytree" in said and "computed already" not in said
+    for other in ("(1, 2).no_such_attribute", "'text'.block_until_ready()"):
+        r = shell.run_cell(other)
+        said = capsys.readouterr().out
+        assert not r.success and "AttributeError" in said and "JAX Device Kit" not in said
+    # an AttributeError whose text cannot be made: the traceback, and the handler stays
+    shell.run_cell("class Odd(AttributeError):\n    def __str__(self):\n        raise "
+                   "RuntimeError('no text')")
+    shell.run_cell("raise Odd()")
+    said = capsys.readouterr().out
+    assert "the kit could not explain this error: RuntimeError" in said
+    assert AttributeError in shell.custom_exceptions  # not unregistered
     assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
 
 

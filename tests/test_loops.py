@@ -674,5 +674,22 @@ def test_skyrl_1058_a_scan_that_runs_on_after_every_row_stopped_is_named_with_th
             return (h, ~on), h[:, 0]
         return jax.lax.scan(step, (h0, jnp.zeros(8, bool)), jnp.arange(64))
 
-    assert not compiled.compile_step(counted, w, h0).stopped_scans()
-    assert not compiled.compile_step(toggled, w, h0).stopped_scans()
+    def summed(w, h0):  # read, but only counted: stopping early would change the output
+        def step(c, i):
+            h, seen = c
+            h = jnp.tanh(h @ w)
+            seen = seen | (jnp.argmax(h, -1) == EOS)
+            return (h, seen), jnp.sum(seen)
+        return jax.lax.scan(step, (h0, jnp.zeros(8, bool)), jnp.arange(64))
+
+    def rollout_loss(w, h0):  # under jax.grad a while_loop has no gradient: no such advice
+        def step(c, i):
+            h, done = c
+            h = jnp.where(done[:, None], h, jnp.tanh(h @ w))
+            return (h, done | (jnp.argmax(h, -1) == EOS)), jnp.where(done, 0.0, h[:, 0])
+        return jax.lax.scan(step, (h0, jnp.zeros(8, bool)), jnp.arange(64))[1].sum()
+
+    for silent in (counted, toggled, summed):
+        assert not compiled.compile_step(silent, w, h0).stopped_scans(), silent.__name__
+    assert compiled.compile_step(rollout_loss, w, h0).stopped_scans()  # forward: named
+    assert not compiled.compile_step(jax.grad(rollout_loss), w, h0).stopped_scans()

@@ -667,11 +667,17 @@ def test_jax_2937_a_jacobian_times_a_vector_is_a_jvp_and_a_vector_times_it_a_vjp
                                      x, jnp.ones(64))
     left = preflight.preflight_step(lambda x, u: u @ jax.jacrev(f)(x).reshape(8192, 64),
                                     x, jnp.ones(8192))
+    assert right.jacobian_products or left.jacobian_products  # named on 0.8.0 to 0.12.0.1
     for p, mode, side in ((right, "forward", "right"), (left, "reverse", "left")):
         if not p.jacobian_products:  # XLA fused the Jacobian away: nothing held, nothing said
             assert "makes the whole Jacobian" not in p.advice
             continue
         assert (p.jacobian_products[0].kind, p.jacobian_products[0].side) == (mode, side)
+    # J.T @ u is u @ J: a transpose swaps the sides, and the kit does not follow one (it said
+    # "jax.jvp ... gives J @ v" here, the wrong product)
+    transposed = preflight.preflight_step(
+        lambda x, u: jax.jacrev(f)(x).reshape(8192, 64).T @ u, x, jnp.ones(8192))
+    assert not transposed.jacobian_products and "J @ v" not in transposed.advice
     if right.jacobian_products:
         assert "jax.jvp(f, (x,), (v,))[1] gives J @ v without it" in right.advice
     if left.jacobian_products:

@@ -2534,13 +2534,13 @@ def test_maxtext_606_adam_keeps_twelve_bytes_per_parameter_and_the_step_says_so(
 
     p = preflight.preflight_step(step, params, state(jnp.float32), x, donate_argnums=(0, 1))
     assert all(c.of_elements == numbers for c in p.state_copies)
-    assert ("Kept from step to step: 12 bytes per parameter, a number of params (4 for params, "
-            "8 for these copies)") in p.advice
+    assert ("Kept from step to step: 12 bytes per parameter (per number in params: 4 for "
+            "params, 8 for these copies)") in p.advice
     assert f"{p.peak_bytes / numbers:.3g} at this step's peak" in p.advice
     assert p.peak_bytes / numbers > 12  # the gradients and the batch come on top
     assert "N parameters need N x 12 bytes before a step runs" in p.advice
     half = preflight.preflight_step(step, params, state(jnp.bfloat16), x, donate_argnums=(0, 1))
-    assert "10 bytes per parameter, a number of params (4 for params, 6 for these copies)" in (
+    assert "10 bytes per parameter (per number in params: 4 for params, 6 for these copies)" in (
         half.advice)
 
 

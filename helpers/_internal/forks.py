@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 
-from helpers._internal import frames
+from helpers._internal import frames, jaxcompat
 
 __all__ = ["forks_after_start", "watch"]
 
@@ -49,8 +49,7 @@ def forks_after_start() -> dict[str, int]:
 
 def _before_fork() -> None:  # in the parent, just before the fork: never raise
     try:
-        jaxcompat = sys.modules.get("helpers._internal.jaxcompat")
-        if jaxcompat is None or not jaxcompat.backends_started():
+        if not jaxcompat.backends_running_unlocked():
             return
         line = _forking_line()
         with _lock:

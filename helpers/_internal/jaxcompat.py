@@ -36,7 +36,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "Internal", "InternalMoved", "PAIRED_SORT_SINCE", "PMAP_AXIS_PREFIXES", "STARTUP_VARS",
            "STATIC_VALUES_EXPLAINED", "TESTED_FLOOR",
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
-           "backend_factories", "backend_start_snapshot", "backends_started", "cache_miss_files",
+           "backend_factories", "backend_start_snapshot", "backends_running_unlocked",
+           "backends_started", "cache_miss_files",
            "compiled_function_name", "computed_while_compiling",
            "custom_vjp_fwd_caller", "deleted_argument_error", "device_name",
            "distributed_coordinator", "ensure_hook",
@@ -93,6 +94,12 @@ INTERNALS: dict[str, Internal] = {
         "would take 75% of the card)",
         "for jax_num_cpu_devices only: jax.config.update raises RuntimeError after start "
         "(helpers.devices.simulate_cpu_devices uses that)"),
+    "backend_clients": Internal(
+        "jax._src.xla_bridge:_backends",
+        "tell, inside a fork handler, whether JAX's backends run, without taking JAX's "
+        "_backend_lock (backends_are_initialized takes it; a fork must not wait on a lock, and "
+        "one its own thread holds would never come free)",
+        "none: backends_are_initialized takes the lock"),
     "register_backend_initialization_hook": Internal(
         "jax._src.xla_bridge:register_backend_initialization_hook",
         "record the allocator variables at the moment the GPU backend starts, to catch ones "
@@ -427,6 +434,17 @@ def backends_started() -> bool:
     fn = _get("backends_are_initialized")
     try:
         return bool(fn()) if fn is not None else False
+    except Exception:
+        return False
+
+
+def backends_running_unlocked() -> bool:
+    """:func:`backends_started` for a fork handler: reads JAX's dict of running backends
+    without importing anything or taking JAX's lock (JAX's own fork handler takes none). False
+    where JAX is not imported or moved the dict."""
+    module, attr = INTERNALS["backend_clients"].where.split(":")
+    try:
+        return bool(getattr(sys.modules.get(module), attr, None))
     except Exception:
         return False
 

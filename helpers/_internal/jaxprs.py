@@ -636,9 +636,13 @@ def stop_flags(closed) -> list[tuple[int, str, str, str]]:
     """(the scan's length, the flag's type, the scan's line, the line that sets it) of each
     ``lax.scan`` (a ``fori_loop`` with fixed bounds is one) whose carry holds a boolean flag
     that only ever turns on, ``stopped = stopped | ...``, and that the body also reads (to
-    select with ``jnp.where``): once every element has it, the remaining steps compute what
-    is thrown away (NovaSky-AI/SkyRL#1058, a decode loop of ``max_new_tokens`` steps)."""
+    select with ``jnp.where``, or as a ``lax.cond``'s predicate): once every element has it,
+    the remaining steps compute what is thrown away (NovaSky-AI/SkyRL#1058, a decode loop of
+    ``max_new_tokens`` steps). None in a step that takes a reverse-mode derivative: the fix, a
+    ``while_loop``, has none."""
     found = []
+    if has_derivative(closed):
+        return found
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
             if eqn.primitive.name != "scan" or int(eqn.params.get("length", 0)) < 4:
@@ -646,7 +650,7 @@ def stop_flags(closed) -> list[tuple[int, str, str, str]]:
             body = eqn.params["jaxpr"]
             body = getattr(body, "jaxpr", body)
             start, n = jaxcompat.scan_counts(eqn.params)
-            made_by = {id(v): e for e in body.eqns for v in e.outvars}
+            made_by, _ = _index(body)
             for k in range(n):
                 flag, new = body.invars[start + k], body.outvars[k]
                 aval = getattr(flag, "aval", None)
@@ -656,11 +660,45 @@ def stop_flags(closed) -> list[tuple[int, str, str, str]]:
                 if setter is None or setter.primitive.name != "or" or not any(
                         v is flag for v in setter.invars):
                     continue
-                if not any(v is flag for e in body.eqns if e is not setter for v in e.invars):
-                    continue  # a flag the body never reads: nothing is gated by it
+                if not _gates(body, flag, setter):
+                    continue  # a flag nothing selects by (a count of it): nothing is thrown away
                 found.append((int(eqn.params["length"]), f"bool{list(aval.shape)}",
                               equation_line(eqn), equation_line(setter)))
     return found
+
+
+#: what a flag may pass through on its way to a select's predicate (~flag, its broadcast, a cast,
+#: another flag and-ed or or-ed with it)
+_FLAG_PASSES = frozenset({"not", "and", "or", "broadcast_in_dim", "reshape", "squeeze",
+                          "expand_dims", "convert_element_type"})
+
+
+def _gates(j, flag, setter=None, depth: int = 0) -> bool:
+    """Whether ``flag`` (a boolean variable of jaxpr ``j``) decides, through
+    :data:`_FLAG_PASSES`, a ``select_n``'s predicate (``jnp.where``) or a ``cond``'s index,
+    following it into inner jits (jnp.where is one); ``setter``'s reading is left out."""
+    if depth > 8:
+        return False
+    _, read = _index(j)
+    seen, todo = set(), [flag]
+    while todo:
+        var = todo.pop()
+        if id(var) in seen:
+            continue
+        seen.add(id(var))
+        for eqn in read.get(id(var), ()):
+            if eqn is setter:
+                continue
+            name = eqn.primitive.name
+            if name in ("select_n", "cond") and eqn.invars and eqn.invars[0] is var:
+                return True
+            if name in _FLAG_PASSES:
+                todo.extend(eqn.outvars)
+            elif (inner := _called(eqn)) is not None:
+                if any(_gates(inner, inner.invars[k], None, depth + 1)
+                       for k, v in enumerate(eqn.invars) if v is var):
+                    return True
+    return False
 
 
 def repeated_checkpoints(closed) -> tuple[tuple[str, int], ...]:
@@ -1453,9 +1491,10 @@ def jacobian_sizes(closed) -> list[tuple[str, int, int, int, str]]:
             if basis and outputs and inputs]
 
 
-#: what a Jacobian's value may pass through between JAX's unravel and the user's product
-_RESHAPING = frozenset({"transpose", "reshape", "convert_element_type", "copy", "squeeze",
-                        "expand_dims"})
+#: what a Jacobian's value may pass through between JAX's unravel and the user's product, each
+#: keeping its dimensions in order (a transpose would swap which side the product is on: J.T @
+#: u is u @ J; not followed)
+_RESHAPING = frozenset({"reshape", "convert_element_type", "copy", "squeeze", "expand_dims"})
 
 
 def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int, int, str,
@@ -1474,9 +1513,8 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
     found = []
     for j, _ in walk(closed):
         eqns = getattr(j, "eqns", ())
-        made_by = {id(v): e for e in eqns for v in e.outvars}
-        uses = Counter(id(v) for e in eqns for v in e.invars)
-        uses.update(id(v) for v in getattr(j, "outvars", ()))
+        made_by, read = _index(j)
+        returned = Counter(id(v) for v in getattr(j, "outvars", ()))
         # jax.hessian is jacfwd(jacrev(f)): the inner unravel, traced under the outer jacfun
         inner_reverse = {equation_line(e) for e in eqns
                          if {"_jacrev_unravel", "jacfwd.<locals>.jacfun"} <= set(
@@ -1494,7 +1532,7 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
                     continue  # a matrix on the other side: a product of Jacobians, not a vector
                 var, source, alone = eqn.invars[side], None, True
                 for _ in range(6):
-                    alone = alone and uses[id(var)] == 1  # read by nothing else, not returned
+                    alone = alone and len(read.get(id(var), ())) == 1 and not returned[id(var)]
                     source = made_by.get(id(var))
                     if source is None or source.primitive.name not in _RESHAPING or \
                             {"_jacfwd_unravel", "_jacrev_unravel"} & set(_frame_names(source)):
