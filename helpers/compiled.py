@@ -1600,6 +1600,15 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
             return (f"{head}, one of them {made[2]} times over, its operand shapes "
                     f"changing between iterations (at most {made[5]} alike): "
                     f"{_UNROLLED_CAUSE}; {jaxprs.UNALIKE_LOOP_FIX}")
+        outer = jaxprs.calling_loop(jaxpr, tuple(source)) if jaxpr is not None else None
+        # a loop around the call of the line's function: its count divides the line's repeats,
+        # and is fewer (as many, and the loop may as well be the line's own)
+        if outer is not None and outer[0] != tuple(source) and made and outer[1] < made[2]:
+            return (f"{head}, in a function called {outer[1]} times from "
+                    f"{frames.line(*outer[0])}: {_UNROLLED_CAUSE}, and the loop around that "
+                    f"call is unrolled too, {outer[1]} copies of everything the call makes. "
+                    "jax.lax.scan over that outer loop (or jax.lax.fori_loop) compiles the call "
+                    f"once, {outer[1]} times fewer operations; the inner loop can be a scan too.")
         return f"{head}: {_UNROLLED_FIX}" + (jaxprs.LOOKUPS_FIX if made and made[4] else "")
     found = jaxprs.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None
     if found is None:

@@ -515,6 +515,18 @@ def test_zero_transformer_13_unrolled_values_never_said_to_exceed_the_temporarie
     batch = jnp.ones((8 * 32, 128))
     r = preflight.preflight_step(jax.jit(_zero13_pyloop), p, batch)
     assert "is unrolled" in r.advice and "jax.lax.scan" in r.advice
+    # the microbatch loop's line, not only the layers' (the thread's fix is a scan over it)
+    assert "in a function called 32 times from test_loops.py:" in r.advice
+    assert "for k in range(32)" not in r.advice and "jax.grad(_zero13_loss)(p, mb[k])" in r.advice
+    assert "jax.lax.scan over that outer loop" in r.advice
+
+    def only_a_loop(h):  # a function that is one loop alone, called once: nothing outer
+        for _ in range(40):
+            h = jnp.tanh(h @ p["w0"])
+        return h
+
+    once = preflight.preflight_step(jax.jit(lambda h: only_a_loop(h) * 2), batch)
+    assert "is unrolled" in once.advice and "in a function called" not in once.advice
     c = compiled.compile_step(jax.jit(_zero13_pyloop), p, batch)
     line = [t for t in c.temporaries(4 * compiled.UNROLLED_AT) if t.line and t.line in r.advice]
     assert sum(t.nbytes for t in line) > r.temp_bytes  # the sum the old note printed

@@ -379,7 +379,7 @@ def test_the_table_lists_every_report_tested_here():
                  "787": "tests/test_preflight.py",
                  "2937": "tests/test_preflight.py", "9190": "tests/test_settings.py",
                  "1058": "tests/test_loops.py", "3125": "tests/test_ipython.py",
-                 "320": "tests/test_step_arguments.py",
+                 "320": "tests/test_step_arguments.py", "13": "tests/test_loops.py",
                  "792": "tests/test_compiles.py",
                  "81": "the elegy#141 test in tests/test_ipython.py",
                  "466": "tests/test_compiles.py", "282": "tests/test_transfers.py",

@@ -916,6 +916,44 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
             for k, v in out.items()}
 
 
+def calling_loop(closed, key: tuple[str, int]) -> tuple[tuple[str, int], int] | None:
+    """((file, line), how many times it ran) of the user's line that calls the function ``key``
+    (a line of the user's code, as :func:`line_repeats` keys it) is in, where that call ran
+    :data:`LOOP_REPEATS` times or more: an outer Python loop around an inner one, each unrolled
+    (fattorib/ZeRO-transformer#13: 32 microbatches, each a forward and backward pass through 6
+    layers written as a loop). The times are the largest number that divides how often each
+    equation made under that call recurs (the microbatch loop's 32, where the layers' own
+    equations recur 6 x 32 times); None where the call ran once, or no user frame calls it. A
+    function made of one loop alone, called once, looks the same from its tracebacks (each
+    equation recurs as often as the loop ran): the caller compares the times with the line's
+    own repeats."""
+    groups: dict[Any, int] = {}
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            try:
+                tb = eqn.source_info.traceback
+                stack = str(eqn.source_info.name_stack)
+            except Exception:  # an equation without its source
+                continue
+            if stack.count("jvp(") <= 1 and "transpose(" not in stack:  # the primal's
+                groups[(eqn.primitive.name, tb)] = groups.get((eqn.primitive.name, tb), 0) + 1
+    chains = []
+    for (_, tb), n in groups.items():
+        try:
+            fs = [(f.file_name, f.line_num) for f in tb.frames if frames.is_user_file(f.file_name)]
+        except Exception:  # a traceback that cannot say
+            continue
+        chains.append((fs, n))
+    caller = next((fs[1] for fs, _ in chains if len(fs) > 1 and fs[0] == key), None)
+    if caller is None:
+        return None
+    times = 0
+    for fs, n in chains:
+        if caller in fs[1:]:  # made inside a call from that line
+            times = math.gcd(times, n)
+    return (caller, times) if times >= LOOP_REPEATS else None
+
+
 def unrolled_line(closed, least: int
                   ) -> tuple[tuple[str, int], int, int, int, bool, int] | None:
     """((file, line), its equations, the step's equations, the most times one of its equations
