@@ -55,7 +55,9 @@ FIXES = {
                       "stay with the process (glibc keeps freed heap; on Linux "
                       "ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back)",
     "new shapes": "pad or bucket the inputs to a few fixed shapes (say, powers of two), so one "
-                  "compiled program serves many",
+                  "compiled program serves many; pad with values the function accepts (repeat "
+                  "the edge value and mask or slice the result: zeros fed to a log, a division "
+                  "or a negative power make inf or NaN)",
     "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "
                   "scalar is weakly typed while an array of the same value is not",
     "new sharding": "put the argument on the same device, with the same sharding, every call "

@@ -432,6 +432,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             host = (peak - runtime + c.runtime_bytes(), _free_bytes(dev)[0]
                     ) if getattr(dev, "platform", "") == "cpu" else (None, None)
             advice += " " + program_notes.factorization_note(factored, needed, *host)
+        elif verdict == "will not fit" and isinstance(free, int) and a["output"] > free:
+            advice = (advice.rstrip(".") + ". " +
+                      program_notes.output_too_large_note(c.outputs(), a["output"], free))
     notes = []
     if (closed_over := c.constants - c.folded) and c.spanned > 1:
         notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from helpers import compiled, devices
 from helpers._internal import jaxcompat, jaxprs
@@ -25,6 +25,7 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note", "jacobian_note",
            "jacobian_product_note", "logits_note", "on_the_host_by_commitment",
+           "output_too_large_note",
            "pairwise_map_note", "pairwise_temporary", "print_note", "random_bits_whole",
            "record_note", "replicated_sum_note", "selected_cond_note", "slice_copy_note",
            "sliced_sort_note", "softmax_inputs", "sort_scratch_note", "sorts_to_slice",
@@ -442,6 +443,29 @@ def factorization(temporaries: Sequence[compiled.Temporary], peak: int,
         return None
     return next((t for t in temporaries if t.op in FACTORIZATIONS and len(t.shape) == 2
                  and 4 * t.nbytes >= peak), None)
+
+
+def output_too_large_note(outputs: Sequence[tuple[str, Any, str]], output_bytes: int,
+                          free: int) -> str:
+    """A step whose outputs alone are more than the room where it runs: freeing other arrays,
+    donation or jax.checkpoint cannot make room for what it returns (jax-ml/jax#2851: an outer
+    product of a GPU pipeline's result, too large for the card and not for the host; gnecula:
+    compute it on the CPU device)."""
+    largest = max(outputs, key=lambda o: compiled.array_bytes(o[1]), default=None)
+    what = ""
+    if largest is not None and len(outputs) == 1:
+        what = f" ({largest[1].dtype}{list(largest[1].shape)})"
+    elif largest is not None:
+        path, aval, _ = largest
+        what = (f" (the largest, {path}: {aval.dtype}{list(aval.shape)}, "
+                f"{format_bytes(compiled.array_bytes(aval))})")
+    return (f"Its outputs alone, {format_bytes(output_bytes)}{what}, are more than the "
+            f"{format_bytes(free)} free there, so freeing other arrays cannot make room for "
+            "them, nor can donation or jax.checkpoint. Where no batch dimension of the inputs "
+            "shrinks them, compute the step where there is room: on the host, with its "
+            "arguments put on jax.devices('cpu')[0] (jax.device_put; a step runs where its "
+            "arguments are: jax-ml/jax#2851), or never make the whole result: reduce it in "
+            "blocks of rows inside the step (jax.lax.map over the blocks).")
 
 
 def factorization_note(t: compiled.Temporary, needed: int, host_need: int | None = None,

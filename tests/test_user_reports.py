@@ -8,6 +8,7 @@ import inspect
 import re
 import sys
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -2542,6 +2543,150 @@ def test_maxtext_606_adam_keeps_twelve_bytes_per_parameter_and_the_step_says_so(
     half = preflight.preflight_step(step, params, state(jnp.bfloat16), x, donate_argnums=(0, 1))
     assert "10 bytes per parameter (per number in params: 4 for params, 6 for these copies)" in (
         half.advice)
+
+
+# --- five threads put to the kit as a new user would, 2026-11-27 ---------------------------------
+class _SolverState(NamedTuple):
+    iter_num: jax.Array
+    stepsize: jax.Array
+    error: jax.Array
+
+
+@jax.jit
+def _solver_update(params, state):
+    g = 2 * params
+    step = state.stepsize * 0.5
+    return params - step * g, _SolverState(state.iter_num + 1, jnp.asarray(step, jnp.float32),
+                                           jnp.linalg.norm(g).astype(jnp.float32))
+
+
+def test_jaxopt_451_a_weakly_typed_solver_state_compiles_update_again():
+    """google/jaxopt#451: init_state makes its scalars from Python numbers (weakly typed),
+    update returns them typed, so the second update compiles again (mblondel: give them their
+    dtypes, as jaxopt#106 did)."""
+    params = jnp.ones((20, 3), jnp.float32)
+    with compiles.watch() as log:
+        state = _SolverState(jnp.asarray(0), jnp.asarray(1.0), jnp.asarray(jnp.inf))
+        for _ in range(4):
+            params, state = _solver_update(params, state)
+    f = log.function("_solver_update")
+    assert f.compiles == 2 and "only the weak type changed" in log.diagnosis
+    assert "Give it its dtype from the start" in log.diagnosis and "state.stepsize" in str(log)
+    with compiles.watch() as fixed:  # the fix: typed from the start
+        state = _SolverState(jnp.asarray(0, jnp.int32), jnp.asarray(1.0, jnp.float32),
+                             jnp.asarray(jnp.inf, jnp.float32))
+        for _ in range(4):
+            params, state = _solver_update(params, state)
+    assert fixed.function("_solver_update").compiles <= 1
+
+
+def test_scikit_robot_871_functions_jitted_anew_in_every_solve_are_named():
+    """iory/scikit-robot#871: each solve() builds closures over the robot's arrays and jits
+    them anew, so every solve compiles again and the programs pile up (the maintainer: build
+    them once, pass the data as arguments)."""
+    def build(fk):
+        def cost(q):
+            return jnp.sum((jnp.cumsum(q) * fk["axes"] - fk["target"]) ** 2)
+        return jax.jit(cost), jax.jit(jax.grad(cost))
+
+    def solve(fk, q):
+        cost, grad = build(fk)
+        for _ in range(5):
+            q = q - 0.01 * grad(q)
+        return cost(q)
+
+    fk = {"axes": jnp.linspace(0.1, 1.0, 29), "target": jnp.ones(29)}
+    with compiles.watch() as log:
+        for _ in range(3):
+            solve(fk, jnp.zeros(29))
+    said = log.diagnosis
+    assert "was jitted anew 6 times" in said and "make it once, outside the loop" in said
+    assert "pass that value as an argument instead" in said
+
+    def cost(q, fk):  # the fix: made once, the data an argument
+        return jnp.sum((jnp.cumsum(q) * fk["axes"] - fk["target"]) ** 2)
+
+    once, grad_once = jax.jit(cost), jax.jit(jax.grad(cost))
+    with compiles.watch() as fixed:
+        for _ in range(3):
+            q = jnp.zeros(29)
+            for _ in range(5):
+                q = q - 0.01 * grad_once(q, fk)
+            once(q, fk)
+    assert "jitted anew" not in fixed.diagnosis and fixed.compiles <= 2
+
+
+def test_ripple_4_a_new_frequency_grid_length_compiles_again_and_padding_is_advised():
+    """tedwards2412/ripple#4: a jitted waveform compiles for every new length of the frequency
+    grid. The kit's fix, padding to a few fixed lengths, now says to pad with values the
+    function accepts: zeros here would meet f ** (-5 / 3)."""
+    @jax.jit
+    def gen_polar(f, theta):
+        phase = 2 * jnp.pi * f * theta[0] + theta[1] * f ** (-5 / 3)
+        amp = theta[2] * f ** (-7 / 6)
+        return amp * jnp.cos(phase), amp * jnp.sin(phase)
+
+    theta = jnp.array([0.1, 0.2, 1.0])
+    grids = [jnp.linspace(20.0, 1024.0, n) for n in (100, 137, 160, 211, 250)]
+    with compiles.watch() as log:
+        for f in grids:
+            gen_polar(f, theta)
+    said = log.diagnosis
+    assert "compiled 5 times, for new shapes" in said and "pad or bucket" in said
+    assert "repeat the edge value" in said and "make inf or NaN" in said
+    assert not jnp.isfinite(gen_polar(jnp.zeros(4), theta)[0]).any()  # why not zeros
+    padded = [jnp.pad(f, (0, 256 - len(f)), mode="edge") for f in grids]  # the fix
+    with compiles.watch() as fixed:
+        out = [gen_polar(f, theta)[0][:len(g)] for f, g in zip(padded, grids)]
+    assert fixed.function("gen_polar").compiles <= 1
+    assert all(np.allclose(o, gen_polar(g, theta)[0], rtol=1e-5) for o, g in zip(out, grids))
+
+
+def test_jax_2851_an_output_larger_than_the_card_is_named_with_the_host_as_the_fix():
+    """jax-ml/jax#2851: a result of a GPU pipeline feeds an outer product that fits in host
+    memory but not on the card (gnecula: run that step on the CPU device). The outputs alone
+    are more than the card's room: no smaller batch or freed array helps."""
+    v = jax.ShapeDtypeStruct((120_000,), jnp.float32)
+    p = preflight.preflight_step(lambda v: jnp.outer(v, v), v, target="RTX 3090")
+    assert p.verdict == "will not fit"
+    assert "Its outputs alone, 53.64 GiB (float32[120000, 120000]), are more than the " in p.advice
+    assert "jax.devices('cpu')[0]" in p.advice and "jax-ml/jax#2851" in p.advice
+    reduced = preflight.preflight_step(lambda v: (jnp.outer(v, v) ** 2).sum(), v,
+                                       target="RTX 3090")  # made and reduced inside the step
+    assert "Its outputs alone" not in reduced.advice
+
+
+def _jax_21377_kernel(x, y, which):
+    return jnp.prod(1 + which * jnp.exp(-(x - y) ** 2))
+
+
+def _jax_21377_activation(X, which, yb):
+    pairs = jax.vmap(jax.vmap(_jax_21377_kernel, in_axes=(0, None, None)),
+                     in_axes=(None, 0, None))(X, X, which)
+    return jnp.dot(yb, pairs @ yb)
+
+
+def test_jax_21377_nested_vmaps_over_a_kernel_are_named_with_lax_map():
+    """jax-ml/jax#21377: nested vmaps of a kernel function build an (N, N, d) intermediate for
+    every row of the outer batch; froystig (jax#11319): jax.lax.map with a batch_size. The kit
+    names lax.map; the largest value it lists, the exp over every pair, is the same for every
+    element of the batch (XLA computes it once), so it does not shrink as the note says."""
+    k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
+    X = jax.random.normal(k0, (200, 30))
+    active = jax.random.randint(k1, (30, 30), 0, 2).astype(jnp.float32)
+    y = jax.random.normal(k2, (30, 200))
+    batched = jax.vmap(_jax_21377_activation, in_axes=(None, 0, 0))
+    p = preflight.preflight_step(batched, X, active, y)
+    assert "are made under jax.vmap for every element of the batch at once" in p.advice
+    assert "jax.lax.map(f, xs, batch_size=k)" in p.advice
+
+    def mapped(X, active, y):  # the fix, five rows of the batch at a time
+        return jax.lax.map(lambda a: _jax_21377_activation(X, *a), (active, y), batch_size=5)
+
+    fixed = preflight.preflight_step(mapped, X, active, y)
+    assert fixed.peak_bytes < p.peak_bytes
+    assert np.allclose(jax.jit(batched)(X, active, y), jax.jit(mapped)(X, active, y),
+                       rtol=1e-4)
 
 
 def test_jax_8933_an_array_made_for_another_device_is_made_on_the_default_one_first():
