@@ -2639,7 +2639,8 @@ def test_ripple_4_a_new_frequency_grid_length_compiles_again_and_padding_is_advi
     with compiles.watch() as fixed:
         out = [gen_polar(f, theta)[0][:len(g)] for f, g in zip(padded, grids, strict=True)]
     assert fixed.function("gen_polar").compiles <= 1
-    assert all(np.allclose(o, gen_polar(g, theta)[0], rtol=1e-5) for o, g in zip(out, grids, strict=True))
+    assert all(np.allclose(o, gen_polar(g, theta)[0], rtol=1e-5)
+               for o, g in zip(out, grids, strict=True))
 
 
 def test_jax_2851_an_output_larger_than_the_card_is_named_with_the_host_as_the_fix():
