@@ -502,9 +502,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     products = [p for p in c.jacobian_products()  # (where XLA's plan has room for it)
                 if 4 * max(p.nbytes, made_bytes) >= peak
                 and p.nbytes >= 4 * p.product_bytes and a["temp"] >= p.nbytes]
-    if products:
+    if products:  # the values built for it, where no other Jacobian could have made them
+        alone = len({p.line for p in c.jacobian_products()} | {r.line for r in jacobians}) == 1
         notes.append(program_notes.jacobian_product_note(
-            products[0], made_for if made_bytes > products[0].nbytes else ()))
+            products[0], made_for if alone and made_bytes > products[0].nbytes else ()))
         batched = [b for b in batched if b[0].line not in c.jacobian_lines]
     made_whole = () if products else jacobians  # (a product needs no Jacobian at all)
     the_long_way = [(r, held) for r in made_whole if r.batch >= 4 * r.other_way and (

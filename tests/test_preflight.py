@@ -640,6 +640,7 @@ def test_jax_2937_a_hessian_made_only_to_multiply_a_vector_is_named_with_the_hvp
     assert "float32[16, 144, 144]" in said and "einsum" in said  # the product's line
     assert "jax.jvp(jax.grad(f), (x,), (v,))[1] gives that product without it" in said
     assert "jax.vmap it over the points" in said
+    assert "and to build it" in said  # the basis pushed through at once: jax#787's values
     # not the advice for a Hessian the user needs whole, nor chunks of the user's vmap
     assert "basis vectors" not in said and "as the vectorized code would be" not in said
     fixed = preflight.preflight_step(_hvps, xs, ws)
