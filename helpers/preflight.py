@@ -499,11 +499,12 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             by_line.setdefault(t.line, []).append(t)
     made_for = max(by_line.values(), key=lambda ts: sum(t.nbytes for t in ts), default=[])
     made_bytes = sum(t.nbytes for t in made_for)
-    products = [p for p in c.jacobian_products()  # (where XLA's plan has room for it)
+    multiplied = c.jacobian_products()
+    products = [p for p in multiplied  # (where XLA's plan has room for it)
                 if 4 * max(p.nbytes, made_bytes) >= peak
                 and p.nbytes >= 4 * p.product_bytes and a["temp"] >= p.nbytes]
     if products:  # the values built for it, where no other Jacobian could have made them
-        alone = len({p.line for p in c.jacobian_products()} | {r.line for r in jacobians}) == 1
+        alone = len({p.line for p in multiplied} | {r.line for r in jacobians}) == 1
         notes.append(program_notes.jacobian_product_note(
             products[0], made_for if alone and made_bytes > products[0].nbytes else ()))
         batched = [b for b in batched if b[0].line not in c.jacobian_lines]

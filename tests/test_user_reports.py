@@ -2491,26 +2491,34 @@ def test_flax_2384_3945_parameters_read_only_in_bfloat16_name_param_dtype():
     assert p.argument_bytes - fixed.argument_bytes == 3 * 2 * MiB
 
 
+# An Adam step by hand (optax is not a dependency): two layers, 4 MiB of parameters, mu kept in
+# the dtype its state was made with
+_ADAM_SHAPES = {"a": (1024, 512), "b": (512, 1024)}
+
+
+def _adam_step(params, state, x):
+    g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["a"] @ p["b"]) ** 2))(params)
+    mu = jax.tree.map(lambda m, g: (0.9 * m + 0.1 * g).astype(m.dtype), state["mu"], g)
+    nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, state["nu"], g)
+    new = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
+    return new, {"mu": mu, "nu": nu}
+
+
+def _adam_arguments(mu_dtype):
+    """(params, state, x) for :func:`_adam_step`, its mu in ``mu_dtype``."""
+    params = {k: jnp.ones(s) for k, s in _ADAM_SHAPES.items()}
+    state = {"mu": {k: jnp.zeros(s, mu_dtype) for k, s in _ADAM_SHAPES.items()},
+             "nu": {k: jnp.zeros(s) for k, s in _ADAM_SHAPES.items()}}
+    return params, state, jnp.ones((64, 1024))
+
+
 def test_optax_173_adam_s_moments_name_mu_dtype():
     """Adam keeps mu and nu, each as many numbers as the parameters; the request became
     optax.adam(mu_dtype=...) (optax#176)."""
-    def step(params, state, x):
-        g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["a"] @ p["b"]) ** 2))(params)
-        mu = jax.tree.map(lambda m, g: (0.9 * m + 0.1 * g).astype(m.dtype), state["mu"], g)
-        nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, state["nu"], g)
-        new = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
-        return new, {"mu": mu, "nu": nu}
-
-    shapes = {"a": (1024, 512), "b": (512, 1024)}  # two layers: 4 MiB of parameters
-    params, x = {k: jnp.ones(s) for k, s in shapes.items()}, jnp.ones((64, 1024))
-
-    def state(mu_dtype):
-        return {"mu": {k: jnp.zeros(s, mu_dtype) for k, s in shapes.items()},
-                "nu": {k: jnp.zeros(s) for k, s in shapes.items()}}
-
-    p = preflight.preflight_step(step, params, state(jnp.float32), x, donate_argnums=(0, 1))
+    p = preflight.preflight_step(_adam_step, *_adam_arguments(jnp.float32), donate_argnums=(0, 1))
     assert "state holds 2 copies of params' shapes" in p.advice and "mu_dtype" in p.advice
-    fixed = preflight.preflight_step(step, params, state(jnp.bfloat16), x, donate_argnums=(0, 1))
+    fixed = preflight.preflight_step(_adam_step, *_adam_arguments(jnp.bfloat16),
+                                     donate_argnums=(0, 1))
     assert p.argument_bytes - fixed.argument_bytes == 2 * MiB  # mu at half its bytes
 
 
@@ -2518,29 +2526,16 @@ def test_maxtext_606_adam_keeps_twelve_bytes_per_parameter_and_the_step_says_so(
     """"Adam needs 20 bytes per parameter: how does a 7B model fit?" The answer in the thread:
     12 (float32 parameters, mu and nu); the kit says it per number of the parameters, kept
     between steps, and at the step's peak. Half-width moments keep fewer."""
-    def step(params, state, x):
-        g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["a"] @ p["b"]) ** 2))(params)
-        mu = jax.tree.map(lambda m, g: (0.9 * m + 0.1 * g).astype(m.dtype), state["mu"], g)
-        nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, state["nu"], g)
-        new = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
-        return new, {"mu": mu, "nu": nu}
-
-    shapes = {"a": (1024, 512), "b": (512, 1024)}
-    params, x = {k: jnp.ones(s) for k, s in shapes.items()}, jnp.ones((64, 1024))
     numbers = 2 * 1024 * 512
-
-    def state(mu_dtype):
-        return {"mu": {k: jnp.zeros(s, mu_dtype) for k, s in shapes.items()},
-                "nu": {k: jnp.zeros(s) for k, s in shapes.items()}}
-
-    p = preflight.preflight_step(step, params, state(jnp.float32), x, donate_argnums=(0, 1))
+    p = preflight.preflight_step(_adam_step, *_adam_arguments(jnp.float32), donate_argnums=(0, 1))
     assert all(c.of_elements == numbers for c in p.state_copies)
     assert ("Kept from step to step: 12 bytes per parameter (per number in params: 4 for "
             "params, 8 for these copies)") in p.advice
     assert f"{p.peak_bytes / numbers:.3g} at this step's peak" in p.advice
     assert p.peak_bytes / numbers > 12  # the gradients and the batch come on top
     assert "N parameters need N x 12 bytes before a step runs" in p.advice
-    half = preflight.preflight_step(step, params, state(jnp.bfloat16), x, donate_argnums=(0, 1))
+    half = preflight.preflight_step(_adam_step, *_adam_arguments(jnp.bfloat16),
+                                    donate_argnums=(0, 1))
     assert "10 bytes per parameter (per number in params: 4 for params, 6 for these copies)" in (
         half.advice)
 

@@ -650,7 +650,7 @@ def stop_flags(closed) -> list[tuple[int, str, str, str]]:
             body = eqn.params["jaxpr"]
             body = getattr(body, "jaxpr", body)
             start, n = jaxcompat.scan_counts(eqn.params)
-            made_by, _ = _index(body)
+            made_by, read = _index(body)
             for k in range(n):
                 flag, new = body.invars[start + k], body.outvars[k]
                 aval = getattr(flag, "aval", None)
@@ -660,7 +660,7 @@ def stop_flags(closed) -> list[tuple[int, str, str, str]]:
                 if setter is None or setter.primitive.name != "or" or not any(
                         v is flag for v in setter.invars):
                     continue
-                if not _gates(body, flag, setter):
+                if not _gates(body, flag, setter, read=read):
                     continue  # a flag nothing selects by (a count of it): nothing is thrown away
                 found.append((int(eqn.params["length"]), f"bool{list(aval.shape)}",
                               equation_line(eqn), equation_line(setter)))
@@ -673,13 +673,15 @@ _FLAG_PASSES = frozenset({"not", "and", "or", "broadcast_in_dim", "reshape", "sq
                           "expand_dims", "convert_element_type"})
 
 
-def _gates(j, flag, setter=None, depth: int = 0) -> bool:
+def _gates(j, flag, setter=None, depth: int = 0, read: dict | None = None) -> bool:
     """Whether ``flag`` (a boolean variable of jaxpr ``j``) decides, through
     :data:`_FLAG_PASSES`, a ``select_n``'s predicate (``jnp.where``) or a ``cond``'s index,
-    following it into inner jits (jnp.where is one); ``setter``'s reading is left out."""
+    following it into inner jits (jnp.where is one); ``setter``'s reading is left out.
+    ``read``: ``j``'s readers by variable (:func:`_index`), where the caller has them."""
     if depth > 8:
         return False
-    _, read = _index(j)
+    if read is None:
+        _, read = _index(j)
     seen, todo = set(), [flag]
     while todo:
         var = todo.pop()
@@ -869,28 +871,8 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
     recurs that often). Recurrences are counted among the equations of no derivative but one
     ``jax.grad`` or ``jax.jvp``'s forward pass: a derivative makes several equations from one call
     stack (nested ``jax.jvp`` of one line, 27 of one ``mul`` at order 3)."""
-    # (primitive, traceback): [all, primal, lookups, {operand shapes: primal}]
-    groups: dict[tuple[str, Any], list] = {}
-    for j, _ in walk(closed):
-        for eqn in getattr(j, "eqns", ()):
-            try:
-                tb = eqn.source_info.traceback
-                stack = str(eqn.source_info.name_stack)
-            except Exception:  # an equation without its source
-                continue
-            one = groups.setdefault((eqn.primitive.name, tb), [0, 0, 0, Counter()])
-            one[0] += 1
-            primal = stack.count("jvp(") <= 1 and "transpose(" not in stack
-            one[1] += primal
-            if primal:
-                one[3][tuple(getattr(getattr(v, "aval", None), "shape", None)
-                             for v in eqn.invars)] += 1
-            # a lookup: a gather, or its transpose under jax.grad, a scatter-add (where the
-            # gradient needs no forward value, jit's dead-code pass drops the gathers)
-            one[2] += eqn.primitive.name == "gather" or (
-                eqn.primitive.name == "scatter-add" and "transpose(" in stack)
     out: dict[tuple[str, int], list] = {}
-    for (_, tb), (n, primal, lookups, shapes) in groups.items():
+    for (_, tb), (n, primal, lookups, shapes) in _stack_groups(closed).items():
         try:
             fs = list(tb.frames) if tb is not None else []
         except Exception:  # a traceback that cannot say
@@ -916,6 +898,33 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
             for k, v in out.items()}
 
 
+def _stack_groups(closed) -> dict[tuple[str, Any], list]:
+    """(primitive, traceback): [its equations, those of no derivative but one jax.grad or
+    jax.jvp's forward pass (the primal's), lookups, {operand shapes: primal ones}], over every
+    jaxpr of the step: one equation per call stack, counted as often as the code that made it
+    ran (:func:`line_repeats`, :func:`calling_loop`)."""
+    groups: dict[tuple[str, Any], list] = {}
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            try:
+                tb = eqn.source_info.traceback
+                stack = str(eqn.source_info.name_stack)
+            except Exception:  # an equation without its source
+                continue
+            one = groups.setdefault((eqn.primitive.name, tb), [0, 0, 0, Counter()])
+            one[0] += 1
+            primal = stack.count("jvp(") <= 1 and "transpose(" not in stack
+            one[1] += primal
+            if primal:
+                one[3][tuple(getattr(getattr(v, "aval", None), "shape", None)
+                             for v in eqn.invars)] += 1
+            # a lookup: a gather, or its transpose under jax.grad, a scatter-add (where the
+            # gradient needs no forward value, jit's dead-code pass drops the gathers)
+            one[2] += eqn.primitive.name == "gather" or (
+                eqn.primitive.name == "scatter-add" and "transpose(" in stack)
+    return groups
+
+
 def calling_loop(closed, key: tuple[str, int]) -> tuple[tuple[str, int], int] | None:
     """((file, line), how many times it ran) of the user's line that calls the function ``key``
     (a line of the user's code, as :func:`line_repeats` keys it) is in, where that call ran
@@ -927,18 +936,10 @@ def calling_loop(closed, key: tuple[str, int]) -> tuple[tuple[str, int], int] | 
     function made of one loop alone, called once, looks the same from its tracebacks (each
     equation recurs as often as the loop ran): the caller compares the times with the line's
     own repeats."""
-    groups: dict[Any, int] = {}
-    for j, _ in walk(closed):
-        for eqn in getattr(j, "eqns", ()):
-            try:
-                tb = eqn.source_info.traceback
-                stack = str(eqn.source_info.name_stack)
-            except Exception:  # an equation without its source
-                continue
-            if stack.count("jvp(") <= 1 and "transpose(" not in stack:  # the primal's
-                groups[(eqn.primitive.name, tb)] = groups.get((eqn.primitive.name, tb), 0) + 1
     chains = []
-    for (_, tb), n in groups.items():
+    for (_, tb), (_, n, _, _) in _stack_groups(closed).items():
+        if not n:  # a derivative's equations alone: the primal's are counted
+            continue
         try:
             fs = [(f.file_name, f.line_num) for f in tb.frames if frames.is_user_file(f.file_name)]
         except Exception:  # a traceback that cannot say
@@ -1545,7 +1546,7 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
     "reverse"; side: "right" where the product contracts the Jacobian's
     input dimensions (J @ v, a ``jax.jvp``), "left" where its outputs' (u @ J, a
     ``jax.vjp``). The Jacobian is the output of JAX's ``_jacfwd_unravel`` or
-    ``_jacrev_unravel`` (jax/_src/api.py), read through transposes and reshapes; the vector
+    ``_jacrev_unravel`` (jax/_src/api.py), read through reshapes (:data:`_RESHAPING`); the vector
     is a ``dot_general`` operand with no dimension of its own left in the product (one
     vector per point where the product is batched, as an einsum ``'nij,nj->ni'`` is)."""
     found = []
@@ -1553,10 +1554,7 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
         eqns = getattr(j, "eqns", ())
         made_by, read = _index(j)
         returned = Counter(id(v) for v in getattr(j, "outvars", ()))
-        # jax.hessian is jacfwd(jacrev(f)): the inner unravel, traced under the outer jacfun
-        inner_reverse = {equation_line(e) for e in eqns
-                         if {"_jacrev_unravel", "jacfwd.<locals>.jacfun"} <= set(
-                             _frame_names(e))}
+        inner_reverse = None  # read once, where a jacfwd's product is found
         for eqn in eqns:
             if eqn.primitive.name != "dot_general" or any(
                     n.endswith("jacfun") for n in _frame_names(eqn)):
@@ -1590,6 +1588,11 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
                 right = contracted == free[len(free) - len(contracted):]
                 line = equation_line(source)
                 out = eqn.outvars[0].aval
+                if mode == "forward" and inner_reverse is None:
+                    # jax.hessian is jacfwd(jacrev(f)): the inner unravel, under the outer jacfun
+                    inner_reverse = {equation_line(e) for e in eqns
+                                     if {"_jacrev_unravel", "jacfwd.<locals>.jacfun"} <= set(
+                                         _frame_names(e))}
                 found.append((
                     "hessian" if mode == "forward" and line in inner_reverse else mode,
                     "right" if right else "left", shape, str(aval.dtype),
