@@ -50,6 +50,11 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 120):
 
 
 def pytest_collection_modifyitems(config, items):
+    # the tests that start JAX processes needing the card to themselves go first: a gpu test that
+    # makes an array in the pytest process takes 75% of the card for the rest of the session (the
+    # H100, 2026-11-27: test_compiles' gpu test did, and the two holder tests of test_oom after it
+    # found a 63.8 GB pool); a stable sort keeps every other test in its order
+    items.sort(key=lambda item: "beside_processes" not in item.keywords)
     has_gpu = jax.default_backend() in ("gpu", "cuda", "rocm")
     skip = pytest.mark.skip(reason="needs a GPU (JAX's default backend is not gpu)")
     for item in items:

@@ -53,6 +53,7 @@ def test_allocator_settings_plot():
 
 
 @pytest.mark.gpu
+@pytest.mark.beside_processes
 def test_default_preallocates_and_false_does_not():
     d = allocation.measure("default")
     off = allocation.measure("PREALLOCATE=false")
@@ -105,6 +106,7 @@ def test_story_table_follows_jaxlib_then_xla():
 
 
 @pytest.mark.gpu
+@pytest.mark.beside_processes
 def test_measured_limits_match_the_prediction():
     for name in ("default", "PREALLOCATE=false", "MEM_FRACTION=0.25"):
         m = allocation.measure(name)

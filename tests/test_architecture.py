@@ -313,6 +313,40 @@ def test_the_hook_is_installed_before_the_first_jax_operation():
     assert out.stdout.split()[-1] == expected
 
 
+def test_tests_that_need_the_card_to_themselves_run_before_any_other():
+    """The H100 (2026-11-27, second lease): test_compiles' gpu test made arrays in the pytest
+    process, whose pool (63.8 GB, 75% of the card) then stopped the two tests after it that
+    start default JAX processes beside it. Those tests are marked beside_processes, and the
+    session runs them first; every test that starts holders (_holding) carries the mark."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import inspect, pytest\n"
+            "class Order:\n"
+            "    def pytest_collection_finish(self, session):\n"
+            "        for i in session.items:\n"
+            "            holds = '_holding(' in inspect.getsource(i.function)\n"
+            "            print('ITEM', int('beside_processes' in i.keywords), int(holds), "
+            "i.nodeid)\n"
+            "pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', '-m', 'gpu', "
+            "'tests'], plugins=[Order()])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    items = [line.split(" ", 3)[1:] for line in out.stdout.splitlines()
+             if line.startswith("ITEM ")]
+    assert len(items) >= 10, out.stdout[-2000:] + out.stderr[-2000:]
+    marks = [marked == "1" for marked, _, _ in items]
+    first_unmarked = marks.index(False)
+    assert any(marks) and not any(marks[first_unmarked:]), items  # the marked ones first
+    holders = [nodeid for _, holds, nodeid in items if holds == "1"]
+    assert len(holders) == 2 and all(marked == "1" for marked, holds, _ in items
+                                     if holds == "1"), items
+    assert any(nodeid.startswith("tests/test_compiles.py") for _, _, nodeid in
+               items[first_unmarked:])  # an in-process gpu test, after them
+
+
 def test_collecting_the_tests_starts_no_jax_backend():
     """A test module that makes an array when imported (a module-level jnp.full, a skipif that
     asks jax.devices()) starts JAX in the pytest process. On a GPU that process then holds 75%

@@ -235,7 +235,8 @@ def _holding(n: int):
     if jax.default_backend() == "gpu":  # this process's own pool would take the card first
         pool = (jax.devices()[0].memory_stats() or {}).get("pool_bytes", 0)
         assert pool < 2**30, (f"the pytest process holds a {pool:,} B pool: a test before this "
-                              "one made an array here; make it in a child process")
+                              "one made an array here; make it in a child process, or mark this test "
+                              "beside_processes (those run first)")
     holders = []
     try:
         for _ in range(n):
@@ -253,6 +254,7 @@ def _holding(n: int):
 
 
 @pytest.mark.gpu
+@pytest.mark.beside_processes
 def test_gpu_a_third_default_process_gets_no_cuda_context_and_is_explained():
     """The H100 (2026-11-27): beside two default JAX processes, a third could not create its
     CUDA context, and JAX said only "no supported devices found for platform CUDA"."""
@@ -270,6 +272,7 @@ def test_gpu_a_third_default_process_gets_no_cuda_context_and_is_explained():
 
 
 @pytest.mark.gpu
+@pytest.mark.beside_processes
 def test_a_second_default_process_starves_a_cuda_library_and_is_explained():
     """jax#17217: a JAX process beside another that holds its default 75% takes most of what
     is left for its pool, and cuDNN or cuBLAS may find too little to start. Written from the
