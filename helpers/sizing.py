@@ -29,6 +29,8 @@ True
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +67,12 @@ class BatchSize(Display):
     compiles: int
     seconds: float
     method: str
+    #: where XLA's plan at the first answer held the batch padded up to a multiple (on a GPU,
+    #: split-K pads a matmul's contracting dimension, the batch in a weight gradient): that
+    #: multiple and the first answer, and the batch is the largest multiple of it that fits, or
+    #: the first answer where none larger does (1 and 0: no padding seen, no second search)
+    padded_to: int = 1
+    unaligned_batch: int = 0
 
 
 def _unplaced_bytes(args: Sequence) -> int:
@@ -106,7 +114,79 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     (:class:`helpers.errors.CompileOutOfMemory`) counts as over the budget: the search tries an
     eighth of it, and never reports a need for it (``next_needed_bytes`` is NOT_AVAILABLE when
     the answer's next batch is one). Raises CompileOutOfMemory when not even ``granularity``
-    compiles."""
+    compiles.
+
+    Where XLA's plan at the answer holds a copy of the batch padded up to a multiple of 8 or
+    more (seen on an H100, 2026-11-27: at 61,077 a fusion of f32[61088, 2048]; XLA's split-K
+    rewrite pads a matmul's contracting dimension, the batch in a weight gradient), a batch
+    that is a multiple of it needs no such copy and can fit where a smaller batch did not: the
+    search runs again in multiples of it (``padded_to``), and the larger answer is returned,
+    the first kept as ``unaligned_batch``."""
+    found = first = _search(fn, make_args, budget, granularity=granularity,
+                            max_batch=max_batch, verify=verify, device=device,
+                            donate_argnums=donate_argnums, tolerance=tolerance)
+    padded, compiles, seconds = [], first.compiles, first.seconds
+    while found.batch and found.batch + found.granularity <= max_batch and len(padded) < 8:
+        # the answer's plan, and the next batch's where the search compiled it: a padded batch
+        # above an aligned answer says that larger multiples may fit as well
+        pad, where = max(_padding(fn, make_args(b), b, device, donate_argnums)
+                         for b in (found.batch, found.batch + found.granularity)[
+                             :1 + found.next_compiled])
+        step = math.lcm(found.granularity, pad)
+        if step == found.granularity or step > max_batch:  # no padding, or none to avoid
+            break
+        padded.append((found.batch, pad, where, step))
+        again = _search(fn, make_args, budget, granularity=step, max_batch=max_batch,
+                        verify=verify, device=device, donate_argnums=donate_argnums,
+                        tolerance=tolerance)
+        compiles, seconds = compiles + again.compiles, seconds + again.seconds
+        if again.batch <= found.batch:
+            break
+        found = again
+    if not padded:
+        return found
+    why = "; ".join(f"XLA's plan near batch {b:,} holds the batch padded up to a multiple of "
+                    f"{m} ({where})" for b, m, where, _ in padded)
+    step = padded[-1][3]
+    outcome = (f"so the search ran again in multiples of {step}, where no such copy is needed: "
+               f"{found.batch:,} fits where {first.batch + first.granularity:,} did not"
+               if found is not first else f"and in multiples of {step} none larger fits")
+    return dataclasses.replace(found, compiles=compiles, seconds=seconds,
+                               method=f"{found.method}; {why}, {outcome}",
+                               padded_to=max(m for _, m, _, _ in padded),
+                               unaligned_batch=first.batch)
+
+
+def _padding(fn: Callable, args: Sequence, batch: int, device, donate_argnums) -> tuple[int, str]:
+    """The multiple (8 to 1024) that a value in XLA's plan for ``batch`` rounds the batch up to,
+    and that value ("fusion f32[61088, 2048]"); (1, "") where none does. Of the multiples a
+    size fits (61,077 rounded up to 16 or to 32 is 61,088) the smallest, so a search in
+    multiples of it loses least (where the padding was to the larger, the next search's answer
+    is padded again, and says so); of several values, the largest such multiple. A size the
+    arguments themselves have (a model's width) is not taken for a padded batch. The step was
+    compiled at ``batch`` by the search, so this compile is JAX's cached one."""
+    import jax
+
+    c = compiled.compile_step(fn, *args, device=device, donate_argnums=donate_argnums)
+    given = {d for leaf in jax.tree.leaves(args) for d in getattr(leaf, "shape", ())}
+    best, where = 1, ""
+    for v in c.values:
+        for d in v["shape"]:
+            if not batch < d < batch + 1024 or d in given:
+                continue
+            m = next((m for m in (2**k for k in range(3, 11)) if -(-batch // m) * m == d), 1)
+            if m > best:
+                best, where = m, f"{v['op'].rsplit('/', 1)[-1]} {v['dtype']}{list(v['shape'])}"
+    return best, where
+
+
+def _search(fn: Callable, make_args: Callable[[int], Sequence], budget: int | str, *,
+                  granularity: int = 1, max_batch: int = 1 << 24, verify: bool = False,
+                  device: str | jax.Device | None = None,
+                  donate_argnums: int | Sequence[int] = (),
+                  tolerance: float = 0.001) -> BatchSize:
+    """One search at one granularity: :func:`largest_batch` without the second search in
+    multiples of a padding XLA added."""
     if not callable(make_args):
         raise BadInputError("make_args must be a function of the batch size that returns the "
                             "step's arguments")

@@ -235,8 +235,8 @@ def _holding(n: int):
     if jax.default_backend() == "gpu":  # this process's own pool would take the card first
         pool = (jax.devices()[0].memory_stats() or {}).get("pool_bytes", 0)
         assert pool < 2**30, (f"the pytest process holds a {pool:,} B pool: a test before this "
-                              "one made an array here; make it in a child process, or mark this test "
-                              "beside_processes (those run first)")
+                              "one made an array here; make it in a child process, or mark this "
+                              "test beside_processes (those run first)")
     holders = []
     try:
         for _ in range(n):
