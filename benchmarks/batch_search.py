@@ -91,6 +91,7 @@ def main(argv=None) -> dict:
         rows[name] = {"budget_bytes": budget, "bisection_batch": exact,
                       "bisection_compiles": bisect_compiles, "largest_batch": found.batch,
                       "largest_batch_compiles": found.compiles, "method": found.method,
+                      "padded_to": found.padded_to, "unaligned_batch": found.unaligned_batch,
                       "same_answer": found.batch == exact,
                       "median_seconds": {k: median(v) for k, v in times.items()},
                       "seconds": times}

@@ -70,7 +70,7 @@ def test_where_the_two_batch_searches_disagree_the_needs_at_both_answers_are_kep
     monkeypatch.setattr(batch, "BUDGETS", {"40 MiB": 40 * 2**20})
     monkeypatch.setattr(batch, "bisection", lambda make, budget: (256, 18))
     monkeypatch.setattr(batch.sizing, "largest_batch", lambda *a, **k: types.SimpleNamespace(
-        batch=128, compiles=13, method="bracket halved"))
+        batch=128, compiles=13, method="bracket halved", padded_to=32, unaligned_batch=100))
     monkeypatch.setattr(batch, "need", lambda make, b: 1000 * b)
     workspace = types.SimpleNamespace(op="dot_general (cuBLAS workspace)", dtype="s8",
                                       shape=(33554432,), nbytes=2**25)
@@ -87,6 +87,7 @@ def test_where_the_two_batch_searches_disagree_the_needs_at_both_answers_are_kep
     assert row["needs_at_answers"] == {"128": 128_000, "129": 129_000, "256": 256_000,
                                        "257": 257_000}
     assert not row["same_answer"] and written == ["batch_search"]
+    assert (row["padded_to"], row["unaligned_batch"]) == (32, 100)  # the padding it searched past
     temps = row["temporaries_at_answers"]
     assert temps["128"] == {"temp_bytes": 0, "largest": []}
     assert temps["129"]["largest"] == [["dot_general (cuBLAS workspace)", "s8", [33554432],
