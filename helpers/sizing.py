@@ -67,10 +67,10 @@ class BatchSize(Display):
     compiles: int
     seconds: float
     method: str
-    #: where XLA's plan at the first answer held the batch padded up to a multiple (on a GPU,
-    #: split-K pads a matmul's contracting dimension, the batch in a weight gradient): that
-    #: multiple and the first answer, and the batch is the largest multiple of it that fits, or
-    #: the first answer where none larger does (1 and 0: no padding seen, no second search)
+    #: where XLA's plan near an answer held the batch padded up to a multiple (on a GPU, from
+    #: XLA's source, split-K pads a matmul's contracting dimension: the batch, in a weight
+    #: gradient): the largest such multiple seen, and the first search's answer; ``batch`` is
+    #: then the largest answer of the searches in multiples of it (1 and 0: no padding seen)
     padded_to: int = 1
     unaligned_batch: int = 0
 
@@ -116,75 +116,90 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     the answer's next batch is one). Raises CompileOutOfMemory when not even ``granularity``
     compiles.
 
-    Where XLA's plan at the answer holds a copy of the batch padded up to a multiple of 8 or
-    more (seen on an H100, 2026-11-27: at 61,077 a fusion of f32[61088, 2048]; XLA's split-K
-    rewrite pads a matmul's contracting dimension, the batch in a weight gradient), a batch
-    that is a multiple of it needs no such copy and can fit where a smaller batch did not: the
-    search runs again in multiples of it (``padded_to``), and the larger answer is returned,
-    the first kept as ``unaligned_batch``."""
-    found = first = _search(fn, make_args, budget, granularity=granularity,
-                            max_batch=max_batch, verify=verify, device=device,
-                            donate_argnums=donate_argnums, tolerance=tolerance)
+    Where XLA's plan at the answer (or at the batch above, where compiled) holds a copy of the
+    batch padded up to a multiple of 8 or more (seen on an H100, 2026-11-27: at 61,077 fusions
+    of f32[61088, 2048] and f32[61080, 2048]; from XLA's source, not yet confirmed on a GPU, its
+    split-K rewrite pads a matmul's contracting dimension, the batch in a weight gradient), a
+    batch that is a multiple of it needs no such copy and can fit where a smaller batch did
+    not: the search runs again in multiples of it, and again while the new answer's plan shows
+    a larger multiple; the largest answer is returned (``padded_to``; the first kept as
+    ``unaligned_batch``). Not yet run on a GPU."""
+    first = _search(fn, make_args, budget, granularity=granularity, max_batch=max_batch,
+                    verify=verify, device=device, donate_argnums=donate_argnums,
+                    tolerance=tolerance)
+    best = current = first
     padded, compiles, seconds = [], first.compiles, first.seconds
-    while found.batch and found.batch + found.granularity <= max_batch and len(padded) < 8:
-        # the answer's plan, and the next batch's where the search compiled it: a padded batch
-        # above an aligned answer says that larger multiples may fit as well
+    # each search in multiples of the padding its predecessor's plan showed: a padded size fits
+    # several multiples (61,077 rounded up to 16 or to 32 is 61,088), and the smallest is taken,
+    # so the next answer's plan may show a larger one; the step grows each time, or it stops
+    while current.batch and current.batch + current.granularity <= max_batch:
+        t = time.perf_counter()
         pad, where = max(_padding(fn, make_args(b), b, device, donate_argnums)
-                         for b in (found.batch, found.batch + found.granularity)[
-                             :1 + found.next_compiled])
-        step = math.lcm(found.granularity, pad)
-        if step == found.granularity or step > max_batch:  # no padding, or none to avoid
+                         for b in (current.batch, current.batch + current.granularity)[
+                             :1 + current.next_compiled])
+        seconds += time.perf_counter() - t
+        step = math.lcm(current.granularity, pad)
+        if step == current.granularity or step > max_batch:  # no padding, or none to avoid
             break
-        padded.append((found.batch, pad, where, step))
-        again = _search(fn, make_args, budget, granularity=step, max_batch=max_batch,
-                        verify=verify, device=device, donate_argnums=donate_argnums,
-                        tolerance=tolerance)
-        compiles, seconds = compiles + again.compiles, seconds + again.seconds
-        if again.batch <= found.batch:
+        padded.append((current.batch, pad, where))
+        try:
+            current = _search(fn, make_args, budget, granularity=step, max_batch=max_batch,
+                              verify=verify, device=device, donate_argnums=donate_argnums,
+                              tolerance=tolerance)
+        except (CompileOutOfMemory, BadInputError):  # the answers so far stand
             break
-        found = again
+        compiles, seconds = compiles + current.compiles, seconds + current.seconds
+        best = current if current.batch >= best.batch else best  # a tie: the coarser search
     if not padded:
-        return found
-    why = "; ".join(f"XLA's plan near batch {b:,} holds the batch padded up to a multiple of "
-                    f"{m} ({where})" for b, m, where, _ in padded)
-    step = padded[-1][3]
-    outcome = (f"so the search ran again in multiples of {step}, where no such copy is needed: "
-               f"{found.batch:,} fits where {first.batch + first.granularity:,} did not"
-               if found is not first else f"and in multiples of {step} none larger fits")
-    return dataclasses.replace(found, compiles=compiles, seconds=seconds,
-                               method=f"{found.method}; {why}, {outcome}",
-                               padded_to=max(m for _, m, _, _ in padded),
+        return first
+    seen = "; ".join(f"XLA's plan near batch {b:,} holds the batch padded up to a multiple of "
+                     f"{m} ({where})" for b, m, where in padded)
+    steps = ", ".join(str(math.lcm(first.granularity, m)) for _, m, _ in padded)
+    outcome = (f"so the search ran again in multiples of {steps}, where no such copy is needed: "
+               f"{best.batch:,} (a multiple of {best.granularity}) fits, more than the first "
+               f"answer {first.batch:,}" if best.batch > first.batch else
+               f"and searched again in multiples of {steps}, no larger batch fits")
+    return dataclasses.replace(best, compiles=compiles, seconds=seconds,
+                               method=f"{best.method}; {seen}, {outcome}",
+                               padded_to=max(m for _, m, _ in padded),
                                unaligned_batch=first.batch)
 
 
 def _padding(fn: Callable, args: Sequence, batch: int, device, donate_argnums) -> tuple[int, str]:
     """The multiple (8 to 1024) that a value in XLA's plan for ``batch`` rounds the batch up to,
-    and that value ("fusion f32[61088, 2048]"); (1, "") where none does. Of the multiples a
-    size fits (61,077 rounded up to 16 or to 32 is 61,088) the smallest, so a search in
-    multiples of it loses least (where the padding was to the larger, the next search's answer
-    is padded again, and says so); of several values, the largest such multiple. A size the
-    arguments themselves have (a model's width) is not taken for a padded batch. The step was
-    compiled at ``batch`` by the search, so this compile is JAX's cached one."""
+    and that value ("fusion f32[61088, 2048]"); (1, "") where none does. A value counts as a
+    padded copy only where the plan or the arguments also hold a value of its shape with the
+    batch in that place (f32[61077, 2048] beside f32[61088, 2048]), and where the size is none
+    of the arguments' own: a model's width a little above the batch (2,048 at batch 1,025, in
+    f32[2048, 256] beside the labels' f32[1025, 256]) is not taken for one. Of the multiples a
+    padded size fits (61,077 rounded up to 16 or to 32 is 61,088) the smallest, so a search in
+    multiples of it loses least (the next search's answer shows a larger one, where there is
+    one); of several values, the largest such multiple. The step was compiled at ``batch`` by the
+    search, so this compile is JAX's cached one. Arguments split over devices are priced per
+    device, whose shapes this does not read: no padding is seen there."""
     import jax
 
     c = compiled.compile_step(fn, *args, device=device, donate_argnums=donate_argnums)
-    given = {d for leaf in jax.tree.leaves(args) for d in getattr(leaf, "shape", ())}
+    given = [tuple(leaf.shape) for leaf in jax.tree.leaves(args) if hasattr(leaf, "shape")]
+    shapes = {tuple(v["shape"]) for v in c.values} | set(given)
+    widths = {d for shape in given for d in shape}  # a model's sizes, in its arguments
     best, where = 1, ""
     for v in c.values:
-        for d in v["shape"]:
-            if not batch < d < batch + 1024 or d in given:
+        shape = tuple(v["shape"])
+        for axis, d in enumerate(shape):
+            if not batch < d < batch + 1024 or d in widths or (
+                    *shape[:axis], batch, *shape[axis + 1:]) not in shapes:
                 continue
             m = next((m for m in (2**k for k in range(3, 11)) if -(-batch // m) * m == d), 1)
             if m > best:
-                best, where = m, f"{v['op'].rsplit('/', 1)[-1]} {v['dtype']}{list(v['shape'])}"
+                best, where = m, f"{v['op'].rsplit('/', 1)[-1]} {v['dtype']}{list(shape)}"
     return best, where
 
 
 def _search(fn: Callable, make_args: Callable[[int], Sequence], budget: int | str, *,
-                  granularity: int = 1, max_batch: int = 1 << 24, verify: bool = False,
-                  device: str | jax.Device | None = None,
-                  donate_argnums: int | Sequence[int] = (),
-                  tolerance: float = 0.001) -> BatchSize:
+            granularity: int = 1, max_batch: int = 1 << 24, verify: bool = False,
+            device: str | jax.Device | None = None, donate_argnums: int | Sequence[int] = (),
+            tolerance: float = 0.001) -> BatchSize:
     """One search at one granularity: :func:`largest_batch` without the second search in
     multiples of a padding XLA added."""
     if not callable(make_args):

@@ -387,25 +387,77 @@ def test_a_batch_padded_in_the_plan_is_searched_again_in_multiples_of_the_paddin
     assert found.unaligned_batch < found.batch  # (a multiple too, where the batch above is padded)
     assert need(found.batch) <= budget < need(found.batch + 32)
     assert "padded up to a multiple of 32 (pad f32[" in found.method
-    assert f"{found.batch:,} fits where {found.unaligned_batch + 1:,} did not" in found.method
+    assert (f"{found.batch:,} (a multiple of 32) fits, more than the first answer "
+            f"{found.unaligned_batch:,}") in found.method
 
 
 def test_the_h100s_sawtooth_gives_the_largest_multiple_of_32(monkeypatch):
     """A model of the H100's need at 2 GiB (2026-11-27 record): a batch that is not a multiple
     of 32 needs 771,540,008 B + 22,528 B per example (61,077 fits, 61,078 does not), a multiple
-    of 32 about 23,115 B per example (92,896 fits, 92,928 does not)."""
+    of 32 about 23,115 B per example (92,896 fits, 92,928 does not). Its plan, as the record's:
+    at a batch b that is not a multiple of 32, copies of the batch rounded up to 32 and to 8
+    beside f32[b, 2048]; at a multiple of 32, f32[b, 2048] alone."""
+    import types
+
     def need(b):
         return 23_115 * b if b % 32 == 0 else 771_540_008 + 22_528 * b
 
-    monkeypatch.setattr(sizing, "_padding", lambda fn, args, b, device, donate: (
-        (32, "fusion f32[61088, 2048]") if b % 32 else (1, "")))
+    def plan(fn, b, **_):  # the plan's values at batch b (largest first, as XLA's)
+        up = [-(-b // m) * m for m in (32, 8)] if b % 32 else []
+        return types.SimpleNamespace(values=[
+            {"op": "fusion", "dtype": "f32", "shape": (n, 2048)} for n in up if n != b] + [
+            {"op": "dot_general", "dtype": "f32", "shape": (b, 2048)}])
+
+    monkeypatch.setattr(sizing.compiled, "compile_step", plan)
     found = _search(monkeypatch, need, 2 * 2**30, max_batch=1 << 20)
     assert found.batch == 92_896 and found.padded_to == 32 and found.unaligned_batch < 92_896
     assert found.needed_bytes == need(92_896) and found.next_needed_bytes == need(92_928)
+    assert found.granularity == 32 and "a multiple of 32) fits, more than the first" in found.method
+    import random
+
+    rng = random.Random(1)
+    for _ in range(60):  # any budget: the largest multiple of 32 under the aligned line
+        budget = rng.randint(2 * 10**9, 10**10)
+        got = _search(monkeypatch, need, budget, max_batch=1 << 20)
+        assert got.batch == budget // 23_115 // 32 * 32, (budget, got)
     straight = _search(monkeypatch, lambda b: 771_540_008 + 22_528 * b, 2 * 2**30,
                        max_batch=1 << 20)  # padded, but no multiple of 32 needs less
     assert straight.batch == 61_077 and straight.padded_to == 32
-    assert straight.method.endswith("and in multiples of 32 none larger fits")
-    monkeypatch.setattr(sizing, "_padding", lambda *_: (1, ""))
+    assert straight.method.endswith("no larger batch fits")
+    monkeypatch.setattr(sizing.compiled, "compile_step", lambda fn, b, **_: types.SimpleNamespace(
+        values=[{"op": "dot_general", "dtype": "f32", "shape": (b, 2048)}]))
     plain = _search(monkeypatch, need, 2 * 2**30, max_batch=1 << 20)  # no padding seen
-    assert plain.padded_to == 1 and plain.unaligned_batch == 0 and plain.batch % 32
+    assert plain.padded_to == 1 and plain.unaligned_batch == 0
+
+
+def test_a_model_width_near_the_batch_is_no_padding():
+    """Weights closed over (not in the arguments) of width 2048 at batch 2000: 2048 is 2000
+    rounded up to 64, but no value of the plan has the batch where the 2048 is."""
+    w = jnp.ones((512, 2048))
+    x = jax.ShapeDtypeStruct((2000, 512), "float32")
+    assert sizing._padding(lambda x: jnp.tanh(x @ w), (x,), 2000, None, ()) == (1, "")
+    mlp = (example_steps.mlp_sgd_step, make(1025), 1025, None, ())
+    assert sizing._padding(*mlp) == (1, "")  # f32[2048, 256]: w2's 2,048, beside y's [1025, 256]
+    padded = sizing._padding(_pads_to_32, _pad_args(2017), 2017, None, ())
+    assert padded == (32, "pad f32[2048, 512]")  # 2,017 rounded up to 32 (and not to 16)
+
+
+def test_a_failed_second_search_keeps_the_first_answer(monkeypatch):
+    import types
+
+    monkeypatch.setattr(sizing.compiled, "compile_step", lambda fn, b, **_: types.SimpleNamespace(
+        values=[{"op": "pad", "dtype": "f32", "shape": (-(-b // 32) * 32, 8)},
+                {"op": "x", "dtype": "f32", "shape": (b, 8)}]))
+    real = sizing._search
+    calls = []
+
+    def second_fails(*a, granularity=1, **k):
+        calls.append(granularity)
+        if granularity > 1:
+            raise CompileOutOfMemory("XLA ran out of the device's memory compiling it")
+        return real(*a, granularity=granularity, **k)
+
+    monkeypatch.setattr(sizing, "_search", second_fails)
+    monkeypatch.setattr(preflight, "needed_bytes", lambda fn, b, **_: 1000 * b)
+    found = sizing.largest_batch(lambda b: b, lambda b: (b,), 1_000_001)
+    assert found.batch == 1000 and calls == [1, 32]  # 1,000 rounded up to 1,024: by 32
