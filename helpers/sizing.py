@@ -64,6 +64,8 @@ class BatchSize(Display):
     next_compiled: bool  # False: read off the line, which the last compile agreed with
     bytes_per_example: float
     fixed_bytes: float
+    #: batches priced; a search again in multiples of a padding prices some batches a second
+    #: time, which JAX's cache answers without compiling
     compiles: int
     seconds: float
     method: str
