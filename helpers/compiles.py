@@ -55,7 +55,7 @@ import jax
 
 from helpers._internal import frames, jaxcompat, jaxprs, own
 from helpers._internal.records import Display, Record
-from helpers.compile_causes import CAUSES, CacheMiss, fix_for, what_changed
+from helpers.compile_causes import CAUSES, WEAK_FIX, CacheMiss, fix_for, what_changed
 from helpers.errors import BadInputError, InUseError
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 
@@ -179,6 +179,14 @@ class FunctionCompiles(Record):
     #: ``jaxprs.LOOP_REPEATS`` its iterations differ in shape (layers of different widths) and
     #: ``jax.lax.scan`` cannot run them as one body
     unrolled_alike: int = 0
+
+    @property
+    def cause_in_words(self) -> str:
+        """``cause`` as the summary row says it: "new dtypes (the weak type only)" where only
+        the weak type changed (jax#3163: the dtype itself did not, so ``.astype`` is no fix)."""
+        if self.cause == "new dtypes" and self.fix == WEAK_FIX:
+            return "new dtypes (the weak type only)"
+        return self.cause
 
     @property
     def place(self) -> str:

@@ -407,7 +407,7 @@ def compile_log_text(log: CompileLog) -> str:
             lines += [f"           {c}" for c in f.changed[:3]]
             continue
         traced = f", traced {f.traces} times" if f.traces != f.compiles else ""
-        lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause}{traced}")
+        lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause_in_words}{traced}")
         lines += [f"           {c}" for c in f.changed[:3]]
     lines += ["", log.diagnosis]
     return "\n".join(lines)

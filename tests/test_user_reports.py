@@ -2567,6 +2567,7 @@ def test_jaxopt_451_a_weakly_typed_solver_state_compiles_update_again():
     f = log.function("_solver_update")
     assert f.compiles == 2 and "only the weak type changed" in log.diagnosis
     assert "Give it its dtype from the start" in log.diagnosis and "state.stepsize" in str(log)
+    assert "_solver_update" in str(log) and ": new dtypes (the weak type only)" in str(log)
     with compiles.watch() as fixed:  # the fix: typed from the start
         state = _SolverState(jnp.asarray(0, jnp.int32), jnp.asarray(1.0, jnp.float32),
                              jnp.asarray(jnp.inf, jnp.float32))
@@ -2683,6 +2684,11 @@ def test_jax_21377_nested_vmaps_over_a_kernel_are_named_with_lax_map():
     assert fixed.peak_bytes < p.peak_bytes
     assert np.allclose(jax.jit(batched)(X, active, y), jax.jit(mapped)(X, active, y),
                        rtol=1e-4)
+    # the batch (30) is also the kernel's width (30): the exp, the same for every element, is
+    # read as batched; with a width of 24 the largest named is the product, which is batched
+    assert "exp f32[200, 200, 30]" in p.advice.split(":")[0]
+    narrower = preflight.preflight_step(batched, X[:, :24], active[:, :24], y)
+    assert narrower.advice.startswith("The largest value, reduce_prod f32[30, 200, 200]")
 
 
 def test_jax_8933_an_array_made_for_another_device_is_made_on_the_default_one_first():
