@@ -43,8 +43,9 @@ CAUSES = ("function made anew", "caches cleared", "new shapes", "new dtypes", "n
 #: what to change, per cause
 FIXES = {
     "function made anew": "jit caches by the function object, and a lambda, closure, "
-                          "functools.partial or bound method (obj.method) made on every "
-                          "iteration is a new one: make it once, outside the loop. Where it "
+                          "functools.partial, bound method (obj.method) or jax.grad(f) made "
+                          "on every iteration is a new one (jax.jit(jax.grad(f)) in a timing "
+                          "loop: jax-ml/jax#1832): make it once, outside the loop. Where it "
                           "is made anew to close over a new value (a learning rate per run of "
                           "a sweep), pass that value as an argument instead: a traced one "
                           "compiles once (optax.inject_hyperparams keeps a learning rate in "
@@ -108,6 +109,19 @@ LIBRARY_FLOAT_FIX = ("the static values that changed are Python floats, of a fun
                      "Python float passed where the wrapper treats non-arrays as static compiles "
                      "once per value; pass it as an array (jnp.asarray(x)), which is traced, and "
                      "one compile serves every value (patrick-kidger/diffrax#466)")
+#: the fix for new static values that are Python ints: a count or a size, each value its own
+#: program (jax-ml/jax#3345: K in jnp.arange(K) made static, a compile per K; traced, jnp.arange
+#: fails. Its fix, one length for the largest K and a mask, compiled once for ten values of K,
+#: against 8 compiles static; jax 0.10.2, CPU)
+INT_STATIC_FIX = ("the static values that changed are Python ints, and each value is its own "
+                  "program. Where the int only feeds arithmetic or the count of a "
+                  "jax.lax.fori_loop, make it a traced argument (not in static_argnums): one "
+                  "compile serves every value. Where it sets a shape (jnp.arange(k), "
+                  "jnp.zeros(k), a slice's length), keep one shape for the largest value and "
+                  "mask past k, with k traced: n = jnp.arange(K_MAX); jnp.where(n < k, f(n), 0) "
+                  "(jax-ml/jax#3345); or round k up to a few sizes, powers of two, each "
+                  "compiled once")
+_INT = re.compile(r"^-?\d+$")
 _FLOAT = re.compile(r"^-?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)$")
 _CHANGE = re.compile(r"now (.*), before (.*)$")  # a CacheMiss's "x: now f32[3], before ..."
 _DEFAULT_REPR = re.compile(r"^<[\w.<>]+ object at 0x[0-9a-fA-F]+>$")
@@ -242,7 +256,8 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             else WIDENED_OUTPUT_FIX.format(*widened)
             if (widened := _widened_by_itself(misses, cause, programs))
             else MEMORY_SPACE_FIX.format(*spaces, _KINDS.get(spaces[0], spaces[0]))
-            if (spaces := _memory_spaces(misses, cause)) else FIXES.get(cause, ""))
+            if (spaces := _memory_spaces(misses, cause))
+            else INT_STATIC_FIX if _ints_only(misses, cause) else FIXES.get(cause, ""))
 
 
 def what_changed(misses: Sequence[CacheMiss], cause: str) -> tuple[str, ...]:
@@ -331,6 +346,21 @@ def _floats_only(misses: Sequence[CacheMiss], cause: str) -> bool:
             return False
         found += diff
     return bool(found) and all(_FLOAT.match(a) and _FLOAT.match(b) for _, a, b in found)
+
+
+def _ints_only(misses: Sequence[CacheMiss], cause: str) -> bool:
+    """New static values where every leaf that changed is a Python int, now and before
+    ("static value [0]: now 10, before 7")."""
+    if cause != "new static values":
+        return False
+    found = []
+    for m in (m for m in misses if m.cause == cause):
+        now, sep, before = m.changed.removeprefix("now ").partition(", before ")
+        _, diff = _differing_leaves(now, before)
+        if not sep or not diff:
+            return False
+        found += diff
+    return bool(found) and all(_INT.match(a) and _INT.match(b) for _, a, b in found)
 
 
 def _now_and_before(m: CacheMiss) -> tuple[str, str] | None:

@@ -305,6 +305,12 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "sharded operation), each device's piece copied to it from where the array "
                 "was: put host data straight onto its pieces, jax.device_put(x, sharding), or "
                 "make it inside the step, rather than on other devices first")
+    if direction == D2D and explicit:
+        return ("jax.device_put of an array on another device: a copy from there. Where it was "
+                "computed there only to be moved, compute it where it is needed instead: "
+                "computation follows data, so put its inputs there first (jax.device_put(key, "
+                "device), then jax.random.bernoulli(key, ...)), or run it under "
+                "jax.default_device(device) (jax-ml/jax#957)")
     if direction == D2D:
         return "an array on another device moved to where the computation runs"
     if direction == D2H:

@@ -3,6 +3,7 @@ the way the user would have met it: the answer must name the thread's cause and 
 docs/user-reports.md is the table of them; a row marked "named" there has its test here (or, for
 two processes, in tests/test_processes.py)."""
 
+import functools
 import gc
 import inspect
 import re
@@ -17,7 +18,7 @@ import pytest
 
 from helpers import compiles, devices, errors, holders, memory, oom, preflight, settings, transfers
 from helpers._internal import jaxcompat
-from helpers.compile_causes import FUNCTION_FIX, WEAK_FIX
+from helpers.compile_causes import FUNCTION_FIX, INT_STATIC_FIX, WEAK_FIX
 from helpers.units import format_bytes
 
 MiB = 2**20
@@ -2553,6 +2554,97 @@ def _solver_update(params, state):
     step = state.stepsize * 0.5
     return params - step * g, _SolverState(state.iter_num + 1, jnp.asarray(step, jnp.float32),
                                            jnp.linalg.norm(g).astype(jnp.float32))
+
+
+def test_jax_3345_a_static_length_compiles_per_value_and_the_fix_is_a_mask():
+    """jax-ml/jax#3345: K in jnp.arange(K) under jit must be static, "but then this recompiles
+    for each different value of K". Traced, jnp.arange(K) fails, so "make it traced" alone is
+    no fix: one length for the largest K and a mask compiles once (a new user's trial)."""
+    @functools.partial(jax.jit, static_argnums=0)
+    def truncated(k, x):
+        n = jnp.arange(k)
+        return jnp.sum(x ** n / (n + 1.0))
+
+    @jax.jit
+    def masked(k, x, k_max=64):
+        n = jnp.arange(k_max)
+        return jnp.sum(jnp.where(n < k, x ** n / (n + 1.0), 0.0))
+
+    ks = [3, 7, 10, 7, 21, 5, 33, 12]
+    with compiles.watch() as log:
+        static = [truncated(k, 0.5) for k in ks]
+    entry = log.function("truncated")
+    assert entry.compiles == len(set(ks)) and entry.cause == "new static values"
+    assert entry.fix == INT_STATIC_FIX and "mask past k" in log.diagnosis
+    with pytest.raises(jax.errors.ConcretizationTypeError):  # why traced alone is no fix
+        jax.jit(lambda k, x: jnp.sum(x ** jnp.arange(k)))(3, 0.5)
+    with compiles.watch() as fixed:
+        mask = [masked(k, 0.5) for k in ks]
+    assert fixed.function("masked").compiles == 1
+    assert np.allclose(static, mask)
+
+
+def test_jax_1832_a_jit_of_a_grad_made_in_the_timing_loop_compiles_every_time():
+    """jax-ml/jax#1832: %timeit jit(grad(f))(x) was slow every run; mattjj: a jit made inside
+    the timed statement compiles each time, make it once outside (a new user's trial)."""
+    def func_jax(x):
+        return jnp.sum(jnp.tanh(x) ** 2)
+
+    x = jnp.ones(100)
+    with compiles.watch() as log:
+        for _ in range(5):
+            jax.jit(jax.grad(func_jax))(x).block_until_ready()
+    entry = log.function("func_jax")
+    assert entry.compiles == 5 and entry.cause == "function made anew"
+    assert "jax.grad(f) made on every iteration" in entry.fix
+    assert "make it once, outside the loop" in log.diagnosis
+    with compiles.watch() as fixed:
+        step = jax.jit(jax.grad(func_jax))
+        for _ in range(5):
+            step(x).block_until_ready()
+    assert fixed.function("func_jax").compiles == 1
+
+
+def test_jax_817_a_new_length_per_player_compiles_again_and_padding_is_named():
+    """jax-ml/jax#817: a jitted Glicko update took 20 s against numba's 121 ms; jekbradbury:
+    "the vast majority of time" is recompiling for new argument shapes (each player has their
+    own number of opponents). Padded to a few lengths it compiles once per length."""
+    @jax.jit
+    def update(mu, mu_j, score):
+        e = 1 / (1 + jnp.exp(-(mu - mu_j)))
+        return mu + jnp.sum(score - e)
+
+    rng = np.random.default_rng(0)
+    lengths = [29, 33, 17, 29, 41, 12, 33, 8]
+    with compiles.watch() as log:
+        for n in lengths:
+            update(0.0, jnp.asarray(rng.normal(size=n), jnp.float32),
+                   jnp.asarray(rng.integers(0, 2, n), jnp.float32))
+    entry = log.function("update")
+    assert entry.compiles == len(set(lengths)) and entry.cause == "new shapes"
+    assert "pad or bucket the inputs to a few fixed shapes" in entry.fix
+    assert "mu_j: f32[33], f32[17], f32[41]" in str(log)  # each new length, by argument
+
+
+def test_jax_957_a_sample_made_on_the_default_device_then_put_on_the_cpu():
+    """jax-ml/jax#957: jax.device_put(jax.random.bernoulli(key, ...), cpu) samples on the
+    default device and copies the result; mattjj: computation follows data, put the key on the
+    CPU first. Two simulated CPU devices stand in: cpu:0 plays the default accelerator, cpu:1
+    the host's CPU."""
+    default, cpu = jax.devices()[:2]
+    key = jax.random.key(0)
+    with transfers.trace() as log:
+        jax.device_put(jax.random.bernoulli(key, 0.5, (1_000_000,)), cpu).block_until_ready()
+    rows = [row for row in log.by_line() if "bernoulli" in row["line"]]
+    said = " ".join(r for row in rows for r in row["reasons"])
+    assert "computed there only to be moved" in said and "jax.device_put(key, device)" in said
+    assert "jax.default_device(device)" in said
+    with transfers.trace() as fixed:  # the key on the CPU first: the sample is made there
+        sample = jax.random.bernoulli(jax.device_put(key, cpu), 0.5, (1_000_000,))
+        sample.block_until_ready()
+    assert sample.devices() == {cpu} and default not in sample.devices()
+    assert sum(row["bytes"] for row in fixed.by_line()) < 64  # the key alone, not the sample
+    assert sum(row["bytes"] for row in rows) > 900_000
 
 
 def test_jaxopt_451_a_weakly_typed_solver_state_compiles_update_again():
