@@ -111,8 +111,8 @@ LIBRARY_FLOAT_FIX = ("the static values that changed are Python floats, of a fun
                      "one compile serves every value (patrick-kidger/diffrax#466)")
 #: the fix for new static values that are Python ints: a count or a size, each value its own
 #: program (jax-ml/jax#3345: K in jnp.arange(K) made static, a compile per K; traced, jnp.arange
-#: fails. Its fix, one length for the largest K and a mask, compiled once for ten values of K,
-#: against 8 compiles static; jax 0.10.2, CPU)
+#: fails. Its fix, one length for the largest K and a mask, compiled once for seven values of K,
+#: against 7 compiles static; jax 0.10.2, CPU)
 INT_STATIC_FIX = ("the static values that changed are Python ints, and each value is its own "
                   "program. Where the int only feeds arithmetic or the count of a "
                   "jax.lax.fori_loop, make it a traced argument (not in static_argnums): one "
@@ -257,7 +257,9 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             if (widened := _widened_by_itself(misses, cause, programs))
             else MEMORY_SPACE_FIX.format(*spaces, _KINDS.get(spaces[0], spaces[0]))
             if (spaces := _memory_spaces(misses, cause))
-            else INT_STATIC_FIX if _ints_only(misses, cause) else FIXES.get(cause, ""))
+            # (through a library's wrapper no static_argnums was set: the generic fix)
+            else INT_STATIC_FIX if not through_library and _ints_only(misses, cause)
+            else FIXES.get(cause, ""))
 
 
 def what_changed(misses: Sequence[CacheMiss], cause: str) -> tuple[str, ...]:

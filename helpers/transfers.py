@@ -197,6 +197,9 @@ _FROM_CALLBACK = re.compile(r"\bmake_array_from_(?:callback|single_device_arrays
 #: a line that is jnp.array / jnp.asarray of something (assigned, returned, or a statement):
 #: jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put uses it in place
 #: on the CPU (measured; on 0.8.0 jnp.asarray used it in place, jnp.array copied)
+#: a jax.device_put whose array is computed in its own argument, on the line: made on the default
+#: device, then copied (jax-ml/jax#957: jax.device_put(jax.random.bernoulli(key, ...), cpu))
+_PUT_OF_A_CALL = re.compile(r"\bdevice_put\(\s*[\w.]+\(")
 _CONVERTED = re.compile(r"^(?:return\s+|yield\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\(")
 #: a line that loads a .npy file memory-mapped through jnp (jax.numpy.load is np.load, then
 #: jnp.asarray of what it returns: jax/_src/numpy/lax_numpy.py, jax 0.8.0 and 0.10.2)
@@ -305,12 +308,16 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "sharded operation), each device's piece copied to it from where the array "
                 "was: put host data straight onto its pieces, jax.device_put(x, sharding), or "
                 "make it inside the step, rather than on other devices first")
+    # (on a GPU machine a put to the CPU may be logged as device->host: the same advice there,
+    # from this rule, not yet run on a GPU)
+    if direction in (D2D, D2H) and explicit and _PUT_OF_A_CALL.search(source):
+        return ("jax.device_put of an array computed in its own argument: it was made on "
+                "another device (where its inputs were: computation follows data), then copied. "
+                "Compute it where it is needed instead: put its inputs there first (e.g. "
+                "jax.device_put(key, device), then jax.random.bernoulli(key, ...)), or run it "
+                "under jax.default_device(device) (jax-ml/jax#957)")
     if direction == D2D and explicit:
-        return ("jax.device_put of an array on another device: a copy from there. Where it was "
-                "computed there only to be moved, compute it where it is needed instead: "
-                "computation follows data, so put its inputs there first (jax.device_put(key, "
-                "device), then jax.random.bernoulli(key, ...)), or run it under "
-                "jax.default_device(device) (jax-ml/jax#957)")
+        return "jax.device_put of an array on another device: a copy from there"
     if direction == D2D:
         return "an array on another device moved to where the computation runs"
     if direction == D2H:

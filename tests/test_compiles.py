@@ -964,6 +964,11 @@ def test_diffrax_466_a_float_a_library_s_wrapper_makes_static_is_placed_at_the_u
         for tol in (1e-5, 1e-5, 1e-4, 1e-3):
             solve(y, jnp.asarray(tol))
     assert fixed.function("solve").compiles == 1
+    solve = make()
+    with compiles.watch() as ints:  # ints through the wrapper: no static_argnums to take out
+        for n in (2, 3, 4):
+            solve(y, n)
+    assert ints.function("solve").fix != compile_causes.INT_STATIC_FIX  # (a review's finding)
 
     @functools.partial(jax.jit, static_argnums=1)  # static by the user's choice: the old fix
     def scale(x, k):
