@@ -2649,6 +2649,115 @@ def test_jax_957_a_sample_made_on_the_default_device_then_put_on_the_cpu():
     assert sum(row["bytes"] for row in rows) > 900_000
 
 
+def _mosaic_ls_body(state, *, fn, direction):  # a library's while body, parameterized
+    t, x, _ = state
+    t = t * 0.5
+    return (t, x, fn(x + t * direction))
+
+
+def test_mosaic_15_a_while_body_made_anew_outside_jit_compiles_at_every_step():
+    """pasteurlabs/mosaic#15: a zoom line search driven from a Python loop outside jit builds a
+    new functools.partial body for lax.while_loop at each call, so the loop compiled at every
+    step until the CPU ran out of memory compiling; the fix (their PR #19): jit the update."""
+    def loss(x):
+        return jnp.sum((x - 3.0) ** 2)
+
+    def linesearch(fn, x, direction):
+        body = functools.partial(_mosaic_ls_body, fn=fn, direction=direction)
+        cond = lambda st: (st[2] > fn(st[1]) - 1e-3) & (st[0] > 1e-4)  # noqa: E731
+        return jax.lax.while_loop(cond, body, (jnp.float32(1.0), x, fn(x + direction)))[0]
+
+    def update(x):
+        g = jax.grad(loss)(x)
+        return x - linesearch(loss, x, -g) * g
+
+    x = jnp.zeros(8)
+    with compiles.watch() as log:
+        for _ in range(8):
+            x = update(x)
+    eager = log.function("eager operations")
+    assert "while" in eager.same_types_again and "while ×8" in eager.changed
+    assert "a body made anew at each call" in log.diagnosis
+    assert "Jit `linesearch`, the function that calls it" in log.diagnosis
+    step, x = jax.jit(update), jnp.zeros(8)
+    with compiles.watch() as fixed:
+        for _ in range(8):
+            x = step(x)
+    assert fixed.compiles == 1
+
+
+def test_desc_1191_jitted_closures_made_anew_each_iteration_compile_each_time():
+    """PlasmaControl/DESC#1191: each outer iteration returns new @jax.jit closures over that
+    iteration's arrays, so each compiles again with the same shapes; the fix (their PR #1043):
+    a class whose jitted method takes the arrays as data, so one compile serves them all."""
+    def factorize(z, xp):
+        @jax.jit
+        def project(x):
+            return z.T @ (x - xp)
+        return project
+
+    @jax.tree_util.register_pytree_node_class
+    class Project:
+        def __init__(self, z, xp):
+            self.z, self.xp = z, xp
+
+        def tree_flatten(self):
+            return (self.z, self.xp), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls(*children)
+
+        @jax.jit
+        def __call__(self, x):
+            return self.z.T @ (x - self.xp)
+
+    z0, x = jnp.ones((60, 24)), jnp.ones(60)
+    with compiles.watch() as log:
+        for it in range(5):
+            factorize(z0 + it, z0[:, 0] * it)(x).block_until_ready()
+    assert "`project`" in log.diagnosis and "was jitted anew 5 times" in log.diagnosis
+    assert "pass that value as an argument instead" in log.diagnosis
+    with compiles.watch() as fixed:
+        for it in range(5):
+            Project(z0 + it, z0[:, 0] * it)(x).block_until_ready()
+    assert fixed.function("__call__").compiles == 1
+
+
+def test_jax_1630_a_jit_of_a_grad_made_anew_bakes_in_the_params_it_closes_over():
+    """jax-ml/jax#1630: jit(grad(loss)) made anew for each run, loss a linearized model that
+    closes over the initial parameters: memory grows run after run. Each compile bakes the
+    closed-over parameters in as constants; made once, with them as an argument, it compiles
+    once."""
+    k1, k2 = jax.random.split(jax.random.key(0))
+    params0 = [(jax.random.normal(k1, (200, 1000)) * 0.01, jnp.zeros(1000)),
+               (jax.random.normal(k2, (1000, 10)) * 0.01, jnp.zeros(10))]
+
+    def predict(params, x):
+        (w1, b1), (w2, b2) = params
+        return jnp.maximum(x @ w1 + b1, 0) @ w2 + b2
+
+    def lossf(params, x, y, around):
+        delta = jax.tree.map(lambda a, b: a - b, params, around)
+        out, proj = jax.jvp(lambda p: predict(p, x), (around,), (delta,))
+        return 0.5 * jnp.mean((out + proj - y) ** 2)
+
+    x, y = jnp.ones((50, 200)), jnp.ones((50, 10))
+    with compiles.watch() as log:
+        for _ in range(4):
+            gradf = jax.jit(jax.grad(lambda p, x, y: lossf(p, x, y, params0)))
+            jax.block_until_ready(gradf(params0, x, y))
+    entry = log.function("<lambda>")
+    assert entry.compiles == 4 and entry.cause == "function made anew"
+    assert entry.constants_each >= 200 * 1000 * 4  # the closed-over w1, baked into each
+    assert "closes over as constants" in log.diagnosis and "as arguments" in log.diagnosis
+    gradf = jax.jit(jax.grad(lossf))  # the fix: made once, the parameters an argument
+    with compiles.watch() as fixed:
+        for _ in range(4):
+            jax.block_until_ready(gradf(params0, x, y, params0))
+    assert fixed.function("lossf").compiles == 1
+
+
 def test_jaxopt_451_a_weakly_typed_solver_state_compiles_update_again():
     """google/jaxopt#451: init_state makes its scalars from Python numbers (weakly typed),
     update returns them typed, so the second update compiles again (mblondel: give them their
