@@ -338,21 +338,17 @@ def _memory_spaces(misses: Sequence[CacheMiss], cause: str) -> tuple[str, str] |
 def _floats_only(misses: Sequence[CacheMiss], cause: str) -> bool:
     """New static values where every leaf that changed is a Python float, now and before
     ("static value [2][0][0]: now 0.0001, before 1e-05")."""
-    if cause != "new static values":
-        return False
-    found = []
-    for m in (m for m in misses if m.cause == cause):
-        now, sep, before = m.changed.removeprefix("now ").partition(", before ")
-        _, diff = _differing_leaves(now, before)
-        if not sep or not diff:
-            return False
-        found += diff
-    return bool(found) and all(_FLOAT.match(a) and _FLOAT.match(b) for _, a, b in found)
+    return _static_leaves_all(misses, cause, _FLOAT)
 
 
 def _ints_only(misses: Sequence[CacheMiss], cause: str) -> bool:
     """New static values where every leaf that changed is a Python int, now and before
     ("static value [0]: now 10, before 7")."""
+    return _static_leaves_all(misses, cause, _INT)
+
+
+def _static_leaves_all(misses: Sequence[CacheMiss], cause: str, kind: re.Pattern) -> bool:
+    """New static values where every leaf that changed matches ``kind``, now and before."""
     if cause != "new static values":
         return False
     found = []
@@ -362,7 +358,7 @@ def _ints_only(misses: Sequence[CacheMiss], cause: str) -> bool:
         if not sep or not diff:
             return False
         found += diff
-    return bool(found) and all(_INT.match(a) and _INT.match(b) for _, a, b in found)
+    return bool(found) and all(kind.match(a) and kind.match(b) for _, a, b in found)
 
 
 def _now_and_before(m: CacheMiss) -> tuple[str, str] | None:

@@ -30,6 +30,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -126,9 +127,10 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     not: the search runs again in multiples of it, and again while the new answer's plan shows
     a larger multiple; the largest answer is returned (``padded_to``; the first kept as
     ``unaligned_batch``). Not yet run on a GPU."""
-    first = _search(fn, make_args, budget, granularity=granularity, max_batch=max_batch,
-                    verify=verify, device=device, donate_argnums=donate_argnums,
-                    tolerance=tolerance)
+    search = functools.partial(_search, fn, make_args, budget, max_batch=max_batch,
+                               verify=verify, device=device, donate_argnums=donate_argnums,
+                               tolerance=tolerance)
+    first = search(granularity=granularity)
     best = current = first
     padded, compiles, seconds = [], first.compiles, first.seconds
     # each search in multiples of the padding its predecessor's plan showed: a padded size fits
@@ -143,11 +145,9 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
         step = math.lcm(current.granularity, pad)
         if step == current.granularity or step > max_batch:  # no padding, or none to avoid
             break
-        padded.append((current.batch, pad, where))
+        padded.append((current.batch, pad, where, step))
         try:
-            current = _search(fn, make_args, budget, granularity=step, max_batch=max_batch,
-                              verify=verify, device=device, donate_argnums=donate_argnums,
-                              tolerance=tolerance)
+            current = search(granularity=step)
         except (CompileOutOfMemory, BadInputError):  # the answers so far stand
             break
         compiles, seconds = compiles + current.compiles, seconds + current.seconds
@@ -155,15 +155,15 @@ def largest_batch(fn: Callable, make_args: Callable[[int], Sequence], budget: in
     if not padded:
         return first
     seen = "; ".join(f"XLA's plan near batch {b:,} holds the batch padded up to a multiple of "
-                     f"{m} ({where})" for b, m, where in padded)
-    steps = ", ".join(str(math.lcm(first.granularity, m)) for _, m, _ in padded)
+                     f"{m} ({where})" for b, m, where, _ in padded)
+    steps = ", ".join(str(step) for *_, step in padded)
     outcome = (f"so the search ran again in multiples of {steps}, where no such copy is needed: "
                f"{best.batch:,} (a multiple of {best.granularity}) fits, more than the first "
                f"answer {first.batch:,}" if best.batch > first.batch else
                f"and searched again in multiples of {steps}, no larger batch fits")
     return dataclasses.replace(best, compiles=compiles, seconds=seconds,
                                method=f"{best.method}; {seen}, {outcome}",
-                               padded_to=max(m for _, m, _ in padded),
+                               padded_to=max(m for _, m, _, _ in padded),
                                unaligned_batch=first.batch)
 
 
