@@ -3,6 +3,7 @@ explanations (real reports: jax-ml/jax#2072 and #11923, memory growing in a loop
 jax-ml/jax#1605, a jit made inside a loop)."""
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -1424,3 +1425,107 @@ def test_jax_2777_a_vmapped_debug_print_is_no_unrolled_python_loop(monkeypatch):
         return x
 
     assert jaxprs.unrolled_line(jax.make_jaxpr(looped)(xs), 64) is not None
+
+
+def _uses_loop(x, k):
+    for _ in range(k):
+        x = x + 1
+    return x
+
+
+def _uses_branch(x, k):
+    return x * 2 if k > 3 else x + k
+
+
+def _uses_shape(x, k):
+    return jnp.sum(x[:k]) + jax.random.normal(jax.random.key(0), (k,)).sum()
+
+
+def _uses_axis(x, k):
+    return jnp.sum(x, axis=k)
+
+
+def _uses_arithmetic(x, k):
+    return jax.lax.fori_loop(0, k, lambda i, c: c * 2, x * k) + jax.random.key_data(
+        jax.random.key(k)).sum()
+
+
+def _uses_passed_on(x, k):
+    return _uses_loop(x, k) + k
+
+
+_RUNNERS = [lambda x, k: x[:k]]
+
+
+def _uses_unknown(x, k):
+    run = _RUNNERS[0]
+    return run(x, k)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _uses_decorated(x, k):
+    return jnp.zeros(int(k * 2)) + x
+
+
+def test_what_a_static_parameter_does_is_read_from_the_function_s_source():
+    """Each kind of use, the most constraining one when several are there, at its first line;
+    by position, by keyword, and by the jit decorator where JAX names no input path."""
+    from helpers._internal import parameter_uses
+
+    def use(fn, parameter=1):
+        line = inspect.getsourcelines(getattr(fn, "__wrapped__", fn))[1]
+        return parameter_uses.use_of(__file__, line, parameter)
+
+    for fn, kind, code in (
+            (_uses_loop, "loop", "for _ in range(k):"),
+            (_uses_branch, "branch", "return x * 2 if k > 3 else x + k"),
+            (_uses_shape, "shape", "return jnp.sum(x[:k]) + jax.random.normal("
+                                   "jax.random.key(0), (k,)).sum()"),
+            (_uses_axis, "axis", "return jnp.sum(x, axis=k)"),
+            (_uses_arithmetic, "arithmetic", "return jax.lax.fori_loop(0, k, lambda i, c: "
+                                             "c * 2, x * k) + jax.random.key_data("),
+            (_uses_unknown, "passed on", "return run(x, k)")):
+        found = use(fn)
+        assert (found.name, found.kind, found.code) == ("k", kind, code), fn.__name__
+        assert found.lineno == inspect.getsourcelines(fn)[1] + (2 if fn is _uses_unknown
+                                                                 else 1)
+    through = use(_uses_passed_on)  # passed to a function of this file: read there
+    assert (through.kind, through.code) == ("loop", "for _ in range(k):")
+    assert through.lineno == inspect.getsourcelines(_uses_loop)[1] + 1
+    assert use(_uses_loop, "k").kind == "loop"  # by keyword
+    assert use(_uses_loop, 0).kind == "arithmetic"  # x: x + 1
+    assert use(_uses_decorated, None).kind == "shape"  # the decorator says which: k
+    assert use(_uses_loop, None) is None  # no decorator: no parameter to read
+    assert use(_uses_loop, 5) is None and use(_uses_loop, "nope") is None
+    assert parameter_uses.use_of("/no/such/file.py", 3, 0) is None
+    assert parameter_uses.parameter_of(
+        "for f defined at /tmp/a b.py:3 all previously seen cache keys differ. "
+        "* at input path [1]['k'], now") == ("/tmp/a b.py", 3, "k")
+    assert parameter_uses.parameter_of("* at input path [0][2], now") is None
+
+
+def test_a_static_int_s_fix_follows_what_it_does_and_falls_back_where_unsure():
+    """compiles.watch gives the fix for the int's use (where JAX names its input path: jax 0.9
+    on); an int passed on to a function the source does not define, or a function whose
+    source cannot be read, keeps the fix that names every case."""
+    y = jnp.ones((4, 4))
+    fixes = {}
+    for fn in (_uses_branch, _uses_axis, _uses_unknown):
+        jitted = jax.jit(fn, static_argnums=1)
+        with compiles.watch() as log:
+            for k in (0, 1):
+                jitted(y, k)
+        assert log.function(fn.__name__).compiles == 2
+        fixes[fn] = log.function(fn.__name__).fix
+    assert fixes[_uses_unknown] == compile_causes.INT_STATIC_FIX
+    if jaxcompat.jax_version_tuple() >= (0, 9):
+        assert fixes[_uses_branch].startswith("`k` decides a Python `if`")
+        assert "jax.lax.cond" in fixes[_uses_branch]
+        assert fixes[_uses_axis].startswith("`k` picks an axis") and "keep it static" in \
+            fixes[_uses_axis]
+    scope: dict = {"jnp": jnp}
+    exec(compile("def g(x, k):\n    return x[:k]\n", "<not cached>", "exec"), scope)
+    with compiles.watch() as log:
+        for k in (1, 2, 3):
+            jax.jit(scope["g"], static_argnums=1)(y, k)
+    assert log.function("g").fix == compile_causes.INT_STATIC_FIX  # no source to read

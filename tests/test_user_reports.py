@@ -18,7 +18,7 @@ import pytest
 
 from helpers import compiles, devices, errors, holders, memory, oom, preflight, settings, transfers
 from helpers._internal import jaxcompat
-from helpers.compile_causes import FUNCTION_FIX, INT_STATIC_FIX, WEAK_FIX
+from helpers.compile_causes import FUNCTION_FIX, INT_FIXES, INT_STATIC_FIX, WEAK_FIX
 from helpers.units import format_bytes
 
 MiB = 2**20
@@ -486,6 +486,75 @@ def test_jax_2777_a_python_loop_inside_jit_is_unrolled():
     assert "199 of the compiled program's 200 operations" in p.advice  # as the docs quote
     assert "test_user_reports.py:" in p.advice and "jax.lax.fori_loop" in p.advice
     assert "unrolled" not in preflight.preflight_step(looped, h).advice
+
+
+def test_jax_2777_a_static_loop_length_compiles_per_value_and_fori_loop_compiles_once():
+    """jax-ml/jax#2777 through compiles.watch: sample(key, n) with n static and a Python loop
+    of n steps compiled once per n, each longer. The kit names the loop's line and the fix,
+    jax.lax.fori_loop with n traced, which compiles once; and that jax.grad cannot reverse it."""
+    w = jnp.eye(8) * 0.5
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def sample(h, n):
+        for _ in range(n):
+            h = jnp.tanh(h @ w)
+        return h
+
+    @jax.jit
+    def fixed(h, n):
+        return jax.lax.fori_loop(0, n, lambda i, h: jnp.tanh(h @ w), h)
+
+    h = jnp.ones((2, 8))
+    with compiles.watch() as log:
+        unrolled = [sample(h, n) for n in range(1, 9)]
+    entry = log.function("sample")
+    assert entry.compiles == 8 and entry.cause == "new static values"
+    line = inspect.getsourcelines(sample)[1] + 2
+    assert f"`n` sets the length of a Python loop (test_user_reports.py:{line}: for _ in " \
+        "range(n):)" in entry.fix and "jax.lax.fori_loop(0, n, body, carry)" in entry.fix
+    assert entry.fix in log.diagnosis
+    with compiles.watch() as once:
+        looped = [fixed(h, n) for n in range(1, 9)]
+    assert once.function("fixed").compiles == 1
+    assert np.allclose(unrolled, looped, atol=1e-6)
+    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
+        jax.grad(lambda h, n: fixed(h, n).sum())(h, 3)  # as the fix says: not under grad
+
+
+def test_quantecon_lecture_jax_95_a_static_iteration_count_is_a_loop_not_arithmetic():
+    """QuantEcon/lecture-jax#95: power_iteration_sr(A, num_iterations, seed) jitted with both
+    static; taken out of static_argnums, num_iterations raises TracerIntegerConversionError
+    (its range()), while seed, which only feeds jax.random.key, does not. The kit tells the
+    two apart in the function's source."""
+    def power_iteration_sr(A, num_iterations=15, seed=1234):
+        b_k = jax.random.normal(jax.random.key(seed), (A.shape[1],))
+        sr = 0.0
+        for _ in range(num_iterations):
+            b_k1 = A @ b_k
+            sr = jnp.linalg.norm(b_k1) / jnp.linalg.norm(b_k)
+            b_k = b_k1 / jnp.linalg.norm(b_k1)
+        return sr
+
+    A = jnp.asarray(np.random.default_rng(0).random((16, 16)), jnp.float32)
+    static = jax.jit(power_iteration_sr, static_argnums=(1, 2))
+    with compiles.watch() as iterations:
+        for n in (5, 10, 15):
+            static(A, n, 1234)
+    with compiles.watch() as seeds:
+        for seed in (1, 2, 3):
+            static(A, 15, seed)
+    loop, arithmetic = (log.function("power_iteration_sr").fix for log in (iterations, seeds))
+    if jaxcompat.jax_version_tuple() >= (0, 9):  # JAX names the argument's input path
+        assert "`num_iterations` sets the length of a Python loop" in loop
+        assert "`seed` only feeds arithmetic" in arithmetic
+    else:  # 0.8.0 prints the static values alone, and no decorator says which: every case
+        assert loop == arithmetic == INT_STATIC_FIX
+    with pytest.raises(jax.errors.TracerIntegerConversionError):
+        jax.jit(power_iteration_sr, static_argnums=2)(A, 10, 1234)
+    with compiles.watch() as traced_seed:  # the seed traced: one compile for every seed
+        for seed in (1, 2, 3):
+            jax.jit(power_iteration_sr, static_argnums=1)(A, 15, seed)
+    assert traced_seed.function("power_iteration_sr").compiles == 1
 
 
 def test_optax_472_the_optimizer_state_beside_the_parameters():
@@ -2575,7 +2644,10 @@ def test_jax_3345_a_static_length_compiles_per_value_and_the_fix_is_a_mask():
         static = [truncated(k, 0.5) for k in ks]
     entry = log.function("truncated")
     assert entry.compiles == len(set(ks)) and entry.cause == "new static values"
-    assert entry.fix == INT_STATIC_FIX and "mask past k" in log.diagnosis
+    line = inspect.getsourcelines(truncated)[1] + 2  # n = jnp.arange(k)
+    assert entry.fix == INT_FIXES["shape"].format(
+        name="k", at=f"test_user_reports.py:{line}", code="n = jnp.arange(k)")
+    assert "mask past k" in log.diagnosis and entry.fix != INT_STATIC_FIX
     with pytest.raises(jax.errors.ConcretizationTypeError):  # why traced alone is no fix
         jax.jit(lambda k, x: jnp.sum(x ** jnp.arange(k)))(3, 0.5)
     with compiles.watch() as fixed:

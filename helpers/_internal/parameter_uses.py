@@ -1,0 +1,264 @@
+"""What a static parameter does in its function's source: the one reading the kit makes of a
+jitted function's own code when a Python int passed static compiles a program per value.
+
+Whether such an int can be passed traced instead depends on what it does (jax-ml/jax#3345): a
+count for arithmetic or a ``jax.lax.fori_loop`` can; one that sets a shape (``jnp.arange(k)``),
+the length of a Python loop (``range(k)``), a Python ``if`` or an ``axis=`` cannot, and each
+needs its own rewrite. :func:`use_of` reads the function's source (``linecache``: a file or a
+notebook cell) and says which, with the first line that shows it; an int passed whole to a
+function defined at the top of the same source is read there. Nothing is run.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import re
+from dataclasses import dataclass
+
+__all__ = ["KINDS", "ParameterUse", "parameter_of", "use_of"]
+
+#: what a parameter does, the most constraining first: the kind reported is the first found
+KINDS = ("loop", "branch", "shape", "axis", "passed on", "arithmetic")
+
+#: JAX (and NumPy) functions whose arguments set a shape: an int there must be known while
+#: tracing. A method of an array of the same name counts (x.reshape(k, -1))
+_SHAPE_CALLS = frozenset({
+    "arange", "zeros", "ones", "full", "empty", "eye", "identity", "linspace", "logspace",
+    "tri", "reshape", "broadcast_to", "tile", "repeat", "split", "array_split", "pad",
+    "iota", "broadcast", "broadcasted_iota", "one_hot", "top_k", "normal", "uniform",
+    "randint", "bernoulli", "truncated_normal", "bits", "gumbel", "categorical",
+    "permutation", "choice", "dynamic_slice", "resize", "expand_dims"})
+#: random draws: their first argument is the key, the rest set the shape
+_DRAWS = frozenset({"normal", "uniform", "randint", "bernoulli", "truncated_normal", "bits",
+                    "gumbel", "categorical", "permutation", "choice"})
+#: Python's own functions of ints, through which an int still sets what its caller sets
+_INT_ARITHMETIC = frozenset({"int", "max", "min", "abs", "round", "len"})
+#: keywords that set a shape wherever they are given
+_SHAPE_KEYWORDS = frozenset({"shape", "length", "num", "size", "num_segments",
+                             "total_repeat_length", "num_classes", "new_sizes", "slice_sizes"})
+_AXIS_KEYWORDS = frozenset({"axis", "axes", "dimension", "dimensions"})
+#: the roots of calls whose use of an int the kit knows: JAX's and NumPy's own, and Python's
+_KNOWN_ROOTS = frozenset({"jnp", "jax", "lax", "np", "numpy", "math", "random", "jr", "nn",
+                          "int", "float", "abs", "min", "max", "len", "print", "str",
+                          "isinstance"})
+_DEFINED_AT = re.compile(r"defined at (.+?):(\d+)\b")
+_POSITIONAL = re.compile(r"input path \[0\]\[(\d+)\]")
+_KEYWORD = re.compile(r"input path \[1\]\['(\w+)'\]")
+
+
+@dataclass(frozen=True)
+class ParameterUse:
+    """What ``name`` does in its function: ``kind``, one of :data:`KINDS`, first seen at
+    ``lineno`` of ``filename``, whose text is ``code``."""
+
+    name: str
+    kind: str
+    filename: str
+    lineno: int
+    code: str
+
+
+def parameter_of(explanation: str) -> tuple[str, int, int | str] | None:
+    """From one of JAX's cache-miss explanations of a new static value: (the file the function
+    is defined in, its line, the static parameter's position or keyword), where JAX names the
+    input path (jax 0.9 and later: "input path [0][1]", "input path [1]['k']"); the position
+    is None where only the file and line are said. None where not even they are."""
+    where = _DEFINED_AT.search(explanation)
+    if where is None:
+        return None
+    filename, lineno = where.group(1), int(where.group(2))
+    if (found := _POSITIONAL.search(explanation)) is not None:
+        return filename, lineno, int(found.group(1))
+    if (found := _KEYWORD.search(explanation)) is not None:
+        return filename, lineno, found.group(1)
+    return filename, lineno, None
+
+
+def _function_at(filename: str, lineno: int) -> tuple[ast.Module, ast.AST] | None:
+    """The file's source parsed, and the function defined at ``lineno`` in it (its ``def``,
+    its first decorator's line, as Python's ``co_firstlineno`` says, or a lambda's line), or
+    None."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    found = [node for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+             and lineno in (node.lineno, *(d.lineno for d in getattr(node, "decorator_list",
+                                                                       ())))]
+    return (tree, found[0]) if len(found) == 1 else None
+
+
+def _static_from_decorator(node: ast.AST, names: list[str]) -> list[str]:
+    """The parameters a ``jax.jit`` decorator of ``node`` marks static, in their order
+    (``static_argnums`` as literal ints, ``static_argnames`` as literal names); [] where it
+    does not say."""
+    static: set[str] = set()
+    for decorator in getattr(node, "decorator_list", ()):
+        for call in (n for n in ast.walk(decorator) if isinstance(n, ast.Call)):
+            for keyword in call.keywords:
+                try:
+                    value = ast.literal_eval(keyword.value)
+                except ValueError:
+                    continue
+                values = value if isinstance(value, (tuple, list)) else (value,)
+                if keyword.arg == "static_argnums":
+                    static |= {names[i] for i in values
+                               if isinstance(i, int) and -len(names) <= i < len(names)}
+                elif keyword.arg == "static_argnames":
+                    static |= {n for n in values if n in names}
+    return [n for n in names if n in static]
+
+
+def use_of(filename: str, lineno: int, parameter: int | str | None) -> ParameterUse | None:
+    """What the parameter at ``parameter`` (a position, a keyword, or None for the one its
+    ``jax.jit`` decorator marks static) of the function defined at ``filename:lineno`` does
+    there: the first of :data:`KINDS` its uses show, and the line. None where the source, the
+    function or the parameter cannot be found."""
+    found = _function_at(filename, lineno)
+    if found is None:
+        return None
+    tree, node = found
+    arguments = node.args
+    names = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
+    if isinstance(parameter, int):
+        name = names[parameter] if 0 <= parameter < len(names) else None
+    elif isinstance(parameter, str):
+        name = parameter if parameter in names or parameter in [
+            a.arg for a in arguments.kwonlyargs] else None
+    else:
+        static = _static_from_decorator(node, names)
+        name = static[0] if len(static) == 1 else None
+    if name is None:
+        return None
+    kinds = _kinds_in(tree, node, name, depth=0)
+    for kind in KINDS:
+        if kind in kinds:
+            at = kinds[kind]
+            return ParameterUse(name=name, kind=kind, filename=filename, lineno=at,
+                                code=linecache.getline(filename, at).strip())
+    return None
+
+
+def _kinds_in(tree: ast.Module, node: ast.AST, name: str, depth: int) -> dict[str, int]:
+    """Each kind of use of the parameter ``name`` in the function ``node``, with the first line
+    showing it; where it is passed whole to a function defined at the top of the same source
+    (``return run(x, k)``), what it does there, three calls deep at most."""
+    body = node.body if isinstance(node.body, list) else [node.body]
+    kinds, passed = _kinds_of(body, name)
+    defined = {}
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined[top.name] = top if top.name not in defined else None
+    resolved: dict[str, int] = {}
+    unresolved = False
+    for callee, where, _ in passed:
+        target = defined.get(callee)
+        if target is None or depth >= 3:
+            unresolved = True
+            continue
+        params = [a.arg for a in (*target.args.posonlyargs, *target.args.args)]
+        inner = (params[where] if isinstance(where, int) and where < len(params) else
+                 where if isinstance(where, str) and where in params + [
+                     a.arg for a in target.args.kwonlyargs] else None)
+        if inner is None:
+            unresolved = True
+            continue
+        for kind, at in _kinds_in(tree, target, inner, depth + 1).items():
+            resolved.setdefault(kind, at)
+    kinds.pop("passed on", None)
+    if unresolved:
+        kinds["passed on"] = min(lineno for _, _, lineno in passed)
+    for kind, at in resolved.items():
+        kinds.setdefault(kind, at)
+    return kinds
+
+
+def _kinds_of(body: list[ast.stmt], name: str
+              ) -> tuple[dict[str, int], list[tuple[str, int | str, int]]]:
+    """Each kind of use of ``name`` in ``body``, with the first line showing it; and where it
+    is passed whole to a function called by its name, (that name, the position or keyword, the
+    line) of each."""
+    uses = [n for stmt in body for n in ast.walk(stmt)
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    passed: list[tuple[str, int | str, int]] = []
+    if not uses:
+        return {}, passed
+    kind_of: dict[int, str] = {}
+
+    def mark(tree: ast.AST | None, kind: str) -> None:
+        for n in _outside_calls(tree):
+            if isinstance(n, ast.Name) and n.id == name and KINDS.index(kind) < KINDS.index(
+                    kind_of.get(id(n), "arithmetic")):
+                kind_of[id(n)] = kind
+
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if isinstance(n, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+                mark(n.test, "branch")
+            elif isinstance(n, ast.comprehension):
+                for condition in n.ifs:
+                    mark(condition, "branch")
+            elif isinstance(n, ast.Slice):
+                for part in (n.lower, n.upper, n.step):
+                    mark(part, "shape")
+            elif isinstance(n, ast.Call):
+                called = _called(n.func)
+                for keyword in n.keywords:
+                    if keyword.arg in _SHAPE_KEYWORDS:
+                        mark(keyword.value, "shape")
+                    elif keyword.arg in _AXIS_KEYWORDS:
+                        mark(keyword.value, "axis")
+                if called == "range":
+                    for arg in n.args:
+                        mark(arg, "loop")
+                elif called in _SHAPE_CALLS:
+                    for arg in n.args[1 if called in _DRAWS else 0:]:  # (a draw's key: no)
+                        mark(arg, "shape")
+                elif not _known(n.func):
+                    for arg in (*n.args, *(k.value for k in n.keywords)):
+                        mark(arg, "passed on")
+                    passed += [(called, where, n.lineno) for where, arg in (
+                        *enumerate(n.args), *((k.arg, k.value) for k in n.keywords))
+                        if isinstance(arg, ast.Name) and arg.id == name
+                        and isinstance(n.func, ast.Name) and where is not None]
+    found: dict[str, int] = {}
+    for use in uses:
+        kind = kind_of.get(id(use), "arithmetic")
+        found.setdefault(kind, use.lineno)
+    return found, passed
+
+
+def _outside_calls(tree: ast.AST | None) -> list[ast.AST]:
+    """The nodes of ``tree`` outside any call within it, but for Python's own arithmetic on
+    ints (``int(k * 2)``, ``max(k, 1)``): a name inside another call is that call's argument,
+    and its use is read there (jax.random.key(seed) inside a draw's arguments sets no shape)."""
+    found, todo = [], [tree] if tree is not None else []
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if node is not tree and isinstance(node, ast.Call) and _called(
+                node.func) not in _INT_ARITHMETIC:
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _called(func: ast.expr) -> str:
+    """The name a call calls: ``range``, ``jnp.arange`` -> "arange", ``x.reshape`` ->
+    "reshape"."""
+    return func.id if isinstance(func, ast.Name) else (
+        func.attr if isinstance(func, ast.Attribute) else "")
+
+
+def _known(func: ast.expr) -> bool:
+    """A call whose use of an int the kit knows: a JAX, NumPy, ``math`` or Python builtin one
+    (``jnp.sum``, ``jax.lax.fori_loop``, ``int``), or a method of a value (``x.sum``)."""
+    root = func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name):
+        return root.id in _KNOWN_ROOTS or isinstance(func, ast.Attribute)
+    return isinstance(func, ast.Attribute)
