@@ -225,7 +225,8 @@ class StepPreflight(_Verdict, Display):
     #: the largest values the step materializes, with the op and the line (XLA's program text)
     largest_temporaries: tuple[compiled.Temporary, ...] = ()
     #: what the runtime takes outside XLA's plan (the CPU's weight-gradient convolution copies,
-    #: a stable sort's scratch), counted in ``peak_bytes``
+    #: a stable sort's scratch, the values a YNNPACK fusion holds inside itself), counted in
+    #: ``peak_bytes``
     runtime_bytes: int = 0
     #: each top-level argument's array bytes, by parameter name, largest first (an optimizer
     #: state beside its parameters shows here as a multiple of them)
@@ -748,6 +749,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if runtime and sorted_:
         if "to sort the pairs stably" not in sparse:  # (said there, with its own fix)
             notes.append(program_notes.sort_scratch_note(*sorted_[0]))
+    elif runtime and runtime == c.fusion_intermediates:
+        notes.append(program_notes.fusion_intermediates_note(runtime, a["temp"]))
     elif runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")

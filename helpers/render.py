@@ -713,7 +713,7 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         *([("constants baked into the program (closed-over arrays"
             + (", values XLA computed" if p.folded_bytes else "") + ")",
             format_bytes(p.constant_bytes))] if p.constant_bytes else []),
-        *([("CPU runtime, beyond XLA's plan (convolution copies, sort scratch)",
+        *([("CPU runtime, beyond XLA's plan (convolution copies, sort scratch, YNNPACK fusions)",
             format_bytes(p.runtime_bytes))] if p.runtime_bytes else []),
         *([("buffers passed again (XLA's arguments count each place)",
             format_bytes(p.passed_again_bytes))] if p.passed_again_bytes else []),

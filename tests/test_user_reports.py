@@ -557,6 +557,46 @@ def test_quantecon_lecture_jax_95_a_static_iteration_count_is_a_loop_not_arithme
     assert traced_seed.function("power_iteration_sr").compiles == 1
 
 
+def test_netket_783_a_forward_pass_over_every_connected_configuration_is_priced_whole():
+    """netket/netket#783: expect() ran out of memory evaluating the wave function of every
+    connected configuration in one forward pass; the maintainers' fix is a chunk size. On the
+    CPU, XLA (jax 0.10 on) fuses the dot and all that follows it into one YNNPACK fusion whose
+    values its plan does not count (temporaries 0 B): the kit priced the step at its arguments.
+    It now counts them as XLA plans the program without that fusion, and names the chunk."""
+    samples, spins, hidden = 128, 128, 512
+
+    def logpsi(params, s):
+        w, b = params
+        return jnp.sum(jnp.log(jnp.cosh(s @ w + b)), axis=-1)
+
+    def local_energy(params, s, sp):
+        return -jnp.sum(jnp.exp(logpsi(params, sp) - logpsi(params, s)[:, None]), axis=-1)
+
+    def chunked(params, s, sp, k=16):  # the fix: k samples at a time
+        return jax.lax.map(lambda a: local_energy(params, a[0][None], a[1][None])[0], (s, sp),
+                           batch_size=k)
+
+    params = (jnp.zeros((spins, hidden)), jnp.zeros(hidden))
+    s, sp = jnp.zeros((samples, spins)), jnp.zeros((samples, spins, spins))
+    whole = preflight.preflight_step(local_energy, params, s, sp)
+    values = samples * spins * hidden * 4  # one f32 value of the batched forward pass: 32 MiB
+    assert whole.peak_bytes - whole.argument_bytes >= values  # priced, fused or not
+    text = jax.jit(local_energy).lower(params, s, sp).compile().as_text()
+    if jaxcompat.ynn_fusion_intermediates(text):  # jax 0.10 on: the fusion's values
+        assert whole.temp_bytes < values <= whole.runtime_bytes
+        unfused = jax.jit(local_energy).lower(params, s, sp).compile(
+            compiler_options=jaxcompat.YNN_FUSIONS_OFF).memory_analysis().temp_size_in_bytes
+        assert whole.runtime_bytes == unfused - whole.temp_bytes
+        assert "YNNPACK fusion holds inside itself" in whole.advice
+        assert "jax.lax.map(f, xs, batch_size=k), a chunk size" in whole.advice
+    else:  # jax 0.8.0 makes no such fusion: its plan holds them as temporaries
+        assert whole.runtime_bytes == 0 and whole.temp_bytes >= values
+    fixed = preflight.preflight_step(chunked, params, s, sp)
+    assert 4 * (fixed.peak_bytes - fixed.argument_bytes) < whole.peak_bytes - \
+        whole.argument_bytes
+    assert np.allclose(jax.jit(local_energy)(params, s, sp), jax.jit(chunked)(params, s, sp))
+
+
 def test_optax_472_the_optimizer_state_beside_the_parameters():
     """Each argument's bytes, and where the state holds copies of the parameters. The thread's
     MultiSteps figures need optax (the bench extra); the split and the copies do not."""

@@ -55,7 +55,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "static_values_explained",
            "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
-           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr"]
+           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr",
+           "YNN_FUSIONS_OFF", "ynn_fusion_intermediates"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -643,6 +644,39 @@ def _source(meta: str, tables: tuple[dict, dict, dict],
             return files[file_id], line
         frame = parent
     return None
+
+
+#: the compiler option that stops XLA:CPU making YNNPACK fusions (xla/debug_options_flags.cc;
+#: jax 0.10 and 0.12 take it, 0.8.0 has no YNNPACK fusions and refuses it): its plan then holds
+#: as temporaries the values a fusion keeps inside itself
+YNN_FUSIONS_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
+_YNN_FUSION = re.compile(r'^\s*(?:ROOT\s+)?%\S+ = (\w+)\[([\d,]*)\]\S* fusion\(.*calls=%([\w.\-]+)'
+                         r'.*"kind":"__ynn_fusion"')
+#: opcodes inside a fusion that make no value of their own (a view, a parameter, a constant)
+_NO_VALUE = frozenset({"parameter", "bitcast", "broadcast", "constant", "iota",
+                       "get-tuple-element", "tuple"})
+
+
+def ynn_fusion_intermediates(hlo_text: str) -> list[tuple[int, int]]:
+    """(the largest value made inside it, its own result's bytes) of each YNNPACK fusion
+    (``"kind":"__ynn_fusion"``, XLA:CPU from jax 0.10) in an optimized CPU program that makes a
+    value larger than its result: XLA's buffer plan counts a fusion's result, not what it makes
+    inside (netket/netket#783's dot, cosh, log and sum: ``temp_size_in_bytes`` 0, a run 321 MiB
+    over its arguments, jax 0.10.2). Largest first; [] where there is none."""
+    computations = _hlo_computations(hlo_text)
+    out = []
+    for line in hlo_text.splitlines():
+        m = _YNN_FUSION.match(line)
+        if not m or m.group(3) not in computations:
+            continue
+        result = math.prod(int(d) for d in m.group(2).split(",") if d) * _HLO_BYTES.get(
+            m.group(1), 4)
+        inside = [math.prod(int(d) for d in i.group(4).split(",") if d) * _HLO_BYTES.get(
+            i.group(3), 4) for i in map(_INSTRUCTION.match, computations[m.group(3)])
+            if i and not i.group(1) and i.group(5) not in _NO_VALUE]
+        if inside and max(inside) > result:
+            out.append((max(inside), result))
+    return sorted(out, reverse=True)
 
 
 _CONV = re.compile(r"convolution\(%(\S+?), %(\S+?)\).*window=\{size=([\dx]+)[^}]*\}.*"
