@@ -670,15 +670,16 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
 
 
 def _fusion_intermediates(lowered, compiled, text: str | None, dev) -> int:
-    """The bytes XLA:CPU's YNNPACK fusions hold inside themselves, outside its buffer plan:
-    where a fusion makes a value larger than its result (:func:`jaxcompat.ynn_fusion_
-    intermediates`), the temporaries XLA plans for the same program compiled without YNNPACK
-    fusions, less those it plans with them. 0 off the CPU, where there are none, and where the
-    second compile fails (the first stands)."""
+    """The values XLA:CPU's YNNPACK fusions make inside themselves, outside its buffer plan:
+    where a fusion makes a value of 1 MiB or more larger than its result
+    (:func:`jaxcompat.ynn_fusion_intermediates`), the temporaries XLA plans for the same program
+    compiled without YNNPACK fusions, less those it plans with them. 0 off the CPU, where there
+    is none, and where the second compile fails (the first stands)."""
     if getattr(dev, "platform", "") != "cpu" or not text:
         return 0
     try:
-        if not jaxcompat.ynn_fusion_intermediates(text):
+        found = jaxcompat.ynn_fusion_intermediates(text)
+        if not found or found[0][0] < 2**20:
             return 0
         with own.compiling():
             unfused = lowered.compile(compiler_options=jaxcompat.YNN_FUSIONS_OFF)
@@ -868,8 +869,10 @@ class CompiledStep:
     #: the devices the program runs on (its shardings' or its arguments'), each running all of
     #: it: its constants are whole on each (jax-ml/jax#16679)
     spanned: int = 1
-    #: on the CPU, what YNNPACK fusions hold inside themselves beyond XLA's plan (as XLA plans
-    #: the program without them: netket/netket#783); 0 where none does
+    #: on the CPU, the values YNNPACK fusions make inside themselves that XLA's plan does not
+    #: count, as XLA plans the program without such fusions (netket/netket#783); 0 where no
+    #: fusion makes a value of 1 MiB or more larger than its result. YNNPACK tiles some and
+    #: holds others whole, so this is what the step may need beyond its peak, not part of it
     fusion_intermediates: int = 0
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
@@ -1264,18 +1267,17 @@ class CompiledStep:
         """Memory the CPU runtime takes outside XLA's buffer plan: it copies both operands of a
         weight-gradient convolution (measured, jax 0.10.2: a CNN's step was 15% over the plan
         at batch 256), and a stable sort of several arrays takes a buffer of 16 bytes per array
-        per element (two arrays from jax 0.11: a pair per element; :meth:`stable_sorts`), and a
-        YNNPACK fusion keeps the values it makes inside itself (:attr:`fusion_intermediates`).
-        One such operation runs at a time, so the largest counts. 0 off the CPU (a GPU's sort:
-        not counted, not run on a GPU)."""
+        per element (two arrays from jax 0.11: a pair per element; :meth:`stable_sorts`). One
+        such operation runs at a time, so the largest counts. 0 off the CPU (a GPU's sort: not
+        counted, not run on a GPU). What a YNNPACK fusion holds inside itself is not counted
+        here (:attr:`fusion_intermediates`: it may be a few MiB or the values whole)."""
         if getattr(self.device, "platform", "") != "cpu":
             return 0
         try:
             convolutions = jaxcompat.weight_gradient_convolutions(self.text or "")
         except Exception:  # text the parser cannot read
             convolutions = []
-        return max([*convolutions, *(n for n, *_ in self.stable_sorts()),
-                    self.fusion_intermediates], default=0)
+        return max([*convolutions, *(n for n, *_ in self.stable_sorts())], default=0)
 
     def stable_sorts(self) -> list[tuple[int, int, int, bool]]:
         """(scratch bytes, arrays sorted together, elements sorted, sorted as pairs) of each

@@ -225,9 +225,12 @@ class StepPreflight(_Verdict, Display):
     #: the largest values the step materializes, with the op and the line (XLA's program text)
     largest_temporaries: tuple[compiled.Temporary, ...] = ()
     #: what the runtime takes outside XLA's plan (the CPU's weight-gradient convolution copies,
-    #: a stable sort's scratch, the values a YNNPACK fusion holds inside itself), counted in
-    #: ``peak_bytes``
+    #: a stable sort's scratch), counted in ``peak_bytes``
     runtime_bytes: int = 0
+    #: on the CPU, the values a YNNPACK fusion makes inside itself that XLA's plan does not
+    #: count (as XLA plans them without the fusion), not in ``peak_bytes``: YNNPACK tiles some
+    #: fusions and holds others whole, so the step may need up to this much more
+    fusion_bytes: int = 0
     #: each top-level argument's array bytes, by parameter name, largest first (an optimizer
     #: state beside its parameters shows here as a multiple of them)
     argument_split: tuple[tuple[str, int], ...] = ()
@@ -749,11 +752,12 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if runtime and sorted_:
         if "to sort the pairs stably" not in sparse:  # (said there, with its own fix)
             notes.append(program_notes.sort_scratch_note(*sorted_[0]))
-    elif runtime and runtime == c.fusion_intermediates:
-        notes.append(program_notes.fusion_intermediates_note(runtime, a["temp"]))
     elif runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")
+    fused = c.fusion_intermediates if target is None else 0
+    if fused:
+        notes.append(program_notes.fusion_intermediates_note(fused, a["temp"], needed, free))
     if a["output"] == 0 and a["temp"] == 0 and not c.conflict:
         notes.append("The compiled step computes nothing: it returns no array, so XLA kept no "
                      "work and there is no memory to predict. A step that updates Python "
@@ -772,7 +776,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         advice=advice, dropped_bytes=c.dropped, constant_bytes=c.constants,
         folded_bytes=c.folded,
         donations=c.donations, largest_temporaries=temporaries,
-        runtime_bytes=runtime, argument_split=split, state_copies=copies, scan_stacks=stacks,
+        runtime_bytes=runtime, fusion_bytes=fused, argument_split=split, state_copies=copies, scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, jacobian_products=tuple(products), stopped_scans=stopped,
         scaled_by_zero=zeroed, narrowed_arguments=narrowed,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from helpers import compiled, devices
 from helpers._internal import jaxcompat, jaxprs
 from helpers._internal.jaxcompat import device_name
-from helpers.units import format_bytes
+from helpers.units import NotAvailable, format_bytes
 
 if TYPE_CHECKING:
     import jax
@@ -392,22 +392,28 @@ def sort_scratch_note(nbytes: int, arrays: int, elements: int, paired: bool = Fa
             f"without it (2 arrays of 1,510,441 int32: {measured} MiB measured).")
 
 
-def fusion_intermediates_note(nbytes: int, planned: int) -> str:
-    """The values XLA:CPU's YNNPACK fusions hold inside themselves, outside XLA's plan
-    (:attr:`compiled.CompiledStep.fusion_intermediates`), counted in the peak, and the fix.
-    Measured by the kit on the 2-core VM, jax 0.10.2 (netket/netket#783's local energy, 512
-    samples of 128 connected configurations, 512 hidden units): XLA planned 0 B of
-    temporaries, a run took 321 MiB over its arguments; without YNNPACK fusions XLA planned
-    256 MiB and a run took 265."""
-    return (f"Counted beyond XLA's plan: {format_bytes(nbytes)} that XLA:CPU's YNNPACK fusion "
-            "holds inside itself (a dot fused whole with what follows it: XLA's plan counts the "
-            f"fusion's result, here {format_bytes(planned)} of temporaries in all), priced as "
-            "XLA plans the same program without such fusions (compile(compiler_options="
-            "{'xla_cpu_experimental_ynn_fusion_type': ''}) shows that plan). Measured on the "
-            "CPU, such a fusion held more still (321 MiB over its arguments against 256 MiB "
-            "planned so, jax 0.10.2). These values are the size of the batch the dot runs on: "
-            "run it on fewer rows at a time (jax.lax.map(f, xs, batch_size=k), a chunk size) "
-            "and they shrink with it. A GPU plans them as temporaries, in the sizes above.")
+def fusion_intermediates_note(nbytes: int, planned: int, needed: int,
+                              free: int | NotAvailable) -> str:
+    """The values an XLA:CPU YNNPACK fusion makes inside itself that XLA's plan does not count
+    (:attr:`compiled.CompiledStep.fusion_intermediates`), what the step would need with them,
+    and the fix. Not counted in the peak: YNNPACK tiles some fusions and holds others whole.
+    Measured by the kit on the 2-core VM, jax 0.10.2, over a 128 MiB value (65,536 rows of 128
+    times a 128x512 matrix): a dot, tanh and a row sum held 12 MiB beyond the arguments; the
+    same with a bias added to the dot before cosh and log (netket/netket#783's RBM) 130 MiB;
+    the RBM's local energy 321 MiB, where XLA, without the fusion, plans 256 MiB."""
+    more = needed + nbytes
+    against = (f" (the step would then need {format_bytes(more)} of the "
+               f"{format_bytes(free)} free)" if isinstance(free, int) else "")
+    return (f"Not in the peak: XLA:CPU fuses a dot with what follows it into a YNNPACK fusion, "
+            f"whose values XLA's plan does not count (its temporaries here: "
+            f"{format_bytes(planned)}); XLA plans {format_bytes(nbytes)} for them without the "
+            f"fusion. YNNPACK tiles some such fusions and holds others whole, so on the CPU the "
+            f"step may need about that much more{against}. Measured on jax 0.10.2 over a 128 "
+            "MiB value: 12 MiB held for a dot, tanh and sum; 130 MiB with a bias added before "
+            "cosh and log; 321 MiB for netket#783's local energy, where XLA plans 256. "
+            "compile(compiler_options={'xla_cpu_experimental_ynn_fusion_type': ''}) shows XLA's "
+            "plan of them. They grow with the rows the dot runs on: run it on fewer at a time "
+            "(jax.lax.map(f, xs, batch_size=k), a chunk size) and they shrink with it.")
 
 
 def pairwise_temporary(pairs: Sequence[tuple], temporaries: Sequence[compiled.Temporary],

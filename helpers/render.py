@@ -713,7 +713,7 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         *([("constants baked into the program (closed-over arrays"
             + (", values XLA computed" if p.folded_bytes else "") + ")",
             format_bytes(p.constant_bytes))] if p.constant_bytes else []),
-        *([("CPU runtime, beyond XLA's plan (convolution copies, sort scratch, YNNPACK fusions)",
+        *([("CPU runtime, beyond XLA's plan (convolution copies, sort scratch)",
             format_bytes(p.runtime_bytes))] if p.runtime_bytes else []),
         *([("buffers passed again (XLA's arguments count each place)",
             format_bytes(p.passed_again_bytes))] if p.passed_again_bytes else []),
@@ -721,6 +721,8 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
          + (" - passed again" if p.passed_again_bytes else "")
          + (" + constants" if p.constant_bytes else "")
          + (" + runtime" if p.runtime_bytes else ""), format_bytes(p.peak_bytes)),
+        *([("not in the peak: values inside a YNNPACK fusion (CPU, as XLA plans them)",
+            format_bytes(p.fusion_bytes))] if p.fusion_bytes else []),
         ("XLA's own peak_memory_in_bytes", format_bytes(p.xla_peak_bytes) + (
             "  (less than the temporaries alone: this backend's figure leaves part of them "
             "out; the peak above is the kit's)" if isinstance(p.xla_peak_bytes, int)
