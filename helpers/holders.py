@@ -424,7 +424,8 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
             spaces.append(("", ip.user_ns))
         main = sys.modules.get("__main__")
         if main is not None and all(d is not vars(main) for _, d in spaces):
-            spaces.append(("", vars(main)))
+            # a script's globals, outside IPython: named as the script's, not a notebook's
+            spaces.append(("" if ip is not None else _SCRIPT, vars(main)))
     for _, ns in list(spaces):
         out = ns.get("Out")
         if isinstance(out, dict):
@@ -436,6 +437,20 @@ def _namespaces(namespace: Mapping | None) -> list[tuple[str, Mapping]]:
 
 
 _HISTORY = {"_", "__", "___"}
+#: the label of a script's own globals (``__main__`` outside IPython), where "" labels the
+#: notebook's (IPython's ``user_ns``, or the namespace a caller gives)
+_SCRIPT = "the script"
+
+
+def _users(label: str) -> bool:
+    """A namespace of the user's variables (the notebook's or a script's), not IPython's
+    output history."""
+    return label in ("", _SCRIPT)
+
+
+def _place(label: str) -> str:
+    """Where a namespace's variables live, in words: "the notebook" or "the script"."""
+    return label or "the notebook"
 _HIDDEN = "user_ns_hidden"  # IPython's namespace of names %who does not show
 _VAGUE = "a container: "  # what a list, dict or tuple nobody names is called
 _JIT_CACHE = "jit's caches"  # an array that only a static argument in those caches keeps
@@ -475,7 +490,7 @@ def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 
 
     groups: dict[tuple, list[tuple[str, set[int], int]]] = {}
     for label, ns in names:
-        if label:  # IPython's output history: not a variable of the user's
+        if not _users(label):  # IPython's output history: not a variable of the user's
             continue
         for name, value in list(ns.items()):
             if time.perf_counter() > deadline:
@@ -872,10 +887,17 @@ def _fix_traceback(saved: str, first: bool) -> str:
             "and their locals go)")
 
 
+def _home(names: list[tuple[str, Mapping]]) -> str:
+    """Where the user's variables live, in words: "the script" where the only ones are a
+    script's globals, else "the notebook"."""
+    labels = [label for label, _ in names if _users(label)]
+    return _SCRIPT if labels == [_SCRIPT] else "the notebook"
+
+
 def _name_in(container, names: list[tuple[str, Mapping]]) -> str | None:
     for label, ns in names:
         if container is ns:
-            return label or "the notebook"
+            return _place(label) if _users(label) else label
     return None
 
 
@@ -902,7 +924,7 @@ def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
             plain = [k for k in keys if k not in history]
             if plain:
                 return (f"the variable{'s' if len(plain) > 1 else ''} "
-                        f"{', '.join(map(repr, plain))} in the notebook",
+                        f"{', '.join(map(repr, plain))} in {_place(label)}",
                         together or f"`del {', '.join(plain)}` (or assign None) when you are "
                         "done")
             return (f"IPython's last results: {', '.join(history)}", _fix_out(arr, names))
@@ -941,7 +963,7 @@ def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
             return _container_line(type(ref).__name__, inside, places)
         if owners and all(_is_jax_owned(o) for o in owners):
             return ("", "")
-        return (f"{_VAGUE}{type(ref).__name__}{inside} not named in the notebook",
+        return (f"{_VAGUE}{type(ref).__name__}{inside} not named in {_home(names)}",
                 "find and clear the container that holds it")
     if type(ref).__name__ == "managedbuffer":  # a buffer protocol export: a NumPy view of it
         if views:  # every one: `del x, a1` left the buffer to a2 (jax-ml/jax#1961)
@@ -950,7 +972,7 @@ def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
                     f"{'s' if many else ''} {', '.join(repr(v.name) for v in views)} in "
                     f"{views[0].where} (np.asarray of a CPU array shares its buffer)", together)
         return ("a NumPy view of it (np.asarray of a CPU array shares its buffer), not named "
-                "in the notebook", "find and delete the NumPy array made from it")
+                f"in {_home(names)}", "find and delete the NumPy array made from it")
     if type(ref).__name__ == "cell":
         fns = [o for t in gc.get_referrers(ref) if isinstance(t, tuple)
                for o in gc.get_referrers(t) if isinstance(o, types.FunctionType)]
@@ -1115,9 +1137,9 @@ def _sharers(names: list[tuple[str, Mapping]]) -> tuple[_Sharer, ...]:
 
     out = []
     for label, ns in names:
-        if label:  # IPython's output history: no variable of the user's
+        if not _users(label):  # IPython's output history: no variable of the user's
             continue
-        where = _name_in(ns, names) or "the notebook"
+        where = _place(label)
         for name, value in list(ns.items())[:_MOST_SHARERS]:
             if not isinstance(name, str) or name.startswith("_") or _is_jax_owned(value):
                 continue
@@ -1238,7 +1260,7 @@ def _user_variables(arr: Any, names: list[tuple[str, Mapping]]) -> list[str]:
     """The notebook's variables bound to ``arr`` (not IPython's history names)."""
     out: list[str] = []
     for label, ns in names:
-        if not label:
+        if _users(label):
             out += [k for k in _keys_holding(ns, arr) if isinstance(k, str)
                     and k not in _HISTORY and not (k.startswith("_") and k[1:].isdigit())]
     return out

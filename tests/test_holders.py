@@ -971,3 +971,23 @@ def test_jax_4636_looking_for_sharers_leaves_the_live_array_count_as_it_was():
     n = len(jax.live_arrays())
     probe.unsafe_buffer_pointer()  # the cause, still so on this JAX
     assert len(jax.live_arrays()) == n + 1
+
+
+_SCRIPT_HOLDS = """
+import jax.numpy as jnp
+from helpers import holders
+weights = jnp.ones(4 * 2**20)  # 16 MiB, a global of this script
+history = [jnp.zeros(3 * 2**20)]
+h = holders.largest(2)
+for a in h.arrays:
+    print(a.held_by[0])
+"""
+
+
+def test_a_script_s_globals_are_named_as_the_script_s_not_a_notebook_s():
+    """Outside IPython the variables holders.largest finds are a script's globals (__main__):
+    the kit said "in the notebook" for them (a review's finding)."""
+    proc = run_python(_SCRIPT_HOLDS, env={"JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["the variable 'weights' in the script",
+                                        "list 'history'[0] in the script"]

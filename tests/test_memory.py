@@ -468,7 +468,7 @@ def test_jax_10828_arrays_of_a_restarted_backend_are_counted_and_named():
         assert "jax.live_arrays() no longer lists" in note and "jax.clear_caches()" in note
         assert "16.00 MiB are in the count above" in note
         assert "may leave out its 16.00 MiB" in counters and "not yet run on a GPU" in counters
-        assert held == f"holders {16 * 2**20} the variable 'x' in the notebook"
+        assert held == f"holders {16 * 2**20} the variable 'x' in the script"  # (no IPython)
         assert restarted.startswith("restarted ") and "`del`" in restarted
         assert after == "after del 0 ''"
 
