@@ -666,26 +666,28 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         type(fn).__module__.split(".")[0]
                         if hasattr(fn, "lower") and not _jax_jit(fn) else "",
                         _shared_memory_note(dyn_args, dyn_kwargs, dyn_donated, kept, jax),
-                        max(len(mesh), 1), _fusion_intermediates(lowered, compiled, text, dev))
+                        max(len(mesh), 1), *_fusion_intermediates(lowered, compiled, text, dev))
 
 
-def _fusion_intermediates(lowered, compiled, text: str | None, dev) -> int:
+def _fusion_intermediates(lowered, compiled, text: str | None, dev) -> tuple[int, bool]:
     """The values XLA:CPU's YNNPACK fusions make inside themselves, outside its buffer plan:
     where a fusion makes a value of 1 MiB or more larger than its result
     (:func:`jaxcompat.ynn_fusion_intermediates`), the temporaries XLA plans for the same program
-    compiled without YNNPACK fusions, less those it plans with them. 0 off the CPU, where there
-    is none, and where the second compile fails (the first stands)."""
+    compiled without YNNPACK fusions, less those it plans with them; and whether such a fusion
+    holds a dot or a convolution. (0, False) off the CPU, where there is none, and where the
+    second compile fails (the first stands)."""
     if getattr(dev, "platform", "") != "cpu" or not text:
-        return 0
+        return 0, False
     try:
-        found = jaxcompat.ynn_fusion_intermediates(text)
-        if not found or found[0][0] < 2**20:
-            return 0
+        found = [f for f in jaxcompat.ynn_fusion_intermediates(text) if f[0] >= 2**20]
+        if not found:
+            return 0, False
         with own.compiling():
             unfused = lowered.compile(compiler_options=jaxcompat.YNN_FUSIONS_OFF)
-        return max(0, _analysis(unfused)["temp"] - _analysis(compiled)["temp"])
+        return (max(0, _analysis(unfused)["temp"] - _analysis(compiled)["temp"]),
+                any(f[2] for f in found))
     except Exception:  # a JAX without the option, or text the parser cannot read
-        return 0
+        return 0, False
 
 
 _OPTIONS = ("device", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
@@ -874,6 +876,8 @@ class CompiledStep:
     #: fusion makes a value of 1 MiB or more larger than its result. YNNPACK tiles some and
     #: holds others whole, so this is what the step may need beyond its peak, not part of it
     fusion_intermediates: int = 0
+    #: whether such a fusion holds a dot or a convolution (else elementwise work and a sum)
+    fusion_has_dot: bool = False
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""
@@ -1621,10 +1625,16 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                     "the number of arrays. Fewer, larger arrays compile faster: stack alike "
                     "layers into one array (and run them with jax.lax.scan), or flatten the "
                     "tree (jax.flatten_util.ravel_pytree).")
-        if made and made[2] >= jaxprs.LOOP_REPEATS > made[5]:  # layers of different widths
+        kind = jaxprs.loop_kind(jaxpr, tuple(source), made[2]) if made else ""
+        if kind == "scalars":  # a list of Python numbers, one argument each: no loop
+            scalars = sum(1 for v in jaxprs.top_inputs(jaxpr) if v == ())
+            return (f"{head}, one of them {made[2]} times over: "
+                    + jaxprs.SCALARS_FIX.format(scalars))
+        if made and made[2] >= jaxprs.LOOP_REPEATS > made[5]:  # shapes differ between copies
             return (f"{head}, one of them {made[2]} times over, its operand shapes "
                     f"changing between iterations (at most {made[5]} alike): "
-                    f"{_UNROLLED_CAUSE}; {jaxprs.UNALIKE_LOOP_FIX}")
+                    f"{_UNROLLED_CAUSE}; "
+                    + (jaxprs.SLICED_LOOP_FIX if kind == "sliced" else jaxprs.UNALIKE_LOOP_FIX))
         outer = jaxprs.calling_loop(jaxpr, tuple(source)) if jaxpr is not None else None
         # a loop around the call of the line's function: its count divides the line's repeats,
         # and is fewer (as many, and the loop may as well be the line's own)
@@ -1638,10 +1648,13 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
     found = jaxprs.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None
     if found is None:
         return ""
-    source, n, total, repeats, gathers, alike = found
-    fix = (_UNROLLED_FIX + (jaxprs.LOOKUPS_FIX if gathers else "") if alike >= jaxprs.LOOP_REPEATS
-           else f"{_UNROLLED_CAUSE}; {jaxprs.UNALIKE_LOOP_FIX}")
-    shapes = ("" if alike >= jaxprs.LOOP_REPEATS else
+    source, n, total, repeats, gathers, alike, kind, scalars = found
+    fix = (jaxprs.SCALARS_FIX.format(scalars) if kind == "scalars" else
+           _UNROLLED_FIX + (jaxprs.LOOKUPS_FIX if gathers else "")
+           if alike >= jaxprs.LOOP_REPEATS else
+           f"{_UNROLLED_CAUSE}; "
+           + (jaxprs.SLICED_LOOP_FIX if kind == "sliced" else jaxprs.UNALIKE_LOOP_FIX))
+    shapes = ("" if alike >= jaxprs.LOOP_REPEATS or kind == "scalars" else
               f", its operand shapes changing between iterations (at most {alike} alike)")
     return (f"{n:,} of the step's {total:,} jaxpr equations come from one line "
             f"({frames.line(*source)}), one of them {repeats} times over{shapes}, though XLA "

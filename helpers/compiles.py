@@ -179,6 +179,12 @@ class FunctionCompiles(Record):
     #: ``jaxprs.LOOP_REPEATS`` its iterations differ in shape (layers of different widths) and
     #: ``jax.lax.scan`` cannot run them as one body
     unrolled_alike: int = 0
+    #: what made that line repeat where not a loop over arrays alike (``jaxprs.loop_kind``):
+    #: "scalars" (a list of Python numbers passed to jit, one argument each: jax-ml/jax#5684),
+    #: "sliced" (a loop slicing an array by its index: jax-ml/jax#2242) or ""; and the number
+    #: of the function's scalar arguments
+    unrolled_kind: str = ""
+    unrolled_scalars: int = 0
 
     @property
     def cause_in_words(self) -> str:
@@ -420,10 +426,17 @@ class CompileLog(Display):
             if f.unrolled_line and f.compile_seconds >= UNROLLED_SECONDS:
                 where = f" ({f.defined_at})" if f.defined_at else ""
                 alike = f.unrolled_alike >= jaxprs.LOOP_REPEATS
+                head = (f"`{f.function}`{where} was traced to {f.jaxpr_equations:,} jaxpr "
+                        f"equations, {f.unrolled_equations:,} of them from one line "
+                        f"({f.unrolled_line}), one of them {f.unrolled_repeats} times over")
+                if f.unrolled_kind == "scalars":  # a list of numbers: no loop to rewrite
+                    notes.insert(0, f"{head} ({f.compile_seconds:.2f} s of compiling): "
+                                 + jaxprs.SCALARS_FIX.format(f.unrolled_scalars))
+                    continue
+                unalike = (jaxprs.SLICED_LOOP_FIX if f.unrolled_kind == "sliced"
+                           else jaxprs.UNALIKE_LOOP_FIX)
                 notes.insert(0, (
-                    f"`{f.function}`{where} was traced to {f.jaxpr_equations:,} jaxpr "
-                    f"equations, {f.unrolled_equations:,} of them from one line "
-                    f"({f.unrolled_line}), one of them {f.unrolled_repeats} times over"
+                    head
                     + ("" if alike else
                        f", its operand shapes changing between iterations (at most "
                        f"{f.unrolled_alike} alike)")
@@ -433,7 +446,7 @@ class CompileLog(Display):
                     + ("jax.lax.scan or jax.lax.fori_loop compile the body once (jax-ml/jax#352: "
                        "an RNN of 300 steps, 21.5 s to its first result, 1.0 s with lax.scan)."
                        + (jaxprs.LOOKUPS_FIX if f.unrolled_gathers else "") if alike else
-                       jaxprs.UNALIKE_LOOP_FIX[0].upper() + jaxprs.UNALIKE_LOOP_FIX[1:])))
+                       unalike[0].upper() + unalike[1:])))
             if f.traced_large:
                 where = f" ({f.defined_at})" if f.defined_at else ""
                 notes.append(
@@ -1090,7 +1103,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         **({} if unrolled is None else {
             "unrolled_line": frames.line(*unrolled[0]), "unrolled_equations": unrolled[1],
             "unrolled_repeats": unrolled[3], "unrolled_gathers": unrolled[4],
-            "unrolled_alike": unrolled[5]}))
+            "unrolled_alike": unrolled[5], "unrolled_kind": unrolled[6],
+            "unrolled_scalars": unrolled[7]}))
 
 
 def _each_new(types: list[str], compiles: int) -> bool:

@@ -342,6 +342,23 @@ def _verdict(needed: int, free, dev, donate: bool, derivative: bool,
                  unknown="this device reports no free memory")
 
 
+def _numbers_argument(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                      ) -> tuple[str, int] | None:
+    """(its name, how many) of the argument that holds the most Python numbers as leaves (a
+    list of ints passed to jit: each a scalar argument of its own, jax-ml/jax#5684); None where
+    none holds any."""
+    import numbers
+
+    jax = devices.start_jax()
+    found = []
+    for place, name in c.argument_names(fn, args, kwargs):
+        value = args[place] if isinstance(place, int) else kwargs[place]
+        count = sum(isinstance(leaf, numbers.Number) for leaf in jax.tree.leaves(value))
+        found.append((count, name))
+    count, name = max(found, default=(0, ""))
+    return (name, count) if count else None
+
+
 def _peak(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
           device, here: bool) -> tuple[int, int, int]:
     """The step's peak as :func:`preflight_step` counts it, with its two corrections to XLA's:
@@ -533,6 +550,12 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
                  if hasattr(leaf, "shape"))
     if unrolled := c.unrolled(leaves):
+        numbers = _numbers_argument(c, fn, args, kwargs)
+        if numbers and "jnp.asarray(indices)" in unrolled:  # the list of numbers, by name
+            name, count = numbers
+            unrolled = unrolled.replace(
+                "(jnp.asarray(indices))", f"(here `{name}`, {count} Python numbers: "
+                f"jnp.asarray({name}))")
         notes.append(unrolled + program_notes.unrolled_values(c, unrolled, a["temp"]))
     stacks = c.scan_stacks(a["output"] + a["temp"])
     named = [t for t in stacks if t.role != "backward"]  # JAX's own scan: nothing to change
@@ -756,8 +779,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "
                      "copies for a convolution's weight gradient (measured on jax 0.10.2).")
     fused = c.fusion_intermediates if target is None else 0
-    if fused:
-        notes.append(program_notes.fusion_intermediates_note(fused, a["temp"], needed, free))
+    if fused >= 2**20:  # (less: not worth a note; the record keeps it)
+        notes.append(program_notes.fusion_intermediates_note(fused, a["temp"], needed, free,
+                                                             c.fusion_has_dot))
     if a["output"] == 0 and a["temp"] == 0 and not c.conflict:
         notes.append("The compiled step computes nothing: it returns no array, so XLA kept no "
                      "work and there is no memory to predict. A step that updates Python "

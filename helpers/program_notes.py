@@ -393,7 +393,7 @@ def sort_scratch_note(nbytes: int, arrays: int, elements: int, paired: bool = Fa
 
 
 def fusion_intermediates_note(nbytes: int, planned: int, needed: int,
-                              free: int | NotAvailable) -> str:
+                              free: int | NotAvailable, dot: bool = True) -> str:
     """The values an XLA:CPU YNNPACK fusion makes inside itself that XLA's plan does not count
     (:attr:`compiled.CompiledStep.fusion_intermediates`), what the step would need with them,
     and the fix. Not counted in the peak: YNNPACK tiles some fusions and holds others whole.
@@ -404,7 +404,9 @@ def fusion_intermediates_note(nbytes: int, planned: int, needed: int,
     more = needed + nbytes
     against = (f" (the step would then need {format_bytes(more)} of the "
                f"{format_bytes(free)} free)" if isinstance(free, int) else "")
-    return (f"Not in the peak: XLA:CPU fuses a dot with what follows it into a YNNPACK fusion, "
+    what = ("a dot with what follows it" if dot else
+            "elementwise work and the reduction after it")
+    return (f"Not in the peak: XLA:CPU fuses {what} into a YNNPACK fusion, "
             f"whose values XLA's plan does not count (its temporaries here: "
             f"{format_bytes(planned)}); XLA plans {format_bytes(nbytes)} for them without the "
             f"fusion. YNNPACK tiles some such fusions and holds others whole, so on the CPU the "
@@ -412,7 +414,7 @@ def fusion_intermediates_note(nbytes: int, planned: int, needed: int,
             "MiB value: 12 MiB held for a dot, tanh and sum; 130 MiB with a bias added before "
             "cosh and log; 321 MiB for netket#783's local energy, where XLA plans 256. "
             "compile(compiler_options={'xla_cpu_experimental_ynn_fusion_type': ''}) shows XLA's "
-            "plan of them. They grow with the rows the dot runs on: run it on fewer at a time "
+            "plan of them. They grow with the rows the fusion runs on: run it on fewer at a time "
             "(jax.lax.map(f, xs, batch_size=k), a chunk size) and they shrink with it.")
 
 

@@ -1529,3 +1529,32 @@ def test_a_static_int_s_fix_follows_what_it_does_and_falls_back_where_unsure():
         for k in (1, 2, 3):
             jax.jit(scope["g"], static_argnums=1)(y, k)
     assert log.function("g").fix == compile_causes.INT_STATIC_FIX  # no source to read
+
+
+def test_a_list_of_numbers_and_a_loop_that_slices_by_its_index_are_not_called_layers(
+        monkeypatch):
+    """compiles.watch's note on a line that made most of a program: a list of Python numbers
+    passed to jit (jax-ml/jax#5684) is not a loop, and a loop that slices by its index
+    (jax-ml/jax#2242) needs a mask, not layers stacked (the note's floor of compile seconds,
+    UNROLLED_SECONDS, set to 0)."""
+    monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
+
+    @jax.jit
+    def add_at(x, indices, y):
+        return x.at[(indices,)].add(y)
+
+    @jax.jit
+    def shrinking(u):
+        for k in range(20):
+            u = u.at[k:].add(u[k:] * 0.5)
+        return u
+
+    with compiles.watch() as log:
+        add_at(jnp.ones(500), list(range(200)), jnp.ones(200))
+        shrinking(jnp.ones(24))
+    listed, sliced = log.function("add_at"), log.function("shrinking")
+    assert (listed.unrolled_kind, listed.unrolled_scalars) == ("scalars", 200)
+    assert sliced.unrolled_kind == "sliced"
+    assert "the step takes 200 scalar arguments" in log.diagnosis
+    assert "Its iterations slice an array by the loop's index" in log.diagnosis
+    assert "layers of different widths" not in log.diagnosis

@@ -2206,7 +2206,7 @@ def test_jax_891_a_python_loop_of_lookups_xla_fused_is_named_by_its_jaxpr_equati
     assert "a Python loop inside the jitted function is unrolled" in p.advice
     assert "one gather for all iterations with index arrays" in p.advice
     assert "jax-ml/jax#891" in p.advice
-    _, n, total, repeats, gathers, _ = jaxprs.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
+    _, n, total, repeats, gathers, *_ = jaxprs.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
     assert n >= 10 * xla and repeats >= _L891 and gathers
     # the fix, run: one gather, the same gradients, a program a fraction of the size
     fixed = compiled.compile_step(_loss891(_energy_gather), *args)
@@ -2363,3 +2363,23 @@ def test_jax_2777_a_loop_over_layers_of_different_widths_is_not_told_lax_scan():
             "alike)") in note
     assert "arrays of different shapes" in note and "compile the body once" not in note
     assert "stack the layers that share a shape into one array" in note
+
+
+def test_a_ynnpack_fusion_without_a_dot_is_not_called_one():
+    """The note on values a YNNPACK fusion keeps out of XLA's plan said "a dot with what
+    follows it" of a fusion of elementwise work and a sum (a new user's trial)."""
+    from helpers._internal import jaxcompat
+
+    def log_cosh_rows(x, b):
+        return jnp.sum(jnp.log(jnp.cosh(x + b)), axis=-1)
+
+    x, b = jnp.ones((4096, 512)), jnp.ones(512)  # 8 MiB values, none of them a dot's
+    text = jax.jit(log_cosh_rows).lower(x, b).compile().as_text()
+    found = jaxcompat.ynn_fusion_intermediates(text)
+    p = preflight.preflight_step(log_cosh_rows, x, b)
+    if not found or p.fusion_bytes == 0:  # jax 0.8.0 makes no YNNPACK fusion; XLA plans all
+        assert p.fusion_bytes == 0 and "YNNPACK" not in p.advice
+        return
+    assert not any(dot for _, _, dot in found)
+    assert "fuses elementwise work and the reduction after it into a YNNPACK fusion" in p.advice
+    assert "a dot with what follows it" not in p.advice

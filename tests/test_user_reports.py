@@ -588,7 +588,8 @@ def test_netket_783_a_forward_pass_over_every_connected_configuration_is_named_w
             compiler_options=jaxcompat.YNN_FUSIONS_OFF).memory_analysis().temp_size_in_bytes
         assert whole.temp_bytes < values <= whole.fusion_bytes == unfused - whole.temp_bytes
         assert whole.peak_bytes - whole.argument_bytes < values  # not in the peak
-        assert "YNNPACK fusion, whose values XLA's plan does not count" in whole.advice
+        assert "fuses a dot with what follows it into a YNNPACK fusion, whose values XLA's " \
+            "plan does not count" in whole.advice
         assert "jax.lax.map(f, xs, batch_size=k), a chunk size" in whole.advice
         assert "values inside a YNNPACK fusion" in str(whole)
         assert 4 * fixed.fusion_bytes < whole.fusion_bytes
@@ -596,6 +597,61 @@ def test_netket_783_a_forward_pass_over_every_connected_configuration_is_named_w
         assert whole.fusion_bytes == 0 and whole.temp_bytes >= values
         assert 4 * fixed.temp_bytes < whole.temp_bytes
     assert np.allclose(jax.jit(local_energy)(params, s, sp), jax.jit(chunked)(params, s, sp))
+
+
+def test_jax_5684_a_list_of_numbers_passed_to_jit_is_named_not_called_a_loop():
+    """jax-ml/jax#5684: jit(f)(x, list(range(3000)), y) took seconds to compile, an array 0.03
+    s; jakevdp: a list is a pytree, each of its ints an argument of its own. The kit called it
+    a Python loop unrolled and advised lax.scan, in a function with no loop (a new user's
+    trial); it now names the scalar arguments and the array."""
+    def f(x, indices, y):
+        return x.at[(indices,)].add(y)
+
+    x, y, indices = jnp.ones(1000), jnp.ones(300), list(range(300))
+    p = preflight.preflight_step(f, x, indices, y)
+    assert "the step takes 300 scalar arguments" in p.advice
+    assert "(here `indices`, 300 Python numbers: jnp.asarray(indices))" in p.advice
+    assert "jax.lax.scan" not in p.advice and "Python loop inside" not in p.advice
+    fixed = preflight.preflight_step(f, x, jnp.asarray(indices), y)
+    assert "scalar arguments" not in fixed.advice
+    assert np.allclose(jax.jit(f)(x, indices, y), jax.jit(f)(x, jnp.asarray(indices), y))
+
+
+def test_jax_2242_a_loop_that_slices_by_its_index_is_told_to_mask_not_to_stack_layers():
+    """jax-ml/jax#2242: an LU factorization in nested Python loops compiled for ~29 s; shoyer:
+    the loops are unrolled, use lax.fori_loop. Its slices U[k, k:n] shrink with k, and the kit
+    said scan "cannot take them": stack the layers that share a shape (a new user's trial).
+    It now names the slice by the loop's index and the mask that lets fori_loop run one body."""
+    n = 10
+
+    def lu(a):
+        upper, lower = a, jnp.eye(n)
+        for k in range(n - 1):
+            for j in range(k + 1, n):
+                lower = lower.at[j, k].set(upper[j, k] / upper[k, k])
+                upper = upper.at[j, k:n].add(-lower[j, k] * upper[k, k:n])
+        return lower, upper
+
+    def lu_fori(a):  # the fix: whole rows, masked, one body
+        cols = jnp.arange(n)
+
+        def outer(k, lower_upper):
+            def inner(j, lower_upper):
+                lower, upper = lower_upper
+                factor = upper[j, k] / upper[k, k]
+                return (lower.at[j, k].set(factor),
+                        upper.at[j].add(jnp.where(cols >= k, -factor * upper[k], 0.0)))
+            return jax.lax.fori_loop(k + 1, n, inner, lower_upper)
+        return jax.lax.fori_loop(0, n - 1, outer, (jnp.eye(n), a))
+
+    a = jnp.asarray(np.random.default_rng(0).random((n, n)) + n * np.eye(n), jnp.float32)
+    p = preflight.preflight_step(lu, a)
+    assert "its iterations slice an array by the loop's index" in p.advice
+    assert "jnp.where(jnp.arange(n) >= k, row, 0)" in p.advice and "jax-ml/jax#2242" in p.advice
+    assert "layers of different widths" not in p.advice
+    assert "unrolled" not in preflight.preflight_step(lu_fori, a).advice
+    for got, want in zip(jax.jit(lu_fori)(a), jax.jit(lu)(a), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_optax_472_the_optimizer_state_beside_the_parameters():

@@ -657,8 +657,9 @@ _NO_VALUE = frozenset({"parameter", "bitcast", "broadcast", "constant", "iota",
                        "get-tuple-element", "tuple"})
 
 
-def ynn_fusion_intermediates(hlo_text: str) -> list[tuple[int, int]]:
-    """(the largest value made inside it, its own result's bytes) of each YNNPACK fusion
+def ynn_fusion_intermediates(hlo_text: str) -> list[tuple[int, int, bool]]:
+    """(the largest value made inside it, its own result's bytes, whether it holds a dot or a
+    convolution) of each YNNPACK fusion
     (``"kind":"__ynn_fusion"``, XLA:CPU from jax 0.10) in an optimized CPU program that makes a
     value larger than its result: XLA's buffer plan counts a fusion's result, not what it makes
     inside (netket/netket#783's dot, cosh, log and sum: ``temp_size_in_bytes`` 0, a run 321 MiB
@@ -671,11 +672,13 @@ def ynn_fusion_intermediates(hlo_text: str) -> list[tuple[int, int]]:
             continue
         result = math.prod(int(d) for d in m.group(2).split(",") if d) * _HLO_BYTES.get(
             m.group(1), 4)
+        made = [i for i in map(_INSTRUCTION.match, computations[m.group(3)])
+                if i and not i.group(1) and i.group(5) not in _NO_VALUE]
         inside = [math.prod(int(d) for d in i.group(4).split(",") if d) * _HLO_BYTES.get(
-            i.group(3), 4) for i in map(_INSTRUCTION.match, computations[m.group(3)])
-            if i and not i.group(1) and i.group(5) not in _NO_VALUE]
+            i.group(3), 4) for i in made]
         if inside and max(inside) > result:
-            out.append((max(inside), result))
+            out.append((max(inside), result,
+                        any(i.group(5) in ("dot", "convolution") for i in made)))
     return sorted(out, reverse=True)
 
 

@@ -955,8 +955,58 @@ def calling_loop(closed, key: tuple[str, int]) -> tuple[tuple[str, int], int] | 
     return (caller, times) if times >= LOOP_REPEATS else None
 
 
+def top_inputs(closed) -> list[tuple[int, ...] | None]:
+    """The shape of each input of the step's own jaxpr (not a nested one's), None where it has
+    none."""
+    top = closed.jaxpr if hasattr(closed, "jaxpr") and hasattr(closed, "consts") else closed
+    return [getattr(getattr(v, "aval", None), "shape", None)
+            for v in getattr(top, "invars", ())]
+
+
+def loop_kind(closed, key: tuple[str, int], repeats: int) -> str:
+    """What made the line ``key`` (as :func:`line_repeats` keys it) repeat one equation
+    ``repeats`` times, where that is not one Python loop over arrays alike: "scalars" where the
+    step takes about as many scalar arguments (a list of Python numbers passed to jit is a
+    pytree, each number an argument of its own, and code over it makes one operation per
+    number: jax-ml/jax#5684's 3000 indices); "sliced" where the line slices an array by a
+    loop's index, the slices' shapes changing between iterations (``U[k, k:n]`` in an LU
+    factorization: jax-ml/jax#2242); "" else."""
+    scalars = sum(1 for shape in top_inputs(closed) if shape == ())
+    if scalars >= 2 * LOOP_REPEATS and scalars // 2 <= repeats <= 8 * scalars:
+        return "scalars"
+    sliced: Counter = Counter()
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name not in ("slice", "dynamic_slice"):
+                continue
+            try:
+                fs = list(eqn.source_info.traceback.frames)
+            except Exception:  # an equation without its source
+                continue
+            user = next((f for f in fs if frames.is_user_file(f.file_name)), None)
+            if user is not None and (user.file_name, user.line_num) == tuple(key):
+                sliced[tuple(eqn.outvars[0].aval.shape)] += 1
+    return "sliced" if sum(sliced.values()) >= LOOP_REPEATS and len(sliced) > 1 else ""
+
+
+#: the fix of an unrolled line whose copies are one per scalar argument: a list of numbers
+SCALARS_FIX = (
+    "the step takes {} scalar arguments, about one per copy: a list (or tuple) of Python "
+    "numbers passed to jit is a pytree, and each of its numbers is traced as an argument of "
+    "its own, so code over it makes one operation per number and the program and its compile "
+    "time grow with the list (there is no loop to rewrite). Pass it as one array "
+    "(jnp.asarray(indices)): one argument, one operation (jax-ml/jax#5684).")
+#: the fix of an unrolled loop whose iterations slice an array by the loop's index
+SLICED_LOOP_FIX = (
+    "its iterations slice an array by the loop's index (x[k:]: a shape that changes with k), "
+    "so no one body fits every iteration as written. Keep whole rows and mask the part the "
+    "slice left out (jnp.where(jnp.arange(n) >= k, row, 0)), or read a window of fixed size "
+    "with jax.lax.dynamic_slice; then jax.lax.fori_loop(0, n, body, carry) compiles the body "
+    "once (jax-ml/jax#2242).")
+
+
 def unrolled_line(closed, least: int
-                  ) -> tuple[tuple[str, int], int, int, int, bool, int] | None:
+                  ) -> tuple[tuple[str, int], int, int, int, bool, int, str, int] | None:
     """((file, line), its equations, the step's equations, the most times one of its equations
     recurs, whether a gather recurs there, the fewest times one of its repeated equations recurs
     with the same operand shapes (:func:`line_repeats`): under :data:`LOOP_REPEATS`, the loop's
@@ -964,7 +1014,9 @@ def unrolled_line(closed, least: int
     :data:`UNALIKE_LOOP_FIX`) of the line of the user's code that made the most equations, ``least``
     or more, of which one recurs :data:`LOOP_REPEATS` times or more outside ``jax.tree.map``: a
     Python loop inside jit, unrolled (counted before XLA fuses its copies: jax-ml/jax#891's 50
-    lookups were 51 XLA operations, 900 equations and more); None where none does."""
+    lookups were 51 XLA operations, 900 equations and more), what made it repeat where not a
+    loop over arrays alike (:func:`loop_kind`) and the step's scalar inputs; None where none
+    does."""
     lines = line_repeats(closed)
     total = sum(len(getattr(j, "eqns", ())) for j, _ in walk(closed))
     found = [(key, n, repeats, gathers, alike)
@@ -973,7 +1025,8 @@ def unrolled_line(closed, least: int
     if not found:
         return None
     key, n, repeats, gathers, alike = max(found, key=lambda f: f[1])
-    return key, n, total, repeats, gathers, alike
+    return (key, n, total, repeats, gathers, alike, loop_kind(closed, key, repeats),
+            sum(1 for shape in top_inputs(closed) if shape == ()))
 
 
 #: the fix of an unrolled loop whose iterations differ in shape (a model's layers of different
