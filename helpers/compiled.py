@@ -1022,6 +1022,17 @@ class CompiledStep:
         carries and only writes, one step's value per row (google-deepmind/gemma#534)."""
         return jaxprs.loop_records(self.jaxpr)
 
+    def loop_carries(self) -> tuple[Temporary, ...]:
+        """Each value a loop of the program carries, largest first, as a :class:`Temporary`
+        ("a loop's carry", no line): buffers XLA holds for the whole loop, which
+        :meth:`temporaries` does not list (a solver's basis under jax.jacrev's vmap:
+        uwplasma/vmex#328). () where the program has no text."""
+        try:
+            carried = jaxcompat.while_carried(self.text or "")
+        except Exception:  # text the parser cannot read
+            return ()
+        return tuple(Temporary("a loop's carry", dtype, dims, n, "") for dtype, dims, n in carried)
+
     def carry_copies(self, least: int = _CARRY_COPY_AT, few: int = 16
                      ) -> tuple[tuple[str, tuple[int, ...], int, int, int | None, bool, str],
                                 ...]:

@@ -530,8 +530,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             products[0], made_for if alone and made_bytes > products[0].nbytes else ()))
         batched = [b for b in batched if b[0].line not in c.jacobian_lines]
     made_whole = () if products else jacobians  # (a product needs no Jacobian at all)
+    # a loop's carry is no temporary XLA lists, yet a Jacobian's batch can be in it (jacrev
+    # over an iterative solve: its Krylov basis, one per row; uwplasma/vmex#328)
+    carried = c.loop_carries()
     the_long_way = [(r, held) for r in made_whole if r.batch >= 4 * r.other_way and (
-        held := max((t for t in temporaries if t.shape[:1] == (r.batch,)),
+        held := max((t for t in (*temporaries, *carried) if t.shape[:1] == (r.batch,)),
                     key=lambda t: t.nbytes, default=None)) is not None
         and 4 * held.nbytes >= peak]
     if the_long_way:
@@ -615,6 +618,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         unchanged = jaxprs.unchanged_in_rows(c.jaxpr).get((records[0][1], records[0][5]), 0)
         notes.append(program_notes.record_note(*records[0], unchanged=unchanged))
     copied = c.carry_copies()
+    if the_long_way:  # a carry the Jacobian's batch made: the Jacobian's note says what to do
+        copied = [x for x in copied if x[-1] or x[1][:1] != (the_long_way[0][0].batch,)]
     if copied:
         notes.append(program_notes.carry_copy_note(*copied[0], more=len(copied) - 1))
     sliced = c.carry_slice_copies()

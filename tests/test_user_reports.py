@@ -654,6 +654,38 @@ def test_jax_2242_a_loop_that_slices_by_its_index_is_told_to_mask_not_to_stack_l
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_uwplasma_vmex_328_jacrev_over_an_iterative_solve_is_named_by_its_carried_basis():
+    """uwplasma/vmex#328: jit(jacrev(residual)) asked for 251 GB: jacrev vmaps the implicit
+    solve's adjoint (a Krylov method) over every residual row, so its basis gains a row axis;
+    the PR pulls back rows in chunks of the parameters' number. The kit said nothing of
+    jacrev and advised rewriting the loop inside JAX's own gmres (a new user's trial): the
+    basis is a loop's carry, not a temporary XLA lists. It now names jacrev by that carry."""
+    from jax.scipy.sparse.linalg import gmres
+
+    state, dof, rows, basis = 512, 8, 128, 20
+    a0 = jnp.eye(state) * 4.0 + 0.01 * jax.random.normal(jax.random.key(0), (state, state))
+    b0 = 0.01 * jax.random.normal(jax.random.key(1), (state, dof))
+    c0 = 0.01 * jax.random.normal(jax.random.key(2), (rows, state))
+
+    def residual_rows(p):
+        u, _ = gmres(lambda v: a0 @ v, b0 @ p + 1.0, restart=basis, maxiter=1)
+        return c0 @ u
+
+    def chunked(p):  # the PR's fix: one vjp, rows pulled back a chunk at a time
+        _, pull = jax.vjp(residual_rows, p)
+        return jax.lax.map(lambda e: pull(e)[0], jnp.eye(rows), batch_size=dof)
+
+    p = jnp.ones(dof)
+    found = preflight.preflight_step(lambda p: jax.jacrev(residual_rows)(p), p)
+    assert "jax.jacrev" in found.advice and f"all {rows} at once under vmap" in found.advice
+    assert f"a loop's carry f32[{rows}, {state}, {basis + 1}]" in found.advice
+    assert "jax.jacfwd makes the same Jacobian one column per input" in found.advice
+    assert "read it after the writes" not in found.advice  # not the user's loop to rewrite
+    for fix in (chunked, lambda p: jax.jacfwd(residual_rows)(p)):
+        assert 4 * preflight.preflight_step(fix, p).temp_bytes < found.temp_bytes
+    np.testing.assert_allclose(jax.jit(chunked)(p), jax.jacrev(residual_rows)(p), atol=1e-4)
+
+
 def test_optax_472_the_optimizer_state_beside_the_parameters():
     """Each argument's bytes, and where the state holds copies of the parameters. The thread's
     MultiSteps figures need optax (the bench extra); the split and the copies do not."""

@@ -56,7 +56,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
            "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr",
-           "YNN_FUSIONS_OFF", "ynn_fusion_intermediates"]
+           "YNN_FUSIONS_OFF", "while_carried", "ynn_fusion_intermediates"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
 #: 0.7 the CPU stand-in's OOM fails in NumPy before JAX's allocation, so the floor is 0.8.
@@ -986,6 +986,20 @@ def while_carry_copies(text: str, least: int) -> list[tuple[str, tuple[int, ...]
             if (dtype, dims) in carried & updated and size >= least:
                 out.append((dtype, dims, size, n, trips, op))
     return sorted(out, key=lambda r: -r[2] * r[3])
+
+
+def while_carried(text: str) -> list[tuple[str, tuple[int, ...], int]]:
+    """(dtype, shape, bytes) of each value a ``while`` of an optimized HLO program carries (the
+    elements of its body's parameter), largest first, each once: buffers XLA holds for the
+    whole loop, which its list of the top-level values made does not show (a Krylov solver's
+    basis; uwplasma/vmex#328)."""
+    found = set()
+    for body, _, _ in _while_bodies(_hlo_computations(text)):
+        for inner in body:
+            if " parameter(0)" in inner:
+                found |= _carried_shapes(inner)
+    return sorted(((dtype, dims, math.prod(dims) * _HLO_BYTES.get(dtype, 4))
+                   for dtype, dims in found), key=lambda r: -r[2])
 
 
 def _hlo_computations(text: str) -> dict[str, list[str]]:
