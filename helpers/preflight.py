@@ -268,6 +268,10 @@ class StepPreflight(_Verdict, Display):
     #: promotion widens before a dot or a convolution: a NumPy float64 scalar under x64
     #: (jax-ml/jax#1830), a float32 batch against bfloat16 parameters (jax-ml/jax#7368)
     widened_values: tuple[tuple[str, str, str, int, str], ...] = ()
+    #: half-precision values jnp's promotion widens against a wider float argument and that
+    #: are cast back (jaxprs.promoted_round_trips: BrainPy#539): (narrow dtype, wide dtype,
+    #: shape, bytes at the wide dtype, line)
+    half_round_trips: tuple[tuple[str, str, tuple[int, ...], int, str], ...] = ()
     #: the bytes of the step's float64 arguments while jax_enable_x64 is on (0 with it off)
     float64_argument_bytes: int = 0
     #: on the CPU, how many of XLA's values are float32 copies of the step's bfloat16 (or
@@ -699,6 +703,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     widened = program_notes.widened(c, fn, args, kwargs)
     if widened and widened[0][3] >= 2**20 and 32 * widened[0][3] >= peak:
         notes.append(program_notes.widened_note(*widened[0]))
+    round_trips = jaxprs.promoted_round_trips(c.jaxpr) if c.jaxpr is not None else ()
+    if round_trips and not widened and round_trips[0][3] >= 2**20 and \
+            16 * round_trips[0][3] >= peak:
+        notes.append(program_notes.round_trip_note(*round_trips[0], more=len(round_trips) - 1))
     float64 = program_notes.float64_arguments(c, args, kwargs)
     if float64 >= 2**20 and 2 * float64 >= a["argument"]:
         notes.append(program_notes.float64_note(float64, a["argument"]))
@@ -810,7 +818,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, jacobian_products=tuple(products), stopped_scans=stopped,
         scaled_by_zero=zeroed, narrowed_arguments=narrowed,
-        widened_values=tuple(w[:5] for w in widened), float64_argument_bytes=float64,
+        widened_values=tuple(w[:5] for w in widened), half_round_trips=round_trips,
+        float64_argument_bytes=float64,
         cpu_float32_values=len(upcast),
         cast_before_scan=tuple((f"{to}{list(shape)}", n, line)
                                for _, to, shape, n, line, _, _ in casts),

@@ -882,6 +882,24 @@ def widened(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
     return out
 
 
+def round_trip_note(narrow: str, wide: str, shape: tuple[int, ...], nbytes: int, line: str,
+                    more: int = 0) -> str:
+    """Half-precision values computed in a wider float and cast back
+    (:func:`helpers._internal.jaxprs.promoted_round_trips`): a float32 parameter, coefficient
+    or dt beside a float16 state promotes the work (brainpy/BrainPy#539; measured by the
+    helper on the CPU, jax 0.10.2, a million-neuron RK2 step in float16: 7.63 MiB of
+    temporaries with float32 parameters, 3.82 MiB with float16 ones)."""
+    at = f" ({line})" if line else ""
+    also = f" (and {more} more such value{'s' if more > 1 else ''})" if more else ""
+    return (f"The {narrow} values of shape {list(shape)} are computed in {wide}{at}{also}: "
+            f"they meet a {wide} operand (a parameter, a coefficient or a time step given as "
+            f"{wide}), jnp promotes the work to {wide} ({format_bytes(nbytes)} a value), and "
+            f"the result is cast back to {narrow}, so half precision saves neither memory nor "
+            f"time there. Give every operand the {narrow} type too: jax.tree.map(lambda x: "
+            f"x.astype(jnp.{narrow}), params), dt = jnp.asarray(dt, jnp.{narrow}) "
+            "(brainpy/BrainPy#539).")
+
+
 def widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: str,
                   other: str) -> str:
     """A value jnp's promotion reads at a wider type before a dot, and the fix. Measured on

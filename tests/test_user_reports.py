@@ -686,6 +686,40 @@ def test_uwplasma_vmex_328_jacrev_over_an_iterative_solve_is_named_by_its_carrie
     np.testing.assert_allclose(jax.jit(chunked)(p), jax.jacrev(residual_rows)(p), atol=1e-4)
 
 
+def test_brainpy_539_a_half_precision_state_computed_in_float32_is_named_with_its_cast():
+    """brainpy/BrainPy#539: variables switched to float16 left memory and speed the same; the
+    maintainer: cast the parameters, coefficients and dt too, or float32 promotes the work
+    back. The kit said only to donate the state (a new user's trial); it now names the
+    promotion, the line and the cast."""
+    n_neurons, steps = 1 << 19, 8
+
+    def dv(v, g, p):
+        return p["i"] - p["g_na"] * (v - p["e_na"]) * 0.01 - p["g_k"] * g ** 4 * (v - p["e_k"])
+
+    def simulate(v, g, p, dt):
+        def step(carry, _):
+            v, g = carry
+            v_new = v + dt * dv(v + 0.5 * dt * dv(v, g, p), g, p)
+            g_new = g + dt * (0.01 * (1.0 - g) - 0.1 * g)
+            return (v_new.astype(v.dtype), g_new.astype(g.dtype)), None  # stored as the state
+        return jax.lax.scan(step, (v, g), None, length=steps)[0]
+
+    def params(dtype):
+        return {k: jnp.full(n_neurons, x, dtype) for k, x in
+                (("g_na", 120.0), ("g_k", 36.0), ("e_na", 50.0), ("e_k", -77.0), ("i", 10.0))}
+
+    v, g = jnp.full(n_neurons, -65.0, jnp.float16), jnp.full(n_neurons, 0.3, jnp.float16)
+    report = preflight.preflight_step(simulate, v, g, params(jnp.float32), jnp.float32(0.01))
+    (narrow, wide, shape, nbytes, line), *_ = report.half_round_trips
+    assert (narrow, wide, shape, nbytes) == ("float16", "float32", (n_neurons,), 4 * n_neurons)
+    assert "test_user_reports.py:" in line
+    assert "are computed in float32" in report.advice and "brainpy/BrainPy#539" in report.advice
+    fixed = preflight.preflight_step(simulate, v, g, params(jnp.float16),
+                                     jnp.asarray(0.01, jnp.float16))
+    assert fixed.half_round_trips == () and "BrainPy#539" not in fixed.advice
+    assert fixed.argument_bytes < report.argument_bytes
+
+
 def test_optax_472_the_optimizer_state_beside_the_parameters():
     """Each argument's bytes, and where the state holds copies of the parameters. The thread's
     MultiSteps figures need optax (the bench extra); the split and the copies do not."""

@@ -1972,6 +1972,39 @@ def _widening(eqn, read: dict):
     return None
 
 
+def promoted_round_trips(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str], ...]:
+    """(the narrow dtype, the wider one, the shape, the bytes of one such value at the wider
+    dtype, the first user's line) of each half-precision value (float16, bfloat16) that jnp's
+    promotion widens at a user's operator or jnp call against a wider float operand (a float32
+    parameter, coefficient or ``dt``) where the same jaxpr casts a value of that shape back
+    to the half dtype: a state kept in half precision whose work runs in float32, so the half
+    type saves neither memory nor time (brainpy/BrainPy#539). Loops' bodies included; one per
+    (dtype, shape), largest first."""
+    found: dict[tuple, tuple] = {}
+    for j, _ in walk(closed):
+        _, read = _index(j)
+        back = {(str(e.params.get("new_dtype")), tuple(e.invars[0].aval.shape))
+                for e in getattr(j, "eqns", ()) if e.primitive.name == "convert_element_type"
+                and hasattr(getattr(e.invars[0], "aval", None), "dtype")
+                and np.dtype(e.invars[0].aval.dtype).itemsize > 2
+                and e.params.get("new_dtype") is not None
+                and np.dtype(e.params["new_dtype"]).itemsize == 2}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "convert_element_type":
+                continue
+            widened = _widening(eqn, read)
+            if widened is None or not _promoted(eqn):
+                continue
+            var, to = widened[0], np.dtype(widened[1])
+            narrow, shape = np.dtype(var.aval.dtype), tuple(var.aval.shape)
+            if narrow.itemsize != 2 or (str(narrow), shape) not in back:
+                continue
+            found.setdefault((str(narrow), shape), (
+                str(narrow), str(to), shape, math.prod(shape) * to.itemsize,
+                equation_line(eqn)))
+    return tuple(sorted(found.values(), key=lambda f: -f[3]))
+
+
 def shapes_by_dtype(closed) -> dict[str, set[tuple[int, ...]]]:
     """The shapes of the values of a jaxpr (its inputs and every equation's results, nested
     jaxprs too), by dtype name ("bfloat16": {(1024, 2048), ...})."""
