@@ -589,13 +589,16 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     sorts = program_notes.sorts_to_slice(c)
     if sorts:
         notes.append(program_notes.sliced_sort_note(*sorts[0]))
-    if c.jaxpr is not None and not jaxprs.has_derivative(c.jaxpr):
-        # a value over every pair of two inputs' rows that XLA keeps whole (jax-ml/jax#7856)
+    if c.jaxpr is not None:
+        # a value over every pair of two inputs' rows that XLA keeps whole (jax-ml/jax#7856);
+        # under jax.grad its backward pass keeps one too (jax-md/jax-md#137)
+        derivative = jaxprs.has_derivative(c.jaxpr)
         kept = program_notes.pairwise_temporary(jaxprs.pairwise_reductions(c.jaxpr),
-                                                temporaries, peak)
+                                                temporaries, peak, derivative)
         if kept is not None:
             notes.append(program_notes.pairwise_map_note(
-                *kept, _input_name(fn, args, kwargs, kept[0][6]) if kept[0][6] >= 0 else ""))
+                *kept, _input_name(fn, args, kwargs, kept[0][6]) if kept[0][6] >= 0 else "",
+                derivative=derivative))
     for found in jaxprs.psums_of_invariant(c.jaxpr)[:1]:  # a wrong number: whatever its size
         notes.append(program_notes.invariant_psum_note(*found))
     for line, axes, size, nbytes in jaxprs.replicated_sums(c.jaxpr)[:1]:

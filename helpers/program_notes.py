@@ -419,26 +419,31 @@ def fusion_intermediates_note(nbytes: int, planned: int, needed: int,
 
 
 def pairwise_temporary(pairs: Sequence[tuple], temporaries: Sequence[compiled.Temporary],
-                       peak: int) -> tuple[tuple, compiled.Temporary] | None:
+                       peak: int, derivative: bool = False
+                       ) -> tuple[tuple, compiled.Temporary] | None:
     """The first value over every pair of two inputs' rows, broadcast against each other and
     then reduced (``pairs``: :func:`jaxprs.pairwise_reductions`), that XLA keeps whole: a
     temporary outside any derivative with the pair's two dimensions, of 1 MiB or more and a
     quarter of the peak (jax-ml/jax#7856's kernel matrix-vector product: kept by jax 0.8.0,
-    fused away by 0.10.2). (the pair, the temporary) or None."""
+    fused away by 0.10.2). ``derivative``: the step takes one (jax.grad of a pair energy,
+    jax-md/jax-md#137), and a value made inside it counts too. (the pair, the temporary) or
+    None."""
     for found in pairs:
         shape, (a, b) = found[0], found[2]
         for t in temporaries:
-            if (not t.in_derivative and len(t.shape) > max(a, b) and t.nbytes >= 2**20
-                    and 4 * t.nbytes >= peak
+            if ((derivative or not t.in_derivative) and len(t.shape) > max(a, b)
+                    and t.nbytes >= 2**20 and 4 * t.nbytes >= peak
                     and (t.shape[a], t.shape[b]) == (shape[a], shape[b])):
                 return found, t
     return None
 
 
-def pairwise_map_note(found: tuple, t: compiled.Temporary, reduced_input: str) -> str:
-    """The note for a pairwise value XLA keeps whole in a step with no derivative
-    (:func:`pairwise_temporary`): compute the rows a chunk at a time with ``jax.lax.map``
-    (froystig, jax-ml/jax#7856: XLA does not make such a value lazy in general). Measured by the
+def pairwise_map_note(found: tuple, t: compiled.Temporary, reduced_input: str,
+                      derivative: bool = False) -> str:
+    """The note for a pairwise value XLA keeps whole (:func:`pairwise_temporary`): compute the
+    rows a chunk at a time with ``jax.lax.map`` (froystig, jax-ml/jax#7856: XLA does not make
+    such a value lazy in general); under a derivative, with jax.checkpoint on the row, and a
+    neighbor list where a cutoff allows (jax-md/jax-md#137). Measured by the
     kit on the thread's Gaussian kernel times a vector, n = 4096, jax 0.8.0 on the CPU: 66.03
     MiB measured for the whole kernel, 4.20 MiB with lax.map(row, x_j, batch_size=256)."""
     shape, _, pair, which, made, reduced = found[:6]
@@ -451,7 +456,12 @@ def pairwise_map_note(found: tuple, t: compiled.Temporary, reduced_input: str) -
             f"{k} of its {kept:,} rows at a time, each reduced over all of {ys}: "
             f"jax.lax.map(row, xs, batch_size={k}), where xs is the other input and row(x) "
             f"reduces f(x, {ys}), holds one chunk (froystig, jax-ml/jax#7856: 66.03 -> 4.20 MiB "
-            "measured on the thread's kernel, n = 4096).")
+            "measured on the thread's kernel, n = 4096)."
+            + (" Under jax.grad, checkpoint the row, jax.lax.map(jax.checkpoint(row), xs, "
+               f"batch_size={k}), or the backward pass keeps every chunk's values. Where only "
+               "near pairs count (a cutoff), compute those alone: a neighbor list "
+               "(jax_md.partition) holds rows x neighbors, not every pair (jax-md/jax-md#137)."
+               if derivative else ""))
 
 
 #: the operations that factor or decompose a whole matrix at once (LAPACK / cuSOLVER calls)

@@ -720,6 +720,34 @@ def test_brainpy_539_a_half_precision_state_computed_in_float32_is_named_with_it
     assert fixed.argument_bytes < report.argument_bytes
 
 
+def test_jax_md_137_the_forces_of_an_all_pairs_energy_name_the_pairs_and_the_neighbor_list():
+    """jax-md/jax-md#137: 40k particles filled a V100; the user was calling the all-pairs
+    energy, not the neighbor-list one. Under jax.grad (forces, as a simulation takes them)
+    the kit listed the N x N x 2 value and said nothing (a new user's trial): the pairwise
+    note was for steps without a derivative. It now names it, with the checkpointed chunk
+    and the neighbor list."""
+    n = 1500
+
+    def pair_energy(r):
+        dr = jnp.sqrt(jnp.sum((r[:, None, :] - r[None, :, :]) ** 2, axis=-1) + 1e-12)
+        return 0.5 * jnp.sum(jnp.where(dr < 1.0, (1.0 - dr) ** 2, 0.0) * (1.0 - jnp.eye(n)))
+
+    def chunked(r, k=125):  # the note's fix: rows a chunk at a time, checkpointed
+        def row(x):
+            d = jnp.sqrt(jnp.sum((x[None, :] - r) ** 2, axis=-1) + 1e-12)
+            return jnp.sum(jnp.where((d < 1.0) & (d > 1e-5), (1.0 - d) ** 2, 0.0))
+        return 0.5 * jnp.sum(jax.lax.map(jax.checkpoint(row), r, batch_size=k))
+
+    r = jax.random.uniform(jax.random.key(0), (n, 2)) * 30.0
+    forces = preflight.preflight_step(jax.grad(pair_energy), r)
+    assert "a value over every pair of two inputs' rows" in forces.advice
+    assert "jax.lax.map(jax.checkpoint(row), xs, batch_size=" in forces.advice
+    assert "a neighbor list (jax_md.partition)" in forces.advice
+    fixed = preflight.preflight_step(jax.grad(chunked), r)
+    assert 8 * fixed.temp_bytes < forces.temp_bytes
+    np.testing.assert_allclose(jax.grad(chunked)(r), jax.grad(pair_energy)(r), atol=1e-4)
+
+
 def test_optax_472_the_optimizer_state_beside_the_parameters():
     """Each argument's bytes, and where the state holds copies of the parameters. The thread's
     MultiSteps figures need optax (the bench extra); the split and the copies do not."""
