@@ -406,6 +406,13 @@ def compile_log_text(log: CompileLog) -> str:
             lines.append(f"  {f.compiles:>4} x  {f.function}: {again}")
             lines += [f"           {c}" for c in f.changed[:3]]
             continue
+        if not f.compiles:  # traced inside another function's compile: a body, an inner jit
+            cause = "" if f.cause == "first compile" else f"{f.cause_in_words}, "
+            lines.append(f"     - traced {f.traces} time{'s' if f.traces != 1 else ''}: "
+                         f"{f.function}{where}, {cause}inside another function's compile (a "
+                         "loop's body, a branch, an inner jit), none of its own")
+            lines += [f"           {c}" for c in f.changed[:3]]
+            continue
         traced = f", traced {f.traces} times" if f.traces != f.compiles else ""
         lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause_in_words}{traced}")
         lines += [f"           {c}" for c in f.changed[:3]]

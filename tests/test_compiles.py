@@ -1558,3 +1558,24 @@ def test_a_list_of_numbers_and_a_loop_that_slices_by_its_index_are_not_called_la
     assert "the step takes 200 scalar arguments" in log.diagnosis
     assert "Its iterations slice an array by the loop's index" in log.diagnosis
     assert "layers of different widths" not in log.diagnosis
+
+
+def test_a_function_traced_inside_another_s_compile_is_not_listed_as_zero_compiles():
+    """A fori_loop's body is traced inside its caller's compile: the log printed "0 x  body:
+    first compile, traced 1 times" (a new user's trial)."""
+    def body(i, x):
+        return x * 2.0
+
+    @jax.jit
+    def run(x):
+        return jax.lax.fori_loop(0, 3, body, x)
+
+    with compiles.watch() as log:
+        run(jnp.ones(3))
+    text = str(log)
+    assert "0 x  body" not in text and "1 x  run (" in text
+    if any(f.function == "body" for f in log.functions):  # (jax 0.8.0 does not list it)
+        assert "- traced 1 time: body (test_compiles.py:" in text
+        assert "inside another function's compile" in text
+    else:
+        assert jaxcompat.jax_version_tuple() < (0, 10)
