@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from helpers import compiled, devices
 from helpers._internal import jaxcompat
 from helpers._internal.records import Record
@@ -470,8 +472,12 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
     seen: dict[Any, str] = {}  # a buffer -> the argument it was counted under
     out = []
     for name, value in c.arguments(fn, args, kwargs):
-        total, elsewhere = 0, []
+        total, elsewhere, numbers = 0, [], 0
         for leaf in jax.tree.leaves(value):
+            if isinstance(leaf, (bool, int, float, complex)):  # a Python number: an argument
+                numbers += 1  # of its own, a scalar of JAX's default type (jax-ml/jax#5684)
+                total += jax.dtypes.canonicalize_dtype(np.asarray(leaf).dtype).itemsize
+                continue
             if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
                 continue
             if (key := _buffer(leaf, jax)) in seen:
@@ -483,6 +489,8 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
                       else compiled.array_bytes(leaf))
         if elsewhere and not total:  # passed twice: XLA's argument size counts it twice
             name = f"{name} (the same arrays as {', '.join(dict.fromkeys(elsewhere))})"
+        if numbers > 1:
+            name = f"{name} ({numbers} Python numbers, a scalar argument each)"
         out.append((name, total))
     return tuple(sorted(out, key=lambda kv: -kv[1]))
 

@@ -1520,7 +1520,8 @@ def test_an_array_passed_as_two_arguments_is_named_as_the_same_arrays_in_the_spl
     assert p.argument_bytes == 2 * x.nbytes  # XLA's size counts the buffer once per argument
     assert "b (the same arrays as a)" in str(p)
     scalar = preflight.preflight_step(lambda a, s: a * s, x, 2.0)
-    assert scalar.argument_split == (("a", x.nbytes), ("s", 0))  # no array: nothing shared
+    # no array, nothing shared; a Python number is a scalar argument of its own (f32: 4 B)
+    assert scalar.argument_split == (("a", x.nbytes), ("s", 4))
 
 
 def test_gradients_of_scanned_layers_are_gradients_and_a_scan_s_carry_is_no_narrowed_input():

@@ -612,6 +612,8 @@ def test_jax_5684_a_list_of_numbers_passed_to_jit_is_named_not_called_a_loop():
     assert "the step takes 300 scalar arguments" in p.advice
     assert "(here `indices`, 300 Python numbers: jnp.asarray(indices))" in p.advice
     assert "jax.lax.scan" not in p.advice and "Python loop inside" not in p.advice
+    assert ("indices (300 Python numbers, a scalar argument each)", 1200) in p.argument_split
+    assert sum(n for _, n in p.argument_split) == p.argument_bytes  # the split adds up
     fixed = preflight.preflight_step(f, x, jnp.asarray(indices), y)
     assert "scalar arguments" not in fixed.advice
     assert np.allclose(jax.jit(f)(x, indices, y), jax.jit(f)(x, jnp.asarray(indices), y))
