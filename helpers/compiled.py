@@ -1655,6 +1655,11 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                     f"call is unrolled too, {outer[1]} copies of everything the call makes. "
                     "jax.lax.scan over that outer loop (or jax.lax.fori_loop) compiles the call "
                     f"once, {outer[1]} times fewer operations; the inner loop can be a scan too.")
+        sliced = [key for key, other in lines.items() if other[2] >= jaxprs.LOOP_REPEATS
+                  and jaxprs.loop_kind(jaxpr, key, other[2]) == "sliced"]
+        if sliced:  # another line of the loop slices by its index (jax 0.12: jax-ml/jax#2242)
+            return (f"{head}: {_UNROLLED_CAUSE}; at {frames.line(*sliced[0])} "
+                    + jaxprs.SLICED_LOOP_FIX)
         return f"{head}: {_UNROLLED_FIX}" + (jaxprs.LOOKUPS_FIX if made and made[4] else "")
     found = jaxprs.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None
     if found is None:
