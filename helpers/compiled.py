@@ -1636,11 +1636,11 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                     "the number of arrays. Fewer, larger arrays compile faster: stack alike "
                     "layers into one array (and run them with jax.lax.scan), or flatten the "
                     "tree (jax.flatten_util.ravel_pytree).")
-        kind = jaxprs.loop_kind(jaxpr, tuple(source), made[2]) if made else ""
+        sliced = jaxprs.sliced_lines(jaxpr) if jaxpr is not None else set()
+        kind = jaxprs.loop_kind(jaxpr, tuple(source), made[2], sliced) if made else ""
         if kind == "scalars":  # a list of Python numbers, one argument each: no loop
-            scalars = sum(1 for v in jaxprs.top_inputs(jaxpr) if v == ())
             return (f"{head}, one of them {made[2]} times over: "
-                    + jaxprs.SCALARS_FIX.format(scalars))
+                    + jaxprs.SCALARS_FIX.format(jaxprs.scalar_inputs(jaxpr)))
         if made and made[2] >= jaxprs.LOOP_REPEATS > made[5]:  # shapes differ between copies
             return (f"{head}, one of them {made[2]} times over, its operand shapes "
                     f"changing between iterations (at most {made[5]} alike): "
@@ -1655,10 +1655,10 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                     f"call is unrolled too, {outer[1]} copies of everything the call makes. "
                     "jax.lax.scan over that outer loop (or jax.lax.fori_loop) compiles the call "
                     f"once, {outer[1]} times fewer operations; the inner loop can be a scan too.")
-        sliced = [key for key, other in lines.items() if other[2] >= jaxprs.LOOP_REPEATS
-                  and jaxprs.loop_kind(jaxpr, key, other[2]) == "sliced"]
-        if sliced:  # another line of the loop slices by its index (jax 0.12: jax-ml/jax#2242)
-            return (f"{head}: {_UNROLLED_CAUSE}; at {frames.line(*sliced[0])} "
+        elsewhere = [key for key, other in lines.items() if other[2] >= jaxprs.LOOP_REPEATS
+                     and jaxprs.loop_kind(jaxpr, key, other[2], sliced) == "sliced"]
+        if elsewhere:  # another line of the loop slices by its index (jax 0.12: jax#2242)
+            return (f"{head}: {_UNROLLED_CAUSE}; at {frames.line(*elsewhere[0])} "
                     + jaxprs.SLICED_LOOP_FIX)
         return f"{head}: {_UNROLLED_FIX}" + (jaxprs.LOOKUPS_FIX if made and made[4] else "")
     found = jaxprs.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None

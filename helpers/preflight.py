@@ -346,23 +346,6 @@ def _verdict(needed: int, free, dev, donate: bool, derivative: bool,
                  unknown="this device reports no free memory")
 
 
-def _numbers_argument(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
-                      ) -> tuple[str, int] | None:
-    """(its name, how many) of the argument that holds the most Python numbers as leaves (a
-    list of ints passed to jit: each a scalar argument of its own, jax-ml/jax#5684); None where
-    none holds any."""
-    import numbers
-
-    jax = devices.start_jax()
-    found = []
-    for place, name in c.argument_names(fn, args, kwargs):
-        value = args[place] if isinstance(place, int) else kwargs[place]
-        count = sum(isinstance(leaf, numbers.Number) for leaf in jax.tree.leaves(value))
-        found.append((count, name))
-    count, name = max(found, default=(0, ""))
-    return (name, count) if count else None
-
-
 def _peak(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
           device, here: bool) -> tuple[int, int, int]:
     """The step's peak as :func:`preflight_step` counts it, with its two corrections to XLA's:
@@ -557,7 +540,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
                  if hasattr(leaf, "shape"))
     if unrolled := c.unrolled(leaves):
-        numbers = _numbers_argument(c, fn, args, kwargs)
+        numbers = step_arguments.numbers_argument(c, fn, args, kwargs)
         if numbers and "jnp.asarray(indices)" in unrolled:  # the list of numbers, by name
             name, count = numbers
             unrolled = unrolled.replace(

@@ -27,7 +27,8 @@ __all__ = ["NarrowedArgument", "StateCopy", "argument_root", "argument_split", "
            "donated_host_note", "donation_drop", "donation_note", "donation_pays",
            "donation_would_save",
            "donations_across_memory_kinds", "host_memory_leaves", "narrowed_arguments",
-           "narrowed_notes", "passed_again", "spread_arguments", "state_copies",
+           "narrowed_notes", "numbers_argument", "passed_again", "PYTHON_NUMBERS",
+           "spread_arguments", "state_copies",
            "static_array_note", "static_arrays"]
 
 
@@ -462,6 +463,21 @@ def _narrowed_data_note(narrowed: tuple[NarrowedArgument, ...], wide: int) -> st
         f"{format_bytes(_saved(narrowed, wide))} less on the device, and in each copy to it.")
 
 
+#: the leaves jit takes as Python numbers: each a scalar argument of its own (jax-ml/jax#5684)
+PYTHON_NUMBERS = (bool, int, float, complex)
+
+
+def numbers_argument(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
+                     ) -> tuple[str, int] | None:
+    """(its name, how many) of the argument that holds the most Python numbers as leaves (a
+    list of ints passed to jit: each a scalar argument of its own, jax-ml/jax#5684); None where
+    none holds any."""
+    jax = devices.start_jax()
+    count, name = max(((sum(isinstance(leaf, PYTHON_NUMBERS) for leaf in jax.tree.leaves(v)),
+                        name) for name, v in c.arguments(fn, args, kwargs)), default=(0, ""))
+    return (name, count) if count else None
+
+
 def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
                    per_device: bool = False) -> tuple[tuple[str, int], ...]:
     """Each top-level argument's array bytes (each buffer once), named as ``fn`` names its
@@ -474,8 +490,8 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
     for name, value in c.arguments(fn, args, kwargs):
         total, elsewhere, numbers = 0, [], 0
         for leaf in jax.tree.leaves(value):
-            if isinstance(leaf, (bool, int, float, complex)):  # a Python number: an argument
-                numbers += 1  # of its own, a scalar of JAX's default type (jax-ml/jax#5684)
+            if isinstance(leaf, PYTHON_NUMBERS):  # an argument of its own, a scalar of JAX's
+                numbers += 1  # default type (jax-ml/jax#5684)
                 total += jax.dtypes.canonicalize_dtype(np.asarray(leaf).dtype).itemsize
                 continue
             if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):

@@ -955,26 +955,19 @@ def calling_loop(closed, key: tuple[str, int]) -> tuple[tuple[str, int], int] | 
     return (caller, times) if times >= LOOP_REPEATS else None
 
 
-def top_inputs(closed) -> list[tuple[int, ...] | None]:
-    """The shape of each input of the step's own jaxpr (not a nested one's), None where it has
-    none."""
+def scalar_inputs(closed) -> int:
+    """How many inputs of the step's own jaxpr (not a nested one's) are scalars: a list of
+    Python numbers passed to jit is one scalar argument per number."""
     top = closed.jaxpr if hasattr(closed, "jaxpr") and hasattr(closed, "consts") else closed
-    return [getattr(getattr(v, "aval", None), "shape", None)
-            for v in getattr(top, "invars", ())]
+    return sum(1 for v in getattr(top, "invars", ())
+               if getattr(getattr(v, "aval", None), "shape", None) == ())
 
 
-def loop_kind(closed, key: tuple[str, int], repeats: int) -> str:
-    """What made the line ``key`` (as :func:`line_repeats` keys it) repeat one equation
-    ``repeats`` times, where that is not one Python loop over arrays alike: "scalars" where the
-    step takes about as many scalar arguments (a list of Python numbers passed to jit is a
-    pytree, each number an argument of its own, and code over it makes one operation per
-    number: jax-ml/jax#5684's 3000 indices); "sliced" where the line slices an array by a
-    loop's index, the slices' shapes changing between iterations (``U[k, k:n]`` in an LU
-    factorization: jax-ml/jax#2242); "" else."""
-    scalars = sum(1 for shape in top_inputs(closed) if shape == ())
-    if scalars >= 2 * LOOP_REPEATS and scalars // 2 <= repeats <= 8 * scalars:
-        return "scalars"
-    sliced: Counter = Counter()
+def sliced_lines(closed) -> set[tuple[str, int]]:
+    """The lines of the user's code (as :func:`line_repeats` keys them) that slice an array
+    :data:`LOOP_REPEATS` times or more into slices of more than one shape: a loop slicing by
+    its index (``U[k, k:n]`` in an LU factorization: jax-ml/jax#2242)."""
+    shapes: dict[tuple[str, int], Counter] = {}
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
             if eqn.primitive.name not in ("slice", "dynamic_slice"):
@@ -984,9 +977,27 @@ def loop_kind(closed, key: tuple[str, int], repeats: int) -> str:
             except Exception:  # an equation without its source
                 continue
             user = next((f for f in fs if frames.is_user_file(f.file_name)), None)
-            if user is not None and (user.file_name, user.line_num) == tuple(key):
-                sliced[tuple(eqn.outvars[0].aval.shape)] += 1
-    return "sliced" if sum(sliced.values()) >= LOOP_REPEATS and len(sliced) > 1 else ""
+            if user is not None:
+                shapes.setdefault((user.file_name, user.line_num), Counter())[
+                    tuple(eqn.outvars[0].aval.shape)] += 1
+    return {key for key, seen in shapes.items()
+            if sum(seen.values()) >= LOOP_REPEATS and len(seen) > 1}
+
+
+def loop_kind(closed, key: tuple[str, int], repeats: int,
+              sliced: set[tuple[str, int]] | None = None) -> str:
+    """What made the line ``key`` (as :func:`line_repeats` keys it) repeat one equation
+    ``repeats`` times, where that is not one Python loop over arrays alike: "scalars" where the
+    step takes about as many scalar arguments (a list of Python numbers passed to jit is a
+    pytree, each number an argument of its own, and code over it makes one operation per
+    number: jax-ml/jax#5684's 3000 indices); "sliced" where the line slices an array by a
+    loop's index, the slices' shapes changing between iterations (:func:`sliced_lines`, which
+    ``sliced`` gives where the caller has it already); "" else."""
+    scalars = scalar_inputs(closed)
+    if scalars >= 2 * LOOP_REPEATS and scalars // 2 <= repeats <= 8 * scalars:
+        return "scalars"
+    return "sliced" if tuple(key) in (sliced_lines(closed) if sliced is None else sliced) \
+        else ""
 
 
 #: the fix of an unrolled line whose copies are one per scalar argument: a list of numbers
@@ -1026,7 +1037,7 @@ def unrolled_line(closed, least: int
         return None
     key, n, repeats, gathers, alike = max(found, key=lambda f: f[1])
     return (key, n, total, repeats, gathers, alike, loop_kind(closed, key, repeats),
-            sum(1 for shape in top_inputs(closed) if shape == ()))
+            scalar_inputs(closed))
 
 
 #: the fix of an unrolled loop whose iterations differ in shape (a model's layers of different

@@ -121,19 +121,19 @@ def use_of(filename: str, lineno: int, parameter: int | str | None) -> Parameter
     if found is None:
         return None
     tree, node = found
-    arguments = node.args
-    names = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
-    if isinstance(parameter, int):
-        name = names[parameter] if 0 <= parameter < len(names) else None
-    elif isinstance(parameter, str):
-        name = parameter if parameter in names or parameter in [
-            a.arg for a in arguments.kwonlyargs] else None
-    else:
-        static = _static_from_decorator(node, names)
+    if parameter is None:
+        static = _static_from_decorator(node, [a.arg for a in (*node.args.posonlyargs,
+                                                               *node.args.args)])
         name = static[0] if len(static) == 1 else None
+    else:
+        name = _parameter(node, parameter)
     if name is None:
         return None
-    kinds = _kinds_in(tree, node, name, depth=0)
+    defined: dict[str, ast.AST | None] = {}  # the functions at the top of the source, by name
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined[top.name] = top if top.name not in defined else None  # (twice: unknown)
+    kinds = _kinds_in(defined, node, name, depth=0)
     for kind in KINDS:
         if kind in kinds:
             at = kinds[kind]
@@ -142,31 +142,31 @@ def use_of(filename: str, lineno: int, parameter: int | str | None) -> Parameter
     return None
 
 
-def _kinds_in(tree: ast.Module, node: ast.AST, name: str, depth: int) -> dict[str, int]:
+def _parameter(node: ast.AST, where: int | str) -> str | None:
+    """The name of the parameter of the function ``node`` at a position or keyword, or None
+    where it has none there."""
+    names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+    if isinstance(where, int):
+        return names[where] if 0 <= where < len(names) else None
+    return where if where in names or where in [a.arg for a in node.args.kwonlyargs] else None
+
+
+def _kinds_in(defined: dict[str, ast.AST | None], node: ast.AST, name: str,
+              depth: int) -> dict[str, int]:
     """Each kind of use of the parameter ``name`` in the function ``node``, with the first line
-    showing it; where it is passed whole to a function defined at the top of the same source
-    (``return run(x, k)``), what it does there, three calls deep at most."""
+    showing it; where it is passed whole to one of the functions ``defined`` at the top of the
+    same source (``return run(x, k)``), what it does there, three calls deep at most."""
     body = node.body if isinstance(node.body, list) else [node.body]
     kinds, passed = _kinds_of(body, name)
-    defined = {}
-    for top in tree.body:
-        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defined[top.name] = top if top.name not in defined else None
     resolved: dict[str, int] = {}
     unresolved = False
     for callee, where, _ in passed:
         target = defined.get(callee)
-        if target is None or depth >= 3:
-            unresolved = True
-            continue
-        params = [a.arg for a in (*target.args.posonlyargs, *target.args.args)]
-        inner = (params[where] if isinstance(where, int) and where < len(params) else
-                 where if isinstance(where, str) and where in params + [
-                     a.arg for a in target.args.kwonlyargs] else None)
+        inner = _parameter(target, where) if target is not None and depth < 3 else None
         if inner is None:
             unresolved = True
             continue
-        for kind, at in _kinds_in(tree, target, inner, depth + 1).items():
+        for kind, at in _kinds_in(defined, target, inner, depth + 1).items():
             resolved.setdefault(kind, at)
     kinds.pop("passed on", None)
     if unresolved:
