@@ -1457,6 +1457,10 @@ def _uses_passed_on(x, k):
 _RUNNERS = [lambda x, k: x[:k]]
 
 
+def _uses_passed_in_an_expression(x, k):
+    return _uses_loop(x, k + 1) * k
+
+
 def _uses_unknown(x, k):
     run = _RUNNERS[0]
     return run(x, k)
@@ -1489,6 +1493,8 @@ def test_what_a_static_parameter_does_is_read_from_the_function_s_source():
         assert (found.name, found.kind, found.code) == ("k", kind, code), fn.__name__
         assert found.lineno == inspect.getsourcelines(fn)[1] + (2 if fn is _uses_unknown
                                                                  else 1)
+    # k + 1 handed to a loop's length is no arithmetic alone: what it does there is not read
+    assert use(_uses_passed_in_an_expression).kind == "passed on"
     through = use(_uses_passed_on)  # passed to a function of this file: read there
     assert (through.kind, through.code) == ("loop", "for _ in range(k):")
     assert through.lineno == inspect.getsourcelines(_uses_loop)[1] + 1

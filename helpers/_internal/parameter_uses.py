@@ -158,21 +158,13 @@ def _kinds_in(defined: dict[str, ast.AST | None], node: ast.AST, name: str,
     same source (``return run(x, k)``), what it does there, three calls deep at most."""
     body = node.body if isinstance(node.body, list) else [node.body]
     kinds, passed = _kinds_of(body, name)
-    resolved: dict[str, int] = {}
-    unresolved = False
-    for callee, where, _ in passed:
+    for callee, where, lineno in passed:
         target = defined.get(callee)
         inner = _parameter(target, where) if target is not None and depth < 3 else None
-        if inner is None:
-            unresolved = True
-            continue
-        for kind, at in _kinds_in(defined, target, inner, depth + 1).items():
-            resolved.setdefault(kind, at)
-    kinds.pop("passed on", None)
-    if unresolved:
-        kinds["passed on"] = min(lineno for _, _, lineno in passed)
-    for kind, at in resolved.items():
-        kinds.setdefault(kind, at)
+        found = (_kinds_in(defined, target, inner, depth + 1) if inner is not None
+                 else {"passed on": lineno})  # a function of another source: not known
+        for kind, at in found.items():
+            kinds.setdefault(kind, at)
     return kinds
 
 
@@ -187,6 +179,7 @@ def _kinds_of(body: list[ast.stmt], name: str
     if not uses:
         return {}, passed
     kind_of: dict[int, str] = {}
+    handed: set[int] = set()  # the uses passed whole to a function called by its name
 
     def mark(tree: ast.AST | None, kind: str) -> None:
         for n in _outside_calls(tree):
@@ -218,16 +211,19 @@ def _kinds_of(body: list[ast.stmt], name: str
                     for arg in n.args[1 if called in _DRAWS else 0:]:  # (a draw's key: no)
                         mark(arg, "shape")
                 elif not _known(n.func):
-                    for arg in (*n.args, *(k.value for k in n.keywords)):
-                        mark(arg, "passed on")
-                    passed += [(called, where, n.lineno) for where, arg in (
-                        *enumerate(n.args), *((k.arg, k.value) for k in n.keywords))
-                        if isinstance(arg, ast.Name) and arg.id == name
-                        and isinstance(n.func, ast.Name) and where is not None]
+                    for where, arg in (*enumerate(n.args),
+                                       *((k.arg, k.value) for k in n.keywords)):
+                        if (isinstance(arg, ast.Name) and arg.id == name and where is not None
+                                and isinstance(n.func, ast.Name)):
+                            passed.append((called, where, n.lineno))  # read in the callee
+                            handed.add(id(arg))
+                        else:  # inside an expression, or to a callee not known by name
+                            mark(arg, "passed on")
     found: dict[str, int] = {}
     for use in uses:
-        kind = kind_of.get(id(use), "arithmetic")
-        found.setdefault(kind, use.lineno)
+        if id(use) in handed and id(use) not in kind_of:  # its use is the callee's
+            continue
+        found.setdefault(kind_of.get(id(use), "arithmetic"), use.lineno)
     return found, passed
 
 
