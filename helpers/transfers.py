@@ -205,15 +205,15 @@ _CONVERTED = re.compile(r"^(?:return\s+|yield\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asar
 #: jnp.asarray of what it returns: jax/_src/numpy/lax_numpy.py, jax 0.8.0 and 0.10.2)
 _MAPPED_LOAD = re.compile(r"\b(?:jnp|jax\.numpy)\.load\(.*\bmmap_mode\s*=")
 #: what such a line does, and the fix: measured with a 64 MiB file (jax-ml/jax#20418; on jax
-#: 0.10.2 +64 MiB anonymous, 0 on 0.8.0; jax.device_put of the memmap 0 MiB on both, the write
-#: back through it read back from the file)
+#: 0.10.2 +64 MiB anonymous, 0 on 0.8.0; on 0.12.0.1 a write to the file is not seen, a copy
+#: too; jax.device_put of the memmap 0 MiB on all, the write back read back from the file)
 _MAPPED_LOAD_REASON = (
     "jnp.load(..., mmap_mode=...) returns a jax.Array, not a memmap: it is np.load, then "
-    "jnp.asarray of the mapping, which on jax 0.10.2 copies the whole file into memory (0.8.0 "
-    "used the mapping in place), and the result has no flush() (jax-ml/jax#20418). Keep the "
-    "memmap, m = np.load(path, mmap_mode='r+'), pass jax.device_put(m) (on the CPU it uses "
-    "the mapping in place: 0 MiB added), and write back through m: m[...] = np.asarray(new); "
-    "m.flush()")
+    "jnp.asarray of the mapping, which on jax 0.10.2 and 0.12.0 copies the whole file into "
+    "memory (0.8.0 used the mapping in place), and the result has no flush() "
+    "(jax-ml/jax#20418). Keep the memmap, m = np.load(path, mmap_mode='r+'), pass "
+    "jax.device_put(m) (on the CPU it uses the mapping in place: 0 MiB added), and write back "
+    "through m: m[...] = np.asarray(new); m.flush()")
 #: what the CPU backend does with a NumPy array: measured on jax 0.8.0 and 0.10.2 (a 191 MiB
 #: argument added 0 MiB to the peak when 64-byte aligned, 191 MiB when not)
 _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in place, with no "

@@ -507,23 +507,18 @@ def test_flax_948_numpy_pieces_fed_to_a_pmap_are_not_told_to_be_put_once():
     assert again.count() == 0
 
 
-def _rss_anon() -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon"))
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc's RssAnon")
 def test_jax_20418_jnp_load_with_mmap_mode_is_named_with_the_memmap_fix(tmp_path):
     """jax-ml/jax#20418: jnp.load(path, mmap_mode='r+') to stay within memory; the result is a
-    jax.Array with no flush(), and on jax 0.10.2 the whole file is copied into memory (a 64
-    MiB file: +65 MiB anonymous in the helper's run; 0 on 0.8.0). The kit said "an argument of
+    jax.Array with no flush(), and on jax 0.10.2 and 0.12 the whole file is copied into memory
+    (a 64 MiB file: +65 MiB anonymous in the helper's run; 0 on 0.8.0). The copy is checked
+    by a write to the file that the array does not see (an RSS count was not reliable: CI's
+    allocator reused the first load's freed pages). The kit said "an argument of
     a jitted call" (0.10.2) or "jax.device_put" (0.8.0). Now the line is named with the cause
     and hawkinsp's fix, which is run here: the memmap, put in place, written back through."""
     if sys.gettrace() is not None:
         pytest.skip("a tracer (coverage, a debugger) runs: the kit leaves lines unknown")
     path = str(tmp_path / "params.npy")
     np.save(path, np.ones((2048, 4096), np.float32))  # 32 MiB
-    size = 32 * 2**20
     jnp.zeros(1).block_until_ready()
     with transfers.trace() as log:
         p = jnp.load(path, mmap_mode="r+")
@@ -531,28 +526,27 @@ def test_jax_20418_jnp_load_with_mmap_mode_is_named_with_the_memmap_fix(tmp_path
     assert row["line"].endswith('p = jnp.load(path, mmap_mode="r+")'), row
     (reason,) = row["reasons"]
     assert reason.startswith("jnp.load(..., mmap_mode=...) returns a jax.Array, not a memmap")
-    assert "on jax 0.10.2 copies the whole file into memory" in reason
+    assert "on jax 0.10.2 and 0.12.0 copies the whole file into memory" in reason
     assert "jax-ml/jax#20418" in reason and "jax.device_put(m)" in reason
     assert "m[...] = np.asarray(new); m.flush()" in reason
     assert not hasattr(p, "flush")
+    p.block_until_ready()
+    w = np.load(path, mmap_mode="r+")  # a write to the file, through a second mapping
+    w[0, 0] = 5.0
+    w.flush()
+    del w
+    if jax.__version__.startswith("0.8."):
+        assert float(p[0, 0]) == 5.0  # the mapping, used in place
+    else:
+        assert float(p[0, 0]) == 1.0  # the whole file, copied: the write is not seen
     del p
-    before = _rss_anon()
-    p = jnp.load(path, mmap_mode="r+").block_until_ready()
-    grew = _rss_anon() - before
-    if jax.__version__.startswith("0.10."):
-        assert grew > 0.8 * size  # the whole file, copied
-    elif jax.__version__.startswith("0.8."):
-        assert grew < 0.2 * size  # the mapping, used in place
-    del p
-    before = _rss_anon()
     m = np.load(path, mmap_mode="r+")  # the fix
     pj = jax.device_put(m)
     assert pj.unsafe_buffer_pointer() == m.ctypes.data  # the mapping, used in place
-    assert _rss_anon() - before < 0.2 * size
     m[...] = np.asarray(pj * 2)
     m.flush()
     del m, pj
-    assert float(np.load(path)[0, 0]) == 2.0  # written back to the file
+    assert float(np.load(path)[0, 1]) == 2.0  # written back to the file
 
 
 def test_pylcm_316_a_callback_in_a_scan_gets_the_loop_fix_and_no_vmap_paragraph():
