@@ -357,6 +357,20 @@ def test_levanter_1249_a_scan_that_returns_other_ys_keeps_the_return_less_note()
     assert "Return less from the body" in note and "levanter#1249" not in note
 
 
+def test_levanter_1249_ys_computed_from_the_xs_slice_are_not_rows_written_into_it():
+    """A reread's finding: the write primitives were named _UPDATES, and a later _UPDATES of
+    the same module (every elementwise update, for updated_inputs) replaced them, so a body
+    returning ``x * 2.0`` of its xs slice was told "gives it back as ys with rows written ...
+    Carry the array instead" (the KV-cache note). Only writes count now."""
+    def f(xs):
+        return jax.lax.scan(lambda c, x: (c + x.sum(), x * 2.0), 0.0, xs)
+    xs = jnp.ones((16, 512, 256))
+    pre = preflight.preflight_step(f, xs)
+    (stack,) = pre.scan_stacks
+    assert stack.updated_bytes == 0 and stack.nbytes == 8 * MiB
+    assert "levanter#1249" not in pre.advice and "Return less from the body" in pre.advice
+
+
 B, STEPS = 1, 64
 
 

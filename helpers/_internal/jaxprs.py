@@ -181,7 +181,7 @@ def scan_copied_xs(eqn) -> list[bool]:
 
 
 #: the writes of a few rows into an array: its result has the array's shape (operand 0)
-_UPDATES = ("dynamic_update_slice", "scatter", "scatter-add")
+_WRITES = ("dynamic_update_slice", "scatter", "scatter-add")
 
 
 def scan_updated_xs(eqn) -> list[bool]:
@@ -199,7 +199,7 @@ def scan_updated_xs(eqn) -> list[bool]:
     out = []
     for var in body.outvars[carry:]:
         kind, start, writes = _types([var]), var, 0
-        while (e := made.get(id(start))) is not None and e.primitive.name in _UPDATES and (
+        while (e := made.get(id(start))) is not None and e.primitive.name in _WRITES and (
                 writes < 64):
             start, writes = e.invars[0], writes + 1
         source = _invar_index(body, start) if writes else None
