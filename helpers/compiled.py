@@ -37,7 +37,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import devices
-from helpers._internal import frames, jaxcompat, jaxprs, own
+from helpers._internal import (
+    frames,
+    jaxcompat,
+    jaxpr_callbacks,
+    jaxpr_derivatives,
+    jaxpr_loops,
+    jaxpr_sharding,
+    jaxpr_values,
+    jaxpr_walk,
+    own,
+)
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Record
 from helpers.errors import BadInputError, CompileOutOfMemory, MeasurementFailed
@@ -977,20 +987,20 @@ class CompiledStep:
         columns (inputs). Read from JAX's own functions in each equation's traceback
         (``_std_basis``, ``_jacrev_unravel``, ``_jacfwd_unravel`` under the ``jacfun`` of
         ``jacrev`` or ``jacfwd``; jax 0.8.0 and 0.10.2 alike)."""
-        return tuple(Jacobian(*sizes) for sizes in jaxprs.jacobian_sizes(self.jaxpr))
+        return tuple(Jacobian(*sizes) for sizes in jaxpr_derivatives.jacobian_sizes(self.jaxpr))
 
     def stopped_scans(self) -> tuple[tuple[int, str, str, str], ...]:
         """(length, the flag's type, the scan's line, the line that sets the flag) of each
         ``lax.scan`` whose carry holds a flag that only turns on and gates the body (a decode
         loop's ``stopped``): it runs every step after the flag is on everywhere
         (NovaSky-AI/SkyRL#1058)."""
-        return tuple(jaxprs.stop_flags(self.jaxpr))
+        return tuple(jaxpr_loops.stop_flags(self.jaxpr))
 
     def jacobian_products(self) -> tuple[JacobianProduct, ...]:
         """Each whole Jacobian the step only multiplies by a vector, largest first: the output
         of JAX's ``_jacfwd_unravel`` or ``_jacrev_unravel`` read by a ``dot_general`` whose
         other operand keeps no dimension of its own (jax-ml/jax#2937)."""
-        return tuple(JacobianProduct(*p) for p in jaxprs.jacobian_products(self.jaxpr))
+        return tuple(JacobianProduct(*p) for p in jaxpr_derivatives.jacobian_products(self.jaxpr))
 
     def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:
         """("float32[512, 512]", bytes, line) of each floating array the step computes and then
@@ -998,20 +1008,20 @@ class CompiledStep:
         google-research/big_vision#14): XLA keeps the work that makes it, since 0 * x is not 0
         for an infinite or NaN x. An argument times 0.0 (a weight decay of 0.0) is not listed:
         nothing is computed for it."""
-        return jaxprs.scaled_by_zero(self.jaxpr)
+        return jaxpr_values.scaled_by_zero(self.jaxpr)
 
     def cast_before_scan(self) -> tuple[tuple[str, str, tuple[int, ...], int, str, str, str],
                                         ...]:
         """(dtype, narrower dtype, shape, bytes, the cast's line, the scan's line, the scan's
         role) of each input cast whole to a narrower float and then read by a ``lax.scan`` one
         step at a time (marin-community/levanter#426)."""
-        return jaxprs.cast_before_scan(self.jaxpr)
+        return jaxpr_loops.cast_before_scan(self.jaxpr)
 
     @cached_property
     def jacobian_lines(self) -> frozenset[str]:
         """The user's lines traced inside ``jax.jacfwd`` or ``jax.jacrev``: where a vmapped
         value may be the Jacobian's own basis, not a vmap of the user's (jax-ml/jax#787)."""
-        return jaxprs.jacobian_lines(self.jaxpr)
+        return jaxpr_derivatives.jacobian_lines(self.jaxpr)
 
     def loop_records(self) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], str, int, str,
                                           str, int | None, bool], ...]:
@@ -1020,7 +1030,7 @@ class CompiledStep:
         for a ``while_loop``, whether the buffer starts as a value made in the step) of each
         buffer a ``lax.while_loop``, ``lax.fori_loop`` or ``lax.scan``
         carries and only writes, one step's value per row (google-deepmind/gemma#534)."""
-        return jaxprs.loop_records(self.jaxpr)
+        return jaxpr_loops.loop_records(self.jaxpr)
 
     def loop_carries(self) -> tuple[Temporary, ...]:
         """Each value a loop of the program carries, largest first, as a :class:`Temporary`
@@ -1047,7 +1057,7 @@ class CompiledStep:
         out = []
         found = jaxcompat.while_carry_copies(self.text or "", least)
         for dtype, shape, nbytes, copies, steps, op in found:
-            lines = jaxprs.carry_lines(self.jaxpr, shape)
+            lines = jaxpr_loops.carry_lines(self.jaxpr, shape)
             if not lines or (steps is not None and steps < few):
                 continue  # a loop XLA made (threefry's 5 rounds), or a few copies in all
             out.append((_jax_dtype(dtype), shape, nbytes, copies, steps,
@@ -1068,7 +1078,7 @@ class CompiledStep:
         out = []
         for dtype, shape, nbytes, copies, joins, moved, steps, _, source in (
                 jaxcompat.while_slice_copies(self.text or "", least, frames.is_user_file)):
-            lines = jaxprs.carry_lines(self.jaxpr, shape)
+            lines = jaxpr_loops.carry_lines(self.jaxpr, shape)
             if not lines or (steps is not None and steps < few):
                 continue  # a loop XLA made, or a few copies in all
             joined = frames.line(*source) if source else ""
@@ -1087,12 +1097,12 @@ class CompiledStep:
         """(the callback, its line, the loop, its steps: None for a while_loop) of each host
         callback in a loop's body with no cond around it: it runs on every iteration
         (liesel-devs/liesel#282)."""
-        return jaxprs.callbacks_every_step(self.jaxpr)
+        return jaxpr_callbacks.callbacks_every_step(self.jaxpr)
 
     def callbacks(self) -> tuple[tuple[str, str], ...]:
         """(the callback, its line) of each host callback in the step: the Python it runs
         allocates outside XLA's plan, so XLA's sizes leave that memory out (jax-ml/jax#31292)."""
-        return jaxprs.callbacks(self.jaxpr)
+        return jaxpr_callbacks.callbacks(self.jaxpr)
 
     def computed_while_compiling(self) -> bool:
         """The program takes no parameter and only copies or broadcasts constants, and the step
@@ -1100,25 +1110,25 @@ class CompiledStep:
         and a call only copies it out (jax-ml/jax#13956). A step that only allocates
         (``jnp.zeros`` of static sizes: a broadcast of the constant 0) is not one; neither is
         a step whose jaxpr this JAX cannot trace apart."""
-        return bool(self.text and jaxprs.closes_over_arrays(self.jaxpr)
+        return bool(self.text and jaxpr_walk.closes_over_arrays(self.jaxpr)
                     and jaxcompat.computed_while_compiling(self.text))
 
     def callbacks_hoisted(self) -> tuple[tuple[str, str, str, str], ...]:
         """(the callback, its line, the loop, the loop's line) of each host callback written in
         a loop's body that the step runs once, outside the loop: under jax.grad, scan moves a
         callback that reads nothing the loop changes out of it (jax-ml/jax#16637)."""
-        return jaxprs.callbacks_hoisted(self.jaxpr)
+        return jaxpr_callbacks.callbacks_hoisted(self.jaxpr)
 
     def callbacks_vmapped(self) -> tuple[tuple[str, str, int], ...]:
         """(the callback, its line, its calls per run: one per element) of each host callback
         that jax.vmap made a loop of, one call after another (OpenSourceEconomics/pylcm#316)."""
-        return jaxprs.callbacks_vmapped(self.jaxpr)
+        return jaxpr_callbacks.callbacks_vmapped(self.jaxpr)
 
     def in_selected_conds(self) -> tuple[tuple[str, str, str, int], ...]:
         """(the callback or "lax.while_loop", its line, the cond's line, how many) of each host
         callback, and each batched while_loop, in a branch of a lax.cond that jax.vmap made a
         select: both branches run on every element (jax-ml/jax#19314, #2947)."""
-        return jaxprs.in_selected_conds(self.jaxpr)
+        return jaxpr_callbacks.in_selected_conds(self.jaxpr)
 
     @cached_property
     def temp_without_prints(self) -> tuple[str, str, int] | None:
@@ -1129,13 +1139,14 @@ class CompiledStep:
         CPU with jax 0.10.2; 0.8.0 kept it either way). One more compile, the kit's own (on
         one device: None for a step over several, where it has no print, or where the program
         without them does not compile)."""
-        if self.over_mesh or self.jaxpr is None or not (found := jaxprs.prints(self.jaxpr)):
+        if self.over_mesh or self.jaxpr is None or not (
+                found := jaxpr_callbacks.prints(self.jaxpr)):
             return None
         jax = devices.start_jax()
         try:
             from jax.extend.core import jaxpr_as_fun
 
-            stripped = jaxprs.without_prints(self.jaxpr)
+            stripped = jaxpr_callbacks.without_prints(self.jaxpr)
             on = jax.sharding.SingleDeviceSharding(self.device)
             specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=on)
                      for v in stripped.jaxpr.invars]
@@ -1150,7 +1161,7 @@ class CompiledStep:
         """(shape, bytes, line) of each ``jax.random`` draw through the threefry2x32 generator
         (JAX's default), largest first: XLA's plan may hold its uint32 bits several times over
         while making them (jax-ml/jax#20328)."""
-        return jaxprs.threefry_draws(self.jaxpr)
+        return jaxpr_values.threefry_draws(self.jaxpr)
 
     def narrowed_inputs(self, args: Sequence, kwargs: dict) -> tuple[tuple[tuple, Any, str, str],
                                                                        ...]:
@@ -1165,7 +1176,7 @@ class CompiledStep:
         if self.lowered_with_arguments or len(invars) != len(flat):
             return ()
         return tuple((flat[n][0], flat[n][1], to, line)
-                     for n, to, line in jaxprs.narrowed_inputs(self.jaxpr))
+                     for n, to, line in jaxpr_values.narrowed_inputs(self.jaxpr))
 
     def widened_inputs(self, args: Sequence, kwargs: dict
                        ) -> tuple[tuple[tuple | None, str, str, tuple[int, ...], int, str, str,
@@ -1174,7 +1185,7 @@ class CompiledStep:
         them; its dtype; the wider dtype jnp's promotion reads it as; its shape; its bytes at
         that dtype; the line; "constant" or "argument" for what widens it; that argument's key
         path or None) of each floating value the step widens by promotion before a dot or a
-        convolution (:func:`helpers._internal.jaxprs.widened_inputs`: jax-ml/jax#1830,
+        convolution (:func:`helpers._internal.jaxpr_values.widened_inputs`: jax-ml/jax#1830,
         #7368). Paths are None where the jaxpr's inputs are not the arguments' leaves."""
         jax = devices.start_jax()
         flat = jax.tree_util.tree_flatten_with_path(self.dynamic(args, kwargs))[0]
@@ -1186,7 +1197,7 @@ class CompiledStep:
 
         return tuple((path(n), dtype, to, shape, nbytes, line, kind, path(other))
                      for n, dtype, to, shape, nbytes, line, kind, other
-                     in jaxprs.widened_inputs(self.jaxpr))
+                     in jaxpr_values.widened_inputs(self.jaxpr))
 
     def outputs(self) -> list[tuple[str, Any, str]]:
         """(the output's path as jax.tree_util.keystr writes it, its shape and dtype, its kind)
@@ -1202,7 +1213,7 @@ class CompiledStep:
             flat = jax.tree_util.tree_flatten_with_path(self.executable.out_info)[0]
         except Exception:  # an executable that does not say
             return ()
-        kinds = jaxprs.output_kinds(self.jaxpr)
+        kinds = jaxpr_values.output_kinds(self.jaxpr)
         if self.lowered_with_arguments or len(kinds) != len(flat):
             kinds = [""] * len(flat)
         return tuple((jax.tree_util.keystr(path), leaf, kind)
@@ -1211,13 +1222,13 @@ class CompiledStep:
     def updated_arguments(self, fn: Callable, args: Sequence, kwargs: dict
                           ) -> list[frozenset[str]] | None:
         """For each output, the names of the arguments it is a new value of (``acc + g`` of
-        ``acc``, ``p - lr * g`` of ``p``: :func:`helpers._internal.jaxprs.updated_inputs`);
+        ``acc``, ``p - lr * g`` of ``p``: :func:`helpers._internal.jaxpr_values.updated_inputs`);
         empty for a value made anew. None where the jaxpr's inputs or outputs are not the
         executable's (a wrapper's split)."""
         jax = devices.start_jax()
         flat = jax.tree_util.tree_flatten_with_path(self.dynamic(args, kwargs))[0]
         invars = getattr(getattr(self.jaxpr, "jaxpr", None), "invars", ())
-        updates = jaxprs.updated_inputs(self.jaxpr)
+        updates = jaxpr_values.updated_inputs(self.jaxpr)
         if self.lowered_with_arguments or len(invars) != len(flat) or \
                 len(updates) != len(self.outputs()):
             return None
@@ -1230,7 +1241,7 @@ class CompiledStep:
         buffer (marin-community/marin#3668). () where the jaxpr's outputs are not the
         executable's."""
         made = self.outputs()
-        pairs = jaxprs.repeated_outputs(self.jaxpr)
+        pairs = jaxpr_loops.repeated_outputs(self.jaxpr)
         if not made or any(j >= len(made) for _, j in pairs):
             return ()
         return tuple((made[j][0], made[i][0], array_bytes(made[j][1])) for i, j in pairs)
@@ -1246,7 +1257,7 @@ class CompiledStep:
     def primitives(self) -> frozenset[str]:
         """The names of the JAX primitives in the step's jaxpr, nested ones included (empty
         where this JAX cannot trace apart from lowering)."""
-        return frozenset(eqn.primitive.name for j, _ in jaxprs.walk(self.jaxpr)
+        return frozenset(eqn.primitive.name for j, _ in jaxpr_walk.walk(self.jaxpr)
                          for eqn in getattr(j, "eqns", ()))
 
     def ignored_device_puts(self) -> tuple[tuple[str, str], ...]:
@@ -1275,7 +1286,7 @@ class CompiledStep:
 
     @cached_property
     def _device_requests(self) -> tuple[tuple, tuple, tuple]:
-        return jaxprs.device_keywords_and_puts(self.jaxpr, self.device,
+        return jaxpr_sharding.device_keywords_and_puts(self.jaxpr, self.device,
                                                devices.start_jax().Device)
 
     def runtime_bytes(self) -> int:
@@ -1338,7 +1349,7 @@ def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     no program text, the jaxpr's alone. With jax's default settings (0.10): a flag,
     ``jax_use_simplified_jaxpr_constants``, makes closed-over arrays arguments instead."""
     seen: dict[int, tuple] = {}
-    for _, consts in jaxprs.walk(closed):
+    for _, consts in jaxpr_walk.walk(closed):
         for c in consts:
             if getattr(c, "shape", None) is not None and id(c) not in seen and not _uniform(c):
                 seen[id(c)] = (tuple(c.shape), _const_bytes(c))
@@ -1346,7 +1357,7 @@ def _constant_bytes(closed, text: str | None) -> tuple[int, int]:
     if kept is None:
         return sum(n for _, n in seen.values()), 0
     # and the values made from them alone, which XLA folds (a closed-over w[i]: its slices)
-    closed_shapes = {shape for shape, _ in seen.values()} | jaxprs.closed_over_values(closed)
+    closed_shapes = {shape for shape, _ in seen.values()} | jaxpr_walk.closed_over_values(closed)
     total = sum(n for _, _, n in kept)
     return total, sum(n for _, shape, n in kept if shape not in closed_shapes)
 
@@ -1359,12 +1370,12 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
     optimized program still has a value of the largest one's shape and its outputs and
     temporaries (``room``) could hold the stacks (XLA drops a stack that nothing uses). Without
     program text, every stack counts."""
-    scans = [eqn for j, _ in jaxprs.walk(closed) for eqn in getattr(j, "eqns", ())
+    scans = [eqn for j, _ in jaxpr_walk.walk(closed) for eqn in getattr(j, "eqns", ())
              if eqn.primitive.name == "scan"]
-    found = {id(eqn): jaxprs.scan_checkpoint(eqn) for eqn in scans}
+    found = {id(eqn): jaxpr_loops.scan_checkpoint(eqn) for eqn in scans}
     # a gradient's forward scan has lost the checkpoint its backward scan of the same line keeps
     remat = {(int(eqn.params["length"]), line): found[id(eqn)] for eqn in scans
-             if (line := jaxprs.equation_line(eqn)) and found[id(eqn)][0]}
+             if (line := jaxpr_walk.equation_line(eqn)) and found[id(eqn)][0]}
     out = []
     for eqn in scans:
         carried = jaxcompat.scan_counts(eqn.params)[1]
@@ -1376,16 +1387,16 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
         if sum(sizes) > room or (
                 text is not None and f"[{','.join(map(str, big.shape))}]" not in text):
             continue
-        copied = sum(n for n, same in zip(sizes, jaxprs.scan_copied_xs(eqn), strict=True)
+        copied = sum(n for n, same in zip(sizes, jaxpr_loops.scan_copied_xs(eqn), strict=True)
                      if same)
-        updated = sum(n for n, new in zip(sizes, jaxprs.scan_updated_xs(eqn), strict=True)
+        updated = sum(n for n, new in zip(sizes, jaxpr_loops.scan_updated_xs(eqn), strict=True)
                       if new)
-        length, line = int(eqn.params["length"]), jaxprs.equation_line(eqn)
+        length, line = int(eqn.params["length"]), jaxpr_walk.equation_line(eqn)
         checkpointed, chunked = remat.get((length, line), found[id(eqn)])
         out.append(ScanStack(length, sum(sizes), len(ys), str(big.dtype), tuple(big.shape),
-                             line, jaxprs.scan_role(eqn), carried > 0,
-                             copied, jaxprs.scan_carry_bytes(eqn), checkpointed, chunked,
-                             jaxprs.custom_vjp_rule(eqn), updated))
+                             line, jaxpr_walk.scan_role(eqn), carried > 0,
+                             copied, jaxpr_loops.scan_carry_bytes(eqn), checkpointed, chunked,
+                             jaxpr_derivatives.custom_vjp_rule(eqn), updated))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
 
 
@@ -1619,7 +1630,7 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
     Python loop: radarFudan/mamba-minimal-jax#1) is left out, and a loop whose copies XLA fused
     below ``UNROLLED_AT`` operations is named by its equations (jax-ml/jax#891: 50 lookups,
     51 operations, 16.6 s of compiling on jax 0.10.2 against 0.68 s for one gather)."""
-    lines = jaxprs.line_repeats(jaxpr) if jaxpr is not None else {}
+    lines = jaxpr_loops.line_repeats(jaxpr) if jaxpr is not None else {}
     counts = Counter(v["source"] for v in values if v["source"])
     for source, n in counts.most_common():
         if n < UNROLLED_AT:
@@ -1636,17 +1647,18 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                     "the number of arrays. Fewer, larger arrays compile faster: stack alike "
                     "layers into one array (and run them with jax.lax.scan), or flatten the "
                     "tree (jax.flatten_util.ravel_pytree).")
-        sliced = jaxprs.sliced_lines(jaxpr) if jaxpr is not None else set()
-        kind = jaxprs.loop_kind(jaxpr, tuple(source), made[2], sliced) if made else ""
+        sliced = jaxpr_loops.sliced_lines(jaxpr) if jaxpr is not None else set()
+        kind = jaxpr_loops.loop_kind(jaxpr, tuple(source), made[2], sliced) if made else ""
         if kind == "scalars":  # a list of Python numbers, one argument each: no loop
             return (f"{head}, one of them {made[2]} times over: "
-                    + jaxprs.SCALARS_FIX.format(jaxprs.scalar_inputs(jaxpr)))
-        if made and made[2] >= jaxprs.LOOP_REPEATS > made[5]:  # shapes differ between copies
+                    + jaxpr_loops.SCALARS_FIX.format(jaxpr_loops.scalar_inputs(jaxpr)))
+        if made and made[2] >= jaxpr_loops.LOOP_REPEATS > made[5]:  # shapes differ between copies
             return (f"{head}, one of them {made[2]} times over, its operand shapes "
                     f"changing between iterations (at most {made[5]} alike): "
                     f"{_UNROLLED_CAUSE}; "
-                    + (jaxprs.SLICED_LOOP_FIX if kind == "sliced" else jaxprs.UNALIKE_LOOP_FIX))
-        outer = jaxprs.calling_loop(jaxpr, tuple(source)) if jaxpr is not None else None
+                    + (jaxpr_loops.SLICED_LOOP_FIX if kind == "sliced"
+                       else jaxpr_loops.UNALIKE_LOOP_FIX))
+        outer = jaxpr_loops.calling_loop(jaxpr, tuple(source)) if jaxpr is not None else None
         # a loop around the call of the line's function: its count divides the line's repeats,
         # and is fewer (as many, and the loop may as well be the line's own)
         if outer is not None and outer[0] != tuple(source) and made and outer[1] < made[2]:
@@ -1655,22 +1667,22 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                     f"call is unrolled too, {outer[1]} copies of everything the call makes. "
                     "jax.lax.scan over that outer loop (or jax.lax.fori_loop) compiles the call "
                     f"once, {outer[1]} times fewer operations; the inner loop can be a scan too.")
-        elsewhere = [key for key, other in lines.items() if other[2] >= jaxprs.LOOP_REPEATS
-                     and jaxprs.loop_kind(jaxpr, key, other[2], sliced) == "sliced"]
+        elsewhere = [key for key, other in lines.items() if other[2] >= jaxpr_loops.LOOP_REPEATS
+                     and jaxpr_loops.loop_kind(jaxpr, key, other[2], sliced) == "sliced"]
         if elsewhere:  # another line of the loop slices by its index (jax 0.12: jax#2242)
             return (f"{head}: {_UNROLLED_CAUSE}; at {frames.line(*elsewhere[0])} "
-                    + jaxprs.SLICED_LOOP_FIX)
-        return f"{head}: {_UNROLLED_FIX}" + (jaxprs.LOOKUPS_FIX if made and made[4] else "")
-    found = jaxprs.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None
+                    + jaxpr_loops.SLICED_LOOP_FIX)
+        return f"{head}: {_UNROLLED_FIX}" + (jaxpr_loops.LOOKUPS_FIX if made and made[4] else "")
+    found = jaxpr_loops.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None
     if found is None:
         return ""
     source, n, total, repeats, gathers, alike, kind, scalars = found
-    fix = (jaxprs.SCALARS_FIX.format(scalars) if kind == "scalars" else
-           _UNROLLED_FIX + (jaxprs.LOOKUPS_FIX if gathers else "")
-           if alike >= jaxprs.LOOP_REPEATS else
+    fix = (jaxpr_loops.SCALARS_FIX.format(scalars) if kind == "scalars" else
+           _UNROLLED_FIX + (jaxpr_loops.LOOKUPS_FIX if gathers else "")
+           if alike >= jaxpr_loops.LOOP_REPEATS else
            f"{_UNROLLED_CAUSE}; "
-           + (jaxprs.SLICED_LOOP_FIX if kind == "sliced" else jaxprs.UNALIKE_LOOP_FIX))
-    shapes = ("" if alike >= jaxprs.LOOP_REPEATS or kind == "scalars" else
+           + (jaxpr_loops.SLICED_LOOP_FIX if kind == "sliced" else jaxpr_loops.UNALIKE_LOOP_FIX))
+    shapes = ("" if alike >= jaxpr_loops.LOOP_REPEATS or kind == "scalars" else
               f", its operand shapes changing between iterations (at most {alike} alike)")
     return (f"{n:,} of the step's {total:,} jaxpr equations come from one line "
             f"({frames.line(*source)}), one of them {repeats} times over{shapes}, though XLA "

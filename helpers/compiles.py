@@ -53,7 +53,12 @@ from dataclasses import dataclass, replace
 
 import jax
 
-from helpers._internal import frames, jaxcompat, jaxprs, own
+from helpers._internal import (
+    frames,
+    jaxcompat,
+    jaxpr_loops,
+    own,
+)
 from helpers._internal.records import Display, Record
 from helpers.compile_causes import CAUSES, WEAK_FIX, CacheMiss, fix_for, what_changed
 from helpers.errors import BadInputError, InUseError
@@ -84,7 +89,7 @@ _LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 LARGE_TRACE_EQUATIONS = 1000
 EQUATIONS_PER_INSTRUCTION = 10
 #: a jaxpr with this many equations or more from one line of the user's code, one of them made
-#: again and again there (``jaxprs.LOOP_REPEATS`` times or more), was a Python loop unrolled
+#: again and again there (``jaxpr_loops.LOOP_REPEATS`` times or more), was a Python loop unrolled
 #: while it was traced (as :data:`helpers.compiled.UNROLLED_AT` for a step's operations): XLA
 #: compiles each copy of its body (jax-ml/jax#352: an RNN of 300 steps written as a Python
 #: loop, 21.5 s to its first result, 19.8 s of it XLA compiling; 1.0 s with lax.scan; measured
@@ -168,7 +173,8 @@ class FunctionCompiles(Record):
     constants_each: int | NotAvailable = NOT_AVAILABLE
     #: the line of the user's code that made the most of that jaxpr's equations,
     #: :data:`UNROLLED_EQUATIONS` or more, where one of them recurs
-    #: ``jaxprs.LOOP_REPEATS`` times or more: a Python loop inside jit, unrolled (jax-ml/jax#352)
+    #: ``jaxpr_loops.LOOP_REPEATS`` times or more: a Python loop inside jit, unrolled
+    #: (jax-ml/jax#352)
     #: ("" where none did); its equations, how often that one recurs, and whether a gather
     #: recurs there (a lookup in each iteration: one gather with index arrays, jax-ml/jax#891)
     unrolled_line: str = ""
@@ -176,10 +182,10 @@ class FunctionCompiles(Record):
     unrolled_repeats: int = 0
     unrolled_gathers: bool = False
     #: the most times one of that line's equations recurs with the same operand shapes: under
-    #: ``jaxprs.LOOP_REPEATS`` its iterations differ in shape (layers of different widths) and
+    #: ``jaxpr_loops.LOOP_REPEATS`` its iterations differ in shape (layers of different widths) and
     #: ``jax.lax.scan`` cannot run them as one body
     unrolled_alike: int = 0
-    #: what made that line repeat where not a loop over arrays alike (``jaxprs.loop_kind``):
+    #: what made that line repeat where not a loop over arrays alike (``jaxpr_loops.loop_kind``):
     #: "scalars" (a list of Python numbers passed to jit, one argument each: jax-ml/jax#5684),
     #: "sliced" (a loop slicing an array by its index: jax-ml/jax#2242) or ""; and the number
     #: of the function's scalar arguments
@@ -425,16 +431,16 @@ class CompileLog(Display):
         for f in self.functions:
             if f.unrolled_line and f.compile_seconds >= UNROLLED_SECONDS:
                 where = f" ({f.defined_at})" if f.defined_at else ""
-                alike = f.unrolled_alike >= jaxprs.LOOP_REPEATS
+                alike = f.unrolled_alike >= jaxpr_loops.LOOP_REPEATS
                 head = (f"`{f.function}`{where} was traced to {f.jaxpr_equations:,} jaxpr "
                         f"equations, {f.unrolled_equations:,} of them from one line "
                         f"({f.unrolled_line}), one of them {f.unrolled_repeats} times over")
                 if f.unrolled_kind == "scalars":  # a list of numbers: no loop to rewrite
                     notes.insert(0, f"{head} ({f.compile_seconds:.2f} s of compiling): "
-                                 + jaxprs.SCALARS_FIX.format(f.unrolled_scalars))
+                                 + jaxpr_loops.SCALARS_FIX.format(f.unrolled_scalars))
                     continue
-                unalike = (jaxprs.SLICED_LOOP_FIX if f.unrolled_kind == "sliced"
-                           else jaxprs.UNALIKE_LOOP_FIX)
+                unalike = (jaxpr_loops.SLICED_LOOP_FIX if f.unrolled_kind == "sliced"
+                           else jaxpr_loops.UNALIKE_LOOP_FIX)
                 notes.insert(0, (
                     head
                     + ("" if alike else
@@ -445,7 +451,7 @@ class CompileLog(Display):
                     "here). "
                     + ("jax.lax.scan or jax.lax.fori_loop compile the body once (jax-ml/jax#352: "
                        "an RNN of 300 steps, 21.5 s to its first result, 1.0 s with lax.scan)."
-                       + (jaxprs.LOOKUPS_FIX if f.unrolled_gathers else "") if alike else
+                       + (jaxpr_loops.LOOKUPS_FIX if f.unrolled_gathers else "") if alike else
                        unalike[0].upper() + unalike[1:])))
             if f.traced_large:
                 where = f" ({f.defined_at})" if f.defined_at else ""
@@ -566,7 +572,7 @@ class _Events(logging.Handler):
             loop = None
             if equations is not None and equations >= UNROLLED_EQUATIONS:
                 try:  # the line a Python loop unrolled into the program, if one did
-                    loop = jaxprs.unrolled_line(jaxcompat.lowered_jaxpr(frame),
+                    loop = jaxpr_loops.unrolled_line(jaxcompat.lowered_jaxpr(frame),
                                                 UNROLLED_EQUATIONS)
                 except Exception:  # never break the user's program over a diagnosis
                     loop = None

@@ -29,7 +29,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from helpers import allocation, compiled, devices, program_notes, step_arguments
-from helpers._internal import frames, jaxcompat, jaxprs
+from helpers._internal import (
+    frames,
+    jaxcompat,
+    jaxpr_callbacks,
+    jaxpr_derivatives,
+    jaxpr_loops,
+    jaxpr_products,
+    jaxpr_sharding,
+    jaxpr_values,
+    jaxpr_walk,
+)
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record
 from helpers.datasets import read_header
@@ -269,7 +279,7 @@ class StepPreflight(_Verdict, Display):
     #: (jax-ml/jax#1830), a float32 batch against bfloat16 parameters (jax-ml/jax#7368)
     widened_values: tuple[tuple[str, str, str, int, str], ...] = ()
     #: half-precision values jnp's promotion widens against a wider float argument and that
-    #: are cast back (jaxprs.promoted_round_trips: BrainPy#539): (narrow dtype, wide dtype,
+    #: are cast back (jaxpr_values.promoted_round_trips: BrainPy#539): (narrow dtype, wide dtype,
     #: shape, bytes at the wide dtype, line)
     half_round_trips: tuple[tuple[str, str, tuple[int, ...], int, str], ...] = ()
     #: the bytes of the step's float64 arguments while jax_enable_x64 is on (0 with it off)
@@ -434,7 +444,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         # a one-shot factorization of a whole matrix: no batch to shrink, nothing to checkpoint
         factored = program_notes.factorization(c.temporaries(), peak, c.jaxpr)
         verdict, advice = _verdict(needed, free, where, bool(undonated),
-                                   c.jaxpr is None or jaxprs.has_derivative(c.jaxpr),
+                                   c.jaxpr is None or jaxpr_walk.has_derivative(c.jaxpr),
                                    factored is None)
         if verdict == "will not fit" and factored is not None:
             host = (peak - runtime + c.runtime_bytes(), _free_bytes(dev)[0]
@@ -559,7 +569,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(stacked)
     # the CPU runtime's stable sort of several arrays: its scratch, outside XLA's plan
     sorted_ = [x for x in (c.stable_sorts() if target is None else []) if x[0] == runtime]
-    sparse = program_notes.sparse_note(jaxprs.sparse_products(c.jaxpr), temporaries, peak,
+    sparse = program_notes.sparse_note(jaxpr_products.sparse_products(c.jaxpr), temporaries, peak,
                                        sorted_[0] if sorted_ else None)
     if sparse:
         notes.append(sparse)
@@ -575,19 +585,20 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if c.jaxpr is not None:
         # a value over every pair of two inputs' rows that XLA keeps whole (jax-ml/jax#7856);
         # under jax.grad its backward pass keeps one too (jax-md/jax-md#137)
-        derivative = jaxprs.has_derivative(c.jaxpr)
-        kept = program_notes.pairwise_temporary(jaxprs.pairwise_reductions(c.jaxpr),
+        derivative = jaxpr_walk.has_derivative(c.jaxpr)
+        kept = program_notes.pairwise_temporary(jaxpr_products.pairwise_reductions(c.jaxpr),
                                                 temporaries, peak, derivative)
         if kept is not None:
             notes.append(program_notes.pairwise_map_note(
                 *kept, _input_name(fn, args, kwargs, kept[0][6]) if kept[0][6] >= 0 else "",
                 derivative=derivative))
-    for found in jaxprs.psums_of_invariant(c.jaxpr)[:1]:  # a wrong number: whatever its size
+    # a wrong number: whatever its size
+    for found in jaxpr_sharding.psums_of_invariant(c.jaxpr)[:1]:
         notes.append(program_notes.invariant_psum_note(*found))
-    for line, axes, size, nbytes in jaxprs.replicated_sums(c.jaxpr)[:1]:
+    for line, axes, size, nbytes in jaxpr_sharding.replicated_sums(c.jaxpr)[:1]:
         if nbytes >= 2**20 and 4 * nbytes >= peak:
             notes.append(program_notes.replicated_sum_note(line, axes, size, nbytes))
-    carried = jaxprs.widened_carries(c.jaxpr)
+    carried = jaxpr_loops.widened_carries(c.jaxpr)
     if carried and carried[0][3] >= 2**20 and 8 * carried[0][3] >= peak:
         notes.append(program_notes.widened_carry_note(*carried[0]))
     casts = [x for x in c.cast_before_scan() if x[6] != "backward"]
@@ -605,7 +616,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "state's ema_params=params with EMA off: marin-community/marin#3668).")
     records = c.loop_records()
     if records and records[0][4] >= 2**20 and records[0][4] * 4 >= peak:
-        unchanged = jaxprs.unchanged_in_rows(c.jaxpr).get((records[0][1], records[0][5]), 0)
+        unchanged = jaxpr_loops.unchanged_in_rows(c.jaxpr).get((records[0][1], records[0][5]), 0)
         notes.append(program_notes.record_note(*records[0], unchanged=unchanged))
     copied = c.carry_copies()
     if the_long_way:  # a carry the Jacobian's batch made: the Jacobian's note says what to do
@@ -647,7 +658,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
              if x[0] != "jax.pure_callback"
              and (x[3] >= 100 if x[3] is not None else x[0] != "jax.debug.print")]
     for callback, at, loop, _ in every[:1]:
-        fix = jaxprs.progress_fix(callback)
+        fix = jaxpr_callbacks.progress_fix(callback)
         notes.append(
             f"The {callback} at {at} is in the body of a {loop} with no cond around it: it "
             f"runs, a round trip to the host, on every iteration; {fix}.")
@@ -689,7 +700,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     widened = program_notes.widened(c, fn, args, kwargs)
     if widened and widened[0][3] >= 2**20 and 32 * widened[0][3] >= peak:
         notes.append(program_notes.widened_note(*widened[0]))
-    round_trips = jaxprs.promoted_round_trips(c.jaxpr) if c.jaxpr is not None else ()
+    round_trips = jaxpr_values.promoted_round_trips(c.jaxpr) if c.jaxpr is not None else ()
     if round_trips and not widened and round_trips[0][3] >= 2**20 and \
             16 * round_trips[0][3] >= peak:
         notes.append(program_notes.round_trip_note(*round_trips[0], more=len(round_trips) - 1))
@@ -708,7 +719,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         whole = (f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
                  f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments "
                  "split over devices")
-        if t.op not in jaxprs.CALLBACKS:  # a slice XLA all-gathers (apple/axlearn#993)
+        if t.op not in jaxpr_callbacks.CALLBACKS:  # a slice XLA all-gathers (apple/axlearn#993)
             notes.append(
                 f"{whole}, gathered from its shards onto each device (an all-gather in XLA's "
                 "program): every device holds all of it. A slice along the split dimension (a "
@@ -909,7 +920,7 @@ class _Scan:
     chunked: bool  # that checkpoint holds a scan of its own: chunks of steps
     carries: tuple[tuple[tuple[int, ...], str], ...]  # (shape, dtype) of each carried value
     #: (what, memory kind, returned by the checkpointed body, line) for each value its body's
-    #: checkpoint policy offloads (jaxprs.checkpoint_offloads)
+    #: checkpoint policy offloads (jaxpr_derivatives.checkpoint_offloads)
     offloads: tuple[tuple[str, str, bool, str], ...]
 
 
@@ -927,7 +938,7 @@ def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dic
     except Exception:
         return None, set(), {}, None, {}
     top = [eqn for eqn in closed.jaxpr.eqns if eqn.primitive.name == "scan"]
-    scans = top + [eqn for j, _ in jaxprs.walk(closed) if j is not closed.jaxpr
+    scans = top + [eqn for j, _ in jaxpr_walk.walk(closed) if j is not closed.jaxpr
                    for eqn in getattr(j, "eqns", ()) if eqn.primitive.name == "scan"]
     steps: dict[tuple[int, str], _Scan] = {}
     every: dict[tuple[int, str], list[tuple[_Scan, bool]]] = {}
@@ -937,9 +948,9 @@ def _scans(fn: Callable, args, kwargs) -> tuple[set[int] | None, set[tuple], dic
                         for v in eqn.outvars[:jaxcompat.scan_counts(eqn.params)[1]]
                         if hasattr(v.aval, "shape"))
         carry_types.update(carried)
-        key = (int(eqn.params["length"]), jaxprs.equation_where(eqn))
-        scan = _Scan(jaxprs.scan_carry_bytes(eqn), *jaxprs.scan_checkpoint(eqn), carried,
-                     jaxprs.checkpoint_offloads(eqn.params["jaxpr"]))
+        key = (int(eqn.params["length"]), jaxpr_walk.equation_where(eqn))
+        scan = _Scan(jaxpr_loops.scan_carry_bytes(eqn), *jaxpr_loops.scan_checkpoint(eqn), carried,
+                     jaxpr_derivatives.checkpoint_offloads(eqn.params["jaxpr"]))
         steps.setdefault(key, scan)
         every.setdefault(key, []).append((scan, n < len(top)))
     return ({int(eqn.params["length"]) for eqn in scans}, carry_types, steps, closed, every)
@@ -1091,7 +1102,7 @@ def _one_checkpoint_temp(closed, where: str, device) -> int | None:
     jax = devices.start_jax()
     from jax.extend import core
 
-    found = jaxprs.checkpoint_at(closed, where)
+    found = jaxpr_derivatives.checkpoint_at(closed, where)
     if found is None:
         return None
     body, policy = found
@@ -1156,7 +1167,7 @@ def _calls(closed, named: Callable[[str], bool]) -> bool:
     """Whether the jaxpr, or one nested in it, has an equation whose primitive's name
     ``named`` accepts."""
     return closed is not None and any(named(eqn.primitive.name)
-                                      for j, _ in jaxprs.walk(closed)
+                                      for j, _ in jaxpr_walk.walk(closed)
                                       for eqn in getattr(j, "eqns", ()))
 
 
@@ -1186,7 +1197,7 @@ def _fwd_rules(fn: Callable, args, kwargs, closed) -> dict[tuple, str]:
     except Exception:
         return {}
     return {(shape, dtype, where): rule
-            for shape, dtype, where, rule in jaxprs.custom_vjp_residuals(linear)}
+            for shape, dtype, where, rule in jaxpr_derivatives.custom_vjp_residuals(linear)}
 
 
 def _vjp_jaxpr(fn: Callable, args, kwargs) -> tuple[object, int]:
@@ -1203,11 +1214,11 @@ def _vjp_jaxpr(fn: Callable, args, kwargs) -> tuple[object, int]:
 
 
 def _shard_map_splits(traced, count: int, closed) -> list[tuple]:
-    """``jaxprs.shard_map_residuals`` of the gradient's jaxpr (:func:`_vjp_jaxpr`), only where
-    ``fn`` calls ``shard_map``."""
+    """``jaxpr_derivatives.shard_map_residuals`` of the gradient's jaxpr (:func:`_vjp_jaxpr`),
+    only where ``fn`` calls ``shard_map``."""
     if traced is None or not _calls(closed, lambda name: name == "shard_map"):
         return []
-    return jaxprs.shard_map_residuals(traced, count)
+    return jaxpr_derivatives.shard_map_residuals(traced, count)
 
 
 def _reverse_mode_error(fn: Callable, args, kwargs) -> str:
@@ -1234,7 +1245,7 @@ def _while_error(fn: Callable, args, kwargs, closed, names: list[str]) -> str:
     """The words for a gradient that cannot go back through a ``while_loop`` (jax-ml/jax#2956):
     its line, the argument its bound comes from, JAX's error, the fix; "" where there is none
     or the gradient goes through it (a loop that carries nothing the gradient needs)."""
-    loops = jaxprs.while_loops(closed) if closed is not None else ()
+    loops = jaxpr_loops.while_loops(closed) if closed is not None else ()
     if not loops or not (said := _reverse_mode_error(fn, args, kwargs)):
         return ""
     where, bound = next(((w, b) for w, b in loops if b >= 0), loops[0])
@@ -1459,16 +1470,16 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
     if said := _while_error(fn, args, kwargs, closed, static):
         raise BadInputError(said)
     traced, count = _vjp_jaxpr(fn, args, kwargs)
-    sources = jaxprs.residual_sources(traced, count) if traced is not None else []
+    sources = jaxpr_derivatives.residual_sources(traced, count) if traced is not None else []
     if [s[:2] for s in sources] != [(tuple(a.shape), str(a.dtype)) for a, _ in found]:
         sources = []  # they do not pair one for one: the kit reads JAX's words alone
     forward: dict[tuple[int, str], int] = {}  # the gradient's top-level scans of each key
     for eqn in getattr(getattr(traced, "jaxpr", None), "eqns", ()):
         if eqn.primitive.name == "scan":
-            key = (int(eqn.params["length"]), jaxprs.equation_where(eqn))
+            key = (int(eqn.params["length"]), jaxpr_walk.equation_where(eqn))
             forward[key] = forward.get(key, 0) + 1
     rules = _fwd_rules(fn, args, kwargs, closed)
-    offloads = jaxprs.checkpoint_offloads(closed) if closed is not None else ()
+    offloads = jaxpr_derivatives.checkpoint_offloads(closed) if closed is not None else ()
     kinds = {kind for _, kind, _, _ in offloads}
     splits: dict[tuple, list[tuple]] = {}  # (shape, dtype) -> how shard_maps split such
     for split in _shard_map_splits(traced, count, closed):
@@ -1511,7 +1522,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
         if scan is not None and scan.checkpointed and (r.shape[1:], r.dtype) in scan.carries \
                 and (scan.offloads or offloaded):
             stranded.setdefault(key, []).append(r)
-    pairs = jaxprs.pairwise_reductions(closed) if closed is not None and extra else ()
+    pairs = jaxpr_products.pairwise_reductions(closed) if closed is not None and extra else ()
     pairwise, pair = [], None
     for found_pair in pairs:
         shape, a, b = found_pair[0], *found_pair[2]
@@ -1520,7 +1531,8 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
         if sum(r.nbytes for r in hits) > sum(r.nbytes for r in pairwise):
             pairwise, pair = hits, found_pair
     wide, reduction = [], None
-    for found_wide in (jaxprs.wide_reductions(closed) if closed is not None and extra else ()):
+    for found_wide in (jaxpr_products.wide_reductions(closed)
+                       if closed is not None and extra else ()):
         along = {shape for shape, _ in found_wide[8]}
         hits = [r for r in extra if r.shape in along]
         if sum(r.nbytes for r in hits) > sum(r.nbytes for r in wide):
@@ -1539,7 +1551,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
         if fused:
             lead = f"{lead} {_fused_note(fused, saved_bytes, step.sizes()['temp'], name)}"
     kept = saved_bytes - sum(r.nbytes for r in fused)
-    repeated = jaxprs.repeated_checkpoints(closed) if closed is not None else ()
+    repeated = jaxpr_derivatives.repeated_checkpoints(closed) if closed is not None else ()
     advice = ""
     if stranded:
         key, held = max(stranded.items(), key=lambda kv: sum(r.nbytes for r in kv[1]))
@@ -1553,7 +1565,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                   + program_notes.fwd_rule_fix(r.fwd_rule))
     elif scan_bytes:
         advice = _scan_advice(scans, saved_bytes, scan_bytes, lengths, made_at, source_of,
-                              every, forward, jaxprs.chained_scans(closed) if closed else ())
+                              every, forward, jaxpr_loops.chained_scans(closed) if closed else ())
     elif pair is not None and pair[6] >= 0 and 2 * sum(r.nbytes for r in pairwise) >= saved_bytes:
         # (the reduced axis runs along an input: chunks of it are what a scan can take; a
         # one-hot against jnp.arange is no pair of inputs, and its fix is take_along_axis)
@@ -1572,7 +1584,7 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
         where, times = max(repeated, key=lambda wn: wn[1])
         one = _one_checkpoint_temp(closed, where, step.device)
         advice = _loop_checkpoint_note(where, times, saved_bytes, temp, name, one)
-    elif not saved_bytes and closed is not None and jaxprs.wholly_checkpointed(closed):
+    elif not saved_bytes and closed is not None and jaxpr_derivatives.wholly_checkpointed(closed):
         advice = _whole_checkpoint_note(_gradient_temp(fn, args, kwargs), name)
     elif kept:
         advice = _generic_note(kept)

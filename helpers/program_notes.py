@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from helpers import compiled, devices
-from helpers._internal import jaxcompat, jaxprs
+from helpers._internal import (
+    jaxcompat,
+    jaxpr_callbacks,
+    jaxpr_products,
+    jaxpr_values,
+    jaxpr_walk,
+)
 from helpers._internal.jaxcompat import device_name
 from helpers.units import NotAvailable, format_bytes
 
@@ -51,7 +57,8 @@ def gathered(temporaries: Sequence[compiled.Temporary], args: tuple, kwargs: dic
     gathers = jaxcompat.all_gather_shapes(text or "")
     return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20
             # a callback hands a value to the host: under GSPMD it takes it whole (jax#25842)
-            and (t.op in jaxprs.CALLBACKS or (t.op in _SLICES and tuple(t.shape) in gathers))]
+            and (t.op in jaxpr_callbacks.CALLBACKS
+                 or (t.op in _SLICES and tuple(t.shape) in gathers))]
 
 
 def jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
@@ -174,7 +181,7 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
     unravelled: pyro-ppl/numpyro#539, where lax.map(unravel, coll, batch_size=100) left XLA's
     peak at 33,333,452 B against 33,333,440 B; jax 0.8.0 and 0.10.2): no chunks shrink them."""
     temporaries = c.temporaries(most)
-    vmapped = (jaxprs.vmapped_lines(c.jaxpr) if c.jaxpr is not None
+    vmapped = (jaxpr_products.vmapped_lines(c.jaxpr) if c.jaxpr is not None
                and any(t.batched for t in temporaries) else None)
     lines: dict[str, list[compiled.Temporary]] = {}
     # a callback vmap made a loop of: its operand, transposed for the loop, is no value to make
@@ -186,9 +193,9 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
             lines.setdefault(t.line or f"({t.op})", []).append(t)
     if not lines:
         return []
-    scatters = jaxprs.scatters_batched(c.jaxpr) if c.jaxpr is not None else {}
-    sums = jaxprs.batch_reductions(c.jaxpr) if c.jaxpr is not None else ()
-    conds = {jaxprs.equation_line(e) for j, _ in jaxprs.walk(c.jaxpr) for e in j.eqns
+    scatters = jaxpr_products.scatters_batched(c.jaxpr) if c.jaxpr is not None else {}
+    sums = jaxpr_products.batch_reductions(c.jaxpr) if c.jaxpr is not None else ()
+    conds = {jaxpr_walk.equation_line(e) for j, _ in jaxpr_walk.walk(c.jaxpr) for e in j.eqns
              if e.primitive.name == "cond"} if c.jaxpr is not None else set()
     out = []
     for ts in lines.values():
@@ -204,8 +211,9 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
 def _chunks_shrink(t: compiled.Temporary,
                    vmapped: dict[str, tuple[tuple[frozenset[int], ...], bool]]) -> bool:
     """A batched value that computing the batch in chunks makes smaller: its line has values a
-    vmap of the user's made (:func:`jaxprs.vmapped_lines`), not only cut, reshaped or cast, of
-    more than one element, and it has a dimension of the batch (or one a multiple of it)."""
+    vmap of the user's made (:func:`jaxpr_products.vmapped_lines`), not only cut, reshaped or
+    cast, of more than one element, and it has a dimension of the batch (or one a multiple of
+    it)."""
     found = vmapped.get(t.line)
     if found is None:
         return False  # only JAX's own vmaps made this line's values
@@ -319,7 +327,7 @@ def sparse_note(products: Sequence[tuple[str, str, int, int, int, int, int, int,
                 temporaries: Sequence[compiled.Temporary], peak: int,
                 sort: tuple[int, int, int, bool] | None = None) -> str:
     """The first BCOO product of 2**18 values or more whose line made a quarter of the peak
-    (``products``: :func:`jaxprs.sparse_products`), where it makes far more values than the
+    (``products``: :func:`jaxpr_products.sparse_products`), where it makes far more values than the
     dense product has:
     BCOO @ dense gathers a row of the dense operand per stored element (jax-ml/jax#14642: 24 MiB
     for 200,000 stored elements by 32 columns; blocks of 4 columns took the peak 33.87 -> 15.11
@@ -422,7 +430,7 @@ def pairwise_temporary(pairs: Sequence[tuple], temporaries: Sequence[compiled.Te
                        peak: int, derivative: bool = False
                        ) -> tuple[tuple, compiled.Temporary] | None:
     """The first value over every pair of two inputs' rows, broadcast against each other and
-    then reduced (``pairs``: :func:`jaxprs.pairwise_reductions`), that XLA keeps whole: a
+    then reduced (``pairs``: :func:`jaxpr_products.pairwise_reductions`), that XLA keeps whole: a
     temporary outside any derivative with the pair's two dimensions, of 1 MiB or more and a
     quarter of the peak (jax-ml/jax#7856's kernel matrix-vector product: kept by jax 0.8.0,
     fused away by 0.10.2). ``derivative``: the step takes one (jax.grad of a pair energy,
@@ -475,7 +483,7 @@ def factorization(temporaries: Sequence[compiled.Temporary], peak: int,
     peak or more and the step takes no derivative: a one-shot solve that no smaller batch,
     donation or jax.checkpoint shrinks (google/neural-tangents#166). ``closed``: the step's
     jaxpr (None where it could not be traced apart). None otherwise."""
-    if closed is not None and jaxprs.has_derivative(closed):
+    if closed is not None and jaxpr_walk.has_derivative(closed):
         return None
     return next((t for t in temporaries if t.op in FACTORIZATIONS and len(t.shape) == 2
                  and 4 * t.nbytes >= peak), None)
@@ -540,13 +548,13 @@ def _axis_names(axes: Sequence[str]) -> str:
 
 def invariant_psum_note(op: str, line: str, axes: Sequence[str], size: int,
                         summed: bool) -> str:
-    """A ``jax.lax.psum`` (``op``: ``"psum"``) or ``psum_scatter`` under shard_map's check_vma of
-    a value already the same on every device of ``axes`` (:func:`jaxprs.psums_of_invariant`):
+    """A ``jax.lax.psum`` (``op``: ``"psum"``) or ``psum_scatter`` under shard_map's check_vma of a
+    value already the same on every device of ``axes`` (:func:`jaxpr_sharding.psums_of_invariant`):
     it multiplies the value by their ``size``. Found putting jax-ml/jax#839 to the kit: with the
     default check_vma=True, jax.grad of an input with in_spec P() is summed over the devices
-    already, and the pmap habit psum(grad) gave 4.0x the true gradient on 4 CPU devices (jax
-    0.8.0 and 0.10.2), psum_scatter(grad) 4.0x too; without the psum, or psum_scatter of the
-    gradient of w made varying first, 1.0x."""
+    already, and the pmap habit psum(grad) gave 4.0x the true gradient on 4 CPU devices (jax 0.8.0
+    and 0.10.2), psum_scatter(grad) 4.0x too; without the psum, or psum_scatter of the gradient of w
+    made varying first, 1.0x."""
     why = ("under check_vma, jax.grad of a P() input is summed already" if summed else
            "under check_vma: an input with in_spec P(), or a value made from such inputs only")
     at = f" at {line}" if line else ""
@@ -563,7 +571,7 @@ def invariant_psum_note(op: str, line: str, axes: Sequence[str], size: int,
 
 def replicated_sum_note(line: str, axes: Sequence[str], size: int, nbytes: int) -> str:
     """A ``jax.lax.psum`` whose sum shard_map returns with out_specs=P()
-    (:func:`jaxprs.replicated_sums`): each device holds the whole sum. jax-ml/jax#839's
+    (:func:`jaxpr_sharding.replicated_sums`): each device holds the whole sum. jax-ml/jax#839's
     data-parallel gradient of a f32[4096, 1024] weight on 4 CPU devices: outputs 16.00 MiB
     per device with psum, 4.00 MiB with psum_scatter(..., tiled=True) and out_specs=P('x')."""
     at = f" at {line}" if line else ""
@@ -599,7 +607,7 @@ def unrolled_values(c: compiled.CompiledStep, unrolled: str, temp: int) -> str:
 def widened_carry_note(line: str, wide: str, narrow: str, nbytes: int, of_bytes: int,
                        leaves: int) -> str:
     """A ``lax.scan`` that takes a gradient each step and carries values with the shapes of
-    the step's arguments in a wider float (:func:`helpers._internal.jaxprs.widened_carries`):
+    the step's arguments in a wider float (:func:`helpers._internal.jaxpr_loops.widened_carries`):
     a gradient accumulator in float32 beside bfloat16 parameters, a cost that does not shrink
     with the number of microbatches (AI-Hypercomputer/maxtext#5039; measured by the helper
     on the CPU, jax 0.10.2: 4 bfloat16 512x512 parameters, 4 microbatches, temporaries 9.18 MiB
@@ -778,7 +786,7 @@ def record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype:
     A scan's buffer of more rows than steps is told to shrink only where the step makes it
     (``made_here``): one handed in may hold rows written before (a prompt's, then a decode's).
     ``unchanged``: of each row's values, those the loop carries unchanged
-    (:func:`helpers._internal.jaxprs.unchanged_in_rows`); half of the row or more is named, as
+    (:func:`helpers._internal.jaxpr_loops.unchanged_in_rows`); half of the row or more is named, as
     every row's copy of the same values (pyro-ppl/numpyro#539: fori_collect kept the whole HMC
     state per sample, 8,192 of its 8,325 floats a dense mass matrix and its square root;
     collecting state.z alone: XLA's outputs 33,300,064 B -> 256,000 B, its peak 33,333,440 B
@@ -895,7 +903,7 @@ def widened(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
 def round_trip_note(narrow: str, wide: str, shape: tuple[int, ...], nbytes: int, line: str,
                     more: int = 0) -> str:
     """Half-precision values computed in a wider float and cast back
-    (:func:`helpers._internal.jaxprs.promoted_round_trips`): a float32 parameter, coefficient
+    (:func:`helpers._internal.jaxpr_values.promoted_round_trips`): a float32 parameter, coefficient
     or dt beside a float16 state promotes the work (brainpy/BrainPy#539; measured by the
     helper on the CPU, jax 0.10.2, a million-neuron RK2 step in float16: 7.63 MiB of
     temporaries with float32 parameters, 3.82 MiB with float16 ones)."""
@@ -1008,7 +1016,7 @@ def cpu_upcast(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporar
     whose shape a float32 value of the jaxpr has too is left out (it may be the user's own)."""
     if getattr(c.device, "platform", "") != "cpu":
         return "", []
-    shapes = jaxprs.shapes_by_dtype(c.jaxpr)
+    shapes = jaxpr_values.shapes_by_dtype(c.jaxpr)
     wide = shapes.get("float32", set())
     for dtype in _CPU_UPCAST:
         half = shapes.get(dtype, set()) - wide
@@ -1193,13 +1201,13 @@ def softmax_inputs(c: compiled.CompiledStep, peak: int
     """(``"attention"`` or ``"logits"``, the product's shape, XLA's dtype for it, its bytes
     there, the size its dot contracts, the line, made under a derivative, how many values of
     its size XLA's plan holds) of each product a softmax, a logsumexp or an argmax reduces
-    over its last dimension (:func:`helpers._internal.jaxprs.softmax_products`), where XLA's
+    over its last dimension (:func:`helpers._internal.jaxpr_products.softmax_products`), where XLA's
     plan holds a value of its size and that value is 1 MiB and an eighth of the peak or more.
     Left out: products already made in chunks, logits in a loop's body (a lax.scan over
     chunks of tokens: the fix) and attention scores in one with fewer queries than keys (a
     lax.map over blocks of queries)."""
     out = []
-    for kind, shape, _, _, k, line, forward, looped in jaxprs.softmax_products(c.jaxpr):
+    for kind, shape, _, _, k, line, forward, looped in jaxpr_products.softmax_products(c.jaxpr):
         if looped and (kind == "logits" or len(shape) < 2 or shape[-2] < shape[-1]):
             continue
         held = _held(c, math.prod(shape))
@@ -1269,13 +1277,13 @@ def einsum_blowups(c: compiled.CompiledStep, peak: int
     """(the subscripts, the intermediate's shape, XLA's dtype for it, its bytes, the bytes of
     the largest of the einsum's operands and result, its step on opt_einsum's path or "",
     the line) of each ``jnp.einsum`` that makes a value 100 or more times its operands and its
-    result (:func:`helpers._internal.jaxprs.einsum_intermediates`), where XLA's plan holds a
+    result (:func:`helpers._internal.jaxpr_products.einsum_intermediates`), where XLA's plan holds a
     value of that size, 1 MiB and a quarter of the peak or more."""
     out = []
-    for spec, shape, _, _, ends, shapes, line in jaxprs.einsum_intermediates(c.jaxpr):
+    for spec, shape, _, _, ends, shapes, line in jaxpr_products.einsum_intermediates(c.jaxpr):
         held = _held(c, math.prod(shape))
         if held and held[0]["nbytes"] >= 2**20 and 4 * held[0]["nbytes"] >= peak:
-            step = jaxprs.einsum_step(spec, shapes, math.prod(shape)) if spec else ""
+            step = jaxpr_products.einsum_step(spec, shapes, math.prod(shape)) if spec else ""
             out.append((spec, shape, held[0]["dtype"], held[0]["nbytes"], ends, step, line))
     return out
 
@@ -1337,10 +1345,10 @@ def einsum_note(spec: str, shape: tuple[int, ...], dtype: str, nbytes: int, ends
 
 def sorts_to_slice(c: compiled.CompiledStep
                    ) -> list[tuple[tuple[int, ...], str, int, int, str, str, str, str]]:
-    """:func:`helpers._internal.jaxprs.sliced_sorts` of the step whose sorted array is 1 MiB or
-    more: a sort of n elements of which the step keeps k at one end."""
+    """:func:`helpers._internal.jaxpr_products.sliced_sorts` of the step whose sorted array is 1
+    MiB or more: a sort of n elements of which the step keeps k at one end."""
     jnp = devices.start_jax().numpy
-    return [s for s in jaxprs.sliced_sorts(c.jaxpr)
+    return [s for s in jaxpr_products.sliced_sorts(c.jaxpr)
             if math.prod(s[0]) * jnp.dtype(s[1]).itemsize >= 2**20]
 
 

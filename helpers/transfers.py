@@ -51,7 +51,12 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from helpers._internal import frames, jaxcompat, jaxprs, linetrace
+from helpers._internal import (
+    frames,
+    jaxcompat,
+    jaxpr_callbacks,
+    linetrace,
+)
 from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, InUseError
 from helpers.units import NOT_AVAILABLE, NotAvailable
@@ -245,7 +250,7 @@ def _callback_label(seen: dict, name: str) -> str:
     if key not in seen:
         try:
             found = (None if jaxpr is None or callback is None else
-                     jaxprs.callback_vmapped(jaxpr, callback))
+                     jaxpr_callbacks.callback_vmapped(jaxpr, callback))
         except Exception:  # never break the user's program over a label
             found = None
         seen[key] = ("?" if found is None else "yes" if found else "no", jaxpr, callback)
@@ -265,7 +270,7 @@ def _callback_reason(callback: str, vmapped: bool = True) -> str:
         return said
     # under vmap, one call per element: io_callback's rule is a lax.map, debug_callback's an
     # unrolled call per element, and a cond around either there becomes a select (pylcm#316)
-    fix = jaxprs.progress_fix(callback)
+    fix = jaxpr_callbacks.progress_fix(callback)
     if not vmapped:
         return f"{said}. {fix[0].upper()}{fix[1:]}"
     return (f"{said}, and under jax.vmap once per element, one after another. Under jax.vmap "

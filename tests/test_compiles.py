@@ -1244,7 +1244,9 @@ def test_jax_352_a_compile_of_a_python_loop_names_the_line_and_lax_scan(monkeypa
     compiles.watch named only the persistent cache. It names the line that made most of the
     jaxpr JAX lowered, again and again, and lax.scan (sizes, not seconds: 20 steps here, with
     the note's floor of compile seconds, UNROLLED_SECONDS, set to 0)."""
-    from helpers._internal import jaxprs
+    from helpers._internal import (
+        jaxpr_loops,
+    )
 
     monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
     params = (jnp.eye(_H352) * 0.5, jnp.ones((_H352, _H352)) * 0.01)
@@ -1278,11 +1280,11 @@ def test_jax_352_a_compile_of_a_python_loop_names_the_line_and_lax_scan(monkeypa
         return jnp.sum(jax.lax.associative_scan(binop, (a, b))[1] ** 2)
 
     a = jnp.full((256, 4), 0.9)
-    assert jaxprs.unrolled_line(jax.make_jaxpr(jax.value_and_grad(ssm))(a, a), 64) is None
+    assert jaxpr_loops.unrolled_line(jax.make_jaxpr(jax.value_and_grad(ssm))(a, a), 64) is None
     g = lambda t: jnp.sin(t) * t ** 10  # noqa: E731
     for _ in range(4):
         g = (lambda h: (lambda v: jax.jvp(h, (v,), (jnp.ones_like(v),))[1]))(g)
-    assert jaxprs.unrolled_line(jax.make_jaxpr(g)(a), 64) is None
+    assert jaxpr_loops.unrolled_line(jax.make_jaxpr(g)(a), 64) is None
 
 
 def test_jax_891_compiles_watch_names_a_loop_of_lookups_and_one_gather(monkeypatch):
@@ -1336,7 +1338,9 @@ def test_jax_352_layers_of_different_widths_get_no_lax_scan_advice(monkeypatch):
     that advice (here 21 times, at most once with the same shapes); otherwise the note says the
     iterations differ in shape and names stacking the layers that share a shape. Run: stacked
     and scanned, 20 alike layers give the same value from a fraction of the equations."""
-    from helpers._internal import jaxprs
+    from helpers._internal import (
+        jaxpr_loops,
+    )
 
     monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
     params = [(jnp.ones((a, b)) * .01, jnp.zeros(b))
@@ -1346,7 +1350,7 @@ def test_jax_352_layers_of_different_widths_get_no_lax_scan_advice(monkeypatch):
         jax.block_until_ready(jax.jit(jax.grad(_mlp_loop))(params, x))
     entry = log.function("_mlp_loop")
     assert "h = jnp.tanh(h @ w + b)" in entry.unrolled_line
-    assert entry.unrolled_repeats == 21 and entry.unrolled_alike < jaxprs.LOOP_REPEATS
+    assert entry.unrolled_repeats == 21 and entry.unrolled_alike < jaxpr_loops.LOOP_REPEATS
     note = log.diagnosis
     assert "21 times over, its operand shapes changing between iterations" in note
     assert "Its iterations work on arrays of different shapes" in note
@@ -1366,11 +1370,11 @@ def test_jax_352_layers_of_different_widths_get_no_lax_scan_advice(monkeypatch):
         return jnp.mean(h ** 2)
 
     x128 = jnp.ones((32, 128))
-    big = jaxprs.unrolled_line(jax.make_jaxpr(looped)(alike, x128), 64)
+    big = jaxpr_loops.unrolled_line(jax.make_jaxpr(looped)(alike, x128), 64)
     assert big is not None and big[5] == 20  # alike layers: the scan advice holds
     np.testing.assert_allclose(jax.jit(scanned)(alike, x128), jax.jit(looped)(alike, x128),
                                rtol=1e-6)
-    assert jaxprs.unrolled_line(jax.make_jaxpr(scanned)(alike, x128), 64) is None
+    assert jaxpr_loops.unrolled_line(jax.make_jaxpr(scanned)(alike, x128), 64) is None
 
 
 def test_jax_352_a_loop_that_compiles_fast_gets_no_note_from_watch():
@@ -1397,7 +1401,9 @@ def test_jax_2777_a_vmapped_debug_print_is_no_unrolled_python_loop(monkeypatch):
     called it "a Python loop inside the jitted function is unrolled". JAX's own code made
     them: no note. Without the vmap, a print in a Python loop is still named."""
     from helpers import preflight
-    from helpers._internal import jaxprs
+    from helpers._internal import (
+        jaxpr_loops,
+    )
 
     monkeypatch.setattr(compiles, "UNROLLED_SECONDS", 0.0)
 
@@ -1407,10 +1413,10 @@ def test_jax_2777_a_vmapped_debug_print_is_no_unrolled_python_loop(monkeypatch):
 
     xs = jnp.ones((32, 16, 16))
     made = jax.make_jaxpr(jax.vmap(p))(xs)
-    line = next(v for k, v in jaxprs.line_repeats(made).items() if "jax.debug.print" in
+    line = next(v for k, v in jaxpr_loops.line_repeats(made).items() if "jax.debug.print" in
                 frames.line(*k))
-    assert line[1] >= 32 and line[2] < jaxprs.LOOP_REPEATS  # JAX's own: not the user's loop
-    assert jaxprs.unrolled_line(made, 64) is None
+    assert line[1] >= 32 and line[2] < jaxpr_loops.LOOP_REPEATS  # JAX's own: not the user's loop
+    assert jaxpr_loops.unrolled_line(made, 64) is None
     assert "unrolled" not in preflight.preflight_step(jax.jit(jax.vmap(p)), xs).advice
     with compiles.watch() as log:
         jax.block_until_ready(jax.jit(jax.vmap(p))(xs))
@@ -1424,7 +1430,7 @@ def test_jax_2777_a_vmapped_debug_print_is_no_unrolled_python_loop(monkeypatch):
             x = x.at[i].set(jnp.tanh(x[i]))
         return x
 
-    assert jaxprs.unrolled_line(jax.make_jaxpr(looped)(xs), 64) is not None
+    assert jaxpr_loops.unrolled_line(jax.make_jaxpr(looped)(xs), 64) is not None
 
 
 def _uses_loop(x, k):

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from helpers import compiled, preflight
-from helpers._internal import jaxprs
+from helpers._internal import (
+    jaxpr_values,
+)
 
 MiB = 2**20
 
@@ -139,7 +141,7 @@ def test_jax_7368_a_bfloat16_output_against_float32_labels_in_a_float32_loss_is_
     y, y16 = jnp.ones((512, 512)), jnp.ones((512, 512), jnp.bfloat16)
     p = preflight.preflight_step(step, params, x, y, donate_argnums=0)
     assert p.widened_values == () and "is read as" not in p.advice
-    assert jaxprs.widened_inputs(jax.make_jaxpr(step)(params, x, y)) == ()
+    assert jaxpr_values.widened_inputs(jax.make_jaxpr(step)(params, x, y)) == ()
     followed = preflight.preflight_step(step, params, x, y16, donate_argnums=0)
     temps = round(p.temp_bytes / MiB, 2), round(followed.temp_bytes / MiB, 2)
     measured = {"0.8.0": 17.5, "0.10.2": 15.5, "0.11.2": 12.5, "0.12.0.1": 12.5}.get(
@@ -149,7 +151,7 @@ def test_jax_7368_a_bfloat16_output_against_float32_labels_in_a_float32_loss_is_
     def dotted(params, x, y):
         return jnp.mean(((forward(params, x) - y) @ y) ** 2)
 
-    assert jaxprs.widened_inputs(jax.make_jaxpr(jax.grad(dotted))(params, x, y))
+    assert jaxpr_values.widened_inputs(jax.make_jaxpr(jax.grad(dotted))(params, x, y))
 
 
 def _bias_step(cast_bias: bool):
@@ -217,7 +219,7 @@ def test_jax_7368_intended_mixed_precision_and_casts_the_user_wrote_are_not_call
               preflight.preflight_step(explicit, master["w1"], batch)):
         assert p.widened_values == () and "is read as" not in p.advice
     # the same jaxpr with the promotion made by an operator is one
-    assert jaxprs.widened_inputs(jax.make_jaxpr(lambda w, x: x @ w)(master["w1"], batch))
+    assert jaxpr_values.widened_inputs(jax.make_jaxpr(lambda w, x: x @ w)(master["w1"], batch))
 
 
 # --- patrick-kidger/equinox#1154: float64 arguments under x64 -----------------------------------

@@ -258,13 +258,15 @@ def test_a_step_without_its_prints_is_a_jaxpr_on_every_jax():
     import jax.numpy as jnp
     from jax.extend import core
 
-    from helpers._internal import jaxprs
+    from helpers._internal import (
+        jaxpr_callbacks,
+    )
 
     def f(x):
         jax.debug.print("x = {}", x)
         return jnp.sin(x) * 2
 
-    stripped = jaxprs.without_prints(jax.make_jaxpr(f)(jnp.ones(3)))
+    stripped = jaxpr_callbacks.without_prints(jax.make_jaxpr(f)(jnp.ones(3)))
     assert [e.primitive.name for e in stripped.jaxpr.eqns] == ["sin", "mul"]
     assert core.jaxpr_as_fun(stripped)(jnp.ones(3))[0].shape == (3,)
     assert internals.wraps_jaxpr(jax.make_jaxpr(f)(jnp.ones(3))) == (

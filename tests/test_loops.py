@@ -8,7 +8,9 @@ from jax.extend import core
 from jax.interpreters import mlir
 
 from helpers import compiled, preflight
-from helpers._internal import jaxprs
+from helpers._internal import (
+    jaxpr_loops,
+)
 
 MiB = 2**20
 D, MAX_STEPS = 1024, 4096
@@ -86,7 +88,7 @@ def test_diffrax_238_save_at_steps_written_by_equinox_maybe_set_is_named_with_sa
     buf, n = jax.jit(steps)(y0)
     assert int(n) < 20 and buf.shape[0] == MAX_STEPS  # 13 steps taken, 4096 rows
     (loop, whole, step, dtype, nbytes, _, write, count, _), = [
-        r for r in jaxprs.loop_records(jax.make_jaxpr(steps)(y0)) if r[4] >= MiB]
+        r for r in jaxpr_loops.loop_records(jax.make_jaxpr(steps)(y0)) if r[4] >= MiB]
     assert (loop, whole, step, write, count) == ("while", (MAX_STEPS, D), (D,), "maybe_set",
                                                  None)
     p = preflight.preflight_step(steps, y0)

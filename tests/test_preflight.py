@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from helpers import compiled, devices, measure, preflight, program_notes
-from helpers._internal import frames, jaxcompat, jaxprs
+from helpers._internal import (
+    frames,
+    jaxcompat,
+    jaxpr_loops,
+    jaxpr_products,
+    jaxpr_walk,
+)
 from helpers.errors import BadInputError, ChildProcessFailed
 from helpers.example_steps import EXAMPLES, matmul_chain, mlp_sgd_step
 from helpers.units import NOT_AVAILABLE, format_bytes
@@ -1409,7 +1415,9 @@ def test_jax_23358_a_constant_index_with_a_batched_value_names_the_update_value(
     and the update value is batched: the note said 'whose index jax.vmap batches'. The
     scatter's batching dimensions say which; the fix (x.sum() - x[9] + v) runs with no
     temporaries and the same values."""
-    from helpers._internal import jaxprs
+    from helpers._internal import (
+        jaxpr_products,
+    )
 
     x = jnp.zeros(2048)
 
@@ -1423,9 +1431,10 @@ def test_jax_23358_a_constant_index_with_a_batched_value_names_the_update_value(
         return jax.vmap(lambda v: x.sum() - x[9] + v)(vs)
 
     vs, ids = jnp.linspace(0.0, 1.0, 2048), jnp.arange(2048)
-    assert set(jaxprs.scatters_batched(jax.jit(run).trace(vs).jaxpr).values()) == {
+    assert set(jaxpr_products.scatters_batched(jax.jit(run).trace(vs).jaxpr).values()) == {
         "update value"}
-    assert set(jaxprs.scatters_batched(jax.jit(by_index).trace(ids).jaxpr).values()) == {"index"}
+    assert set(jaxpr_products.scatters_batched(
+        jax.jit(by_index).trace(ids).jaxpr).values()) == {"index"}
     p = preflight.preflight_step(run, vs)
     if max(t.nbytes for t in p.largest_temporaries) >= 2048 * 2048 * 4:  # 0.8.0 fuses it
         assert "An .at[...] update whose update value jax.vmap batches" in p.advice
@@ -1817,7 +1826,7 @@ def test_xla_49131_a_pairwise_broadcast_then_reduced_is_told_to_sum_over_chunks(
     assert "16 of y (the reduced axis)" in flipped.advice
     over_i = jax.make_jaxpr(lambda x, y: jnp.exp(-((x[:, None] - y[None]) ** 2).sum(-1))
                             .sum(0) @ m)(x, y)  # reduced over i: x runs along it
-    assert [(f[3], f[6], f[7]) for f in jaxprs.pairwise_reductions(over_i)] == [(0, 0, 0)]
+    assert [(f[3], f[6], f[7]) for f in jaxpr_products.pairwise_reductions(over_i)] == [(0, 0, 0)]
 
 
 def test_xla_49131_an_rbf_gradient_xla_fuses_away_is_not_told_to_change():
@@ -2187,7 +2196,7 @@ def test_jax_891_a_gradient_summed_over_the_batch_is_not_said_to_be_made_under_v
     before = program_notes.batched_by_line(dataclasses.replace(c, jaxpr=None), peak)
     assert before and before[0][0].shape == (_L891, _L891, _Q891, _Q891)  # what it said
     assert program_notes.batched_by_line(c, peak) == []
-    assert jaxprs.vmapped_lines(c.jaxpr)[before[0][0].line][0] == (frozenset({6}),)
+    assert jaxpr_products.vmapped_lines(c.jaxpr)[before[0][0].line][0] == (frozenset({6}),)
     assert "under jax.vmap" not in preflight.preflight_step(_loss891(_energy_loop),
                                                             *args).advice
 
@@ -2207,11 +2216,11 @@ def test_jax_891_a_python_loop_of_lookups_xla_fused_is_named_by_its_jaxpr_equati
     assert "a Python loop inside the jitted function is unrolled" in p.advice
     assert "one gather for all iterations with index arrays" in p.advice
     assert "jax-ml/jax#891" in p.advice
-    _, n, total, repeats, gathers, *_ = jaxprs.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
+    _, n, total, repeats, gathers, *_ = jaxpr_loops.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
     assert n >= 10 * xla and repeats >= _L891 and gathers
     # the fix, run: one gather, the same gradients, a program a fraction of the size
     fixed = compiled.compile_step(_loss891(_energy_gather), *args)
-    assert 10 * len(list(e for j, _ in jaxprs.walk(fixed.jaxpr) for e in j.eqns)) < total
+    assert 10 * len(list(e for j, _ in jaxpr_walk.walk(fixed.jaxpr) for e in j.eqns)) < total
     assert "unrolled" not in preflight.preflight_step(_loss891(_energy_gather), *args).advice
     for a, b in zip(jax.jit(_loss891(_energy_loop))(*args),
                     jax.jit(_loss891(_energy_gather))(*args), strict=True):
@@ -2240,7 +2249,7 @@ def test_mamba_minimal_jax_1_associative_scan_is_no_python_loop(monkeypatch):
     c = compiled.compile_step(jax.value_and_grad(ssm, argnums=(0, 1)), dA, dA)
     assert "Python loop" in dataclasses.replace(c, jaxpr=None).unrolled()  # the old words
     assert c.unrolled() == ""
-    made = jaxprs.line_repeats(c.jaxpr)
+    made = jaxpr_loops.line_repeats(c.jaxpr)
     scan_line = next(v for k, v in made.items() if "associative_scan(binop" in frames.line(*k))
     assert scan_line[0] == 0 and scan_line[1] > 0  # all its equations: JAX's own loop code
 
@@ -2262,7 +2271,7 @@ def test_jax_520_nested_jvp_is_no_python_loop_for_the_unrolled_note():
     for _ in range(3):
         g = (lambda h: (lambda v: jax.jvp(h, (v,), (jnp.ones_like(v),))[1]))(g)
     x = jnp.linspace(0.5, 1.5, 64)
-    assert jaxprs.unrolled_line(jax.make_jaxpr(g)(x), 64) is None
+    assert jaxpr_loops.unrolled_line(jax.make_jaxpr(g)(x), 64) is None
     assert "unrolled" not in compiled.compile_step(g, x).unrolled()
 
 

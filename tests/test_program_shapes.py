@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from helpers import example_steps, preflight, program_notes
-from helpers._internal import jaxprs
+from helpers._internal import (
+    jaxpr_products,
+)
 from tests.conftest import chunked_causal_attention
 
 MiB = 2**20
@@ -165,9 +167,9 @@ def test_jax_24915_the_row_fix_moves_an_index_that_is_not_first():
     assert "jnp.einsum('i,k,l->k', *r, *others)" in fix
     assert "each with j moved to the front (jnp.moveaxis)" in fix
     assert "then jnp.moveaxis(out, 0, 0)" not in fix
-    spec = jaxprs.einsum_step(SPEC, [(N, N)] * 6, N**4)
+    spec = jaxpr_products.einsum_step(SPEC, [(N, N)] * 6, N**4)
     assert spec == "ilj,jki->iljk"
-    assert jaxprs.einsum_step(SPEC, [(N, N)] * 5, N**4) == ""  # shapes that do not fit
+    assert jaxpr_products.einsum_step(SPEC, [(N, N)] * 5, N**4) == ""  # shapes that do not fit
 
 
 # --- openxla/xla#25487: a whole sort sliced to its first k -------------------------------------
@@ -206,7 +208,7 @@ def test_xla_25487_argsort_then_slice_named_and_top_k_gives_the_same_indices():
     (lambda x: jax.vmap(lambda r: jnp.argsort(r)[:K])(x.reshape(4, -1)), "smallest", "indices"),
 ])
 def test_xla_25487_each_end_and_form_of_the_slice_is_read(f, end, kept):
-    found = jaxprs.sliced_sorts(jax.make_jaxpr(f)(jnp.zeros(NS)))
+    found = jaxpr_products.sliced_sorts(jax.make_jaxpr(f)(jnp.zeros(NS)))
     assert [(s[3], s[4], s[5]) for s in found] == [(K, end, kept)]
 
 
@@ -217,7 +219,7 @@ def test_xla_25487_each_end_and_form_of_the_slice_is_read(f, end, kept):
     lambda x: jnp.argsort(x)[: NS // 4],  # a quarter: not k << n
 ])
 def test_xla_25487_a_sort_used_whole_gets_no_note(f):
-    assert jaxprs.sliced_sorts(jax.make_jaxpr(f)(jnp.zeros(NS))) == ()
+    assert jaxpr_products.sliced_sorts(jax.make_jaxpr(f)(jnp.zeros(NS))) == ()
 
 
 def test_xla_25487_largest_k_note_says_the_order():
@@ -297,8 +299,8 @@ def test_axlearn_1236_a_clip_similarity_matrix_is_not_called_logits_over_a_vocab
         return jnp.sum(jax.nn.log_softmax(logits, -1)) + jnp.sum(jax.nn.log_softmax(logits.T))
 
     h, wv = jnp.ones((T, D)), jnp.ones((D, V))
-    assert jaxprs.softmax_products(jax.make_jaxpr(both_ways)(wv, h)) == ()
-    one_way = jaxprs.softmax_products(jax.make_jaxpr(
+    assert jaxpr_products.softmax_products(jax.make_jaxpr(both_ways)(wv, h)) == ()
+    one_way = jaxpr_products.softmax_products(jax.make_jaxpr(
         lambda w, h: jnp.sum(jax.nn.log_softmax(h @ w, -1)))(wv, h))
     assert [(s[0], s[1]) for s in one_way] == [("logits", (T, V))]
 

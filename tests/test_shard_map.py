@@ -9,7 +9,9 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from helpers import preflight
-from helpers._internal import jaxprs
+from helpers._internal import (
+    jaxpr_sharding,
+)
 
 MiB = 2**20
 
@@ -63,7 +65,7 @@ def test_jax_839_psum_of_a_grad_under_check_vma_multiplies_it_by_the_axis_size()
     # without check_vma the same psum is the right one: 1.0x, and no note
     unchecked = _step(lambda w, xb: jax.lax.psum(jax.grad(_loss)(w, xb), "x"), check_vma=False)
     assert _ratio(unchecked, w, xb) == pytest.approx(1.0)
-    assert jaxprs.psums_of_invariant(jax.make_jaxpr(unchecked)(w, xb)) == ()
+    assert jaxpr_sharding.psums_of_invariant(jax.make_jaxpr(unchecked)(w, xb)) == ()
 
 
 def test_jax_839_psum_scatter_of_a_grad_under_check_vma_is_4x_too_and_the_fix_runs():
@@ -81,15 +83,15 @@ def test_jax_839_psum_scatter_of_a_grad_under_check_vma_is_4x_too_and_the_fix_ru
         jax.grad(_loss)(_varying(w), xb), "x", scatter_dimension=0, tiled=True),
         out_specs=P("x"))
     assert _ratio(fixed, w, xb) == pytest.approx(1.0)
-    assert jaxprs.psums_of_invariant(jax.make_jaxpr(fixed)(w, xb)) == ()
+    assert jaxpr_sharding.psums_of_invariant(jax.make_jaxpr(fixed)(w, xb)) == ()
 
 
 def test_jax_839_psum_of_a_number_or_a_varying_value_is_not_flagged():
     w, xb = _small()
     step = _step(lambda w, xb: (w * jax.lax.psum(1, "x"), jax.lax.psum(xb.sum(), "x")))
-    assert jaxprs.psums_of_invariant(jax.make_jaxpr(step)(w, xb)) == ()
+    assert jaxpr_sharding.psums_of_invariant(jax.make_jaxpr(step)(w, xb)) == ()
     # a P() input summed by hand is one: 4x, named without the grad's words
-    (found,) = jaxprs.psums_of_invariant(jax.make_jaxpr(
+    (found,) = jaxpr_sharding.psums_of_invariant(jax.make_jaxpr(
         _step(lambda w, xb: jax.lax.psum(w, "x")))(w, xb))
     assert found[0] == "psum" and found[2:] == (("x",), 4, False)
 

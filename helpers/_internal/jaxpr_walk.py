@@ -1,0 +1,259 @@
+"""Reading a step's jaxpr, the ground the other ``jaxpr_*`` modules stand on: every equation,
+nested jaxprs included (:func:`walk`), the user's line that made an equation, what an inner jit
+or remat calls, and which equation makes or reads a variable.
+
+The ``jaxpr_*`` modules read a step's jaxpr for what the user's code asked of JAX, before XLA
+plans anything, each with the user's line; plain tuples out, :mod:`helpers.compiled` makes the
+records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from helpers._internal import frames
+
+__all__ = ["bodies", "called_jaxpr", "CALLS", "closed_over_values", "closes_over_arrays",
+           "equation_line", "equation_where", "floating", "frame_names", "has_derivative",
+           "innermost_user", "input_position", "made_and_read", "MOVES", "REMATS", "scan_role",
+           "statement", "traceback_frames", "types_within", "user_frame", "value_types", "walk",
+           "zero_literal"]
+
+
+def floating(dtype) -> bool:
+    """A floating dtype, bfloat16 included (NumPy's issubdtype says no to bfloat16)."""
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
+def walk(closed) -> Iterator[tuple[Any, Sequence]]:
+    """Each jaxpr of a closed jaxpr, and every one nested in its equations (a scan's body, a
+    cond's branches, an inner jit), with its constants (none for an open one)."""
+    from jax.extend import core
+
+    stack = [closed] if closed is not None else []
+    while stack:
+        j, consts = stack.pop(), ()
+        if isinstance(j, core.ClosedJaxpr):
+            j, consts = j.jaxpr, j.consts
+        yield j, consts
+        for eqn in getattr(j, "eqns", ()):
+            for v in eqn.params.values():
+                stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
+                          if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+
+
+def has_derivative(closed) -> bool:
+    """The step takes a reverse-mode derivative (jax.grad, jax.vjp: an equation, at any depth,
+    made under ``transpose(``): what keeps residuals for a backward pass, which
+    ``jax.checkpoint`` trades for recomputation. A solve or a factorization alone has none
+    (google/neural-tangents#166)."""
+    return any("transpose(" in str(getattr(eqn.source_info, "name_stack", ""))
+               for j, _ in walk(closed) for eqn in getattr(j, "eqns", ()))
+
+
+def closes_over_arrays(closed) -> bool:
+    """The step closes over an array of one dimension or more (a constant of its jaxpr or of
+    one nested in it): what XLA can compute with while compiling. A step that only makes
+    arrays from literals (``jnp.zeros(shape)``: a broadcast of the constant 0) closes over
+    none; neither does a closed-over scalar or PRNG key."""
+    return any(getattr(c, "ndim", 0) for _, consts in walk(closed) for c in consts)
+
+
+def closed_over_values(closed) -> set[tuple[int, ...]]:
+    """The shapes of the values a step computes from the arrays it closes over and from no
+    argument (``w[i]`` of a closed-over weight stack in an unrolled loop): XLA computes them
+    while compiling and keeps them as constants of these shapes, which are the closed-over
+    arrays' all the same (passing the array as an argument leaves none). A value made from
+    literals alone (``jnp.ones(...).at[...].set(...)``) is not one."""
+    from jax.extend import core
+
+    out: set[tuple[int, ...]] = set()
+    for j, consts in walk(closed):
+        arrays = {v for v, c in zip(getattr(j, "constvars", ()), consts, strict=False)
+                  if getattr(c, "ndim", 0)}
+        no_argument = set(getattr(j, "constvars", ()))  # made from constants and literals only
+        for eqn in getattr(j, "eqns", ()):
+            ins = [v for v in eqn.invars if not isinstance(v, core.Literal)]
+            if eqn.effects or not all(v in no_argument for v in ins):
+                continue
+            no_argument.update(eqn.outvars)
+            if any(v in arrays for v in ins):
+                arrays.update(eqn.outvars)
+                out.update(tuple(v.aval.shape) for v in eqn.outvars
+                           if getattr(v.aval, "shape", ()))
+    return out
+
+
+def traceback_frames(eqn) -> list:
+    """The frames of the traceback that made a jaxpr equation, innermost first (JAX's own and
+    the user's); [] where it has none."""
+    try:
+        return list(eqn.source_info.traceback.frames)
+    except Exception:  # an equation without a traceback
+        return []
+
+
+def innermost_user(eqn):
+    """The user's innermost frame of the traceback that made a jaxpr equation, or None."""
+    return next((f for f in traceback_frames(eqn) if frames.is_user_file(f.file_name)), None)
+
+
+def user_frame(eqn) -> tuple[str, int] | None:
+    """(file, line) of the user's innermost frame that made a jaxpr equation, or None."""
+    f = innermost_user(eqn)
+    return (f.file_name, f.line_num) if f else None
+
+
+def equation_line(eqn) -> str:
+    """The user's line that made a jaxpr equation ("" where its traceback names none)."""
+    where = user_frame(eqn)
+    return frames.line(*where) if where else ""
+
+
+def equation_where(eqn) -> str:
+    """The user's file and line that made a jaxpr equation, as JAX's residual list names it
+    ("model.py:12", "Cell In[3], line 2"); "" where its traceback names none."""
+    where = user_frame(eqn)
+    return frames.where(*where) if where else ""
+
+
+def statement(file: str, line: int, most: int = 12) -> str:
+    """The code from ``line`` on until its brackets close (a call black spreads over several
+    lines), comments left out; at most ``most`` lines."""
+    import linecache
+
+    text, depth = [], 0
+    for n in range(line, line + most):
+        code = linecache.getline(file, n).split("#")[0]
+        if not code:
+            break
+        text.append(code.strip())
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        if depth <= 0:
+            break
+    return " ".join(text)
+
+
+def scan_role(eqn) -> str:
+    """"forward" for a derivative's forward pass, "backward" for its backward pass (JAX's name
+    stack says jvp, transpose), "" otherwise."""
+    try:
+        stack = str(eqn.source_info.name_stack)
+    except Exception:  # an equation without a name stack
+        return ""
+    return "backward" if "transpose(" in stack else "forward" if "jvp(" in stack else ""
+
+
+#: the primitives of jax.checkpoint (jax.remat): remat2 is its name on jax 0.8.0 and 0.10.2
+REMATS = ("remat", "remat2", "checkpoint")
+
+
+def value_types(values) -> list[tuple[tuple[int, ...], str]]:
+    return [(tuple(v.aval.shape), str(v.aval.dtype)) for v in values if hasattr(v.aval, "shape")]
+
+
+def types_within(few: list, many: list) -> bool:
+    """Every type of ``few`` among ``many``, each as often (a multiset)."""
+    left = list(many)
+    for t in few:
+        if t not in left:
+            return False
+        left.remove(t)
+    return bool(few)
+
+
+def input_position(jaxpr, var, depth: int = 0) -> int | None:
+    """The index of the input of ``jaxpr`` that its value ``var`` is, unchanged, followed
+    through inner jits and remats (an inner jaxpr whose output is its own input); None else."""
+    for i, v in enumerate(jaxpr.invars):
+        if v is var:
+            return i
+    if depth > 8:
+        return None
+    for eqn in jaxpr.eqns:
+        for k, out in enumerate(eqn.outvars):
+            if out is var:
+                inner = called_jaxpr(eqn)
+                at = None if inner is None else input_position(inner, inner.outvars[k], depth + 1)
+                return None if at is None else input_position(jaxpr, eqn.invars[at], depth + 1)
+    return None
+
+
+def frame_names(eqn) -> list[str]:
+    """The function names of the traceback that made a jaxpr equation, innermost first."""
+    return [f.function_name for f in traceback_frames(eqn)]
+
+
+def zero_literal(v) -> bool:
+    """A jaxpr operand that is the literal 0 (a Python 0.0 the step multiplies by)."""
+    val = getattr(v, "val", None)  # a Var has none
+    try:
+        return val is not None and np.ndim(val) == 0 and float(val) == 0.0
+    except (TypeError, ValueError):  # a value that is no number
+        return False
+
+
+#: primitives that call a jaxpr with their own operands, one for one, and return its outputs:
+#: an inner jit, a remat, a custom derivative's function (not a scan, a loop or a branch, whose
+#: body runs per step or per case)
+CALLS = ("pjit", "jit", "closed_call", "core_call", *REMATS, "custom_jvp_call",
+          "custom_vjp_call", "custom_vjp_call_jaxpr")
+
+
+def called_jaxpr(eqn):
+    """The jaxpr an inner jit or remat equation calls with its operands, one for one (None for
+    any other equation, or one whose counts do not match)."""
+    from jax.extend import core
+
+    if eqn.primitive.name not in CALLS:
+        return None
+    inner = next((p for k in ("jaxpr", "call_jaxpr", "fun_jaxpr")
+                  if isinstance(p := eqn.params.get(k), (core.ClosedJaxpr, core.Jaxpr))), None)
+    body = inner.jaxpr if isinstance(inner, core.ClosedJaxpr) else inner
+    if body is None or len(body.invars) != len(eqn.invars) or \
+            len(body.outvars) != len(eqn.outvars):
+        return None
+    return body
+
+
+def made_and_read(j) -> tuple[dict, dict]:
+    """(id of a variable -> the equation that makes it, id -> the equations that read it), for
+    one jaxpr: made once, so each question about a variable is a lookup."""
+    made, read = {}, {}
+    for eqn in j.eqns:
+        for v in eqn.outvars:
+            made[id(v)] = eqn
+        for v in eqn.invars:
+            if not hasattr(v, "val"):  # a Literal is no variable
+                read.setdefault(id(v), []).append(eqn)
+    return made, read
+
+
+#: equations that only move or reshape their one operand: a value they make from an input is
+#: that input (a bias broadcast to its activation's shape), for naming it
+MOVES = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "copy")
+
+
+def bodies(eqn) -> list[tuple[Any, Sequence | None]]:
+    """(jaxpr, the equation's operands its inputs take, one for one; None where they do not
+    pair so: a while loop's) of each jaxpr an equation calls: an inner jit's, a remat's, a
+    scan's body, a cond's branches."""
+    from jax.extend import core
+
+    out = []
+    for p in eqn.params.values():
+        for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+            if not isinstance(sub, (core.ClosedJaxpr, core.Jaxpr)):
+                continue
+            body = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub
+            n = len(body.invars)
+            operands = (eqn.invars if n == len(eqn.invars) else
+                        eqn.invars[1:] if eqn.primitive.name == "cond" and
+                        n == len(eqn.invars) - 1 else None)
+            out.append((body, operands))
+    return out
