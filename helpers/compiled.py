@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from helpers import devices
+from helpers import devices, trace_errors
 from helpers._internal import (
     frames,
     jaxcompat,
@@ -65,8 +65,6 @@ __all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "Jacobi
 #: a whole copy of a loop's carried value of this many bytes on every step is worth a note (a
 #: scan's small carry, a hidden state XLA copies, is not)
 _CARRY_COPY_AT = 256 * 1024
-_TRACE_ERRORS = ("ConcretizationTypeError", "TracerBoolConversionError",
-                 "TracerIntegerConversionError", "TracerArrayConversionError")
 
 
 @dataclass(frozen=True)
@@ -582,12 +580,18 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     if err is not None:
         kind = type(err).__name__
         first = (str(err).strip().splitlines() or [kind])[0].rstrip(".")
-        if kind in _TRACE_ERRORS:
+        if fix := trace_errors.trace_error_fix(err):
+            here = (" (preflight_step takes static_argnums and static_argnames as jax.jit "
+                    "does)" if "static_argnames" in fix else "")
+            raise BadInputError(f"{name} does not trace{user_line(err)}: {kind}: {first}. "
+                                f"Why: {fix}{here}") from None
+        if kind in trace_errors.TRACE_ERRORS:
             raise BadInputError(
-                f"{name} does not trace{user_line(err)}: Python control flow (if, while, "
-                f"int(), bool()) on a traced value. {kind}: {first}. Fix: jnp.where or "
-                f"jax.lax.cond/while_loop, or mark that argument static "
-                f"(static_argnums=... or static_argnames=... here, as for jax.jit)") from None
+                f"{name} does not trace{user_line(err)}: a traced value is used where Python "
+                f"needs a concrete one (an if, int(), a shape). {kind}: {first}. Fix: "
+                f"jnp.where or jax.lax.cond/while_loop, or mark the argument it comes from "
+                f"static (static_argnums=... or static_argnames=... here, as for jax.jit)"
+                ) from None
         several = ("incompatible devices" in first and "inside jit" in first
                    and " one device" not in first)
         if several and retried:  # placed as a real call places them, it fails as well

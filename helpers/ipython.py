@@ -155,7 +155,7 @@ def load(ip: Any) -> None:
     from helpers._internal import jaxcompat
 
     ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types(),
-                       BufferError, AttributeError), _on_jax_error)
+                       BufferError, AttributeError, TypeError), _on_jax_error)
 
     @magics_class
     class MemoryMagics(Magics):
@@ -252,8 +252,9 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     divide, shardings mixed on a mesh of Explicit axes, an argument not on its shard_map
     in_spec, a sharding inside shard_map that meets its Manual axes), NumPy's refusal to
     export a read-only array to jnp.from_dlpack, or ``.block_until_ready()`` asked of what is
-    no jax.Array (a tuple of them: jax-ml/jax#3125), the explanation; any other error passes
-    with its traceback alone. Never raises (IPython would unregister it)."""
+    no jax.Array (a tuple of them: jax-ml/jax#3125), or a traced value used where Python needs
+    a concrete one (:func:`helpers.trace_errors.trace_error_fix`), the explanation; any other
+    error passes with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     try:  # an error whose str() raises, say, must not unregister the handler
         _explain(shell, value)
@@ -274,6 +275,9 @@ def _explain(shell, value: BaseException) -> None:
                          "why a CUDA library could not start")
     elif fix := _sharding_fix(value):  # any other ValueError passes with its traceback alone
         print(f"JAX Device Kit: why this sharding failed: {fix}")
+        return None
+    elif fix := _trace_fix(value):  # a ConcretizationTypeError and its kin; other TypeErrors pass
+        print(f"JAX Device Kit: why this did not trace: {fix}")
         return None
     elif isinstance(value, BufferError) and _READONLY_EXPORT in str(value):
         print(f"JAX Device Kit: why this conversion failed: {_READONLY_DLPACK}")
@@ -341,6 +345,17 @@ def _not_an_array(value: AttributeError) -> str:
             "waits for every jax.Array in it where it is a registered pytree (a flax.struct "
             "dataclass, an Equinox Module, a NamedTuple), and returns it; an object of another "
             "class it returns without waiting.")
+
+
+def _trace_fix(value: BaseException) -> str:
+    """trace_errors.trace_error_fix for the cell's error; "" where it is no trace error or
+    reading it fails (the handler must never raise)."""
+    try:
+        from helpers import trace_errors
+
+        return trace_errors.trace_error_fix(value)
+    except Exception:
+        return ""
 
 
 def _sharding_fix(value: BaseException) -> str:

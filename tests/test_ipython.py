@@ -31,7 +31,7 @@ def test_the_extension_registers_and_unregisters(shell):
 
     assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,
                                        *jaxcompat.sharding_error_types(), BufferError,
-                                       AttributeError)
+                                       AttributeError, TypeError)
     assert "memory" in shell.magics_manager.magics["cell"]
     shell.run_line_magic("unload_ext", "helpers")
     assert shell.custom_exceptions == () and "memory" not in shell.magics_manager.magics["cell"]
@@ -88,6 +88,27 @@ def test_jax_3125_block_until_ready_of_a_tuple_is_explained_under_its_traceback(
     said = capsys.readouterr().out
     assert "the kit could not explain this error: RuntimeError" in said
     assert AttributeError in shell.custom_exceptions  # not unregistered
+    assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
+
+
+def test_jax_35090_a_trace_error_in_a_cell_is_explained_and_other_type_errors_pass(shell,
+                                                                                     capsys):
+    """A ConcretizationTypeError in a cell: the cause and the fix under its traceback (here a
+    jitted helper's result, jax-ml/jax#35090); a TypeError of another kind passes alone."""
+    shell.run_cell("import functools\n"
+                   "@functools.partial(jax.jit, static_argnums=0)\n"
+                   "def add1(i):\n    return i + 1\n"
+                   "@functools.partial(jax.jit, static_argnums=0)\n"
+                   "def ramp(k):\n    return jnp.arange(add1(k))\n")
+    capsys.readouterr()
+    r = shell.run_cell("ramp(5)")
+    said = capsys.readouterr().out
+    assert not r.success and "ConcretizationTypeError" in said  # the traceback first
+    assert ("JAX Device Kit: why this did not trace: add1 is a jax.jit function: inside another "
+            "trace its result is a traced value") in said
+    r = shell.run_cell("len(5)")
+    said = capsys.readouterr().out
+    assert not r.success and "TypeError" in said and "JAX Device Kit" not in said
     assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
 
 

@@ -1,0 +1,178 @@
+"""Why a function does not trace: the cause and the fix of a ConcretizationTypeError (and its
+kin: a traced value put to ``if``, ``int()`` or NumPy, a shape that is not concrete), read from
+the error JAX raised and the user's line, never from a guess.
+
+JAX says where the traced value came from in the error's text (jax/_src/interpreters/
+partial_eval.py, ``_origin_msg``: "depends on the value of the argument n", or "became a
+tracer due to JAX operations on these lines"); where it says neither, the user's failing line
+may call a ``jax.jit`` function, whose result is traced inside another trace whatever its
+arguments (jax-ml/jax#35090). ``preflight_step``'s error and ``%load_ext helpers`` say it.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+
+from helpers._internal import frames
+
+__all__ = ["TRACE_ERRORS", "trace_error_fix"]
+
+#: the errors of a traced value used where Python needs a concrete one (jax.errors)
+TRACE_ERRORS = ("ConcretizationTypeError", "TracerBoolConversionError",
+                "TracerIntegerConversionError", "TracerArrayConversionError")
+#: what jnp says of a shape that holds a traced value (a TypeError, not one of TRACE_ERRORS)
+_SHAPE_NOT_CONCRETE = "Shapes must be 1D sequences of concrete values"
+_ARGUMENTS = re.compile(r"depends on the values? of the arguments? (.+?)\.(?:\n|$)")
+_AROSE = re.compile(r"(?:It|The error) arose in (?:the )?(.+?)\.?(?:\n|$)")
+_OPERATION = re.compile(r"operation (.+?)\n\s+from line (\S+)")
+_JIT_NAME = re.compile(r"\b(?:pjit|jit)\[\s*name=(\w+)")
+
+
+def _arguments(text: str) -> list[str]:
+    found = _ARGUMENTS.search(text)
+    if not found:
+        return []
+    return [a.strip() for a in re.split(r",\s*(?:and\s+)?|\s+and\s+", found.group(1)) if a]
+
+
+def _user_frame(err: BaseException):
+    """The traceback entry of the function JAX was tracing ("while tracing the function f at
+    ..."), else the deepest of the user's code (a live frame: its names can be looked up), or
+    None."""
+    traced = re.search(r"tracing the function (\w+) at ", str(err))
+    tb, found, named = err.__traceback__, None, None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if frames.is_user_file(code.co_filename):
+            found = tb
+            if traced and code.co_name == traced.group(1):
+                named = tb
+        tb = tb.tb_next
+    return named or found
+
+
+def _jitted_calls(tb) -> list[str]:
+    """The names on the user's failing line that call a function of jax.jit's (looked up in
+    that frame's names, nothing called)."""
+    import linecache
+
+    frame = tb.tb_frame
+    text = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+    try:
+        tree = ast.parse(text.removeprefix("return ").removesuffix(":") or "None")
+    except SyntaxError:
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        path, f = [], node.func
+        while isinstance(f, ast.Attribute):
+            path.insert(0, f.attr)
+            f = f.value
+        if not isinstance(f, ast.Name):
+            continue
+        missing = object()
+        obj = frame.f_locals.get(f.id, frame.f_globals.get(f.id, getattr(builtins, f.id, missing)))
+        for attr in path:
+            obj = getattr(obj, attr, missing) if obj is not missing else missing
+        if obj is not missing and type(obj).__name__ == "PjitFunction":  # jax.jit's own
+            out.append(".".join([f.id, *path]))
+    return out
+
+
+def trace_error_fix(err: BaseException) -> str:
+    """The cause and the fix, in a sentence or two, of an error JAX raised because a traced value
+    was used where Python needs a concrete one ("" for any other error): which argument it
+    depends on and what needed it (an ``if``, ``int()``, a shape), the JAX operations that made
+    it from Python numbers, or a ``jax.jit`` function called on the failing line."""
+    kind, text = type(err).__name__, str(err)
+    shape = kind == "TypeError" and _SHAPE_NOT_CONCRETE in text
+    if kind not in TRACE_ERRORS and not shape:
+        return ""
+    arose = _AROSE.search(text)
+    needed = f" ({arose.group(1).strip()})" if arose else ""
+    names = _arguments(text)
+    tb = _user_frame(err)
+    if names:
+        return _argument_fix(kind, names, needed, shape or bool(arose),
+                             _arrays(tb, names) if tb is not None else {})
+    operations = _OPERATION.findall(text)
+    jitted = [n for op, _ in operations for n in _JIT_NAME.findall(op)]
+    if not jitted and tb is not None:
+        jitted = _jitted_calls(tb)
+    if jitted:
+        name = jitted[0]
+        return (f"{name} is a jax.jit function: inside another trace its result is a traced "
+                f"value, even where its own arguments are static, and here a concrete one is "
+                f"needed{needed}. Compute this value in plain Python (call "
+                f"{name}.__wrapped__, or do not jit so small a helper: jax-ml/jax#35090)")
+    if operations:
+        lines = sorted({frames.where(f, int(n)) if n else f
+                        for f, n in (_split_line(at) for _, at in operations)})
+        return (f"the value is made by JAX operations on Python numbers (at "
+                f"{', '.join(lines)}), and inside jit each one gives a traced value, even of "
+                f"constants; here a concrete one is needed{needed}. Compute it with Python or "
+                f"NumPy (max(a, b), np.maximum, math.prod) so it stays a number")
+    return ""
+
+
+def _arrays(tb, names: list[str]) -> dict[str, str]:
+    """The arguments among ``names`` that are arrays of one dimension or more in the traced
+    function's frame, each with its type ("int32[3]"): no static argument can be one."""
+    out = {}
+    for n in names:
+        v = tb.tb_frame.f_locals.get(n)
+        shape = getattr(v, "shape", None)
+        if shape:  # () and None: a scalar or no array
+            out[n] = f"{getattr(v, 'dtype', '')}{list(shape)}"
+    return out
+
+
+def _argument_fix(kind: str, names: list[str], needed: str, shape: bool,
+                  arrays: dict[str, str]) -> str:
+    """The cause and the fix where JAX names the arguments the value depends on."""
+    which = " and ".join(f"'{n}'" for n in names)
+    them = "them" if len(names) > 1 else "it"
+    static = (f"static_argnames=({', '.join(repr(n) for n in names)}"
+              f"{',' if len(names) == 1 else ''}): one compile per value")
+    cause = f"the value depends on {which}, which jit traces"
+    if arrays:  # an array cannot be static: the size or the decision must not come from it
+        typed = ", ".join(f"'{n}' is {t}" for n, t in arrays.items())
+        cause += f" ({typed}, an array: it cannot be made static)"
+        if shape:
+            return (f"{cause}, and a shape is made from its values{needed}: shapes must be "
+                    f"known while tracing. Compute the size outside jit and pass it in as a "
+                    f"static int, or give a fixed bound (the size= of jnp.nonzero, jnp.unique "
+                    f"and the like; jax.nn.one_hot(x, num_classes) with a number)")
+        if kind == "TracerBoolConversionError":
+            return (f"{cause}, and Python's if, while or bool() needs its value. Use "
+                    f"jnp.where or jax.lax.cond/while_loop")
+    if shape:
+        return (f"{cause}, and it sets a shape{needed}: shapes must be known while tracing. "
+                f"Mark {them} static ({static}), or keep one size and mask the rest")
+    if kind == "TracerBoolConversionError":
+        return (f"{cause}, and Python's if, while or bool() needs {them} concrete. Use "
+                f"jnp.where or jax.lax.cond/while_loop, or mark {them} static ({static})")
+    if kind == "TracerIntegerConversionError":
+        return (f"{cause}, and int() or an index into a Python list needs {them} concrete. "
+                f"Index the array itself (x[i], jax.lax.dynamic_slice), or mark {them} static "
+                f"({static})")
+    if kind == "TracerArrayConversionError":
+        return (f"{cause}, and NumPy (np.asarray, np.* or a library built on it) needs its "
+                f"value. Use jnp's function instead, or jax.pure_callback for code that must "
+                f"run on the host")
+    return (f"{cause}, and the call here needs {them} concrete{needed}. Mark {them} static "
+            f"({static}), or compute with {them} in JAX instead of Python")
+
+
+def _split_line(at: str) -> tuple[str, str]:
+    """("file", "line") of JAX's "file:line:column" or "file:line" ("" where none)."""
+    parts = at.split(":")
+    while len(parts) > 2 and parts[-1].isdigit() and parts[-2].isdigit():
+        parts.pop()  # the column
+    if len(parts) > 1 and parts[-1].isdigit():
+        return ":".join(parts[:-1]), parts[-1]
+    return at, ""

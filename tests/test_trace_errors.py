@@ -1,0 +1,167 @@
+"""Why a function does not trace: trace_errors.trace_error_fix reads JAX's error and the user's
+line, and each fix it names is run here and traces."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import preflight, trace_errors
+from helpers.errors import BadInputError
+
+
+def _error(fn, *args) -> BaseException:
+    with pytest.raises(TypeError) as info:  # JAX's trace errors are TypeErrors
+        fn(*args)
+    return info.value
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def add1(i):
+    return i + 1
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def arange_of_add1(k):
+    return jnp.arange(add1(k))
+
+
+def test_jax_35090_a_jit_helper_s_result_is_named_not_control_flow():
+    """jax-ml/jax#35090: a static k passed through a jitted helper add1 comes back traced, and
+    jnp.arange(add1(k)) fails. The kit said "Python control flow (if, while, int(), bool()) on
+    a traced value ... or mark that argument static", where there is no control flow and k is
+    static already (a new user's trial). JAX's error names no argument; the failing line calls
+    a jax.jit function, found by looking its name up in that frame."""
+    fix = trace_errors.trace_error_fix(_error(arange_of_add1, 5))
+    assert fix.startswith("add1 is a jax.jit function: inside another trace its result is a "
+                          "traced value, even where its own arguments are static"), fix
+    assert "(jnp.arange argument 'stop')" in fix and "add1.__wrapped__" in fix
+    assert "jax-ml/jax#35090" in fix and "control flow" not in fix
+    with pytest.raises(BadInputError) as info:
+        preflight.preflight_step(arange_of_add1, 5, static_argnums=0)
+    said = str(info.value)
+    assert "Why: add1 is a jax.jit function" in said and "control flow" not in said
+    assert "mark that argument static" not in said
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def fixed(k):
+        return jnp.arange(add1.__wrapped__(k))
+    assert fixed(5).shape == (6,)  # the fix traces
+
+
+def test_jax_5208_a_size_made_with_jnp_from_python_numbers_is_named_with_its_line():
+    """jax-ml/jax#5208: a grid's size computed with jnp from Python numbers inside jit is a
+    traced value, and jnp.linspace(..., num) fails; the function has no argument at all, yet
+    the kit said "mark that argument static". JAX's error lists the operations and their
+    lines; the fix is Python or NumPy."""
+    t0, tf, dt = 0.0, 1.0, 0.1
+
+    @jax.jit
+    def grid():
+        steps = jnp.ceil((tf - t0) / dt).astype(int)
+        return jnp.linspace(t0, tf, steps + 1)
+
+    fix = trace_errors.trace_error_fix(_error(grid))
+    assert fix.startswith("the value is made by JAX operations on Python numbers (at "
+                          "test_trace_errors.py:"), fix
+    assert "Compute it with Python or NumPy" in fix and "static" not in fix
+
+    @jax.jit
+    def fixed():
+        steps = int(np.ceil((tf - t0) / dt))
+        return jnp.linspace(t0, tf, steps + 1)
+    assert fixed().shape == (11,)
+
+
+def test_a_python_if_on_an_argument_names_it_and_its_static_name():
+    @jax.jit
+    def clip(x, limit):
+        if limit > 0:
+            return jnp.minimum(x, limit)
+        return x
+
+    fix = trace_errors.trace_error_fix(_error(clip, jnp.ones(3), 1.0))
+    assert fix.startswith("the value depends on 'limit', which jit traces, and Python's if, "
+                          "while or bool() needs it concrete"), fix
+    assert "static_argnames=('limit',)" in fix and "jnp.where" in fix
+    assert jax.jit(clip.__wrapped__, static_argnames=("limit",))(jnp.ones(3), 0.5)[0] == 0.5
+
+
+def test_a_python_if_on_an_array_is_not_told_to_make_the_array_static():
+    """An array cannot be static (it is not hashable): the fix is jnp.where or lax.cond."""
+    @jax.jit
+    def step(x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+    fix = trace_errors.trace_error_fix(_error(step, jnp.ones(3)))
+    assert "'x' is float32[3], an array: it cannot be made static" in fix, fix
+    assert "static_argnames" not in fix and "jnp.where" in fix
+    with pytest.raises(ValueError, match="hashable"):  # why: JAX refuses it as static
+        jax.jit(step.__wrapped__, static_argnums=0)(jnp.ones(3))
+
+
+def test_a_shape_from_an_argument_names_the_argument_and_what_needed_it():
+    @jax.jit
+    def ramp(n):
+        return jnp.arange(n)
+
+    fix = trace_errors.trace_error_fix(_error(ramp, 5))
+    assert fix.startswith("the value depends on 'n', which jit traces, and it sets a shape "
+                          "(jnp.arange argument 'stop')"), fix
+    assert "static_argnames=('n',)" in fix
+    assert jax.jit(ramp.__wrapped__, static_argnames=("n",))(5).shape == (5,)
+
+    @jax.jit
+    def zeros(x, n):
+        return jnp.zeros((n, 3)) + x
+
+    fix = trace_errors.trace_error_fix(_error(zeros, 1.0, 3))  # a plain TypeError from jnp
+    assert fix.startswith("the value depends on 'n', which jit traces, and it sets a shape"), fix
+
+
+def test_a_size_made_from_an_array_s_values_gets_a_fixed_bound():
+    """jax.nn.one_hot(x, x.max() + 1): the size comes from an array's values, which no static
+    argument can carry; the fix is a number for num_classes (or a size= bound)."""
+    @jax.jit
+    def encode(x):
+        return jax.nn.one_hot(x, x.max() + 1)
+
+    fix = trace_errors.trace_error_fix(_error(encode, jnp.arange(3)))
+    assert "'x' is int32[3], an array: it cannot be made static" in fix, fix
+    assert "a shape is made from its values" in fix and "Compute the size outside jit" in fix
+    assert jax.jit(lambda x: jax.nn.one_hot(x, 3))(jnp.arange(3)).shape == (3, 3)
+
+
+def test_int_of_an_argument_and_numpy_of_an_argument_get_their_own_fixes():
+    @jax.jit
+    def pick(x, i):
+        return [1.0, 2.0, 3.0][i] * x
+
+    fix = trace_errors.trace_error_fix(_error(pick, 1.0, 1))
+    assert "int() or an index into a Python list" in fix and "static_argnames=('i',)" in fix
+
+    @jax.jit
+    def sine(x):
+        return np.sin(x)
+
+    fix = trace_errors.trace_error_fix(_error(sine, 1.0))
+    assert "NumPy (np.asarray, np.* or a library built on it) needs its value" in fix, fix
+    assert "Use jnp's function instead" in fix and "static" not in fix
+
+
+def test_two_arguments_are_both_named_and_other_errors_get_nothing():
+    @jax.jit
+    def pick(x, y):
+        if x + y > 0:
+            return x
+        return y
+
+    fix = trace_errors.trace_error_fix(_error(pick, 1.0, 2.0))
+    assert "depends on 'x' and 'y'" in fix and "static_argnames=('x', 'y')" in fix
+    assert "mark them static" in fix
+    assert trace_errors.trace_error_fix(TypeError("unsupported operand")) == ""
+    assert trace_errors.trace_error_fix(ValueError("Shapes must be 1D sequences")) == ""
