@@ -261,6 +261,38 @@ def test_transformers_17863_the_last_short_batch_is_padded_to_the_full_batch_for
     assert epoch(44) == (2, 1002 * 8)  # the smallest multiple: a second compile
 
 
+def test_an_at_update_whose_operand_and_updates_are_split_differently_gets_its_out_sharding():
+    """A new user's trial of jax-ml/jax#23052's row update on jax 0.10.2, whose jax.make_mesh
+    makes Explicit axes: `a.at[idx].set(vals)` raises "Use .at[...].set(out_sharding=)" and the
+    kit said nothing. Now the operand's and the updates' specs are read from JAX's types and
+    the operand's is offered as out_sharding, checked here: the update runs, split as the
+    array was, with no collective in the program."""
+    import re
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((4, 1), ("x", "y"))
+    a = jax.device_put(jnp.zeros((64, 64)), NamedSharding(mesh, P("x", "y")))
+    idx, vals = jnp.arange(0, 64, 3), jnp.ones((22, 64))
+    try:
+        jax.jit(lambda a, i, v: a.at[i].set(v))(a, idx, vals)
+    except Exception as err:  # ShardingTypeError
+        said = devices.sharding_error_fix(err)
+    else:  # jax 0.8.0: make_mesh's axes are Auto and XLA chooses
+        return
+    assert said.startswith("on a mesh of Explicit axes the result of an .at[...] update takes "
+                           "its sharding from its operands, and here they disagree: the array "
+                           "updated is split P('x', 'y'), the updates P(None, 'y')"), said
+    assert "x.at[i].set(v, out_sharding=P('x', 'y'))" in said and "AxisType.Auto" in said
+    fixed = jax.jit(lambda a, i, v: a.at[i].set(v, out_sharding=P("x", "y")))
+    with jax.set_mesh(mesh):
+        out = fixed(a, idx, vals)
+        text = fixed.lower(a, idx, vals).compile().as_text()
+    assert out.sharding.spec == P("x", "y") and float(out.sum()) == 22 * 64
+    assert not re.search(r"all-gather|all-reduce|all-to-all|collective-permute", text)
+
+
 def test_sglang_jax_1286_shard_map_on_explicit_axes_does_not_move_its_inputs():
     """sgl-project/sglang-jax#1286: shard_map code that ran on jax 0.8 failed on 0.9, where
     jax.make_mesh makes Explicit axes and shard_map checks that an argument already has the
