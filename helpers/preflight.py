@@ -506,7 +506,12 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
                      "reads (XLA drops them); they stay on the device while you hold them.")
     temporaries = c.temporaries()
+    gathered = (program_notes.gathered(c, temporaries, args, kwargs)
+                if spread and device is None else [])
     batched = program_notes.batched_by_line(c, peak)
+    if gathered:  # the whole array on each device: its cause is the split, not the vmap
+        batched = [b for b in batched if (b[0].line, b[0].shape) not in {
+            (t.line, t.shape) for t, _ in gathered}]
     softmaxed = program_notes.softmax_inputs(c, peak)
     jacobians = c.jacobians()
     # a whole Jacobian made only to multiply a vector: jvp/vjp make the product without it,
@@ -712,14 +717,23 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(program_notes.cpu_upcast_note(half, upcast))
     if static := step_arguments.static_arrays(c, fn, args, kwargs):
         notes.append(step_arguments.static_array_note(static))
-    gathered = (program_notes.gathered(temporaries, args, kwargs, c.text)
-                if spread and device is None else [])
     if gathered:
-        t = gathered[0]
+        t, how = gathered[0]
         whole = (f"{t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}"
                  f"{', ' + t.line if t.line else ''}) is the whole of an array the arguments "
                  "split over devices")
-        if t.op not in jaxpr_callbacks.CALLBACKS:  # a slice XLA all-gathers (apple/axlearn#993)
+        if how == "index":  # an index the program traces (OpenSourceEconomics/pylcm#391)
+            # (no op named: on jax 0.12 XLA names the buffer after the argument)
+            notes.append(
+                f"A value of {whole.removeprefix(t.op + ' ')}, gathered from its shards onto each "
+                "device (an all-gather in XLA's program): every device holds all of it. An index "
+                "the program traces (V[t], t an element of a jax.vmap) may read any row, so XLA "
+                "brings them all. Where each element reads rows of its own, split as the batch is, "
+                "map the array with the batch, jax.vmap(lambda t, v_t: ..., in_axes=(0, 0))(types, "
+                "V), so each device reads its own share (OpenSourceEconomics/pylcm#391). Computing "
+                "the batch in chunks, lax.map(f, xs, batch_size=k), keeps the gather (checked: no "
+                "fewer temporaries at batch_size=2).")
+        elif how == "slice":  # a slice XLA all-gathers (apple/axlearn#993)
             notes.append(
                 f"{whole}, gathered from its shards onto each device (an all-gather in XLA's "
                 "program): every device holds all of it. A slice along the split dimension (a "

@@ -44,21 +44,42 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
 _SLICES = ("dynamic_slice", "slice")
 
 
-def gathered(temporaries: Sequence[compiled.Temporary], args: tuple, kwargs: dict,
-             text: str | None = None) -> list:
-    """The large temporaries (1 MiB or more) with the whole shape of an argument split over
-    several devices: of a callback (jax.debug.print, a host callback), a value gathered from its
-    shards to be handed to the host; of a slice, only where XLA's program (``text``) all-gathers
-    a value of that shape: the argument gathered whole onto each device to cut a part along its
-    split dimension (apple/axlearn#993: a minibatch sliced from a batch split over devices). A
-    gather a sharded layer makes by design (FSDP's weights) is neither."""
+def gathered(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporary], args: tuple,
+             kwargs: dict) -> list[tuple[compiled.Temporary, str]]:
+    """(temporary, how it was read: "callback", "slice" or "index") of each large temporary (1
+    MiB or more) with the whole shape of an argument split over several devices: of a callback
+    (jax.debug.print, a host callback), a value gathered from its shards to be handed to the
+    host; otherwise only where XLA's program (``c.text``) all-gathers a value of that shape and
+    the line that made it cuts a part ("slice": the argument gathered whole onto each device
+    to cut a part along its split dimension, apple/axlearn#993, a minibatch sliced from a batch
+    split over devices) or indexes it with a value the program traces ("index": ``V[t]`` with
+    ``t`` a vmapped element, OpenSourceEconomics/pylcm#391: any device may read any row). The
+    line's operations come from the jaxpr: XLA names the gather's buffer after the argument on
+    jax 0.12, after the gather on 0.10.2. A gather a sharded layer makes by design (FSDP's
+    weights) is none of these."""
     whole = {tuple(leaf.shape) for leaf in devices.start_jax().tree.leaves((args, kwargs))
              if compiled.devices_split_over(leaf) > 1}
-    gathers = jaxcompat.all_gather_shapes(text or "")
-    return [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20
-            # a callback hands a value to the host: under GSPMD it takes it whole (jax#25842)
-            and (t.op in jaxpr_callbacks.CALLBACKS
-                 or (t.op in _SLICES and tuple(t.shape) in gathers))]
+    gathers = jaxcompat.all_gather_shapes(c.text or "")
+    out = []
+    for t in temporaries:
+        if tuple(t.shape) not in whole or t.nbytes < 2**20:
+            continue
+        if t.op in jaxpr_callbacks.CALLBACKS:  # under GSPMD the host takes it whole (jax#25842)
+            out.append((t, "callback"))
+        elif tuple(t.shape) in gathers and (ops := _line_ops(c, t.line) | {t.op}):
+            if ops & {"gather"}:
+                out.append((t, "index"))
+            elif ops & set(_SLICES):
+                out.append((t, "slice"))
+    return out
+
+
+def _line_ops(c: compiled.CompiledStep, line: str) -> set[str]:
+    """The primitives of the step's jaxpr that ``line`` made (none without a line or jaxpr)."""
+    if not line or c.jaxpr is None:
+        return set()
+    return {e.primitive.name for j, _ in jaxpr_walk.walk(c.jaxpr) for e in getattr(j, "eqns", ())
+            if jaxpr_walk.equation_line(e) == line}
 
 
 def jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:

@@ -2484,6 +2484,50 @@ def test_axlearn_993_a_minibatch_sliced_from_a_split_batch_is_gathered_whole():
     np.testing.assert_allclose(sliced(w, x), reshaped(w, x), rtol=1e-5)
 
 
+def test_pylcm_391_an_array_indexed_by_a_vmapped_element_is_gathered_whole_not_vmap_s():
+    """OpenSourceEconomics/pylcm#391: a kernel vmapped over types split over devices reads
+    V[t] from a V passed unmapped; XLA all-gathers the whole V onto each device, and device 0
+    ran out of memory. The kit called it "made under jax.vmap ... jax.lax.map(f, xs,
+    batch_size=k)" (a new user's trial), which keeps the gather. Now the whole is named with
+    the PR's fix: V mapped with the types (in_axes=(0, 0)), run here."""
+    import re
+
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("t",))
+    rows = 1 << 18  # V: 4 MiB, 1 MiB a device
+    V = jax.device_put(np.arange(4 * rows, dtype=np.float32).reshape(4, rows),
+                       NamedSharding(mesh, P("t", None)))
+    types = jax.device_put(np.arange(4), NamedSharding(mesh, P("t")))
+    grid = np.linspace(0.0, 1.0, rows).astype(np.float32)
+    idx = np.clip((grid * 0.7 * rows).astype(np.int32), 0, rows - 1)
+
+    def unmapped(types, V):
+        return jax.vmap(lambda t: grid + V[t][idx])(types)
+
+    def mapped(types, V):  # the PR's fix
+        return jax.vmap(lambda t, v_t: grid + v_t[idx], in_axes=(0, 0))(types, V)
+
+    def chunked(types, V):  # what the kit advised before
+        return jax.lax.map(lambda t: grid + V[t][idx], types, batch_size=2)
+
+    before = preflight.preflight_step(unmapped, types, V)
+    note = before.advice
+    assert "A value of f32[4, 262144] (4.00 MiB, test_user_reports.py:" in note, note
+    assert "gathered from its shards onto each device" in note
+    assert "in_axes=(0, 0)" in note and "OpenSourceEconomics/pylcm#391" in note
+    assert "made under jax.vmap for every element" not in note, note
+    assert "keeps the gather" in note
+    text = jax.jit(unmapped).lower(types, V).compile().as_text()
+    assert re.search(r"all-gather\(", text)  # the whole V, on each device
+    after = preflight.preflight_step(mapped, types, V)
+    assert "gathered" not in after.advice and after.temp_bytes < before.temp_bytes - 2**20
+    assert not re.search(r"all-gather\(", jax.jit(mapped).lower(types, V).compile().as_text())
+    assert preflight.preflight_step(chunked, types, V).temp_bytes >= before.temp_bytes
+    np.testing.assert_array_equal(jax.jit(unmapped)(types, V), jax.jit(mapped)(types, V))
+
+
 def test_blackjax_667_a_warmup_scan_that_saves_every_steps_state_is_named():
     """window_adaptation's scan saved (state, info, adaptation state) for every warmup step, so
     memory grew with num_steps; the reporter's fix saves nothing per step (get_filter_adapt_
