@@ -211,14 +211,19 @@ SAME_TEXT_STRUCTURE_FIX = ("the structure's static data prints the same now and 
 #: wraps); the values go in the braces
 SAME_TEXT_STATIC_FIX = ("the static values print the same now and before, {}, yet are not "
                         "equal: {}. Make it once and reuse it (patrick-kidger/equinox#686: one "
-                        "jax.jit(fn) shared by every instance compiles once); jax.clear_caches() "
-                        "drops what is kept so far")
-#: why, in SAME_TEXT_STATIC_FIX: a jax.jit among the values, or not
+                        "jax.jit(fn) shared by every instance compiles once){}; "
+                        "jax.clear_caches() drops what is kept so far")
+#: why, in SAME_TEXT_STATIC_FIX: a jax.jit among the values, or not (and for an instance, the
+#: second fix: equality by value, jax-ml/jax#4712; a @dataclass(eq=False) instance made anew
+#: each call compiled 4 times in 4 calls, frozen=True once, jax 0.10.2)
 _PJIT_MADE_ANEW = ("jax.jit(f) makes a new object at each call, which prints as the function it "
                    "wraps and compares by identity, so a jit made anew (in a module's __init__, "
                    "in a loop) is a new static value")
 _MADE_ANEW = ("one of them compares by identity and was made anew for this call (an instance "
-              "without __eq__ that prints no address), or is a float NaN, which equals nothing")
+              "without __eq__ that prints no address, such as a @dataclass(eq=False)), or is a "
+              "float NaN, which equals nothing")
+_BY_VALUE = (", or give its class equality by value: @dataclass(frozen=True) compares and "
+             "hashes by its fields (jax-ml/jax#4712)")
 #: the fix for new dtypes where the step returned the new, wider float itself and is fed it
 #: back (jax-ml/jax#1830 under x64: a learning rate from np.linspace, a NumPy float64, made the
 #: float32 params float64 and the step compiled again; float(lr): 1 compile, float32 params,
@@ -446,12 +451,12 @@ def _static_prints_same(misses: Sequence[CacheMiss], cause: str) -> str:
 _PJIT = re.compile(rf"<PjitFunction of {_FUNCTION}>")
 
 
-def _shown(same: str) -> tuple[str, str]:
+def _shown(same: str) -> tuple[str, str, str]:
     """(what to show of static values that print the same: a jax.jit among them, else their
-    first 120 characters; why they are not equal)."""
+    first 120 characters; why they are not equal; the fix beside making it once)."""
     if found := _PJIT.search(same):
-        return found.group(0), _PJIT_MADE_ANEW
-    return same[:120] + ("…" if len(same) > 120 else ""), _MADE_ANEW
+        return found.group(0), _PJIT_MADE_ANEW, ""
+    return same[:120] + ("…" if len(same) > 120 else ""), _MADE_ANEW, _BY_VALUE
 
 
 #: the bits of each float type, as JAX and XLA print them

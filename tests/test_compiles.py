@@ -1591,3 +1591,35 @@ def test_a_function_traced_inside_another_s_compile_is_not_listed_as_zero_compil
         assert "inside another function's compile" in text
     else:
         assert jaxcompat.jax_version_tuple() < (0, 10)
+
+
+def test_jax_4712_an_instance_that_prints_the_same_gets_equality_by_value_as_a_fix():
+    """jax-ml/jax#4712 (mattjj: a static value compares by identity): a new user's trial with a
+    @dataclass(eq=False) config made anew for each call: the kit said "Make it once and reuse
+    it" only. Equality by value is named now, and run: frozen=True compiles once."""
+    import dataclasses
+
+    @dataclasses.dataclass(eq=False)
+    class Cfg:
+        scale: float
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        scale: float
+
+    def add(cfg, x):
+        return x * cfg.scale + 1
+
+    x, seen = jnp.zeros(3), {}
+    for kind in (Cfg, Frozen):
+        step = jax.jit(add, static_argnums=0)
+        with compiles.watch() as log:
+            for _ in range(4):
+                step(kind(2.0), x).block_until_ready()
+        seen[kind.__name__] = log.function("add")
+    entry = seen["Cfg"]
+    assert (entry.compiles, entry.cause) == (4, "new static values")
+    assert "such as a @dataclass(eq=False)" in entry.fix, entry.fix
+    assert "@dataclass(frozen=True) compares and hashes by its fields (jax-ml/jax#4712)" in \
+        entry.fix
+    assert seen["Frozen"].compiles == 1  # the fix
