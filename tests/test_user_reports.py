@@ -432,7 +432,8 @@ def test_the_table_lists_every_report_tested_here():
                  "166": "tests/test_sparse_linalg.py", "7856": "tests/test_sparse_linalg.py",
                  "891": "tests/test_compiles.py and tests/test_preflight.py",
                  "352": "tests/test_compiles.py", "35090": "tests/test_trace_errors.py",
-                 "5208": "tests/test_trace_errors.py", "4712": "tests/test_compiles.py"}
+                 "5208": "tests/test_trace_errors.py", "4712": "tests/test_compiles.py",
+                 "2251": "the jax#4645 test here"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -2526,6 +2527,44 @@ def test_pylcm_391_an_array_indexed_by_a_vmapped_element_is_gathered_whole_not_v
     assert not re.search(r"all-gather\(", jax.jit(mapped).lower(types, V).compile().as_text())
     assert preflight.preflight_step(chunked, types, V).temp_bytes >= before.temp_bytes
     np.testing.assert_array_equal(jax.jit(unmapped)(types, V), jax.jit(mapped)(types, V))
+
+
+def test_jax_4645_a_jit_defined_inside_a_method_is_named_as_made_anew_each_call():
+    """jax-ml/jax#4645 (and jax#2251's "local" variant): an @jax.jit function defined inside
+    the method that calls it is a new function object each call, so it compiles every time.
+    The kit names it and the fix the maintainers gave: make it once (here: 6 compiles -> 1)."""
+    class Agent:
+        def __init__(self):
+            self.params = jnp.ones((16, 4))
+
+        def act(self, obs):
+            @jax.jit
+            def _act(params, obs):
+                return jnp.argmax(obs @ params)
+            return _act(self.params, obs)
+
+    class Fixed(Agent):
+        def __init__(self):
+            super().__init__()
+            self._act = jax.jit(lambda params, obs: jnp.argmax(obs @ params))
+
+        def act(self, obs):
+            return self._act(self.params, obs)
+
+    obs = jnp.ones((1, 16))
+    with compiles.watch() as log:
+        agent = Agent()
+        for _ in range(6):
+            agent.act(obs).block_until_ready()
+    entry = log.function("_act")
+    assert (entry.compiles, entry.cause) == (6, "function made anew")
+    assert "jit caches by the function object" in log.diagnosis
+    assert "make it once, outside the loop" in log.diagnosis
+    with compiles.watch() as fixed:
+        agent = Fixed()
+        for _ in range(6):
+            agent.act(obs).block_until_ready()
+    assert fixed.compiles == 1
 
 
 def test_blackjax_667_a_warmup_scan_that_saves_every_steps_state_is_named():
