@@ -2567,6 +2567,33 @@ def test_jax_4645_a_jit_defined_inside_a_method_is_named_as_made_anew_each_call(
     assert fixed.compiles == 1
 
 
+def test_pymc_5656_vmap_of_vmap_is_chunked_and_the_fix_s_own_stack_is_not_told_to_chunk():
+    """pymc-devs/pymc#5656: posterior draws post-processed with vmap(vmap(f)) over chains and
+    draws ran out of memory; PR #5664 made it vmap(lax.map(f)). The kit names the first with
+    lax.map; on the fix it still said "made under jax.vmap ... batch_size=k" of lax.map's own
+    stacked result, the step's output, which chunks cannot shrink (a new user's trial: the
+    peak rose with batch_size=10 and 50). That note is gone there now; the stack note stays."""
+    C, S, N, D, H = 4, 250, 1000, 8, 64
+    X = jax.random.normal(jax.random.PRNGKey(0), (N, D))
+    y = jax.random.normal(jax.random.PRNGKey(1), (N,))
+
+    def loglik(theta):
+        h = jnp.tanh(X @ theta[: D * H].reshape(D, H))
+        return -0.5 * (y - h @ theta[D * H:]) ** 2
+
+    samples = jax.ShapeDtypeStruct((C, S, D * H + H), jnp.float32)
+    before = preflight.preflight_step(jax.vmap(jax.vmap(loglik)), samples)
+    assert "made under jax.vmap for every element" in before.advice
+    assert "jax.lax.map(f, xs, batch_size=k)" in before.advice
+    after = preflight.preflight_step(jax.vmap(lambda s: jax.lax.map(loglik, s)), samples)
+    assert "made under jax.vmap for every element" not in after.advice, after.advice
+    assert "keeps a value for each of its 250 steps" in after.advice
+    assert after.peak_bytes * 10 < before.peak_bytes
+    chunked = preflight.preflight_step(
+        jax.vmap(lambda s: jax.lax.map(loglik, s, batch_size=10)), samples)
+    assert chunked.peak_bytes > after.peak_bytes  # the old advice, followed: no smaller
+
+
 def test_blackjax_667_a_warmup_scan_that_saves_every_steps_state_is_named():
     """window_adaptation's scan saved (state, info, adaptation state) for every warmup step, so
     memory grew with num_steps; the reporter's fix saves nothing per step (get_filter_adapt_
