@@ -115,8 +115,15 @@ def _round_up(n: float) -> int:
 
 def predict(options: dict, total_bytes: int) -> PoolPrediction:
     """What XLA builds from jaxlib's ``options`` (``plugin_options(env)["options"]``) on a GPU
-    of ``total_bytes``. Raises BadInputError (a ValueError) for a fraction outside (0, 1] and
-    for an allocator whose rules the kit does not model."""
+    of ``total_bytes``. Raises BadInputError (a ValueError) for a fraction outside (0, 1], for
+    an allocator whose rules the kit does not model, and for plugin_options' whole answer
+    (``{"options": ...}``), whose settings it would otherwise miss (a new user's trial)."""
+    if "options" in options or "error" in options:  # plugin_options' answer itself
+        raise BadInputError(
+            "predict takes the options inside plugin_options' answer, "
+            "plugin_options(env)['options'], not the answer itself"
+            + (f" (here jaxlib refused the settings: {options['error']})" if "error" in options
+               else "") + ": given the whole answer, every setting would read as JAX's default")
     allocator = {"default": "bfc", "address": "platform"}.get(options.get("allocator", "default"),
                                                               options.get("allocator"))
     fraction = float(options.get("memory_fraction", DEFAULT_MEM_FRACTION))

@@ -693,7 +693,9 @@ def preflight_text(p: Preflight) -> str:
 
 
 def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
-    donated = f" (donated: {', '.join(map(str, p.donated))})" if p.donated else ""
+    # the positions, named so: "(donated: 0)" read as no bytes donated (a new user's trial)
+    donated = (f" (donated: argument{'s' if len(p.donated) > 1 else ''} "
+               f"{', '.join(map(str, p.donated))})" if p.donated else "")
     reuse = [(f"donated argument {d.argument}", f"{format_bytes(d.nbytes)}, "
               + ("reused by an output" if d.reused else f"NOT reused: {d.why}"))
              for d in p.donations]

@@ -154,3 +154,17 @@ def test_processes_sharing_a_card():
     assert three.budget_bytes == 0  # 3 x 75% does not fit: this process gets nothing
     with pytest.raises(BadInputError, match="processes"):
         allocation.target("A100 80GB", processes=0)
+
+
+def test_predict_refuses_plugin_options_whole_answer_rather_than_read_defaults():
+    """A new user's trial: predict(plugin_options(env), total) read none of the settings inside
+    {"options": ...} and answered JAX's defaults (75%, preallocated) for PREALLOCATE=false,
+    MEM_FRACTION=.10. It refuses that now and says what to pass."""
+    total = 24 * 2**30
+    wanted = {"allocator": "default", "memory_fraction": 0.10, "preallocate": False}
+    with pytest.raises(BadInputError, match=r"plugin_options\(env\)\['options'\]"):
+        allocation.predict({"options": wanted}, total)
+    with pytest.raises(BadInputError, match="jaxlib refused the settings: ValueError: bad"):
+        allocation.predict({"error": "ValueError: bad"}, total)
+    p = allocation.predict(wanted, total)
+    assert (p.fraction, p.preallocate, p.upfront_bytes) == (0.10, False, 0)

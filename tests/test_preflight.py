@@ -2393,3 +2393,14 @@ def test_a_ynnpack_fusion_without_a_dot_is_not_called_one():
     assert not any(dot for _, _, dot in found)
     assert "fuses elementwise work and the reduction after it into a YNNPACK fusion" in p.advice
     assert "a dot with what follows it" not in p.advice
+
+
+def test_the_arguments_row_names_donated_positions_as_arguments_not_bytes():
+    """A new user's trial read "arguments: 48.50 MiB (donated: 0)" as nothing donated: the
+    row names the positions as arguments now."""
+    def step(p, x):
+        return p - 0.1 * x.sum() * p
+
+    p = preflight.preflight_step(step, jnp.ones((256, 256)), jnp.ones(8), donate_argnums=0)
+    (row,) = [line for line in str(p).splitlines() if line.lstrip().startswith("arguments:")]
+    assert row.endswith("(donated: argument 0)"), row
