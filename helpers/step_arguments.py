@@ -43,6 +43,9 @@ class StateCopy(Record):
     nbytes: int
     of_nbytes: int  # the bytes of the argument it copies
     of_elements: int = 0  # the numbers in it: the parameters, where ``of`` is the model's
+    #: of ``nbytes``, those of leaves whole on each of several devices (replicated as the
+    #: parameters they copy may be: google/flax#5172)
+    replicated_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -552,7 +555,12 @@ def state_copies(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: di
                         h == holder and path[:len(q)] == q for h, q in found):
                     continue
                 found.append((holder, path))
-                out.append(StateCopy(holder, "".join(path), of, held_bytes, size, elements))
+                replicated = sum(nbytes(x) for p, x in held if p[:len(path)] == path
+                                 and compiled.devices_split_over(x) == 1
+                                 and len(getattr(getattr(x, "sharding", None), "device_set",
+                                                 ())) > 1)
+                out.append(StateCopy(holder, "".join(path), of, held_bytes, size, elements,
+                                     replicated))
     return tuple(out)
 
 
@@ -609,10 +617,25 @@ def copies_note(copies: tuple[StateCopy, ...], split: tuple[str, ...] = (),
             f"many numbers as {of}. To shrink it: a smaller dtype where the optimizer "
             "takes one (optax.adam's mu_dtype, optax.MultiSteps' accumulator_dtype), an "
             "optimizer that keeps less (optax.adafactor factors its second moment; optax.sgd "
-            "without momentum keeps none)" + (" (these are one device's bytes: it is split "
-                                              "over devices already)." if holder in split else
-                                              ", or the state sharded over devices.") + per)
+            "without momentum keeps none)" + _sharded_or_not(mine, holder in split, of) + per)
     return " ".join(out)
+
+
+def _sharded_or_not(mine: list[StateCopy], split: bool, of: str) -> str:
+    """The end of the copies' sentence: shard the state, or it is split already; where the
+    argument is split but most of these copies are whole on every device (the moments of
+    parameters replicated on purpose, google/flax#5172), that they can be split all the same."""
+    total, whole = sum(c.nbytes for c in mine), sum(c.replicated_bytes for c in mine)
+    if not split:
+        return ", or the state sharded over devices."
+    if 2 * whole < total:
+        return " (these are one device's bytes: it is split over devices already)."
+    return (f" (one device's bytes, of which {format_bytes(whole)} are whole on every device, "
+            f"as the parts of {of} they copy are: the state need not follow {of}'s sharding. "
+            "Put these copies split over the devices, a NamedSharding of their own (flax's "
+            "nnx.Optimizer has opt_sharding for it, google/flax#5172), and give the step "
+            "out_shardings that keep each output's: without them XLA chooses, and may hand the "
+            "replicated parameters back split).")
 
 
 def donation_note(names: list[str], saving: int,

@@ -463,3 +463,55 @@ def test_a_donation_that_saves_most_of_a_small_state_is_called_a_saving():
     if "does not drop" in plain.advice:  # XLA:CPU's plan (jax 0.8.0 and 0.10.2 here)
         assert "the CPU's plan cannot speak for H100 80GB's" in for_card.advice
         assert "In a loop" in plain.advice and "cannot speak" not in plain.advice
+
+
+def test_flax_5172_moments_of_replicated_parameters_are_named_and_split_with_out_shardings():
+    """google/flax#5172: the optimizer state takes its parameters' sharding, so the Adam moments
+    of an embedding replicated on purpose are whole on every device too. The kit said "(these
+    are one device's bytes: it is split over devices already)" of a state 97% replicated (a new
+    user's trial). It names the replicated bytes now and the fix (flax#5231's opt_sharding),
+    run here: the moments split, out_shardings keeping every output's, a lower peak per
+    device."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    whole, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("d", None))
+    params = {"embed": jax.device_put(jnp.ones((2048, 1024)), whole),
+              "w": jax.device_put(jnp.ones((1024, 256)), rows)}
+
+    def state(where):
+        return {k: jax.tree.map(lambda p: jax.device_put(jnp.zeros(p.shape), where(p)), params)
+                for k in ("mu", "nu")}
+
+    def loss(p, x):
+        return jnp.sum((x @ p["embed"]) @ p["w"])
+
+    def step(p, s, x):
+        g = jax.grad(loss)(p, x)
+        mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, s["mu"], g)
+        nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, s["nu"], g)
+        p = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), p, mu, nu)
+        return p, {"mu": mu, "nu": nu}
+
+    batch = jax.device_put(jnp.ones((64, 2048)), rows)
+    follow = state(lambda p: p.sharding)
+    before = preflight.preflight_step(jax.jit(step), params, follow, batch)
+    copies = before.state_copies
+    assert {c.path for c in copies} == {"['mu']", "['nu']"}, copies
+    assert all(c.replicated_bytes == 8 * 2**20 and c.nbytes == 8.25 * 2**20 for c in copies)
+    assert "of which 16.00 MiB are whole on every device" in before.advice, before.advice
+    assert "opt_sharding" in before.advice and "google/flax#5172" in before.advice
+    assert "it is split over devices already" not in before.advice
+    split = state(lambda p: rows)
+    kept = jax.jit(step, out_shardings=(jax.tree.map(lambda p: p.sharding, params),
+                                        jax.tree.map(lambda x: x.sharding, split)))
+    after = preflight.preflight_step(kept, params, split, batch)
+    assert after.peak_bytes < 0.9 * before.peak_bytes
+    assert "whole on every device, as the parts" not in after.advice
+    p2, s2 = kept(params, split, batch)
+    assert p2["embed"].sharding.is_fully_replicated  # the parameters stay as they were
+    assert s2["mu"]["embed"].sharding.spec == P("d", None)
+    # without out_shardings XLA chooses: here it hands the replicated parameters back split
+    loose, _ = jax.jit(step)(params, split, batch)
+    assert not loose["embed"].sharding.is_fully_replicated
