@@ -60,26 +60,35 @@ def gathered(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporary]
     whole = {tuple(leaf.shape) for leaf in devices.start_jax().tree.leaves((args, kwargs))
              if compiled.devices_split_over(leaf) > 1}
     gathers = jaxcompat.all_gather_shapes(c.text or "")
+    found = [t for t in temporaries if tuple(t.shape) in whole and t.nbytes >= 2**20]
+    ops = _line_ops(c, {t.line for t in found if t.op not in jaxpr_callbacks.CALLBACKS
+                        and tuple(t.shape) in gathers})
     out = []
-    for t in temporaries:
-        if tuple(t.shape) not in whole or t.nbytes < 2**20:
-            continue
+    for t in found:
+        made = ops.get(t.line, set()) | {t.op}
         if t.op in jaxpr_callbacks.CALLBACKS:  # under GSPMD the host takes it whole (jax#25842)
             out.append((t, "callback"))
-        elif tuple(t.shape) in gathers and (ops := _line_ops(c, t.line) | {t.op}):
-            if ops & {"gather"}:
-                out.append((t, "index"))
-            elif ops & set(_SLICES):
-                out.append((t, "slice"))
+        elif tuple(t.shape) not in gathers:
+            continue
+        elif "gather" in made:
+            out.append((t, "index"))
+        elif made & set(_SLICES):
+            out.append((t, "slice"))
     return out
 
 
-def _line_ops(c: compiled.CompiledStep, line: str) -> set[str]:
-    """The primitives of the step's jaxpr that ``line`` made (none without a line or jaxpr)."""
-    if not line or c.jaxpr is None:
-        return set()
-    return {e.primitive.name for j, _ in jaxpr_walk.walk(c.jaxpr) for e in getattr(j, "eqns", ())
-            if jaxpr_walk.equation_line(e) == line}
+def _line_ops(c: compiled.CompiledStep, lines: set[str]) -> dict[str, set[str]]:
+    """The primitives of the step's jaxpr that each of ``lines`` made, in one walk (none
+    without a jaxpr; "" is no line)."""
+    lines = lines - {""}
+    out: dict[str, set[str]] = {}
+    if not lines or c.jaxpr is None:
+        return out
+    for j, _ in jaxpr_walk.walk(c.jaxpr):
+        for e in getattr(j, "eqns", ()):
+            if (line := jaxpr_walk.equation_line(e)) in lines:
+                out.setdefault(line, set()).add(e.primitive.name)
+    return out
 
 
 def jacobian_note(r: compiled.Jacobian, held: compiled.Temporary) -> str:
