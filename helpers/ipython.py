@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,7 +265,7 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
 
 def _explain(shell, value: BaseException) -> None:
     """What :func:`_on_jax_error` adds under the traceback, if anything."""
-    from helpers import oom
+    from helpers import devices, oom, trace_errors
 
     if oom.is_out_of_memory(value):
         explain, head = (lambda: oom.explain(value, namespace=shell.user_ns),
@@ -273,10 +273,10 @@ def _explain(shell, value: BaseException) -> None:
     elif oom.is_library_failure(value):
         explain, head = (lambda: oom.explain_library_failure(value),
                          "why a CUDA library could not start")
-    elif fix := _sharding_fix(value):  # any other ValueError passes with its traceback alone
+    elif fix := _quietly(devices.sharding_error_fix, value):  # other ValueErrors pass
         print(f"JAX Device Kit: why this sharding failed: {fix}")
         return None
-    elif fix := _trace_fix(value):  # a ConcretizationTypeError and its kin; other TypeErrors pass
+    elif fix := _quietly(trace_errors.trace_error_fix, value):  # other TypeErrors pass
         print(f"JAX Device Kit: why this did not trace: {fix}")
         return None
     elif isinstance(value, BufferError) and _READONLY_EXPORT in str(value):
@@ -347,24 +347,11 @@ def _not_an_array(value: AttributeError) -> str:
             "class it returns without waiting.")
 
 
-def _trace_fix(value: BaseException) -> str:
-    """trace_errors.trace_error_fix for the cell's error; "" where it is no trace error or
-    reading it fails (the handler must never raise)."""
+def _quietly(fix: Callable[[BaseException], str], value: BaseException) -> str:
+    """``fix(value)`` (``devices.sharding_error_fix``, ``trace_errors.trace_error_fix``) for the
+    cell's error; "" where reading it fails (the handler must never raise)."""
     try:
-        from helpers import trace_errors
-
-        return trace_errors.trace_error_fix(value)
-    except Exception:
-        return ""
-
-
-def _sharding_fix(value: BaseException) -> str:
-    """devices.sharding_error_fix for the cell's error; "" where it is no sharding error of
-    JAX's or reading it fails (the handler must never raise)."""
-    try:
-        from helpers import devices
-
-        return devices.sharding_error_fix(value)
+        return fix(value)
     except Exception:
         return ""
 
