@@ -1295,12 +1295,74 @@ def _object_holder(obj, arr, names, mine) -> tuple[str, str]:
                     if attrs and isinstance(attrs[0], str) else
                     f"`del {keys[0]}` (or drop its array attribute) when you are done")
     boxes = jaxcompat.static_argument_boxes()
+    if not (boxes and owners and all(isinstance(o, boxes) for o in owners)) and (
+            found := _path_to(obj, names, mine | {id(owners)})):
+        del owners
+        path, ns = found
+        try:
+            attrs = [k for k in _keys_holding(vars(obj), arr) if isinstance(k, str)]
+        except TypeError:  # no __dict__
+            attrs = []
+        held = f"{path}.{attrs[0]}" if attrs else path
+        return (f"{kind}, reached as {held} from {_name_in(ns, names)}",
+                (_set_none(path, obj, attrs[0]) if attrs else f"`del {held}`")
+                + " once you hold a newer copy elsewhere: "
+                "an object that keeps an array your loop has replaced keeps one more copy of "
+                "it (keras-team/keras-core#888: each variable kept its old value beside the "
+                "state the trainer updated, a third copy of the model)")
     if boxes and owners and all(isinstance(o, boxes) for o in owners):
         return (f"{_JIT_CACHE}, through {kind} passed as a static argument",
                 "jax.clear_caches() lets it go now (measured on jax 0.8.0 to 0.12.0.1; from "
                 "0.10.2, deleting the jitted function and its clear_cache() do not); keep "
                 "arrays out of static arguments: pass them as traced arguments instead")
     return (kind, "")
+
+
+def _path_to(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int = 4,
+             scans: int = 12) -> tuple[str, Mapping] | None:
+    """(the expression that reaches ``obj`` from a variable of the user's, e.g.
+    ``model.trainable_variables[0]``, and the namespace of that variable) through lists,
+    tuples, dicts and objects' attributes, at most ``depth`` steps up and ``scans`` reads of
+    the heap (each get_referrers reads the whole heap); None where no variable is found."""
+    import gc
+    import types
+
+    frontier: list[tuple[Any, str]] = [(obj, "")]
+    seen = {id(obj)}
+    for _ in range(depth):
+        above: list[tuple[Any, str]] = []
+        for node, tail in frontier:
+            scans -= 1
+            if scans < 0:
+                return None
+            for r in gc.get_referrers(node):
+                if id(r) in mine or id(r) in seen or id(r) in (id(frontier), id(above)) or \
+                        isinstance(r, (types.FrameType, type, types.ModuleType)):
+                    continue
+                for label, ns in names:
+                    if r is ns and _users(label) and (keys := _keys_holding(ns, node)):
+                        return f"{keys[0]}{tail}", ns
+                if isinstance(r, dict) and "__name__" in r and "__spec__" in r:
+                    continue  # a module's globals other than the user's: not a path of theirs
+                if isinstance(r, (list, tuple, dict)):
+                    step = _index_of(r, node)
+                    holder = r
+                    if isinstance(r, dict) and (owner := _instance_of(
+                            r, gc.get_referrers(r))) is not None:  # an object's __dict__
+                        keys = [k for k in _keys_holding(r, node) if isinstance(k, str)]
+                        step, holder = (f".{keys[0]}" if keys else ""), owner
+                elif getattr(r, "__dict__", None) is not None:
+                    keys = [k for k in _keys_holding(vars(r), node) if isinstance(k, str)]
+                    step, holder = (f".{keys[0]}" if keys else ""), r
+                else:
+                    continue
+                if step and id(holder) not in seen:
+                    seen.update({id(r), id(holder)})
+                    above.append((holder, step + tail))
+        frontier = above
+        if not frontier:
+            return None
+    return None
 
 
 def _attribute_holding(owner, value, mine) -> tuple[Any, str]:

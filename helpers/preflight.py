@@ -484,6 +484,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             *undonated, slice_copies, c.own_jit, drop,
             getattr(dev, "platform", "") == "cpu",
             "" if target is None else _as_target(target).card.name))
+    if not c.conflict and target is None and (
+            wrapped := step_arguments.wrapper_donations(c, fn, args, kwargs)):
+        notes.append(step_arguments.wrapper_donation_note(wrapped, c.function))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
         notes.append(held)
     if c.dropped_by_keyword:
