@@ -116,6 +116,54 @@ def test_the_doctor_reports_the_job_it_is_called_from():
     assert "caller-differs" not in found.answers[1]["text"]  # a job's devices are no surprise
 
 
+def put_whole_and_in_pieces():
+    """Run in each process of a job by the test below: one host array put onto a sharding over
+    every process, by jax.device_put and by jax.make_array_from_callback, each traced."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import transfers
+
+    s = NamedSharding(jax.make_mesh((jax.device_count(),), ("x",)), P("x"))
+    host = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
+    with transfers.trace() as put:
+        whole = jax.device_put(host, s)
+    with transfers.trace() as converted:  # the thread's own line
+        jax.device_put(jax.numpy.asarray(host), s)
+    with transfers.trace() as pieces:  # the fix the kit names
+        built = jax.make_array_from_callback(host.shape, s, lambda index: host[index])
+    same = all(np.array_equal(np.asarray(a.data), np.asarray(b.data)) for a, b in
+               zip(whole.addressable_shards, built.addressable_shards, strict=True))
+    return {"put": put.to_dict(), "converted": converted.to_dict(),
+            "pieces": pieces.to_dict(), "same": same,
+            "piece_bytes": sum(sh.data.nbytes for sh in built.addressable_shards)}
+
+
+def test_sglang_jax_1434_a_put_onto_every_process_names_its_check_and_the_callback_fix():
+    """sgl-project/sglang-jax#1434: jax.device_put of a host array onto a sharding over every
+    process ran out of memory. Before it puts the value, JAX checks that each process passed
+    the same one (multihost_utils.assert_equal, an all-gather: jax/_src/dispatch.py), copying
+    the whole array to each local device. The kit said "jax.device_put"; it now names the
+    check and jax.make_array_from_callback, which copies only this process's pieces (run
+    here: 10 MiB against 2 MiB per process for a 4 MiB array, on jax 0.8.0 and 0.10.2)."""
+    found = processes.launch("tests.test_processes:put_whole_and_in_pieces", processes=2,
+                             timeout=120)
+    assert found.ok, found.failures
+    for answer in found.answers:
+        put = answer["put"]["transfers"]
+        checks = [t for t in put if "multihost_utils.assert_equal" in t["reason"]]
+        assert [t["nbytes"] for t in checks] == [4 * 2**20] * 2  # whole, to each local device
+        assert all("jax.make_array_from_callback" in t["reason"] and "sglang-jax#1434"
+                   in t["reason"] for t in checks)
+        converted = answer["converted"]["transfers"]  # jnp.asarray first: checked the same
+        assert [t["nbytes"] for t in converted if "assert_equal" in t["reason"]] == [4 * 2**20] * 2
+        fixed = answer["pieces"]["transfers"]
+        assert not any("assert_equal" in t["reason"] for t in fixed) and answer["same"]
+        assert sum(t["nbytes"] for t in fixed) == answer["piece_bytes"] == 2 * 2**20
+        assert sum(t["nbytes"] for t in put) - sum(t["nbytes"] for t in checks) == 2 * 2**20
+
+
 def fails_in_process_one():
     import jax
 
