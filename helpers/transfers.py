@@ -264,6 +264,18 @@ _MAPPED_LOAD_REASON = (
     "(jax-ml/jax#20418). Keep the memmap, m = np.load(path, mmap_mode='r+'), pass "
     "jax.device_put(m) (on the CPU it uses the mapping in place: 0 MiB added), and write back "
     "through m: m[...] = np.asarray(new); m.flush()")
+#: a jax.device_put of host data onto a sharding over several devices: one copy per device,
+#: each of its piece, from a host array that is whole first (jax-ml/jax#2651: an array larger
+#: than the host's memory, which fits the devices together). make_array_from_callback reads
+#: each piece where the callback finds it (checked with a np.memmap: one call per device, each
+#: a quarter of the rows over 4 CPU devices, jax 0.8.0 and 0.10.2)
+_PIECES_FROM_HOST = (
+    "jax.device_put of host data onto a sharding: each device's piece copied from the host "
+    "array, which is whole in host memory first (unless it is a memmap). Where the whole does "
+    "not fit the host, read each device's piece from where it is stored with "
+    "jax.make_array_from_callback(shape, sharding, lambda index: source[index]) (source: "
+    "np.load(path, mmap_mode='r'), an h5py dataset), which holds only the pieces "
+    "(jax-ml/jax#2651)")
 #: what the CPU backend does with a NumPy array: measured on jax 0.8.0 and 0.10.2 (a 191 MiB
 #: argument added 0 MiB to the peak when 64-byte aligned, 191 MiB when not)
 _ON_THE_CPU = (" (on the CPU backend an array aligned to 64 bytes is used in place, with no "
@@ -376,6 +388,8 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     cpu = (destination or "").startswith("cpu")
     if _MAPPED_LOAD.search(source):  # explicit on 0.8.0, implicit on 0.10.2: the same line
         return _MAPPED_LOAD_REASON
+    if explicit and split and direction == H2D:
+        return _PIECES_FROM_HOST
     if explicit:
         return "jax.device_put" + (_ON_THE_CPU + _REFILLED if cpu and shape else "")
     if _CONVERTED.search(source) and shape != ():  # on its fast path too (no shape logged)

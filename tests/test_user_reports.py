@@ -3582,3 +3582,33 @@ def test_keras_core_888_an_object_s_stale_array_is_named_by_its_path_and_let_go(
     gc.collect()
     after = memory.live_bytes_by_device()
     assert sum(before.values()) - sum(after.values()) == 4 * 512 * 1024 * 4
+
+
+def test_jax_2651_a_host_array_put_onto_a_sharding_is_told_to_read_it_in_pieces(tmp_path):
+    """jax-ml/jax#2651: an array larger than the host's memory, which the devices hold
+    together, cannot be put from a whole host array; the answer since (hawkinsp), build it a
+    piece at a time. The kit said "jax.device_put". It now says the host array is whole first
+    and names jax.make_array_from_callback over the stored data; followed with a memmap, the
+    callback reads one quarter of the rows per device and the array is the same."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    s = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("x",)), P("x"))
+    host = np.arange(512 * 256, dtype=np.float32).reshape(512, 256)
+    with transfers.trace() as log:
+        whole = jax.device_put(host, s)
+    (reason,) = {t.reason for t in log}
+    assert "whole in host memory first" in reason and "jax-ml/jax#2651" in reason
+    assert "jax.make_array_from_callback(shape, sharding, lambda index: source[index])" in reason
+    path = tmp_path / "x.npy"
+    np.save(path, host)
+    source = np.load(path, mmap_mode="r")  # the fix, as the reason writes it
+    read = []
+
+    def piece(index):
+        read.append(source[index].shape)
+        return source[index]
+
+    built = jax.make_array_from_callback(source.shape, s, piece)
+    assert read == [(128, 256)] * 4  # one piece per device, none the whole
+    assert built.sharding == s and np.array_equal(np.asarray(built), np.asarray(whole))
