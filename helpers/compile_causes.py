@@ -85,7 +85,11 @@ IDENTITY_FIX = ("the static values print as Python's default <... object at 0x..
                 "class has no __eq__ and __hash__ of its own, it compares by identity, and an "
                 "equal object made anew is a new value that compiles again. Give the class "
                 "__eq__ and __hash__ by value (a frozen dataclass, or pass a tuple), or make "
-                "the object once and pass the same one")
+                "the object once and pass the same one. Where the object holds arrays (a "
+                "registered pytree), make it no static argument at all: pass it as an ordinary "
+                "one and jit traces its leaves, where a hash of the arrays' values would "
+                "compile once per value, and one object changed in place gives stale results "
+                "(jax-ml/jax#9024)")
 #: the fix for new dtypes where only the weak type changed (jax#3163, optax#1440)
 WEAK_FIX = ("only the weak type changed: a Python number, or an array made from one without a "
             "dtype (jnp.asarray(0.0)), is weakly typed, and arithmetic with a typed array "

@@ -554,6 +554,26 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
             ("static_argnums",) if statics else ()) + (("static_argnames",) if static_names else ())
         _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name, jax, asked)
     placed_by_jit = with_values = False
+    static_arrays: tuple[str, ...] = ()
+    if err is not None and jitted is fn and _jax_jit(fn) and "ShapeDtypeStruct" in str(err):
+        # the user's jit declares an argument static that is a pytree of arrays (jax-ml/jax#9024):
+        # given as shapes, its leaves reach the function as ShapeDtypeStructs. It goes in as
+        # itself, as jit takes it: hashed, its arrays constants of the program
+        found = _static_pytree(fn, args, kwargs, arg_specs, kw_specs, jax)
+        if found is not None:
+            where, lowered, arg_specs, kw_specs = found
+            err = None
+            if isinstance(where, int):
+                statics = tuple(sorted({*statics, where}))
+            else:
+                static_names = (*static_names, where)
+            dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
+            dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+            value = args[where] if isinstance(where, int) else kwargs[where]
+            static_arrays = (f"{_argument_label(fn, where)}, a {type(value).__name__} holding "
+                             + ", ".join(f"{a.dtype}{list(a.shape)}" for a in
+                                         jax.tree.leaves(value)[:3]
+                                         if hasattr(a, "shape")),)
     if err is not None and jitted is fn and device is None and over_mesh and not _jax_jit(fn):
         # a wrapper's own lower() (eqx.filter_jit) that takes non-arrays as static: a shape is
         # no array to it. Lowering with the arguments themselves copies and runs nothing
@@ -680,7 +700,8 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                         type(fn).__module__.split(".")[0]
                         if hasattr(fn, "lower") and not _jax_jit(fn) else "",
                         _shared_memory_note(dyn_args, dyn_kwargs, dyn_donated, kept, jax),
-                        max(len(mesh), 1), *_fusion_intermediates(lowered, compiled, text, dev))
+                        max(len(mesh), 1), *_fusion_intermediates(lowered, compiled, text, dev),
+                        static_arrays)
 
 
 def _fusion_intermediates(lowered, compiled, text: str | None, dev) -> tuple[int, bool]:
@@ -753,6 +774,36 @@ def _check_wrapper_outputs(fn, lowered, args, kwargs, arg_specs, kw_specs, name:
             f"one around it to apply {what} asked here, so it would price a step that updates "
             f"nothing. Declare them on the wrapper itself (nnx.jit(step, {declare})) and call "
             f"preflight_step without {' or '.join(asked)} (google/flax#5026)")
+
+
+def _static_pytree(fn, args: tuple, kwargs: dict, arg_specs: tuple, kw_specs: dict, jax
+                   ) -> tuple[int | str, Any, tuple, dict] | None:
+    """(where, the lowering, the specs with it as itself) for the one argument of a user's
+    jax.jit that lowers when given as the value it is, not as shapes: an argument the jit
+    declares static that holds arrays (a registered pytree whose hash is its identity). None
+    where no single argument does so."""
+    def holds_arrays(value) -> bool:
+        return any(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in jax.tree.leaves(value))
+
+    for where in [*(i for i, a in enumerate(args) if holds_arrays(a)),
+                  *(n for n, v in kwargs.items() if holds_arrays(v))]:
+        a = tuple(args[i] if i == where else spec for i, spec in enumerate(arg_specs))
+        k = {n: kwargs[n] if n == where else spec for n, spec in kw_specs.items()}
+        lowered, err = _lower(fn, a, k)
+        if err is None:
+            return where, lowered, a, k
+    return None
+
+
+def _argument_label(fn, where: int | str) -> str:
+    """``where`` as the function names it: "argument 0 (m)", or the keyword's name."""
+    if isinstance(where, str):
+        return where
+    try:
+        names = list(inspect.signature(fn).parameters)
+        return f"argument {where} ({names[where]})"
+    except (TypeError, ValueError, IndexError):
+        return f"argument {where}"
 
 
 def _lower(jitted, arg_specs, kw_specs) -> tuple[Any, BaseException | None]:
@@ -892,6 +943,9 @@ class CompiledStep:
     fusion_intermediates: int = 0
     #: whether such a fusion holds a dot or a convolution (else elementwise work and a sum)
     fusion_has_dot: bool = False
+    #: an argument the user's jit declares static that holds arrays, e.g. "argument 0 (m), a
+    #: MyClass holding int32[4]": hashed by identity, its arrays baked in (jax-ml/jax#9024)
+    static_arrays: tuple[str, ...] = ()
 
     def dynamic(self, args: Sequence, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the executable is called with: the static ones left out."""

@@ -484,6 +484,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             *undonated, slice_copies, c.own_jit, drop,
             getattr(dev, "platform", "") == "cpu",
             "" if target is None else _as_target(target).card.name))
+    if c.static_arrays:
+        notes.append(f"{c.static_arrays[0]} is static in this jit (static_argnums or "
+                     "static_argnames), yet it holds arrays: jit keys its compiled programs by "
+                     "the object's hash and equality (for a registered pytree class, by identity "
+                     "unless it says otherwise) and bakes its arrays into the program as "
+                     "constants, so arrays changed in place give stale results and a new object "
+                     "compiles again. Pass it as an ordinary argument: jit traces a pytree's "
+                     "leaves (jax-ml/jax#9024).")
     if not c.conflict and target is None and (
             wrapped := step_arguments.wrapper_donations(c, fn, args, kwargs)):
         notes.append(step_arguments.wrapper_donation_note(wrapped, c.function))

@@ -3612,3 +3612,37 @@ def test_jax_2651_a_host_array_put_onto_a_sharding_is_told_to_read_it_in_pieces(
     built = jax.make_array_from_callback(source.shape, s, piece)
     assert read == [(128, 256)] * 4  # one piece per device, none the whole
     assert built.sharding == s and np.array_equal(np.asarray(built), np.asarray(whole))
+
+
+class _Box:  # jax-ml/jax#9024's custom pytree: hashed and compared by identity
+    def __init__(self, data):
+        self.data = data
+
+
+jax.tree_util.register_pytree_node(_Box, lambda b: ((b.data,), None), lambda _, d: _Box(*d))
+
+
+def test_jax_9024_a_static_pytree_of_arrays_is_named_not_refused_and_passed_traced():
+    """jax-ml/jax#9024: a registered pytree passed as a static argument, its array changed in
+    place, gave a stale result. preflight_step refused the user's own jit ("fails on these
+    arguments ... ShapeDtypeStruct"), and compiles.watch advised equality by value for one made
+    anew at each call, which compiles once per value. Both now say to pass it traced; followed,
+    the result is fresh and it compiles once."""
+    static = jax.jit(lambda b: b.data * 2, static_argnums=0)
+    box = _Box(jnp.arange(4))
+    p = preflight.preflight_step(static, box)
+    assert "argument 0 (b), a _Box holding int32[4] is static in this jit" in p.advice
+    assert "stale results" in p.advice and "jax-ml/jax#9024" in p.advice
+    static(box)
+    box.data = jnp.arange(4) + 1  # changed in place: the static jit does not see it
+    assert static(box).tolist() == [0, 2, 4, 6]  # stale: the thread's bug
+    with compiles.watch() as log:
+        for i in range(3):
+            static(_Box(jnp.arange(4) + i))
+    (f,) = [f for f in log.functions if f.compiles > 1]
+    assert "make it no static argument at all" in f.fix and "jax-ml/jax#9024" in f.fix
+    traced = jax.jit(lambda b: b.data * 2)  # the fix
+    with compiles.watch() as fixed:
+        outs = [traced(_Box(jnp.arange(4) + i)).tolist() for i in range(3)]
+    assert outs == [[2 * (j + i) for j in range(4)] for i in range(3)]
+    assert [f.compiles for f in fixed.functions if f.compiles] == [1]
