@@ -32,7 +32,8 @@ from helpers._internal import frames, jaxcompat, parameter_uses
 from helpers._internal.records import Record
 
 __all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
-           "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "MEMORY_SPACE_FIX",
+           "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "LIBRARY_INT_FIX",
+           "MEMORY_SPACE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
            "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_OUTPUT_FIX", "CacheMiss", "fix_for",
            "what_changed"]
@@ -114,6 +115,17 @@ LIBRARY_FLOAT_FIX = ("the static values that changed are Python floats, of a fun
                      "Python float passed where the wrapper treats non-arrays as static compiles "
                      "once per value; pass it as an array (jnp.asarray(x)), which is traced, and "
                      "one compile serves every value (patrick-kidger/diffrax#466)")
+#: the same through a library's wrapper for Python ints (patrick-kidger/equinox#1062: an
+#: eqx.Module's int field, a step counter the step raises, compiled at every call; held as
+#: jnp.asarray(i), once: 20 compiles against 1 over 20 steps, jax 0.10.2, equinox 0.13.8)
+LIBRARY_INT_FIX = ("the static values that changed are Python ints, of a function jitted in a "
+                   "library's file (a wrapper such as eqx.filter_jit, which makes every leaf "
+                   "that is not an array static, an eqx.Module's int field among them, though "
+                   "you marked nothing static): each new value compiles again. Where the int "
+                   "only feeds arithmetic (a step counter), hold it as an array "
+                   "(jnp.asarray(i)), which is traced, and one compile serves every value "
+                   "(patrick-kidger/equinox#1062); an int that sets a shape or a Python loop's "
+                   "length must stay a Python int: keep its values few")
 #: the fix for new static values that are Python ints: a count or a size, each value its own
 #: program (jax-ml/jax#3345: K in jnp.arange(K) made static, a compile per K; traced, jnp.arange
 #: fails. Its fix, one length for the largest K and a mask, compiled once for seven values of K,
@@ -279,7 +291,8 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     making it once saves no compile (:data:`NEW_SHAPES_ANEW_FIX`, before every check).
     ``through_library``: the function was jitted in a library's file (a wrapper of the user's,
     as eqx.filter_jit's), so new static values that are all Python floats are ones the wrapper
-    made static (:data:`LIBRARY_FLOAT_FIX`, after the identity checks). ``programs``: the
+    made static (:data:`LIBRARY_FLOAT_FIX`, after the identity checks; for ints,
+    :data:`LIBRARY_INT_FIX`). ``programs``: the
     function's compiled programs, each as (its parameters' types, its results' types) in XLA's
     words ("f32[1024,1024]"): where a new dtype is a wider float that one of them returned
     where it took the narrower one, the function widened its own output."""
@@ -289,6 +302,7 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             IDENTITY_FIX if _by_identity(misses, cause) else
             FUNCTION_FIX if _by_identity(misses, cause, _FUNCTION_REPR) else
             LIBRARY_FLOAT_FIX if through_library and _floats_only(misses, cause) else
+            LIBRARY_INT_FIX if through_library and _ints_only(misses, cause) else
             IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(misses, cause))
             else SAME_TEXT_STRUCTURE_FIX.format(same) if (same := _prints_same(misses, cause))
             else SAME_TEXT_STATIC_FIX.format(*_shown(same))

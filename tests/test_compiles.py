@@ -1623,3 +1623,31 @@ def test_jax_4712_an_instance_that_prints_the_same_gets_equality_by_value_as_a_f
     assert "@dataclass(frozen=True) compares and hashes by its fields (jax-ml/jax#4712)" in \
         entry.fix
     assert seen["Frozen"].compiles == 1  # the fix
+
+
+def test_equinox_1062_an_int_field_a_library_s_wrapper_makes_static_is_held_as_an_array():
+    """patrick-kidger/equinox#1062: an eqx.Module's int field, a counter the step raises,
+    compiled eqx.filter_jit's step at every call; the fix, the field as an array. The kit gave
+    the generic "make it a traced argument" for ints through a library's wrapper, which has no
+    static_argnums to change. It now says to hold it as an array, which the fix below runs.
+    Reproduced with a wrapper in a library's file, no equinox."""
+    wrapper = _library_wrapper()
+
+    def make():
+        @wrapper.filter_jit
+        def step(w, count):
+            return w * 0.99 + count * 1e-3
+        return step
+
+    step, w = make(), jnp.ones(4)
+    with compiles.watch() as log:
+        for count in range(4):  # the counter raised each step (eqx keeps it a Python int)
+            w = step(w, count)
+    entry = log.function("step")
+    assert entry.compiles == 4 and entry.fix == compile_causes.LIBRARY_INT_FIX
+    assert "jnp.asarray(i)" in entry.fix and "equinox#1062" in entry.fix
+    step = make()
+    with compiles.watch() as fixed:  # the fix: the counter as an array
+        for count in range(4):
+            w = step(w, jnp.asarray(count))
+    assert fixed.function("step").compiles == 1
