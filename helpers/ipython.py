@@ -251,7 +251,8 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     library that could not start or a sharding error (a dimension its sharding does not
     divide, shardings mixed on a mesh of Explicit axes, an argument not on its shard_map
     in_spec, a sharding inside shard_map that meets its Manual axes), NumPy's refusal to
-    export a read-only array to jnp.from_dlpack, or ``.block_until_ready()`` asked of what is
+    export a read-only array to jnp.from_dlpack, an array in a pytree's static field
+    (jax-ml/jax#24204), or ``.block_until_ready()`` asked of what is
     no jax.Array (a tuple of them: jax-ml/jax#3125), or a traced value used where Python needs
     a concrete one (:func:`helpers.trace_errors.trace_error_fix`), the explanation; any other
     error passes with its traceback alone. Never raises (IPython would unregister it)."""
@@ -273,6 +274,9 @@ def _explain(shell, value: BaseException) -> None:
     elif oom.is_library_failure(value):
         explain, head = (lambda: oom.explain_library_failure(value),
                          "why a CUDA library could not start")
+    elif isinstance(value, ValueError) and _METADATA in str(value):
+        print(f"JAX Device Kit: why this call failed: {_metadata_array_fix(value)}")
+        return None
     elif fix := _quietly(devices.sharding_error_fix, value):  # other ValueErrors pass
         print(f"JAX Device Kit: why this sharding failed: {fix}")
         return None
@@ -297,6 +301,44 @@ def _explain(shell, value: BaseException) -> None:
     print(f"JAX Device Kit: {head}")
     display(report)
     return None
+
+
+#: what JAX says when a pytree's static part (its metadata) holds an array it cannot compare
+_METADATA = "checking equality of metadata fields of pytree"
+
+
+def _metadata_array_fix(value: ValueError) -> str:
+    """The cause and the fix of jit's failed comparison of a pytree's static part: an array
+    kept in a field marked static (jax-ml/jax#24204), named where a variable of the failing
+    line's frame holds it (the argument, its node type, the array)."""
+    from helpers import compiled
+    from helpers._internal import frames
+
+    found, tb, cells = "", value.__traceback__, []
+    while tb is not None:  # the user's frames, innermost first: the call that failed
+        code = tb.tb_frame.f_code.co_filename
+        if frames.is_user_frame(tb.tb_frame) or code.startswith("<"):
+            cells.insert(0, tb.tb_frame)
+        tb = tb.tb_next
+    for name, held in (item for frame in cells for item in list(frame.f_locals.items())):
+        if name.startswith("_") or name in ("In", "Out"):  # IPython's history: not the call's
+            continue
+        try:
+            kept = compiled.metadata_arrays(held)
+        except Exception:  # a local that is no pytree the kit can read
+            continue
+        if kept:
+            node, a = kept[0]
+            found = (f"{name} keeps an array, {a.dtype}{list(a.shape)}, in the static part of "
+                     f"its {node}. ")
+            break
+    del cells
+    return (found + "A field marked static (dataclasses.field(metadata=dict(static=True)), "
+            "flax.struct.field(pytree_node=False), an Equinox static field) is part of the "
+            "pytree's metadata, which jit compares with == to find its compiled program again: "
+            "for a new array of more than one element that comparison raises, and an array "
+            "there is baked into the program as a constant. Make it an ordinary field, a child "
+            "of the pytree, so jit traces it (jax-ml/jax#24204).")
 
 
 #: what NumPy says when asked for an old-style DLPack capsule of a read-only array

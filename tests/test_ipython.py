@@ -112,6 +112,30 @@ def test_jax_35090_a_trace_error_in_a_cell_is_explained_and_other_type_errors_pa
     assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
 
 
+def test_jax_24204_an_array_in_a_static_field_is_named_under_its_traceback(shell, capsys):
+    """jax-ml/jax#24204: a dataclass with an array in a field marked static fails at the
+    second call of a jit with a new instance ("checking equality of metadata fields"). The
+    hook names the variable, the node and the array, and the fix, an ordinary field (run)."""
+    shell.run_cell("import dataclasses\n"
+                   "@jax.tree_util.register_dataclass\n@dataclasses.dataclass\n"
+                   "class Foo:\n"
+                   "    bar: jax.Array = dataclasses.field(metadata=dict(static=True))\n"
+                   "jstep = jax.jit(lambda p: p)\njstep(Foo(bar=jnp.arange(4)))")
+    capsys.readouterr()
+    r = shell.run_cell("params = Foo(bar=jnp.arange(4))\njstep(params)")
+    said = capsys.readouterr().out
+    assert not r.success and "metadata fields" in said  # the traceback first
+    assert ("JAX Device Kit: why this call failed: params keeps an array, int32[4], in the "
+            "static part of its Foo.") in said
+    assert "Make it an ordinary field" in said and "jax-ml/jax#24204" in said
+    fixed = shell.run_cell("@jax.tree_util.register_dataclass\n@dataclasses.dataclass\n"
+                           "class Foo:\n    bar: jax.Array\n"
+                           "[int(jstep(Foo(bar=jnp.arange(4) + i)).bar[0]) for i in range(3)]")
+    assert fixed.success and fixed.result == [0, 1, 2]  # the fix: traced, no error
+    r = shell.run_cell("raise ValueError('something else')")
+    assert "JAX Device Kit" not in capsys.readouterr().out  # other ValueErrors pass alone
+
+
 #: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request
 GPU_OOM = ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate {} with allocator GPU_0_bfc "
            "on device 0. [executable_name='jit_broadcast_in_dim'] "

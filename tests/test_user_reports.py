@@ -358,7 +358,7 @@ def test_the_table_lists_every_report_tested_here():
         assert numbers and all(f"#{n}]" in table for n in numbers), name
     # and the other way: every row the table calls named on the CPU has its test
     elsewhere = {"15162": "tests/test_processes.py", "1434": "tests/test_processes.py",
-                 "1062": "tests/test_compiles.py",
+                 "1062": "tests/test_compiles.py", "24204": "tests/test_ipython.py",
                  "11204": "tests/test_holders.py",
                  "16226": "tests/test_holders.py", "88": "tests/test_preflight.py",
                  "548": "tests/test_tree_placement.py",
