@@ -435,7 +435,9 @@ def test_the_table_lists_every_report_tested_here():
                  "891": "tests/test_compiles.py and tests/test_preflight.py",
                  "352": "tests/test_compiles.py", "35090": "tests/test_trace_errors.py",
                  "5208": "tests/test_trace_errors.py", "4712": "tests/test_compiles.py",
-                 "2251": "the jax#4645 test here", "5172": "tests/test_step_arguments.py"}
+                 "2251": "the jax#4645 test here", "392": "the jax#21908 test here",
+                 "442": "the jax#2777 tests here",
+                 "59": "the jax#3158 test here", "5172": "tests/test_step_arguments.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
