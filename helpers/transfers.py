@@ -239,6 +239,14 @@ _MADE_ON_DEFAULT = re.compile(r"\bjnp\.(?:zeros|ones|full|empty|arange|eye)(?:_l
 #: array over 4 CPU devices: four 1 MiB copies, peak host memory as for the array alone, jax
 #: 0.8.0 and 0.10.2), where arange and eye make the whole array first
 _FILLED = re.compile(r"\bjnp\.(?:zeros|ones|full|empty)(?:_like)?\(")
+#: a slice with a bound (x[a:b]) on a line that calls nothing outside its brackets: the
+#: copies of its bounds JAX's fast path logs with no shape (the first with one: "an index")
+_SLICED = re.compile(r"[\w\]]\[[^\]]*:[^\]]*\]")
+#: a Python loop or comprehension over a name (or its attribute or slice), not over a call
+#: (range(n), zip(...)): where the copies are a host->device index's, the iterable is a
+#: jax.Array JAX slices piece by piece (huggingface/transformers#14864)
+_ITERATED = re.compile(r"\b(for\s+[\w, ()]+?\s+in\s+([A-Za-z_][\w.]*(?:\[[^\]]*\])?))"
+                       r"\s*(?:[\])]|:|$|\bif\b)")
 #: the way to put host data over a mesh piece by piece (each device's piece copied once)
 _FROM_CALLBACK = re.compile(r"\bmake_array_from_(?:callback|single_device_arrays|"
                             r"process_local_data)\(")
@@ -399,10 +407,19 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "the call returns: refill the NumPy buffer only after x.block_until_ready(), "
                 "or np.copy it first (jax-ml/jax#37830); a Python list, flat or nested, "
                 "converts far faster as jnp.array(np.array(x))")
+    if direction == H2D and shape in (None, ()) and (found := _ITERATED.search(source)):
+        return (f"iterating over {found.group(2)} in Python ({found.group(1)}), if it is "
+                "a jax.Array: JAX slices it on the device a piece at a time, each slice a small "
+                "copy of its start indices and a dispatch, and each element read back (int(x), "
+                "float(x)) waits for it. Convert it once, np.asarray(x), and iterate over that "
+                "(huggingface/transformers#14864: a data loader indexed its dataset with a "
+                "jax.random.permutation; np.asarray of it left no copies)")
     if _FROM_CALLBACK.search(source):
         return ("each device's piece of the array copied to it once, from the data your "
                 "callback returned: no device holds the whole array (the way to put host data "
                 "over a mesh)")
+    if shape is None and _SLICED.search(source) and "(" not in re.sub(r"\[[^\]]*\]", "", source):
+        shape, dtype = (), "int32"  # a slice's bounds on JAX's fast path, which logs no shape
     if shape is None:
         return ("an argument of a jitted call: a NumPy array or a Python number, copied on "
                 "every call (jit's fast path logs no shape)" + (_ON_THE_CPU if cpu else ""))

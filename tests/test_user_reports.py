@@ -3649,3 +3649,31 @@ def test_jax_9024_a_static_pytree_of_arrays_is_named_not_refused_and_passed_trac
         outs = [traced(_Box(jnp.arange(4) + i)).tolist() for i in range(3)]
     assert outs == [[2 * (j + i) for j in range(4)] for i in range(3)]
     assert [f.compiles for f in fixed.functions if f.compiles] == [1]
+
+
+def test_transformers_14864_iterating_over_a_jax_index_array_is_named_with_np_asarray():
+    """huggingface/transformers#14864: a data loader indexed its dataset with slices of a
+    jax.random.permutation, and the dataset walked each index; np.asarray of the permutation,
+    once, fixed it. The kit said "an argument of a jitted call" for the walk and the slice. It
+    now names the iteration over a jax.Array and the slice's bounds; followed, no copies."""
+
+    def rows(key):  # a dataset's __getitem__ in miniature: it walks the key
+        return [int(i) for i in key]
+
+    def batches(perm, steps=4, size=256):  # (JAX slices it in chunks of 100)
+        for s in range(steps):
+            sel = perm[s * size:(s + 1) * size]
+            yield rows(sel)
+
+    perm = jax.random.permutation(jax.random.PRNGKey(0), 1024)
+    list(batches(perm))  # the first slices compile
+    with transfers.trace() as log:
+        got = list(batches(perm))
+    by = {r["line"].split(": ", 1)[1]: " ".join(r["reasons"]) for r in log.by_line()}
+    walk = by["return [int(i) for i in key]"]
+    assert walk.startswith("iterating over key in Python (for i in key), if it is a jax.Array")
+    assert "np.asarray(x)" in walk and "huggingface/transformers#14864" in walk
+    assert by["sel = perm[s * size:(s + 1) * size]"].startswith("an index or slice bound")
+    with transfers.trace() as fixed:  # the fix: the permutation as NumPy, once
+        again = list(batches(np.asarray(perm)))
+    assert fixed.count() == 0 and again == got
