@@ -69,6 +69,8 @@ H2D, D2D, D2H = "host->device", "device->device", "device->host"
 _BEGIN = "<<helpers.transfers explicit begin>>"
 _END = "<<helpers.transfers explicit end>>"
 _PROBED = "<<helpers.transfers probe done>>"
+#: after an explicit scope's begin marker: the jax.device_put was given jax.Arrays
+_OF_ARRAYS = "|of-arrays"
 _LINE = "<<helpers.transfers line "  # + "file:line: source>>"
 _NOISE = ("WARNING: All log messages before absl::InitializeLog() is called",)
 _active = threading.Lock()  # one trace at a time per process: fd 2 is process-wide
@@ -175,10 +177,12 @@ def parse_guard_output(text: str, *, marked: bool = True, processes: int = 1
             dst = "host"
         explicit = bool(scopes) if marked else None
         split = piece is not None and piece != shape
-        made_by = next((s for s in reversed(scopes) if s), "") if marked else ""
+        of_arrays = bool(marked and scopes and scopes[-1].endswith(_OF_ARRAYS))
+        made_by = next((s.removesuffix(_OF_ARRAYS) for s in reversed(scopes)
+                        if s.removesuffix(_OF_ARRAYS)), "") if marked else ""
         made_by, _, vmapped = made_by.partition(_VMAPPED)
         reason = (_callback_reason(made_by, vmapped=vmapped != "no") if made_by else
-                  _reason(direction, explicit, shape, dtype, where, dst, split))
+                  _reason(direction, explicit, shape, dtype, where, dst, split, of_arrays))
         transfers.append(Transfer(direction, explicit, shape, dtype, nbytes, src, dst,
                                   fields["raw"], where, reason, logged_at(line), piece,
                                   made_by))
@@ -272,6 +276,19 @@ _MAPPED_LOAD_REASON = (
     "(jax-ml/jax#20418). Keep the memmap, m = np.load(path, mmap_mode='r+'), pass "
     "jax.device_put(m) (on the CPU it uses the mapping in place: 0 MiB added), and write back "
     "through m: m[...] = np.asarray(new); m.flush()")
+#: a jax.device_put of a jax.Array that JAX logs as copies from the host: the pieces the new
+#: placement needs are none of the array's own, so JAX reads the whole array to the host
+#: (x._value, kept on the array as its host copy) and puts each piece again
+#: (shard_sharded_device_array_slow_path in jax/_src/array.py, 0.8.0 to 0.12.0.1: Python, the
+#: same on every backend; run on the CPU only). A jit with out_shardings reshards on the
+#: devices, no host copy logged (jax-ml/jax#4885)
+_RESHARDED_THROUGH_HOST = (
+    "jax.device_put of a jax.Array to a placement whose pieces it does not hold: JAX reads the "
+    "whole array to the host (and keeps that host copy on the array) and puts each piece "
+    "again, a round trip through host memory (jax/_src/array.py, "
+    "shard_sharded_device_array_slow_path; on a GPU not yet run). To reshard on the devices, "
+    "jax.jit(lambda a: a, out_shardings=sharding)(x): XLA moves the pieces between devices, "
+    "with no copy through the host (jax-ml/jax#4885)")
 #: a jax.device_put of host data onto a sharding over several devices: one copy per device,
 #: each of its piece, from a host array that is whole first (jax-ml/jax#2651: an array larger
 #: than the host's memory, which fits the devices together). make_array_from_callback reads
@@ -347,10 +364,14 @@ def _callback_reason(callback: str, vmapped: bool = True) -> str:
 
 
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
-            destination: str | None = None, split: bool = False) -> str:
+            destination: str | None = None, split: bool = False, of_arrays: bool = False
+            ) -> str:
     """Why the copy happened, in a few words, from what the guard logged and the user's line
-    (``split``: the destination is split over a mesh, one copy per device)."""
+    (``split``: the destination is split over a mesh, one copy per device; ``of_arrays``: a
+    jax.device_put given jax.Arrays, not host data)."""
     source = where.split(": ", 1)[-1] if where else ""
+    if direction == H2D and explicit and of_arrays:
+        return _RESHARDED_THROUGH_HOST
     if direction == D2D and split and _MADE_ON_DEFAULT.search(source) and _FILLED.search(
             source):
         return ("each device's piece made on the default device, then copied to it: no "
@@ -638,10 +659,14 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
 
             def mark(marker: str) -> None:  # a host callback's copy: whether under jax.vmap
                 if marker.startswith(_BEGIN) and marker != _BEGIN:
-                    marker = _BEGIN + _callback_label(seen, marker[len(_BEGIN):])
+                    body = marker[len(_BEGIN):]
+                    flag = _OF_ARRAYS if body.endswith(_OF_ARRAYS) else ""
+                    body = body.removesuffix(_OF_ARRAYS)
+                    marker = _BEGIN + (_callback_label(seen, body) if body else "") + flag
                 write(marker)
 
-            with jaxcompat.explicit_scopes_marked(mark, _BEGIN, _END) as installed, \
+            with jaxcompat.explicit_scopes_marked(mark, _BEGIN, _END,
+                                                  _OF_ARRAYS) as installed, \
                     jax.transfer_guard("log_explicit"):
                 probing = installed and not _markers_verified
                 if probing:

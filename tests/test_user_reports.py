@@ -3677,3 +3677,33 @@ def test_transformers_14864_iterating_over_a_jax_index_array_is_named_with_np_as
     with transfers.trace() as fixed:  # the fix: the permutation as NumPy, once
         again = list(batches(np.asarray(perm)))
     assert fixed.count() == 0 and again == got
+
+
+def test_jax_4885_a_reshard_by_device_put_through_the_host_is_named_with_a_jit():
+    """jax-ml/jax#4885: jax.device_put of a sharded array to another sharding went through the
+    host. It still does where the new pieces are none of the array's (jax/_src/array.py's
+    slow path reads x._value and keeps it): the guard logs copies from the host, and the kit
+    gave NumPy advice ("jax.device_put", a buffer to refill). It now names the round trip and
+    a jit with out_shardings, which the test runs: no copy logged, the same array."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    x = jax.device_put(np.arange(512 * 512, dtype=np.float32).reshape(512, 512),
+                       NamedSharding(mesh, P("d")))
+    s = NamedSharding(mesh, P(None, "d"))
+    assert jaxcompat.host_copy_bytes(x) == 0
+    with transfers.trace() as log:
+        y = jax.device_put(x, s)
+    puts = [t for t in log if t.direction == "host->device"]
+    assert len(puts) == 4 and all(t.reason.startswith(
+        "jax.device_put of a jax.Array to a placement whose pieces it does not hold") and
+        "jax-ml/jax#4885" in t.reason and "refill" not in t.reason for t in puts)
+    assert jaxcompat.host_copy_bytes(x) == x.nbytes  # the whole array, kept on the host
+    host = np.asarray(x)
+    with transfers.trace() as from_numpy:  # host data put so: named as host data still
+        jax.device_put(host, s)
+    assert all("jax.Array" not in t.reason for t in from_numpy)
+    with transfers.trace() as fixed:  # the fix the reason names
+        z = jax.jit(lambda a: a, out_shardings=s)(x)
+    assert fixed.count() == 0 and z.sharding == s and np.array_equal(z, y)

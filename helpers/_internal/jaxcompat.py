@@ -1782,12 +1782,31 @@ def running_callback_site(most: int = 32) -> tuple[str, Any, Any] | None:
     return None if found is None else (*found, None)
 
 
+def put_of_arrays(most: int = 4) -> bool:
+    """Whether the jax.device_put among the ``most`` innermost frames of this thread was given
+    jax.Arrays (a copy or a reshard of arrays already on devices), not host data: read from
+    its ``x`` (jax/_src/api.py's device_put, jax 0.8.0 to 0.12.0.1). False where none is."""
+    frame = sys._getframe(1)
+    for _ in range(most):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "device_put" and frame.f_globals.get(
+                "__name__") == "jax._src.api":
+            import jax
+
+            return any(isinstance(leaf, jax.Array)
+                       for leaf in jax.tree_util.tree_leaves(frame.f_locals.get("x")))
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
-def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str
-                           ) -> Iterator[bool]:
+def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str,
+                           of_arrays: str = "") -> Iterator[bool]:
     """While active, JAX's explicit device_put/device_get scopes call ``write(begin)`` on entry
     (``begin`` followed by the callback's name where a host callback copies its arguments:
-    :func:`running_callback`) and ``write(end)`` on exit. Yields False (and marks nothing) when
+    :func:`running_callback`; then ``of_arrays`` where a jax.device_put was given jax.Arrays:
+    :func:`put_of_arrays`) and ``write(end)`` on exit. Yields False (and marks nothing) when
     JAX moved the scopes."""
     try:
         config = _import("jax._src.config")
@@ -1800,7 +1819,8 @@ def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str
     def wrap(original):
         @contextlib.contextmanager
         def scope(*args, **kwargs):
-            write(begin + (running_callback() or ""))
+            write(begin + (running_callback() or "")
+                  + (of_arrays if of_arrays and put_of_arrays() else ""))
             try:
                 with original(*args, **kwargs):
                     yield
