@@ -112,6 +112,11 @@ INTERNALS: dict[str, Internal] = {
         "helpers.transfers marks jax.device_put's scope in the guard log, to tell explicit "
         "copies from implicit ones",
         "none: transfer_guard('log_explicit') logs both kinds with no marker"),
+    "device_put": Internal(
+        "jax._src.api:device_put",
+        "helpers.transfers reads the x of the jax.device_put whose explicit scope opens (its "
+        "frame's module and name), to tell a reshard of jax.Arrays from a put of host data",
+        "none: the guard logs both as host-to-device copies"),
     "explicit_device_get_scope": Internal(
         "jax._src.config:explicit_device_get_scope",
         "the same for jax.device_get",
