@@ -922,6 +922,15 @@ def _mesh_note(x, shards: tuple[Shard, ...]) -> str:
     mesh_text, pmapped = _mesh_in_use(x, platform)
     if not mesh_text:
         return ""
+    if pmapped and x.committed:
+        return (f". jax.pmap is in use ({mesh_text}), but this array is whole on "
+                f"{shards[0].device} and committed there, all {x.nbytes:,} B: a pmap refuses "
+                "it (a ValueError: \"Sharding passed to jit does not match\" on jax 0.10.2, "
+                "\"incompatible devices\" on 0.8.0). jax.device_put(x, device) of a pmap's "
+                "output gathers its pieces onto that device and commits it there "
+                "(pyro-ppl/numpyro#696, jax-ml/jax#3597): pass the "
+                "pmap's output to the next pmap as it is, split already, and read it on the "
+                "host (np.asarray(x)) where you need it whole")
     if pmapped:
         return (f". jax.pmap is in use ({mesh_text}), but this array is whole on "
                 f"{shards[0].device}, all {x.nbytes:,} B on that one device: passed to a pmap, "

@@ -437,7 +437,8 @@ def test_the_table_lists_every_report_tested_here():
                  "5208": "tests/test_trace_errors.py", "4712": "tests/test_compiles.py",
                  "2251": "the jax#4645 test here", "392": "the jax#21908 test here",
                  "442": "the jax#2777 tests here",
-                 "59": "the jax#3158 test here", "5172": "tests/test_step_arguments.py"}
+                 "59": "the jax#3158 test here",
+                 "3597": "the numpyro#696 test here", "5172": "tests/test_step_arguments.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -3707,3 +3708,25 @@ def test_jax_4885_a_reshard_by_device_put_through_the_host_is_named_with_a_jit()
     with transfers.trace() as fixed:  # the fix the reason names
         z = jax.jit(lambda a: a, out_shardings=s)(x)
     assert fixed.count() == 0 and z.sharding == s and np.array_equal(z, y)
+
+
+def test_numpyro_696_a_pmap_output_put_on_one_device_is_named_as_refused_by_pmap():
+    """pyro-ppl/numpyro#696 (jax-ml/jax#3597): jax.device_put of a pmap's output gathers it
+    onto one device; passed on to another pmap it was copied apart again. Committed so, a pmap
+    now refuses it, and the kit said it "is split over its devices at each call", as for an
+    uncommitted array. It now says the pmap refuses it, and to pass the output as it is (run:
+    no copy)."""
+    step = jax.pmap(lambda k: jax.random.normal(k, (256, 64)))
+    states = step(jax.random.split(jax.random.PRNGKey(0), jax.local_device_count()))
+    mean = jax.pmap(lambda x: x.mean())
+    gathered = jax.device_put(states, jax.devices()[0])
+    said = devices.placement(gathered).explanation
+    assert "committed there" in said and "a pmap refuses it" in said
+    assert "pyro-ppl/numpyro#696" in said and "split over its devices at each call" not in said
+    with pytest.raises(ValueError, match="does not match the sharding|incompatible devices"):
+        mean(gathered)
+    loose = devices.placement(jnp.asarray(np.asarray(states))).explanation  # not committed
+    assert "split over its devices at each call" in loose and "refuses" not in loose
+    with transfers.trace() as log:  # the fix: the output as it is
+        out = mean(states)
+    assert log.count() == 0 and out.shape == (jax.local_device_count(),)
