@@ -252,9 +252,9 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     divide, shardings mixed on a mesh of Explicit axes, an argument not on its shard_map
     in_spec, a sharding inside shard_map that meets its Manual axes), NumPy's refusal to
     export a read-only array to jnp.from_dlpack, an array in a pytree's static field
-    (jax-ml/jax#24204), or ``.block_until_ready()`` asked of what is
-    no jax.Array (a tuple of them: jax-ml/jax#3125), or a traced value used where Python needs
-    a concrete one (:func:`helpers.trace_errors.trace_error_fix`), the explanation; any other
+    (jax-ml/jax#24204), a pmap argument without a leading device axis (jax-ml/jax#9933), or
+    ``.block_until_ready()`` asked of what is no jax.Array (a tuple of them: jax-ml/jax#3125),
+    or a traced value used where Python needs a concrete one (:func:`helpers.trace_errors.trace_error_fix`), the explanation; any other
     error passes with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     try:  # an error whose str() raises, say, must not unregister the handler
@@ -274,6 +274,9 @@ def _explain(shell, value: BaseException) -> None:
     elif oom.is_library_failure(value):
         explain, head = (lambda: oom.explain_library_failure(value),
                          "why a CUDA library could not start")
+    elif why := _pmap_leading_axis(value):
+        print(f"JAX Device Kit: why this pmap failed: {why}")
+        return None
     elif isinstance(value, ValueError) and _METADATA in str(value):
         print(f"JAX Device Kit: why this call failed: {_metadata_array_fix(value)}")
         return None
@@ -301,6 +304,36 @@ def _explain(shell, value: BaseException) -> None:
     print(f"JAX Device Kit: {head}")
     display(report)
     return None
+
+
+#: what a jax.pmap says of an argument whose leading axis is not the number of its devices,
+#: by JAX's version (each run on 4 CPU devices): 0.8.0 "pmap got inconsistent sizes", 0.10.2 and
+#: 0.12.0.1 a squeeze of that axis, or a sharding over the pmap's own axis it does not divide
+_PMAP_AXIS = re.compile(r"pmap got inconsistent sizes for array axes|cannot select an axis to "
+                        r"squeeze out|_internal_pmap_axis_name")
+
+
+def _pmap_leading_axis(value: BaseException) -> str:
+    """The cause and the fix of a jax.pmap given an argument without a leading axis of one
+    slice per device (parameters not stacked: jax-ml/jax#9933); "" for any other error, and for
+    a squeeze that did not fail inside a pmap."""
+    if not isinstance(value, ValueError) or not _PMAP_AXIS.search(str(value)):
+        return ""
+    if "squeeze" in str(value):  # also jnp.squeeze's own: only where a pmap ran it
+        tb, inside = value.__traceback__, False
+        while tb is not None:
+            inside = inside or tb.tb_frame.f_code.co_filename.endswith(
+                ("jax/_src/pmap.py", "jax/_src/shard_map.py"))
+            tb = tb.tb_next
+        if not inside:
+            return ""
+    return ("a jax.pmap maps every argument over its leading axis, one slice per device "
+            "(jax.local_device_count() of them), and an argument whose leading axis is not "
+            "that count fails: here as JAX's version words it. Parameters not stacked one copy "
+            "per device are the usual one (jax-ml/jax#9933). Pass such an argument whole to "
+            "every device, jax.pmap(f, in_axes=(None, 0)) (None for it: copied to each device "
+            "at every call), or stack it once, jax.tree.map(lambda a: jnp.broadcast_to(a, "
+            "(jax.local_device_count(), *a.shape)), params), and pass that at every call.")
 
 
 #: what JAX says when a pytree's static part (its metadata) holds an array it cannot compare

@@ -136,6 +136,28 @@ def test_jax_24204_an_array_in_a_static_field_is_named_under_its_traceback(shell
     assert "JAX Device Kit" not in capsys.readouterr().out  # other ValueErrors pass alone
 
 
+def test_jax_9933_a_pmap_argument_without_a_leading_device_axis_is_explained(shell, capsys):
+    """jax-ml/jax#9933: pmap over parameters not stacked one copy per device fails with an
+    error that names no cause (a squeeze on jax 0.10.2 and 0.12.0.1, inconsistent sizes on
+    0.8.0). The hook names the leading axis and both fixes, each run; a squeeze of the user's
+    own passes alone."""
+    shell.run_cell("n = jax.local_device_count()\nparams = jnp.ones((2,))\n"
+                   "xs = jnp.ones((n, 2))\nf = jax.pmap(lambda p, x: (p * x).sum())")
+    capsys.readouterr()
+    r = shell.run_cell("f(params, xs)")
+    said = capsys.readouterr().out
+    assert not r.success and "ValueError" in said  # the traceback first
+    assert ("JAX Device Kit: why this pmap failed: a jax.pmap maps every argument over its "
+            "leading axis") in said and "jax-ml/jax#9933" in said
+    whole = shell.run_cell("jax.pmap(lambda p, x: (p * x).sum(), in_axes=(None, 0))"
+                           "(params, xs).shape == (n,)")
+    stacked = shell.run_cell("f(jax.tree.map(lambda a: jnp.broadcast_to(a, "
+                             "(jax.local_device_count(), *a.shape)), params), xs).shape == (n,)")
+    assert whole.result is True and stacked.result is True  # both fixes run
+    shell.run_cell("jnp.squeeze(jnp.ones((2, 3)), axis=0)")
+    assert "JAX Device Kit" not in capsys.readouterr().out  # not a pmap's: passes alone
+
+
 #: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request
 GPU_OOM = ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate {} with allocator GPU_0_bfc "
            "on device 0. [executable_name='jit_broadcast_in_dim'] "

@@ -438,7 +438,8 @@ def test_the_table_lists_every_report_tested_here():
                  "2251": "the jax#4645 test here", "392": "the jax#21908 test here",
                  "442": "the jax#2777 tests here",
                  "59": "the jax#3158 test here",
-                 "3597": "the numpyro#696 test here", "5172": "tests/test_step_arguments.py"}
+                 "3597": "the numpyro#696 test here", "9933": "tests/test_ipython.py",
+                 "5172": "tests/test_step_arguments.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
