@@ -255,7 +255,8 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     (jax-ml/jax#24204), a pmap argument without a leading device axis (jax-ml/jax#9933), or
     ``.block_until_ready()`` asked of what is no jax.Array (a tuple of them: jax-ml/jax#3125),
     or a traced value used where Python needs a concrete one
-    (:func:`helpers.trace_errors.trace_error_fix`), the explanation; any other error passes with its traceback alone. Never raises (IPython would unregister it)."""
+    (:func:`helpers.trace_errors.trace_error_fix`), the explanation; any other error passes
+    with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     try:  # an error whose str() raises, say, must not unregister the handler
         _explain(shell, value)
