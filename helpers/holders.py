@@ -634,7 +634,8 @@ def _held(arr, names: list[tuple[str, Mapping]], mine: set[int],
     views, shares, together = shared
     unnamed = []  # JAX's objects and containers nobody names: looked above if nothing better
     for r in refs:
-        line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)}, views, together)
+        line, fix = _describe(r, arr, names, tb_frames, mine | {id(refs)}, views, together,
+                              deadline)
         if line:
             (vague if line.startswith(_VAGUE) else held).append((line, fix))
         if _is_jax_owned(r) or line.startswith(_VAGUE) or (
@@ -902,7 +903,7 @@ def _name_in(container, names: list[tuple[str, Mapping]]) -> str | None:
 
 
 def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
-              together: str = "") -> tuple[str, str]:
+              together: str = "", deadline: float = float("inf")) -> tuple[str, str]:
     """One line for one referrer, and its fix ("", "") when it is the kit's own; ``views``:
     the NumPy views of its buffer the notebook names, ``together``: the fix that lets go of
     them and the array together ("" where nothing shares its buffer)."""
@@ -954,7 +955,7 @@ def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
             # an object's attributes, once something read its __dict__ (Python 3.11+ makes
             # that dict only then; before, the object itself refers to the array)
             return _describe(obj, arr, names, tb_frames, mine | {id(owners)}, views,
-                             together)
+                             together, deadline)
         inside = _index_of(ref, arr)
         if isinstance(ref, tuple) and any(isinstance(o, types.FunctionType) for o in owners) \
                 and not any(o is ns for o in owners for _, ns in names):
@@ -984,7 +985,7 @@ def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
         return (f"an exception object ({type(ref).__name__}) refers to it", "")
     if _is_jax_owned(ref):
         return ("", "")
-    return _object_holder(ref, arr, names, mine)
+    return _object_holder(ref, arr, names, mine, deadline)
 
 
 def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int]) -> list[dict]:
@@ -1275,7 +1276,7 @@ def _instance_of(attributes: dict, owners: list) -> Any:
                  and getattr(o, "__dict__", None) is attributes), None)
 
 
-def _object_holder(obj, arr, names, mine) -> tuple[str, str]:
+def _object_holder(obj, arr, names, mine, deadline: float = float("inf")) -> tuple[str, str]:
     """An object that holds the array (a model, a config): named by the variable that holds
     it, or as jit's: a static argument stays in jit's caches after the user lets it go."""
     import gc
@@ -1296,7 +1297,7 @@ def _object_holder(obj, arr, names, mine) -> tuple[str, str]:
                     f"`del {keys[0]}` (or drop its array attribute) when you are done")
     boxes = jaxcompat.static_argument_boxes()
     if not (boxes and owners and all(isinstance(o, boxes) for o in owners)) and (
-            found := _path_to(obj, names, mine | {id(owners)})):
+            found := _path_to(obj, names, mine | {id(owners)}, deadline=deadline)):
         del owners
         path, ns = found
         try:
@@ -1319,11 +1320,12 @@ def _object_holder(obj, arr, names, mine) -> tuple[str, str]:
 
 
 def _path_to(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int = 4,
-             scans: int = 12) -> tuple[str, Mapping] | None:
+             scans: int = 12, deadline: float = float("inf")) -> tuple[str, Mapping] | None:
     """(the expression that reaches ``obj`` from a variable of the user's, e.g.
     ``model.trainable_variables[0]``, and the namespace of that variable) through lists,
     tuples, dicts and objects' attributes, at most ``depth`` steps up and ``scans`` reads of
-    the heap (each get_referrers reads the whole heap); None where no variable is found."""
+    the heap (each get_referrers reads the whole heap), and not past ``deadline``; None where
+    no variable is found."""
     import gc
     import types
 
@@ -1333,7 +1335,7 @@ def _path_to(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int =
         above: list[tuple[Any, str]] = []
         for node, tail in frontier:
             scans -= 1
-            if scans < 0:
+            if scans < 0 or time.perf_counter() > deadline:
                 return None
             for r in gc.get_referrers(node):
                 if id(r) in mine or id(r) in seen or id(r) in (id(frontier), id(above)) or \
@@ -1347,6 +1349,7 @@ def _path_to(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int =
                 if isinstance(r, (list, tuple, dict)):
                     step = _index_of(r, node)
                     holder = r
+                    scans -= isinstance(r, dict)  # (one more read of the heap)
                     if isinstance(r, dict) and (owner := _instance_of(
                             r, gc.get_referrers(r))) is not None:  # an object's __dict__
                         keys = [k for k in _keys_holding(r, node) if isinstance(k, str)]
