@@ -251,6 +251,11 @@ _SLICED = re.compile(r"[\w\]]\[[^\]]*:[^\]]*\]")
 #: jax.Array JAX slices piece by piece (huggingface/transformers#14864)
 _ITERATED = re.compile(r"\b(for\s+[\w, ()]+?\s+in\s+([A-Za-z_][\w.]*(?:\[[^\]]*\])?))"
                        r"\s*(?:[\])]|:|$|\bif\b)")
+#: the names a line calls, and those that only read an element (a line that calls anything
+#: else, f(x) for x in xs, may copy for that call: a jitted f's NumPy argument)
+_CALLED = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+_READS = frozenset({"int", "float", "bool", "complex", "list", "tuple", "str", "print", "len",
+                    "range", "enumerate", "zip", "np.asarray", "np.array", "numpy.asarray"})
 #: the way to put host data over a mesh piece by piece (each device's piece copied once)
 _FROM_CALLBACK = re.compile(r"\bmake_array_from_(?:callback|single_device_arrays|"
                             r"process_local_data)\(")
@@ -428,7 +433,8 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "the call returns: refill the NumPy buffer only after x.block_until_ready(), "
                 "or np.copy it first (jax-ml/jax#37830); a Python list, flat or nested, "
                 "converts far faster as jnp.array(np.array(x))")
-    if direction == H2D and shape in (None, ()) and (found := _ITERATED.search(source)):
+    if direction == H2D and shape in (None, ()) and (found := _ITERATED.search(source)) and \
+            set(_CALLED.findall(source)) <= _READS:  # (f(x) for x in xs: f's own copies)
         return (f"iterating over {found.group(2)} in Python ({found.group(1)}), if it is "
                 "a jax.Array: JAX slices it on the device a piece at a time, each slice a small "
                 "copy of its start indices and a dispatch, and each element read back (int(x), "

@@ -3679,6 +3679,13 @@ def test_transformers_14864_iterating_over_a_jax_index_array_is_named_with_np_as
     with transfers.trace() as fixed:  # the fix: the permutation as NumPy, once
         again = list(batches(np.asarray(perm)))
     assert fixed.count() == 0 and again == got
+    double = jax.jit(lambda x: x * 2)
+    host = [np.ones(3, np.float32) for _ in range(3)]
+    double(host[0])
+    with transfers.trace() as jitted:  # a walk over a list, each item a jitted call's: not it
+        [double(x) for x in host]
+    assert jitted.count() == 3 and all(
+        r["reasons"][0].startswith("an argument of a jitted call") for r in jitted.by_line())
 
 
 def test_jax_4885_a_reshard_by_device_put_through_the_host_is_named_with_a_jit():
