@@ -1329,41 +1329,46 @@ def _path_to(obj, names: list[tuple[str, Mapping]], mine: set[int], depth: int =
     import gc
     import types
 
-    frontier: list[tuple[Any, str]] = [(obj, "")]
+    nodes, tails = [obj], [""]  # (two lists: a tuple of the two would refer to the node)
     seen = {id(obj)}
     for _ in range(depth):
-        above: list[tuple[Any, str]] = []
-        for node, tail in frontier:
+        above, above_tails = [], []
+        ours = mine | {id(nodes), id(tails), id(above), id(above_tails), id(seen)}
+        for n in range(len(nodes)):
             scans -= 1
             if scans < 0 or time.perf_counter() > deadline:
                 return None
-            for r in gc.get_referrers(node):
-                if id(r) in mine or id(r) in seen or id(r) in (id(frontier), id(above)) or \
+            for r in gc.get_referrers(nodes[n]):
+                if id(r) in ours or id(r) in seen or \
                         isinstance(r, (types.FrameType, type, types.ModuleType)):
                     continue
                 for label, ns in names:
-                    if r is ns and _users(label) and (keys := _keys_holding(ns, node)):
-                        return f"{keys[0]}{tail}", ns
+                    if r is ns and _users(label) and (keys := [
+                            k for k in _keys_holding(ns, nodes[n]) if isinstance(k, str)
+                            and not k.startswith("_") and k not in ("In", "Out")]):
+                        return f"{keys[0]}{tails[n]}", ns
                 if isinstance(r, dict) and "__name__" in r and "__spec__" in r:
                     continue  # a module's globals other than the user's: not a path of theirs
                 if isinstance(r, (list, tuple, dict)):
-                    step = _index_of(r, node)
-                    holder = r
-                    scans -= isinstance(r, dict)  # (one more read of the heap)
-                    if isinstance(r, dict) and (owner := _instance_of(
-                            r, gc.get_referrers(r))) is not None:  # an object's __dict__
-                        keys = [k for k in _keys_holding(r, node) if isinstance(k, str)]
-                        step, holder = (f".{keys[0]}" if keys else ""), owner
+                    step, holder = _index_of(r, nodes[n]), r
+                    if isinstance(r, dict):  # an object's __dict__? one more read of the heap
+                        scans -= 1
+                        if scans < 0 or time.perf_counter() > deadline:
+                            return None
+                        if (owner := _instance_of(r, gc.get_referrers(r))) is not None:
+                            keys = [k for k in _keys_holding(r, nodes[n]) if isinstance(k, str)]
+                            step, holder = (f".{keys[0]}" if keys else ""), owner
                 elif getattr(r, "__dict__", None) is not None:
-                    keys = [k for k in _keys_holding(vars(r), node) if isinstance(k, str)]
+                    keys = [k for k in _keys_holding(vars(r), nodes[n]) if isinstance(k, str)]
                     step, holder = (f".{keys[0]}" if keys else ""), r
                 else:
                     continue
                 if step and id(holder) not in seen:
                     seen.update({id(r), id(holder)})
-                    above.append((holder, step + tail))
-        frontier = above
-        if not frontier:
+                    above.append(holder)
+                    above_tails.append(step + tails[n])
+        nodes, tails = above, above_tails
+        if not nodes:
             return None
     return None
 

@@ -311,20 +311,27 @@ def _explain(shell, value: BaseException) -> None:
 #: by JAX's version (each run on 4 CPU devices): 0.8.0 "pmap got inconsistent sizes", 0.10.2 and
 #: 0.12.0.1 a squeeze of that axis, or a sharding over the pmap's own axis it does not divide
 _PMAP_AXIS = re.compile(r"pmap got inconsistent sizes for array axes|cannot select an axis to "
-                        r"squeeze out|_internal_pmap_axis_name")
+                        r"squeeze out|_internal_pmap_axis_name.*is partitioned \d+ times", re.S)
 
 
 def _pmap_leading_axis(value: BaseException) -> str:
     """The cause and the fix of a jax.pmap given an argument without a leading axis of one
     slice per device (parameters not stacked: jax-ml/jax#9933); "" for any other error, and for
     a squeeze that did not fail inside a pmap."""
+    from helpers._internal import frames
+
     if not isinstance(value, ValueError) or not _PMAP_AXIS.search(str(value)):
         return ""
-    if "squeeze" in str(value):  # also jnp.squeeze's own: only where a pmap ran it
+    if "squeeze" in str(value):  # also jnp.squeeze's own: only where the pmap's own call
+        # raised it, no frame of the user's after its last (a squeeze inside the mapped
+        # function has the user's frames after it)
         tb, inside = value.__traceback__, False
         while tb is not None:
-            inside = inside or tb.tb_frame.f_code.co_filename.endswith(
-                ("jax/_src/pmap.py", "jax/_src/shard_map.py"))
+            if tb.tb_frame.f_code.co_filename.endswith(("jax/_src/pmap.py",
+                                                         "jax/_src/shard_map.py")):
+                inside = True
+            elif inside and frames.is_user_frame(tb.tb_frame):
+                inside = False
             tb = tb.tb_next
         if not inside:
             return ""

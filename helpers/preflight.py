@@ -493,7 +493,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "compiles again. Pass it as an ordinary argument: jit traces a pytree's "
                      "leaves (jax-ml/jax#9024).")
     if not c.conflict and target is None and (
-            wrapped := step_arguments.wrapper_donations(c, fn, args, kwargs)):
+            wrapped := step_arguments.wrapper_donations(c, fn, args, kwargs, device)):
         notes.append(step_arguments.wrapper_donation_note(wrapped, c.function))
     if not c.conflict and (held := step_arguments.donated_host_note(c, fn, args, kwargs)):
         notes.append(held)

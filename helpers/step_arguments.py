@@ -186,15 +186,17 @@ _EQX_DONATIONS = (("all-except-first", "every argument but the first, which stay
                   ("all", "every argument"))
 
 
-def wrapper_donations(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
-                      ) -> tuple[tuple[str, str, int], ...]:
+def wrapper_donations(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict,
+                      device: Any = None) -> tuple[tuple[str, str, int], ...]:
     """For a step that is ``equinox.filter_jit`` of a function, declared with no donation (its
     default): each donation it takes, what that donates, and how much lower XLA's planned peak
-    is with it, from the kit's compile of ``filter_jit(function, donate=...)``. The kit cannot
-    add a donation to such a wrapper, nor see its split of the arguments
-    (``c.lowered_with_arguments``), so it asks the wrapper itself (goodfire-ai/spd#971: an
-    Adam step of an eqx.nn.MLP, 12.16 MiB planned, 9.71 with 'all-except-first', 7.70 with
-    'all', jax 0.10.2 CPU, equinox 0.13.8). Empty for any other step, or where nothing drops."""
+    is with it, from the kit's compile of ``filter_jit(function, donate=...)`` for ``device``
+    (the wrapper's other jit arguments are not carried over). The kit cannot add a donation to
+    such a wrapper, nor see its split of the arguments (``c.lowered_with_arguments``), so it
+    asks the wrapper itself (goodfire-ai/spd#971: an Adam step of an eqx.nn.MLP, 12.16 MiB
+    planned, 9.71 with 'all-except-first', 7.70 with 'all', jax 0.10.2 CPU, equinox 0.13.8).
+    'all' is compiled first; where it does not pay, neither can the narrower one, which is then
+    not compiled. Empty for any other step, or where nothing drops."""
     if not (c.lowered_with_arguments and type(fn).__module__.startswith("equinox")
             and getattr(fn, "donate_first", None) is False
             and getattr(fn, "donate_rest", None) is False
@@ -203,12 +205,13 @@ def wrapper_donations(c: compiled.CompiledStep, fn: Callable, args: tuple, kwarg
     try:
         import equinox
         out = []
-        for mode, what in _EQX_DONATIONS:
+        for mode, what in reversed(_EQX_DONATIONS):  # 'all' first
             donated = compiled.compile_step(
-                equinox.filter_jit(fn.__wrapped__, donate=mode), *args, **kwargs)
-            if donation_pays(drop := c.sizes()["peak"] - donated.sizes()["peak"],
-                             c.sizes()["output"]):
-                out.append((mode, what, drop))
+                equinox.filter_jit(fn.__wrapped__, donate=mode), *args, device=device, **kwargs)
+            if not donation_pays(drop := c.sizes()["peak"] - donated.sizes()["peak"],
+                                 c.sizes()["output"]):
+                break
+            out.insert(0, (mode, what, drop))
         return tuple(out)
     except Exception:  # a wrapper the kit cannot compile so: say nothing it did not measure
         return ()

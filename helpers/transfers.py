@@ -254,6 +254,9 @@ _ITERATED = re.compile(r"\b(for\s+[\w, ()]+?\s+in\s+([A-Za-z_][\w.]*(?:\[[^\]]*\
 #: the names a line calls, and those that only read an element (a line that calls anything
 #: else, f(x) for x in xs, may copy for that call: a jitted f's NumPy argument)
 _CALLED = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+#: what else a line may do with the element, each with copies of its own: arithmetic with a
+#: Python number (a * 2.0), an index (x[i])
+_WORKS = re.compile(r"[-+*/%@]|\w\[")
 _READS = frozenset({"int", "float", "bool", "complex", "list", "tuple", "str", "print", "len",
                     "range", "enumerate", "zip", "np.asarray", "np.array", "numpy.asarray"})
 #: the way to put host data over a mesh piece by piece (each device's piece copied once)
@@ -434,7 +437,8 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "or np.copy it first (jax-ml/jax#37830); a Python list, flat or nested, "
                 "converts far faster as jnp.array(np.array(x))")
     if direction == H2D and shape in (None, ()) and (found := _ITERATED.search(source)) and \
-            set(_CALLED.findall(source)) <= _READS:  # (f(x) for x in xs: f's own copies)
+            set(_CALLED.findall(source)) <= _READS and not _WORKS.search(
+                source.replace(found.group(1), "")):  # (f(x), a * 2.0, x[i]: their own copies)
         return (f"iterating over {found.group(2)} in Python ({found.group(1)}), if it is "
                 "a jax.Array: JAX slices it on the device a piece at a time, each slice a small "
                 "copy of its start indices and a dispatch, and each element read back (int(x), "
@@ -445,7 +449,8 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
         return ("each device's piece of the array copied to it once, from the data your "
                 "callback returned: no device holds the whole array (the way to put host data "
                 "over a mesh)")
-    if shape is None and _SLICED.search(source) and "(" not in re.sub(r"\[[^\]]*\]", "", source):
+    if shape is None and _SLICED.search(source) and not re.search(
+            r"[-+*/%@(]", re.sub(r"\[[^\]]*\]", "", source)):  # a bare name = x[a:b]
         shape, dtype = (), "int32"  # a slice's bounds on JAX's fast path, which logs no shape
     if shape is None:
         return ("an argument of a jitted call: a NumPy array or a Python number, copied on "

@@ -156,6 +156,11 @@ def test_jax_9933_a_pmap_argument_without_a_leading_device_axis_is_explained(she
     assert whole.result is True and stacked.result is True  # both fixes run
     shell.run_cell("jnp.squeeze(jnp.ones((2, 3)), axis=0)")
     assert "JAX Device Kit" not in capsys.readouterr().out  # not a pmap's: passes alone
+    shell.run_cell("jax.pmap(lambda x: jnp.squeeze(x, 0))(jnp.ones((n, 2, 3)))")
+    assert "why this pmap failed" not in capsys.readouterr().out  # the user's own squeeze
+    shell.run_cell("y = jax.pmap(lambda x: x * 2)(jnp.ones((n, 3)))\n"
+                   "jax.pmap(lambda x: x.sum())(jax.device_put(y, jax.devices()[0]))")
+    assert "why this pmap failed" not in capsys.readouterr().out  # committed, axis right
 
 
 #: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request

@@ -1789,7 +1789,7 @@ def running_callback_site(most: int = 32) -> tuple[str, Any, Any] | None:
 
 def put_of_arrays(most: int = 4) -> bool:
     """Whether the jax.device_put among the ``most`` innermost frames of this thread was given
-    jax.Arrays (a copy or a reshard of arrays already on devices), not host data: read from
+    jax.Arrays only (a copy or a reshard of arrays already on devices), no host data: read from
     its ``x`` (jax/_src/api.py's device_put, jax 0.8.0 to 0.12.0.1). False where none is."""
     frame = sys._getframe(1)
     for _ in range(most):
@@ -1799,8 +1799,8 @@ def put_of_arrays(most: int = 4) -> bool:
                 "__name__") == "jax._src.api":
             import jax
 
-            return any(isinstance(leaf, jax.Array)
-                       for leaf in jax.tree_util.tree_leaves(frame.f_locals.get("x")))
+            leaves = jax.tree_util.tree_leaves(frame.f_locals.get("x"))
+            return bool(leaves) and all(isinstance(leaf, jax.Array) for leaf in leaves)
         frame = frame.f_back
     return False
 
