@@ -1285,37 +1285,33 @@ def _object_holder(obj, arr, names, mine, deadline: float = float("inf")) -> tup
     kind = f"a {_type_name(obj)} object"
     owners = [o for o in gc.get_referrers(obj)
               if id(o) not in mine and not isinstance(o, types.FrameType)]
+    try:
+        attrs = _keys_holding(vars(obj), arr)
+    except TypeError:  # no __dict__
+        attrs = []
     for _, ns in names:
         if any(o is ns for o in owners) and (keys := _keys_holding(ns, obj)):
-            try:
-                attrs = _keys_holding(vars(obj), arr)
-            except TypeError:  # no __dict__
-                attrs = []
             return (f"{kind}, the variable {keys[0]!r} in {_name_in(ns, names)}",
                     _attribute_fix(keys[0], obj, attrs[0], _set_none(keys[0], obj, attrs[0]))
                     if attrs and isinstance(attrs[0], str) else
                     f"`del {keys[0]}` (or drop its array attribute) when you are done")
     boxes = jaxcompat.static_argument_boxes()
-    if not (boxes and owners and all(isinstance(o, boxes) for o in owners)) and (
-            found := _path_to(obj, names, mine | {id(owners)}, deadline=deadline)):
-        del owners
-        path, ns = found
-        try:
-            attrs = [k for k in _keys_holding(vars(obj), arr) if isinstance(k, str)]
-        except TypeError:  # no __dict__
-            attrs = []
-        held = f"{path}.{attrs[0]}" if attrs else path
-        return (f"{kind}, reached as {held} from {_name_in(ns, names)}",
-                (_set_none(path, obj, attrs[0]) if attrs else f"`del {held}`")
-                + " once you hold a newer copy elsewhere: "
-                "an object that keeps an array your loop has replaced keeps one more copy of "
-                "it (keras-team/keras-core#888: each variable kept its old value beside the "
-                "state the trainer updated, a third copy of the model)")
     if boxes and owners and all(isinstance(o, boxes) for o in owners):
         return (f"{_JIT_CACHE}, through {kind} passed as a static argument",
                 "jax.clear_caches() lets it go now (measured on jax 0.8.0 to 0.12.0.1; from "
                 "0.10.2, deleting the jitted function and its clear_cache() do not); keep "
                 "arrays out of static arguments: pass them as traced arguments instead")
+    if found := _path_to(obj, names, mine | {id(owners)}, deadline=deadline):
+        del owners
+        path, ns = found
+        named = [k for k in attrs if isinstance(k, str)]
+        held = f"{path}.{named[0]}" if named else path
+        return (f"{kind}, reached as {held} from {_name_in(ns, names)}",
+                (_set_none(path, obj, named[0]) if named else f"`del {held}`")
+                + " once you hold a newer copy elsewhere: "
+                "an object that keeps an array your loop has replaced keeps one more copy of "
+                "it (keras-team/keras-core#888: each variable kept its old value beside the "
+                "state the trainer updated, a third copy of the model)")
     return (kind, "")
 
 

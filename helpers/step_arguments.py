@@ -204,12 +204,12 @@ def wrapper_donations(c: compiled.CompiledStep, fn: Callable, args: tuple, kwarg
         return ()
     try:
         import equinox
-        out = []
+        out, sizes = [], c.sizes()
         for mode, what in reversed(_EQX_DONATIONS):  # 'all' first
             donated = compiled.compile_step(
                 equinox.filter_jit(fn.__wrapped__, donate=mode), *args, device=device, **kwargs)
-            if not donation_pays(drop := c.sizes()["peak"] - donated.sizes()["peak"],
-                                 c.sizes()["output"]):
+            if not donation_pays(drop := sizes["peak"] - donated.sizes()["peak"],
+                                 sizes["output"]):
                 break
             out.insert(0, (mode, what, drop))
         return tuple(out)

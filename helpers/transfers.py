@@ -256,7 +256,8 @@ _ITERATED = re.compile(r"\b(for\s+[\w, ()]+?\s+in\s+([A-Za-z_][\w.]*(?:\[[^\]]*\
 _CALLED = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
 #: what else a line may do with the element, each with copies of its own: arithmetic with a
 #: Python number (a * 2.0), an index (x[i])
-_WORKS = re.compile(r"[-+*/%@]|\w\[")
+_ARITHMETIC = r"[-+*/%@]"
+_WORKS = re.compile(_ARITHMETIC + r"|\w\[")
 _READS = frozenset({"int", "float", "bool", "complex", "list", "tuple", "str", "print", "len",
                     "range", "enumerate", "zip", "np.asarray", "np.array", "numpy.asarray"})
 #: the way to put host data over a mesh piece by piece (each device's piece copied once)
@@ -450,7 +451,7 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
                 "callback returned: no device holds the whole array (the way to put host data "
                 "over a mesh)")
     if shape is None and _SLICED.search(source) and not re.search(
-            r"[-+*/%@(]", re.sub(r"\[[^\]]*\]", "", source)):  # a bare name = x[a:b]
+            _ARITHMETIC + r"|\(", re.sub(r"\[[^\]]*\]", "", source)):  # a bare name = x[a:b]
         shape, dtype = (), "int32"  # a slice's bounds on JAX's fast path, which logs no shape
     if shape is None:
         return ("an argument of a jitted call: a NumPy array or a Python number, copied on "
