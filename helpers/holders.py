@@ -119,6 +119,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
         live_arrays,
         live_bytes_by_device,
         shard_buffers,
+        shard_views,
     )
 
     t0 = time.perf_counter()
@@ -129,7 +130,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     count, total = len(live), sum(live_bytes_by_device().values())  # each buffer once
     many_small = _many_small(live, count, total)
     sample = _commonest(live) if many_small else []
-    views = shard_buffers(live)
+    views = shard_buffers(live) | {("id", i) for i in shard_views(live)}
     copies = [(c, a) for a in live if (c := jaxcompat.host_copy_bytes(a))]
     cycles = sum(_nbytes(a) for a in {id(a): a for a in live if id(a) in garbage}.values())
     arrays, n_views = _largest_arrays(live, n, views)
@@ -373,14 +374,18 @@ def _largest_arrays(live: list, n: int, views: set = frozenset()) -> tuple[list[
     """The ``n`` largest buffers among ``live``, each as the list of live Arrays over it (JAX
     may keep its own Array over a buffer the user's variable holds), and how many Arrays are
     left out as views of a sharded array's shards (``views``: their (Device, address), from
-    :func:`helpers.memory.shard_buffers`). A buffer's address is asked for only where another
+    :func:`helpers.memory.shard_buffers`, and ("id", id) from
+    :func:`helpers.memory.shard_views`). A buffer's address is asked for only where another
     single-device Array of its device, shape and dtype is alive (asking a committed Array makes
     JAX cache a second one over its buffer: one more live array per call that asked)."""
     groups: dict = {}
     n_views = 0
-    kinds = Counter(_kind(a) for a in live)
-    view_devices = {d for d, _ in views}  # where a shard's view may be: asked, however few
+    kinds = Counter(_kind(a) for a in live if ("id", id(a)) not in views)
+    view_devices = {d for d, _ in views if d != "id"}  # where a host read's view may be
     for a in sorted(live, key=_nbytes, reverse=True):
+        if ("id", id(a)) in views:  # JAX's Array over a listed shard: known without asking
+            n_views += 1
+            continue
         try:
             kind = _kind(a)
             asked = kind is not None and (kinds[kind] > 1 or kind[0] in view_devices)

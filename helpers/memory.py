@@ -54,8 +54,8 @@ jaxcompat.ensure_hook()  # JAX is imported: record the allocator variables at st
 __all__ = ["ALLOCATOR", "LIVE_ARRAYS", "DeviceMemory", "HostMemory", "MemorySnapshot",
            "MemoryTrace", "backend_restarted", "borrowed_buffers", "live_arrays",
            "live_bytes_by_device", "memory_stats", "register_borrowed", "reset_host_peak",
-           "retired_arrays", "samples_to_dict", "shard_buffers", "snapshot", "still_computing",
-           "track"]
+           "retired_arrays", "samples_to_dict", "shard_buffers", "shard_views", "snapshot",
+           "still_computing", "track"]
 
 ALLOCATOR = "allocator"
 LIVE_ARRAYS = "live arrays"
@@ -332,12 +332,27 @@ def _over_several(arr) -> bool:
         return False
 
 
+def shard_views(arrays: list | None = None) -> set[int]:
+    """``id`` of each live Array over a shard of a sharded array whose shards were listed
+    (``s.data for s in x.addressable_shards``, the way to read a sharded array shard by shard):
+    JAX made it then and keeps it with the array, a view of the shard's buffer with no memory
+    of its own. Known by identity, so nothing is asked and nothing made. ``arrays``: these, not
+    every live one."""
+    arrays = live_arrays() if arrays is None else arrays
+    return {id(s.data) for arr in arrays for s in jaxcompat.listed_shards(arr)}
+
+
 def _placed(arrays: list) -> tuple[list, dict]:
     """(array, {Device: index}, its (device, shape, dtype) where it is on one device else None)
     per array not deleted, and how many single-device arrays there are per (device, shape,
-    dtype)."""
+    dtype). Leaves out the Arrays over a sharded array's shards that JAX made when its
+    ``addressable_shards`` were read (``jaxcompat.listed_shards``: known by identity, no address
+    asked): views of the array's own buffers, counted as the array."""
+    views = shard_views(arrays)
     placed_arrays, groups = [], {}
     for arr in arrays:
+        if id(arr) in views:
+            continue
         try:
             if arr.is_deleted():
                 continue

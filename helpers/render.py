@@ -322,7 +322,7 @@ def tree_placement_html(t: TreePlacement) -> str:
 
 def holders_text(h: Holders) -> str:
     views = (f" ({h.shard_views} of them JAX's views of a sharded array's shards, made when "
-             "it was read on the host: no memory of their own, freed with it)"
+             "it was read on the host or shard by shard: no memory of their own, freed with it)"
              if h.shard_views else "")
     lines = [f"{h.live_arrays} live arrays{views}, {format_bytes(h.live_bytes)}; the largest "
              f"{len(h.arrays)}: {format_bytes(h.user_bytes)} held by your code, "

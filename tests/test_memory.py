@@ -526,6 +526,46 @@ def test_jax_26216_a_sharded_array_never_read_on_the_host_is_not_asked_for_its_s
     del batch, acts
 
 
+def test_jax_26216_a_sharded_array_read_shard_by_shard_counts_each_shard_once():
+    """Reading a sharded array shard by shard (``s.data for s in x.addressable_shards``, what
+    holders advises to read without a host copy) makes JAX list an Array over each shard and
+    keep the Shards on the array; the count took them for the user's own arrays and doubled
+    (1 -> 2 MiB per device sharded, 4 -> 8 MiB replicated). Each buffer counts once, known by
+    identity: the count and holders make no Array of their own, even beside per-device arrays
+    of the shard's shape, and an array whose shards were never listed is still not asked."""
+    import gc
+
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from helpers import holders
+
+    mesh = jax.make_mesh((N_SIMULATED,), ("x",))
+    acts = [jax.device_put(jnp.zeros((256, 1024), jnp.float32), d) for d in jax.devices()]
+    never = jax.device_put(jnp.ones((N_SIMULATED * 256, 1024), jnp.float32),
+                           NamedSharding(mesh, PartitionSpec("x")))
+    jax.block_until_ready((acts, never))
+    gc.collect()
+    base = memory.live_bytes_by_device()
+    for spec, per_device in ((PartitionSpec("x"), 2**20), (PartitionSpec(), 4 * 2**20)):
+        x = jax.device_put(jnp.ones((N_SIMULATED * 256, 1024), jnp.float32),
+                           NamedSharding(mesh, spec)).block_until_ready()
+        before = memory.live_bytes_by_device()
+        assert {d: before[d] - base[d] for d in before} == {d: per_device for d in before}
+        assert memory.shard_views() == set()
+        pieces = [np.asarray(s.data) for s in x.addressable_shards]
+        n = len(jax.live_arrays())
+        assert n == len(acts) + 2 + N_SIMULATED  # JAX's Arrays over the shards are listed
+        assert len(memory.shard_views()) == N_SIMULATED
+        assert memory.live_bytes_by_device() == before, spec
+        h = holders.largest(3, namespace={"x": x, "acts": acts, "never": never})
+        assert h.shard_views == N_SIMULATED and "read on the host or shard by shard" in str(h)
+        assert h.arrays[0].held_by == ("the variable 'x' in the notebook",)
+        assert len(jax.live_arrays()) == n  # neither made one
+        del pieces, x, h
+        gc.collect()
+    del acts, never
+
+
 _JAX_8096 = """
 import jax, jax.numpy as jnp
 from helpers import memory

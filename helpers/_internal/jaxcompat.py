@@ -570,6 +570,20 @@ def host_copy_bytes(array: Any) -> int:
     return int(getattr(value, "nbytes", 0) or 0) if value is not None else 0
 
 
+def listed_shards(array: Any) -> list:
+    """The Shards of ``array`` where its ``addressable_shards`` was read already, else []: JAX
+    keeps that list in the array's ``__dict__`` (``jax/_src/array.py``, jax 0.8.0 to
+    0.12.0.1), each Shard over an Array of its own, which ``jax.live_arrays()`` then lists
+    beside the array (a view of the shard's buffer). Reading the kept list makes nothing; reading
+    ``addressable_shards`` where it was not kept would make those Arrays. [] for an array on one
+    device (JAX keeps none) and where this JAX keeps it elsewhere."""
+    try:
+        shards = vars(array).get("addressable_shards")
+    except TypeError:  # no __dict__
+        return []
+    return list(shards) if isinstance(shards, list) and len(shards) > 1 else []
+
+
 # --- compiled programs: what the HLO text says that no public API does ---------------------
 #: The alias table in the first line of an executable's HLO text (``compiled.as_text()``), e.g.
 #: "input_output_alias={ {0}: (0, {}, may-alias), {1}: (2, {}, must-alias) }": which parameter
