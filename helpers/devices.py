@@ -1069,6 +1069,46 @@ _MANUAL_IN_SPEC = (re.compile(r"pspec (.*?) contains a manual axes (.*?) of mesh
                               r"and mesh=AbstractMesh\((.*?)axis_types=\(([^)]*)\)", re.S))
 
 
+#: jit's "Received incompatible devices for jitted computation" (jax/_src/stages.py's
+#: ``_device_assignment_mismatch_error``): each argument it names, with its devices ("and device
+#: ids" in jax 0.8.0, "and with device ids" from 0.10); the groups: name, shape, device ids
+_INCOMPATIBLE_ARG = re.compile(r"argument (\S*) of \S+ with shape (\S+) and (?:with )?device "
+                               r"ids \[([\d, ]*)\]")
+
+
+def _incompatible_devices_fix(text: str) -> str:
+    """The cause and the fix of jit's "Received incompatible devices" between two arguments
+    (Physical-Intelligence/openpi#261: an image batch committed to device 0 beside parameters
+    split over the mesh); "" for any other error."""
+    if "Received incompatible devices for jitted computation" not in text:
+        return ""
+    args = _INCOMPATIBLE_ARG.findall(text)
+    if len(args) != 2:
+        return ""
+    (a, a_shape, a_ids), (b, b_shape, b_ids) = args
+    a_ids, b_ids = ([int(i) for i in ids.split(",") if i.strip()] for ids in (a_ids, b_ids))
+    a, b = (f"{n or 'an argument'} ({shape})" for n, shape in ((a, a_shape), (b, b_shape)))
+    if sorted(a_ids) == sorted(b_ids):
+        return (f"{a} and {b} are on the same devices {sorted(a_ids)} but through meshes of "
+                f"different device orders ({a_ids} and {b_ids}): jit takes them as different "
+                "places. Build every sharding from one Mesh (NamedSharding(x.sharding.mesh, "
+                "spec)).")
+    (one, one_ids), (many, many_ids) = sorted(((a, a_ids), (b, b_ids)), key=lambda t: len(t[1]))
+    if len(one_ids) == 1 and len(many_ids) > 1:
+        return (f"{one} is committed to device {one_ids[0]} alone (jax.device_put to one "
+                f"device, or made from arrays that were), and {many} is split over devices "
+                f"{many_ids}; jit runs on one set of devices and never moves a committed "
+                f"array. Put {one.split(' (')[0]} on the other's mesh first, "
+                "jax.device_put(x, NamedSharding(mesh, P())) replicated or split along its "
+                "batch axis, or leave it uncommitted (jnp.asarray of the host data, or "
+                "device_put without a device), which jit then places itself. "
+                "devices.tree_placement(arguments) lists every leaf's devices.")
+    return (f"{a} is on devices {a_ids} and {b} on devices {b_ids}: jit runs on one set of "
+            "devices and never moves a committed array. Put one where the other is first, "
+            "jax.device_put(x, y.sharding), or leave it uncommitted (no device given), which jit "
+            "then places itself. devices.tree_placement(arguments) lists every leaf's devices.")
+
+
 def sharding_error_fix(error: BaseException | str) -> str:
     """The cause and the fix, in a sentence or two, for an error JAX raises where a sharding
     cannot take an array: a dimension its mesh axes do not divide (the last, short batch of an
@@ -1076,8 +1116,12 @@ def sharding_error_fix(error: BaseException | str) -> str:
     a mesh of Explicit axes, jax.make_mesh's default from jax 0.9 (vllm-project/
     tpu-inference#1917), where shard_map no longer moves an argument to its in_spec
     (sgl-project/sglang-jax#1286); a sharding inside shard_map that meets the axes shard_map
-    made Manual (NVIDIA/TransformerEngine#2069). "" for any other error."""
+    made Manual (NVIDIA/TransformerEngine#2069); two arguments of a jit on different devices
+    ("Received incompatible devices": Physical-Intelligence/openpi#261). "" for any other
+    error."""
     text = str(error)
+    if fix := _incompatible_devices_fix(text):
+        return fix
     for pattern in _INDIVISIBLE:
         if m := pattern.search(text):
             axis, pieces, size = (int(g) for g in m.groups())

@@ -8,6 +8,7 @@ its problem is absent; :func:`problems` runs them all in their order."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -341,6 +342,15 @@ def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:
         return ""
     n = max(leaf.local_bytes // max(leaf.nbytes, 1) for leaf in copies)
     times = "twice" if n == 2 else f"{n} times"
+    split = [leaf for leaf in leaves if leaf.committed and len(leaf.devices) > 1
+             and leaf.local_bytes == leaf.nbytes and leaf.nbytes]
+    if split:  # replicated beside split leaves: data parallelism, on the stand-in
+        return (f"{_some([leaf.path for leaf in copies])} held {times} over, replicated on "
+                f"CPU devices beside {_paths([leaf.path for leaf in split])}, split over them, "
+                "as data parallelism places them. On GPUs each copy is in its own device's "
+                "memory, as intended; here the simulated devices share this process's RAM, "
+                f"so the copies cost {extra:,} B of host memory beyond the arrays: a cost of "
+                "the stand-in, not of the program (fewer simulated devices lower it).")
     return (f"{_some([leaf.path for leaf in copies])} held {times} over, replicated "
             "on CPU devices: simulated devices share this process's RAM, so the copies "
             "cost "
@@ -538,12 +548,25 @@ def _batch_like(moved: list[LeafPlacement], placed: list[LeafPlacement]) -> dict
     shapes = {leaf.shape for leaf in placed}
     found = {}
     for leaf in moved:
-        if _key_or_counter(leaf):
+        if _key_or_counter(leaf) or _named_as_state(leaf.path):
             continue
         if leaf.shape and leaf.shape not in shapes and (axis := next(
                 (name for name, size in axes if leaf.shape[0] % size == 0), None)):
             found[leaf.path] = axis
     return found
+
+
+#: words in a leaf's path that name a model's or an optimizer's state, never a batch
+_STATE_WORDS = ("param", "weight", "kernel", "model", "state", "bias", "opt", "mu", "nu")
+
+
+def _named_as_state(path: str) -> bool:
+    """Whether a key in the leaf's path (``['params']['w1']``) names state: parameters of a
+    model never put on the mesh beside a split batch (patrick-kidger/equinox#688) are shaped
+    like no committed leaf, as a batch is, and were advised as one."""
+    keys = re.findall(r"\['([^']*)'\]|\.(\w+)", path)
+    names = [k.lower() for pair in keys for k in pair if k]
+    return any(w == k or (len(w) > 3 and w in k) for k in names for w in _STATE_WORDS)
 
 
 #: integer leaves under this many bytes are state (a step counter, keys split for a few

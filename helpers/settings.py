@@ -645,9 +645,13 @@ def _cpu_devices_after_start(env: Mapping[str, str], started_platforms=()) -> li
     return [EnvWarning(
         "cpu-devices-set-after-start",
         f"{asked} asks for {want} CPU devices, but this process's CPU backend started with "
-        f"{have}: JAX reads the variable once, at `import jax`, and the backend keeps the "
-        "count it started with (jax.config.update('jax_num_cpu_devices', ...) before the first "
-        "operation wins over the variable).",
+        f"{have}: JAX reads " + ("JAX_NUM_CPU_DEVICES once, at `import jax`" if
+                                 asked.startswith("JAX_NUM") else
+                                 "XLA_FLAGS once, when the CPU backend starts (the first "
+                                 "jax.devices() or operation)") +
+        ", and the backend keeps the count it started with "
+        "(jax.config.update('jax_num_cpu_devices', ...) before the first operation wins over "
+        "the variable; run on jax 0.8.0, 0.10.2 and 0.12.0.1).",
         "restart the kernel and set it before any JAX operation, e.g. "
         f"jax.config.update('jax_num_cpu_devices', {want}) right after `import jax`",
     )]

@@ -345,6 +345,59 @@ def test_sglang_jax_1286_shard_map_on_explicit_axes_does_not_move_its_inputs():
     assert not r.success and f"why this sharding failed: {said}" in out.getvalue()
 
 
+def test_openpi_261_jit_s_incompatible_devices_names_the_committed_argument_and_the_fix():
+    """Physical-Intelligence/openpi#261: "Received incompatible devices for jitted computation"
+    from an image batch committed to device 0 beside parameters split over the mesh; the kit
+    said nothing under the cell's traceback. It now names which argument sits where and the
+    two fixes (the batch replicated on the mesh, or left uncommitted), each run here; two
+    arguments committed to two single devices get their own sentence."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+    kernel = jax.device_put(jnp.ones((8, 4), jnp.float32), NamedSharding(mesh, P(None, "fsdp")))
+    host = np.ones((2, 8), np.float32)
+    img = jax.device_put(host, jax.devices()[0])
+
+    @jax.jit
+    def embed(img, kernel):
+        return img @ kernel
+
+    with pytest.raises(ValueError, match="incompatible devices") as raised:
+        embed(img, kernel)
+    said = devices.sharding_error_fix(raised.value)
+    assert "img (float32[2,8]) is committed to device 0 alone" in said
+    assert "kernel (float32[8,4]) is split over devices [0, 1]" in said
+    assert "jax.device_put(x, NamedSharding(mesh, P()))" in said and "uncommitted" in said
+    want = host @ np.ones((8, 4), np.float32)
+    for fixed in (jax.device_put(img, NamedSharding(mesh, P())), jnp.asarray(host)):
+        np.testing.assert_array_equal(np.asarray(embed(fixed, kernel)), want)
+
+    other = jax.device_put(np.ones((8, 4), np.float32), jax.devices()[1])
+    with pytest.raises(ValueError, match="incompatible devices") as apart:
+        embed(img, other)
+    two = devices.sharding_error_fix(apart.value)
+    assert "img (float32[2,8]) is on devices [0] and kernel (float32[8,4]) on devices [1]" in two
+    np.testing.assert_array_equal(np.asarray(embed(jax.device_put(img, other.sharding), other)),
+                                  want)
+    assert devices.sharding_error_fix(ValueError("Received incompatible devices")) == ""
+
+    IPython = pytest.importorskip("IPython")  # under the cell's traceback
+    shell = IPython.core.interactiveshell.InteractiveShell.instance()
+    shell.user_ns.update(embed=embed, img=img, kernel=kernel)
+    shell.run_line_magic("load_ext", "helpers")
+    try:
+        with redirect_stdout(StringIO()) as out:
+            r = shell.run_cell("embed(img, kernel)")
+    finally:
+        shell.run_line_magic("unload_ext", "helpers")
+        shell.reset()
+    assert not r.success and f"why this sharding failed: {said}" in out.getvalue()
+
+
 def test_transformer_engine_2069_a_sharding_constraint_inside_shard_map_meets_manual_axes():
     """NVIDIA/TransformerEngine#2069: with_sharding_constraint inside shard_map, on a
     NamedSharding of the outer mesh, failed with "Axes mentioned in `manual_axis_type` (0.8:

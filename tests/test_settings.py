@@ -346,6 +346,41 @@ def test_a_cpu_device_count_set_after_start(monkeypatch):
     assert "cpu-devices-set-after-start" not in codes(settings.check_process().warnings)
 
 
+_JAX_6887 = """
+import os
+os.environ.pop("XLA_FLAGS", None); os.environ.pop("JAX_NUM_CPU_DEVICES", None)
+import jax
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"  # after import: read
+print(len(jax.devices("cpu")))
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=5"  # after start: not
+from helpers import settings
+(w,) = [w for w in settings.check_process().warnings if w.code == "cpu-devices-set-after-start"]
+print(len(jax.devices("cpu")), w.message)
+"""
+
+
+def test_jax_6887_xla_flags_count_is_read_when_the_backend_starts_not_at_import(monkeypatch):
+    """jax-ml/jax#6887: XLA_FLAGS' device count set after the backend started has no effect.
+    The kit said JAX reads it "at `import jax`"; set after the import but before the first
+    operation it still counts (3 devices), so the warning says when it is read: the backend's
+    start for XLA_FLAGS, the import for JAX_NUM_CPU_DEVICES (whose count, set after the
+    import, is ignored: checked on jax 0.8.0, 0.10.2 and 0.12.0.1)."""
+    from tests.conftest import run_python
+
+    out = run_python(_JAX_6887, env={"JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, second = out.stdout.strip().splitlines()[-2:]
+    assert first == "3" and second.startswith("3 ")
+    assert "asks for 5 CPU devices" in second and "started with 3" in second
+    assert "XLA_FLAGS once, when the CPU backend starts" in second and "import jax" not in second
+    import jax
+
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", str(len(jax.devices("cpu")) + 1))
+    (w,) = [w for w in settings.check_process().warnings
+            if w.code == "cpu-devices-set-after-start"]
+    assert "JAX_NUM_CPU_DEVICES once, at `import jax`" in w.message
+
+
 def test_xla_flags_changed_after_start_in_a_real_process():
     from tests.conftest import run_python
 

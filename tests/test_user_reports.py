@@ -1987,6 +1987,48 @@ def test_maxtext_3192_a_tree_replicated_over_simulated_cpu_devices_costs_host_ra
     assert devices.tree_placement(split).problems == ()  # the fix: one copy of each byte
 
 
+def test_equinox_688_parameters_never_put_on_the_mesh_beside_a_split_batch():
+    """patrick-kidger/equinox#688: a batch split over the devices, the model's parameters never
+    put on the mesh ("it seems to work"); the fix (equinox#691) replicates them once. The kit
+    called the parameters a batch to split (shaped like no committed leaf), and after the fix
+    advised splitting them to save host RAM. It now names them state, copied at each call they
+    are passed to and once in a loop that feeds the outputs back, with the replication fix,
+    and calls the replicated copies beside a split batch the stand-in's cost. Each measured."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((4,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+    params = {"w1": jnp.ones((512, 512)) * 0.01, "w2": jnp.ones((512, 512)) * 0.01}  # 1 MiB each
+    batch = jax.device_put(np.ones((64, 512), np.float32),
+                           NamedSharding(mesh, PartitionSpec("batch")))
+
+    @jax.jit
+    def step(p, x):
+        g = jax.grad(lambda p: jnp.mean((x @ p["w1"] @ p["w2"] - x) ** 2))(p)
+        return jax.tree.map(lambda a, b: a - 1e-3 * b, p, g)
+
+    (problem,) = devices.tree_placement({"params": params, "batch": batch}).problems
+    assert problem.startswith("2 leaves (['params']['w1'], ['params']['w2']) are uncommitted")
+    assert "at each call they are passed to" in problem and "copies them once" in problem
+    assert "NamedSharding(mesh, P()) to replicate" in problem and "data-parallel" not in problem
+
+    def copies(p, feed_back):
+        jax.block_until_ready(step(p, batch))  # compiled outside the count
+        with transfers.trace() as log:
+            for _ in range(3):
+                out = step(p, batch)
+                p = out if feed_back else p
+            jax.block_until_ready(out)
+        return log.count("device->device")
+
+    assert copies(params, feed_back=False) == 3 * 2 * 4  # each call, each leaf, each device
+    assert 0 < copies(params, feed_back=True) <= 2 * 4  # the first call only
+    fixed = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+    assert copies(fixed, feed_back=False) == 0  # the fix named: none
+    (cost,) = devices.tree_placement({"params": fixed, "batch": batch}).problems
+    assert "beside ['batch'], split over them" in cost and "a cost of the stand-in" in cost
+    assert "split the leaves" not in cost
+
+
 def test_flax_5110_jax_19656_a_tree_restored_in_its_saved_layout_beside_another_mesh():
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
