@@ -824,8 +824,9 @@ def _copied_size(r: dict) -> str:
 
 
 def transfer_log_text(log: TransferLog) -> str:
+    notes = [f"! {n}" for n in getattr(log, "unlogged", ())]
     if not log.transfers:
-        return "no transfers"
+        return "\n".join(["no transfers", *notes])
     lines = [f"{'direction':<15} {'kind':<9} {'count':>5} {'bytes':>12}"]
     for r in log.summary():
         size = _copied_size(r)
@@ -837,12 +838,13 @@ def transfer_log_text(log: TransferLog) -> str:
         lines += [f"  {r['count']:>3} x {r['line']}\n        "
                   f"{format_bytes(r['bytes']) if r['bytes'] else 'bytes not logged'}: "
                   f"{'; '.join(r['reasons'])}" for r in by_line]
-    return "\n".join(lines)
+    return "\n".join(lines + notes)
 
 
 def transfer_log_html(log: TransferLog) -> str:
+    notes = "".join(f"<p>{html.escape(n)}</p>" for n in getattr(log, "unlogged", ()))
     if not log.transfers:
-        return "<i>no transfers</i>"
+        return "<i>no transfers</i>" + notes
     head = ("<table><tr><th>direction</th><th>kind</th><th>shape</th><th>dtype</th>"
             "<th>bytes</th><th>from</th><th>to</th><th>line</th><th>why</th></tr>")
     rows = []
@@ -853,7 +855,7 @@ def transfer_log_html(log: TransferLog) -> str:
                  t.source or "?", t.destination or "?", t.line or "?", t.reason)
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
                     + "</tr>")
-    return head + "".join(rows) + "</table>"
+    return head + "".join(rows) + "</table>" + notes
 
 
 def token_file_text(t: TokenFile) -> str:

@@ -506,6 +506,9 @@ class TransferLog(Display):
         self.finished = False
         self.explicit_marked = False
         self.started_at = time.time()  # seconds since the epoch, to line up with other logs
+        #: copies the block may have made that JAX's transfer guard does not log, one sentence
+        #: each: an uncommitted array off the default device (:func:`_off_default_note`)
+        self.unlogged: tuple[str, ...] = ()
 
     @property
     def transfers(self) -> tuple[Transfer, ...]:
@@ -638,6 +641,62 @@ def _live_stderr():
     return _live[0]
 
 
+def _off_default_uncommitted() -> dict[int, tuple]:
+    """{id: (array, device)} of the live uncommitted arrays of 1 MiB or more on one device that
+    is not the default device now: made under ``jax.default_device`` (or by an operation on one
+    made so), each operation on one copies it whole to the default device first."""
+    from helpers.devices import _default_device_now
+
+    default = _default_device_now()
+    if default is None:
+        return {}
+    out = {}
+    for x in jaxcompat.import_jax().live_arrays():
+        try:
+            if x.committed or x.nbytes < 2**20 or len(x.devices()) != 1:
+                continue
+            (device,) = x.devices()
+            if device != default:
+                out[id(x)] = (x, device)
+        except Exception:  # deleted meanwhile
+            continue
+    return out
+
+
+def _off_default_note(before: dict[int, tuple]) -> str:
+    """The sentence for the uncommitted arrays off the default device that lived through the
+    block (in ``before`` and still live, still off it): an operation on one in the block copied
+    it whole to the default device, which JAX's transfer guard logs only at the operation's
+    first call, not on jit's fast path after it (jax 0.8.0 to 0.12.0.1; the blog post "JAX:
+    commitment issues": a lookup into a 24 MiB array made under jax.default_device(cpu) took
+    14-32 ms, 1.1 ms once committed; run on the CPU stand-in, not yet on a GPU). "" if none."""
+    if not before:
+        return ""
+    from helpers.devices import _default_device_now
+    from helpers.units import format_bytes
+
+    default = _default_device_now()
+    still = [(x, d) for x, d in before.values()
+             if not x.is_deleted() and not x.committed and d != default]
+    if not still or default is None:
+        return ""
+    here = jaxcompat.device_name(default)
+    x, d = max(still, key=lambda t: t[0].nbytes)
+    where = jaxcompat.device_name(d)
+    what = f"{x.dtype}{list(x.shape)}, {format_bytes(x.nbytes)}"
+    n = len(still)
+    return (f"{n} uncommitted array{'s' if n > 1 else ''} off the default "
+            f"device ({what} on {where}{' the largest' if n > 1 else ''}; the default is "
+            f"{here}) lived through the block. If the block used "
+            f"{'them' if n > 1 else 'it'}, each operation first copied "
+            f"{'each' if n > 1 else 'it'} whole to {here}, a copy this table may leave out: "
+            "JAX's transfer guard logs it "
+            "only at an operation's first call (later calls take jit's fast path, which copies "
+            "unlogged; an array made under jax.default_device stays uncommitted). Commit it where "
+            f"it is, jax.device_put(x, {where}) (x.committed is then True), or use it inside "
+            "the jax.default_device block that made it.")
+
+
 @contextlib.contextmanager
 def trace(*, lines: bool = True) -> Iterator[TransferLog]:
     """Record the transfers the block makes; the log is filled when the block ends.
@@ -653,6 +712,7 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
         raise InUseError("transfers.trace() is already active in this process; "
                          "nest the code inside the existing trace instead")
     log = TransferLog()
+    before = _off_default_uncommitted()
     try:
         sys.stderr.flush()
         python_stderr, live = sys.stderr, _live_stderr()  # before fd 2 moves
@@ -705,6 +765,7 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
             transfers, other = parse_guard_output(text, marked=log.explicit_marked,
                                                   processes=jax.process_count())
             log._transfers = tuple(transfers)
+            log.unlogged = tuple(n for n in (_off_default_note(before),) if n)
             log.finished = True
             if other:  # give back what was not ours
                 os.write(2, ("\n".join(other) + "\n").encode())

@@ -590,3 +590,30 @@ def test_pylcm_316_a_callback_in_a_scan_gets_the_loop_fix_and_no_vmap_paragraph(
         (why,) = reasons[name]
         assert "under jax.vmap once per element" in why and "outside the vmap" in why
         assert "OpenSourceEconomics/pylcm#316" in why
+
+
+def test_an_uncommitted_array_off_the_default_device_is_named_though_the_guard_logs_no_copy():
+    """The blog post "JAX: commitment issues" (gilesthomas.com, 2026-06): an array made under
+    ``jax.default_device(cpu)`` stays uncommitted, so a lookup into it after the block runs on
+    the default device and first copies the whole array there. JAX's transfer guard logs no
+    such copy, and the trace showed only the index scalars, the same before and after the fix.
+    (The guard logs it at the operation's first call only: later calls take jit's fast path.)
+    The log now names the array, where it is, and the fix; committed, the note goes."""
+    there = jax.devices()[1]
+    with jax.default_device(there):
+        table = jnp.ones((256, 1024), jnp.float32).block_until_ready()  # 1 MiB, uncommitted
+    assert not table.committed and table.devices() == {there}
+    with transfers.trace() as first:
+        table[2].block_until_ready()
+    assert [t.nbytes for t in first.select(D2D)] == [2**20]  # the first call logs the copy
+    with transfers.trace() as log:
+        row = table[3].block_until_ready()
+    assert row.devices() == {jax.devices()[0]}  # it ran on the default device: a whole copy
+    assert log.count(D2D) == 0  # which jit's fast path makes unlogged
+    (note,) = log.unlogged
+    assert "float32[256, 1024], 1.00 MiB on cpu:1; the default is cpu:0" in note
+    assert "jax.device_put(x, cpu:1)" in note and note in str(log)
+    table = jax.device_put(table, there)  # the fix it names
+    with transfers.trace() as log:
+        row = table[3].block_until_ready()
+    assert row.devices() == {there} and log.unlogged == ()  # runs where the array is
