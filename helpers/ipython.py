@@ -155,7 +155,7 @@ def load(ip: Any) -> None:
     from helpers._internal import jaxcompat
 
     ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types(),
-                       BufferError, AttributeError, TypeError), _on_jax_error)
+                       BufferError, AttributeError, TypeError, AssertionError), _on_jax_error)
 
     @magics_class
     class MemoryMagics(Magics):
@@ -255,7 +255,8 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     (jax-ml/jax#24204), a pmap argument without a leading device axis (jax-ml/jax#9933), or
     ``.block_until_ready()`` asked of what is no jax.Array (a tuple of them: jax-ml/jax#3125),
     or a traced value used where Python needs a concrete one
-    (:func:`helpers.trace_errors.trace_error_fix`), the explanation; any other error passes
+    (:func:`helpers.trace_errors.trace_error_fix`), or the bare AssertionError of JAX_PLATFORMS=cuda
+    where no NVIDIA GPU is visible, the explanation; any other error passes
     with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     try:  # an error whose str() raises, say, must not unregister the handler
@@ -290,6 +291,9 @@ def _explain(shell, value: BaseException) -> None:
     elif isinstance(value, BufferError) and _READONLY_EXPORT in str(value):
         print(f"JAX Device Kit: why this conversion failed: {_READONLY_DLPACK}")
         return None
+    elif isinstance(value, AssertionError) and (why := _no_backend(value)):
+        print(f"JAX Device Kit: why JAX could not start: {why}")
+        return None
     elif isinstance(value, AttributeError) and (why := _not_an_array(value)):
         print(f"JAX Device Kit: why this wait failed: {why}")
         return None
@@ -305,6 +309,22 @@ def _explain(shell, value: BaseException) -> None:
     print(f"JAX Device Kit: {head}")
     display(report)
     return None
+
+
+def _no_backend(value: AssertionError) -> str:
+    """The cause and the fix of the bare AssertionError JAX's backends() raises where
+    JAX_PLATFORMS asks for CUDA alone and no NVIDIA GPU is visible (jax-ml/jax#23208's
+    setting); "" for any other assertion."""
+    tb = value.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not tb.tb_frame.f_code.co_filename.endswith("xla_bridge.py"):
+        return ""
+    from helpers import settings
+
+    found = [w for w in settings.check_environment(this_process=False)
+             if w.code == "cuda-alone-without-gpu"]
+    return f"{found[0].message} Fix: {found[0].fix}." if found else ""
 
 
 #: what a jax.pmap says of an argument whose leading axis is not the number of its devices,

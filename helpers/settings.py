@@ -240,6 +240,30 @@ def _no_visible_gpu(env: Mapping[str, str], started_platforms=()) -> list[EnvWar
     )]
 
 
+#: where JAX looks for an NVIDIA GPU before it starts its CUDA backend
+#: (jax/_src/hardware_utils.py's ``_NVIDIA_GPU_DEVICES``, jax 0.8.0 to 0.12.0.1)
+_NVIDIA_DEVICE_FILES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
+
+
+def _cuda_alone_without_gpu(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # JAX_PLATFORMS=cuda where no NVIDIA GPU is visible: JAX skips cuda, then has no backend
+    value = env.get("JAX_PLATFORMS", "")
+    asked = _requested(value)
+    if not asked or any(group != {"cuda"} for group in asked) or started_platforms or any(
+            os.path.exists(f) for f in _NVIDIA_DEVICE_FILES):
+        return []
+    return [EnvWarning(
+        "cuda-alone-without-gpu",
+        f"JAX_PLATFORMS={value!r} asks for the CUDA backend alone, and no NVIDIA GPU is "
+        f"visible to this process (none of {', '.join(_NVIDIA_DEVICE_FILES)}): JAX then skips "
+        "'cuda' without a word and its first operation fails with a bare AssertionError "
+        "(jax/_src/xla_bridge.py's backends(); run on jax 0.8.0, 0.10.2 and 0.12.0.1).",
+        "let JAX fall back to the CPU, JAX_PLATFORMS=cuda,cpu (jax-ml/jax#23208), or unset it; "
+        "on a GPU machine, make the GPU visible to this process (a container needs --gpus "
+        "all), then restart the kernel",
+    )]
+
+
 def _two_cpu_counts(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     if not ("xla_force_host_platform_device_count" in env.get("XLA_FLAGS", "")
             and env.get("JAX_NUM_CPU_DEVICES")):
@@ -800,6 +824,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _preallocate,
     _allocator,
     _no_visible_gpu,
+    _cuda_alone_without_gpu,
     _two_cpu_counts,
     _cpu_device_count,
     _xla_flags,

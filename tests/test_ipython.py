@@ -31,7 +31,7 @@ def test_the_extension_registers_and_unregisters(shell):
 
     assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,
                                        *jaxcompat.sharding_error_types(), BufferError,
-                                       AttributeError, TypeError)
+                                       AttributeError, TypeError, AssertionError)
     assert "memory" in shell.magics_manager.magics["cell"]
     shell.run_line_magic("unload_ext", "helpers")
     assert shell.custom_exceptions == () and "memory" not in shell.magics_manager.magics["cell"]

@@ -346,6 +346,47 @@ def test_a_cpu_device_count_set_after_start(monkeypatch):
     assert "cpu-devices-set-after-start" not in codes(settings.check_process().warnings)
 
 
+_JAX_23208 = """
+import jax
+from helpers import settings
+try:
+    jax.numpy.ones(3)
+except AssertionError as err:
+    print("bare" if not str(err) else "worded")
+(w,) = [w for w in settings.check_process().warnings if w.code == "cuda-alone-without-gpu"]
+print(w.message, "|", w.fix)
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_line_magic("load_ext", "helpers")
+shell.run_cell("import jax; jax.devices()")
+"""
+
+
+def test_jax_23208_jax_platforms_cuda_alone_where_no_gpu_is_visible_fails_bare():
+    """jax-ml/jax#23208's setting: JAX_PLATFORMS=cuda on a machine where no NVIDIA GPU is
+    visible (a CPU node, a container without --gpus). JAX skips 'cuda' and fails with a bare
+    AssertionError; check_process() said "no known mistake" and %load_ext nothing. Both now
+    name it, and the fix it gives, JAX_PLATFORMS=cuda,cpu, starts the CPU backend."""
+    import os
+
+    from tests.conftest import run_python
+
+    if any(os.path.exists(f) for f in settings._NVIDIA_DEVICE_FILES):
+        pytest.skip("an NVIDIA GPU is visible here: JAX starts cuda or says why not")
+    pytest.importorskip("IPython")
+    out = run_python(_JAX_23208, env={"JAX_PLATFORMS": "cuda"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[0] == "bare"
+    assert "JAX_PLATFORMS='cuda' asks for the CUDA backend alone" in out.stdout
+    assert "bare AssertionError" in out.stdout and "JAX_PLATFORMS=cuda,cpu" in out.stdout
+    assert "JAX Device Kit: why JAX could not start: JAX_PLATFORMS='cuda'" in out.stdout
+    fixed = run_python("import jax; print(jax.default_backend())",
+                       env={"JAX_PLATFORMS": "cuda,cpu"})
+    assert fixed.returncode == 0 and fixed.stdout.split()[-1] == "cpu", fixed.stderr[-2000:]
+    for fine in ("cuda,cpu", "cpu", ""):  # another process's: the environment alone
+        assert settings.check_environment({"JAX_PLATFORMS": fine}, this_process=False) == ()
+
+
 _JAX_6887 = """
 import os
 os.environ.pop("XLA_FLAGS", None); os.environ.pop("JAX_NUM_CPU_DEVICES", None)
