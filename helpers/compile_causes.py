@@ -39,6 +39,16 @@ __all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
            "what_changed"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
+#: added to "new shapes" where caches were cleared between those compiles: each shape was new,
+#: so the clear cost no compile, and it bounds the programs kept (ArgonneCPAC/diffsky#244: a
+#: loop over files of new sizes ran out of host memory, jax.clear_caches() in the loop held it)
+CLEARED_NEW_SHAPES = (". The cache clears between these compiles (jax.clear_caches(), or the "
+                      "function's clear_cache()) cost none of them (each shape was new): "
+                      "a clear frees the programs of shapes already done, so keep "
+                      "it in the loop unless the inputs are padded to a few shapes, whose "
+                      "programs are then worth keeping")
+
+
 CAUSES = ("function made anew", "caches cleared", "new shapes", "new dtypes", "new sharding",
           "new placement", "new static values", "new pytree structure", "a changed setting",
           "other")

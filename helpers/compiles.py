@@ -60,7 +60,14 @@ from helpers._internal import (
     own,
 )
 from helpers._internal.records import Display, Record
-from helpers.compile_causes import CAUSES, WEAK_FIX, CacheMiss, fix_for, what_changed
+from helpers.compile_causes import (
+    CAUSES,
+    CLEARED_NEW_SHAPES,
+    WEAK_FIX,
+    CacheMiss,
+    fix_for,
+    what_changed,
+)
 from helpers.errors import BadInputError, InUseError
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes
 
@@ -1085,15 +1092,17 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
                                         not (first_only and c == "function made anew"),
                                         -CAUSES.index(c))) if causes else "first compile")
     clearing: tuple[str, ...] = ()
-    if cause == "function made anew" and _cleared_between(mine, clears or []):
+    fresh = ()
+    cleared = cause == "function made anew" and _cleared_between(mine, clears or [])
+    if cause == "function made anew" and _each_new(types or [], len(seconds)):
+        # each compile lowered argument types no earlier one had: making the function once
+        # saves no compile, and keeps every shape's program alive with it (jax-ml/jax#7930);
+        # nor would a clear between them, if any, have cost one (diffsky#244)
+        cause, fresh = "new shapes", tuple(_short_types(t) for t in (types or []))
+    elif cleared:
         cause = "caches cleared"  # JAX's "never seen" of a function object it had seen
         first, last = (clears or [0])[0], (clears or [0])[-1]
         clearing = tuple(dict.fromkeys((cleared_by or [])[first:last]))
-    fresh = ()
-    if cause == "function made anew" and _each_new(types or [], len(seconds)):
-        # each compile lowered argument types no earlier one had: making the function once
-        # saves no compile, and keeps every shape's program alive with it (jax-ml/jax#7930)
-        cause, fresh = "new shapes", tuple(_short_types(t) for t in (types or []))
     said = next((m.explanation for m in mine if m.cause in (cause, "function made anew")), "")
     return FunctionCompiles(
         function=key[0], defined_at=key[1], compiles=len(seconds), traces=len(mine),
@@ -1102,7 +1111,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
                  *dict.fromkeys(placed)) if cause == "new placement" else
         clearing or fresh[:6] or what_changed(mine, cause),
-        fix=fix_for(mine, cause, new_types_each_call=bool(fresh), through_library=library),
+        fix=fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
+                    through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1],
         library=library, jaxpr_equations=equations,

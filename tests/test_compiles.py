@@ -433,6 +433,32 @@ def test_a_function_compiled_again_after_clear_caches_is_not_called_made_anew():
     assert [f.cause for f in anew.functions if f.recompiled] == ["function made anew"]
 
 
+def test_diffsky_244_clearing_in_a_loop_of_new_shapes_is_kept_and_the_shapes_named():
+    """ArgonneCPAC/diffsky#244: a loop over files of new sizes ran out of host memory, and the
+    fix was jax.clear_caches() at the start of each iteration. With that fix in, the kit called
+    the cause "caches cleared" and advised clearing outside the loop, which brings the growth
+    back. Each shape was new: the clear cost no compile (the same count without it), so the
+    cause is the new shapes, and the note keeps the clear."""
+    @jax.jit
+    def photometry(mass):
+        return jnp.sum(jnp.tanh(mass) * 2.0)
+
+    def run(clear):
+        with compiles.watch() as log:
+            for n in (40, 56, 72, 88):
+                if clear:
+                    jax.clear_caches()
+                photometry(jnp.ones(n))
+        return log.function("photometry")
+
+    kept, cleared = run(clear=False), run(clear=True)
+    assert kept.compiles == cleared.compiles == 4  # the clear cost none
+    assert cleared.cause == "new shapes" and "float32[40]" in " ".join(cleared.changed)
+    assert "pad or bucket" in cleared.fix and "cost none of them" in cleared.fix
+    assert "keep it in the loop" in cleared.fix and "outside the loop" not in cleared.fix
+    assert "cost none" not in kept.fix and "made anew" not in cleared.fix
+
+
 def test_a_jitted_functions_own_clear_cache_is_not_called_made_anew():
     """jax#14220: `g1.clear_cache()` inside the loop, g1 made once: the kit said "jitted anew:
     make it once" (it saw only jax.clear_caches()), a fix already followed."""
