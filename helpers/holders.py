@@ -101,6 +101,9 @@ class Holders(Display):
     #: of ``executables``: the CPU backend's, whose generated code is not reported (not in
     #: ``executable_code_bytes``)
     cpu_executables: int = 0
+    #: the programs one jitted function keeps, one per shape or static value it met, where they
+    #: are many (:data:`MANY_PROGRAMS`): how many, its name and the fix; "" (jax-ml/jax#16778)
+    many_programs: str = ""
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -177,7 +180,9 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                         for e in reported) if reported or not execs else NOT_AVAILABLE)
         except Exception:
             code, on_cpu = NOT_AVAILABLE, 0
-    constants = _program_constants(execs or [], t0 + 2 * seconds)
+    names: Counter = Counter()
+    constants = _program_constants(execs or [], t0 + 2 * seconds, names)
+    many = _many_programs(names)
     # bytes whose holder the time budget left unfound are no one's here, not your code's
     cut_short = {id(h) for h in found if any(line.startswith(_CUT) for line in h.held_by)}
     cut = sum(h.nbytes for h in found if id(h) in cut_short)
@@ -196,7 +201,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                    sum(h.nbytes for h in found) - user - library - cut - looked_cycles,
                    NOT_AVAILABLE if execs is None else len(execs), code,
                    time.perf_counter() - t0, complete, many_small, alike, constants, library,
-                   backend_restarted(), n_views, copied, cycles, note, on_cpu)
+                   backend_restarted(), n_views, copied, cycles, note, on_cpu, many)
 
 
 def _host_copies_note(copies: list, found: list[HeldArray]) -> str:
@@ -293,15 +298,19 @@ def _chunks_equal(x, y, chunk: int) -> bool:
                                     for k in range(0, x.size, chunk))
 
 
-def _program_constants(execs: list, deadline: float) -> tuple[tuple[str, int, int], ...]:
+def _program_constants(execs: list, deadline: float, names: Counter | None = None
+                       ) -> tuple[tuple[str, int, int], ...]:
     """(name, programs, constant bytes) per program name holding 1 MiB of array constants or
-    more, read from each loaded program's optimized text until ``deadline``."""
+    more, read from each loaded program's optimized text until ``deadline``; ``names`` gets
+    how many programs of each name were read."""
     by_name: dict[str, list[int]] = {}
     for e in execs:
         if time.perf_counter() > deadline:
             break
         try:
             module = e.hlo_modules()[0]
+            if names is not None:
+                names[module.name] += 1
             found = jaxcompat.constant_bytes(module.to_string())
         except Exception:  # a program that does not say
             continue
@@ -309,6 +318,32 @@ def _program_constants(execs: list, deadline: float) -> tuple[tuple[str, int, in
             by_name.setdefault(module.name, []).append(found)
     rows = [(name, len(v), sum(v)) for name, v in by_name.items() if sum(v) >= 2**20]
     return tuple(sorted(rows, key=lambda r: -r[2])[:3])
+
+
+#: this many programs of one name loaded at once are "many" (jax-ml/jax#16778: one per shape)
+MANY_PROGRAMS = 16
+
+
+def _many_programs(names: Counter) -> str:
+    """A sentence where one jitted function keeps :data:`MANY_PROGRAMS` compiled programs or
+    more loaded: each shape or static value it met compiled one, and JAX keeps each until the
+    function is gone (jax-ml/jax#16778); "" otherwise."""
+    jax = jaxcompat.import_jax()
+    # JAX's eager operations compile a program per shape too, named for their primitive
+    # (jnp.ones: jit_broadcast_in_dim); a function of the user's named as a lax one is missed
+    own = [(name, n) for name, n in names.most_common()
+           if not hasattr(jax.lax, name.removeprefix("jit_"))]
+    if not own or own[0][1] < MANY_PROGRAMS:
+        return ""
+    name, n = own[0]
+    function = name.removeprefix("jit_")
+    return (f"{n} compiled programs of {name} are loaded: one for each shape (or static value) "
+            f"{function} was called with, each kept with its code in host memory until the "
+            "function is gone (JAX's caches keep up to 4,096 entries: jax/_src/pjit.py; on a "
+            "GPU a program that uses CUDA graphs also holds device memory: jax-ml/jax#16778, "
+            "from the thread, not yet run on a GPU). Pad or bucket its inputs to a few shapes "
+            "(compiles.watch() lists them), or drop the programs with the jitted function's "
+            "clear_cache() or jax.clear_caches().")
 
 
 #: this many live arrays averaging under 1 KiB are "many tiny arrays" (jax-ml/jax#17432)

@@ -349,6 +349,8 @@ def holders_text(h: Holders) -> str:
             f"; the CPU backend's {h.cpu_executables} not reported" if h.cpu_executables
             else "")
     lines.append(f"compiled programs loaded: {h.executables} ({code})")
+    if h.many_programs:
+        lines.append(f"! {h.many_programs}")
     for name, programs, nbytes in h.program_constants:
         each = (f"{programs} programs named {name} hold {format_bytes(nbytes)} of constants"
                 if programs > 1 else f"the program {name} holds {format_bytes(nbytes)} of "

@@ -645,9 +645,12 @@ def _off_default_uncommitted() -> dict[int, tuple]:
     """{id: (array, device)} of the live uncommitted arrays of 1 MiB or more on one device that
     is not the default device now: made under ``jax.default_device`` (or by an operation on one
     made so), each operation on one copies it whole to the default device first."""
-    from helpers.devices import _default_device_now
+    from helpers.devices import default_device
 
-    default = _default_device_now()
+    try:
+        default = default_device()
+    except Exception:  # JAX cannot say
+        return {}
     if default is None:
         return {}
     out = {}
@@ -672,10 +675,13 @@ def _off_default_note(before: dict[int, tuple]) -> str:
     14-32 ms, 1.1 ms once committed; run on the CPU stand-in, not yet on a GPU). "" if none."""
     if not before:
         return ""
-    from helpers.devices import _default_device_now
+    from helpers.devices import default_device
     from helpers.units import format_bytes
 
-    default = _default_device_now()
+    try:
+        default = default_device()
+    except Exception:  # JAX cannot say
+        return ""
     still = [(x, d) for x, d in before.values()
              if not x.is_deleted() and not x.committed and d != default]
     if not still or default is None:

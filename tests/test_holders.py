@@ -991,3 +991,31 @@ def test_a_script_s_globals_are_named_as_the_script_s_not_a_notebook_s():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["the variable 'weights' in the script",
                                         "list 'history'[0] in the script"]
+
+
+def test_jax_16778_one_function_s_many_compiled_programs_are_named_with_the_fix():
+    """jax-ml/jax#16778: a jitted function called with a new shape at every iteration keeps one
+    compiled program per shape. holders said "compiled programs loaded: 60" and nothing more.
+    It now names the function and the fix; the fix it names (clear_cache) leaves none, and
+    fewer than MANY_PROGRAMS get no sentence, nor do JAX's own eager operations (jnp.ones
+    compiles jit_broadcast_in_dim per shape)."""
+    import jax
+
+    def add_pairs(a, b):
+        return a @ b + a
+
+    add_jit = jax.jit(add_pairs)
+    jax.clear_caches()
+    for i in range(2, 2 + holders.MANY_PROGRAMS):
+        a = jnp.ones((i, i))
+        add_jit(a, a)
+    h = holders.largest(1)
+    assert h.many_programs.startswith(
+        f"{holders.MANY_PROGRAMS} compiled programs of jit_add_pairs are loaded")
+    assert "Pad or bucket" in h.many_programs and "clear_cache()" in h.many_programs
+    assert f"! {h.many_programs}" in str(h)
+    add_jit.clear_cache()  # the fix it names
+    assert holders.largest(1).many_programs == ""
+    for i in range(2, 5):  # a few shapes: ordinary
+        add_jit(jnp.ones((i, i)), jnp.ones((i, i)))
+    assert holders.largest(1).many_programs == ""
