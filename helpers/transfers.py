@@ -271,7 +271,11 @@ _FROM_CALLBACK = re.compile(r"\bmake_array_from_(?:callback|single_device_arrays
 #: a jax.device_put whose array is computed in its own argument, on the line: made on the default
 #: device, then copied (jax-ml/jax#957: jax.device_put(jax.random.bernoulli(key, ...), cpu))
 _PUT_OF_A_CALL = re.compile(r"\bdevice_put\(\s*[\w.]+\(")
-_CONVERTED = re.compile(r"^(?:return\s+|yield\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\(")
+_CONVERTED = re.compile(r"^(?:return\s+|yield\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\(|"
+                        r"jnp\.(?:asarray|array)\(\w+\)\s+for\s|"  # one per item of a loop
+                        r"\bmap\(\s*jnp\.(?:asarray|array)\s*,")  # (jax.tree.map, map)
+#: host data converted at once above this many bytes: a dataset, held twice while both live
+_WHOLE_DATASET = 8 * 2**20
 #: a line that loads a .npy file memory-mapped through jnp (jax.numpy.load is np.load, then
 #: jnp.asarray of what it returns: jax/_src/numpy/lax_numpy.py, jax 0.8.0 and 0.10.2)
 _MAPPED_LOAD = re.compile(r"\b(?:jnp|jax\.numpy)\.load\(.*\bmmap_mode\s*=")
@@ -372,6 +376,22 @@ def _callback_reason(callback: str, vmapped: bool = True) -> str:
             f"runs for every element). In a loop, {fix}")
 
 
+#: added to a conversion of host data of :data:`_WHOLE_DATASET` bytes or more
+_DATASET_UP_FRONT = (". Converted whole and up front, a dataset is held twice while the NumPy "
+                     "array lives, on the host and on the device (on the CPU backend too where "
+                     "the conversion copies, as jnp.asarray does from jax 0.10.1): if it is read batch by batch, keep it as NumPy and put each "
+                     "batch on the device as it is used (markean/aimz#170); if it is used "
+                     "whole, drop the NumPy one once converted")
+
+
+def _nbytes(shape, dtype) -> int:
+    """Bytes of an array of ``shape`` and ``dtype`` (JAX's log's name); 0 where not known."""
+    try:
+        return int(np.prod(shape)) * np.dtype(dtype).itemsize if shape else 0
+    except TypeError:
+        return 0
+
+
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
             destination: str | None = None, split: bool = False, of_arrays: bool = False
             ) -> str:
@@ -428,15 +448,18 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
         return _MAPPED_LOAD_REASON
     if explicit and split and direction == H2D:
         return _PIECES_FROM_HOST
-    if explicit:
-        return "jax.device_put" + (_ON_THE_CPU + _REFILLED if cpu and shape else "")
+    if explicit:  # (jax < 0.10.1 logs jnp.asarray as one: its own put, aliasing on the CPU)
+        return "jax.device_put" + (_ON_THE_CPU + _REFILLED if cpu and shape else "") + (
+            _DATASET_UP_FRONT if direction == H2D and _CONVERTED.search(source)
+            and _nbytes(shape, dtype) >= _WHOLE_DATASET else "")
     if _CONVERTED.search(source) and shape != ():  # on its fast path too (no shape logged)
         return ("jnp.array or jnp.asarray of host data: a copy, on the CPU backend too "
                 "(jax 0.10.2 copies even an aligned NumPy array there, where jax.device_put(x) "
                 "uses an array aligned to 64 bytes in place), though it may be taken after "
                 "the call returns: refill the NumPy buffer only after x.block_until_ready(), "
                 "or np.copy it first (jax-ml/jax#37830); a Python list, flat or nested, "
-                "converts far faster as jnp.array(np.array(x))")
+                "converts far faster as jnp.array(np.array(x))" + (
+                    _DATASET_UP_FRONT if _nbytes(shape, dtype) >= _WHOLE_DATASET else ""))
     if direction == H2D and shape in (None, ()) and (found := _ITERATED.search(source)) and \
             set(_CALLED.findall(source)) <= _READS and not _WORKS.search(
                 source.replace(found.group(1), "")):  # (f(x), a * 2.0, x[i]: their own copies)

@@ -617,3 +617,33 @@ def test_an_uncommitted_array_off_the_default_device_is_named_though_the_guard_l
     with transfers.trace() as log:
         row = table[3].block_until_ready()
     assert row.devices() == {there} and log.unlogged == ()  # runs where the array is
+
+
+def test_aimz_170_a_dataset_converted_whole_up_front_is_named_with_keeping_it_numpy():
+    """markean/aimz#170: ArrayDataset(to_jax=True) converted every array with jnp.asarray at
+    construction, which "doubles memory usage"; the fix (#171) keeps NumPy and puts each batch
+    as it is loaded. The trace called the conversion "the one copy a batch new each step
+    needs" (the line, a generator, was not read as a conversion). It now names the up-front
+    conversion and the fix; the copy is real (its own buffer), and the fix holds one batch."""
+    from helpers import memory
+
+    X = np.ones((2 * 2**20, 4), np.float32)  # 32 MiB
+    y = np.zeros(2 * 2**20, np.float32)  # 8 MiB
+    with transfers.trace() as log:
+        arrays = tuple(jnp.asarray(a) for a in (X, y))
+        jax.block_until_ready(arrays)
+    (row,) = log.by_line()
+    said = " ".join(row["reasons"])
+    old = jaxcompat.asarray_is_explicit()  # jax < 0.10.1: asarray was a device_put
+    assert ("jax.device_put" if old else "jnp.array or jnp.asarray of host data") in said
+    assert "batch new each step" not in said and "markean/aimz#170" in said
+    assert "keep it as NumPy and put each batch on the device as it is used" in said
+    if not old:  # a copy, so held twice (0.8.0 on the CPU may alias an aligned array)
+        assert arrays[0].unsafe_buffer_pointer() != X.ctypes.data
+    before = sum(memory.live_bytes_by_device().values())
+    del arrays
+    freed = before - sum(memory.live_bytes_by_device().values())
+    assert freed == X.nbytes + y.nbytes
+    for i in range(0, len(X), 2**18):  # the fix: one batch on the device at a time
+        batch = jax.device_put(X[i:i + 2**18])
+        assert sum(memory.live_bytes_by_device().values()) <= before - freed + batch.nbytes
