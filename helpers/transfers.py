@@ -379,7 +379,8 @@ def _callback_reason(callback: str, vmapped: bool = True) -> str:
 #: added to a conversion of host data of :data:`_WHOLE_DATASET` bytes or more
 _DATASET_UP_FRONT = (". Converted whole and up front, a dataset is held twice while the NumPy "
                      "array lives, on the host and on the device (on the CPU backend too where "
-                     "the conversion copies, as jnp.asarray does from jax 0.10.1): if it is read batch by batch, keep it as NumPy and put each "
+                     "the conversion copies, as jnp.asarray does from jax 0.10.1): if it is "
+                     "read batch by batch, keep it as NumPy and put each "
                      "batch on the device as it is used (markean/aimz#170); if it is used "
                      "whole, drop the NumPy one once converted")
 
