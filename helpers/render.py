@@ -551,10 +551,11 @@ def cell_memory_text(c: CellMemory) -> str:
                      "its seconds may not include that work. jax.block_until_ready(result) at "
                      "the end of the cell times it.")
     waits = (("reads", "read back", c.waited_lines,
-              "each such read (print, float(), .item(), an if) waits for the last step queued, "
-              "and the device idles until the host queues the next (poets-ai/elegy#141). Read "
-              "the previous step's value after starting the next one, or read every k steps; a "
-              "convergence test belongs in jax.lax.while_loop."),
+              "each such read (print, float(), .item(), an if, jax.device_get, np.asarray) "
+              "waits for the last step queued, and the device idles until the host queues "
+              "the next (poets-ai/elegy#141). Read the previous step's value after starting "
+              "the next one, or read every k steps; a convergence test belongs in "
+              "jax.lax.while_loop."),
              ("waits", "blocked on", c.blocked_lines,
               "the host queues the next step only after each wait, so the device idles while it "
               "does (AI-Hypercomputer/maxtext#1956; on a CPU 32.9 ms per step blocked each "

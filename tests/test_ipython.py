@@ -363,6 +363,40 @@ def test_elegy_141_a_loop_that_reads_each_step_s_value_as_it_is_made_is_named(sh
     assert c.waited_lines == () and "elegy#141" not in str(c)
 
 
+def test_jasmine_158_reads_through_device_get_and_np_asarray_each_step_are_named(shell,
+                                                                                 monkeypatch):
+    """p-doom/jasmine#158: a gap between training steps from reading each step's metrics with
+    jax.device_get. The kit named float() and print, but not jax.device_get (JAX's Python
+    function, not an array's method) nor np.asarray (a C++ read no Python call shows). Both
+    are now named, on a dict of metrics too. Readiness is a stand-in, as in elegy#141's test:
+    each read finds its value computing; read one step late, the next step is."""
+    array_type = type(jax.numpy.ones(1))
+    monkeypatch.setattr(array_type, "is_ready", lambda self: False)
+    later: list = []
+    monkeypatch.setattr(jax, "live_arrays", lambda *a: later)
+    shell.run_cell("import numpy as np\n"
+                   "step = jax.jit(lambda w: (w * 0.5, {'loss': (w * w).sum()}))\n"
+                   "w = jnp.ones(8)")
+    for read in ("m = jax.device_get(metrics)", "m = jax.device_get(metrics['loss'])",
+                 "m = np.asarray(metrics['loss'])"):
+        loop = f"for i in range(20):\n    w, metrics = step(w)\n    {read}\n"
+        c = shell.run_cell_magic("memory", "", loop)
+        ((line, runs, waited, looked),) = c.waited_lines
+        assert line.endswith(read) and runs == waited == looked == 20, read
+        assert "jax.device_get, np.asarray) waits for the last step queued" in str(c)
+    host = ("x = np.ones(8)\nfor i in range(20):\n    w, metrics = step(w)\n"
+            "    h = np.asarray(x)\n")
+    assert shell.run_cell_magic("memory", "", host).waited_lines == ()  # NumPy data: no read
+
+    class Queued:  # the fix: the next step queued before the read
+        def is_ready(self):
+            return False
+
+    later.append(Queued())
+    fixed = "for i in range(20):\n    w, metrics = step(w)\n    m = jax.device_get(metrics)\n"
+    assert shell.run_cell_magic("memory", "", fixed).waited_lines == ()
+
+
 def test_xlron_27_a_loop_reading_a_jax_table_back_each_pass_is_named_with_numpy(shell):
     """XLRON#27: a lookup table kept as a JAX array and compared with Python floats path by
     path: operations dispatched one by one, and a bool() read back each time; jitting the loop

@@ -48,7 +48,10 @@ _NOT_OPERATIONS = _READS | frozenset({
     "weak_type", "aval", "committed", "is_fully_addressable", "is_fully_replicated",
     "addressable_shards", "format", "layout", "_value", "__del__"})
 
-_OTHER, _USER, _JAX_CALL, _JAX_READ, _JAX_BLOCK = 0, 1, 2, 3, 4
+_OTHER, _USER, _JAX_CALL, _JAX_READ, _JAX_BLOCK, _JAX_GET = 0, 1, 2, 3, 4, 5
+#: a line that reads an array back through NumPy, np.asarray(x) or np.array(x) (a C++ read, no
+#: Python call for a line tracer to see: the line's text tells, and the name read, the group)
+_NUMPY_READ = re.compile(r"\bnp\.(?:asarray|array)\(\s*([A-Za-z_]\w*)")
 #: a line that waits on an array's method: x.block_until_ready() (a C++ method, which a line
 #: tracer never sees called: the line's text tells). jax.block_until_ready(x) is JAX's Python
 #: function, seen called
@@ -58,7 +61,7 @@ _CLOCK = re.compile(r"\b(?:time\.)?(?:perf_counter|monotonic)(?:_ns)?\(|"
                     r"(?<![\w.])time\.time(?:_ns)?\(|(?<![\w.])time\(\)")
 #: a line that tests a condition: a clock read there throttles (log every 10 s), times no step
 _CONDITION = re.compile(r"\s*(?:if|elif|while)\b")
-_PLAIN, _BLOCK_LINE, _CLOCK_LINE = 0, 1, 2
+_PLAIN, _BLOCK_LINE, _CLOCK_LINE, _READ_LINE = 0, 1, 2, 3
 #: per line, the reads that waited which the tracer follows to their return (each look lists
 #: the live arrays)
 MOST_LOOKS = 64
@@ -171,6 +174,7 @@ class _Tracer:
         self.kinds: dict = {}  # code object -> its kind
         self.texts: dict = {}  # (file, line) -> _PLAIN, _BLOCK_LINE or _CLOCK_LINE
         self.block_open = None  # (frame, key) of a x.block_until_ready() line that waited
+        self.read_open = None  # (frame, key) of an np.asarray(x) line that found x computing
         self.timers: dict = {}  # frame -> _Timers, from its first clock read to its return
         self.roles: dict = {}  # (file, line) of a clock line -> (name kept, name subtracted)
         self.discards: dict = {}  # (file, line) -> the dotted name an expression calls, or ()
@@ -193,6 +197,8 @@ class _Tracer:
                 and code.co_name in _READS else
                 _JAX_BLOCK if code.co_filename.startswith(self.jax_dir)
                 and code.co_name == "block_until_ready" else
+                _JAX_GET if code.co_filename.startswith(self.jax_dir)
+                and code.co_name == "device_get" else
                 _JAX_CALL if code.co_filename.startswith(self.jax_dir)
                 and code.co_name not in _NOT_OPERATIONS and "flatten" not in code.co_name
                 and not code.co_flags & _RESUMED else _OTHER)
@@ -211,6 +217,7 @@ class _Tracer:
             kind = self.texts[key] = (
                 _BLOCK_LINE if _BLOCKS.search(source) else
                 _CLOCK_LINE if _CLOCK.search(source) and not _CONDITION.match(source) else
+                _READ_LINE if _NUMPY_READ.search(source) else
                 _PLAIN)
         return kind
 
@@ -225,6 +232,14 @@ class _Tracer:
             seen.blocks[key] += 1
             self.block_open = (frame, key)
             self.waited(frame, key)
+        elif kind == _READ_LINE and seen.looked[key] < MOST_LOOKS:
+            source = linecache.getline(*key).split("#")[0]
+            names = _NUMPY_READ.findall(source)
+            if any(_computing_in(frame, name) for name in names):
+                seen.reads[key] += 1
+                seen.looked[key] += 1
+                self.read_open = (frame, key)
+                self.waited(frame, key, block=False)
         elif kind == _CLOCK_LINE:
             computing = None  # not looked at: a timer's start or end of unknown state
             if seen.clock_reads[key] < MOST_LOOKS:
@@ -362,6 +377,10 @@ class _Tracer:
             key, self.block_open = self.block_open[1], None
             if _pending() is False:
                 self.seen.idle_blocks[key] += 1
+        if self.read_open is not None and self.read_open[0] is frame:
+            key, self.read_open = self.read_open[1], None
+            if _pending() is False:
+                self.seen.idle_reads[key] += 1
 
     def local(self, frame, event, arg):
         if event == "line":
@@ -419,6 +438,20 @@ class _Tracer:
                 self.seen.blocks[key] += 1
                 self.waited(frame.f_back, key)
                 return self._after_read(key, self.seen.idle_blocks)
+        elif kind == _JAX_GET and self.seen.looked[key] < MOST_LOOKS:
+            self.seen.reads[key] += 1
+            try:  # jax.device_get(x): its first parameter, a pytree
+                import jax
+
+                first = frame.f_locals[frame.f_code.co_varnames[0]]
+                waits = any(not a.is_ready() for a in jax.tree.leaves(first)
+                            if hasattr(a, "is_ready"))
+            except Exception:  # not JAX's function of a pytree, or an array deleted
+                waits = False
+            if waits:
+                self.seen.looked[key] += 1
+                self.waited(frame.f_back, key, block=False)
+                return self._after_read(key, self.seen.idle_reads)
         elif kind == _JAX_READ:
             self.seen.reads[key] += 1
             if self.seen.looked[key] < MOST_LOOKS:
@@ -483,6 +516,21 @@ def _dispatches(frame, name: tuple[str, ...]) -> bool:
         return True
     module = module or getattr(obj, "__module__", None) or ""
     return module.startswith(_OPERATION_MODULES)
+
+
+def _computing_in(frame, name: str) -> bool:
+    """Is the value ``name`` names in ``frame`` (a local, else a global) a jax.Array, or a
+    pytree holding one, still being computed? (is_ready never waits)"""
+    scope = frame.f_locals
+    value = scope[name] if name in scope else frame.f_globals.get(name)
+    if value is None or isinstance(value, (int, float, str, bytes)):
+        return False
+    try:
+        import jax
+
+        return any(not a.is_ready() for a in jax.tree.leaves(value) if hasattr(a, "is_ready"))
+    except Exception:  # an array deleted, or a value JAX cannot flatten
+        return False
 
 
 def _pending_names(frame, computing: list) -> tuple[str, ...]:
