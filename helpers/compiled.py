@@ -1162,6 +1162,12 @@ class CompiledStep:
         allocates outside XLA's plan, so XLA's sizes leave that memory out (jax-ml/jax#31292)."""
         return jaxpr_callbacks.callbacks(self.jaxpr)
 
+    def callbacks_calling_jax(self) -> tuple[tuple[str, str, str, str], ...]:
+        """(the callback, its line, the function it runs, what in it is JAX's) of each
+        pure_callback and io_callback whose Python calls JAX itself, which can hang the step
+        (jax-ml/jax#24255)."""
+        return jaxpr_callbacks.callbacks_calling_jax(self.jaxpr)
+
     def computed_while_compiling(self) -> bool:
         """The program takes no parameter and only copies or broadcasts constants, and the step
         closes over an array: XLA computed the whole result from that array while compiling,

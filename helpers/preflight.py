@@ -668,6 +668,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "sizes above leave out what that Python allocates: measure.measure_step(fn, *args) "
             "or %%memory around a call counts it (jax-ml/jax#31292: 2.00 MiB by XLA's sizes, "
             "151.64 MiB measured on a CPU).")
+    for callback, at, fn, found in c.callbacks_calling_jax()[:1]:
+        notes.append(
+            f"The {callback}{' at ' + at if at else ''} runs {fn}, which calls JAX itself "
+            f"({found}): JAX work started inside a host callback can deadlock with the step "
+            "that called it, which waits on the callback (jax-ml/jax#24255: hangs on the CPU "
+            "backend since jax 0.4.32, which dispatches asynchronously; run on the CPU, a loop "
+            "of 60 calls of a 200x200 eig hung on jax 0.8.0 and 0.10.2, and ran in 1.0 s on "
+            "0.12.0.1; with NumPy inside, 1.6 s on each). Do the callback's work in NumPy "
+            "(invrs-io/agjax#34), or call JAX outside the jitted function.")
     for callback, at, loop, loop_at in c.callbacks_hoisted()[:1]:
         notes.append(
             f"The {callback} at {at}, written in the body of the {loop}"

@@ -364,3 +364,49 @@ def test_jax_26370_a_debug_print_that_changes_the_program_is_named_where_it_does
            f"{format_bytes(temp['h'])}" in advice
     assert "print the step's output instead" in advice and "jax-ml/jax#26370" in advice
     assert "26370" not in preflight.preflight_step(step("out"), x, w).advice
+
+
+_EIG_JIT = jax.jit(jnp.linalg.eigh)
+
+
+def _eig_through_jax(m):  # the thread's callback: JAX work inside
+    w, v = _EIG_JIT(m)
+    return np.asarray(w), np.asarray(v)
+
+
+def _eig_through_numpy(m):  # the fix: NumPy only
+    w, v = np.linalg.eigh(m)
+    return w.astype(np.float32), v.astype(np.float32)
+
+
+def _helper_with_jnp(m):
+    return np.asarray(jnp.sin(m))
+
+
+def _calls_a_helper(m):  # JAX one level down, in a function of this file
+    return _helper_with_jnp(m) * 2
+
+
+def test_jax_24255_a_host_callback_that_calls_jax_is_named_and_the_numpy_one_is_not():
+    """jax-ml/jax#24255: a pure_callback whose Python runs a jitted JAX function hangs on the
+    CPU since jax 0.4.32 (run here in a child: 60 calls of a 200x200 eig hung on 0.8.0 and
+    0.10.2, and ran on 0.12.0.1). preflight_step said only that the callback runs Python
+    outside XLA's plan. It now names the function and what in it is JAX's, and the fix, NumPy
+    inside; the NumPy callback gets no such note and gives the same values."""
+    def step_with(cb):
+        def step(m):
+            shapes = (jax.ShapeDtypeStruct(m.shape[:-1], jnp.float32),
+                      jax.ShapeDtypeStruct(m.shape, jnp.float32))
+            return jax.pure_callback(cb, shapes, m, vmap_method="sequential")
+        return step
+
+    m = jnp.eye(8) * 2.0
+    said = str(preflight.preflight_step(step_with(_eig_through_jax), m))
+    assert "runs _eig_through_jax, which calls JAX itself (_EIG_JIT, a jitted function)" in said
+    assert "jax-ml/jax#24255" in said and "Do the callback's work in NumPy" in said
+    helper = str(preflight.preflight_step(step_with(_calls_a_helper), m))
+    assert "runs _calls_a_helper, which calls JAX itself (jnp in _helper_with_jnp)" in helper
+    fixed = step_with(_eig_through_numpy)
+    assert "calls JAX itself" not in str(preflight.preflight_step(fixed, m))
+    w, _ = jax.jit(fixed)(m)
+    np.testing.assert_allclose(np.asarray(w), np.full(8, 2.0), rtol=1e-6)

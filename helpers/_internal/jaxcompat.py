@@ -112,6 +112,11 @@ INTERNALS: dict[str, Internal] = {
         "helpers.transfers marks jax.device_put's scope in the guard log, to tell explicit "
         "copies from implicit ones",
         "none: transfer_guard('log_explicit') logs both kinds with no marker"),
+    "flat_callback": Internal(
+        "jax._src.callback:_FlatCallback",
+        "preflight reads the Python function a host callback runs (its callback_func) to tell "
+        "one that calls JAX itself, which can hang the step (jax-ml/jax#24255)",
+        "none: a callback equation's params hold only this wrapper"),
     "device_put": Internal(
         "jax._src.api:device_put",
         "helpers.transfers reads the x of the jax.device_put whose explicit scope opens (its "
@@ -553,6 +558,16 @@ def _array_kind() -> type | None:
     """JAX's array class where it keeps a host copy in ``_npy_value``; None elsewhere."""
     kind = _get("array_host_copy")
     return kind if isinstance(kind, type) and hasattr(kind, "_npy_value") else None
+
+
+def callback_function(callback: Any) -> Any:
+    """The Python function a host callback equation runs (``eqn.params["callback"]`` of a
+    pure_callback or io_callback, JAX's ``_FlatCallback``: its ``callback_func``), as the user
+    passed it; None where this JAX wraps it otherwise."""
+    kind = _get("flat_callback")
+    if not isinstance(kind, type) or not isinstance(callback, kind):
+        return None
+    return getattr(callback, "callback_func", None)
 
 
 def host_copy_bytes(array: Any) -> int:

@@ -6,7 +6,10 @@ branch of a ``lax.cond`` that ``jax.vmap`` made a select; the step without its
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,8 +17,8 @@ from helpers._internal import jaxcompat
 from helpers._internal.jaxpr_walk import equation_line, innermost_user, walk
 
 __all__ = ["callback_vmapped", "CALLBACKS", "callbacks", "callbacks_every_step",
-           "callbacks_hoisted", "callbacks_vmapped", "in_selected_conds", "placed_equations",
-           "prints", "progress_fix", "without_prints"]
+           "callbacks_calling_jax", "callbacks_hoisted", "callbacks_vmapped",
+           "in_selected_conds", "placed_equations", "prints", "progress_fix", "without_prints"]
 
 
 #: the primitives of JAX's host callbacks, and the names the user wrote (jax.debug.print is its
@@ -195,6 +198,52 @@ def callbacks(closed) -> tuple[tuple[str, str], ...]:
     return tuple((CALLBACKS[eqn.primitive.name], equation_line(eqn))
                  for j, _ in walk(closed) for eqn in getattr(j, "eqns", ())
                  if eqn.primitive.name in CALLBACKS)
+
+
+def callbacks_calling_jax(closed) -> tuple[tuple[str, str, str, str], ...]:
+    """(the callback, its line, the function it runs, what in it is JAX's) of each
+    jax.pure_callback and io_callback whose Python function calls JAX itself (a jitted
+    function, jnp, jax.*), or a function of the same file that does: JAX work started inside a
+    host callback can hang the step (jax-ml/jax#24255)."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name not in ("pure_callback", "io_callback"):
+                continue
+            fn = jaxcompat.callback_function(eqn.params.get("callback"))
+            while isinstance(fn, functools.partial):
+                fn = fn.func
+            if (found := _jax_inside(fn)):
+                out.append((CALLBACKS[eqn.primitive.name], equation_line(eqn),
+                            getattr(fn, "__name__", "its function"), found))
+    return tuple(out)
+
+
+def _jax_inside(fn: Any, depth: int = 2) -> str:
+    """The first name ``fn``'s code reads (globals and closed-over values) that is JAX's: a
+    module of jax, a jitted function, or a function of jax's modules; looked for in the
+    functions of the same file it calls, ``depth`` levels down. "" for none."""
+    if not isinstance(fn, types.FunctionType):
+        return ""
+    try:
+        refs = inspect.getclosurevars(fn)
+    except (TypeError, ValueError):
+        return ""
+    for name, value in {**refs.globals, **refs.nonlocals}.items():
+        module = value.__name__ if isinstance(value, types.ModuleType) else getattr(
+            value, "__module__", None) or ""
+        if isinstance(value, types.ModuleType) and (module == "jax" or module.startswith(
+                "jax.")):
+            return name
+        if hasattr(type(value), "lower") and hasattr(type(value), "clear_cache"):
+            return f"{name}, a jitted function"
+        if callable(value) and (module == "jax" or module.startswith("jax.")):
+            return name
+        if depth > 1 and isinstance(value, types.FunctionType) and \
+                value.__code__.co_filename == fn.__code__.co_filename and value is not fn:
+            if inner := _jax_inside(value, depth - 1):
+                return f"{inner} in {name}"
+    return ""
 
 
 def callbacks_every_step(closed) -> tuple[tuple[str, str, str, int | None], ...]:
