@@ -354,9 +354,23 @@ def what_changed(misses: Sequence[CacheMiss], cause: str) -> tuple[str, ...]:
         return tuple(f"{arg}: {', '.join(new[:6])}{', …' if len(new) > 6 else ''}"
                      for arg, new in _new_types(misses, cause).items())
     if cause == "new static values":
-        return tuple(dict.fromkeys(_static_changes(m.changed) for m in misses
-                                   if m.cause == cause and m.changed))[:5]
+        return tuple(dict.fromkeys(_static_name(m.explanation) + _static_changes(m.changed)
+                                   for m in misses if m.cause == cause and m.changed))[:5]
     return tuple(dict.fromkeys(m.changed for m in misses if m.cause == cause and m.changed))[:5]
+
+
+#: the keyword a static value was passed by, in JAX's miss ("at input path [1]['alpha'], now
+#: <class '...Static'>": jax 0.10.2 and 0.12.0.1; the kit's own from 0.11)
+_STATIC_PATH = re.compile(r"at input path \[1\]\['(\w+)'\], now (?:<class '[\w.]*Static'>|"
+                          r"Static\()")
+
+
+def _static_name(explanation: str) -> str:
+    """ "alpha: " where JAX's miss says the static value that changed was passed as the
+    keyword alpha (mlaux1/rl-blox#157: of two static arguments, which one changes); "" where
+    it does not say (jax 0.8.0's text puts the name in the values themselves)."""
+    m = _STATIC_PATH.search(explanation or "")
+    return f"{m.group(1)}: " if m else ""
 
 
 _DIMS = re.compile(r"\[([\d,\s]*)\]")

@@ -1677,3 +1677,25 @@ def test_equinox_1062_an_int_field_a_library_s_wrapper_makes_static_is_held_as_a
         for count in range(4):
             w = step(w, jnp.asarray(count))
     assert fixed.function("step").compiles == 1
+
+
+def test_rl_blox_157_the_static_argument_that_changes_is_named_among_two():
+    """mlaux1/rl-blox#157: SAC's step jitted with static_argnames=("gamma", "alpha"), alpha a
+    Python float that changes every step: a compile every step. The kit listed "now 0.5,
+    before 1.0" without saying which of the two it was; JAX's miss names the keyword, and the
+    kit now does (jax 0.8.0 writes it in the values). The PR's fix, alpha traced: 1 compile."""
+    def train_step(params, gamma, alpha):
+        return params * gamma - alpha
+
+    def run(static):
+        step = jax.jit(train_step, static_argnames=static)
+        with compiles.watch() as log:
+            for t in range(4):
+                step(jnp.ones(3), gamma=0.99, alpha=1.0 / (t + 1))
+        return log.function("train_step")
+
+    both = run(("gamma", "alpha"))
+    assert both.cause == "new static values" and both.compiles == 4
+    assert all("alpha: " in c and "gamma:" not in c.split("now")[0] for c in both.changed)
+    assert "alpha: now 0.5, before 1.0" in str(both) or "{alpha: 0.5," in str(both)
+    assert run(("gamma",)).compiles == 1  # the fix
