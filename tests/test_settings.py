@@ -25,6 +25,7 @@ def test_both_fraction_names_is_an_error_jax_raises():
 
 @pytest.mark.parametrize("value, code", [
     ("1.5", "mem-fraction-out-of-range"), ("0", "mem-fraction-out-of-range"),
+    ("10", "mem-fraction-out-of-range"),  # jax-ml/jax#3077's value: ten, not a tenth
     ("-0.2", "mem-fraction-out-of-range"), ("half", "bad-mem-fraction"),
 ])
 @pytest.mark.parametrize("name", ["XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"])

@@ -439,7 +439,13 @@ def test_the_table_lists_every_report_tested_here():
                  "442": "the jax#2777 tests here",
                  "59": "the jax#3158 test here",
                  "3597": "the numpyro#696 test here", "9933": "tests/test_ipython.py",
-                 "5172": "tests/test_step_arguments.py"}
+                 "5172": "tests/test_step_arguments.py", "261": "tests/test_devices.py",
+                 "6887": "tests/test_settings.py", "23208": "tests/test_settings.py",
+                 "13148": "the en dash test in tests/test_settings.py",
+                 "3077": "tests/test_settings.py", "244": "tests/test_compiles.py",
+                 "16778": "tests/test_holders.py", "157": "tests/test_compiles.py",
+                 "170": "tests/test_transfers.py", "158": "tests/test_ipython.py",
+                 "24255": "tests/test_callbacks.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
