@@ -180,7 +180,7 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
                         for e in reported) if reported or not execs else NOT_AVAILABLE)
         except Exception:
             code, on_cpu = NOT_AVAILABLE, 0
-    names: Counter = Counter()
+    names: dict[str, set] = {}
     constants = _program_constants(execs or [], t0 + 2 * seconds, names)
     many = _many_programs(names)
     # bytes whose holder the time budget left unfound are no one's here, not your code's
@@ -298,20 +298,22 @@ def _chunks_equal(x, y, chunk: int) -> bool:
                                     for k in range(0, x.size, chunk))
 
 
-def _program_constants(execs: list, deadline: float, names: Counter | None = None
+def _program_constants(execs: list, deadline: float, names: dict | None = None
                        ) -> tuple[tuple[str, int, int], ...]:
     """(name, programs, constant bytes) per program name holding 1 MiB of array constants or
     more, read from each loaded program's optimized text until ``deadline``; ``names`` gets
-    how many programs of each name were read."""
+    the argument layouts of the programs of each name read (a set per name)."""
     by_name: dict[str, list[int]] = {}
     for e in execs:
         if time.perf_counter() > deadline:
             break
         try:
             module = e.hlo_modules()[0]
+            text = module.to_string()
             if names is not None:
-                names[module.name] += 1
-            found = jaxcompat.constant_bytes(module.to_string())
+                layout = _ENTRY_LAYOUT.search(text[:4000])
+                names.setdefault(module.name, set()).add(layout.group(1) if layout else id(e))
+            found = jaxcompat.constant_bytes(text)
         except Exception:  # a program that does not say
             continue
         if found:
@@ -324,15 +326,23 @@ def _program_constants(execs: list, deadline: float, names: Counter | None = Non
 MANY_PROGRAMS = 16
 
 
-def _many_programs(names: Counter) -> str:
+#: the argument layout in the first line of a program's HLO text ("entry_computation_layout=
+#: {(f32[3,3]{1,0})->f32[3,3]{1,0}}"): programs of one name with different ones took other shapes
+_ENTRY_LAYOUT = re.compile(r"entry_computation_layout=\{(.*?)\}[,\s]")
+
+
+def _many_programs(names: dict) -> str:
     """A sentence where one jitted function keeps :data:`MANY_PROGRAMS` compiled programs or
-    more loaded: each shape or static value it met compiled one, and JAX keeps each until the
-    function is gone (jax-ml/jax#16778); "" otherwise."""
+    more loaded, each for other argument layouts: each shape or static value it met compiled
+    one, and JAX keeps each until the function is gone (jax-ml/jax#16778); "" otherwise. Not
+    for JAX's own eager operations (their programs are named for a lax primitive, jnp.ones'
+    jit_broadcast_in_dim, or a private helper, jnp.mean's jit__mean), nor for programs of one
+    name with one layout (separate functions of the same name, an ensemble's members)."""
     jax = jaxcompat.import_jax()
-    # JAX's eager operations compile a program per shape too, named for their primitive
-    # (jnp.ones: jit_broadcast_in_dim); a function of the user's named as a lax one is missed
-    own = [(name, n) for name, n in names.most_common()
-           if not hasattr(jax.lax, name.removeprefix("jit_"))]
+    own = sorted(((name, len(layouts)) for name, layouts in names.items()
+                  if not name.startswith("jit__")
+                  and not hasattr(jax.lax, name.removeprefix("jit_"))),
+                 key=lambda t: -t[1])
     if not own or own[0][1] < MANY_PROGRAMS:
         return ""
     name, n = own[0]

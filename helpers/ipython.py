@@ -270,6 +270,10 @@ def _explain(shell, value: BaseException) -> None:
     """What :func:`_on_jax_error` adds under the traceback, if anything."""
     from helpers import devices, oom, trace_errors
 
+    if isinstance(value, AssertionError):  # a user's own assert: JAX's bare one alone
+        if why := _no_backend(value):
+            print(f"JAX Device Kit: why JAX could not start: {why}")
+        return None
     if oom.is_out_of_memory(value):
         explain, head = (lambda: oom.explain(value, namespace=shell.user_ns),
                          "why this cell ran out of memory")
@@ -290,9 +294,6 @@ def _explain(shell, value: BaseException) -> None:
         return None
     elif isinstance(value, BufferError) and _READONLY_EXPORT in str(value):
         print(f"JAX Device Kit: why this conversion failed: {_READONLY_DLPACK}")
-        return None
-    elif isinstance(value, AssertionError) and (why := _no_backend(value)):
-        print(f"JAX Device Kit: why JAX could not start: {why}")
         return None
     elif isinstance(value, AttributeError) and (why := _not_an_array(value)):
         print(f"JAX Device Kit: why this wait failed: {why}")

@@ -556,8 +556,13 @@ def _batch_like(moved: list[LeafPlacement], placed: list[LeafPlacement]) -> dict
     return found
 
 
-#: words in a leaf's path that name a model's or an optimizer's state, never a batch
-_STATE_WORDS = ("param", "weight", "kernel", "model", "state", "bias", "opt", "mu", "nu")
+#: keys in a leaf's path that name a model's or an optimizer's state, never a batch (whole
+#: keys: "states", "model_inputs" and "sample_weights" are batches)
+_STATE_KEYS = frozenset({"params", "param", "parameters", "weights", "weight", "kernel", "bias",
+                         "model", "opt_state", "optimizer_state", "mu", "nu", "ema_params",
+                         "variables", "trainable_variables"})
+#: keys that name a batch, whatever else the path says
+_BATCH_KEYS = frozenset({"batch", "data", "inputs", "x", "y", "images", "labels", "tokens"})
 
 
 def _named_as_state(path: str) -> bool:
@@ -565,8 +570,8 @@ def _named_as_state(path: str) -> bool:
     model never put on the mesh beside a split batch (patrick-kidger/equinox#688) are shaped
     like no committed leaf, as a batch is, and were advised as one."""
     keys = re.findall(r"\['([^']*)'\]|\.(\w+)", path)
-    names = [k.lower() for pair in keys for k in pair if k]
-    return any(w == k or (len(w) > 3 and w in k) for k in names for w in _STATE_WORDS)
+    names = {k.lower() for pair in keys for k in pair if k}
+    return bool(names & _STATE_KEYS) and not names & _BATCH_KEYS
 
 
 #: integer leaves under this many bytes are state (a step counter, keys split for a few

@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -377,12 +378,12 @@ def _callback_reason(callback: str, vmapped: bool = True) -> str:
 
 
 #: added to a conversion of host data of :data:`_WHOLE_DATASET` bytes or more
-_DATASET_UP_FRONT = (". Converted whole and up front, a dataset is held twice while the NumPy "
+_DATASET_UP_FRONT = (". Converted whole and up front, the data is held twice while the NumPy "
                      "array lives, on the host and on the device (on the CPU backend too where "
-                     "the conversion copies, as jnp.asarray does from jax 0.10.1): if it is "
-                     "read batch by batch, keep it as NumPy and put each "
-                     "batch on the device as it is used (markean/aimz#170); if it is used "
-                     "whole, drop the NumPy one once converted")
+                     "the conversion copies, as jnp.asarray does from jax 0.10.1): if it is a "
+                     "dataset read batch by batch, keep it as NumPy and put each batch on the "
+                     "device as it is used (markean/aimz#170); if it is used whole (weights), "
+                     "drop the NumPy one once converted")
 
 
 def _nbytes(shape, dtype) -> int:
@@ -666,9 +667,10 @@ def _live_stderr():
 
 
 def _off_default_uncommitted() -> dict[int, tuple]:
-    """{id: (array, device)} of the live uncommitted arrays of 1 MiB or more on one device that
-    is not the default device now: made under ``jax.default_device`` (or by an operation on one
-    made so), each operation on one copies it whole to the default device first."""
+    """{id: (a weak reference to the array, device)} of the live uncommitted arrays of 1 MiB or
+    more on one device that is not the default device now: made under ``jax.default_device``
+    (or by an operation on one made so), each operation on one copies it whole to the default
+    device first. Weak: the block's ``del x`` frees it, as without the trace."""
     from helpers.devices import default_device
 
     try:
@@ -684,7 +686,7 @@ def _off_default_uncommitted() -> dict[int, tuple]:
                 continue
             (device,) = x.devices()
             if device != default:
-                out[id(x)] = (x, device)
+                out[id(x)] = (weakref.ref(x), device)
         except Exception:  # deleted meanwhile
             continue
     return out
@@ -706,13 +708,18 @@ def _off_default_note(before: dict[int, tuple]) -> str:
         default = default_device()
     except Exception:  # JAX cannot say
         return ""
-    still = [(x, d) for x, d in before.values()
-             if not x.is_deleted() and not x.committed and d != default]
+    still = [(x, d) for ref, d in before.values() if (x := ref()) is not None
+             and not x.is_deleted() and not x.committed and d != default]
     if not still or default is None:
         return ""
     here = jaxcompat.device_name(default)
     x, d = max(still, key=lambda t: t[0].nbytes)
     where = jaxcompat.device_name(d)
+    try:  # a name that runs: jax.devices('cpu')[1]
+        index = jaxcompat.import_jax().devices(d.platform).index(d)
+        device = f"jax.devices({d.platform!r})[{index}]"
+    except Exception:  # a device of a backend JAX restarted
+        device = "device"
     what = f"{x.dtype}{list(x.shape)}, {format_bytes(x.nbytes)}"
     n = len(still)
     return (f"{n} uncommitted array{'s' if n > 1 else ''} off the default "
@@ -723,7 +730,7 @@ def _off_default_note(before: dict[int, tuple]) -> str:
             "JAX's transfer guard logs it "
             "only at an operation's first call (later calls take jit's fast path, which copies "
             "unlogged; an array made under jax.default_device stays uncommitted). Commit it where "
-            f"it is, jax.device_put(x, {where}) (x.committed is then True), or use it inside "
+            f"it is, jax.device_put(x, {device}) (x.committed is then True), or use it inside "
             "the jax.default_device block that made it.")
 
 

@@ -16,6 +16,7 @@ from jax import lax
 from jax.experimental import io_callback
 
 from helpers import preflight, transfers
+from helpers._internal import jaxpr_callbacks
 from helpers.units import format_bytes
 
 calls = []
@@ -405,8 +406,17 @@ def test_jax_24255_a_host_callback_that_calls_jax_is_named_and_the_numpy_one_is_
     assert "runs _eig_through_jax, which calls JAX itself (_EIG_JIT, a jitted function)" in said
     assert "jax-ml/jax#24255" in said and "Do the callback's work in NumPy" in said
     helper = str(preflight.preflight_step(step_with(_calls_a_helper), m))
-    assert "runs _calls_a_helper, which calls JAX itself (jnp in _helper_with_jnp)" in helper
+    assert "runs _calls_a_helper, which calls JAX itself (jnp.sin in _helper_with_jnp)" in helper
     fixed = step_with(_eig_through_numpy)
     assert "calls JAX itself" not in str(preflight.preflight_step(fixed, m))
+    scope: dict = {}  # NumPy-only callbacks in a module that imports jax's random too
+    exec("import jax, numpy as np, jax.numpy as jnp\nfrom jax import random\n"
+         "def noisy(m):\n    return np.random.normal(size=m.shape).astype(np.float32)\n"
+         "def as_f32(m):\n    return np.asarray(m, dtype=jnp.float32)\n"
+         "def tree_np(m):\n    return jax.tree.map(np.sin, {'m': m})['m']\n", scope)
+    one = jax.ShapeDtypeStruct(m.shape, jnp.float32)
+    for name in ("noisy", "as_f32", "tree_np"):  # (found by a review: each was named)
+        plain = jax.make_jaxpr(lambda m, f=scope[name]: jax.pure_callback(f, one, m))(m)
+        assert jaxpr_callbacks.callbacks_calling_jax(plain) == (), name
     w, _ = jax.jit(fixed)(m)
     np.testing.assert_allclose(np.asarray(w), np.full(8, 2.0), rtol=1e-6)

@@ -1019,3 +1019,12 @@ def test_jax_16778_one_function_s_many_compiled_programs_are_named_with_the_fix(
     for i in range(2, 5):  # a few shapes: ordinary
         add_jit(jnp.ones((i, i)), jnp.ones((i, i)))
     assert holders.largest(1).many_programs == ""
+    # (found by a review) an ensemble's members, each its own jit of one shape, and eager
+    # jnp.mean over many lengths (JAX's own jit__mean): neither is one function's shapes
+    members = [jax.jit(add_pairs) for _ in range(holders.MANY_PROGRAMS)]
+    for member in members:
+        member(jnp.ones((3, 3)), jnp.ones((3, 3)))
+    for i in range(2, 2 + holders.MANY_PROGRAMS):
+        jnp.mean(jnp.arange(float(i)))
+    assert holders.largest(1).many_programs == ""
+    jax.clear_caches()

@@ -751,6 +751,17 @@ def test_liesel_282_percent_percent_memory_names_a_callbacks_copies(shell):
     assert "liesel-devs/liesel#282" in why
 
 
+def test_a_user_s_own_assertion_gets_no_explanation_whatever_its_words(shell, capsys):
+    """AssertionError is handled for JAX's bare one (JAX_PLATFORMS=cuda with no GPU visible:
+    jax-ml/jax#23208's setting, tested in tests/test_settings.py); a user's assert that merely
+    mentions RESOURCE_EXHAUSTED got the out-of-memory report (found by a review)."""
+    r = shell.run_cell("log = 'RESOURCE_EXHAUSTED: Out of memory'\n"
+                       "assert 'RESOURCE_EXHAUSTED' not in log, log")
+    out = capsys.readouterr().out
+    assert not r.success and "AssertionError" in out and "JAX Device Kit" not in out
+    assert shell.run_cell("1 + 1").result == 2
+
+
 def test_jax_1988_timeit_of_a_jitted_call_that_does_not_wait_is_named_with_the_fix(shell,
                                                                                   capsys):
     """jax#1988: %timeit of a jitted call times its dispatch (0.80 ms, then 4.2 ms once work

@@ -612,7 +612,17 @@ def test_an_uncommitted_array_off_the_default_device_is_named_though_the_guard_l
     assert log.count(D2D) == 0  # which jit's fast path makes unlogged
     (note,) = log.unlogged
     assert "float32[256, 1024], 1.00 MiB on cpu:1; the default is cpu:0" in note
-    assert "jax.device_put(x, cpu:1)" in note and note in str(log)
+    assert "jax.device_put(x, jax.devices('cpu')[1])" in note and note in str(log)
+    import weakref
+
+    with jax.default_device(there):
+        gone = jnp.zeros((512, 1024), jnp.float32).block_until_ready()  # 2 MiB, the largest
+    ref = weakref.ref(gone)
+    with transfers.trace() as dropped:
+        del gone  # freed in the block, as without the trace
+        assert ref() is None
+    (kept,) = dropped.unlogged
+    assert kept.startswith("1 uncommitted array") and "float32[256, 1024]" in kept
     table = jax.device_put(table, there)  # the fix it names
     with transfers.trace() as log:
         row = table[3].block_until_ready()

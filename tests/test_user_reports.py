@@ -2016,6 +2016,11 @@ def test_equinox_688_parameters_never_put_on_the_mesh_beside_a_split_batch():
     assert problem.startswith("2 leaves (['params']['w1'], ['params']['w2']) are uncommitted")
     assert "at each call they are passed to" in problem and "copies them once" in problem
     assert "NamedSharding(mesh, P()) to replicate" in problem and "data-parallel" not in problem
+    rl = {"params": {"w": jax.device_put(jnp.ones((512, 512)), NamedSharding(
+        mesh, PartitionSpec()))}, "batch": {k: jnp.ones((64, 8)) for k in ("states", "rewards")}}
+    said = devices.tree_placement(rl).problems[0]  # (a review: "states" was taken for state)
+    assert "['batch']['rewards'], ['batch']['states']) are uncommitted on one device" in said
+    assert "as a batch is" in said
 
     def copies(p, feed_back):
         jax.block_until_ready(step(p, batch))  # compiled outside the count

@@ -7,7 +7,6 @@ branch of a ``lax.cond`` that ``jax.vmap`` made a select; the step without its
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 import types
 from collections.abc import Iterator
@@ -219,31 +218,68 @@ def callbacks_calling_jax(closed) -> tuple[tuple[str, str, str, str], ...]:
     return tuple(out)
 
 
+#: what a callback may read from JAX without starting work: dtypes and type names, and the
+#: pytree functions (jax.tree.map over NumPy values runs no JAX operation)
+_HARMLESS = frozenset({"tree", "tree_util", "dtype", "dtypes", "ShapeDtypeStruct", "Array",
+                       "typing", "float16", "bfloat16", "float32", "float64", "int8", "int16",
+                       "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_",
+                       "complex64", "complex128", "iinfo", "finfo", "ndarray"})
+
+
 def _jax_inside(fn: Any, depth: int = 2) -> str:
-    """The first name ``fn``'s code reads (globals and closed-over values) that is JAX's: a
-    module of jax, a jitted function, or a function of jax's modules; looked for in the
-    functions of the same file it calls, ``depth`` levels down. "" for none."""
+    """The first JAX operation ``fn``'s code reaches, as written (``jnp.linalg``, ``_EIG_JIT, a
+    jitted function``): a global or closed-over name it loads (not an attribute name: NumPy's
+    ``np.random`` is not jax's ``random``) that is a jax module followed by an attribute that
+    is not a dtype or a pytree function, a jitted function, or a function of jax's modules;
+    looked for in the functions of the same file it calls, ``depth`` levels down. "" for
+    none."""
     if not isinstance(fn, types.FunctionType):
         return ""
-    try:
-        refs = inspect.getclosurevars(fn)
-    except (TypeError, ValueError):
-        return ""
-    for name, value in {**refs.globals, **refs.nonlocals}.items():
-        module = value.__name__ if isinstance(value, types.ModuleType) else getattr(
-            value, "__module__", None) or ""
-        if isinstance(value, types.ModuleType) and (module == "jax" or module.startswith(
-                "jax.")):
-            return name
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
+    for name, attribute in _loaded_names(fn.__code__):
+        if name in cells:
+            try:
+                value = cells[name].cell_contents
+            except ValueError:  # an empty cell
+                continue
+        elif name in fn.__globals__:
+            value = fn.__globals__[name]
+        else:
+            continue
+        if isinstance(value, types.ModuleType):
+            module = value.__name__
+            if (module == "jax" or module.startswith("jax.")) and attribute not in _HARMLESS \
+                    and not module.startswith(("jax.tree", "jax._src.tree")):
+                return f"{name}.{attribute}" if attribute else name
+            continue
         if hasattr(type(value), "lower") and hasattr(type(value), "clear_cache"):
             return f"{name}, a jitted function"
-        if callable(value) and (module == "jax" or module.startswith("jax.")):
+        module = getattr(value, "__module__", None) or ""
+        if callable(value) and not isinstance(value, type) and (
+                module == "jax" or module.startswith("jax.")) and "tree" not in module:
             return name
-        if depth > 1 and isinstance(value, types.FunctionType) and \
-                value.__code__.co_filename == fn.__code__.co_filename and value is not fn:
+        if depth > 1 and isinstance(value, types.FunctionType) and value is not fn and \
+                value.__code__.co_filename == fn.__code__.co_filename:
             if inner := _jax_inside(value, depth - 1):
                 return f"{inner} in {name}"
     return ""
+
+
+def _loaded_names(code) -> Iterator[tuple[str, str]]:
+    """(name, the attribute read from it next, or "") for each global or closed-over name
+    ``code`` loads, nested code (a comprehension, a lambda) included."""
+    import dis
+
+    instructions = list(dis.get_instructions(code))
+    for k, ins in enumerate(instructions):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF"):
+            after = instructions[k + 1] if k + 1 < len(instructions) else None
+            attribute = (after.argval if after is not None and after.opname in (
+                "LOAD_ATTR", "LOAD_METHOD") and isinstance(after.argval, str) else "")
+            yield ins.argval, attribute
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _loaded_names(const)
 
 
 def callbacks_every_step(closed) -> tuple[tuple[str, str, str, int | None], ...]:

@@ -175,6 +175,7 @@ class _Tracer:
         self.texts: dict = {}  # (file, line) -> _PLAIN, _BLOCK_LINE or _CLOCK_LINE
         self.block_open = None  # (frame, key) of a x.block_until_ready() line that waited
         self.read_open = None  # (frame, key) of an np.asarray(x) line that found x computing
+        self.read_looks: Counter = Counter()  # (file, line) -> its runs looked at
         self.timers: dict = {}  # frame -> _Timers, from its first clock read to its return
         self.roles: dict = {}  # (file, line) of a clock line -> (name kept, name subtracted)
         self.discards: dict = {}  # (file, line) -> the dotted name an expression calls, or ()
@@ -232,7 +233,8 @@ class _Tracer:
             seen.blocks[key] += 1
             self.block_open = (frame, key)
             self.waited(frame, key)
-        elif kind == _READ_LINE and seen.looked[key] < MOST_LOOKS:
+        elif kind == _READ_LINE and self.read_looks[key] < MOST_LOOKS:
+            self.read_looks[key] += 1  # looked at, waiting or not: a loader's line runs often
             source = linecache.getline(*key).split("#")[0]
             names = _NUMPY_READ.findall(source)
             if any(_computing_in(frame, name) for name in names):
@@ -523,7 +525,8 @@ def _computing_in(frame, name: str) -> bool:
     pytree holding one, still being computed? (is_ready never waits)"""
     scope = frame.f_locals
     value = scope[name] if name in scope else frame.f_globals.get(name)
-    if value is None or isinstance(value, (int, float, str, bytes)):
+    if value is None or isinstance(value, (int, float, str, bytes)) or (
+            isinstance(value, (list, tuple)) and len(value) > 64):  # host rows, not metrics
         return False
     try:
         import jax
