@@ -249,7 +249,7 @@ def _jax_inside(fn: Any, depth: int = 2) -> str:
         if isinstance(value, types.ModuleType):
             module = value.__name__
             if (module == "jax" or module.startswith("jax.")) and attribute not in _HARMLESS \
-                    and not module.startswith(("jax.tree", "jax._src.tree")):
+                    and "tree" not in module.rsplit(".", 1)[-1]:  # jax.tree, tree_util
                 return f"{name}.{attribute}" if attribute else name
             continue
         if hasattr(type(value), "lower") and hasattr(type(value), "clear_cache"):
