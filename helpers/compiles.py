@@ -844,38 +844,13 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
         if found and key in dtypes:
             misses = [m for m in log.misses if (m.function, m.defined_at) == (f.function,
                                                                                f.defined_at)]
-            signatures = [s for t in found if (s := _signature(t)) is not None]
+            signatures = [s for t in found if (s := jaxcompat.entry_signature(t)) is not None]
             f = replace(f, fix=fix_for(misses, f.cause, programs=signatures) or f.fix)
         if found and constants:
             each = [jaxcompat.constant_bytes(t) or 0 for t in found]
             f = replace(f, constant_bytes=sum(each), constants_each=max(each))
         out.append(f)
     return tuple(out)
-
-
-_ENTRY_LAYOUT = "entry_computation_layout={"
-_XLA_TYPE = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
-
-
-def _signature(hlo_text: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """(the parameters' types, the results' types) of an optimized program, from the entry
-    layout on its text's first line ("(f32[1024,1024]{1,0}, f64[])->f64[1024,1024]{1,0}"), as
-    "f32[1024,1024]"; None where the line does not say (XLA's text format, not an API)."""
-    head = hlo_text.split("\n", 1)[0]
-    at = head.find(_ENTRY_LAYOUT)
-    if at < 0:
-        return None
-    begin = end = at + len(_ENTRY_LAYOUT)
-    depth = 1
-    while end < len(head) and depth:
-        depth += {"{": 1, "}": -1}.get(head[end], 0)
-        end += 1
-    layout = head[begin:end - 1]
-    takes, arrow, returns = layout.partition("->")
-    if not arrow:
-        return None
-    return tuple(f"{t}[{d}]" for t, d in _XLA_TYPE.findall(takes)), tuple(
-        f"{t}[{d}]" for t, d in _XLA_TYPE.findall(returns))
 
 
 def _squeezed(name: str) -> str:

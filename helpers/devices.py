@@ -1085,20 +1085,20 @@ def _incompatible_devices_fix(text: str) -> str:
     args = _INCOMPATIBLE_ARG.findall(text)
     if len(args) != 2:
         return ""
-    (a, a_shape, a_ids), (b, b_shape, b_ids) = args
-    a_ids, b_ids = ([int(i) for i in ids.split(",") if i.strip()] for ids in (a_ids, b_ids))
-    a, b = (f"{n or 'an argument'} ({shape})" for n, shape in ((a, a_shape), (b, b_shape)))
+    (_, a, a_ids), (_, b, b_ids) = placed = [
+        (n or "an argument", f"{n or 'an argument'} ({shape})",
+         [int(i) for i in ids.split(",") if i.strip()]) for n, shape, ids in args]
     if sorted(a_ids) == sorted(b_ids):
         return (f"{a} and {b} are on the same devices {sorted(a_ids)} but through meshes of "
                 f"different device orders ({a_ids} and {b_ids}): jit takes them as different "
                 "places. Build every sharding from one Mesh (NamedSharding(x.sharding.mesh, "
                 "spec)).")
-    (one, one_ids), (many, many_ids) = sorted(((a, a_ids), (b, b_ids)), key=lambda t: len(t[1]))
+    (name, one, one_ids), (_, many, many_ids) = sorted(placed, key=lambda t: len(t[2]))
     if len(one_ids) == 1 and len(many_ids) > 1:
         return (f"{one} is committed to device {one_ids[0]} alone (jax.device_put to one "
                 f"device, or made from arrays that were), and {many} is split over devices "
                 f"{many_ids}; jit runs on one set of devices and never moves a committed "
-                f"array. Put {one.split(' (')[0]} on the other's mesh first, "
+                f"array. Put {name} on the other's mesh first, "
                 "jax.device_put(x, NamedSharding(mesh, P())) replicated or split along its "
                 "batch axis, or leave it uncommitted (jnp.asarray of the host data, or "
                 "device_put without a device), which jit then places itself. "

@@ -302,7 +302,8 @@ def _program_constants(execs: list, deadline: float, names: dict | None = None
                        ) -> tuple[tuple[str, int, int], ...]:
     """(name, programs, constant bytes) per program name holding 1 MiB of array constants or
     more, read from each loaded program's optimized text until ``deadline``; ``names`` gets
-    the argument layouts of the programs of each name read (a set per name)."""
+    the signatures of the programs of each name read (``jaxcompat.entry_signature``, a set
+    per name: programs of one name with different ones took other shapes)."""
     by_name: dict[str, list[int]] = {}
     for e in execs:
         if time.perf_counter() > deadline:
@@ -311,8 +312,8 @@ def _program_constants(execs: list, deadline: float, names: dict | None = None
             module = e.hlo_modules()[0]
             text = module.to_string()
             if names is not None:
-                layout = _ENTRY_LAYOUT.search(text[:4000])
-                names.setdefault(module.name, set()).add(layout.group(1) if layout else id(e))
+                signature = jaxcompat.entry_signature(text)
+                names.setdefault(module.name, set()).add(signature or id(e))
             found = jaxcompat.constant_bytes(text)
         except Exception:  # a program that does not say
             continue
@@ -326,20 +327,15 @@ def _program_constants(execs: list, deadline: float, names: dict | None = None
 MANY_PROGRAMS = 16
 
 
-#: the argument layout in the first line of a program's HLO text ("entry_computation_layout=
-#: {(f32[3,3]{1,0})->f32[3,3]{1,0}}"): programs of one name with different ones took other shapes
-_ENTRY_LAYOUT = re.compile(r"entry_computation_layout=\{(.*?)\}[,\s]")
-
-
 def _many_programs(names: dict) -> str:
     """A sentence where one jitted function keeps :data:`MANY_PROGRAMS` compiled programs or
-    more loaded, each for other argument layouts: each shape or static value it met compiled
+    more loaded, each with another signature: each shape or static value it met compiled
     one, and JAX keeps each until the function is gone (jax-ml/jax#16778); "" otherwise. Not
     for JAX's own eager operations (their programs are named for a lax primitive, jnp.ones'
     jit_broadcast_in_dim, or a private helper, jnp.mean's jit__mean), nor for programs of one
-    name with one layout (separate functions of the same name, an ensemble's members)."""
+    name with one signature (separate functions of the same name, an ensemble's members)."""
     jax = jaxcompat.import_jax()
-    own = sorted(((name, len(layouts)) for name, layouts in names.items()
+    own = sorted(((name, len(signatures)) for name, signatures in names.items()
                   if not name.startswith("jit__")
                   and not hasattr(jax.lax, name.removeprefix("jit_"))),
                  key=lambda t: -t[1])

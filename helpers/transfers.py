@@ -388,10 +388,8 @@ _DATASET_UP_FRONT = (". Converted whole and up front, the data is held twice whi
 
 def _nbytes(shape, dtype) -> int:
     """Bytes of an array of ``shape`` and ``dtype`` (JAX's log's name); 0 where not known."""
-    try:
-        return int(np.prod(shape)) * np.dtype(dtype).itemsize if shape else 0
-    except TypeError:
-        return 0
+    size = _itemsize(dtype) if shape and dtype else None
+    return size * math.prod(shape) if size else 0
 
 
 def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,

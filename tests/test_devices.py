@@ -329,20 +329,27 @@ def test_sglang_jax_1286_shard_map_on_explicit_axes_does_not_move_its_inputs():
                                     out_specs=P("x")))(x)
     assert {s.data.shape for s in on_auto.addressable_shards} == {(256, 256)}
 
-    IPython = pytest.importorskip("IPython")  # %load_ext helpers says it under the traceback
+    ran, out = _under_load_ext("step(x)", step=step, x=x)  # said under the traceback
+    assert not ran and f"why this sharding failed: {said}" in out
+
+
+def _under_load_ext(cell: str, **names) -> tuple[bool, str]:
+    """(whether the cell succeeded, what it printed) for ``cell`` run in IPython with
+    ``%load_ext helpers`` and ``names`` in its namespace; the shell unloaded and reset after."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    IPython = pytest.importorskip("IPython")
     shell = IPython.core.interactiveshell.InteractiveShell.instance()
-    shell.user_ns.update(step=step, x=x)
+    shell.user_ns.update(names)
     shell.run_line_magic("load_ext", "helpers")
     try:
-        from contextlib import redirect_stdout
-        from io import StringIO
-
         with redirect_stdout(StringIO()) as out:
-            r = shell.run_cell("step(x)")
+            r = shell.run_cell(cell)
     finally:
         shell.run_line_magic("unload_ext", "helpers")
         shell.reset()
-    assert not r.success and f"why this sharding failed: {said}" in out.getvalue()
+    return r.success, out.getvalue()
 
 
 def test_openpi_261_jit_s_incompatible_devices_names_the_committed_argument_and_the_fix():
@@ -351,9 +358,6 @@ def test_openpi_261_jit_s_incompatible_devices_names_the_committed_argument_and_
     said nothing under the cell's traceback. It now names which argument sits where and the
     two fixes (the batch replicated on the mesh, or left uncommitted), each run here; two
     arguments committed to two single devices get their own sentence."""
-    from contextlib import redirect_stdout
-    from io import StringIO
-
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -385,17 +389,8 @@ def test_openpi_261_jit_s_incompatible_devices_names_the_committed_argument_and_
                                   want)
     assert devices.sharding_error_fix(ValueError("Received incompatible devices")) == ""
 
-    IPython = pytest.importorskip("IPython")  # under the cell's traceback
-    shell = IPython.core.interactiveshell.InteractiveShell.instance()
-    shell.user_ns.update(embed=embed, img=img, kernel=kernel)
-    shell.run_line_magic("load_ext", "helpers")
-    try:
-        with redirect_stdout(StringIO()) as out:
-            r = shell.run_cell("embed(img, kernel)")
-    finally:
-        shell.run_line_magic("unload_ext", "helpers")
-        shell.reset()
-    assert not r.success and f"why this sharding failed: {said}" in out.getvalue()
+    ran, out = _under_load_ext("embed(img, kernel)", embed=embed, img=img, kernel=kernel)
+    assert not ran and f"why this sharding failed: {said}" in out
 
 
 def test_transformer_engine_2069_a_sharding_constraint_inside_shard_map_meets_manual_axes():

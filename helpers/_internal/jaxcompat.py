@@ -600,6 +600,32 @@ def listed_shards(array: Any) -> list:
 
 
 # --- compiled programs: what the HLO text says that no public API does ---------------------
+#: the entry layout on an optimized program's first line, and an XLA type in it ("f32[3,3]")
+_ENTRY_LAYOUT = "entry_computation_layout={"
+_XLA_TYPE = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
+
+
+def entry_signature(hlo_text: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(the parameters' types, the results' types) of an optimized program, from the entry
+    layout on its text's first line ("(f32[1024,1024]{1,0}, f64[])->f64[1024,1024]{1,0}"), as
+    "f32[1024,1024]"; None where the line does not say (XLA's text format, not an API)."""
+    head = hlo_text.split("\n", 1)[0]
+    at = head.find(_ENTRY_LAYOUT)
+    if at < 0:
+        return None
+    begin = end = at + len(_ENTRY_LAYOUT)
+    depth = 1
+    while end < len(head) and depth:
+        depth += {"{": 1, "}": -1}.get(head[end], 0)
+        end += 1
+    layout = head[begin:end - 1]
+    takes, arrow, returns = layout.partition("->")
+    if not arrow:
+        return None
+    return tuple(f"{t}[{d}]" for t, d in _XLA_TYPE.findall(takes)), tuple(
+        f"{t}[{d}]" for t, d in _XLA_TYPE.findall(returns))
+
+
 #: The alias table in the first line of an executable's HLO text (``compiled.as_text()``), e.g.
 #: "input_output_alias={ {0}: (0, {}, may-alias), {1}: (2, {}, must-alias) }": which parameter
 #: each output is written into. XLA's text format, not a documented API: tests check it still

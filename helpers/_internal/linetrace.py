@@ -428,29 +428,13 @@ class _Tracer:
             if frame.f_code.co_name == "__getitem__" and _element(frame):
                 self.seen.element_reads[key] += 1
         elif kind == _JAX_BLOCK and self.seen.blocks[key] < MOST_LOOKS:
-            try:  # jax.block_until_ready(x): its first parameter, a pytree
-                import jax
-
-                first = frame.f_locals[frame.f_code.co_varnames[0]]
-                waits = any(not a.is_ready() for a in jax.tree.leaves(first)
-                            if hasattr(a, "is_ready"))
-            except Exception:  # not JAX's function of a pytree, or an array deleted
-                waits = False
-            if waits:
+            if _first_argument_computing(frame):  # jax.block_until_ready(x)
                 self.seen.blocks[key] += 1
                 self.waited(frame.f_back, key)
                 return self._after_read(key, self.seen.idle_blocks)
         elif kind == _JAX_GET and self.seen.looked[key] < MOST_LOOKS:
             self.seen.reads[key] += 1
-            try:  # jax.device_get(x): its first parameter, a pytree
-                import jax
-
-                first = frame.f_locals[frame.f_code.co_varnames[0]]
-                waits = any(not a.is_ready() for a in jax.tree.leaves(first)
-                            if hasattr(a, "is_ready"))
-            except Exception:  # not JAX's function of a pytree, or an array deleted
-                waits = False
-            if waits:
+            if _first_argument_computing(frame):  # jax.device_get(x)
                 self.seen.looked[key] += 1
                 self.waited(frame.f_back, key, block=False)
                 return self._after_read(key, self.seen.idle_reads)
@@ -528,6 +512,23 @@ def _computing_in(frame, name: str) -> bool:
     if value is None or isinstance(value, (int, float, str, bytes)) or (
             isinstance(value, (list, tuple)) and len(value) > 64):  # host rows, not metrics
         return False
+    return _tree_computing(value)
+
+
+def _first_argument_computing(frame) -> bool:
+    """At the call of JAX's function of a pytree (jax.block_until_ready, jax.device_get): is an
+    array in its first parameter still being computed? (at a "call" event f_locals holds the
+    arguments)"""
+    try:
+        first = frame.f_locals[frame.f_code.co_varnames[0]]
+    except Exception:  # not a function with a parameter
+        return False
+    return _tree_computing(first)
+
+
+def _tree_computing(value) -> bool:
+    """Is an array among ``value``'s pytree leaves still being computed? False where one was
+    deleted or JAX cannot flatten the value."""
     try:
         import jax
 
