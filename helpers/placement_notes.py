@@ -165,10 +165,22 @@ def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
         return out
     ranks = {len(leaf.shape) for leaf in leaves if leaf.committed and leaf.devices == target}
     other_rank = any(len(leaf.shape) not in ranks for leaf in leaves if leaf.path in moved)
+    # the committed leaves all split (none holds a copy on each device) and shaped like none
+    # of these: their sharding would split these too, so replication comes first
+    # (patrick-kidger/equinox#688's parameters beside a split batch; an unpickled copy of a
+    # split leaf, jax-ml/jax#12253, takes its sharding)
+    shapes = {leaf.shape for leaf in placed}
+    split = (all(leaf.local_bytes < leaf.nbytes * len(leaf.devices) for leaf in placed)
+             and not any(leaf.shape in shapes for leaf in leaves if leaf.path in moved))
     spread = ("put them where the others are, once, replicated: jax.device_put(leaf, "
               "NamedSharding(other.sharding.mesh, P())), with other a leaf already spread "
               "there (a leaf of another rank, such as a step counter, cannot take "
               "other.sharding itself, whose spec names its dimensions). " if other_rank else
+              "put them where the others are, once, replicated: jax.device_put(leaf, "
+              "NamedSharding(other.sharding.mesh, P())), with other a leaf already spread "
+              "there (other.sharding itself would split them as it splits the others; a "
+              "pickled or loaded array: device_put its NumPy data straight onto the "
+              "sharding). " if split else
               "put them where the others are, once: jax.device_put(leaf, other.sharding) "
               "with a leaf already spread there (or NamedSharding(mesh, P()) to replicate; "
               "a pickled or loaded array: device_put its NumPy data straight onto the "

@@ -73,6 +73,9 @@ _PROBED = "<<helpers.transfers probe done>>"
 #: after an explicit scope's begin marker: the jax.device_put was given jax.Arrays
 _OF_ARRAYS = "|of-arrays"
 _LINE = "<<helpers.transfers line "  # + "file:line: source>>"
+#: after a line's marker: the shape and dtype of the NumPy array the line converts by name
+#: (jnp.asarray(x)), read from the frame as the line starts, for the copy JAX logs with none
+_SIZE = "<<helpers.transfers converts "  # + "8388608;float32>>"
 _NOISE = ("WARNING: All log messages before absl::InitializeLog() is called",)
 _active = threading.Lock()  # one trace at a time per process: fd 2 is process-wide
 
@@ -149,6 +152,7 @@ def parse_guard_output(text: str, *, marked: bool = True, processes: int = 1
     other: list[str] = []
     scopes: list[str] = []  # the explicit scopes open: "" or the host callback that opened it
     where = ""
+    converts = None  # (shape, dtype) of the NumPy array the line being run converts by name
     for line in text.splitlines():
         if line.startswith(_BEGIN):  # followed by the host callback's name, for its copies
             scopes.append(line[len(_BEGIN):])
@@ -158,7 +162,11 @@ def parse_guard_output(text: str, *, marked: bool = True, processes: int = 1
                 scopes.pop()
             continue
         if line.startswith(_LINE):
-            where = line[len(_LINE):].removesuffix(">>")
+            where, converts = line[len(_LINE):].removesuffix(">>"), None
+            continue
+        if line.startswith(_SIZE):
+            dims, _, kind = line[len(_SIZE):].removesuffix(">>").partition(";")
+            converts = tuple(int(d) for d in dims.split(",") if d), kind
             continue
         fields = jaxcompat.parse_guard_line(line)
         if fields is None:
@@ -166,6 +174,9 @@ def parse_guard_output(text: str, *, marked: bool = True, processes: int = 1
                 other.append(line)
             continue
         direction, shape, dtype = fields["direction"], fields["shape"], fields["dtype"]
+        if shape is None and converts and direction == H2D and not scopes:
+            # jnp.asarray's own jit after its first call logs no shape: the array it was given
+            (shape, dtype), converts = converts, None
         piece = fields.get("shard_shape")
         nbytes = NOT_AVAILABLE
         if shape is not None:
@@ -610,6 +621,7 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
     with ``%%memory``). Does nothing while another tracer (a debugger, coverage) is installed:
     the kit never displaces it."""
     labels: dict[tuple[str, int], str] = {}  # (file, line) -> its marker, made once
+    names: dict[tuple[str, int], str] = {}  # (file, line) -> the name it converts, or ""
     last = [""]  # the marker written last: writing it again would change nothing
 
     def mark(frame) -> None:
@@ -617,12 +629,40 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
         marker = labels.get(key)
         if marker is None:
             marker = labels[key] = f"{_LINE}{_label(frame)}>>"
+            found = _CONVERTS_NAME.search(marker.partition(": ")[2])
+            names[key] = found.group(1) if found else ""
         if marker != last[0]:
             last[0] = marker
             write(marker)
+        if names[key] and (size := _converted_size(frame, names[key])):
+            write(size)
 
     with linetrace.follow(mark):
         yield
+
+
+#: a line that converts one named value whole: "y = jnp.asarray(x)", "return jnp.array(
+#: self.data)" (not a comprehension's item, whose name is not bound as the line starts)
+_CONVERTS_NAME = re.compile(r"^(?:return\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\("
+                            r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*[,)](?!.*\bfor\b)")
+
+
+def _converted_size(frame, name: str) -> str:
+    """The size marker for the NumPy array ``name`` (a local or global, or one plain attribute
+    of one: ``self.data``, read from the instance's ``__dict__`` so no property runs) is as the
+    line starts, in the dtype JAX makes of it (float64 is float32 without x64); "" for anything
+    else."""
+    head, _, attribute = name.partition(".")
+    value = frame.f_locals.get(head, frame.f_globals.get(head))
+    if attribute:
+        value = getattr(value, "__dict__", {}).get(attribute)
+    if type(value) is not np.ndarray:
+        return ""
+    try:
+        dtype = jax.dtypes.canonicalize_dtype(value.dtype)
+    except Exception:  # a dtype JAX does not take: its own error follows
+        return ""
+    return f"{_SIZE}{','.join(map(str, value.shape))};{np.dtype(dtype).name}>>"
 
 
 _markers_verified = False  # set once a probe showed the markers work in this process

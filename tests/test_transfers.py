@@ -657,3 +657,37 @@ def test_aimz_170_a_dataset_converted_whole_up_front_is_named_with_keeping_it_nu
     for i in range(0, len(X), 2**18):  # the fix: one batch on the device at a time
         batch = jax.device_put(X[i:i + 2**18])
         assert sum(memory.live_bytes_by_device().values()) <= before - freed + batch.nbytes
+
+
+def test_a_conversion_on_jnp_asarrays_fast_path_is_sized_from_the_array_it_names():
+    """After its first call, jnp.asarray's own jit copies host data with no shape in JAX's log
+    (jax 0.10.2, 0.12.0.1): a new user's trace of `y = jnp.asarray(x)` (the loading of Stack
+    Overflow 79387724, "Serialization in JAX") showed "?" bytes and, for a 32 MiB array, no
+    word of the data held twice. The line names the array, so its size is read as the line
+    starts; a value the line computes is not guessed."""
+    host = np.ones((2 * 2**20, 4), np.float64)  # 64 MiB of float64: JAX makes 32 of float32
+    with transfers.trace():  # each has run for this shape under the guard: its fast path next
+        jax.block_until_ready((jnp.asarray(host), jnp.array(host)))
+
+    def load():
+        return np.ones((2 * 2**20, 4), np.float64)
+
+    put = jaxcompat.asarray_is_explicit()  # jax < 0.10.1: asarray was a put, with a shape
+    for convert in ("asarray", "array"):
+        with transfers.trace() as log:
+            y = jnp.asarray(host) if convert == "asarray" else jnp.array(host)
+            z = jnp.asarray(load())
+            jax.block_until_ready((y, z))
+        rows = {"named" if "(host)" in r["line"] else "computed": r for r in log.by_line()}
+        named, computed = rows["named"], rows["computed"]
+        assert named["bytes"] == y.nbytes == 32 * 2**20
+        if not put:  # jax >= 0.10.1: a copy, held twice
+            assert "keep it as NumPy and put each batch" in " ".join(named["reasons"])
+        (of_host,) = [t for t in log if "(host)" in t.line]
+        (of_load,) = [t for t in log if "load()" in t.line]
+        if not (convert == "asarray" and put):
+            assert of_host.raw == "host-to-device transfer:"  # JAX gave no shape
+        if not put:
+            assert of_load.raw == "host-to-device transfer:"
+            assert computed["bytes"] == 0  # a value the line computes: not guessed
+        del y, z

@@ -2015,7 +2015,10 @@ def test_equinox_688_parameters_never_put_on_the_mesh_beside_a_split_batch():
     (problem,) = devices.tree_placement({"params": params, "batch": batch}).problems
     assert problem.startswith("2 leaves (['params']['w1'], ['params']['w2']) are uncommitted")
     assert "at each call they are passed to" in problem and "copies them once" in problem
-    assert "NamedSharding(mesh, P()) to replicate" in problem and "data-parallel" not in problem
+    assert "data-parallel" not in problem
+    # replication first: the batch's sharding would split them as it splits the batch
+    assert "once, replicated: jax.device_put(leaf, NamedSharding(other.sharding.mesh, P()))" \
+        in problem and "other.sharding itself would split them" in problem
     rl = {"params": {"w": jax.device_put(jnp.ones((512, 512)), NamedSharding(
         mesh, PartitionSpec()))}, "batch": {k: jnp.ones((64, 8)) for k in ("states", "rewards")}}
     said = devices.tree_placement(rl).problems[0]  # (a review: "states" was taken for state)
