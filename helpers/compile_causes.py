@@ -25,7 +25,7 @@ True
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from helpers._internal import frames, jaxcompat, parameter_uses
@@ -35,7 +35,8 @@ __all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
            "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "LIBRARY_INT_FIX",
            "MEMORY_SPACE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
-           "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_OUTPUT_FIX", "CacheMiss", "fix_for",
+           "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_BY_INTEGER_FIX", "WIDENED_OUTPUT_FIX",
+           "CacheMiss", "fix_for",
            "what_changed"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
@@ -261,6 +262,21 @@ WIDENED_OUTPUT_FIX = ("{0} came back from the step itself as {1} where it went i
                       "(np.linspace's learning rate) is strongly typed and promotes float32 "
                       "under x64, where a Python float does not: pass it as float(lr) or "
                       "jnp.float32(lr) (jax-ml/jax#1830)")
+#: the same where the program makes the wider float from an integer at a user's line (XLA's
+#: convert of it, jaxcompat.integer_widenings): an integer array met a Python float there, and
+#: jnp made its default float (google-deepmind/optax#1051, prodigy under x64: float32 state
+#: became float64 and the update compiled again; a new user's miniature on jax 0.10.2, where the
+#: NumPy-scalar advice, jnp.float32(lr), left 2 compiles and a float64 state of 40 MiB, and
+#: count.astype(jnp.float32) gave 1 compile and 32 MiB). The argument, its types now and before,
+#: the line, what jnp made there, the narrower dtype's name go in the braces
+WIDENED_BY_INTEGER_FIX = (
+    "{0} came back from the step itself as {1} where it went in as {2}: the step widens its "
+    "own output, so fed back it compiles again, and .astype() on the input would only hide "
+    "that. It starts at {3}, where an integer array meets a Python float: jnp makes its "
+    "default float of the two, {4} (google-deepmind/optax#1051: a bias correction "
+    "0.9 ** (count + 1) of an int32 step count). Make the integer {5} first there "
+    "(count.astype(jnp.{5})), or the result (jnp.asarray(..., dtype=jnp.{5}))")
+_XLA_FLOATS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
 
@@ -281,7 +297,8 @@ class CacheMiss(Record):
 
 def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: bool = False,
             through_library: bool = False,
-            programs: Sequence[tuple[tuple[str, ...], tuple[str, ...]]] = ()) -> str:
+            programs: Sequence[tuple[tuple[str, ...], tuple[str, ...]]] = (),
+            integer_lines: Mapping[str, Sequence[str]] | None = None) -> str:
     """What to change, in a sentence, for one function whose cache misses (``misses``, JAX's
     explanations in the order they came) add up to ``cause`` (one of :data:`CAUSES`): the
     first narrower fix whose check matches what JAX said, else the cause's own in
@@ -305,7 +322,9 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     :data:`LIBRARY_INT_FIX`). ``programs``: the
     function's compiled programs, each as (its parameters' types, its results' types) in XLA's
     words ("f32[1024,1024]"): where a new dtype is a wider float that one of them returned
-    where it took the narrower one, the function widened its own output."""
+    where it took the narrower one, the function widened its own output; ``integer_lines``:
+    by XLA's float type ("f64"), the user's lines where those programs make it from an integer
+    (:data:`WIDENED_BY_INTEGER_FIX` names the first)."""
     return (NEW_SHAPES_ANEW_FIX if new_types_each_call else
             GROWING_FIX if cause == "new shapes" and _grows_by_one(misses) else
             KEYWORD_FIX if _keywords_only(misses, cause) else
@@ -318,13 +337,27 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             else SAME_TEXT_STATIC_FIX.format(*_shown(same))
             if (same := _static_prints_same(misses, cause))
             else WEAK_FIX if _weak_only(misses, cause)
-            else WIDENED_OUTPUT_FIX.format(*widened)
+            else _widened_fix(widened, integer_lines or {})
             if (widened := _widened_by_itself(misses, cause, programs))
             else MEMORY_SPACE_FIX.format(*spaces, _KINDS.get(spaces[0], spaces[0]))
             if (spaces := _memory_spaces(misses, cause))
             # (through a library's wrapper no static_argnums was set: the generic fix)
             else _int_fix(misses) if not through_library and _ints_only(misses, cause)
             else FIXES.get(cause, ""))
+
+
+def _widened_fix(widened: tuple[str, str, str], integer_lines: Mapping[str, Sequence[str]]
+                 ) -> str:
+    """The fix for a step that widens its own output: from an integer at a user's line where
+    the program shows one (the first named, with how many more), else the NumPy scalar's."""
+    wide, narrow = (t.split("[", 1)[0] for t in widened[1:])
+    lines = integer_lines.get(wide, ())
+    if not lines or narrow not in _XLA_FLOATS:
+        return WIDENED_OUTPUT_FIX.format(*widened)
+    more = f" (and {len(lines) - 1} more such line{'s' if len(lines) > 2 else ''})" \
+        if len(lines) > 1 else ""
+    made = _XLA_FLOATS.get(wide, wide) + (" under x64" if wide == "f64" else "")
+    return WIDENED_BY_INTEGER_FIX.format(*widened, lines[0] + more, made, _XLA_FLOATS[narrow])
 
 
 def _int_fix(misses: Sequence[CacheMiss]) -> str:

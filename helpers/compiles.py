@@ -845,7 +845,12 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
             misses = [m for m in log.misses if (m.function, m.defined_at) == (f.function,
                                                                                f.defined_at)]
             signatures = [s for t in found if (s := jaxcompat.entry_signature(t)) is not None]
-            f = replace(f, fix=fix_for(misses, f.cause, programs=signatures) or f.fix)
+            integers = {wide: list(dict.fromkeys(
+                frames.line(*at) for t in found
+                for at in jaxcompat.integer_widenings(t, wide, frames.is_user_file)))
+                for wide in ("f64", "f32")}
+            f = replace(f, fix=fix_for(misses, f.cause, programs=signatures,
+                                       integer_lines=integers) or f.fix)
         if found and constants:
             each = [jaxcompat.constant_bytes(t) or 0 for t in found]
             f = replace(f, constant_bytes=sum(each), constants_each=max(each))

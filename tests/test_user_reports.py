@@ -3806,3 +3806,47 @@ def test_numpyro_696_a_pmap_output_put_on_one_device_is_named_as_refused_by_pmap
     with transfers.trace() as log:  # the fix: the output as it is
         out = mean(states)
     assert log.count() == 0 and out.shape == (jax.local_device_count(),)
+
+
+def test_optax_1051_an_integer_count_meeting_a_python_float_widens_the_state_under_x64():
+    """google-deepmind/optax#1051: under x64, prodigy's float32 state came back float64 (its
+    bias correction, 0.9 ** (count + 1) of an int32 count, is jnp's default float there), and
+    the update compiled again. A new user's miniature got the NumPy-scalar cause of jax#1830
+    and its fix, jnp.float32(lr), which left 2 compiles and a float64 state. The kit now names
+    the line where the program makes float64 from the integer, and the fix (optax's: cast
+    there), run: 1 compile, the state float32."""
+    beta1, lr = 0.9, 1.0
+
+    def update_of(fixed):
+        @jax.jit
+        def update(grads, state):
+            count = state["count"].astype(jnp.float32) if fixed else state["count"]
+            bc = 1 / (1 - beta1 ** (count + 1))  # the line the kit names
+            grad_sum = 0.99 * state["grad_sum"] + lr * bc * grads
+            return dict(state, grad_sum=grad_sum, count=state["count"] + 1)
+        return update
+
+    def train(fixed):
+        state = {"grad_sum": jnp.zeros(1024, jnp.float32), "count": jnp.zeros((), jnp.int32)}
+        grads = jnp.full(1024, 0.01, jnp.float32)
+        update = update_of(fixed)
+        with compiles.watch() as log:
+            for _ in range(3):
+                state = update(grads, state)
+        return log.function("update"), state
+
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        entry, state = train(fixed=False)
+        fixed, kept = train(fixed=True)
+    finally:
+        jax.config.update("jax_enable_x64", before)
+    assert (entry.compiles, entry.cause, state["grad_sum"].dtype) == (2, "new dtypes",
+                                                                      jnp.float64)
+    assert "the step widens its own output" in entry.fix
+    assert "bc = 1 / (1 - beta1 ** (count + 1))" in entry.fix
+    assert "an integer array meets a Python float" in entry.fix
+    assert "count.astype(jnp.float32)" in entry.fix and "google-deepmind/optax#1051" in entry.fix
+    assert "np.linspace" not in entry.fix  # jax#1830's NumPy scalar is not this one's cause
+    assert (fixed.compiles, kept["grad_sum"].dtype) == (1, jnp.float32)  # the fix named

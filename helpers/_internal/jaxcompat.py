@@ -1346,6 +1346,33 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
     return sorted(out, key=lambda v: -v["nbytes"])
 
 
+_OPERANDS = re.compile(r"%([\w.\-]+)")
+
+
+def integer_widenings(hlo_text: str, wide: str, is_user: Callable[[str], bool]
+                      ) -> list[tuple[str, int]]:
+    """The user's (file, line) of each ``convert`` in an optimized program that makes ``wide``
+    (an XLA element type: "f64") from an integer (s32, u8, ...), in the program's order, each
+    once: an integer array meeting a Python float makes jnp's default float there, float64
+    under x64 (google-deepmind/optax#1051: ``0.9 ** (count + 1)`` of an int32 step count).
+    XLA's text format is not an API: tests check it still parses."""
+    lines = hlo_text.splitlines()
+    tables = _tables(lines)
+    types = {m.group(2): m.group(3) for line in lines if (m := _INSTRUCTION.match(line))}
+    out: list[tuple[str, int]] = []
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if not m or m.group(3) != wide or m.group(5) != "convert":
+            continue
+        args = line[m.end():].split(")", 1)[0]
+        operand = next(iter(_OPERANDS.findall(args)), "")
+        if types.get(operand, "")[:1] in ("s", "u"):  # s32, u8, ...: XLA's integer types
+            where = _source(line, tables, is_user)
+            if where is not None and where not in out:
+                out.append(where)
+    return out
+
+
 # --- compiles: JAX's cache-miss explanations and its compile events ------------------------
 #: jax.monitoring's event for one XLA compile; its ``fun_name`` is "jit(f)" (0.8.0 and 0.10.2)
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
