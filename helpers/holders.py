@@ -1238,8 +1238,9 @@ def _group_sharing(group: list, names: list[tuple[str, Mapping]],
     whose memory is the buffer of the Arrays of ``group``: a view by its base, a memoryview
     of one of them; any other by its address, inside the buffer's bytes on the same side
     (host or device). The buffer's address is asked for only where one may match: a sharer
-    that is not a NumPy array over NumPy's own memory (asking a committed Array makes JAX
-    cache a second Array over its buffer, which jax.live_arrays() then counts)."""
+    that is not a NumPy array over NumPy's own memory (asking an Array jax.device_put made
+    makes JAX cache a second Array over its buffer, which jax.live_arrays() then lists; the
+    kit's own counts take each buffer once)."""
     ids = {id(a) for a in group}
     views = tuple(s for s in sharers if s.view_of in ids)
     inside: list[_Sharer] = []

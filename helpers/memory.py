@@ -304,8 +304,9 @@ def still_computing() -> int:
 
 def live_bytes_by_device() -> dict:
     """Bytes of live JAX arrays per device (``{Device: bytes}``), each buffer counted once:
-    two Arrays over one buffer (JAX caches such a second Array when a buffer's address is
-    asked for, and views alias their source) are one buffer, and so are a sharded array's shard
+    two Arrays over one buffer (JAX caches such a second Array over a buffer jax.device_put
+    made when its address is asked for, and over any at a print up to jax 0.10, both seen on
+    0.8.0 and 0.10.2; views alias their source) are one buffer, and so are a sharded array's shard
     and the Array over it that a host read made (:func:`shard_buffers`). The number behind a CPU
     :func:`snapshot` and :func:`helpers.holders.largest`'s ``live_bytes``. Arrays of a backend
     JAX restarted count under their own Devices (other objects, the same names)."""
