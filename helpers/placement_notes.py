@@ -81,7 +81,10 @@ def deleted_note(leaves: tuple[LeafPlacement, ...]) -> str:
     if not deleted:
         return ""
     return (f"{_some(deleted)} deleted (donated to a jit, or .delete()): using the tree "
-            "raises. Fix: use the outputs of the call that took them instead.")
+            "raises. Fix: use the outputs of the call that took them instead; or, where this "
+            "tree was kept as a copy of what was donated (a best-parameters snapshot), it was "
+            "the same buffers: best = params and jnp.asarray(p) copy nothing, so make it "
+            "with jax.tree.map(jnp.copy, params) before the donating call (jax-ml/jax#3412).")
 
 
 def _committed(leaves: tuple[LeafPlacement, ...]) -> dict[tuple[str, ...], list[str]]:

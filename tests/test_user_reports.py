@@ -445,7 +445,8 @@ def test_the_table_lists_every_report_tested_here():
                  "3077": "tests/test_settings.py", "244": "tests/test_compiles.py",
                  "16778": "tests/test_holders.py", "157": "tests/test_compiles.py",
                  "170": "tests/test_transfers.py", "158": "tests/test_ipython.py",
-                 "24255": "tests/test_callbacks.py"}
+                 "24255": "tests/test_callbacks.py", "969": "the jax#5210 test here",
+                 "17865": "the jax#21045 tests in tests/test_constants.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -3850,3 +3851,238 @@ def test_optax_1051_an_integer_count_meeting_a_python_float_widens_the_state_und
     assert "count.astype(jnp.float32)" in entry.fix and "google-deepmind/optax#1051" in entry.fix
     assert "np.linspace" not in entry.fix  # jax#1830's NumPy scalar is not this one's cause
     assert (fixed.compiles, kept["grad_sum"].dtype) == (1, jnp.float32)  # the fix named
+
+
+def test_sglang_jax_241_a_random_init_beside_the_loaded_weights_is_named_with_eval_shape():
+    """sgl-project/sglang-jax#241: a model built with random weights, then its checkpoint
+    loaded: both alive at once, twice the weights at the peak. The maintainer's fix: build the
+    shapes only (jax.ShapeDtypeStruct, jax.eval_shape) and load into them. The kit names the
+    two alike trees and that fix; run: the peak halves."""
+    from safetensors.numpy import load, save
+
+    shapes = {f"layer{i}.kernel": (512, 512) for i in range(4)}  # 4 MiB
+    blob = save({k: np.full(s, 0.5, np.float32) for k, s in shapes.items()})
+
+    def init():
+        keys = jax.random.split(jax.random.key(0), len(shapes))
+        return {k: jax.random.normal(key, s)
+                for key, (k, s) in zip(keys, shapes.items(), strict=True)}
+
+    def live():
+        return sum(memory.live_bytes_by_device().values())
+
+    start = live()
+    params = init()  # the random init, made when the model is built
+    weights = {k: jax.device_put(v) for k, v in load(blob).items()}
+    peak = live() - start
+    said = str(holders.largest(8, namespace={"params": params, "weights": weights}))
+    assert "params and weights hold trees alike" in said
+    assert "jax.eval_shape" in said
+    del params, weights
+    abstract = jax.eval_shape(init)  # the fix: shapes only, then load into them
+    weights = {k: jax.device_put(v) for k, v in load(blob).items()}
+    assert {k: v.shape for k, v in abstract.items()} == {k: v.shape for k, v in weights.items()}
+    assert live() - start == peak // 2 == 4 * 2**20
+
+
+def test_whisper_jax_7_float32_parameters_read_as_float16_are_named_with_to_fp16():
+    """sanchit-gandhi/whisper-jax#7: a model computing in float16 took far more of the card
+    than expected; its parameters were float32 (a Flax module's dtype= sets the computation's
+    type), and the maintainer's fix was model.to_fp16(params). The kit names the parameters
+    read only as float16 and that fix; run: the arguments halve."""
+    params = {f"layer{i}": {"kernel": jnp.full((512, 512), 0.01), "bias": jnp.zeros(512)}
+              for i in range(3)}
+
+    def forward(params, x):
+        h = x.astype(jnp.float16)
+        for i in range(3):
+            p = params[f"layer{i}"]
+            h = jnp.tanh(h @ p["kernel"].astype(jnp.float16) + p["bias"].astype(jnp.float16))
+        return h
+
+    x = jnp.ones((8, 512), jnp.float16)
+    report = preflight.preflight_step(forward, params, x)
+    said = report.advice
+    assert "are read only as float16" in said and "model.to_fp16(params)" in said
+    assert "param_dtype" in said
+    half = jax.tree.map(lambda p: p.astype(jnp.float16), params)  # the fix named
+    fixed = preflight.preflight_step(forward, half, x)
+    assert fixed.argument_bytes * 2 - x.nbytes == report.argument_bytes
+    assert "read only as float16" not in fixed.advice
+
+
+def test_jaxonloader_7_a_dataset_put_whole_on_the_device_by_its_loader_is_named():
+    """Artur-Galstyan/jaxonloader#7, "Don't load data into GPU!": the loader converted the
+    whole dataset with jnp.asarray when built and sliced batches from it on the device; the
+    maintainer's fix keeps NumPy and moves each batch's rows as it is used. The trace names
+    the conversion, its bytes and that fix; run: one batch on the device instead of all."""
+    data = np.ones((4096, 1024), np.float32)  # 16 MiB
+
+    class Loader:
+        def __init__(self, data, on_device=True):
+            self.data = jnp.asarray(data) if on_device else data
+
+        def __iter__(self):
+            for i in range(0, len(self.data), 64):
+                yield jnp.asarray(self.data[i:i + 64])
+
+    step = jax.jit(lambda w, x: w - 1e-3 * (x.T @ (x @ w)))
+
+    def run(on_device):
+        w = jnp.zeros((1024, 4))
+        start = sum(memory.live_bytes_by_device().values())
+        with transfers.trace() as log:
+            loader = Loader(data, on_device)
+            for n, batch in enumerate(loader):
+                w = step(w, batch)
+                if n == 3:
+                    break
+            held = sum(memory.live_bytes_by_device().values()) - start
+            jax.block_until_ready(w)
+        return log, held
+
+    log, held = run(on_device=True)
+    (row,) = [r for r in log.by_line() if "self.data = jnp.asarray(data)" in r["line"]]
+    assert row["bytes"] == data.nbytes
+    assert "keep it as NumPy and put each batch on the device as it is used" in " ".join(
+        row["reasons"]) or jaxcompat.asarray_is_explicit()  # (0.8.0: a put, aliased)
+    _, fixed = run(on_device=False)  # the fix named
+    assert held >= data.nbytes and fixed < 2**20
+
+
+def test_pyautofit_1453_a_vmapped_gradient_s_fusion_value_is_named_where_xla_plans_less():
+    """PyAutoLabs/PyAutoFit#1453: "if it fits at batch_size=1 you can push it up" failed for a
+    vmapped gradient over many starts; the PR prices widths 1 and 2. In a new user's miniature
+    (20 starts, jax 0.10.2 CPU) the run held 21 MiB beyond XLA's plan: a float32[20,256,1024]
+    made inside a YNNPACK fusion. The kit compared XLA's plan without the fusion (20.6 MiB,
+    less than with it, 40) and said nothing; the largest value made inside now counts."""
+    A = jnp.ones((256, 1024))
+    w = jnp.ones(1024)
+
+    def loss(x, A, w):
+        h = jnp.tanh(A * x[None, :])
+        return jnp.sum(h @ w) ** 2
+
+    @jax.jit
+    def multistart(xs, A, w):
+        return jax.vmap(jax.value_and_grad(loss), in_axes=(0, None, None))(xs, A, w)
+
+    xs = jax.ShapeDtypeStruct((20, 1024), jnp.float32)
+    inside = jaxcompat.ynn_fusion_intermediates(multistart.lower(xs, A, w).compile().as_text())
+    if not inside:
+        pytest.skip("no YNNPACK fusion on this JAX (from 0.10)")
+    fused = multistart.lower(xs, A, w).compile().memory_analysis().temp_size_in_bytes
+    unfused = multistart.lower(xs, A, w).compile(
+        compiler_options=jaxcompat.YNN_FUSIONS_OFF).memory_analysis().temp_size_in_bytes
+    assert unfused < fused and inside[0][0] == 20 * 2**20  # the case the old check missed
+    advice = preflight.preflight_step(multistart, xs, A, w).advice
+    assert "Not in the peak: XLA:CPU fuses" in advice and "they come to about 20.00 MiB" in advice
+    assert "jax.lax.map(f, xs, batch_size=k)" in advice
+
+
+def test_jax_6997_params_closed_over_are_baked_into_each_batch_size_s_program():
+    """jax-ml/jax#6997: do a jitted function's 1 GB of params get copied for each batch size it
+    compiles for? Passed as an argument, no: the programs hold none. Closed over, each program
+    holds its own copy (host memory up to 3 times their bytes per program, measured in a
+    miniature: see compiles' _constants_again). The kit names the copies and the fix; run: the
+    fixed programs hold no constants."""
+    params = jax.random.normal(jax.random.key(0), (512, 4096))  # 8 MiB (not a splat XLA folds)
+
+    closed = jax.jit(lambda x: jnp.tanh(x @ params).sum())
+    passed = jax.jit(lambda p, x: jnp.tanh(x @ p).sum())
+    with compiles.watch() as log:
+        for b in (2, 4, 8):
+            closed(jnp.ones((b, 512)))
+    with compiles.watch() as fixed:
+        for b in (2, 4, 8):
+            passed(params, jnp.ones((b, 512)))
+    said = log.diagnosis
+    assert "bakes in 8.00 MiB of arrays `<lambda>` closes over as constants" in said
+    assert "up to 3 times its constants' bytes" in said and "pass them as arguments" in said
+    assert "closes over as constants" not in fixed.diagnosis
+    assert fixed.function("<lambda>").compiles == 3  # a program per batch size still
+
+
+def test_jax_3412_a_snapshot_that_shares_the_donated_buffers_is_named_with_a_real_copy():
+    """jax-ml/jax#3412: a copy taken before a donating call was deleted by it (jnp.array's copy
+    did not copy then). Today `best = params` and jnp.asarray(p) are still the same buffer.
+    tree_placement said only "use the outputs of the call", which are the updated parameters,
+    not the snapshot; it now names the shared buffers and jnp.copy, run."""
+    step = jax.jit(lambda p: jax.tree.map(lambda a: a * 0.8, p), donate_argnums=0)
+    for snapshot in (lambda p: p, lambda p: jax.tree.map(jnp.asarray, p)):
+        params = {"w": jnp.full((256, 256), 5.0)}
+        best = snapshot(params)
+        params = step(params)
+        (said,) = devices.tree_placement(best).problems
+        assert "is deleted (donated to a jit" in said and "jax-ml/jax#3412" in said
+        assert "jax.tree.map(jnp.copy, params) before the donating call" in said
+    params = {"w": jnp.full((256, 256), 5.0)}
+    best = jax.tree.map(jnp.copy, params)  # the fix named
+    params = step(params)
+    assert devices.tree_placement(best).problems == ()
+    assert float(best["w"].sum()) == 5.0 * 256 * 256
+
+
+def test_jax_9237_a_donated_batch_no_output_takes_is_named_with_leaving_it_out():
+    """jax-ml/jax#9237: "Some donated buffers were not usable" for a batch donated with the
+    state. The kit named why (no output of its shape or size) and not the fix, which a new
+    user ran: donate the state alone, the warning gone and XLA's aliased bytes the same."""
+    def train_step(params, images):
+        return params - 1e-3 * jnp.mean(images) * params
+
+    params, images = jnp.ones((64, 64)), jnp.ones((185, 16, 16, 3))
+    both = preflight.preflight_step(train_step, params, images, donate_argnums=(0, 1))
+    assert "NOT reused: no output is a float32[185, 16, 16, 3]" in str(both)
+    assert "leave it out of donate_argnums" in str(both) and "jax-ml/jax#9237" in str(both)
+    state = preflight.preflight_step(train_step, params, images, donate_argnums=0)  # the fix
+    assert state.alias_bytes == both.alias_bytes == params.nbytes
+    assert "leave it out of donate_argnums" not in str(state)
+
+
+def test_crazyflow_110_jax_12627_a_donated_leaf_passed_again_will_fail_and_a_copy_runs():
+    """learnsyslab/crazyflow#110: a simulation state whose leaves alias each other (pos_prev
+    made as pos, or jnp.asarray(pos)) cannot be donated; jax-ml/jax#12627: a target network
+    set to the donated params. The kit says "will fail", names both places and a copy; run:
+    JAX raises, and with jnp.copy the step runs."""
+    def sim_step(data):
+        pos = 2 * data["pos"] - data["pos_prev"]
+        return {"pos": pos, "pos_prev": data["pos"]}
+
+    pos = jnp.zeros((1024, 3))
+    step = jax.jit(sim_step, donate_argnums=0)
+    for aliased in ({"pos": pos, "pos_prev": pos}, {"pos": pos, "pos_prev": jnp.asarray(pos)}):
+        said = str(preflight.preflight_step(sim_step, aliased, donate_argnums=0))
+        assert "WILL FAIL" in said.upper() and "argument 0['pos']" in said
+        assert "jnp.copy" in said
+        with pytest.raises(Exception, match="donate the same buffer twice|donated"):
+            jax.block_until_ready(step(aliased))
+    fixed = {"pos": pos, "pos_prev": jnp.copy(pos)}  # the fix named
+    assert "WILL FAIL" not in str(preflight.preflight_step(sim_step, fixed,
+                                                           donate_argnums=0)).upper()
+    jax.block_until_ready(step(fixed))
+
+    def update(state, target):  # jax#12627: the target kept is the donated params
+        return {"w": state["w"] - 1e-3 * (state["w"] - target["w"])}
+
+    state = {"w": jnp.ones((512, 512))}
+    said = str(preflight.preflight_step(update, state, {"w": state["w"]}, donate_argnums=0))
+    assert "WILL FAIL" in said.upper() and "argument 1['w']" in said and "jnp.copy" in said
+
+
+def test_flashbax_6_a_replay_buffer_add_not_donated_copies_the_whole_buffer():
+    """instadeepai/flashbax#6: jit(buffer.add) doubled CPU memory at each call; donation (which
+    the CPU honours now) is the fix. The kit names the state not donated and the slice written
+    into a copy of the whole buffer; run with the donation: the output takes the buffer."""
+    def add(state, batch):
+        i = state["i"]
+        return {"data": jax.lax.dynamic_update_slice(state["data"], batch, (i, 0)), "i": i + 1}
+
+    state = {"data": jnp.zeros((8192, 1024)), "i": jnp.int32(0)}  # 32 MiB
+    batch = jnp.ones((1, 1024))
+    said = str(preflight.preflight_step(add, state, batch))
+    assert "Nothing donated for state" in said and "copies all 32.00 MiB of it first" in said
+    donated = preflight.preflight_step(add, state, batch, donate_argnums=0)
+    assert donated.alias_bytes >= state["data"].nbytes  # the fix named: written in place
+    before = state["data"].unsafe_buffer_pointer()
+    out = jax.jit(add, donate_argnums=0)(state, batch)
+    assert out["data"].unsafe_buffer_pointer() == before
