@@ -708,12 +708,9 @@ def _fusion_intermediates(lowered, compiled, text: str | None, dev) -> tuple[int
     """The values XLA:CPU's YNNPACK fusions make inside themselves, outside its buffer plan:
     where a fusion makes a value of 1 MiB or more larger than its result
     (:func:`jaxcompat.ynn_fusion_intermediates`), the temporaries XLA plans for the same program
-    compiled without YNNPACK fusions, less those it plans with them, or the largest value made
-    inside such a fusion where that is more (a vmapped gradient's float32[20,256,1024], 20 MiB:
-    XLA plans less without the fusion, 20.6 against 40 MiB, and a run held 21 MiB beyond the
-    plan, PyAutoLabs/PyAutoFit#1453 in a new user's miniature, jax 0.10.2); and whether such a
-    fusion holds a dot or a convolution. (0, False) off the CPU, where there is none, and where
-    the second compile fails (the first stands)."""
+    compiled without YNNPACK fusions, less those it plans with them; and whether such a fusion
+    holds a dot or a convolution. (0, False) off the CPU, where there is none, and where the
+    second compile fails (the first stands)."""
     if getattr(dev, "platform", "") != "cpu" or not text:
         return 0, False
     try:
@@ -722,7 +719,7 @@ def _fusion_intermediates(lowered, compiled, text: str | None, dev) -> tuple[int
             return 0, False
         with own.compiling():
             unfused = lowered.compile(compiler_options=jaxcompat.YNN_FUSIONS_OFF)
-        return (max(_analysis(unfused)["temp"] - _analysis(compiled)["temp"], found[0][0]),
+        return (max(0, _analysis(unfused)["temp"] - _analysis(compiled)["temp"]),
                 any(f[2] for f in found))
     except Exception:  # a JAX without the option, or text the parser cannot read
         return 0, False
@@ -940,8 +937,7 @@ class CompiledStep:
     #: it: its constants are whole on each (jax-ml/jax#16679)
     spanned: int = 1
     #: on the CPU, the values YNNPACK fusions make inside themselves that XLA's plan does not
-    #: count, as XLA plans the program without such fusions (netket/netket#783), or the
-    #: largest value made inside one where that is more (PyAutoLabs/PyAutoFit#1453); 0 where no
+    #: count, as XLA plans the program without such fusions (netket/netket#783); 0 where no
     #: fusion makes a value of 1 MiB or more larger than its result. YNNPACK tiles some and
     #: holds others whole, so this is what the step may need beyond its peak, not part of it
     fusion_intermediates: int = 0

@@ -3950,36 +3950,6 @@ def test_jaxonloader_7_a_dataset_put_whole_on_the_device_by_its_loader_is_named(
     assert held >= data.nbytes and fixed < 2**20
 
 
-def test_pyautofit_1453_a_vmapped_gradient_s_fusion_value_is_named_where_xla_plans_less():
-    """PyAutoLabs/PyAutoFit#1453: "if it fits at batch_size=1 you can push it up" failed for a
-    vmapped gradient over many starts; the PR prices widths 1 and 2. In a new user's miniature
-    (20 starts, jax 0.10.2 CPU) the run held 21 MiB beyond XLA's plan: a float32[20,256,1024]
-    made inside a YNNPACK fusion. The kit compared XLA's plan without the fusion (20.6 MiB,
-    less than with it, 40) and said nothing; the largest value made inside now counts."""
-    A = jnp.ones((256, 1024))
-    w = jnp.ones(1024)
-
-    def loss(x, A, w):
-        h = jnp.tanh(A * x[None, :])
-        return jnp.sum(h @ w) ** 2
-
-    @jax.jit
-    def multistart(xs, A, w):
-        return jax.vmap(jax.value_and_grad(loss), in_axes=(0, None, None))(xs, A, w)
-
-    xs = jax.ShapeDtypeStruct((20, 1024), jnp.float32)
-    inside = jaxcompat.ynn_fusion_intermediates(multistart.lower(xs, A, w).compile().as_text())
-    if not inside:
-        pytest.skip("no YNNPACK fusion on this JAX (from 0.10)")
-    fused = multistart.lower(xs, A, w).compile().memory_analysis().temp_size_in_bytes
-    unfused = multistart.lower(xs, A, w).compile(
-        compiler_options=jaxcompat.YNN_FUSIONS_OFF).memory_analysis().temp_size_in_bytes
-    assert unfused < fused and inside[0][0] == 20 * 2**20  # the case the old check missed
-    advice = preflight.preflight_step(multistart, xs, A, w).advice
-    assert "Not in the peak: XLA:CPU fuses" in advice and "they come to about 20.00 MiB" in advice
-    assert "jax.lax.map(f, xs, batch_size=k)" in advice
-
-
 def test_jax_6997_params_closed_over_are_baked_into_each_batch_size_s_program():
     """jax-ml/jax#6997: do a jitted function's 1 GB of params get copied for each batch size it
     compiles for? Passed as an argument, no: the programs hold none. Closed over, each program
