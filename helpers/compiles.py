@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import jax
@@ -78,6 +78,12 @@ UNEXPLAINED = "compiles JAX did not explain"
 #: compiling this many seconds, this share of a block's time, with nothing compiled twice and
 #: no persistent cache: a new process pays it again (a diagnosis; no test times it)
 HEAVY_COMPILE_SECONDS = 1.0
+#: a program of this many arguments or more, compiled for an operation outside jit: jnp.stack
+#: of a Python list of that many arrays, each one an operand (jax 0.10.2 and 0.12.0.1; 0.8.0 and
+#: jnp.array join them in pieces of a few concatenates), whose compile time grows with their
+#: number (markean/aimz#268 in a new user's miniature: 5,000 per-step loss scalars, 6.0 s to
+#: compile; 2,000: 1.8 s, jax 0.10.2 CPU)
+MANY_OPERANDS = 1000
 HEAVY_COMPILE_SHARE = 0.5
 
 #: jax.monitoring's events for tracing a function to a jaxpr and for lowering the jaxpr to MLIR,
@@ -376,6 +382,9 @@ class CompileLog(Display):
         #: callbacks", "smaller than jax_persistent_cache_min_entry_size_bytes", ...)
         self.cache_written = 0
         self.cache_skipped: tuple[tuple[str, int], ...] = ()
+        #: the programs compiled in the block for operations outside jit that take
+        #: :data:`MANY_OPERANDS` arguments or more: (the operation, its arguments)
+        self.many_operands: tuple[tuple[str, int], ...] = ()
         self.finished = False
 
     @property
@@ -428,6 +437,16 @@ class CompileLog(Display):
                 "jax-ml/jax#14080) and keeps a copy of with each program. Pass them as "
                 "arguments (jax.jit(lambda data, key: ...)(data, key)); a persistent cache would "
                 "only store them too.")
+        if self.many_operands:
+            name, n = max(self.many_operands, key=lambda m: m[1])
+            notes.append(
+                f"`{name}` outside jit compiled a program of {n:,} arguments: jnp.{name} of a "
+                f"Python list of {n:,} arrays makes each one an operand (from jax 0.10; 0.8.0 "
+                "joins them in pieces), and XLA's compile time grows with their number (a list "
+                "of another length compiles again). Read such a list to the host at once, "
+                "np.stack(jax.device_get(xs)), or keep per-step values there as they come "
+                "(markean/aimz#268: a history of per-step losses; 2,000 scalars: 1.7 s through "
+                "jnp.stack, 0.04 s so).")
         elif self.compiled_heavily:
             notes.append(
                 f"XLA compiling took {self.compile_seconds:.2f} s of the block's "
@@ -796,6 +815,7 @@ def watch() -> Iterator[CompileLog]:
                 log.longest_compile = max((e[3] for e in events.events if e[0] == "compile"),
                                           default=0.0)
                 log.functions = _with_programs(log, loaded)
+                log.many_operands = _many_operands(log.functions, loaded)
                 log.finished = True
     finally:
         _active.release()
@@ -861,6 +881,33 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
             f = replace(f, constant_bytes=sum(each), constants_each=max(each))
         out.append(f)
     return tuple(out)
+
+
+def _many_operands(functions: Sequence[FunctionCompiles], before: set[int] | None
+                   ) -> tuple[tuple[str, int], ...]:
+    """Of the operations compiled outside jit in the block (the eager and unexplained groups),
+    those whose program takes :data:`MANY_OPERANDS` arguments or more, from the programs loaded
+    since ``before``: (the operation, its arguments). Only their programs' first lines are
+    read."""
+    names = {_squeezed(f"jit({c.rsplit(' ×', 1)[0]})"): c.rsplit(" ×", 1)[0]
+             for f in functions if f.cause in (EAGER, UNEXPLAINED) for c in f.changed}
+    if not names:
+        return ()
+    found = []
+    try:
+        for e in jaxcompat.live_executables() or []:
+            if id(e) in (before or ()):
+                continue
+            module = e.hlo_modules()[0]
+            name = names.get(_squeezed(module.name))
+            if name is None:
+                continue
+            signature = jaxcompat.entry_signature(module.to_string())
+            if signature is not None and len(signature[0]) >= MANY_OPERANDS:
+                found.append((name, len(signature[0])))
+    except Exception:  # a jaxlib that does not say
+        return ()
+    return tuple(found)
 
 
 def _squeezed(name: str) -> str:

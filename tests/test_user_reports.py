@@ -4056,3 +4056,23 @@ def test_flashbax_6_a_replay_buffer_add_not_donated_copies_the_whole_buffer():
     before = state["data"].unsafe_buffer_pointer()
     out = jax.jit(add, donate_argnums=0)(state, batch)
     assert out["data"].unsafe_buffer_pointer() == before
+
+
+def test_aimz_268_a_stack_of_per_step_loss_scalars_is_named_with_device_get():
+    """markean/aimz#268: each step's loss kept as a device scalar in a list, then made an
+    array. `holders` named the list; a new user's `jnp.stack` of 5,000 of them compiled for 6 s
+    and `compiles.watch` advised a persistent cache, where the cause is one operand per scalar.
+    It names that now (jax 0.10 on: 0.8.0 joins them in pieces), and the fix compiles nothing."""
+    loss = jax.jit(lambda x: (x * 2).sum())
+    losses = [loss(jnp.full(4, float(i))) for i in range(1200)]
+    with compiles.watch() as log:
+        history = jnp.stack(losses)
+    if log.functions and log.functions[0].changed == ("stack ×1",):  # one program for all
+        assert log.many_operands == (("stack", 1200),)
+        said = log.diagnosis
+        assert "compiled a program of 1,200 arguments" in said and "markean/aimz#268" in said
+        assert "np.stack(jax.device_get(xs))" in said and "jax_compilation_cache_dir" not in said
+    with compiles.watch() as fixed:  # the fix named
+        kept = np.stack(jax.device_get(losses))
+    assert fixed.compiles == 0 and fixed.many_operands == ()
+    np.testing.assert_array_equal(kept, np.asarray(history))
