@@ -28,7 +28,7 @@ from types import MappingProxyType
 from helpers import gpu
 from helpers._internal import child, jaxcompat
 from helpers._internal.jaxcompat import ALLOCATOR_VARS, DEFAULT_MEM_FRACTION
-from helpers._internal.records import Record
+from helpers._internal.records import Display, Record
 from helpers.errors import BadInputError, ChildProcessFailed, NoGpuError, SizeError
 from helpers.units import NOT_AVAILABLE, NotAvailable, format_bytes, parse_size
 
@@ -91,7 +91,7 @@ _ROUND = 2 * 2**20
 
 
 @dataclass(frozen=True)
-class PoolPrediction(Record):
+class PoolPrediction(Display):
     """What XLA builds from jaxlib's allocator options on a GPU of a given size: the pool's
     cap, what is taken up front, and what ``memory_stats()["bytes_limit"]`` will say."""
 
@@ -208,7 +208,7 @@ def card(which: str | int) -> Card:
 
 
 @dataclass(frozen=True)
-class Target(Record):
+class Target(Display):
     """The card a step or a file will run on, under given allocator settings and with other
     processes on it: the pool XLA builds there and the budget this process gets."""
 

@@ -923,6 +923,27 @@ def batch_size_text(b) -> str:
             f"no run ({b.method})")
 
 
+def pool_prediction_text(p) -> str:
+    """The pool XLA builds on a GPU, in one sentence: its cap, what the first allocation takes
+    from the driver (what nvidia-smi shows as used from then on), and memory_stats()'s limit."""
+    cap = "the whole card (no cap of XLA's)" if p.cap_bytes is None else format_bytes(p.cap_bytes)
+    limit = ("memory_stats() is None" if p.reported_limit is None else
+             f"memory_stats()['bytes_limit'] {format_bytes(p.reported_limit)}")
+    taken = (f"taken from the driver at the first allocation: {format_bytes(p.upfront_bytes)} "
+             "(what nvidia-smi shows as used from then on, beside the CUDA context's few "
+             "hundred MiB)" if p.upfront_bytes else
+             "nothing taken up front: it grows on demand, and nvidia-smi shows what it has "
+             "grown to")
+    return f"{p.allocator} pool of up to {cap}; {taken}; {limit}. {p.note}."
+
+
+def target_text(t) -> str:
+    """The budget on a card, in one sentence, and the pool under it."""
+    return (f"{t.card.name} ({format_bytes(t.card.total_bytes)}): "
+            f"{format_bytes(t.budget_bytes)} for this process ({t.note}).\n"
+            f"  {pool_prediction_text(t.pool)}")
+
+
 records.renders("helpers.devices.DeviceReport", text=report_text, html=report_html)
 records.renders("helpers.devices.ProcessView", text=process_view_text)
 records.renders("helpers.processes.Job", text=job_text)
@@ -950,3 +971,5 @@ records.renders("helpers.recorded.GpuRun", text=gpu_run_text)
 records.renders("helpers.recorded.RecordedCell", text=recorded_cell_text)
 records.renders("helpers.recorded.Staleness", text=staleness_text)
 records.renders("helpers.sizing.BatchSize", text=batch_size_text)
+records.renders("helpers.allocation.PoolPrediction", text=pool_prediction_text)
+records.renders("helpers.allocation.Target", text=target_text)

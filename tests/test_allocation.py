@@ -168,3 +168,17 @@ def test_predict_refuses_plugin_options_whole_answer_rather_than_read_defaults()
         allocation.predict({"error": "ValueError: bad"}, total)
     p = allocation.predict(wanted, total)
     assert (p.fraction, p.preallocate, p.upfront_bytes) == (0.10, False, 0)
+
+
+def test_a_target_and_a_pool_print_their_answer_not_a_dataclass():
+    """google/neural-tangents#204: nvidia-smi went from 426 to 61,352 of 81,920 MiB after one
+    small call. A new user asked allocation.target('A100 80GB') and got a dataclass repr; the
+    answer is a sentence now: the 60 GiB pool taken at the first allocation, and what
+    PREALLOCATE=false changes (from jaxlib's options, not run on a GPU here)."""
+    said = str(allocation.target("A100 80GB"))
+    assert said.startswith("A100 80GB (80.00 GiB): 60.00 GiB for this process")
+    assert "taken from the driver at the first allocation: 60.00 GiB" in said
+    assert "what nvidia-smi shows as used" in said and "Target(" not in said
+    lazy = str(allocation.predict({"preallocate": False}, 80 * 2**30))
+    assert "nothing taken up front: it grows on demand" in lazy
+    assert "PoolPrediction(" not in lazy
