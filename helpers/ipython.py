@@ -155,7 +155,8 @@ def load(ip: Any) -> None:
     from helpers._internal import jaxcompat
 
     ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types(),
-                       BufferError, AttributeError, TypeError, AssertionError), _on_jax_error)
+                       BufferError, AttributeError, TypeError, AssertionError, RuntimeError),
+                      _on_jax_error)
 
     @magics_class
     class MemoryMagics(Magics):
@@ -256,7 +257,8 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     ``.block_until_ready()`` asked of what is no jax.Array (a tuple of them: jax-ml/jax#3125),
     or a traced value used where Python needs a concrete one
     (:func:`helpers.trace_errors.trace_error_fix`), or the bare AssertionError of JAX_PLATFORMS=cuda
-    where no NVIDIA GPU is visible, the explanation; any other error passes
+    where no NVIDIA GPU is visible, or an array used after its donation (jax-ml/jax#3412),
+    the explanation; any other error passes
     with its traceback alone. Never raises (IPython would unregister it)."""
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     try:  # an error whose str() raises, say, must not unregister the handler
@@ -264,6 +266,37 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
     except Exception as err:
         print(f"(the kit could not explain this error: {type(err).__name__})")
     return None
+
+
+#: JAX's error for an Array used after its buffer was donated or deleted (0.8.0 to 0.12.0.1)
+_DELETED = "Array has been deleted"
+
+
+def _deleted_fix(namespace: dict) -> str:
+    """The cause and fix for "Array has been deleted", with the notebook's names that hold a
+    deleted array now (top-level names and the leaves of the pytrees they hold, five at most):
+    a snapshot made as ``best = params`` or ``jnp.asarray(p)`` is the same buffers as what was
+    donated (jax-ml/jax#3412)."""
+    import jax
+
+    held = []
+    for name, value in list(namespace.items()):
+        if name.startswith("_") or len(held) >= 5:
+            continue
+        try:
+            leaves = jax.tree_util.tree_leaves_with_path(value)
+        except Exception:  # an object JAX cannot flatten
+            continue
+        for path, leaf in leaves:
+            if isinstance(leaf, jax.Array) and leaf.is_deleted():
+                held.append(name + jax.tree_util.keystr(path))
+                break
+    where = f" Deleted now: {', '.join(held)}." if held else ""
+    return ("an array used after its buffer was donated to a jitted call (donate_argnums) or "
+            "deleted (.delete()). The donated buffer became the call's output, and every name "
+            "for it went with it: a snapshot kept as best = params or jnp.asarray(p) is the "
+            "same buffers. Use the call's outputs, or keep a real copy made before the call: "
+            f"jax.tree.map(jnp.copy, params) (jax-ml/jax#3412).{where}")
 
 
 def _explain(shell, value: BaseException) -> None:
@@ -280,6 +313,9 @@ def _explain(shell, value: BaseException) -> None:
     elif oom.is_library_failure(value):
         explain, head = (lambda: oom.explain_library_failure(value),
                          "why a CUDA library could not start")
+    elif isinstance(value, RuntimeError) and str(value).startswith(_DELETED):
+        print(f"JAX Device Kit: why this array is gone: {_deleted_fix(shell.user_ns)}")
+        return None
     elif why := _pmap_leading_axis(value):
         print(f"JAX Device Kit: why this pmap failed: {why}")
         return None

@@ -31,7 +31,8 @@ def test_the_extension_registers_and_unregisters(shell):
 
     assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,
                                        *jaxcompat.sharding_error_types(), BufferError,
-                                       AttributeError, TypeError, AssertionError)
+                                       AttributeError, TypeError, AssertionError,
+                                       RuntimeError)
     assert "memory" in shell.magics_manager.magics["cell"]
     shell.run_line_magic("unload_ext", "helpers")
     assert shell.custom_exceptions == () and "memory" not in shell.magics_manager.magics["cell"]
@@ -908,3 +909,26 @@ def test_openpi_271_a_clock_line_every_run_of_which_found_work_pending_is_named_
     followed.runs = {printed: ipython.TIMED_RUNS - 1, started: 2, ("<cell>", 3): 2}
     followed.clock_pending = followed.clock_reads = {printed: ipython.TIMED_RUNS - 1}
     assert ipython._waiting_lines(followed) == ((), ())  # fewer runs: not named
+
+
+def test_jax_3412_an_array_used_after_its_donation_is_explained_with_a_real_copy(shell, capsys):
+    """jax-ml/jax#3412: a snapshot kept before a donating call shares its buffers and is gone
+    after it. The cell's "Array has been deleted" got nothing from the kit; it now names the
+    donation, the snapshot's name, and the copy to keep (run: the copy survives). A
+    RuntimeError of the user's own passes alone."""
+    shell.run_cell("step = jax.jit(lambda p: {'w': p['w'] * 0.8}, donate_argnums=0)\n"
+                   "params = {'w': jnp.full((64, 64), 5.0)}\nbest = params\n"
+                   "params = step(params)")
+    capsys.readouterr()
+    r = shell.run_cell("float(best['w'].sum())")
+    said = capsys.readouterr().out
+    assert not r.success and "Array has been deleted" in said  # the traceback first
+    assert "JAX Device Kit: why this array is gone: an array used after its buffer was donated" \
+        in said and "jax-ml/jax#3412" in said
+    assert "Deleted now: best['w']" in said and "jax.tree.map(jnp.copy, params)" in said
+    fixed = shell.run_cell("params = {'w': jnp.full((64, 64), 5.0)}\n"
+                           "best = jax.tree.map(jnp.copy, params)\nparams = step(params)\n"
+                           "float(best['w'].sum())")
+    assert fixed.result == 5.0 * 64 * 64  # the fix named
+    shell.run_cell("raise RuntimeError('my own')")
+    assert "JAX Device Kit" not in capsys.readouterr().out
