@@ -323,8 +323,8 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     function's compiled programs, each as (its parameters' types, its results' types) in XLA's
     words ("f32[1024,1024]"): where a new dtype is a wider float that one of them returned
     where it took the narrower one, the function widened its own output; ``integer_lines``:
-    by XLA's float type ("f64"), the user's lines where those programs make it from an integer
-    (:data:`WIDENED_BY_INTEGER_FIX` names the first)."""
+    by a result's type in XLA's words ("f64[1024]"), the user's lines where those programs make
+    a value that reaches it from an integer (:data:`WIDENED_BY_INTEGER_FIX` names the first)."""
     return (NEW_SHAPES_ANEW_FIX if new_types_each_call else
             GROWING_FIX if cause == "new shapes" and _grows_by_one(misses) else
             KEYWORD_FIX if _keywords_only(misses, cause) else
@@ -351,13 +351,19 @@ def _widened_fix(widened: tuple[str, str, str], integer_lines: Mapping[str, Sequ
     """The fix for a step that widens its own output: from an integer at a user's line where
     the program shows one (the first named, with how many more), else the NumPy scalar's."""
     wide, narrow = (t.split("[", 1)[0] for t in widened[1:])
-    lines = integer_lines.get(wide, ())
+    lines = integer_lines.get(widened[1], ())
     if not lines or narrow not in _XLA_FLOATS:
         return WIDENED_OUTPUT_FIX.format(*widened)
     more = f" (and {len(lines) - 1} more such line{'s' if len(lines) > 2 else ''})" \
         if len(lines) > 1 else ""
     made = _XLA_FLOATS.get(wide, wide) + (" under x64" if wide == "f64" else "")
-    return WIDENED_BY_INTEGER_FIX.format(*widened, lines[0] + more, made, _XLA_FLOATS[narrow])
+    fix = WIDENED_BY_INTEGER_FIX.format(*widened, lines[0] + more, made, _XLA_FLOATS[narrow])
+    if narrow in ("f16", "bf16"):  # a count in half precision loses integers from 2,048 (f16)
+        # or 256 (bf16) on: 1000..1003 as bfloat16 are 1000, 1000, 1000, 1004 (a review)
+        fix = fix.replace(f"Make the integer {_XLA_FLOATS[narrow]} first there (count.astype("
+                          f"jnp.{_XLA_FLOATS[narrow]})), or the result", "Compute it in float32 "
+                          "there (count.astype(jnp.float32)), and cast the result")
+    return fix
 
 
 def _int_fix(misses: Sequence[CacheMiss]) -> str:

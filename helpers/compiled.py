@@ -1510,8 +1510,10 @@ def _why_not_donated(shape: tuple, dtype: str, nbytes: int, outputs: list[tuple]
                 "already written into another donated argument")
     return (f"no output is a {name}, nor has its {count:,} elements: JAX donates a buffer only "
             "to an output of the same shape and dtype, or of the same number of elements (then "
-            "XLA reuses it where the bytes match); donating it gains nothing, so leave it out "
-            "of donate_argnums (a batch, where the state is donated: jax-ml/jax#9237)")
+            "XLA reuses it where the bytes match); donating it gains nothing: an argument of its "
+            "own, leave it out of donate_argnums (a batch, where the state is donated: "
+            "jax-ml/jax#9237); a leaf of a donated tree whose other leaves are reused, pass it "
+            "as an argument apart")
 
 
 def memory_kind(leaf: Any) -> str:

@@ -447,7 +447,7 @@ class CompileLog(Display):
                 "np.stack(jax.device_get(xs)), or keep per-step values there as they come "
                 "(markean/aimz#268: a history of per-step losses; 2,000 scalars: 1.7 s through "
                 "jnp.stack, 0.04 s so).")
-        elif self.compiled_heavily:
+        elif self.compiled_heavily and not baked:
             notes.append(
                 f"XLA compiling took {self.compile_seconds:.2f} s of the block's "
                 f"{self.seconds:.2f} s, and nothing compiled twice: a new process compiles all "
@@ -870,10 +870,13 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
             misses = [m for m in log.misses if (m.function, m.defined_at) == (f.function,
                                                                                f.defined_at)]
             signatures = [s for t in found if (s := jaxcompat.entry_signature(t)) is not None]
-            integers = {wide: list(dict.fromkeys(
+            outputs = {r for _, returns in signatures for r in returns
+                       if r.startswith(("f64[", "f32["))}
+            integers = {out: list(dict.fromkeys(
                 frames.line(*at) for t in found
-                for at in jaxcompat.integer_widenings(t, wide, frames.is_user_file)))
-                for wide in ("f64", "f32")}
+                for at in jaxcompat.integer_widenings(t, out.split("[")[0],
+                                                      frames.is_user_file, out)))
+                for out in outputs}
             f = replace(f, fix=fix_for(misses, f.cause, programs=signatures,
                                        integer_lines=integers) or f.fix)
         if found and constants:
@@ -883,14 +886,19 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
     return tuple(out)
 
 
+#: the operations outside jit that take a Python list of arrays, each one an operand
+_OF_LISTS = frozenset({"stack", "concatenate", "vstack", "hstack", "column_stack"})
+
+
 def _many_operands(functions: Sequence[FunctionCompiles], before: set[int] | None
                    ) -> tuple[tuple[str, int], ...]:
-    """Of the operations compiled outside jit in the block (the eager and unexplained groups),
-    those whose program takes :data:`MANY_OPERANDS` arguments or more, from the programs loaded
+    """Of the operations compiled outside jit in the block that take a list of arrays
+    (:data:`_OF_LISTS`, in the eager group: never a user's own jitted function), those whose
+    program takes :data:`MANY_OPERANDS` arguments or more, from the programs loaded
     since ``before``: (the operation, its arguments). Only their programs' first lines are
     read."""
-    names = {_squeezed(f"jit({c.rsplit(' ×', 1)[0]})"): c.rsplit(" ×", 1)[0]
-             for f in functions if f.cause in (EAGER, UNEXPLAINED) for c in f.changed}
+    names = {_squeezed(f"jit({n})"): n for f in functions if f.cause == EAGER
+             for c in f.changed if (n := c.rsplit(" ×", 1)[0]) in _OF_LISTS}
     if not names:
         return ()
     found = []

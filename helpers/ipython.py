@@ -270,6 +270,12 @@ def _on_jax_error(shell, etype, value, tb, tb_offset=None) -> None:
 
 #: JAX's error for an Array used after its buffer was donated or deleted (0.8.0 to 0.12.0.1)
 _DELETED = "Array has been deleted"
+#: XLA's words when x.block_until_ready() meets such a buffer (a JaxRuntimeError)
+_DONATED_BUFFER = "called on deleted or donated buffer"
+
+
+#: the longest list, tuple or dict of the namespace whose leaves _deleted_fix looks at
+_WALKED = 256
 
 
 def _deleted_fix(namespace: dict) -> str:
@@ -283,7 +289,9 @@ def _deleted_fix(namespace: dict) -> str:
     for name, value in list(namespace.items()):
         if name.startswith("_") or len(held) >= 5:
             continue
-        try:
+        try:  # (a long list or table is not walked: a per-step history, a dataset's rows)
+            if isinstance(value, (list, tuple, dict)) and len(value) > _WALKED:
+                continue
             leaves = jax.tree_util.tree_leaves_with_path(value)
         except Exception:  # an object JAX cannot flatten
             continue
@@ -313,7 +321,8 @@ def _explain(shell, value: BaseException) -> None:
     elif oom.is_library_failure(value):
         explain, head = (lambda: oom.explain_library_failure(value),
                          "why a CUDA library could not start")
-    elif isinstance(value, RuntimeError) and str(value).startswith(_DELETED):
+    elif isinstance(value, RuntimeError) and (str(value).startswith(_DELETED)
+                                              or _DONATED_BUFFER in str(value)):
         print(f"JAX Device Kit: why this array is gone: {_deleted_fix(shell.user_ns)}")
         return None
     elif why := _pmap_leading_axis(value):

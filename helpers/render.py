@@ -926,6 +926,10 @@ def batch_size_text(b) -> str:
 def pool_prediction_text(p) -> str:
     """The pool XLA builds on a GPU, in one sentence: its cap, what the first allocation takes
     from the driver (what nvidia-smi shows as used from then on), and memory_stats()'s limit."""
+    if p.allocator == "platform":  # no pool at all
+        return ("no pool: each buffer is its own cudaMalloc and cudaFree, so nvidia-smi shows "
+                "what the live buffers hold (and the CUDA context); no XLA cap, "
+                "memory_stats() is None.")
     cap = "the whole card (no cap of XLA's)" if p.cap_bytes is None else format_bytes(p.cap_bytes)
     limit = ("memory_stats() is None" if p.reported_limit is None else
              f"memory_stats()['bytes_limit'] {format_bytes(p.reported_limit)}")

@@ -641,10 +641,11 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
         yield
 
 
-#: a line that converts one named value whole: "y = jnp.asarray(x)", "return jnp.array(
-#: self.data)" (not a comprehension's item, whose name is not bound as the line starts)
-_CONVERTS_NAME = re.compile(r"^(?:return\s+|[\w.,\s\[\]]+=\s*)?jnp\.(?:asarray|array)\("
-                            r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*[,)](?!.*\bfor\b)")
+#: a line that is one conversion of one named value, all of its right-hand side, with no dtype:
+#: "y = jnp.asarray(x)", "return jnp.array(self.data)" (not a conditional, a tuple of two, a
+#: dtype= that changes the bytes, nor a comprehension's item, unbound as the line starts)
+_CONVERTS_NAME = re.compile(r"^(?:return\s+|[\w.\[\]'\"]+\s*=\s*)?jnp\.(?:asarray|array)\("
+                            r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*\)\s*(?:#.*)?$")
 
 
 def _converted_size(frame, name: str) -> str:
@@ -653,14 +654,14 @@ def _converted_size(frame, name: str) -> str:
     line starts, in the dtype JAX makes of it (float64 is float32 without x64); "" for anything
     else."""
     head, _, attribute = name.partition(".")
-    value = frame.f_locals.get(head, frame.f_globals.get(head))
-    if attribute:
-        value = getattr(value, "__dict__", {}).get(attribute)
-    if type(value) is not np.ndarray:
-        return ""
-    try:
+    try:  # (an object's own __getattr__ is never run: its __dict__ is read as object's)
+        value = frame.f_locals.get(head, frame.f_globals.get(head))
+        if attribute:
+            value = object.__getattribute__(value, "__dict__").get(attribute)
+        if type(value) is not np.ndarray:
+            return ""
         dtype = jax.dtypes.canonicalize_dtype(value.dtype)
-    except Exception:  # a dtype JAX does not take: its own error follows
+    except Exception:  # no __dict__ (slots), or a dtype JAX does not take: its error follows
         return ""
     return f"{_SIZE}{','.join(map(str, value.shape))};{np.dtype(dtype).name}>>"
 

@@ -182,3 +182,5 @@ def test_a_target_and_a_pool_print_their_answer_not_a_dataclass():
     lazy = str(allocation.predict({"preallocate": False}, 80 * 2**30))
     assert "nothing taken up front: it grows on demand" in lazy
     assert "PoolPrediction(" not in lazy
+    plain = str(allocation.predict({"allocator": "platform"}, 80 * 2**30))
+    assert plain.startswith("no pool: each buffer is its own cudaMalloc") and "up to" not in plain

@@ -1699,3 +1699,40 @@ def test_rl_blox_157_the_static_argument_that_changes_is_named_among_two():
     assert all("alpha: " in c and "gamma:" not in c.split("now")[0] for c in both.changed)
     assert "alpha: now 0.5, before 1.0" in str(both) or "{alpha: 0.5," in str(both)
     assert run(("gamma",)).compiles == 1  # the fix
+
+
+def test_a_widened_output_names_only_integer_converts_that_reach_it():
+    """A review of optax#1051's fix: an int64 label mean returned beside (a metric) was named
+    as the cause of params widened by a NumPy float64 lr; only converts whose values reach the
+    widened result count now, so jax#1830's cause is named. For a bfloat16 state the fix
+    computes in float32 (a bfloat16 count loses steps: 1000..1003 are 1000, 1000, 1000, 1004)."""
+    lr = np.linspace(0.1, 0.01, 10)[0]  # a NumPy float64
+
+    @jax.jit
+    def update(params, labels):
+        return params - lr * params, labels.mean()
+
+    @jax.jit
+    def half(grads, state):
+        bc = 1 / (1 - 0.999 ** (state["count"] + 1))
+        return {"m": 0.9 * state["m"] + bc * grads, "count": state["count"] + 1}
+
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        params, labels = jnp.ones(1024, jnp.float32), jnp.arange(1024)
+        with compiles.watch() as log:
+            for _ in range(3):
+                params, _ = update(params, labels)
+    finally:
+        jax.config.update("jax_enable_x64", before)
+    fix = log.function("update").fix
+    assert "jax-ml/jax#1830" in fix and "an integer array meets" not in fix
+    state = {"m": jnp.zeros(1024, jnp.bfloat16), "count": jnp.array(1000, jnp.int32)}
+    with compiles.watch() as bf16:
+        for _ in range(3):
+            state = half(jnp.full(1024, 0.01, jnp.bfloat16), state)
+    fix = bf16.function("half").fix
+    assert "an integer array meets a Python float" in fix
+    assert "Compute it in float32 there (count.astype(jnp.float32)), and cast the result" in fix
+    assert "astype(jnp.bfloat16)" not in fix

@@ -930,5 +930,9 @@ def test_jax_3412_an_array_used_after_its_donation_is_explained_with_a_real_copy
                            "best = jax.tree.map(jnp.copy, params)\nparams = step(params)\n"
                            "float(best['w'].sum())")
     assert fixed.result == 5.0 * 64 * 64  # the fix named
+    shell.run_cell("x = jnp.ones(8)\nf = jax.jit(lambda a: a * 2, donate_argnums=0)\ny = f(x)")
+    capsys.readouterr()
+    shell.run_cell("x.block_until_ready()")  # XLA's words for it, a JaxRuntimeError
+    assert "why this array is gone" in capsys.readouterr().out
     shell.run_cell("raise RuntimeError('my own')")
     assert "JAX Device Kit" not in capsys.readouterr().out

@@ -691,3 +691,29 @@ def test_a_conversion_on_jnp_asarrays_fast_path_is_sized_from_the_array_it_names
             assert of_load.raw == "host-to-device transfer:"
             assert computed["bytes"] == 0  # a value the line computes: not guessed
         del y, z
+
+
+def test_only_a_line_that_is_one_conversion_of_a_name_is_sized_and_no_user_code_runs():
+    """A review of the sizing above: a conditional, a tuple of two and a dtype= were sized from
+    the first name (8 MiB said for a 256 KiB copy), and an object's own __getattr__ ran (and
+    raised) when its name had no __dict__. Such lines are not sized, and nothing is run."""
+    from helpers.transfers import _CONVERTS_NAME
+
+    assert _CONVERTS_NAME.search("y = jnp.asarray(x)").group(1) == "x"
+    assert _CONVERTS_NAME.search("return jnp.array(self.data)").group(1) == "self.data"
+    for line in ("y = jnp.asarray(x) if use_x else jnp.asarray(w)",
+                 "a, b = jnp.asarray(x), jnp.asarray(z)", "y = jnp.asarray(w, dtype=jnp.bfloat16)",
+                 "ys = [jnp.asarray(b) for b in batches]"):
+        assert _CONVERTS_NAME.search(line) is None, line
+
+    class Slotted:
+        __slots__ = ("data",)
+
+        def __getattr__(self, name):
+            raise KeyError(name)
+
+    holder = Slotted()
+    holder.data = np.ones((64, 64), np.float32)
+    with transfers.trace():
+        y = jnp.array(holder.data)
+    assert y.shape == (64, 64)

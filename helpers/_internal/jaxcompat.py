@@ -1349,20 +1349,63 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
 _OPERANDS = re.compile(r"%([\w.\-]+)")
 
 
-def integer_widenings(hlo_text: str, wide: str, is_user: Callable[[str], bool]
-                      ) -> list[tuple[str, int]]:
+_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations|true_computation|"
+                     r"false_computation)=\{?([%\w.\-, ]+)\}?")
+
+
+def _reaching(lines: list[str], computations: dict[str, list[str]], output: str) -> set[str]:
+    """The names of the instructions whose values reach an element of the entry's ROOT of type
+    ``output`` ("f64[1024]"), walking back through operands; a called computation (a fusion's,
+    a loop's body) counts whole once its caller is reached."""
+    defined = {}
+    for line in lines:
+        if (m := _INSTRUCTION.match(line)) or (m := _TUPLE_HEAD.match(line)):
+            defined[m.group(2)] = line
+    entry = computations.get(next(iter(_ENTRY.findall("\n".join(lines))), ""), [])
+    root = next((line for line in entry if line.lstrip().startswith("ROOT")), "")
+    m = _INSTRUCTION.match(root)
+    if m and f"{m.group(3)}[{m.group(4)}]" == output:
+        todo = [m.group(2)]
+    else:
+        todo = [n for n in _OPERANDS.findall(root.split("(", 2)[-1]) if (i := _INSTRUCTION.match(
+            defined.get(n, ""))) and f"{i.group(3)}[{i.group(4)}]" == output]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in defined:
+            continue
+        seen.add(name)
+        line = defined[name]
+        head = _INSTRUCTION.match(line) or _TUPLE_HEAD.match(line)
+        args = line[head.end():].split("), ", 1)[0] if head else ""
+        todo.extend(_OPERANDS.findall(args))
+        for called in _CALLED.findall(line):
+            for comp in re.findall(r"[\w.\-]+", called):
+                todo.extend(m.group(2) for c in computations.get(comp, [])
+                            if (m := _INSTRUCTION.match(c) or _TUPLE_HEAD.match(c)))
+    return seen
+
+
+def integer_widenings(hlo_text: str, wide: str, is_user: Callable[[str], bool],
+                      output: str | None = None) -> list[tuple[str, int]]:
     """The user's (file, line) of each ``convert`` in an optimized program that makes ``wide``
     (an XLA element type: "f64") from an integer (s32, u8, ...), in the program's order, each
     once: an integer array meeting a Python float makes jnp's default float there, float64
     under x64 (google-deepmind/optax#1051: ``0.9 ** (count + 1)`` of an int32 step count).
-    XLA's text format is not an API: tests check it still parses."""
+    ``output`` ("f64[1024]"): only converts whose values reach a result of that type (a metric's
+    mean of integer labels, returned beside, is not the state's cause: a review). XLA's text
+    format is not an API: tests check it still parses."""
     lines = hlo_text.splitlines()
     tables = _tables(lines)
     types = {m.group(2): m.group(3) for line in lines if (m := _INSTRUCTION.match(line))}
+    reach = (_reaching(lines, _hlo_computations(hlo_text), output) if output is not None
+             else None)
     out: list[tuple[str, int]] = []
     for line in lines:
         m = _INSTRUCTION.match(line)
         if not m or m.group(3) != wide or m.group(5) != "convert":
+            continue
+        if reach is not None and m.group(2) not in reach:
             continue
         args = line[m.end():].split(")", 1)[0]
         operand = next(iter(_OPERANDS.findall(args)), "")
