@@ -629,7 +629,7 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
         marker = labels.get(key)
         if marker is None:
             marker = labels[key] = f"{_LINE}{_label(frame)}>>"
-            found = _CONVERTS_NAME.search(marker.partition(": ")[2])
+            found = _CONVERTS_NAME.search(marker.removesuffix(">>").partition(": ")[2])
             names[key] = found.group(1) if found else ""
         if marker != last[0]:
             last[0] = marker

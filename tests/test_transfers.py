@@ -675,7 +675,10 @@ def test_a_conversion_on_jnp_asarrays_fast_path_is_sized_from_the_array_it_names
     put = jaxcompat.asarray_is_explicit()  # jax < 0.10.1: asarray was a put, with a shape
     for convert in ("asarray", "array"):
         with transfers.trace() as log:
-            y = jnp.asarray(host) if convert == "asarray" else jnp.array(host)
+            if convert == "asarray":
+                y = jnp.asarray(host)
+            else:
+                y = jnp.array(host)
             z = jnp.asarray(load())
             jax.block_until_ready((y, z))
         rows = {"named" if "(host)" in r["line"] else "computed": r for r in log.by_line()}

@@ -1349,8 +1349,8 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
 _OPERANDS = re.compile(r"%([\w.\-]+)")
 
 
-_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations|true_computation|"
-                     r"false_computation)=\{?([%\w.\-, ]+)\}?")
+_CALLS = re.compile(r"(?:calls|to_apply|body|condition|branch_computations|true_computation|"
+                    r"false_computation)=\{?([%\w.\-, ]+)\}?")
 
 
 def _reaching(lines: list[str], computations: dict[str, list[str]], output: str) -> set[str]:
@@ -1379,7 +1379,7 @@ def _reaching(lines: list[str], computations: dict[str, list[str]], output: str)
         head = _INSTRUCTION.match(line) or _TUPLE_HEAD.match(line)
         args = line[head.end():].split("), ", 1)[0] if head else ""
         todo.extend(_OPERANDS.findall(args))
-        for called in _CALLED.findall(line):
+        for called in _CALLS.findall(line):
             for comp in re.findall(r"[\w.\-]+", called):
                 todo.extend(m.group(2) for c in computations.get(comp, [])
                             if (m := _INSTRUCTION.match(c) or _TUPLE_HEAD.match(c)))
