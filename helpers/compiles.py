@@ -870,8 +870,11 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
             misses = [m for m in log.misses if (m.function, m.defined_at) == (f.function,
                                                                                f.defined_at)]
             signatures = [s for t in found if (s := jaxcompat.entry_signature(t)) is not None]
+            # only the types JAX named as new (one program text walked per type, not per
+            # float result): the widened one is among them
+            named = "".join(m.changed for m in misses).replace(" ", "")
             outputs = {r for _, returns in signatures for r in returns
-                       if r.startswith(("f64[", "f32["))}
+                       if r.startswith(("f64[", "f32[")) and r in named}
             integers = {out: list(dict.fromkeys(
                 frames.line(*at) for t in found
                 for at in jaxcompat.integer_widenings(t, out.split("[")[0],

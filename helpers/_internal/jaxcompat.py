@@ -1353,7 +1353,8 @@ _CALLS = re.compile(r"(?:calls|to_apply|body|condition|branch_computations|true_
                     r"false_computation)=\{?([%\w.\-, ]+)\}?")
 
 
-def _reaching(lines: list[str], computations: dict[str, list[str]], output: str) -> set[str]:
+def _reaching(hlo_text: str, lines: list[str], computations: dict[str, list[str]],
+              output: str) -> set[str]:
     """The names of the instructions whose values reach an element of the entry's ROOT of type
     ``output`` ("f64[1024]"), walking back through operands; a called computation (a fusion's,
     a loop's body) counts whole once its caller is reached."""
@@ -1361,7 +1362,8 @@ def _reaching(lines: list[str], computations: dict[str, list[str]], output: str)
     for line in lines:
         if (m := _INSTRUCTION.match(line)) or (m := _TUPLE_HEAD.match(line)):
             defined[m.group(2)] = line
-    entry = computations.get(next(iter(_ENTRY.findall("\n".join(lines))), ""), [])
+    entry = _ENTRY.search(hlo_text)
+    entry = computations.get(entry.group(1) if entry else "", [])
     root = next((line for line in entry if line.lstrip().startswith("ROOT")), "")
     m = _INSTRUCTION.match(root)
     if m and f"{m.group(3)}[{m.group(4)}]" == output:
@@ -1398,8 +1400,8 @@ def integer_widenings(hlo_text: str, wide: str, is_user: Callable[[str], bool],
     lines = hlo_text.splitlines()
     tables = _tables(lines)
     types = {m.group(2): m.group(3) for line in lines if (m := _INSTRUCTION.match(line))}
-    reach = (_reaching(lines, _hlo_computations(hlo_text), output) if output is not None
-             else None)
+    reach = (None if output is None else
+             _reaching(hlo_text, lines, _hlo_computations(hlo_text), output))
     out: list[tuple[str, int]] = []
     for line in lines:
         m = _INSTRUCTION.match(line)
