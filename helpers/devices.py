@@ -1015,7 +1015,8 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
         return LeafPlacement(path, "jax.Array", tuple(x.shape), str(x.dtype), int(x.nbytes),
                              names, getattr(x.sharding, "memory_kind", None),
                              bool(x.committed), mesh_order=order, local_bytes=held,
-                             mesh_axes=axes)
+                             mesh_axes=axes,
+                             replicated=bool(x.sharding.is_fully_replicated))
     if isinstance(x, np.ndarray):
         return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
                              int(x.nbytes), (), None, None)

@@ -47,6 +47,9 @@ class LeafPlacement(Record):
     #: its mesh's axes and their sizes (("data", 4),), where its sharding has a mesh of the
     #: user's; () otherwise (and for jax.pmap's own mesh)
     mesh_axes: tuple[tuple[str, int], ...] = ()
+    #: every device of its sharding holds all of it (``is_fully_replicated``): on several
+    #: processes its bytes here are fewer than a copy on each of its devices, yet none is split
+    replicated: bool = False
 
     @property
     def memory(self) -> str:
@@ -173,7 +176,7 @@ def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
     # (patrick-kidger/equinox#688's parameters beside a split batch; an unpickled copy of a
     # split leaf, jax-ml/jax#12253, takes its sharding)
     shapes = {leaf.shape for leaf in placed}
-    split = (all(leaf.local_bytes < leaf.nbytes * len(leaf.devices) for leaf in placed)
+    split = (not any(leaf.replicated for leaf in placed)
              and not any(leaf.shape in shapes for leaf in leaves if leaf.path in moved))
     spread = ("put them where the others are, once, replicated: jax.device_put(leaf, "
               "NamedSharding(other.sharding.mesh, P())), with other a leaf already spread "

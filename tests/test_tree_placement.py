@@ -553,3 +553,29 @@ print(len(jax.devices()), devices.tree_placement({"w1": params["w1"], "w2": para
 """, env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "()", "()"], out.stdout
+
+
+def test_a_replicated_leaf_of_another_process_is_not_read_as_split():
+    """With several processes a replicated leaf holds here fewer bytes than a copy on each of
+    its devices (2 of 4 devices are this process's), yet it is not split: the uncommitted
+    leaves beside it may take its sharding (a review simulated the case; replication-first
+    is for leaves beside all-split ones). The record keeps `replicated` from the sharding."""
+    import dataclasses
+
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from helpers import placement_notes
+
+    mesh = jax.make_mesh((4,), ("x",))
+    tree = {"params": {"w": jax.device_put(jnp.ones((64, 64)), NamedSharding(
+        mesh, PartitionSpec())), "b": jnp.ones((64, 32))}}
+    leaves = devices.tree_placement(tree).leaves
+    b, w = leaves
+    assert w.replicated and not b.committed and w.local_bytes == 4 * w.nbytes
+    here = dataclasses.replace(w, local_bytes=2 * w.nbytes)  # as on one of two processes
+    (note,) = placement_notes.uncommitted_notes((b, here))
+    assert "jax.device_put(leaf, other.sharding)" in note
+    assert "other.sharding itself would split them" not in note
+    split = dataclasses.replace(here, replicated=False)  # the same bytes, split: replicate
+    (note,) = placement_notes.uncommitted_notes((b, split))
+    assert "other.sharding itself would split them" in note
