@@ -581,7 +581,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             unrolled = unrolled.replace(
                 "(jnp.asarray(indices))", f"(here `{name}`, {count} Python numbers: "
                 f"jnp.asarray({name}))")
-        notes.append(unrolled + program_notes.unrolled_values(c, unrolled, a["temp"]))
+        held = program_notes.unrolled_values(c, unrolled, a["temp"])
+        notes.append(unrolled + held)
+    if not (unrolled and held) and (kept := program_notes.unrolled_under_derivative(
+            c, a["temp"])):
+        notes.append(kept)  # (a loop too short for the note above, or held in its backward pass)
     named = [t for t in stacks if t.role != "backward"]  # JAX's own scan: nothing to change
     if named and named[0].nbytes * 4 >= peak:
         notes.append(program_notes.stack_note(named[0], peak))

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from helpers import compiled, devices
 from helpers._internal import (
+    frames,
     jaxcompat,
     jaxpr_callbacks,
+    jaxpr_loops,
     jaxpr_products,
     jaxpr_values,
     jaxpr_walk,
@@ -36,7 +38,8 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "record_note", "replicated_sum_note", "selected_cond_note", "slice_copy_note",
            "sliced_sort_note", "softmax_inputs", "sort_scratch_note", "sorts_to_slice",
            "sparse_note", "stack_note", "stacked_indices", "stopped_scan_note", "threefry_note",
-           "unrolled_values", "widened", "widened_carry_note", "widened_note"]
+           "unrolled_under_derivative", "unrolled_values", "widened", "widened_carry_note",
+           "widened_note"]
 
 
 #: the operations that cut a part of an array: where one gathers a split argument whole, the
@@ -195,10 +198,11 @@ def basis_note(r: compiled.Jacobian, t: compiled.Temporary, count: int = 1,
 
 
 def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
-                     ) -> list[tuple[compiled.Temporary, int, int, str, str, bool]]:
+                     ) -> list[tuple[compiled.Temporary, int, int, str, str, bool, str]]:
     """(the largest, how many, their bytes, what vmap batched in a scatter on that line: "index",
     "update value" or "", the line that sums the batch away afterwards or "", whether the jaxpr
-    keeps a lax.cond on that line: its predicate unbatched, no select) of the values made
+    keeps a lax.cond on that line: its predicate unbatched, no select, the line of the
+    lax.cond whose branch made it, where vmap made that cond a select, or "") of the values made
     under jax.vmap, per line of the user's code, where they come to a quarter of the peak or
     more, largest first (one line can make several: each of a layer's weights, drawn for every
     layer at once; equinox#673). The sum is one over the leading axis, outside the vmap, of a
@@ -227,6 +231,7 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
     sums = jaxpr_products.batch_reductions(c.jaxpr) if c.jaxpr is not None else ()
     conds = {jaxpr_walk.equation_line(e) for j, _ in jaxpr_walk.walk(c.jaxpr) for e in j.eqns
              if e.primitive.name == "cond"} if c.jaxpr is not None else set()
+    branches = jaxpr_products.selected_branches(c.jaxpr) if c.jaxpr is not None else {}
     out = []
     for ts in lines.values():
         big = max(ts, key=lambda t: t.nbytes)
@@ -234,7 +239,8 @@ def batched_by_line(c: compiled.CompiledStep, peak: int, most: int = 16
             big.line, "index or update value")
         summed = next((line or "the step" for shape, nbytes, line in sums
                        if shape[:1] == big.shape[:1] and 4 * nbytes >= big.nbytes), "")
-        out.append((big, len(ts), sum(t.nbytes for t in ts), which, summed, big.line in conds))
+        out.append((big, len(ts), sum(t.nbytes for t in ts), which, summed, big.line in conds,
+                    branches.get(big.line, "") if big.line not in conds else ""))
     return sorted([b for b in out if b[2] * 4 >= peak], key=lambda b: -b[2])
 
 
@@ -255,7 +261,8 @@ def _chunks_shrink(t: compiled.Temporary,
 
 
 def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
-                 scattered: str = "", summed: str = "", kept_cond: bool = False) -> str:
+                 scattered: str = "", summed: str = "", kept_cond: bool = False,
+                 branch_of: str = "") -> str:
     """The largest value made under jax.vmap for the whole batch at once, and how to make it
     in chunks: under a derivative, chunks alone keep every chunk's values for the backward
     pass (jax#8409: 16 MiB of temporaries with vmap, 40 MiB with lax.map(f, batch_size=8),
@@ -268,6 +275,10 @@ def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
     batching dimensions) copies the whole operand for every element (scatter's batching rule;
     jax-ml/jax#23358: 16 MiB under vmap, 0 B computed without the updated array, jax 0.10.2).
     ``kept_cond``: the jaxpr keeps a cond on that line (its predicate unbatched): no select.
+    ``branch_of``: the line of a cond so made a select, where the value is made in one of its
+    branches (jax-ml/jax#7199, a rare, costly branch: 16.1 MiB of temporaries under vmap, 1.0
+    MiB with lax.map(f, xs, batch_size=16) and slower, 0.06 MiB with lax.map(f, xs) or
+    jax.custom_batching.sequential_vmap(f); jax 0.10.2, CPU).
     Where the batch is summed away afterwards (``summed``: per-example gradients averaged,
     google/flax#1852), lax.map(f, xs, batch_size=k) still stacks f's outputs whole
     (274,204,672 B of temporaries under vmap, 290,521,912 B with lax.map(batch_size=16)); a
@@ -285,8 +296,13 @@ def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
                 f"{format_bytes(t.nbytes)}{at})")
     # a line that calls cond, whatever the op (a branch's constant broadcast to the batch,
     # jax-ml/jax#3103), unless the jaxpr keeps a cond there: its predicate was not batched
-    cond = re.search(r"\bcond\(", t.line) is not None and not kept_cond
-    if cond:
+    cond = re.search(r"\bcond\(", t.line) is not None and not kept_cond or bool(branch_of)
+    if branch_of:
+        head += (f". It is made in a branch of the lax.cond at {branch_of}, whose predicate "
+                 "jax.vmap batches: vmap makes that cond a select (XLA has no batched "
+                 "conditional), so every branch runs for every element, however rarely it is "
+                 "taken")
+    elif cond:
         head += (". A lax.cond whose predicate jax.vmap batches becomes a select (XLA has no "
                  "batched conditional), so both branches run for every element")
         if t.op == "broadcast_in_dim":
@@ -316,7 +332,16 @@ def batched_note(t: compiled.Temporary, count: int = 1, total: int = 0,
     else:
         fix = ("jax.lax.map(f, xs, batch_size=k) computes k elements at a time, and such "
                "values shrink in proportion")
-    if cond:
+    if branch_of:
+        fix = ("jax.lax.map(f, xs) without batch_size keeps the predicate unbatched, so only "
+               "the branch taken runs, one element at a time (jax.custom_batching."
+               "sequential_vmap(f) does the same where the vmap is not yours to change); "
+               "jax.lax.map(f, xs, batch_size=k) still runs every branch for k elements at a "
+               "time" + (" (jax.lax.map(jax.checkpoint(f), xs) under the derivative)"
+                         if t.in_derivative else "")
+               + " (jax-ml/jax#7199: 0.06 MiB of temporaries, 1.0 MiB with batch_size=16, "
+               "16 MiB under vmap)")
+    elif cond:
         fix += ("; without batch_size, jax.lax.map keeps the predicate unbatched, so only the "
                 "branch taken runs" + (" (jax.lax.map(jax.checkpoint(f), xs) under the "
                                        "derivative)" if t.in_derivative else "")
@@ -632,6 +657,46 @@ def unrolled_values(c: compiled.CompiledStep, unrolled: str, temp: int) -> str:
             f"({format_bytes(held)} of {format_bytes(temp)} of temporaries), from every "
             "iteration, where a jax.lax.scan over the iterations holds one iteration's (give every "
             "iteration one shape, padded, and mask what is padding; openxla/xla#35719).")
+
+
+#: how often a line must run in a program for its values to be read as a Python loop's chunks
+CHUNK_LOOP_AT = 4
+
+
+def unrolled_under_derivative(c: compiled.CompiledStep, temp: int) -> str:
+    """A Python loop over chunks of an input inside jit, under a derivative: the step cuts
+    :data:`CHUNK_LOOP_AT` pieces or more of one shape from an input along its first dimension
+    (:func:`jaxpr_loops.chunked_inputs`), the largest temporary is made by a line that ran
+    :data:`CHUNK_LOOP_AT` times or more, four or more values a quarter of its size or more are
+    such lines', half of XLA's temporaries (``temp``) or more, and ``temp`` is four times the
+    largest or more. jit unrolls the loop and the backward pass
+    needs each iteration's values, so a loop over chunks saves little (HomebrewML/Olmax#25, a
+    cross-entropy over 8 chunks of the logits: 60.5 MiB of temporaries, 64 MiB for the full
+    logits, 40.1 MiB with lax.scan, 8.1 MiB with lax.scan and jax.checkpoint on the body;
+    measured by the kit on the CPU, jax 0.10.2). "" otherwise."""
+    if c.jaxpr is None or temp <= 0:
+        return ""
+    ran = {frames.line(file, n): k for (file, n), k in jaxpr_loops.line_runs(c.jaxpr).items()
+           if k >= CHUNK_LOOP_AT}
+    ts = c.temporaries(64)
+    if not ts or ts[0].line not in ran or not ts[0].in_derivative or \
+            jaxpr_loops.chunked_inputs(c.jaxpr) < CHUNK_LOOP_AT:
+        return ""  # (a loop over layers: a checkpointed scan over them raised the plan)
+    big = ts[0]
+    same = [t for t in ts if t.line in ran and t.in_derivative and 4 * t.nbytes >= big.nbytes]
+    if len(same) < 4 or temp < 4 * big.nbytes or 2 * sum(t.nbytes for t in same) < temp:
+        return ""
+    return (f"The largest value, {big.op} {big.dtype}{list(big.shape)} "
+            f"({format_bytes(big.nbytes)}, {big.line}), is made by a line that ran "
+            f"{ran[big.line]} times in this program: a Python loop, which jit unrolls. Under the "
+            "derivative the backward pass needs each iteration's values: XLA's plan holds "
+            f"{format_bytes(temp)} of temporaries, {temp / big.nbytes:.0f} times this value, "
+            "and a loop over chunks of a batch saves little. Fix: jax.lax.scan over the "
+            "iterations (chunks as x.reshape(n // k, k, ...), or layers' stacked weights) with "
+            "jax.checkpoint on the body, which keeps one iteration's values and each step's carry "
+            "(HomebrewML/Olmax#25, a cross-entropy over 8 chunks of the logits: 60.5 MiB of "
+            "temporaries with the Python loop, 40.1 MiB with lax.scan alone, 8.1 MiB with "
+            "lax.scan and jax.checkpoint).")
 
 
 def widened_carry_note(line: str, wide: str, narrow: str, nbytes: int, of_bytes: int,

@@ -1410,6 +1410,91 @@ def test_jax_3103_a_cond_whose_predicate_vmap_leaves_alone_is_no_select():
         dataclasses.replace(t, line="cell, line 3: h = second(x)"))
 
 
+def test_jax_7199_a_rare_costly_branch_of_a_vmapped_cond_is_named_with_lax_map():
+    """jax-ml/jax#7199: a cond under vmap, its costly branch taken by one element in 256, ran
+    for all of them. The largest value is made inside the branch, on a line that calls no
+    cond, so the select note was missed (a new user's trial). It now names the cond's line
+    and lax.map(f, xs) without batch_size, which runs only the branch taken (the helper's run:
+    16.1 MiB -> 0.06 MiB). A cond whose predicate vmap leaves alone gets no such note."""
+    def expensive(x):
+        m = jnp.tanh(jnp.outer(x, x))
+        return m @ x
+
+    def f(x):
+        return jax.lax.cond(jnp.linalg.norm(x) > 10.0, expensive, lambda x: x * 2.0, x)
+
+    xs = (jnp.ones((256, 128)) * 0.05).at[3].multiply(100.0)
+    p = preflight.preflight_step(jax.vmap(f), xs)
+    assert "It is made in a branch of the lax.cond at" in p.advice
+    assert "jax.lax.cond(jnp.linalg.norm(x) > 10.0" in p.advice
+    assert "jax.lax.map(f, xs) without batch_size keeps the predicate unbatched" in p.advice
+    assert "sequential_vmap" in p.advice and "jax-ml/jax#7199" in p.advice
+    before = _temp_bytes(jax.vmap(f), xs)
+    after = _temp_bytes(lambda xs: jax.lax.map(f, xs), xs)
+    seq = _temp_bytes(jax.vmap(jax.custom_batching.sequential_vmap(f)), xs)
+    assert before >= 256 * 128 * 128 * 4 and after * 64 <= before and seq * 64 <= before
+    np.testing.assert_allclose(jax.lax.map(f, xs), jax.vmap(f)(xs), rtol=1e-5, atol=1e-5)
+    flag = jnp.array(True)  # a predicate vmap does not batch: the cond stays, no select
+
+    def g(x):
+        return jax.lax.cond(flag, expensive, lambda x: x * 2.0, x)
+
+    kept = preflight.preflight_step(jax.vmap(g), xs)
+    assert "a branch of the lax.cond" not in kept.advice
+
+
+def test_olmax_25_a_python_loop_over_chunks_under_grad_is_named_with_a_checkpointed_scan():
+    """HomebrewML/Olmax#25: a cross-entropy computed over chunks of the logits in a Python
+    loop, to save memory, saved little under jax.grad ("Jax parallelises for loops like this";
+    use lax.scan). The kit listed three chunk values and said nothing (a new user's trial).
+    It now names the unrolled loop and lax.scan with jax.checkpoint, run here: the gradient
+    is the same and the temporaries a quarter or less. A loop without a derivative, no note."""
+    n, d, v, k = 512, 64, 4096, 64
+    w = jnp.ones((d, v)) * 0.01
+    x = jnp.linspace(-1.0, 1.0, n * d).reshape(n, d)
+    labels = jnp.arange(n) % v
+
+    def loop(w, x, labels):
+        total = 0.0
+        for i in range(0, n, k):
+            logits = x[i:i + k] @ w
+            total += jnp.sum(jax.nn.one_hot(labels[i:i + k], v) * jax.nn.log_softmax(logits))
+        return -total / n
+
+    def chunk(w, xc, lc):
+        lp = jax.nn.log_softmax(xc @ w)
+        return jnp.sum(jnp.take_along_axis(lp, lc[:, None], -1))
+
+    def scanned(w, x, labels):
+        body = jax.checkpoint(chunk)
+        total, _ = jax.lax.scan(lambda c, xs: (c + body(w, *xs), None), 0.0,
+                                (x.reshape(n // k, k, d), labels.reshape(n // k, k)))
+        return -total / n
+
+    p = preflight.preflight_step(jax.grad(loop), w, x, labels)
+    assert "is made by a line that ran 8 times in this program: a Python loop" in p.advice
+    assert "jax.lax.scan over the iterations" in p.advice and "jax.checkpoint" in p.advice
+    assert "HomebrewML/Olmax#25" in p.advice
+    before = _temp_bytes(jax.grad(loop), w, x, labels)
+    after = _temp_bytes(jax.grad(scanned), w, x, labels)
+    assert after * 4 <= before
+    np.testing.assert_allclose(jax.grad(scanned)(w, x, labels), jax.grad(loop)(w, x, labels),
+                               rtol=1e-4, atol=1e-7)
+    forward = preflight.preflight_step(loop, w, x, labels)
+    assert "a Python loop, which jit unrolls" not in forward.advice
+    # a loop over layers cuts no input into chunks: there a checkpointed scan raised XLA's
+    # plan (14 -> 20 MiB for 6 layers of 512, jax 0.10.2), so no such note
+    layers = [jnp.ones((256, 256)) * 0.01 for _ in range(6)]
+
+    def mlp(ws, h):
+        for w_ in ws:
+            h = jnp.tanh(h @ w_)
+        return h.sum()
+
+    deep = preflight.preflight_step(jax.grad(mlp), layers, jnp.ones((1024, 256)))
+    assert "a Python loop, which jit unrolls" not in deep.advice
+
+
 def test_jax_23358_a_constant_index_with_a_batched_value_names_the_update_value():
     """jax-ml/jax#23358's variant k: x.at[9].set(i) under vmap over i. The index is a constant
     and the update value is batched: the note said 'whose index jax.vmap batches'. The

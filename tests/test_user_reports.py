@@ -446,7 +446,8 @@ def test_the_table_lists_every_report_tested_here():
                  "16778": "tests/test_holders.py", "157": "tests/test_compiles.py",
                  "170": "tests/test_transfers.py", "158": "tests/test_ipython.py",
                  "24255": "tests/test_callbacks.py", "969": "the jax#5210 test here",
-                 "17865": "the jax#21045 tests in tests/test_constants.py"}
+                 "17865": "the jax#21045 tests in tests/test_constants.py",
+                 "7199": "tests/test_preflight.py", "25": "tests/test_preflight.py (Olmax#25)"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):

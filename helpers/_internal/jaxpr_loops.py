@@ -30,7 +30,8 @@ from helpers._internal.jaxpr_walk import (
     walk,
 )
 
-__all__ = ["calling_loop", "carry_lines", "cast_before_scan", "chained_scans", "line_repeats",
+__all__ = ["calling_loop", "carry_lines", "cast_before_scan", "chained_scans", "chunked_inputs",
+           "line_repeats", "line_runs",
            "LOOKUPS_FIX", "loop_kind", "loop_records", "LOOP_REPEATS", "moved_input",
            "repeated_outputs", "scalar_inputs", "SCALARS_FIX", "scan_carry_bytes",
            "scan_checkpoint", "scan_copied_xs", "scan_updated_xs", "sliced_lines",
@@ -337,6 +338,34 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
             for k, v in out.items()}
 
 
+def line_runs(closed) -> dict[tuple[str, int], int]:
+    """Per line of the user's code, (file, line): how many times it ran in the step, the
+    number of times its equations (one primitive, one call stack each) most often recur
+    outside a derivative but one jax.grad's forward pass, the smaller where two are as common;
+    1 where none recurs. Not the most recurrences (:func:`line_repeats`), which count an
+    equation a call makes twice from one stack (jax 0.8.0's log_softmax: 16 for a loop of 8),
+    nor their common divisor: ``total += ...`` from 0.0 makes its first add from a stack of
+    its own (1 and 7 in a loop of 8, HomebrewML/Olmax#25; jax 0.10.2). JAX's own loop code
+    left out."""
+    out: dict[tuple[str, int], Counter] = {}
+    for (_, tb), (_, primal, _, _) in _stack_groups(closed).items():
+        try:
+            fs = list(tb.frames) if tb is not None else []
+        except Exception:  # a traceback that cannot say
+            continue
+        user = next((i for i, f in enumerate(fs) if frames.is_user_file(f.file_name)), None)
+        if user is None or not primal or any(
+                own in f.file_name.replace("\\", "/") for f in fs[:user] for own in _JAX_OWN):
+            continue
+        out.setdefault((fs[user].file_name, fs[user].line_num), Counter())[primal] += 1
+    runs = {}
+    for key, counts in out.items():
+        recurring = {n: k for n, k in counts.items() if n > 1}
+        most = max(recurring.values(), default=0)
+        runs[key] = min((n for n, k in recurring.items() if k == most), default=1)
+    return runs
+
+
 def _stack_groups(closed) -> dict[tuple[str, Any], list]:
     """(primitive, traceback): [its equations, those of no derivative but one jax.grad or
     jax.jvp's forward pass (the primal's), lookups, {operand shapes: primal ones}], over every
@@ -421,6 +450,28 @@ def sliced_lines(closed) -> set[tuple[str, int]]:
                     tuple(eqn.outvars[0].aval.shape)] += 1
     return {key for key, seen in shapes.items()
             if sum(seen.values()) >= LOOP_REPEATS and len(seen) > 1}
+
+
+def chunked_inputs(closed) -> int:
+    """The most pieces of one shape that the step's code cuts from one input of a jaxpr along
+    its first dimension (``x[i:i + k]`` in a Python loop over chunks of a batch, as
+    HomebrewML/Olmax#25's cross-entropy does), each from its own start; 0 where none. A loop
+    over layers' weights cuts nothing so (its weights are arguments of their own)."""
+    most = 0
+    for j, _ in walk(closed):
+        inputs = {id(v) for v in getattr(j, "invars", ())}
+        starts: dict[tuple, set] = {}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "slice" or id(eqn.invars[0]) not in inputs:
+                continue
+            shape = tuple(eqn.invars[0].aval.shape)
+            start, limit = eqn.params["start_indices"], eqn.params["limit_indices"]
+            if not shape or any(a or b != n for a, b, n in zip(start[1:], limit[1:],
+                                                                shape[1:], strict=True)):
+                continue  # cut along another dimension too
+            starts.setdefault((id(eqn.invars[0]), limit[0] - start[0]), set()).add(start[0])
+        most = max([most, *(len(found) for found in starts.values())])
+    return most
 
 
 def loop_kind(closed, key: tuple[str, int], repeats: int,

@@ -26,8 +26,8 @@ from helpers._internal.jaxpr_walk import (
 )
 
 __all__ = ["batch_reductions", "einsum_intermediates", "einsum_step", "pairwise_reductions",
-           "scatters_batched", "sliced_sorts", "softmax_products", "sparse_products",
-           "vmapped_lines", "WIDE_AT", "wide_reductions"]
+           "scatters_batched", "selected_branches", "sliced_sorts", "softmax_products",
+           "sparse_products", "vmapped_lines", "WIDE_AT", "wide_reductions"]
 
 
 def _broadcast_from(var, made: dict) -> tuple[set[int], Any, tuple[int, ...]]:
@@ -368,6 +368,46 @@ def vmapped_lines(closed) -> dict[str, tuple[tuple[frozenset[int], ...], bool]]:
         return frozenset(lead) if len(lead) == 1 and -1 not in lead else common
 
     return {line: (tuple(batch(key) for key in keys), only) for line, (keys, only) in lines.items()}
+
+
+#: a line that calls lax.cond or lax.switch
+_COND_CALL = re.compile(r"\b(cond|switch)\(")
+
+
+def selected_branches(closed) -> dict[str, str]:
+    """The user's lines inside a lax.cond or lax.switch whose predicate jax.vmap batched, each
+    with the cond's line: vmap makes such a cond a select_n on the cond's line, after every
+    branch has run for every element, and these lines' values reach that select (jax-ml/jax#7199:
+    a rare, costly branch run for the whole batch). Walked back from the select's values, not
+    through the equations made on the cond's line (the predicate, the operands vmap guards),
+    nor to equations before the cond's first."""
+    out: dict[str, str] = {}
+    for j, _ in walk(closed):
+        made, _ = made_and_read(j)
+        first: dict[str, int] = {}
+        for i, eqn in enumerate(j.eqns):
+            first.setdefault(equation_line(eqn), i)
+        where = {id(eqn): i for i, eqn in enumerate(j.eqns)}
+        for eqn in j.eqns:
+            at = equation_line(eqn)
+            if eqn.primitive.name != "select_n" or not _COND_CALL.search(at):
+                continue
+            stack, seen = list(eqn.invars[1:]), set()
+            while stack:
+                e = made.get(id(stack.pop()))
+                if e is None or id(e) in seen or where[id(e)] < first[at]:
+                    continue
+                seen.add(id(e))
+                line = equation_line(e)
+                if line == at:
+                    continue
+                inner = [equation_line(q) for sub, _ in walk(called_jaxpr(e))
+                         for q in sub.eqns] if called_jaxpr(e) is not None else []
+                for found in [line, *inner]:
+                    if found and found != at:
+                        out.setdefault(found, at)
+                stack += e.invars
+    return out
 
 
 def batch_reductions(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
