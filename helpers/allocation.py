@@ -241,7 +241,9 @@ def target(which: str | int | Card, *, fraction: float = DEFAULT_MEM_FRACTION,
         note = (f"{settings}; the other {processes - 1} process(es) take {format_bytes(cap)} "
                 f"each at their first allocation, leaving {format_bytes(max(left, 0))}"
                 + ("" if left >= cap else ": set XLA_PYTHON_CLIENT_PREALLOCATE=false, or "
-                   f"XLA_CLIENT_MEM_FRACTION <= {1 / processes:.2f}, in every process"))
+                   f"XLA_CLIENT_MEM_FRACTION below {1 / processes:.2f}, in every process")
+                + " (each process's CUDA context, a few hundred MiB outside its pool, is not "
+                "counted: pools that fill the card to the byte leave the last process short)")
         return Target(c, pool, processes, budget, note)
     share = c.total_bytes // processes
     return Target(c, pool, processes, min(cap, share),

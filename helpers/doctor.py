@@ -43,9 +43,15 @@ def _xla_flag_hint(message: str) -> str | None:
         m = pattern.search(message)
         if not m:
             continue
+        if i == 0 and "=" not in (flag := m.group(1).strip()):
+            return (f"XLA does not know the flag {flag} as written, with no value: where its "
+                    f"value follows after a space in XLA_FLAGS, join them with '=' "
+                    f"({flag}=value); otherwise remove it (or check its spelling against the XLA "
+                    "version jaxlib ships)")
         if i == 0:
-            return (f"XLA does not know the flag {m.group(1).strip()}: remove it from XLA_FLAGS "
-                    "(or check its spelling against the XLA version jaxlib ships)")
+            return (f"XLA does not know the flag {flag}: remove it from XLA_FLAGS (or check its "
+                    "spelling against the XLA version jaxlib ships; a TensorFlow option such as "
+                    "intra_op_parallelism_threads is no XLA flag)")
         if i == 1:
             return (f"XLA_FLAGS gives {m.group(2)} the value {m.group(1)}, which XLA cannot read: "
                     "fix the value or remove the flag")
@@ -125,6 +131,8 @@ def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 12
         report = devices.probe_in_child(env, timeout=timeout)
     except ChildProcessFailed as err:
         return _fallback_report(err.result, child.child_env(env))
+    if unused := _gpu_without_backend(report, child.child_env(env)):
+        report = dataclasses.replace(report, warnings=(*report.warnings, unused))
     here = _caller_in_a_job()
     if here is not None:  # the child cannot join the caller's job: the caller's own view
         report = dataclasses.replace(report, processes=here)
@@ -132,6 +140,31 @@ def diagnose(env: Mapping[str, str | None] | None = None, *, timeout: float = 12
     if differs is None or here is not None:  # a job's process sees every process's devices
         return report
     return dataclasses.replace(report, warnings=(*report.warnings, differs))
+
+
+def _gpu_without_backend(report: DeviceReport, environ: Mapping[str, str]) -> EnvWarning | None:
+    """A warning where the driver lists an NVIDIA GPU, JAX_PLATFORMS does not leave it out,
+    and JAX started no GPU backend because no CUDA plugin is installed: the CPU-only jax on a
+    GPU machine ("No GPU/TPU found, falling back to CPU", kuprel/min-dalle#22). None otherwise
+    (a plugin that failed to start is under the backends that did not start)."""
+    from helpers import gpu
+
+    if any(b.name in ("cuda", "gpu", "rocm") for b in report.backends):
+        return None
+    platforms = {p.strip() for p in (environ.get("JAX_PLATFORMS") or "").split(",") if p.strip()}
+    if platforms and not {"cuda", "gpu"} & platforms:
+        return None  # the GPU left out on purpose
+    if gpu.cuda_plugins() or not (found := gpu.gpus()):
+        return None
+    names = ", ".join(sorted({g.name for g in found}))
+    started = ", ".join(b.name for b in report.backends) or "no backend"
+    return EnvWarning(
+        "gpu-without-jax-backend",
+        f"the driver lists an NVIDIA GPU ({names}), but JAX started {started} only: no JAX CUDA "
+        "plugin is installed, so JAX falls back to the CPU (\"No GPU/TPU found, falling back "
+        "to CPU\"; the CPU-only jax, kuprel/min-dalle#22).",
+        f"{gpu.INSTALL_HINT}, then restart Python",
+    )
 
 
 def _caller_in_a_job() -> devices.ProcessView | None:

@@ -274,6 +274,10 @@ _DELETED = "Array has been deleted"
 _DONATED_BUFFER = "called on deleted or donated buffer"
 
 
+#: JAX's error for jax.devices("gpu") or jax.devices("cuda") with no GPU backend started
+#: ("Unknown backend: 'gpu' requested, but no platforms ...", "Unknown backend cuda. ...")
+_UNKNOWN_GPU = re.compile(r"^Unknown backend:? '?(gpu|cuda)\b")
+
 #: the longest list, tuple or dict of the namespace whose leaves _deleted_fix looks at
 _WALKED = 256
 
@@ -324,6 +328,13 @@ def _explain(shell, value: BaseException) -> None:
     elif isinstance(value, RuntimeError) and (str(value).startswith(_DELETED)
                                               or _DONATED_BUFFER in str(value)):
         print(f"JAX Device Kit: why this array is gone: {_deleted_fix(shell.user_ns)}")
+        return None
+    elif isinstance(value, RuntimeError) and _UNKNOWN_GPU.search(str(value)):
+        from helpers import gpu
+
+        why = gpu.why_unavailable() or ("JAX's CUDA backend is installed but did not start: "
+                                        "`python -m helpers doctor` shows its error")
+        print(f"JAX Device Kit: why JAX has no GPU here: {why}")
         return None
     elif why := _pmap_leading_axis(value):
         print(f"JAX Device Kit: why this pmap failed: {why}")

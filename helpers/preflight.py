@@ -471,6 +471,20 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "(counted in the peak here, where XLA's argument, output and temporary "
                      "sizes leave it out): pass them as arguments instead."
                      + program_notes.bound_method_note(fn))
+    if narrow := (jaxpr_values.narrow_constants_widened(c.jaxpr) if c.jaxpr is not None
+                  else ()):
+        kinds = ", ".join(kind for kind, _, _ in narrow[:3]) + (", ..." if len(narrow) > 3 else "")
+        at = f" ({narrow[0][2]})" if narrow[0][2] else ""
+        notes.append(f"{len(narrow)} closed-over array{'s' if len(narrow) > 1 else ''} of a "
+                     f"narrower float ({kinds}) {'are' if len(narrow) > 1 else 'is'} widened to "
+                     f"float64 in this program{at}, keeping {narrow[0][0].split('[')[0]}'s "
+                     "rounding inside the float64 result: arrays made before jax_enable_x64 "
+                     "was on are made so, a library's module-level arrays among them (made "
+                     "at its import). If float64 is meant, turn x64 on before that "
+                     "import: JAX_ENABLE_X64=1 before Python starts, or jax.config.update("
+                     "'jax_enable_x64', True) right after `import jax`; a later update leaves "
+                     "arrays already made as they are (ArgonneCPAC/dsps#108: a relative error "
+                     "of 2.75e-8, 1.5e-16 with x64 on first).")
     if c.folded >= 2**20:
         notes.append(f"{format_bytes(c.folded)} of constants XLA computed while compiling "
                      "(constant folding: a value made inside the jitted function from no "

@@ -218,6 +218,31 @@ def _allocator(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
     )]
 
 
+def _moot_under_platform(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # XLA's GpuAllocatorConfig (xla/pjrt/gpu/gpu_helpers.h): memory_fraction and preallocate
+    # are "only used if kind == kBFC"; the platform allocator has no pool (from XLA's source,
+    # not yet run on a GPU)
+    if (env.get("XLA_PYTHON_CLIENT_ALLOCATOR") or "").lower() != "platform":
+        return []
+    moot = [f"{name}={env[name]}" for name in ("XLA_CLIENT_MEM_FRACTION",
+                                               "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                                               "XLA_PYTHON_CLIENT_PREALLOCATE") if env.get(name)]
+    if not moot:
+        return []
+    return [EnvWarning(
+        "moot-beside-platform-allocator",
+        f"XLA_PYTHON_CLIENT_ALLOCATOR=platform gives each buffer its own allocation from the "
+        f"driver, with no pool, so {' and '.join(moot)} (a pool's size, and whether it is "
+        "taken at start) have no effect beside it: the process takes what its arrays use, "
+        "with no cap, and gives memory back as they are freed (XLA's allocator options, "
+        "xla/pjrt/gpu/gpu_helpers.h: 'only used if kind == kBFC'; not yet run on a GPU).",
+        "for a pool that grows on demand up to a cap, drop ALLOCATOR=platform and keep "
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false with the fraction as the cap; for memory given "
+        "back as soon as it is freed (slower), keep ALLOCATOR=platform alone "
+        "(flatironinstitute/nemos#208 set all three)",
+    )]
+
+
 def _no_visible_gpu(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None or visible.strip() not in ("", "-1"):
@@ -343,7 +368,10 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
         )]
     words = _flag_words(value)
     single = [w for w in words if w.startswith("-") and not w.startswith("--")]
-    bare = [w for w in words if not w.startswith("-")]
+    # a value after a flag with no '=': XLA reads the flag alone, and skips the value
+    spaced = [(a, b) for a, b in zip(words, words[1:], strict=False)
+              if a.startswith("--") and "=" not in a and not b.startswith("-") and "=" not in b]
+    bare = [w for w in words if not w.startswith("-") and w not in {b for _, b in spaced}]
     if single:
         out.append(EnvWarning(
             "malformed-xla-flags",
@@ -352,13 +380,34 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
             f"(\"Unknown flag in XLA_FLAGS: {single[0]}\").",
             f"start every flag with two dashes, {example}",
         ))
+    if spaced:
+        flag, given = spaced[0]
+        out.append(EnvWarning(
+            "malformed-xla-flags",
+            f"XLA_FLAGS gives {flag} its value {given!r} after a space: XLA reads {flag} "
+            "with no value and skips the word after it. A flag that takes a number or a name "
+            "then aborts the process when JAX starts its first backend (\"Unknown flag in "
+            f"XLA_FLAGS: {flag}\"); a true/false flag is set to true, whatever the word said.",
+            f"join each flag to its value with '=': {flag}={given}",
+        ))
     if bare:
+        ours = [w for w in bare if w.startswith("xla_")]
+        others = [w for w in bare if not w.startswith("xla_")]
+        fix = [f"start {', '.join(map(repr, ours))} with '--' ({example})"] if ours else []
+        if others:
+            # TensorFlow's session options are no XLA flags: with '--', XLA aborts
+            fix.append(f"remove {', '.join(map(repr, others))}: a word that names no XLA "
+                       "flag aborts the process once it starts with '--' (\"Unknown flag in "
+                       "XLA_FLAGS\")")
+        if any("thread" in w for w in others):
+            fix.append("to give JAX's CPU backend fewer threads, give the process fewer CPUs "
+                       "(taskset -c 0-3 python ..., or os.sched_setaffinity before import jax; "
+                       "hawkinsp in jax-ml/jax#1539)")
         out.append(EnvWarning(
             "xla-flags-ignored",
             f"XLA_FLAGS has words that do not start with '-' ({', '.join(map(repr, bare))}); "
             "XLA skips them without a warning, so they have no effect.",
-            "start every flag with '--' and join a flag to its value with '=', not a space "
-            f"({example})",
+            "; ".join(fix),
         ))
     return out
 
@@ -455,7 +504,9 @@ def _x64_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvW
         f"float64 arrays are {'made as float32' if wanted else 'made as float64'} in this "
         "process.",
         "set JAX_ENABLE_X64 before `import jax`, or call "
-        f"jax.config.update('jax_enable_x64', {wanted}) (it applies to what runs after it)",
+        f"jax.config.update('jax_enable_x64', {wanted}) (it applies to what runs after it: "
+        "arrays already made keep their dtype, a library's module-level arrays among them, "
+        "so call it before importing such a library; ArgonneCPAC/dsps#108)",
     )]
 
 
@@ -823,6 +874,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _fraction_values,
     _preallocate,
     _allocator,
+    _moot_under_platform,
     _no_visible_gpu,
     _cuda_alone_without_gpu,
     _two_cpu_counts,

@@ -164,3 +164,25 @@ def test_versions_name_the_jax_libraries_installed_and_leave_out_the_rest(monkey
     found, _ = devices.versions()
     assert found["flax"] == "0.12.12" and "optax" not in found and "grain" not in found
     assert found["safetensors"] == "not installed" and found["jax"] == real("jax")
+
+
+def test_min_dalle_22_the_doctor_names_a_gpu_that_jax_has_no_plugin_for(monkeypatch):
+    """kuprel/min-dalle#22: the driver lists a GPU, the CPU-only jax runs on the CPU. The
+    doctor said "plugins: none ... Warnings: none" (a new user's trial); it now warns with
+    the install. Not where JAX_PLATFORMS leaves the GPU out, a plugin is installed, or no GPU
+    is listed. (The driver's list is faked here; the probe is a real child process.)"""
+    from helpers import doctor, gpu
+
+    monkeypatch.setattr(gpu, "gpus", lambda: (
+        gpu.GpuInfo(0, "NVIDIA GeForce RTX 3090", "GPU-aaaa", 24 * 2**30, "550.1"),))
+    monkeypatch.setattr(gpu, "cuda_plugins", dict)
+    r = doctor.diagnose({"JAX_PLATFORMS": None})
+    (w,) = [w for w in r.warnings if w.code == "gpu-without-jax-backend"]
+    assert "NVIDIA GeForce RTX 3090" in w.message and "falls back to the CPU" in w.message
+    assert w.fix.startswith('pip install -U "jax[cuda13]"')
+    assert "! [gpu-without-jax-backend]" in str(r)  # as `python -m helpers doctor` prints it
+    assert not [w for w in doctor.diagnose({"JAX_PLATFORMS": "cpu"}).warnings
+                if w.code == "gpu-without-jax-backend"]
+    monkeypatch.setattr(gpu, "cuda_plugins", lambda: {"jax-cuda13-plugin": "0.10.2"})
+    assert not [w for w in doctor.diagnose({"JAX_PLATFORMS": None}).warnings
+                if w.code == "gpu-without-jax-backend"]

@@ -206,6 +206,33 @@ def test_a_cuda_library_that_could_not_start_is_explained_in_the_cell(shell, cap
     assert shell.run_cell("1 + 1").result == 2  # the kernel goes on
 
 
+def test_min_dalle_22_jax_devices_gpu_on_a_gpu_machine_without_the_cuda_plugin(shell, capsys,
+                                                                             monkeypatch):
+    """kuprel/min-dalle#22: "No GPU/TPU found, falling back to CPU" on a machine with a GPU;
+    the CPU-only jax was installed. `jax.devices('gpu')` raised JAX's bare "Unknown backend"
+    with nothing under it (a new user's trial, nvidia-smi faked). It now names the missing
+    plugin and the install; without a GPU it says none is visible. JAX's own error, run here."""
+    from helpers import gpu
+
+    monkeypatch.setattr(gpu, "gpus", lambda: (
+        gpu.GpuInfo(0, "NVIDIA GeForce RTX 3090", "GPU-aaaa", 24 * 2**30, "550.1"),))
+    monkeypatch.setattr(gpu, "cuda_plugins", dict)
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for asked in ("jax.devices('gpu')", "jax.devices('cuda')"):
+        r = shell.run_cell(asked)
+        out = capsys.readouterr().out
+        assert not r.success and "Unknown backend" in out
+        assert "why JAX has no GPU here: an NVIDIA GPU is here but JAX has no CUDA backend " \
+            "installed; pip install -U \"jax[cuda13]\"" in out
+    monkeypatch.setattr(gpu, "gpus", lambda: ())
+    shell.run_cell("jax.devices('gpu')")
+    assert "no NVIDIA GPU is visible" in capsys.readouterr().out
+    r = shell.run_cell("jax.devices('tpu')")  # another backend: JAX's words alone
+    assert not r.success and "why JAX has no GPU" not in capsys.readouterr().out
+    assert shell.run_cell("1 + 1").result == 2
+
+
 def test_other_jax_errors_are_shown_as_usual(shell, capsys):
     r = shell.run_cell("raise jax.errors.JaxRuntimeError('INVALID_ARGUMENT: not memory')")
     out = capsys.readouterr().out

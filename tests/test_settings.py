@@ -88,7 +88,9 @@ def test_valid_cpu_device_count_is_quiet(value):
     ("--xla_force_host_platform_device_count=4 -b", "malformed-xla-flags", "'-b'"),
     ("--xla_force_host_platform_device_count=4 xla_dump_to=/tmp/x", "xla-flags-ignored",
      "'xla_dump_to=/tmp/x'"),
-    ("--xla_force_host_platform_device_count 4", "xla-flags-ignored", "'4'"),
+    ("--xla_force_host_platform_device_count 4", "malformed-xla-flags", "after a space"),
+    ("--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1", "xla-flags-ignored",
+     "'intra_op_parallelism_threads=1'"),
 ])
 def test_xla_flags_not_starting_with_two_dashes(value, code, culprit):
     ws = settings.check_environment({"XLA_FLAGS": value})
@@ -122,6 +124,7 @@ COUNT = "--xla_force_host_platform_device_count"
     ({"XLA_FLAGS": f"{COUNT}=2 -b"}, "Unknown flag in XLA_FLAGS: -b"),
     ({"JAX_NUM_CPU_DEVICES": "-2"}, "devices: 1"),
     ({"XLA_FLAGS": f"{COUNT}=2 {COUNT[2:]}=3"}, "devices: 2"),  # the second is skipped
+    ({"XLA_FLAGS": f"{COUNT} 2"}, f"Unknown flag in XLA_FLAGS: {COUNT}"),  # jax#1539's space
 ])
 def test_new_warnings_say_what_jax_does(env, said):
     ws = settings.check_environment(env)
@@ -715,3 +718,55 @@ def test_the_fork_handler_takes_no_lock_of_jax_s():
         env={"JAX_PLATFORMS": "cpu"}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "FORKS 1" in proc.stdout  # counted, without the lock
+
+
+def test_jax_1539_a_true_false_flag_given_its_value_after_a_space_is_set_true(tmp_path):
+    """jax-ml/jax#1539 (#743's snippet): flags written with a space before the value. XLA
+    reads '--flag' alone, so '--xla_dump_hlo_as_proto false' dumps protos, as '=false' does
+    not; the warning says so and joins them with '='. A word that names no XLA flag is told
+    to go, not to take '--' (which aborts: the doctor's second advice had contradicted the
+    first), with the thread's way to fewer CPU threads."""
+    def protos(flags: str) -> int:
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_dump_to={out} {flags}"}
+        proc = run_python("import jax, jax.numpy as jnp; jax.jit(lambda x: x + 1)(jnp.ones(3))",
+                          env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return len(list(out.glob("*.pb")))
+
+    assert protos("--xla_dump_hlo_as_proto false") > 0 == protos("--xla_dump_hlo_as_proto=false")
+    (w,) = settings.check_environment({"XLA_FLAGS": "--xla_dump_hlo_as_proto false"})
+    assert "a true/false flag is set to true" in w.message
+    assert w.fix == "join each flag to its value with '=': --xla_dump_hlo_as_proto=false"
+    (w,) = settings.check_environment(
+        {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"})
+    assert "remove 'intra_op_parallelism_threads=1'" in w.fix and "taskset" in w.fix
+    assert not w.fix.startswith("start")
+    proc = run_python("import jax; jax.devices()", env={
+        "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--intra_op_parallelism_threads=1"})
+    assert "Unknown flag in XLA_FLAGS: --intra_op_parallelism_threads=1" in proc.stderr
+    (w,) = settings.check_environment({"XLA_FLAGS": "--xla_dump_hlo_as_text xla_dump_to=/tmp/x"})
+    assert w.fix.startswith("start 'xla_dump_to=/tmp/x' with '--'")
+
+
+def test_nemos_208_fraction_and_preallocate_beside_the_platform_allocator_are_named_moot():
+    """flatironinstitute/nemos#208: the advice set PREALLOCATE=false, MEM_FRACTION=0.5 and
+    ALLOCATOR=platform together; beside the platform allocator the first two do nothing
+    (XLA's allocator options say so; the kit's own pool model, allocation.predict, agrees:
+    no pool, no cap). check_environment said "no warnings" (a new user's trial)."""
+    from helpers import allocation
+
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5",
+           "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}
+    (w,) = settings.check_environment(env, this_process=False)
+    assert w.code == "moot-beside-platform-allocator"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 and XLA_PYTHON_CLIENT_PREALLOCATE=false" \
+        in w.message and "not yet run on a GPU" in w.message
+    p = allocation.predict({"allocator": "platform", "memory_fraction": 0.5,
+                            "preallocate": False}, 80 * 2**30)
+    assert p.cap_bytes is None and p.upfront_bytes == 0  # the model: no cap, nothing taken
+    assert settings.check_environment({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"},
+                                      this_process=False) == ()
+    bfc = dict(env, XLA_PYTHON_CLIENT_ALLOCATOR="bfc")
+    assert "moot-beside-platform-allocator" not in codes(
+        settings.check_environment(bfc, this_process=False))

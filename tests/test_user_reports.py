@@ -447,7 +447,9 @@ def test_the_table_lists_every_report_tested_here():
                  "170": "tests/test_transfers.py", "158": "tests/test_ipython.py",
                  "24255": "tests/test_callbacks.py", "969": "the jax#5210 test here",
                  "17865": "the jax#21045 tests in tests/test_constants.py",
-                 "7199": "tests/test_preflight.py", "25": "tests/test_preflight.py (Olmax#25)"}
+                 "7199": "tests/test_preflight.py", "25": "tests/test_preflight.py (Olmax#25)",
+                 "22": "tests/test_doctor.py and tests/test_ipython.py (min-dalle#22)",
+                 "208": "tests/test_settings.py (nemos#208)", "1539": "tests/test_settings.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
@@ -4077,3 +4079,71 @@ def test_aimz_268_a_stack_of_per_step_loss_scalars_is_named_with_device_get():
         kept = np.stack(jax.device_get(losses))
     assert fixed.compiles == 0 and fixed.many_operands == ()
     np.testing.assert_array_equal(kept, np.asarray(history))
+
+
+_DSPS_108 = """
+import jax, jax.numpy as jnp, numpy as np
+TABLE = jnp.linspace(5.5, 10.35, 1000)  # a library's module-level table, made at its import
+jax.config.update("jax_enable_x64", {late})
+from helpers import preflight, settings
+
+def weighted(x):
+    return jnp.interp(x, TABLE, TABLE / 3.0)
+
+x = jnp.linspace(6.0, 10.0, 7, dtype=jnp.float64)
+err = np.max(np.abs(np.asarray(weighted(x)) - np.asarray(x) / 3.0) / (np.asarray(x) / 3.0))
+print("table", TABLE.dtype, "error %.1e" % err)
+print("ADVICE", preflight.preflight_step(weighted, x).advice)
+"""
+
+
+def test_dsps_108_x64_turned_on_after_a_library_made_its_arrays_is_named():
+    """ArgonneCPAC/dsps#108: jax_enable_x64 set below the library's import; its module-level
+    arrays stayed float32 inside a float64 computation. The kit said "no known mistake" and
+    nothing in preflight_step (a new user's trial); its x64 fix, a config update, changed
+    nothing for arrays already made. preflight_step now names the float32 array widened in
+    the float64 program, and the fix, run: x64 on first (a fresh process each)."""
+    from tests.conftest import run_python
+
+    env = {"JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": None}
+    late = run_python(_DSPS_108.format(late=True), env=env)
+    assert late.returncode == 0, late.stderr[-2000:]
+    assert "table float32" in late.stdout
+    advice = late.stdout.split("ADVICE", 1)[1]
+    assert "1 closed-over array of a narrower float (float32[1000]) is widened to float64" \
+        in advice and "ArgonneCPAC/dsps#108" in advice
+    assert "right after `import jax`" in advice
+    first = _DSPS_108.format(late=True).replace(
+        'jnp.linspace(5.5, 10.35, 1000)  #', 'jnp.linspace(5.5, 10.35, 1000) if jax.config.update('
+        '"jax_enable_x64", True) is None else None  #')
+    fixed = run_python(first, env=env)
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    assert "table float64" in fixed.stdout and "narrower float" not in fixed.stdout
+    errors_ = [float(out.stdout.split("error ")[1].split()[0]) for out in (late, fixed)]
+    assert errors_[0] > 1e-9 > 1e-12 > errors_[1]
+    assert not jax.config.jax_enable_x64  # here: the variable set after JAX read it
+    (w,) = [w for w in settings.check_environment({"JAX_ENABLE_X64": "1"})
+            if w.code == "x64-set-after-import"]
+    assert "call it before importing such a library" in w.fix
+
+
+def test_pysages_82_replicas_on_one_gpu_each_preallocating_are_named_with_the_fix():
+    """SSAGESLabs/PySAGES#82: several replicas, each a JAX process on one GPU, each taking
+    75% at its first allocation: the second runs out. Fix (PySAGES#83): PREALLOCATE=false. A
+    new user's trial found it named; the budget is the kit's model of XLA's pool (jaxlib's
+    options, as the H100 record measured for two default processes), asked of a card that is
+    not here: nothing ran on a GPU. The CUDA contexts are said to be left out."""
+    from helpers import allocation
+
+    def step(x, w):
+        return jnp.tanh(x @ w) @ w.T
+
+    x = jax.ShapeDtypeStruct((300_000, 4096), jnp.float32)  # 4.58 GiB; about 14 GiB at peak
+    w = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)
+    two = allocation.target("A100 40GB", processes=2)
+    assert two.budget_bytes == 10 * 2**30
+    assert "set XLA_PYTHON_CLIENT_PREALLOCATE=false" in two.note and "below 0.50" in two.note
+    assert "CUDA context" in two.note
+    assert preflight.preflight_step(step, x, w, target=two).verdict == "will not fit"
+    fixed = allocation.target("A100 40GB", processes=2, preallocate=False)
+    assert preflight.preflight_step(step, x, w, target=fixed).verdict == "fits"

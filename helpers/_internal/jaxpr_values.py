@@ -25,8 +25,9 @@ from helpers._internal.jaxpr_walk import (
     zero_literal,
 )
 
-__all__ = ["narrowed_inputs", "output_kinds", "promoted_round_trips", "scaled_by_zero",
-           "shapes_by_dtype", "threefry_draws", "updated_inputs", "widened_inputs"]
+__all__ = ["narrow_constants_widened", "narrowed_inputs", "output_kinds", "promoted_round_trips",
+           "scaled_by_zero", "shapes_by_dtype", "threefry_draws", "updated_inputs",
+           "widened_inputs"]
 
 
 def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
@@ -51,6 +52,30 @@ def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
             for v in eqn.params.values():
                 stack += [(sub, line) for sub in (v if isinstance(v, (tuple, list)) else (v,))
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+    return tuple(sorted(out, key=lambda x: -x[1]))
+
+
+def narrow_constants_widened(closed) -> tuple[tuple[str, int, str], ...]:
+    """("float32[1000]", bytes, the line that reads it) of each closed-over array of a
+    narrower float that the step widens to float64: under jax_enable_x64, an array made before
+    x64 was turned on (a library's module-level table, made at its import) keeps float32's
+    precision inside a float64 computation (ArgonneCPAC/dsps#108: a relative error of 2.75e-8
+    against 1.5e-16 with x64 on before the import; jax 0.10.2). Largest first."""
+    out = []
+    for j, consts in walk(closed):
+        narrow = {id(v): c for v, c in zip(getattr(j, "constvars", ()), consts, strict=False)
+                  if getattr(c, "dtype", None) is not None and floating(c.dtype)
+                  and np.dtype(c.dtype).itemsize < 8}
+        seen: set[int] = set()
+        for eqn in getattr(j, "eqns", ()):
+            for v in eqn.invars:
+                if id(v) in narrow and id(v) not in seen and any(
+                        str(getattr(o.aval, "dtype", "")) == "float64" for o in eqn.outvars):
+                    seen.add(id(v))
+                    c = narrow[id(v)]
+                    out.append((f"{np.dtype(c.dtype).name}{list(np.shape(c))}",
+                                int(np.dtype(c.dtype).itemsize * math.prod(np.shape(c))),
+                                equation_line(eqn)))
     return tuple(sorted(out, key=lambda x: -x[1]))
 
 
