@@ -154,6 +154,7 @@ def load(ip: Any) -> None:
 
     from helpers._internal import jaxcompat
 
+    jaxcompat.ensure_hook()  # before the notebook's first JAX operation starts a backend
     ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types(),
                        BufferError, AttributeError, TypeError, AssertionError, RuntimeError),
                       _on_jax_error)

@@ -963,3 +963,20 @@ def test_jax_3412_an_array_used_after_its_donation_is_explained_with_a_real_copy
     assert "why this array is gone" in capsys.readouterr().out
     shell.run_cell("raise RuntimeError('my own')")
     assert "JAX Device Kit" not in capsys.readouterr().out
+
+
+def test_load_ext_first_sees_the_backends_start():
+    """The README's order, %load_ext helpers in the first cell, imported JAX without the kit's
+    start hook, so check_process() said "unknown (hook late)" and missed settings changed
+    after the start (a new user's trial). The extension installs it now (a fresh process:
+    this one's backends started long ago)."""
+    proc = run_python(
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "sh = InteractiveShell.instance()\n"
+        "sh.run_cell('%load_ext helpers')\n"
+        "sh.run_cell('import jax; jax.devices()')\n"
+        "from helpers import settings\n"
+        "print('HOOK', settings.check_process().hook)\n", env={"JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    hook = proc.stdout.split("HOOK ", 1)[1].split()[0]
+    assert hook in ("installed", "unavailable") and hook != "late"  # (unavailable: jax < 0.10.2)

@@ -421,7 +421,8 @@ def test_the_table_lists_every_report_tested_here():
                  "40789": "tests/test_devices.py", "4636": "tests/test_holders.py",
                  "1961": "tests/test_holders.py", "20418": "tests/test_transfers.py",
                  "636": "tests/test_preflight_file.py", "19004": "tests/test_settings.py",
-                 "208": "the TensorFlow tests in tests/test_settings.py",
+                 "208": "the TensorFlow tests (acme#208) and the nemos#208 test in "
+                 "tests/test_settings.py",
                  "158186": "tests/test_settings.py", "1219": "tests/test_ipython.py",
                  "1797": "tests/test_ipython.py", "316": "tests/test_callbacks.py",
                  "19314": "tests/test_callbacks.py", "2947": "tests/test_callbacks.py",
@@ -449,7 +450,7 @@ def test_the_table_lists_every_report_tested_here():
                  "17865": "the jax#21045 tests in tests/test_constants.py",
                  "7199": "tests/test_preflight.py", "25": "tests/test_preflight.py (Olmax#25)",
                  "22": "tests/test_doctor.py and tests/test_ipython.py (min-dalle#22)",
-                 "208": "tests/test_settings.py (nemos#208)", "1539": "tests/test_settings.py"}
+                 "1539": "tests/test_settings.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
