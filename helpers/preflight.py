@@ -471,6 +471,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "(counted in the peak here, where XLA's argument, output and temporary "
                      "sizes leave it out): pass them as arguments instead."
                      + program_notes.bound_method_note(fn))
+    if picked := program_notes.picked_log_probabilities_note(c, a["temp"]):
+        notes.append(picked)
     if narrow := (jaxpr_values.narrow_constants_widened(c.jaxpr) if c.jaxpr is not None
                   else ()):
         kinds = ", ".join(kind for kind, _, _ in narrow[:3]) + (", ..." if len(narrow) > 3 else "")

@@ -33,7 +33,7 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note", "jacobian_note",
            "jacobian_product_note", "logits_note", "on_the_host_by_commitment",
-           "output_too_large_note",
+           "output_too_large_note", "picked_log_probabilities_note",
            "pairwise_map_note", "pairwise_temporary", "print_note", "random_bits_whole",
            "record_note", "replicated_sum_note", "selected_cond_note", "slice_copy_note",
            "sliced_sort_note", "softmax_inputs", "sort_scratch_note", "sorts_to_slice",
@@ -657,6 +657,60 @@ def unrolled_values(c: compiled.CompiledStep, unrolled: str, temp: int) -> str:
             f"({format_bytes(held)} of {format_bytes(temp)} of temporaries), from every "
             "iteration, where a jax.lax.scan over the iterations holds one iteration's (give every "
             "iteration one shape, padded, and mask what is padding; openxla/xla#35719).")
+
+
+def picked_log_probabilities_note(c: compiled.CompiledStep, temp: int) -> str:
+    """A ``jax.nn.log_softmax`` made whole only to take the label's value per row
+    (:func:`jaxpr_values.picked_log_probabilities`; keras-team/keras#20005), 1 MiB or more
+    and in XLA's plan (``temp`` half its bytes or more), where XLA plans a quarter or less
+    of the temporaries for logsumexp minus the label's logit: the two compiled here, for its
+    shape and dtype, on the step's device (jax 0.10.2's CPU: 32 MiB and 0.01 MiB for 4 x 256 x
+    8192 floats; jax 0.8.0's CPU planned 33 MiB for both, so there no note). "" otherwise."""
+    picked = jaxpr_values.picked_log_probabilities(c.jaxpr) if c.jaxpr is not None else ()
+    if not picked or picked[0][1] < 2**20 or 2 * temp < picked[0][1]:
+        return ""
+    kind, nbytes, line, how = picked[0]
+    plans = _label_loss_plans(kind, c.device)
+    if plans is None or 4 * plans[1] > plans[0]:
+        return ""
+    at = f", {line}" if line else ""
+    return (f"jax.nn.log_softmax makes the whole log-probabilities, {kind} "
+            f"({format_bytes(nbytes)}{at}), and the step reads them only to take one per row, "
+            f"the label's (through {how}). A label's log-probability is its logit minus the "
+            "logsumexp of its row, which needs none of the others: jax.nn.logsumexp(logits, "
+            "-1) - jnp.take_along_axis(logits, labels[..., None], -1)[..., 0] for the negative "
+            "loss, as optax.softmax_cross_entropy_with_integer_labels computes it. For this "
+            f"shape, here, XLA plans {format_bytes(plans[0])} of temporaries the first way and "
+            f"{format_bytes(plans[1])} the second (keras-team/keras#20005).")
+
+
+def _label_loss_plans(kind: str, device) -> tuple[int, int] | None:
+    """XLA's temporaries for a mean loss over rows of ``kind`` ("float32[4, 256, 8192]") with
+    integer labels, made (log_softmax, then take_along_axis) and (logsumexp minus the label's
+    logit), compiled on ``device`` from shapes alone; None where either cannot compile."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype, shape = kind.split("[", 1)
+    dims = tuple(int(d) for d in shape.rstrip("]").split(",") if d.strip())
+    if not dims:
+        return None
+    x = jax.ShapeDtypeStruct(dims, jnp.dtype(dtype))
+    y = jax.ShapeDtypeStruct(dims[:-1], jnp.int32)
+
+    def whole(x, y):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(x, -1), y[..., None], -1))
+
+    def by_logsumexp(x, y):
+        return jnp.mean(jax.nn.logsumexp(x, -1)
+                        - jnp.take_along_axis(x, y[..., None], -1)[..., 0])
+
+    try:
+        with jax.default_device(device):
+            return tuple(jax.jit(f).lower(x, y).compile().memory_analysis().temp_size_in_bytes
+                         for f in (whole, by_logsumexp))  # type: ignore[return-value]
+    except Exception:  # a device that cannot say, a shape XLA refuses
+        return None
 
 
 #: how often a line must run in a program for its values to be read as a Python loop's chunks

@@ -4148,3 +4148,53 @@ def test_pysages_82_replicas_on_one_gpu_each_preallocating_are_named_with_the_fi
     assert preflight.preflight_step(step, x, w, target=two).verdict == "will not fit"
     fixed = allocation.target("A100 40GB", processes=2, preallocate=False)
     assert preflight.preflight_step(step, x, w, target=fixed).verdict == "fits"
+
+
+def test_keras_20005_log_probabilities_made_whole_to_take_one_per_row_are_named():
+    """keras-team/keras#20005: a sparse cross-entropy over many classes took several times the
+    logits' memory (the labels one-hot encoded; the fix computes from the integer labels). On
+    jax 0.10.2's CPU the one-hot fuses away and jax.nn.log_softmax's whole output is the cost,
+    with take_along_axis as well (32 MiB of temporaries both); logsumexp minus the label's
+    logit makes none. The kit said nothing (a new user's trial); it now names the
+    log-probabilities and that fix, run here: the same loss, forward and gradient. Soft labels
+    read every log-probability: no note."""
+    v = 8192
+    x = jnp.linspace(-3.0, 3.0, 4 * 256 * v).reshape(4, 256, v)  # 32 MiB of logits
+    y = (jnp.arange(4 * 256) * 7 % v).reshape(4, 256)
+
+    def one_hot(x, y):
+        return -jnp.mean(jnp.sum(jax.nn.one_hot(y, v) * jax.nn.log_softmax(x, -1), -1))
+
+    def taken(x, y):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(x, -1), y[..., None], -1))
+
+    def fixed(x, y):
+        return jnp.mean(jax.nn.logsumexp(x, -1) - jnp.take_along_axis(x, y[..., None], -1)[..., 0])
+
+    def temp(f):
+        return jax.jit(f).lower(x, y).compile().memory_analysis().temp_size_in_bytes
+
+    from helpers._internal.jaxcompat import jax_version_tuple
+
+    # the kit compiles both ways for the shape and names the fix only where XLA plans a
+    # quarter or less for it: jax 0.10.2 and 0.12.0.1, not 0.8.0 (33 MiB both ways)
+    helps = temp(fixed) * 4 <= temp(taken)
+    assert helps == (jax_version_tuple() >= (0, 10))
+    named = 0
+    for f, how in ((one_hot, "a one-hot"), (taken, "take_along_axis")):
+        for step in (f, jax.grad(f)):
+            advice = preflight.preflight_step(step, x, y).advice
+            said = "jax.nn.log_softmax makes the whole log-probabilities, float32[4, 256, 8192]" \
+                in advice and f"(through {how})" in advice and "keras-team/keras#20005" in advice
+            # and where XLA's plan holds them
+            assert said == (helps and 2 * temp(step) >= 32 * 2**20)
+            named += said
+        if helps:
+            assert temp(fixed) * 100 <= temp(f)
+    assert named == (4 if helps else 0)
+    np.testing.assert_allclose(fixed(x, y), one_hot(x, y), rtol=1e-5)
+    np.testing.assert_allclose(jax.grad(fixed)(x, y), jax.grad(taken)(x, y), atol=1e-9)
+    soft = jax.nn.softmax(x[..., ::-1], -1)
+    advice = preflight.preflight_step(
+        lambda x, p: -jnp.mean(jnp.sum(p * jax.nn.log_softmax(x, -1), -1)), x, soft).advice
+    assert "log-probabilities" not in advice

@@ -25,9 +25,9 @@ from helpers._internal.jaxpr_walk import (
     zero_literal,
 )
 
-__all__ = ["narrow_constants_widened", "narrowed_inputs", "output_kinds", "promoted_round_trips",
-           "scaled_by_zero", "shapes_by_dtype", "threefry_draws", "updated_inputs",
-           "widened_inputs"]
+__all__ = ["narrow_constants_widened", "narrowed_inputs", "output_kinds",
+           "picked_log_probabilities", "promoted_round_trips", "scaled_by_zero", "shapes_by_dtype",
+           "threefry_draws", "updated_inputs", "widened_inputs"]
 
 
 def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
@@ -76,6 +76,42 @@ def narrow_constants_widened(closed) -> tuple[tuple[str, int, str], ...]:
                     out.append((f"{np.dtype(c.dtype).name}{list(np.shape(c))}",
                                 int(np.dtype(c.dtype).itemsize * math.prod(np.shape(c))),
                                 equation_line(eqn)))
+    return tuple(sorted(out, key=lambda x: -x[1]))
+
+
+def _named_call(eqn, name: str) -> bool:
+    """An inner jit JAX's own function ``name`` made (jax.nn.log_softmax's, jnp's ``_one_hot``)."""
+    return eqn is not None and eqn.primitive.name in ("jit", "pjit") and \
+        eqn.params.get("name") == name
+
+
+def picked_log_probabilities(closed) -> tuple[tuple[str, int, str, str], ...]:
+    """("float32[4, 256, 8192]", bytes, line, how: "take_along_axis" or "a one-hot") of each
+    ``jax.nn.log_softmax`` whose whole output the step reads only to pick one value per row:
+    through ``jnp.take_along_axis`` with the labels, or multiplied by ``jax.nn.one_hot`` of them
+    (a sparse cross-entropy, keras-team/keras#20005). Largest first."""
+    out = []
+    for j, _ in walk(closed):
+        made, read = made_and_read(j)
+        for eqn in j.eqns:
+            if not _named_call(eqn, "log_softmax") or not eqn.outvars:
+                continue
+            v = eqn.outvars[0]  # (under jax.grad its residuals follow, for the backward pass)
+            hows = set()
+            for r in read.get(id(v), []):
+                if _named_call(r, "take_along_axis"):
+                    hows.add("take_along_axis")
+                elif r.primitive.name == "mul" and any(
+                        _named_call(made.get(id(o)), "_one_hot") for o in r.invars if o is not v):
+                    hows.add("a one-hot")
+                else:
+                    hows = set()
+                    break
+            if hows:
+                shape = tuple(v.aval.shape)
+                out.append((f"{np.dtype(v.aval.dtype).name}{list(shape)}",
+                            int(np.dtype(v.aval.dtype).itemsize * math.prod(shape)),
+                            equation_line(eqn), sorted(hows)[0]))
     return tuple(sorted(out, key=lambda x: -x[1]))
 
 
