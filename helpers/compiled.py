@@ -1719,7 +1719,12 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
         if kind == "scalars":  # a list of Python numbers, one argument each: no loop
             return (f"{head}, one of them {made[2]} times over: "
                     + jaxpr_loops.SCALARS_FIX.format(jaxpr_loops.scalar_inputs(jaxpr)))
-        if made and made[2] >= jaxpr_loops.LOOP_REPEATS > made[5]:  # shapes differ between copies
+        # shapes differ between copies: fewer alike than the loop's iterations (an equation
+        # made twice per iteration from one stack recurs twice as often: jax 0.8.0's
+        # log_softmax in HomebrewML/Olmax#25's loop of 8)
+        runs = jaxpr_loops.line_runs(jaxpr).get(tuple(source), 0) if jaxpr is not None else 0
+        if made and made[2] >= jaxpr_loops.LOOP_REPEATS > made[5] and made[5] < (
+                runs or made[2]):
             return (f"{head}, one of them {made[2]} times over, its operand shapes "
                     f"changing between iterations (at most {made[5]} alike): "
                     f"{_UNROLLED_CAUSE}; "
@@ -1744,6 +1749,10 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
     if found is None:
         return ""
     source, n, total, repeats, gathers, alike, kind, scalars = found
+    # as alike as the loop ran: a loop of 8 whose copies are all alike (HomebrewML/Olmax#25's
+    # chunks on jax 0.8.0) is no loop over shapes of their own
+    runs = jaxpr_loops.line_runs(jaxpr).get(tuple(source), 0)
+    alike = max(alike, jaxpr_loops.LOOP_REPEATS) if runs and alike >= runs else alike
     fix = (jaxpr_loops.SCALARS_FIX.format(scalars) if kind == "scalars" else
            _UNROLLED_FIX + (jaxpr_loops.LOOKUPS_FIX if gathers else "")
            if alike >= jaxpr_loops.LOOP_REPEATS else

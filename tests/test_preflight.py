@@ -1475,6 +1475,8 @@ def test_olmax_25_a_python_loop_over_chunks_under_grad_is_named_with_a_checkpoin
     assert "is made by a line that ran 8 times in this program: a Python loop" in p.advice
     assert "jax.lax.scan over the iterations" in p.advice and "jax.checkpoint" in p.advice
     assert "HomebrewML/Olmax#25" in p.advice
+    # (jax 0.8.0 makes 16 of one equation in this loop of 8, two per call: all alike)
+    assert "operand shapes changing" not in p.advice
     before = _temp_bytes(jax.grad(loop), w, x, labels)
     after = _temp_bytes(jax.grad(scanned), w, x, labels)
     assert after * 4 <= before
