@@ -274,7 +274,18 @@ def _specs(args, kwargs, device, jax, keep_shardings: bool = False):
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
         return leaf
 
-    return jax.tree.map(spec, args), jax.tree.map(spec, kwargs)
+    try:
+        return jax.tree.map(spec, args), jax.tree.map(spec, kwargs)
+    except Exception as err:  # a pytree whose unflatten runs the user's __init__ on them
+        raise BadInputError(
+            f"the kit sizes a step from stand-ins for its arrays (jax.ShapeDtypeStruct), and "
+            f"rebuilding an argument's pytree around them failed ({type(err).__name__}: "
+            f"{str(err)[:200]}): its class's unflatten likely calls __init__, which computes "
+            "with its fields. JAX's docs ('Custom pytrees and initialization') advise an "
+            "unflatten that does not run __init__ (obj = object.__new__(cls), then set the "
+            "fields): jit rebuilds the object from tracers the same way, and a constructor "
+            "that transforms its input (theta // 2) changes the answer under jit "
+            "(jax-ml/jax#14619, shoyer in jax-ml/jax#3265)") from err
 
 
 def _kept(compiled, n_leaves: int, jax) -> list[bool] | None:

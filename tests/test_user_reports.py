@@ -4198,3 +4198,38 @@ def test_keras_20005_log_probabilities_made_whole_to_take_one_per_row_are_named(
     advice = preflight.preflight_step(
         lambda x, p: -jnp.mean(jnp.sum(p * jax.nn.log_softmax(x, -1), -1)), x, soft).advice
     assert "log-probabilities" not in advice
+
+
+def test_jax_14619_a_pytree_rebuilt_through_init_gets_a_clear_error_and_the_fix():
+    """jax-ml/jax#14619: a registered class whose unflatten calls __init__, which transforms
+    its input (theta // 2): jit changes the answer. preflight_step crashed with a TypeError
+    from inside the kit's stand-ins (a new user's trial); it now raises BadInputError naming
+    the unflatten and the fix from JAX's docs, run here: the same answer with and without jit,
+    and preflight_step sizes it."""
+    class A:
+        def __init__(self, theta):
+            self.theta = theta // 2
+
+    jax.tree_util.register_pytree_node(A, lambda a: ((a.theta,), None), lambda _, ch: A(*ch))
+
+    def solve(a):
+        return a.theta * 1.0
+
+    a = A(jnp.float32(4.0))
+    assert float(solve(a)) == 2.0 and float(jax.jit(solve)(a)) == 1.0  # the thread's bug
+    with pytest.raises(errors.BadInputError, match="object.__new__") as e:
+        preflight.preflight_step(solve, a)
+    assert "jax-ml/jax#14619" in str(e.value) and isinstance(e.value, ValueError)
+
+    class B(A):
+        pass
+
+    def unflatten(_, ch):
+        b = object.__new__(B)
+        b.theta = ch[0]
+        return b
+
+    jax.tree_util.register_pytree_node(B, lambda b: ((b.theta,), None), unflatten)
+    b = B(jnp.float32(4.0))
+    assert float(solve(b)) == float(jax.jit(solve)(b)) == 2.0  # the fix named
+    assert preflight.preflight_step(solve, b).verdict == "fits"
