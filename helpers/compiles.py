@@ -1115,6 +1115,10 @@ def _shardings(text: str) -> str:
     return text.replace("UnspecifiedValue", "uncommitted")[:200]
 
 
+#: JAX's words in a tracing-cache miss for a function object it has no cache for, and its id
+_NEVER_SEEN = re.compile(r"never seen function:\s*\n?\s*\S+ id=(\d+)")
+
+
 def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            clears: list[int] | None = None, placed: list[str] | None = None,
            cleared_by: list[str] | None = None, types: list[str] | None = None,
@@ -1125,6 +1129,15 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
               and (m.cause != "function made anew" or len(mine) > 1)]
+    ids = {m.group(1) for m in (_NEVER_SEEN.search(x.explanation) for x in mine) if m}
+    if not causes and len(mine) > 1 and len(ids) == 1 and all(
+            _NEVER_SEEN.search(m.explanation) for m in mine):
+        # each call site's first call, yet one name, line and object id: a function object
+        # made anew at each and freed in between (jax.jit(foo.f) at two call sites, a bound
+        # method each time: jax-ml/jax#19570, where `self.f = self.f` compiles once). Two
+        # functions alive at once (jax.jit(cost) and jax.jit(jax.grad(cost)), scikit-robot#871's
+        # fix) have two ids: each a first compile
+        causes = ["function made anew"] * (len(mine) - 1)
     placed = placed or []
     causes += ["new placement"] * len(placed)
     # a tie goes to what JAX says changed where the one "made anew" is the block's first miss:

@@ -7,6 +7,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import sys
 from functools import partial
 
@@ -1736,3 +1737,38 @@ def test_a_widened_output_names_only_integer_converts_that_reach_it():
     assert "an integer array meets a Python float" in fix
     assert "Compute it in float32 there (count.astype(jnp.float32)), and cast the result" in fix
     assert "astype(jnp.bfloat16)" not in fix
+
+
+def test_jax_19570_a_bound_method_jitted_at_two_call_sites_is_made_anew():
+    """jax-ml/jax#19570 as written: jax.jit(foo.f) at two call sites, no loop. Each call
+    site's first miss read as a first compile, and the kit said "compiled 2 times, for first
+    compile ...: ." with no fix (a new user's trial). Two misses of one name and line, each a
+    function JAX had never seen, are a function made anew; the thread's fix, self.f = self.f,
+    compiles once."""
+    class Foo:
+        def __init__(self, keep=False):
+            self.w = jnp.ones((64, 64))
+            if keep:
+                self.f = self.f
+
+        def f(self, x):
+            return jnp.tanh(x @ self.w).sum()
+
+    x = jnp.ones((8, 64))
+    foo = Foo()
+    with compiles.watch() as log:
+        jax.jit(foo.f)(x)
+        jax.jit(foo.f)(x)
+    entry = log.function("f")
+    ids = {re.search(r"never seen function:\s*\S+ id=(\d+)", m.explanation).group(1)
+           for m in log.misses}
+    assert entry.compiles == 2
+    if len(ids) == 1:  # the first bound method freed before the second was made (0.8.0, 0.10.2)
+        assert entry.cause == "function made anew" and "bound method (obj.method)" in entry.fix
+    else:  # both alive at once (seen on 0.12.0.1): two functions, as two closures would be
+        assert entry.cause == "first compile"
+    kept = Foo(keep=True)
+    with compiles.watch() as log:
+        jax.jit(kept.f)(x)
+        jax.jit(kept.f)(x)
+    assert log.function("f").compiles == 1

@@ -450,7 +450,7 @@ def test_the_table_lists_every_report_tested_here():
                  "17865": "the jax#21045 tests in tests/test_constants.py",
                  "7199": "tests/test_preflight.py", "25": "tests/test_preflight.py (Olmax#25)",
                  "22": "tests/test_doctor.py and tests/test_ipython.py (min-dalle#22)",
-                 "1539": "tests/test_settings.py"}
+                 "1539": "tests/test_settings.py", "19570": "tests/test_compiles.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
