@@ -298,6 +298,21 @@ LOOKUPS_FIX = (" Its lookups (x[i, idx[i]] for each i) are one gather for all it
                "for 50 lookups in a loop, 0.68 s for one gather).")
 
 
+def _user_line(tb) -> tuple[tuple[str, int], list, bool] | None:
+    """((file, line) of the innermost user frame, the traceback's frames, whether JAX's own
+    loop code sits between it and the equation) for an equation's traceback; None where it
+    names no user frame or cannot say."""
+    try:
+        fs = list(tb.frames) if tb is not None else []
+    except Exception:  # a traceback that cannot say
+        return None
+    user = next((i for i, f in enumerate(fs) if frames.is_user_file(f.file_name)), None)
+    if user is None:
+        return None
+    jax_own = any(own in f.file_name.replace("\\", "/") for f in fs[:user] for own in _JAX_OWN)
+    return (fs[user].file_name, fs[user].line_num), fs, jax_own
+
+
 def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool, int]]:
     """Per line of the user's code, (file, line): (the equations it made, nested ones included,
     besides those of JAX's own loop code; those JAX's own code made (the slices of
@@ -313,16 +328,11 @@ def line_repeats(closed) -> dict[tuple[str, int], tuple[int, int, int, int, bool
     stack (nested ``jax.jvp`` of one line, 27 of one ``mul`` at order 3)."""
     out: dict[tuple[str, int], list] = {}
     for (_, tb), (n, primal, lookups, shapes) in _stack_groups(closed).items():
-        try:
-            fs = list(tb.frames) if tb is not None else []
-        except Exception:  # a traceback that cannot say
+        if (found := _user_line(tb)) is None:
             continue
-        user = next((i for i, f in enumerate(fs) if frames.is_user_file(f.file_name)), None)
-        if user is None:
-            continue
-        key = (fs[user].file_name, fs[user].line_num)
+        key, fs, jax_own = found
         line = out.setdefault(key, [0, 0, 0, 0, False, None])
-        if any(own in f.file_name.replace("\\", "/") for f in fs[:user] for own in _JAX_OWN):
+        if jax_own:
             line[1] += n
             continue
         line[0] += n
@@ -349,15 +359,9 @@ def line_runs(closed) -> dict[tuple[str, int], int]:
     left out."""
     out: dict[tuple[str, int], Counter] = {}
     for (_, tb), (_, primal, _, _) in _stack_groups(closed).items():
-        try:
-            fs = list(tb.frames) if tb is not None else []
-        except Exception:  # a traceback that cannot say
+        if not primal or (found := _user_line(tb)) is None or found[2]:
             continue
-        user = next((i for i, f in enumerate(fs) if frames.is_user_file(f.file_name)), None)
-        if user is None or not primal or any(
-                own in f.file_name.replace("\\", "/") for f in fs[:user] for own in _JAX_OWN):
-            continue
-        out.setdefault((fs[user].file_name, fs[user].line_num), Counter())[primal] += 1
+        out.setdefault(found[0], Counter())[primal] += 1
     runs = {}
     for key, counts in out.items():
         recurring = {n: k for n, k in counts.items() if n > 1}
