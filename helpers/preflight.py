@@ -473,20 +473,22 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      + program_notes.bound_method_note(fn))
     if picked := program_notes.picked_log_probabilities_note(c, a["temp"]):
         notes.append(picked)
-    if narrow := (jaxpr_values.narrow_constants_widened(c.jaxpr) if c.jaxpr is not None
-                  else ()):
+    if narrow := _widened_constants(c):
         kinds = ", ".join(kind for kind, _, _ in narrow[:3]) + (", ..." if len(narrow) > 3 else "")
         at = f" ({narrow[0][2]})" if narrow[0][2] else ""
-        notes.append(f"{len(narrow)} closed-over array{'s' if len(narrow) > 1 else ''} of a "
-                     f"narrower float ({kinds}) {'are' if len(narrow) > 1 else 'is'} widened to "
-                     f"float64 in this program{at}, keeping {narrow[0][0].split('[')[0]}'s "
-                     "rounding inside the float64 result: arrays made before jax_enable_x64 "
-                     "was on are made so, a library's module-level arrays among them (made "
-                     "at its import). If float64 is meant, turn x64 on before that "
+        cause = ("This process's first JAX backend started with x64 off, so arrays made "
+                 "before it was turned on are float32" if jaxcompat.x64_at_start() is False
+                 else "Arrays made before jax_enable_x64 was turned on are float32")
+        notes.append(f"{len(narrow)} closed-over float32 array{'s' if len(narrow) > 1 else ''} "
+                     f"({kinds}) {'are' if len(narrow) > 1 else 'is'} widened to float64 in "
+                     f"this program{at}, so the float64 result keeps float32's rounding. "
+                     f"{cause}, a library's module-level arrays among "
+                     "them (made at its import). If float64 was meant, turn x64 on before that "
                      "import: JAX_ENABLE_X64=1 before Python starts, or jax.config.update("
                      "'jax_enable_x64', True) right after `import jax`; a later update leaves "
                      "arrays already made as they are (ArgonneCPAC/dsps#108: a relative error "
-                     "of 2.75e-8, 1.5e-16 with x64 on first).")
+                     "of 2.75e-8, 1.5e-16 with x64 on first). If float32 was meant, nothing to "
+                     "change.")
     if c.folded >= 2**20:
         notes.append(f"{format_bytes(c.folded)} of constants XLA computed while compiling "
                      "(constant folding: a value made inside the jitted function from no "
@@ -1693,3 +1695,15 @@ def _scan_advice(scans: list[Residual], saved: int, scan_bytes: int, lengths: tu
     return (f"{format_bytes(scan_bytes)} of the {format_bytes(saved)} kept are scan outputs "
             f"stacked over {', '.join(map(str, lengths))} steps, so they grow with the length."
             f"{several} {fix}{blocks}")
+
+
+def _widened_constants(c: compiled.CompiledStep) -> tuple[tuple[str, int, str], ...]:
+    """The closed-over float32 arrays the step widens to float64
+    (:func:`jaxpr_values.narrow_constants_widened`), where x64 may have been off when they
+    were made: not where it was on from the start (the backend-start hook saw it, or
+    JAX_ENABLE_X64 asked for it at import), where float32 was the user's choice."""
+    if c.jaxpr is None or jaxcompat.x64_at_start() is True or (
+            jaxcompat.x64_at_start() is None
+            and os.environ.get("JAX_ENABLE_X64", "").strip().lower() in ("1", "true", "yes", "on")):
+        return ()
+    return jaxpr_values.narrow_constants_widened(c.jaxpr)

@@ -338,15 +338,50 @@ def _cpu_device_count(env: Mapping[str, str], started_platforms=()) -> list[EnvW
 
 
 def _flag_words(flags: str) -> list[str]:
-    """XLA_FLAGS split the way XLA splits it: on whitespace, keeping quoted values together."""
+    """XLA_FLAGS split into words on whitespace, keeping quoted values together, to name
+    every mistake in it (XLA itself stops at the first: :func:`_xla_reads`)."""
     try:
         return shlex.split(flags)
     except ValueError:  # an unbalanced quote
         return flags.split()
 
 
+_SPACE = " \t\r\n"  # what XLA skips between flags
+#: a value that starts with '-' (a negative number): XLA reads it as a flag of its own
+_NEGATIVE = re.compile(r"-\d[\d.eE+-]*")
+
+
+def _xla_reads(flags: str) -> tuple[list[str], str]:
+    """(the flags XLA reads from a value of XLA_FLAGS that starts with '-', the rest it never
+    reads). XLA's parser (ParseArgvFromString in xla/parse_flags_from_env.cc) reads words that
+    start with '-', a flag's quoted value (--name="a b") as one, and gives up at the first
+    word that does not start with '-': that word and every one after it are dropped without a
+    warning (run: '--xla_cpu_enable_fast_math=false stray
+    --xla_force_host_platform_device_count=2' gives 1 CPU device)."""
+    n, read, b = len(flags), [], len(flags) - len(flags.lstrip(_SPACE))
+    while b < n and flags[b] == "-":
+        e = b
+        while e < n and flags[e].isascii() and (flags[e] in "-_" or flags[e].isalnum()):
+            e += 1
+        if e + 1 < n and flags[e] == "=" and flags[e + 1] in "'\"":
+            name, quote, e, value = flags[b:e + 1], flags[e + 1], e + 2, []
+            while e < n and flags[e] != quote:
+                if quote == '"' and flags[e] == "\\" and e + 1 < n:
+                    e += 1
+                value.append(flags[e])
+                e += 1
+            read.append(name + "".join(value))
+            e += e < n  # past the closing quote
+        else:
+            while e < n and flags[e] not in _SPACE:
+                e += 1
+            read.append(flags[b:e])
+        b = n - len(flags[e:].lstrip(_SPACE))
+    return read, flags[b:]
+
+
 def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
-    # Syntax only, as XLA reads it (xla/parse_flags_from_env.h): a value whose first
+    # Syntax only, as XLA reads it (xla/parse_flags_from_env.cc): a value whose first
     # non-whitespace character is '-' is flags, anything else is the name of a file of flags.
     # XLA aborts the whole process on an unknown flag name too, but the names it knows are not
     # listed anywhere cheap to read, so they are not checked here.
@@ -367,11 +402,21 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
             f"write each flag as --name=value, separated by spaces, {example}",
         )]
     words = _flag_words(value)
-    single = [w for w in words if w.startswith("-") and not w.startswith("--")]
-    # a value after a flag with no '=': XLA reads the flag alone, and skips the value
+    # a value after a flag with no '=': XLA reads the flag alone; a word is where it stops
+    # reading, a negative number a flag of its own (XLA aborts)
     spaced = [(a, b) for a, b in zip(words, words[1:], strict=False)
-              if a.startswith("--") and "=" not in a and not b.startswith("-") and "=" not in b]
-    bare = [w for w in words if not w.startswith("-") and w not in {b for _, b in spaced}]
+              if a.startswith("--") and "=" not in a and "=" not in b
+              and (not b.startswith("-") or _NEGATIVE.fullmatch(b))]
+    values = {b for _, b in spaced}
+    single = [w for w in words if w.startswith("-") and not w.startswith("--")
+              and w not in values]
+    bare = [w for w in words if not w.startswith("-") and w not in values]
+    _, rest = _xla_reads(value)
+    stop, *after = _flag_words(rest) or [""]
+    lost = [w for w in after if w.startswith("--")]
+    # a whole flag in quotes: XLA takes quotes only around a value, and stops there
+    quoted = rest.split()[0] if rest[:1] in ("'", '"') and stop.startswith("-") else ""
+    lost_said = _listed(lost)
     if single:
         out.append(EnvWarning(
             "malformed-xla-flags",
@@ -382,15 +427,25 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
         ))
     if spaced:
         flag, given = spaced[0]
+        if _NEGATIVE.fullmatch(given):
+            said = (f"XLA reads {flag} with no value and {given} as a flag of its own, and "
+                    "aborts the process when JAX starts its first backend (\"Unknown flags in "
+                    f"XLA_FLAGS: {flag} {given}\").")
+        else:
+            said = (f"XLA reads {flag} with no value and stops reading XLA_FLAGS at "
+                    f"{given!r}, the first word that does not start with '-'"
+                    + (f": {lost_said} after it {'is' if len(lost) == 1 else 'are'} never "
+                       "read, without a warning" if lost and given == stop else "")
+                    + ". A flag that takes a number or a name "
+                    "then aborts the process when JAX starts its first backend (\"Unknown flag "
+                    f"in XLA_FLAGS: {flag}\"); a true/false flag is set to true, whatever the "
+                    "word said.")
         out.append(EnvWarning(
             "malformed-xla-flags",
-            f"XLA_FLAGS gives {flag} its value {given!r} after a space: XLA reads {flag} "
-            "with no value and skips the word after it. A flag that takes a number or a name "
-            "then aborts the process when JAX starts its first backend (\"Unknown flag in "
-            f"XLA_FLAGS: {flag}\"); a true/false flag is set to true, whatever the word said.",
-            f"join each flag to its value with '=': {flag}={given}",
+            f"XLA_FLAGS gives {flag} its value {given!r} after a space: {said}",
+            f"join each flag to its value with '=': {flag}={shlex.quote(given)}",
         ))
-    if bare:
+    if bare or quoted:
         ours = [w for w in bare if w.startswith("xla_")]
         others = [w for w in bare if not w.startswith("xla_")]
         fix = [f"start {', '.join(map(repr, ours))} with '--' ({example})"] if ours else []
@@ -403,13 +458,30 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
             fix.append("to give JAX's CPU backend fewer threads, give the process fewer CPUs "
                        "(taskset -c 0-3 python ..., or os.sched_setaffinity before import jax; "
                        "hawkinsp in jax-ml/jax#1539)")
+        if quoted:
+            fix.append(f"remove the quotes around {quoted}: XLA takes quotes only around a "
+                       "value (--name=\"a b\")")
+        said = ("XLA stops reading XLA_FLAGS at the first of them"
+                + (f", {quoted or stop!r}" if len(bare) > 1 or quoted else "")
+                + ", without a warning: it has no effect"
+                + (f", nor {'has' if len(lost) == 1 else 'have'} {lost_said} after it."
+                   if lost else ".")
+                if stop not in values else
+                "XLA stopped reading XLA_FLAGS before them (above), so they have no effect.")
         out.append(EnvWarning(
             "xla-flags-ignored",
-            f"XLA_FLAGS has words that do not start with '-' ({', '.join(map(repr, bare))}); "
-            "XLA skips them without a warning, so they have no effect.",
+            f"XLA_FLAGS has words that do not start with '-' "
+            f"({', '.join(map(repr, [quoted] if quoted else bare))}). {said}",
             "; ".join(fix),
         ))
     return out
+
+
+def _listed(flags: list[str]) -> str:
+    """'--a', '--a and --b', '--a, --b and 2 more'."""
+    if len(flags) <= 2:
+        return " and ".join(flags)
+    return f"{flags[0]}, {flags[1]} and {len(flags) - 2} more"
 
 
 #: characters that look like ASCII in a flag but are not (pasted from a web page or a word
@@ -706,7 +778,8 @@ def _cpu_devices_after_start(env: Mapping[str, str], started_platforms=()) -> li
     except ValueError:
         return []  # _cpu_device_count names it
     if want is None:
-        m = re.search(r"--xla_force_host_platform_device_count=(\d+)", env.get("XLA_FLAGS", ""))
+        read, _ = _xla_reads(env.get("XLA_FLAGS") or "")  # (what a stray word hides: not read)
+        m = re.search(r"--xla_force_host_platform_device_count=(\d+)", " ".join(read))
         want, asked = (int(m.group(1)), f"--xla_force_host_platform_device_count={m.group(1)}"
                        ) if m else (None, None)
     else:

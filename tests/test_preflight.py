@@ -1441,6 +1441,17 @@ def test_jax_7199_a_rare_costly_branch_of_a_vmapped_cond_is_named_with_lax_map()
 
     kept = preflight.preflight_step(jax.vmap(g), xs)
     assert "a branch of the lax.cond" not in kept.advice
+    from helpers._internal import jaxpr_products
+
+    def features(x):  # the cond's operand, made after the predicate on the cond's line
+        return jnp.tanh(jnp.outer(x, x)).sum(0)
+
+    def h(x):
+        return jax.lax.cond(jnp.linalg.norm(x) > 10.0, expensive, lambda x: x * 2.0, features(x))
+
+    found = jaxpr_products.selected_branches(jax.jit(jax.vmap(h)).trace(xs).jaxpr)
+    assert any("m = jnp.tanh(jnp.outer(x, x))" in line for line in found)
+    assert not any("sum(0)" in line for line in found)  # an operand, not a branch (a review)
 
 
 def test_olmax_25_a_python_loop_over_chunks_under_grad_is_named_with_a_checkpointed_scan():
@@ -1495,6 +1506,27 @@ def test_olmax_25_a_python_loop_over_chunks_under_grad_is_named_with_a_checkpoin
 
     deep = preflight.preflight_step(jax.grad(mlp), layers, jnp.ones((1024, 256)))
     assert "a Python loop, which jit unrolls" not in deep.advice
+    # nor a loop over the rows of a stack, layers' weights W[i] or an RNN's time steps x[t]: one
+    # row each, no chunk (the note fired on these; a review measured its fix raising the plan)
+    stacked = jnp.ones((8, 256, 256)) * 0.01
+
+    def stack_mlp(w, h):
+        for i in range(w.shape[0]):
+            h = jnp.tanh(h @ w[i])
+        return h.sum()
+
+    def rnn(w, xs):
+        h = jnp.zeros((xs.shape[1], w.shape[0]))
+        for t in range(xs.shape[0]):
+            h = jnp.tanh(h @ w + xs[t])
+        return h.sum()
+
+    for step, args in ((stack_mlp, (stacked, jnp.ones((1024, 256)))),
+                       (rnn, (layers[0], jnp.ones((16, 512, 256))))):
+        assert jaxpr_loops.chunked_inputs(jax.jit(jax.grad(step)).trace(*args).jaxpr) == 0
+        assert "a Python loop, which jit unrolls" not in \
+            preflight.preflight_step(jax.grad(step), *args).advice
+    assert jaxpr_loops.chunked_inputs(jax.jit(jax.grad(loop)).trace(w, x, labels).jaxpr) == 8
 
 
 def test_jax_23358_a_constant_index_with_a_batched_value_names_the_update_value():

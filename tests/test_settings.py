@@ -125,6 +125,11 @@ COUNT = "--xla_force_host_platform_device_count"
     ({"JAX_NUM_CPU_DEVICES": "-2"}, "devices: 1"),
     ({"XLA_FLAGS": f"{COUNT}=2 {COUNT[2:]}=3"}, "devices: 2"),  # the second is skipped
     ({"XLA_FLAGS": f"{COUNT} 2"}, f"Unknown flag in XLA_FLAGS: {COUNT}"),  # jax#1539's space
+    # XLA stops at the first word without '-': the flags after it are never read
+    ({"XLA_FLAGS": f"--xla_cpu_enable_fast_math=false stray {COUNT}=2"}, "devices: 1"),
+    ({"XLA_FLAGS": f"--xla_cpu_enable_fast_math false {COUNT}=2"}, "devices: 1"),
+    ({"XLA_FLAGS": f"{COUNT}=2 --xla_dump_max_hlo_modules -1"},
+     "Unknown flags in XLA_FLAGS: --xla_dump_max_hlo_modules -1"),  # a value that is a flag
 ])
 def test_new_warnings_say_what_jax_does(env, said):
     ws = settings.check_environment(env)
@@ -747,6 +752,40 @@ def test_jax_1539_a_true_false_flag_given_its_value_after_a_space_is_set_true(tm
     assert "Unknown flag in XLA_FLAGS: --intra_op_parallelism_threads=1" in proc.stderr
     (w,) = settings.check_environment({"XLA_FLAGS": "--xla_dump_hlo_as_text xla_dump_to=/tmp/x"})
     assert w.fix.startswith("start 'xla_dump_to=/tmp/x' with '--'")
+
+
+_STRAY_WORD = """
+import jax
+print(len(jax.devices("cpu")))
+from helpers import settings
+for w in settings.check_process().warnings:
+    print(w.code, "|", w.message, "|", w.fix)
+"""
+
+
+def test_jax_1539_a_stray_word_in_xla_flags_hides_every_flag_after_it():
+    """A review of jax-ml/jax#1539's fix: XLA stops reading XLA_FLAGS at the first word that
+    does not start with '-' (its parser gives up there), so a flag after a stray word or a
+    value given after a space is never read. The kit said only that word was skipped, and the
+    doctor then blamed the lost device count on a late setting, with a restart that cannot
+    help. It now names the flags never read, and the restart advice is gone."""
+    for flags in (f"--xla_cpu_enable_fast_math=false stray {COUNT}=2",
+                  f"--xla_cpu_enable_fast_math false {COUNT}=2"):
+        out = run_python(_STRAY_WORD, env={"JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags,
+                                           "JAX_NUM_CPU_DEVICES": None})
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines = out.stdout.strip().splitlines()
+        assert lines[0] == "1"  # the count after the stray word: never read
+        said = [line for line in lines[1:] if "XLA_FLAGS" in line]
+        assert len(said) == 1 and f"{COUNT}=2 after it" in said[0], lines
+        assert not any(line.startswith("cpu-devices-set-after-start") for line in lines)
+    fixed = run_python(_STRAY_WORD, env={
+        "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": None,
+        "XLA_FLAGS": f"--xla_cpu_enable_fast_math=false {COUNT}=2"})  # the word removed
+    assert fixed.returncode == 0 and fixed.stdout.split()[0] == "2", fixed.stderr[-2000:]
+    (w,) = settings.check_environment({"XLA_FLAGS": "--xla_dump_to='/tmp/a b' --x 'c d'"})
+    assert w.fix.endswith("--x='c d'")  # a value with a space, quoted as the shell needs
+    assert settings.check_environment({"XLA_FLAGS": "--xla_dump_to='/tmp/a b'"}) == ()
 
 
 def test_nemos_208_fraction_and_preallocate_beside_the_platform_allocator_are_named_moot():

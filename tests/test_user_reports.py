@@ -4111,9 +4111,10 @@ def test_dsps_108_x64_turned_on_after_a_library_made_its_arrays_is_named():
     assert late.returncode == 0, late.stderr[-2000:]
     assert "table float32" in late.stdout
     advice = late.stdout.split("ADVICE", 1)[1]
-    assert "1 closed-over array of a narrower float (float32[1000]) is widened to float64" \
-        in advice and "ArgonneCPAC/dsps#108" in advice
-    assert "right after `import jax`" in advice
+    assert "1 closed-over float32 array (float32[1000]) is widened to float64" in advice
+    assert "ArgonneCPAC/dsps#108" in advice and "right after `import jax`" in advice
+    assert "Arrays made before jax_enable_x64 was turned on are float32" in advice  # (a guess:
+    # helpers came after the table, so the kit did not see x64 off at the start)
     first = _DSPS_108.format(late=True).replace(
         'jnp.linspace(5.5, 10.35, 1000)  #', 'jnp.linspace(5.5, 10.35, 1000) if jax.config.update('
         '"jax_enable_x64", True) is None else None  #')
@@ -4126,6 +4127,45 @@ def test_dsps_108_x64_turned_on_after_a_library_made_its_arrays_is_named():
     (w,) = [w for w in settings.check_environment({"JAX_ENABLE_X64": "1"})
             if w.code == "x64-set-after-import"]
     assert "call it before importing such a library" in w.fix
+    # helpers imported first: where JAX has the backend-start hook, the kit saw x64 off then
+    early = run_python(_DSPS_108.format(late=True).replace(
+        "TABLE =", "from helpers import preflight\nTABLE ="), env=env)
+    assert early.returncode == 0, early.stderr[-2000:]
+    seen = "first JAX backend started with x64 off" in early.stdout
+    assert seen == jaxcompat.INTERNALS["register_backend_initialization_hook"].expected(
+        jaxcompat.jax_version_tuple())  # (a JAX with the hook)
+    assert "1 closed-over float32 array (float32[1000])" in early.stdout
+
+
+_X64_FROM_START = """
+import jax, jax.numpy as jnp, numpy as np
+from helpers import preflight
+from helpers._internal import jaxpr_values
+F32 = jnp.linspace(5.5, 10.35, 1000, dtype=jnp.float32)  # float32 on purpose
+NP32 = np.linspace(5.5, 10.35, 1000, dtype=np.float32)  # a NumPy constant
+F16 = jnp.linspace(5.5, 10.35, 1000, dtype=jnp.float16)  # x64 makes no float16
+
+def f(x):
+    return jnp.interp(x, F32, F32 / 3.0) + (x[:, None] * NP32).sum(1) + (x[:, None] * F16).sum(1)
+
+x = jnp.linspace(6.0, 10.0, 7)
+print("LISTED", [k for k, _, _ in jaxpr_values.narrow_constants_widened(jax.jit(f).trace(x).jaxpr)])
+print("ADVICE", preflight.preflight_step(f, x).advice)
+"""
+
+
+def test_dsps_108_float32_arrays_made_with_x64_on_from_the_start_are_not_named():
+    """A review of dsps#108's note: with x64 on from the start it named a jnp.float32 table
+    made so on purpose, a NumPy float32 constant and a float16 one, "made before x64 was on",
+    which none of them was. Only float32 jax.Arrays are listed now, and none where x64 was on
+    when JAX started (the backend-start hook saw it; before jax 0.10.2, JAX_ENABLE_X64 at
+    import says it)."""
+    from tests.conftest import run_python
+
+    out = run_python(_X64_FROM_START, env={"JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "LISTED ['float32[1000]']" in out.stdout  # not the NumPy one, nor float16
+    assert "widened to float64" not in out.stdout.split("ADVICE", 1)[1]
 
 
 def test_pysages_82_replicas_on_one_gpu_each_preallocating_are_named_with_the_fix():
@@ -4198,6 +4238,20 @@ def test_keras_20005_log_probabilities_made_whole_to_take_one_per_row_are_named(
     advice = preflight.preflight_step(
         lambda x, p: -jnp.mean(jnp.sum(p * jax.nn.log_softmax(x, -1), -1)), x, soft).advice
     assert "log-probabilities" not in advice
+    # over another axis, or several values per row: the fix named would not fit (a review: for
+    # axis=1 it raised a broadcasting error), so neither is listed
+    from helpers._internal import jaxpr_values
+
+    def by_axis_1(x, y):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(x, axis=1), y[:, None, :], 1))
+
+    def five_per_row(x, y):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(x, -1), y, -1))
+
+    for f, args in ((by_axis_1, (x, jnp.zeros((4, v), jnp.int32))),
+                    (five_per_row, (x, jnp.stack([y] * 5, -1))), (taken, (x, y))):
+        listed = jaxpr_values.picked_log_probabilities(jax.jit(jax.grad(f)).trace(*args).jaxpr)
+        assert bool(listed) == (f is taken)
 
 
 def test_jax_14619_a_pytree_rebuilt_through_init_gets_a_clear_error_and_the_fix():

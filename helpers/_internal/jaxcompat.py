@@ -55,7 +55,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "static_values_explained",
            "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
-           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr",
+           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr", "x64_at_start",
            "YNN_FUSIONS_OFF", "while_carried", "ynn_fusion_intermediates"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -1990,6 +1990,7 @@ MIN_MEM_FRACTION = 0.005
 _lock = threading.Lock()
 _at_start: dict[str, dict[str, str | None]] = {}
 _hook_state = "not installed"
+_x64_seen: list[bool] = []  # jax_enable_x64 when the first backend started, as the hook saw it
 
 
 #: What the hook records when a backend starts: the allocator variables, and the other
@@ -1999,8 +2000,14 @@ STARTUP_VARS = (*ALLOCATOR_VARS, "XLA_FLAGS", "JAX_NUM_CPU_DEVICES")
 
 def _on_backend_start(client) -> None:  # called by JAX with the new client
     snapshot = {name: os.environ.get(name) for name in STARTUP_VARS}
+    try:
+        x64 = bool(sys.modules["jax"].config.jax_enable_x64)
+    except Exception:  # pragma: no cover - a JAX without the option
+        x64 = None
     with _lock:
         _at_start.setdefault(str(client.platform), snapshot)
+        if x64 is not None and not _x64_seen:
+            _x64_seen.append(x64)
 
 
 def ensure_hook() -> None:
@@ -2023,6 +2030,15 @@ def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
     ensure_hook()
     with _lock:
         return _hook_state, {k: dict(v) for k, v in _at_start.items()}
+
+
+def x64_at_start() -> bool | None:
+    """Whether 64-bit types (jax_enable_x64) were on when this process's first JAX backend
+    started, before any array could be made, as the backend-start hook saw it; None where the
+    hook saw no start (helpers imported late, or a JAX without the hook: before 0.10.2)."""
+    ensure_hook()
+    with _lock:
+        return _x64_seen[0] if _x64_seen else None
 
 
 def import_jax():

@@ -380,7 +380,9 @@ def selected_branches(closed) -> dict[str, str]:
     branch has run for every element, and these lines' values reach that select (jax-ml/jax#7199:
     a rare, costly branch run for the whole batch). Walked back from the select's values, not
     through the equations made on the cond's line (the predicate, the operands vmap guards),
-    nor to equations before the cond's first."""
+    nor to equations before the cond's first. The guards are selects too, each between an
+    operand and its stop_gradient: walked from, they led to the operand's own lines
+    (``lax.cond(p(x), f, g, features(x))``: features called "in a branch", a review found)."""
     out: dict[str, str] = {}
     for j, _ in walk(closed):
         made, _ = made_and_read(j)
@@ -388,10 +390,17 @@ def selected_branches(closed) -> dict[str, str]:
         for i, eqn in enumerate(j.eqns):
             first.setdefault(equation_line(eqn), i)
         where = {id(eqn): i for i, eqn in enumerate(j.eqns)}
+
+        def unstopped(v, made=made):
+            e = made.get(id(v))
+            return id(e.invars[0]) if e is not None and e.primitive.name == "stop_gradient" \
+                else id(v)
+
         for eqn in j.eqns:
             at = equation_line(eqn)
-            if eqn.primitive.name != "select_n" or not _COND_CALL.search(at):
-                continue
+            if eqn.primitive.name != "select_n" or not _COND_CALL.search(at) or \
+                    len({unstopped(v) for v in eqn.invars[1:]}) == 1:
+                continue  # (an operand's guard: the operand, or its stop_gradient)
             stack, seen = list(eqn.invars[1:]), set()
             while stack:
                 e = made.get(id(stack.pop()))

@@ -56,16 +56,17 @@ def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
 
 
 def narrow_constants_widened(closed) -> tuple[tuple[str, int, str], ...]:
-    """("float32[1000]", bytes, the line that reads it) of each closed-over array of a
-    narrower float that the step widens to float64: under jax_enable_x64, an array made before
-    x64 was turned on (a library's module-level table, made at its import) keeps float32's
-    precision inside a float64 computation (ArgonneCPAC/dsps#108: a relative error of 2.75e-8
-    against 1.5e-16 with x64 on before the import; jax 0.10.2). Largest first."""
+    """("float32[1000]", bytes, the line that reads it) of each closed-over float32 jax.Array
+    that the step widens to float64: under jax_enable_x64, an array made before x64 was turned
+    on (a library's module-level table, made at its import) keeps float32's precision inside a
+    float64 computation (ArgonneCPAC/dsps#108: a relative error of 2.75e-8 against 1.5e-16
+    with x64 on before the import; jax 0.10.2). Not a NumPy array, nor a float16 or bfloat16
+    one: x64 does not make those, so they were meant (a review). Largest first."""
+    jax = jaxcompat.import_jax()
     out = []
     for j, consts in walk(closed):
         narrow = {id(v): c for v, c in zip(getattr(j, "constvars", ()), consts, strict=False)
-                  if getattr(c, "dtype", None) is not None and floating(c.dtype)
-                  and np.dtype(c.dtype).itemsize < 8}
+                  if isinstance(c, jax.Array) and np.dtype(c.dtype) == np.float32}
         seen: set[int] = set()
         for eqn in getattr(j, "eqns", ()):
             for v in eqn.invars:
@@ -85,11 +86,20 @@ def _named_call(eqn, name: str) -> bool:
         eqn.params.get("name") == name
 
 
+def _reduced_axes(eqn) -> set[int]:
+    """The axes the reductions inside an inner jit reduce (log_softmax's max and sum: its
+    ``axis``); empty where it reduces nothing."""
+    return {int(a) for q in called_jaxpr(eqn).eqns if q.primitive.name.startswith("reduce_")
+            for a in q.params.get("axes", ())} if called_jaxpr(eqn) is not None else set()
+
+
 def picked_log_probabilities(closed) -> tuple[tuple[str, int, str, str], ...]:
     """("float32[4, 256, 8192]", bytes, line, how: "take_along_axis" or "a one-hot") of each
     ``jax.nn.log_softmax`` whose whole output the step reads only to pick one value per row:
     through ``jnp.take_along_axis`` with the labels, or multiplied by ``jax.nn.one_hot`` of them
-    (a sparse cross-entropy, keras-team/keras#20005). Largest first."""
+    (a sparse cross-entropy, keras-team/keras#20005). Only a log_softmax over the last axis,
+    and a take_along_axis of one value per row (a review found the note naming the last-axis
+    fix for ``axis=1``, where it raises). Largest first."""
     out = []
     for j, _ in walk(closed):
         made, read = made_and_read(j)
@@ -97,10 +107,14 @@ def picked_log_probabilities(closed) -> tuple[tuple[str, int, str, str], ...]:
             if not _named_call(eqn, "log_softmax") or not eqn.outvars:
                 continue
             v = eqn.outvars[0]  # (under jax.grad its residuals follow, for the backward pass)
+            shape = tuple(v.aval.shape)
+            if not shape or _reduced_axes(eqn) != {len(shape) - 1}:
+                continue  # over another axis than the last (the fix named is for the last)
             hows = set()
             for r in read.get(id(v), []):
-                if _named_call(r, "take_along_axis"):
-                    hows.add("take_along_axis")
+                if _named_call(r, "take_along_axis") and r.outvars and \
+                        tuple(r.outvars[0].aval.shape) == (*shape[:-1], 1):
+                    hows.add("take_along_axis")  # one per row: the label's
                 elif r.primitive.name == "mul" and any(
                         _named_call(made.get(id(o)), "_one_hot") for o in r.invars if o is not v):
                     hows.add("a one-hot")
@@ -108,7 +122,6 @@ def picked_log_probabilities(closed) -> tuple[tuple[str, int, str, str], ...]:
                     hows = set()
                     break
             if hows:
-                shape = tuple(v.aval.shape)
                 out.append((f"{np.dtype(v.aval.dtype).name}{list(shape)}",
                             int(np.dtype(v.aval.dtype).itemsize * math.prod(shape)),
                             equation_line(eqn), sorted(hows)[0]))
