@@ -297,6 +297,12 @@ class FunctionCompiles(Record):
         elif self.cause == "caches cleared":
             head = (f"`{self.function}`{where} compiled {self.compiles} times, each recompile "
                     f"after {' or '.join(self.changed) or 'jax.clear_caches()'}")
+        elif self.cause == "first compile" and self.compiles > 1:
+            # each a function JAX had never seen, with one name and line, all alive at once
+            return (f"`{self.function}`{where} compiled {self.compiles} times, each the first "
+                    "compile of another function object defined there, "
+                    f"{self.compile_seconds:.2f} s of compiling: {self.fix}."
+                    f"{self._constants_again()}")
         else:
             changed = f" ({'; '.join(self.changed[:3])})" if self.changed else ""
             times = (f"{self.compiles} times" if self.compiles != 1 else
@@ -1115,6 +1121,16 @@ def _shardings(text: str) -> str:
     return text.replace("UnspecifiedValue", "uncommitted")[:200]
 
 
+#: the fix for one name and line compiled several times, each a function JAX had never seen:
+#: two objects alive at once (jax.jit(foo.f) at two call sites on jax 0.12.0.1: jax-ml/jax#19570;
+#: jax.jit(cost) beside jax.jit(jax.grad(cost)), two programs meant: scikit-robot#871)
+SEVERAL_FIRST_FIX = (
+    "JAX's cache is keyed by the function object, and jax.jit of a bound method (obj.method) "
+    "or of a closure made again is a new one each time, as jax.jit(f) and jax.jit("
+    "jax.grad(f)) are two programs. If one function was meant, jit it once and call that "
+    "(in __init__, self.f = jax.jit(self.f); jax-ml/jax#19570)")
+
+
 #: JAX's words in a tracing-cache miss for a function object it has no cache for, and its id
 _NEVER_SEEN = re.compile(r"never seen function:\s*\n?\s*\S+ id=(\d+)")
 
@@ -1167,8 +1183,9 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
                  *dict.fromkeys(placed)) if cause == "new placement" else
         clearing or fresh[:6] or what_changed(mine, cause),
-        fix=fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
-                    through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
+        fix=SEVERAL_FIRST_FIX if cause == "first compile" and len(seconds) > 1 else
+        fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
+                through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1],
         library=library, jaxpr_equations=equations,

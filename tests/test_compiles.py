@@ -1766,7 +1766,22 @@ def test_jax_19570_a_bound_method_jitted_at_two_call_sites_is_made_anew():
     if len(ids) == 1:  # the first bound method freed before the second was made (0.8.0, 0.10.2)
         assert entry.cause == "function made anew" and "bound method (obj.method)" in entry.fix
     else:  # both alive at once (seen on 0.12.0.1): two functions, as two closures would be
-        assert entry.cause == "first compile"
+        assert entry.cause == "first compile"  # and no longer "for first compile ...: ."
+        assert "each the first compile of another function object" in entry.diagnosis
+        assert "self.f = jax.jit(self.f)" in entry.fix
+    def closure(w):
+        def f(x):
+            return jnp.tanh(x @ w).sum()
+        return f
+
+    both = closure(foo.w), closure(foo.w)  # two functions of one line alive at once: two ids
+    with compiles.watch() as log:
+        jax.jit(both[0])(x)
+        jax.jit(both[1])(x)
+    (entry,) = log.recompiled
+    assert entry.cause == "first compile" and entry.compiles == 2
+    assert "each the first compile of another function object" in entry.diagnosis
+    assert "self.f = jax.jit(self.f)" in entry.fix and ": ." not in entry.diagnosis
     kept = Foo(keep=True)
     with compiles.watch() as log:
         jax.jit(kept.f)(x)
