@@ -84,9 +84,12 @@ def _unplaced_bytes(args: Sequence) -> int:
     shape split over devices is priced per device."""
     import jax
 
-    # at the size XLA takes them: float64 is float32 unless jax_enable_x64
-    return sum(compiled.elements_per_device(leaf)
-               * jax.dtypes.canonicalize_dtype(leaf.dtype).itemsize
+    def itemsize(dtype) -> int:  # at the size XLA takes it: float64 is float32 unless x64;
+        # a typed PRNG key (key<fry>, 8 bytes) is no NumPy dtype to canonicalize (a trial)
+        return dtype.itemsize if jax.dtypes.issubdtype(dtype, jax.dtypes.extended) else \
+            jax.dtypes.canonicalize_dtype(dtype).itemsize
+
+    return sum(compiled.elements_per_device(leaf) * itemsize(leaf.dtype)
                for leaf in jax.tree.leaves(args)
                if not isinstance(leaf, jax.Array) and hasattr(leaf, "shape")
                and hasattr(leaf, "dtype"))

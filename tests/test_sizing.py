@@ -461,3 +461,20 @@ def test_a_failed_second_search_keeps_the_first_answer(monkeypatch):
     monkeypatch.setattr(preflight, "needed_bytes", lambda fn, b, **_: 1000 * b)
     found = sizing.largest_batch(lambda b: b, lambda b: (b,), 1_000_001)
     assert found.batch == 1000 and calls == [1, 32]  # 1,000 rounded up to 1,024: by 32
+
+
+def test_a_typed_prng_key_given_as_a_shape_is_sized_as_a_real_key():
+    """A new user's trial (NovaSky-AI/SkyRL#594's sampling, batched): largest_batch raised
+    "canonicalize_dtype called on extended dtype key<fry>" for a jax.ShapeDtypeStruct of a
+    typed key, which preflight_step takes. The key is 8 bytes, as a real key's."""
+    def sample(x, key):
+        return x + jax.random.normal(key, x.shape)
+
+    key = jax.random.key(0)
+
+    def shapes(b):
+        return jax.ShapeDtypeStruct((b,), jnp.float32), jax.ShapeDtypeStruct((), key.dtype)
+
+    as_shape = sizing.largest_batch(sample, shapes, "1MiB")
+    as_key = sizing.largest_batch(sample, lambda b: (shapes(b)[0], key), "1MiB")
+    assert as_shape.batch == as_key.batch > 0
