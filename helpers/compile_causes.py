@@ -135,8 +135,11 @@ LIBRARY_INT_FIX = ("the static values that changed are Python ints, of a functio
                    "you marked nothing static): each new value compiles again. Where the int "
                    "only feeds arithmetic (a step counter), hold it as an array "
                    "(jnp.asarray(i)), which is traced, and one compile serves every value "
-                   "(patrick-kidger/equinox#1062); an int that sets a shape or a Python loop's "
-                   "length must stay a Python int: keep its values few")
+                   "(patrick-kidger/equinox#1062); where it sets where a slice of fixed length "
+                   "starts (x[i:i + 1]), hold it as an array too and read the slice with "
+                   "jax.lax.dynamic_slice_in_dim(x, i, 1) (patrick-kidger/equinox#704); an int "
+                   "that sets a shape or a Python loop's length must stay a Python int: keep "
+                   "its values few")
 #: the fix for new static values that are Python ints: a count or a size, each value its own
 #: program (jax-ml/jax#3345: K in jnp.arange(K) made static, a compile per K; traced, jnp.arange
 #: fails. Its fix, one length for the largest K and a mask, compiled once for seven values of K,
@@ -171,7 +174,13 @@ INT_FIXES = {
               "each value is its own program. Keep one shape for the largest value and mask "
               "past {name}, with {name} traced: n = jnp.arange(K_MAX); jnp.where(n < {name}, "
               "f(n), 0) (jax-ml/jax#3345); or round {name} up to a few sizes, powers of two, "
-              "each compiled once"),
+              "each compiled once, and mask past the true value the same way"),
+    "window": ("`{name}` sets where a slice of fixed length starts ({at}: {code}): Python's "
+               "slice needs {name} while tracing, but the slice's length does not change with "
+               "it. Pass {name} traced (out of static_argnums or static_argnames) and read the "
+               "window with jax.lax.dynamic_slice_in_dim(x, {name}, length) (write one with "
+               "jax.lax.dynamic_update_slice_in_dim): one compile serves every value, and "
+               "the result is the same (patrick-kidger/equinox#704)"),
     "axis": ("`{name}` picks an axis ({at}: {code}), which JAX must know while tracing: keep "
              "it static. An array has few axes, so these compiles are few and each is paid "
              "once; if they recur, the function is being made anew (see its callers)"),

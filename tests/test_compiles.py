@@ -1474,6 +1474,10 @@ def _uses_shape(x, k):
     return jnp.sum(x[:k]) + jax.random.normal(jax.random.key(0), (k,)).sum()
 
 
+def _uses_window(x, k):
+    return x[k:k + 1].sum() + jax.lax.dynamic_slice_in_dim(x, k, 2).sum()
+
+
 def _uses_axis(x, k):
     return jnp.sum(x, axis=k)
 
@@ -1519,6 +1523,8 @@ def test_what_a_static_parameter_does_is_read_from_the_function_s_source():
             (_uses_shape, "shape", "return jnp.sum(x[:k]) + jax.random.normal("
                                    "jax.random.key(0), (k,)).sum()"),
             (_uses_axis, "axis", "return jnp.sum(x, axis=k)"),
+            (_uses_window, "window", "return x[k:k + 1].sum() + jax.lax.dynamic_slice_in_dim("
+                                     "x, k, 2).sum()"),
             (_uses_arithmetic, "arithmetic", "return jax.lax.fori_loop(0, k, lambda i, c: "
                                              "c * 2, x * k) + jax.random.key_data("),
             (_uses_unknown, "passed on", "return run(x, k)")):

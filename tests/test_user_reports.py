@@ -4287,3 +4287,43 @@ def test_jax_14619_a_pytree_rebuilt_through_init_gets_a_clear_error_and_the_fix(
     b = B(jnp.float32(4.0))
     assert float(solve(b)) == float(jax.jit(solve)(b)) == 2.0  # the fix named
     assert preflight.preflight_step(solve, b).verdict == "fits"
+
+
+def test_equinox_704_a_static_offset_that_starts_a_fixed_slice_is_traced_with_dynamic_slice():
+    """patrick-kidger/equinox#704: a KV-cached decode step whose position is a Python int,
+    static, compiled at every token. The kit said the int "sets a shape" and advised rounding
+    it up to powers of two, which changed the outputs (a new user's trial: max |diff| 0.73):
+    COS[offset:offset + 1] is one row wherever it starts. It now says so, and the thread's fix
+    (offset traced, jax.lax.dynamic_slice_in_dim) compiles once with the same outputs."""
+    cos = jnp.cos(jnp.arange(64.0)[:, None] * jnp.linspace(0.1, 1.0, 16)[None])
+
+    @functools.partial(jax.jit, static_argnames="offset")
+    def decode(cache, q, offset):
+        c = cos[offset:offset + 1]
+        cache = cache.at[offset].set(q[0] * c[0])
+        return cache, (cache * c).sum(-1)
+
+    @jax.jit
+    def fixed(cache, q, offset):
+        c = jax.lax.dynamic_slice_in_dim(cos, offset, 1)
+        cache = jax.lax.dynamic_update_slice_in_dim(cache, q * c, offset, 0)
+        return cache, (cache * c).sum(-1)
+
+    def run(step, as_offset):
+        cache, outs = jnp.zeros((64, 16)), []
+        for pos in range(6):
+            cache, out = step(cache, jnp.full((1, 16), pos + 1.0), as_offset(pos))
+            outs.append(out)
+        return jnp.stack(outs)
+
+    with compiles.watch() as log:
+        before = run(decode, int)
+    entry = log.function("decode")
+    assert entry.compiles == 6
+    assert entry.fix.startswith("`offset` sets where a slice of fixed length starts")
+    assert "jax.lax.dynamic_slice_in_dim(x, offset, length)" in entry.fix
+    assert "patrick-kidger/equinox#704" in entry.fix and "powers of two" not in entry.fix
+    with compiles.watch() as log:
+        after = run(fixed, jnp.int32)
+    assert log.function("fixed").compiles == 1
+    np.testing.assert_array_equal(after, before)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 __all__ = ["KINDS", "ParameterUse", "parameter_of", "use_of"]
 
 #: what a parameter does, the most constraining first: the kind reported is the first found
-KINDS = ("loop", "branch", "shape", "axis", "passed on", "arithmetic")
+KINDS = ("loop", "branch", "shape", "axis", "window", "passed on", "arithmetic")
 
 #: JAX (and NumPy) functions whose arguments set a shape: an int there must be known while
 #: tracing. A method of an array of the same name counts (x.reshape(k, -1))
@@ -28,7 +28,11 @@ _SHAPE_CALLS = frozenset({
     "tri", "reshape", "broadcast_to", "tile", "repeat", "split", "array_split", "pad",
     "iota", "broadcast", "broadcasted_iota", "one_hot", "top_k", "normal", "uniform",
     "randint", "bernoulli", "truncated_normal", "bits", "gumbel", "categorical",
-    "permutation", "choice", "dynamic_slice", "resize", "expand_dims"})
+    "permutation", "choice", "dynamic_slice", "dynamic_slice_in_dim", "resize",
+    "expand_dims"})
+#: of those, the ones where only some arguments set the shape, by position: a dynamic slice's
+#: start may be traced, its size not
+_SHAPE_ARGS = {"dynamic_slice": (2,), "dynamic_slice_in_dim": (2,)}
 #: random draws: their first argument is the key, the rest set the shape
 _DRAWS = frozenset({"normal", "uniform", "randint", "bernoulli", "truncated_normal", "bits",
                     "gumbel", "categorical", "permutation", "choice"})
@@ -195,8 +199,9 @@ def _kinds_of(body: list[ast.stmt], name: str
                 for condition in n.ifs:
                     mark(condition, "branch")
             elif isinstance(n, ast.Slice):
+                window = _fixed_window(n, name)  # x[i:i + k]: i sets where, not how long
                 for part in (n.lower, n.upper, n.step):
-                    mark(part, "shape")
+                    mark(part, "window" if window and part is not n.step else "shape")
             elif isinstance(n, ast.Call):
                 called = _called(n.func)
                 for keyword in n.keywords:
@@ -208,8 +213,10 @@ def _kinds_of(body: list[ast.stmt], name: str
                     for arg in n.args:
                         mark(arg, "loop")
                 elif called in _SHAPE_CALLS:
-                    for arg in n.args[1 if called in _DRAWS else 0:]:  # (a draw's key: no)
-                        mark(arg, "shape")
+                    for at, arg in enumerate(n.args):  # (a draw's key: no)
+                        if (at in _SHAPE_ARGS[called] if called in _SHAPE_ARGS
+                                else at >= (called in _DRAWS)):
+                            mark(arg, "shape")
                 elif not _known(n.func):
                     for where, arg in (*enumerate(n.args),
                                        *((k.arg, k.value) for k in n.keywords)):
@@ -225,6 +232,21 @@ def _kinds_of(body: list[ast.stmt], name: str
             continue
         found.setdefault(kind_of.get(id(use), "arithmetic"), use.lineno)
     return found, passed
+
+
+def _fixed_window(part: ast.Slice, name: str) -> bool:
+    """``x[i:i + k]`` (or ``x[i:k + i]``) with no step, ``k`` free of ``name``: a slice whose
+    length does not change with ``name``, only where it starts (patrick-kidger/equinox#704's
+    ``COS[offset:offset + 1]``)."""
+    upper, lower = part.upper, part.lower
+    if lower is None or part.step is not None or not isinstance(upper, ast.BinOp) or \
+            not isinstance(upper.op, ast.Add):
+        return False
+    for same, other in ((upper.left, upper.right), (upper.right, upper.left)):
+        if ast.dump(same) == ast.dump(lower) and not any(
+                isinstance(n, ast.Name) and n.id == name for n in ast.walk(other)):
+            return True
+    return False
 
 
 def _outside_calls(tree: ast.AST | None) -> list[ast.AST]:
