@@ -108,7 +108,9 @@ class ScanStack(Record):
     shape: tuple[int, ...]  # the largest one's, the length first
     line: str  # the user's line that called scan ("" where not recorded)
     #: "" for a scan of the user's; "forward" in a derivative's forward pass (its stack holds
-    #: what the backward pass needs too); "backward" in the backward pass (JAX's own scan)
+    #: what the backward pass needs too); "backward" in the backward pass (JAX's own scan);
+    #: "recomputed" for a scan a jax.checkpoint around it recomputes whole in the backward pass
+    #: (its stack: what the backward pass needs from every step, at once)
     role: str = ""
     #: False for a scan without a carry: jax.lax.map, whose stack is its result
     has_carry: bool = True
@@ -1448,6 +1450,8 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
     scans = [eqn for j, _ in jaxpr_walk.walk(closed) for eqn in getattr(j, "eqns", ())
              if eqn.primitive.name == "scan"]
     found = {id(eqn): jaxpr_loops.scan_checkpoint(eqn) for eqn in scans}
+    recomputed = jaxpr_walk.recomputed_scans(closed)
+    derivative = jaxpr_walk.has_derivative(closed)
     # a gradient's forward scan has lost the checkpoint its backward scan of the same line keeps
     remat = {(int(eqn.params["length"]), line): found[id(eqn)] for eqn in scans
              if (line := jaxpr_walk.equation_line(eqn)) and found[id(eqn)][0]}
@@ -1469,7 +1473,12 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
         length, line = int(eqn.params["length"]), jaxpr_walk.equation_line(eqn)
         checkpointed, chunked = remat.get((length, line), found[id(eqn)])
         out.append(ScanStack(length, sum(sizes), len(ys), str(big.dtype), tuple(big.shape),
-                             line, jaxpr_walk.scan_role(eqn), carried > 0,
+                             line, "recomputed" if id(eqn) in recomputed else
+                             # a checkpointed scan JAX split out of an outer checkpoint's
+                             # forward pass names no jvp: its stack is residuals too
+                             "forward" if derivative and checkpointed
+                             and not jaxpr_walk.scan_role(eqn) else
+                             jaxpr_walk.scan_role(eqn), carried > 0,
                              copied, jaxpr_loops.scan_carry_bytes(eqn), checkpointed, chunked,
                              jaxpr_derivatives.custom_vjp_rule(eqn), updated))
     return tuple(sorted(out, key=lambda t: -t.nbytes)[:most])
@@ -1699,7 +1708,25 @@ def _jax_dtype(hlo: str) -> str:
     return kinds[hlo[0]] + hlo[1:] if hlo[0] in kinds and hlo[1:].isdigit() else hlo
 
 
+#: what a note that advises jax.lax.scan adds where the step takes a derivative
+SCAN_UNDER_GRAD = (
+    " Under jax.grad, put jax.checkpoint on the scan's body: without it the scan keeps every "
+    "iteration's values for the backward pass at once, and XLA's plan can grow where the "
+    "unrolled loop's did not (jax-ml/jax#14056 in a miniature on the CPU, 16 layers: 11.00 MiB "
+    "of temporaries unrolled, 94.75 with lax.scan, 10.00 with jax.checkpoint on its body; "
+    "jax 0.10.2).")
+
+
 def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
+    """:func:`_unrolled_note`, and where it advises jax.lax.scan in a step that takes a
+    derivative, :data:`SCAN_UNDER_GRAD`."""
+    note = _unrolled_note(values, leaves, jaxpr)
+    if "jax.lax.scan" in note and jaxpr is not None and jaxpr_walk.has_derivative(jaxpr):
+        return note + SCAN_UNDER_GRAD
+    return note
+
+
+def _unrolled_note(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
     """A note when one line of the user's code made ``UNROLLED_AT`` or more of the program's
     operations: a Python loop inside jit, unrolled (jax-ml/jax#2777), or, where their number
     goes with the ``leaves`` of the arguments (a pytree of many arrays), one operation per
@@ -1720,11 +1747,12 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                 f"({frames.line(*source)})")
         if leaves >= UNROLLED_AT // 2 and leaves // 2 <= n <= 8 * leaves:
             return (f"{head}, about as many as the {leaves} arrays of the arguments: code that "
-                    "runs over a pytree's leaves (jax.tree.map, a loop over jax.tree.leaves) "
-                    "is one operation per array, so the program and its compile time grow with "
-                    "the number of arrays. Fewer, larger arrays compile faster: stack alike "
-                    "layers into one array (and run them with jax.lax.scan), or flatten the "
-                    "tree (jax.flatten_util.ravel_pytree).")
+                    "runs once per array or per layer (jax.tree.map, a loop over "
+                    "jax.tree.leaves, a Python loop over layers) is unrolled into the program, "
+                    "so the program and its compile time grow with the number of arrays. "
+                    "Fewer, larger arrays compile faster: stack alike layers into one array "
+                    "(and run them with jax.lax.scan), or flatten the tree "
+                    "(jax.flatten_util.ravel_pytree).")
         sliced = jaxpr_loops.sliced_lines(jaxpr) if jaxpr is not None else set()
         kind = jaxpr_loops.loop_kind(jaxpr, tuple(source), made[2], sliced) if made else ""
         if kind == "scalars":  # a list of Python numbers, one argument each: no loop

@@ -895,7 +895,15 @@ def stack_note(t: compiled.ScanStack, peak: int) -> str:
                 f"scan's values as {rule}'s residuals, return fewer from {rule} and recompute "
                 f"them in the bwd rule (sglang-jax#823); where it does not, they are {rule}'s "
                 "output.")
-    if t.role == "forward":
+    if t.role == "recomputed" and not t.checkpointed:
+        return (f"{head}: a jax.checkpoint around the whole scan recomputes it for the backward "
+                "pass, and recomputed it keeps what the backward pass needs from every step at "
+                "once, as a scan with no checkpoint does. Put the checkpoint (and its policy) "
+                "on the scan's body instead, jax.lax.scan(jax.checkpoint(body), ...): it keeps "
+                "one carry per step and recomputes one step at a time (NovaSky-AI/SkyRL#1083; "
+                "apple/axlearn#1171, remat(scan(f)) made scan(remat(f)); a miniature on the "
+                "CPU: XLA's temporaries 94.75 -> 10.00 MiB, jax 0.10.2).")
+    if t.role in ("forward", "recomputed"):  # (recomputed, its body checkpointed already)
         return (f"{head}: it runs under a derivative (jax.grad, jax.vjp), so beside what its "
                 "body returns it keeps what the backward pass needs from each step. "
                 "preflight.residuals(loss, ...) lists those. "

@@ -2523,3 +2523,86 @@ def test_the_arguments_row_names_donated_positions_as_arguments_not_bytes():
     p = preflight.preflight_step(step, jnp.ones((256, 256)), jnp.ones(8), donate_argnums=0)
     (row,) = [line for line in str(p).splitlines() if line.lstrip().startswith("arguments:")]
     assert row.endswith("(donated: argument 0)"), row
+
+
+def test_skyrl_1083_a_checkpoint_around_a_whole_scan_is_named_with_the_body_checkpointed():
+    """NovaSky-AI/SkyRL#1083 and apple/axlearn#1171: jax.checkpoint (with or without a policy)
+    around a whole lax.scan over layers, where the fix checkpoints the scan's body. Recomputed
+    for the backward pass, the scan keeps what it needs from every step at once; the kit said
+    "Return less from the body" of a body that returns nothing (a new user's trial). It now
+    names the checkpoint around the scan and the body's, run here on each form."""
+    n, b, d, h = 8, 128, 128, 512
+    k1, k2 = jax.random.split(jax.random.key(0))
+    params = {"w1": jax.random.normal(k1, (n, d, h)) * 0.02,
+              "w2": jax.random.normal(k2, (n, h, d)) * 0.02}
+    x = jnp.ones((b, d))
+    policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+
+    def body(x, p):
+        h_ = jnp.tanh(jnp.tanh(x @ p["w1"]) @ p["w1"].T @ p["w1"])
+        return x + h_ @ p["w2"], None
+
+    def loss(wrap_scan, wrap_body):
+        def scan(p, x):
+            return jax.lax.scan(wrap_body(body), x, p)[0]
+        return lambda p, x: jnp.sum(wrap_scan(scan)(p, x) ** 2)
+
+    def plain(f):
+        return f
+
+    with_policy = functools.partial(jax.checkpoint, policy=policy)
+    forms = {"around": loss(jax.checkpoint, plain), "body": loss(plain, jax.checkpoint),
+             "around, policy": loss(with_policy, plain), "body, policy": loss(plain, with_policy),
+             "both, policy": loss(with_policy, with_policy)}
+    temp = {k: _temp_bytes(jax.grad(f), params, x) for k, f in forms.items()}
+    said = {k: preflight.preflight_step(jax.grad(f), params, x).advice for k, f in forms.items()}
+    for k in ("around", "around, policy"):
+        assert "a jax.checkpoint around the whole scan recomputes it" in said[k]
+        assert "jax.lax.scan(jax.checkpoint(body), ...)" in said[k]
+        assert "NovaSky-AI/SkyRL#1083" in said[k]
+    for k, advice in said.items():
+        assert "Return less from the body" not in advice, k
+        if not k.startswith("around"):
+            assert "around the whole scan" not in advice, k
+    assert temp["body"] * 4 <= temp["around"]  # 12.69 -> 2.00 MiB (jax 0.10.2)
+    assert temp["body, policy"] * 2 <= temp["around, policy"]  # 16.63 -> 6.69 MiB
+    np.testing.assert_allclose(jax.grad(forms["body"])(params, x)["w1"],
+                               jax.grad(forms["around"])(params, x)["w1"], rtol=1e-4, atol=1e-6)
+
+
+def test_jax_14056_a_layer_loop_told_to_scan_under_grad_is_told_to_checkpoint_the_body():
+    """jax-ml/jax#14056 (nn.scan=False): a Python loop over layers held as a list. The kit's
+    compile note advised stacking them and jax.lax.scan; under jax.grad, a scan without
+    jax.checkpoint on its body kept every layer's values at once and XLA's plan grew about 8
+    times on the CPU (a new user's trial). The note now says to checkpoint the body, run here:
+    the checkpointed scan plans no more than the loop."""
+    n, b, d, h = 16, 128, 128, 512
+    keys = jax.random.split(jax.random.key(0), 2 * n)
+    layers = [{"w1": jax.random.normal(keys[2 * i], (d, h)) * 0.02,
+               "w2": jax.random.normal(keys[2 * i + 1], (h, d)) * 0.02} for i in range(n)]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *layers)
+    x = jnp.ones((b, d))
+
+    def layer(x, p):
+        return x + jnp.tanh(jnp.tanh(x @ p["w1"]) @ p["w1"].T @ p["w1"]) @ p["w2"]
+
+    def loop(ps, x):
+        for p in ps:
+            x = layer(x, p)
+        return jnp.sum(x ** 2)
+
+    def scanned(body):
+        return lambda ps, x: jnp.sum(jax.lax.scan(body, x, ps)[0] ** 2)
+
+    def step(c, p):
+        return layer(c, p), None
+
+    advice = preflight.preflight_step(jax.grad(loop), layers, x).advice
+    assert "jax.lax.scan" in advice  # (the unrolled-loop note, or the many-arrays one)
+    assert "put jax.checkpoint on the scan's body" in advice and "jax-ml/jax#14056" in advice
+    unrolled = _temp_bytes(jax.grad(loop), layers, x)
+    bare = _temp_bytes(jax.grad(scanned(step)), stacked, x)
+    checkpointed = _temp_bytes(jax.grad(scanned(jax.checkpoint(step))), stacked, x)
+    assert checkpointed <= unrolled < bare  # 2.50 <= 2.75 < 23.69 MiB (jax 0.10.2)
+    forward = preflight.preflight_step(loop, layers, x).advice
+    assert "put jax.checkpoint on the scan's body" not in forward

@@ -153,6 +153,29 @@ def scan_role(eqn) -> str:
 REMATS = ("remat", "remat2", "checkpoint")
 
 
+def recomputed_scans(closed) -> set[int]:
+    """The ids of the scan equations a jax.checkpoint recomputes whole in a backward pass: in
+    a differentiated checkpoint that no scan's body holds (``jax.checkpoint(forward)`` around a
+    scan over layers, NovaSky-AI/SkyRL#1083; ``remat(scan(f), policy)``, apple/axlearn#1171).
+    Recomputed there, such a scan keeps what the backward pass needs from every step at once;
+    a checkpoint on a scan's body (or on chunks of steps, in an outer scan) recomputes one
+    step, or one chunk, at a time. JAX names them "rematted_computation", not jvp."""
+    out: set[int] = set()
+    todo = [(closed.jaxpr if hasattr(closed, "jaxpr") else closed, False)] \
+        if closed is not None else []
+    while todo:
+        j, in_scan = todo.pop()
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name in REMATS and eqn.params.get("differentiated") and not in_scan:
+                out.update(id(e) for body, _ in bodies(eqn) for sub, _ in walk(body)
+                           for e in getattr(sub, "eqns", ()) if e.primitive.name == "scan"
+                           and "rematted_computation" in str(e.source_info.name_stack))
+                continue
+            for sub, _ in bodies(eqn):
+                todo.append((sub, in_scan or eqn.primitive.name == "scan"))
+    return out
+
+
 def value_types(values) -> list[tuple[tuple[int, ...], str]]:
     return [(tuple(v.aval.shape), str(v.aval.dtype)) for v in values if hasattr(v.aval, "shape")]
 
