@@ -343,12 +343,20 @@ def _in_use(dev) -> tuple[int | NotAvailable, str]:
 
 
 def _verdict(needed: int, free, dev, donate: bool, derivative: bool,
-             batch: bool = True) -> tuple[str, str]:
+             batch: bool = True, largest: tuple[str, int, int] | None = None
+             ) -> tuple[str, str]:
     """``donate``: an argument whose donation lowers the planned peak (the note says which);
     ``derivative``: the step differentiates something (else jax.checkpoint has nothing to
     drop); ``batch``: not a factorization of one whole matrix (google/neural-tangents#166's
-    Cholesky solve: none of the three applies)."""
-    tips = ["donate the arguments the step replaces (donate_argnums)"] if donate else []
+    Cholesky solve: none of the three applies); ``largest``: (name, bytes, the peak) of an
+    argument that is half the peak or more, which the step needs whole: shrinking it is the
+    first saving (jax-ml/jax-llm-examples#33: a KV cache sized by max_seq_len, 94% of the
+    arguments; a new user's trial found the tips silent on it)."""
+    tips = [f"a smaller {largest[0]} ({format_bytes(largest[1])}, {largest[1] / largest[2]:.0%} "
+            "of the peak, all of it needed on the device: a smaller shape, such as a cache "
+            "sized for a shorter maximum length or fewer layers, or a narrower dtype)"
+            ] if largest else []
+    tips += ["donate the arguments the step replaces (donate_argnums)"] if donate else []
     tips += ["a smaller batch"] if batch else []
     tips += ["jax.checkpoint on the largest activations"] if derivative else []
     tips += ["free arrays still held (notebook 08)"]
@@ -443,14 +451,18 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     else:
         # a one-shot factorization of a whole matrix: no batch to shrink, nothing to checkpoint
         factored = program_notes.factorization(c.temporaries(), peak, c.jaxpr)
+        big = max(split, key=lambda x: x[1], default=None) if len(split) > 1 else None
         verdict, advice = _verdict(needed, free, where, bool(undonated),
                                    c.jaxpr is None or jaxpr_walk.has_derivative(c.jaxpr),
-                                   factored is None)
+                                   factored is None, (*big, peak) if big and 2 * big[1] >= peak
+                                   else None)
         if verdict == "will not fit" and factored is not None:
             host = (peak - runtime + c.runtime_bytes(), _free_bytes(dev)[0]
                     ) if getattr(dev, "platform", "") == "cpu" else (None, None)
             advice += " " + program_notes.factorization_note(factored, needed, *host)
-        elif verdict == "will not fit" and isinstance(free, int) and a["output"] > free:
+        elif verdict == "will not fit" and isinstance(free, int) and \
+                a["output"] - a["alias"] > free:  # (an output written into a donated argument
+            # takes no room of its own: jax-ml/jax-llm-examples#33's donated KV cache)
             advice = (advice.rstrip(".") + ". " +
                       program_notes.output_too_large_note(c.outputs(), a["output"], free))
     notes = []

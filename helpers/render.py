@@ -555,7 +555,10 @@ def cell_memory_text(c: CellMemory) -> str:
               "waits for the last step queued, and the device idles until the host queues "
               "the next (poets-ai/elegy#141). Read the previous step's value after starting "
               "the next one, or read every k steps; a convergence test belongs in "
-              "jax.lax.while_loop."),
+              "jax.lax.while_loop. A value the next step takes in (a generated token) needs "
+              "no read at all: pass the array itself to the next call and read them all at "
+              "the end, or run the whole loop inside jit, jax.lax.while_loop stopping on an "
+              "end token, with one read after it (cactus-compute/needle#44)."),
              ("waits", "blocked on", c.blocked_lines,
               "the host queues the next step only after each wait, so the device idles while it "
               "does (AI-Hypercomputer/maxtext#1956; on a CPU 32.9 ms per step blocked each "

@@ -391,6 +391,29 @@ def test_elegy_141_a_loop_that_reads_each_step_s_value_as_it_is_made_is_named(sh
     assert c.waited_lines == () and "elegy#141" not in str(c)
 
 
+def test_needle_44_a_token_read_back_to_feed_the_next_step_is_told_to_stay_on_the_device(
+        shell, monkeypatch):
+    """cactus-compute/needle#44: a greedy decoding loop read each token back (int(argmax))
+    to feed it to the next step, a device-to-host read per token; the fix runs the loop in
+    one jitted lax.while_loop. The kit named the read but advised reading one step late,
+    which a token the next step takes in cannot be (a new user's trial). It now says such a
+    value needs no read: pass the array on, or loop inside jit. Readiness is a stand-in, as
+    in elegy#141's test; the fix, the token passed on as an array, reads nothing."""
+    array_type = type(jax.numpy.ones(1))
+    monkeypatch.setattr(array_type, "is_ready", lambda self: False)
+    monkeypatch.setattr(jax, "live_arrays", lambda *a: [])
+    shell.run_cell("step = jax.jit(lambda w, t: w[t % 8] * w)\nw = jnp.linspace(0.0, 1.0, 8)")
+    read = "tok = 0\nfor i in range(20):\n    tok = int(jnp.argmax(step(w, tok)))\n"
+    c = shell.run_cell_magic("memory", "", read)
+    ((line, runs, waited, looked),) = c.waited_lines
+    assert line.endswith("tok = int(jnp.argmax(step(w, tok)))") and waited == looked == 20
+    assert "pass the array itself to the next call" in str(c)
+    assert "jax.lax.while_loop stopping on an end token" in str(c)
+    assert "cactus-compute/needle#44" in str(c)
+    kept = "tok = 0\nfor i in range(20):\n    tok = jnp.argmax(step(w, tok))\n"
+    assert shell.run_cell_magic("memory", "", kept).waited_lines == ()
+
+
 def test_jasmine_158_reads_through_device_get_and_np_asarray_each_step_are_named(shell,
                                                                                  monkeypatch):
     """p-doom/jasmine#158: a gap between training steps from reading each step's metrics with

@@ -2606,3 +2606,35 @@ def test_jax_14056_a_layer_loop_told_to_scan_under_grad_is_told_to_checkpoint_th
     assert checkpointed <= unrolled < bare  # 2.50 <= 2.75 < 23.69 MiB (jax 0.10.2)
     forward = preflight.preflight_step(loop, layers, x).advice
     assert "put jax.checkpoint on the scan's body" not in forward
+
+
+def test_jax_llm_examples_33_an_argument_most_of_the_peak_is_named_first_when_it_will_not_fit():
+    """jax-ml/jax-llm-examples#33: a KV cache preallocated for max_seq_len; the maintainer's
+    fix, a shorter max_seq_len. The kit's "will not fit" tips never named the cache, 94% of
+    the arguments, and added that the outputs alone exceeded the free memory (to compute on
+    the host), though the cache's output is written into it, donated (a new user's trial).
+    The cache is named first now, and the shorter cache fits."""
+    layers, b, h, d, e = 2, 4, 4, 64, 256
+    w = {"qkv": jnp.ones((layers, e, 3 * h * d)) * 0.02, "o": jnp.ones((layers, h * d, e)) * 0.02}
+
+    @functools.partial(jax.jit, donate_argnums=1)
+    def decode(w, kv, x, pos):
+        for i in range(layers):
+            q, k, v = (t.reshape(b, 1, h, d) for t in jnp.split(x @ w["qkv"][i], 3, -1))
+            kv = jax.lax.dynamic_update_slice(kv, jnp.stack([k, v])[None], (i, 0, 0, pos, 0, 0))
+            s = jnp.einsum("bqhd,bshd->bhqs", q, kv[i, 0]) / 8.0
+            s = jnp.where(jnp.arange(kv.shape[3]) <= pos, s, -1e30)
+            x = x + jnp.einsum("bhqs,bshd->bqhd", jax.nn.softmax(s, -1), kv[i, 1]).reshape(
+                b, 1, h * d) @ w["o"][i]
+        return kv, x
+
+    def cache(length):
+        return jax.ShapeDtypeStruct((layers, 2, b, length, h, d), jnp.float32)
+
+    x, pos = jnp.ones((b, 1, e)), jnp.int32(3)
+    long = preflight.preflight_step(decode, w, cache(2048), x, pos, target="40MiB")
+    assert long.verdict == "will not fit"
+    assert "Try: a smaller kv (32.00 MiB" in long.advice and "shorter maximum length" in long.advice
+    assert "Its outputs alone" not in long.advice  # the cache's output is the donated cache
+    assert preflight.preflight_step(decode, w, cache(512), x, pos, target="40MiB").verdict == \
+        "fits"
