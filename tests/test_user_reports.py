@@ -358,6 +358,10 @@ def test_the_table_lists_every_report_tested_here():
         assert numbers and all(f"#{n}]" in table for n in numbers), name
     # and the other way: every row the table calls named on the CPU has its test
     elsewhere = {"15162": "tests/test_processes.py", "1434": "tests/test_processes.py",
+                 "44": "tests/test_ipython.py", "33": "tests/test_preflight.py",
+                 "594": "tests/test_sizing.py", "1083": "tests/test_preflight.py",
+                 "1171": "the SkyRL#1083 test in tests/test_preflight.py",
+                 "427": "jax#19250's test in tests/test_preflight.py",
                  "1062": "tests/test_compiles.py", "24204": "tests/test_ipython.py",
                  "11204": "tests/test_holders.py",
                  "16226": "tests/test_holders.py", "88": "tests/test_preflight.py",
@@ -4327,3 +4331,19 @@ def test_equinox_704_a_static_offset_that_starts_a_fixed_slice_is_traced_with_dy
         after = run(fixed, jnp.int32)
     assert log.function("fixed").compiles == 1
     np.testing.assert_array_equal(after, before)
+
+
+def test_dejax_2_a_buffer_copied_whole_at_each_insert_is_told_to_donate():
+    """hr0nix/dejax#2: each insert into a replay buffer rewrote the whole buffer; the
+    maintainer's fix donates the buffer state. A new user's trial found it named: the step
+    copies the storage to write one row, and donated the peak drops by the storage."""
+    n, d = 65536, 64  # 16 MiB of storage
+
+    def add(buf, item):
+        return {"storage": buf["storage"].at[buf["ptr"]].set(item), "ptr": (buf["ptr"] + 1) % n}
+
+    buf, item = {"storage": jnp.zeros((n, d)), "ptr": jnp.int32(0)}, jnp.ones(d)
+    p = preflight.preflight_step(add, buf, item)
+    assert "Nothing donated for buf" in p.advice and "Donating buf" in p.advice
+    donated = preflight.preflight_step(add, buf, item, donate_argnums=0)
+    assert p.peak_bytes - donated.peak_bytes >= n * d * 4
