@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["UNROLLED_AT", "CompiledStep", "DonatedArgument", "Jacobian", "JacobianProduct",
            "ScanStack", "Temporary", "array_bytes", "bytes_per_device", "compile_step",
            "describe_arguments", "devices_split_over", "elements_per_device", "function_name",
-           "memory_kind", "metadata_arrays", "same_sharding", "user_line"]
+           "memory_kind", "metadata_arrays", "same_sharding", "unbound", "user_line"]
 
 # --- the records -------------------------------------------------------------------------------
 #: a whole copy of a loop's carried value of this many bytes on every step is worth a note (a
@@ -506,6 +506,29 @@ def _check_static(args, kwargs, static_argnums, static_argnames
     return tuple(sorted(set(nums))), tuple(names)
 
 
+def unbound(fn: Callable, args: tuple, donate_argnums: int | Sequence[int],
+            static_argnums: int | Sequence[int]) -> tuple[Callable, tuple, Any, Any]:
+    """A jitted function bound as a method (``@partial(jax.jit, static_argnums=0)`` on a
+    method, then ``obj.method``): the jitted function itself, with ``obj`` as its first
+    argument and the positions given shifted by one (``obj`` static where any are given), as
+    jit itself calls it. Given the bound
+    method, JAX's own ``.lower(x)`` takes ``x`` for ``self`` and blames it ("Non-hashable
+    static arguments", jax-ml/jax#9023 in a new user's trial). Anything else as it is."""
+    inner = getattr(fn, "__func__", None)
+    if not (inspect.ismethod(fn) and inner is not None and hasattr(inner, "lower")):
+        return fn, args, donate_argnums, static_argnums
+
+    def shift(nums):
+        return nums + 1 if isinstance(nums, int) else tuple(
+            n + 1 if isinstance(n, int) else n for n in nums) \
+            if isinstance(nums, (tuple, list)) else nums
+
+    donate, static = shift(donate_argnums), shift(static_argnums)
+    if donate or static:  # jitted again for them: ``obj`` is no array, static as jit takes it
+        static = tuple(sorted({0, *((static,) if isinstance(static, int) else static)}))
+    return inner, (fn.__self__, *args), donate, static
+
+
 def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
                  donate_argnums: int | Sequence[int] = (),
                  static_argnums: int | Sequence[int] = (),
@@ -523,6 +546,7 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
     jax = devices.start_jax()
     if not callable(fn):
         raise BadInputError(f"fn must be a function (plain or jitted), got {fn!r}")
+    fn, args, donate_argnums, static_argnums = unbound(fn, args, donate_argnums, static_argnums)
     by_name = _donated_by_name(fn, args, kwargs, donate_argnames)
     if by_name:  # merged once donate_argnums itself is known to be good
         donate_argnums = tuple(sorted(set(_check_donation(args, donate_argnums)) | set(by_name)))

@@ -405,6 +405,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     :data:`helpers.allocation.CARDS`, a size, or :func:`helpers.allocation.target` with the
     allocator settings and the processes sharing it): the whole peak against its budget,
     labelled "sized for the target, compiled here" (XLA's sizes are this backend's)."""
+    fn, args, donate_argnums, static_argnums = compiled.unbound(fn, args, donate_argnums,
+                                                                static_argnums)
     c = compiled.compile_step(fn, *args, device=device, donate_argnums=donate_argnums,
                      static_argnums=static_argnums, static_argnames=static_argnames,
                      donate_argnames=donate_argnames, **kwargs)
@@ -483,6 +485,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "(counted in the peak here, where XLA's argument, output and temporary "
                      "sizes leave it out): pass them as arguments instead."
                      + program_notes.bound_method_note(fn))
+    if static_self := program_notes.identity_static_note(fn, args):
+        notes.append(static_self)
     if picked := program_notes.picked_log_probabilities_note(c, a["temp"]):
         notes.append(picked)
     if narrow := _widened_constants(c):

@@ -31,8 +31,9 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "callback_loop_note", "carry_copy_note", "cast_note", "checkpoint_fix", "chunk_size",
            "chunks_fix", "cpu_upcast", "cpu_upcast_note", "einsum_blowups", "einsum_note",
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
-           "float64_note", "fwd_rule_fix", "gathered", "invariant_psum_note", "jacobian_note",
-           "jacobian_product_note", "logits_note", "on_the_host_by_commitment",
+           "float64_note", "fwd_rule_fix", "gathered", "identity_static_note",
+           "invariant_psum_note", "jacobian_note", "jacobian_product_note", "logits_note",
+           "on_the_host_by_commitment",
            "output_too_large_note", "picked_log_probabilities_note",
            "pairwise_map_note", "pairwise_temporary", "print_note", "random_bits_whole",
            "record_note", "replicated_sum_note", "selected_cond_note", "slice_copy_note",
@@ -1268,6 +1269,41 @@ def bound_method_note(fn: Callable) -> str:
             "jax.jit(lambda t, x: t(x))(t, x).")
 
 
+
+
+def identity_static_note(fn: Callable, args: tuple) -> str:
+    """A positional argument that is an object of a class of the user's with no ``__hash__``
+    of its own and attributes (``self`` of a method jitted with ``static_argnums=0``): it
+    can only have been static (an object that is no pytree of arrays does not trace), so jit
+    hashes it by identity and reuses the program traced at the first call, with its attribute
+    values then, however they change after (jax-ml/jax#9023: run, a reassigned self.fn gave the
+    old result; JAX logs nothing, as nothing compiles). "" otherwise."""
+    import inspect
+
+    jax = devices.start_jax()
+    for i, a in enumerate(args):
+        kind = type(a)
+        if callable(a) or not hasattr(a, "__dict__") or kind.__hash__ is not object.__hash__ \
+                or not jax.tree_util.treedef_is_leaf(jax.tree.structure(a)) \
+                or kind.__module__ in ("builtins",) or kind.__module__.split(".")[0] in (
+                    "jax", "jaxlib", "numpy"):
+            continue
+        try:
+            params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            params = []
+        name = params[i] if i < len(params) else f"argument {i}"
+        label = kind.__name__
+        return (f"{name}, a {label} object, is a static argument, and {label} defines no "
+                "__hash__, so jit knows it by its identity: the program traced at the first "
+                "call, with the values its attributes had then baked in, runs for this object "
+                "whatever they become after, without a word (and each new object compiles "
+                "again). If an attribute the step reads changes after the first call, pass it "
+                "as an argument instead (an array traced; a function static, where a new "
+                f"function is a new program), or register {label} as a pytree, its arrays as "
+                "children; or give it __hash__ and __eq__ over the fields the step reads, and "
+                "never change them in place (jax-ml/jax#9023).")
+    return ""
 
 
 def callback_loop_note(callback: str, at: str, calls: int) -> str:

@@ -4347,3 +4347,57 @@ def test_dejax_2_a_buffer_copied_whole_at_each_insert_is_told_to_donate():
     assert "Nothing donated for buf" in p.advice and "Donating buf" in p.advice
     donated = preflight.preflight_step(add, buf, item, donate_argnums=0)
     assert p.peak_bytes - donated.peak_bytes >= n * d * 4
+
+
+def test_jax_9023_a_static_self_hashed_by_identity_is_named_and_the_bound_method_sized():
+    """jax-ml/jax#9023: a method jitted with self static gave the old result after self.fn was
+    reassigned: the object hashes by identity, so jit reuses its first trace, and JAX logs
+    nothing. A new user's trial: compiles.watch saw one compile and preflight_step(t.wrapper,
+    x) blamed the array ("Non-hashable static arguments", as JAX's own t.wrapper.lower(x)
+    does). preflight_step now takes the bound method as jit calls it, and names the static
+    object and the fix; a function passed static instead gives the new result. A pytree
+    object, or one with __hash__ of its own, gets no such note."""
+    class Test:
+        @functools.partial(jax.jit, static_argnums=(0,))
+        def wrapper(self, x):
+            return self.fn(x)
+
+    t, x = Test(), jnp.ones(4)
+    t.fn = lambda v: v + 1
+    first = float(t.wrapper(x)[0])
+    t.fn = lambda v: v + 2
+    assert float(t.wrapper(x)[0]) == first == 2.0  # stale, as the thread reports
+    p = preflight.preflight_step(t.wrapper, x)
+    assert "self, a Test object, is a static argument" in p.advice
+    assert "jax-ml/jax#9023" in p.advice and "a function static" in p.advice
+    assert preflight.preflight_step(t.wrapper, x, donate_argnums=0).donated == (1,)  # x
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def apply(fn, x):  # the fix named: the function passed static, a new one a new program
+        return fn(x)
+
+    assert float(apply(lambda v: v + 1, x)[0]) == 2.0 and float(apply(lambda v: v + 2, x)[0]) == 3.0
+
+    @jax.tree_util.register_pytree_node_class
+    class Tree:
+        def __init__(self, w):
+            self.w = w
+
+        def tree_flatten(self):
+            return (self.w,), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls(*children)
+
+    class Hashed:
+        def __hash__(self):
+            return 1
+
+        def __eq__(self, other):
+            return isinstance(other, Hashed)
+
+    assert "is a static argument" not in preflight.preflight_step(
+        lambda t, x: t.w * x, Tree(jnp.ones(4)), x).advice
+    assert "is a static argument" not in preflight.preflight_step(
+        lambda h, x: x * 2, Hashed(), x, static_argnums=0).advice
