@@ -20,7 +20,7 @@ from helpers._internal.records import Record
 
 __all__ = ["LeafPlacement", "committed_apart_note", "context_mesh_note", "cpu_copies_note",
            "deleted_note", "memory_kinds_note", "mesh_order_note", "numpy_note",
-           "other_mesh_note", "pmap_copies_note", "problems", "split_mesh",
+           "off_default_note", "other_mesh_note", "pmap_copies_note", "problems", "split_mesh",
            "uncommitted_notes", "whole_beside_split_note"]
 
 
@@ -70,7 +70,7 @@ def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple
     replicated for jax.pmap. ``arrays`` are the leaves themselves, ``paths`` their key paths."""
     notes = [deleted_note(leaves), committed_apart_note(leaves),
              context_mesh_note(leaves, context_mesh), mesh_order_note(leaves),
-             *uncommitted_notes(leaves, default_device),
+             *uncommitted_notes(leaves, default_device), off_default_note(leaves, default_device),
              whole_beside_split_note(leaves, arrays, context_mesh, paths),
              cpu_copies_note(leaves),
              numpy_note(leaves), memory_kinds_note(leaves, paths), other_mesh_note(arrays),
@@ -203,12 +203,37 @@ def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
             "google-deepmind/optax#548)")
     if len(target) == 1:
         fix += (f", the device being {target[0]}; or make them under "
-                f"`with jax.default_device(device):`")
+                "`with jax.default_device(device):` and call the step inside that block too "
+                "(made there they stay uncommitted: dm-haiku#118's init)")
     out.append(f"{_some(moved)} {made}: a jit over the tree copies them to "
                f"{', '.join(target)} at each call they are passed to (a loop that feeds the "
                "step's outputs back copies them once: the outputs are committed there). "
                f"Fix: {fix}.")
     return out
+
+
+def off_default_note(leaves: tuple[LeafPlacement, ...],
+                     default_device: Callable[[], str] | None = None) -> str:
+    """Leaves all uncommitted, whole on one device that is not the default device: made under
+    ``with jax.default_device(d)`` (google-deepmind/dm-haiku#118's init moved there, the kit's
+    own former advice), they stay uncommitted, and a jit over them outside that block runs on
+    the default device and copies them there at each call. Run: jit's output lands on the
+    default device. "" otherwise (a committed leaf: :func:`uncommitted_notes`)."""
+    if default_device is None or not leaves or _committed(leaves) or any(
+            leaf.committed is not False or len(leaf.devices) != 1 for leaf in leaves):
+        return ""
+    where = {leaf.devices for leaf in leaves}
+    default = default_device()
+    if len(where) != 1 or default in next(iter(where)):
+        return ""
+    (place,) = next(iter(where))
+    return (f"{_some([leaf.path for leaf in leaves])} uncommitted on {place}, not the default "
+            f"device ({default}): arrays made under `with jax.default_device(...)` stay "
+            f"uncommitted, and a jit over the tree outside that block runs on {default} and "
+            f"copies them there at each call (google-deepmind/dm-haiku#118). Fix: "
+            f"jax.device_put(tree, device) once, the device being {place} (committed, a jit "
+            "runs where they are); or call the step inside the same `with "
+            "jax.default_device(...)` block.")
 
 
 def whole_beside_split_note(leaves: tuple[LeafPlacement, ...], arrays: list,

@@ -149,6 +149,26 @@ def test_optax_548_an_uncommitted_state_fed_back_through_the_step_is_copied_once
     assert devices.tree_placement({"params": p, "opt": o}).problems == ()
 
 
+def test_dm_haiku_118_a_tree_made_under_default_device_is_uncommitted_off_the_default():
+    """google-deepmind/dm-haiku#118: parameters wanted on device 1. Made under
+    `with jax.default_device(d1)` (the kit's own advice) they stay uncommitted, and a jit over
+    them outside the block runs on the default device, copying them: tree_placement said "no
+    problem" (a new user's trial). It names them now, and the fix commits them, so the jit runs
+    on device 1."""
+    d1 = jax.devices()[1]
+    with jax.default_device(d1):
+        params = {"w": jnp.ones((64, 64)), "b": jnp.zeros(64)}
+        assert devices.tree_placement(params).problems == ()  # inside the block: no copy
+    (problem,) = devices.tree_placement(params).problems
+    assert "2 leaves (['b'], ['w']) are uncommitted on cpu:1, not the default device (cpu:0)" \
+        in problem and "dm-haiku#118" in problem and "the device being cpu:1" in problem
+    step = jax.jit(lambda p: p["w"] * 2 + p["b"])
+    assert step(params).devices() == {jax.devices()[0]}  # where the copy goes
+    fixed = jax.device_put(params, d1)
+    assert devices.tree_placement(fixed).problems == ()
+    assert step(fixed).devices() == {d1}
+
+
 def test_marin_8515_the_stray_device_leaf_of_an_offloaded_state_is_named_not_the_state(two):
     """Before: the offloaded majority was flagged, with a fix that undoes the offload
     (with_memory_kind('device')), and the stray count went unnamed."""

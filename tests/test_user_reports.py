@@ -359,6 +359,7 @@ def test_the_table_lists_every_report_tested_here():
     # and the other way: every row the table calls named on the CPU has its test
     elsewhere = {"15162": "tests/test_processes.py", "1434": "tests/test_processes.py",
                  "44": "tests/test_ipython.py", "33": "tests/test_preflight.py",
+                 "118": "tests/test_tree_placement.py",
                  "594": "tests/test_sizing.py", "1083": "tests/test_preflight.py",
                  "1171": "the SkyRL#1083 test in tests/test_preflight.py",
                  "427": "jax#19250's test in tests/test_preflight.py",
