@@ -1338,7 +1338,9 @@ def _while_error(fn: Callable, args, kwargs, closed, names: list[str]) -> str:
               "lax.scan with a fixed length."
               if name else
               "Use lax.scan with a fixed number of steps (or lax.fori_loop with Python-int "
-              "bounds, which makes one), masking the steps past the end, or a "
+              "bounds, which makes one), masking the steps past the end (a loop until "
+              "convergence: a largest count, the steps after it converged keeping the carry, "
+              "jnp.where(done, carry, step(carry)); google-deepmind/mujoco#3264), or a "
               "jax.custom_vjp for the loop.")
     kept = (f" (The kit passed {', '.join(names)} as given, as jax.grad passes the arguments "
             "it does not differentiate.)" if names else "")

@@ -152,6 +152,41 @@ def test_jax_2956_a_traced_bound_is_named_with_what_jax_grad_raises_and_the_fix(
     assert np.allclose(fixed, jax.grad(_fori_loss)(x, 10))
 
 
+def test_mujoco_2259_a_convergence_loop_s_tolerance_is_no_bound_to_make_static():
+    """google-deepmind/mujoco#2259: jax.grad through a solver's while_loop until convergence.
+    The kit read the tolerance the loop's condition compares with as the loop's bound and
+    advised passing it as a static Python int, after which jax.grad raised the same (a new
+    user's trial). A float the condition reads is no bound: the fix named is the PR's
+    (mujoco#3264), a scan of a largest count whose steps after convergence keep the carry,
+    run here: the gradient goes through it."""
+    def solve(x, tol):
+        def body(c):
+            y, i = c
+            return 0.5 * (y + x / y), i + 1
+
+        y, _ = lax.while_loop(lambda c: (jnp.abs(c[0] * c[0] - x).max() > tol) & (c[1] < 50),
+                              body, (x, 0))
+        return jnp.sum(y)
+
+    x, tol = jnp.linspace(1.0, 4.0, 256), jnp.float32(1e-4)
+    with pytest.raises(BadInputError) as said:
+        preflight.residuals(solve, x, tol)
+    assert "pass tol as a Python int" not in str(said.value) and "static_argnums" not in str(
+        said.value)
+    assert "jnp.where(done, carry, step(carry))" in str(said.value)
+    assert "google-deepmind/mujoco#3264" in str(said.value)
+
+    def fixed(x, tol):  # the fix named: 50 steps at most, each after convergence a no-op
+        def step(y, _):
+            done = jnp.abs(y * y - x).max() <= tol
+            return jnp.where(done, y, 0.5 * (y + x / y)), None
+
+        return jnp.sum(lax.scan(step, x, None, length=50)[0])
+
+    grad = jax.grad(fixed)(x, tol)
+    np.testing.assert_allclose(grad, 0.5 / jnp.sqrt(x), rtol=1e-3)
+
+
 def test_jax_2956_a_while_loop_the_gradient_does_not_cross_is_no_error():
     def loss(x):  # the loop counts integers only; the gradient never goes back through it
         n = lax.while_loop(lambda i: i < 5, lambda i: i + 1, 0)

@@ -221,8 +221,8 @@ def _gates(j, flag, setter=None, depth: int = 0, read: dict | None = None) -> bo
 
 
 def while_loops(closed) -> tuple[tuple[str, int], ...]:
-    """(the user's line, the position among the jaxpr's own inputs of the input its condition
-    reads: a bound, -1 where none is) of each ``while`` in the jaxpr and in those nested in it.
+    """(the user's line, the position among the jaxpr's own inputs of the integer input its
+    condition reads: a bound, -1 where none is) of each ``while`` in the jaxpr and in those nested in it.
     A ``lax.fori_loop`` whose bounds are traced (a jit argument, a jnp value) is one; reverse-mode
     differentiation cannot go through it (jax-ml/jax#2956)."""
     out = []
@@ -238,8 +238,11 @@ def while_loops(closed) -> tuple[tuple[str, int], ...]:
             consts = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
             operands = [*eqn.invars[:eqn.params["cond_nconsts"]], *eqn.invars[consts:]]
             used = {id(v) for e in cond.eqns for v in e.invars}
+            # a bound is an integer (a fori_loop's upper); a float the condition reads is a
+            # convergence test's tolerance, which no Python int can replace (mujoco#2259)
             read = [x for x, inner in zip(operands, cond.invars, strict=False)
-                    if id(inner) in used and not hasattr(x, "val")]
+                    if id(inner) in used and not hasattr(x, "val")
+                    and np.issubdtype(np.dtype(getattr(x.aval, "dtype", "float32")), np.integer)]
             bound = next((p for x in read if (p := moved_input(x, made, invars)) >= 0), -1)
             out.append((equation_where(eqn), bound))
     return tuple(out)
