@@ -178,9 +178,11 @@ INT_FIXES = {
     "window": ("`{name}` sets where a slice of fixed length starts ({at}: {code}): Python's "
                "slice needs {name} while tracing, but the slice's length does not change with "
                "it. Pass {name} traced (out of static_argnums or static_argnames) and read the "
-               "window with jax.lax.dynamic_slice_in_dim(x, {name}, length) (write one with "
-               "jax.lax.dynamic_update_slice_in_dim): one compile serves every value, and "
-               "the result is the same (patrick-kidger/equinox#704)"),
+               "window of an array with jax.lax.dynamic_slice_in_dim(x, {name}, length, "
+               "axis=the sliced axis) (write one with jax.lax.dynamic_update_slice_in_dim): "
+               "one compile serves every value, and the result is the same wherever the whole "
+               "window fits (near the end Python's slice is shorter, where dynamic_slice moves "
+               "the start back to keep its length; patrick-kidger/equinox#704)"),
     "axis": ("`{name}` picks an axis ({at}: {code}), which JAX must know while tracing: keep "
              "it static. An array has few axes, so these compiles are few and each is paid "
              "once; if they recur, the function is being made anew (see its callers)"),

@@ -1471,8 +1471,10 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
     optimized program still has a value of the largest one's shape and its outputs and
     temporaries (``room``) could hold the stacks (XLA drops a stack that nothing uses). Without
     program text, every stack counts."""
-    scans = [eqn for j, _ in jaxpr_walk.walk(closed) for eqn in getattr(j, "eqns", ())
-             if eqn.primitive.name == "scan"]
+    parents = [(eqn, j) for j, _ in jaxpr_walk.walk(closed) for eqn in getattr(j, "eqns", ())
+               if eqn.primitive.name == "scan"]
+    scans = [eqn for eqn, _ in parents]
+    parent = {id(eqn): j for eqn, j in parents}
     found = {id(eqn): jaxpr_loops.scan_checkpoint(eqn) for eqn in scans}
     recomputed = jaxpr_walk.recomputed_scans(closed)
     derivative = jaxpr_walk.has_derivative(closed)
@@ -1500,8 +1502,10 @@ def _scan_stacks(closed, text: str | None, room: int, most: int = 3
                              line, "recomputed" if id(eqn) in recomputed else
                              # a checkpointed scan JAX split out of an outer checkpoint's
                              # forward pass names no jvp: its stack is residuals too
-                             "forward" if derivative and checkpointed
-                             and not jaxpr_walk.scan_role(eqn) else
+                             # (or one with no line of the user's: JAX's own, in a jit)
+                             "forward" if checkpointed and not jaxpr_walk.scan_role(eqn)
+                             and (jaxpr_walk.feeds_backward(eqn, parent[id(eqn)], closed)
+                                  or not line and derivative) else
                              jaxpr_walk.scan_role(eqn), carried > 0,
                              copied, jaxpr_loops.scan_carry_bytes(eqn), checkpointed, chunked,
                              jaxpr_derivatives.custom_vjp_rule(eqn), updated))
@@ -1745,9 +1749,16 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
     """:func:`_unrolled_note`, and where it advises jax.lax.scan in a step that takes a
     derivative, :data:`SCAN_UNDER_GRAD`."""
     note = _unrolled_note(values, leaves, jaxpr)
-    if "jax.lax.scan" in note and jaxpr is not None and jaxpr_walk.has_derivative(jaxpr):
-        return note + SCAN_UNDER_GRAD
-    return note
+    if "jax.lax.scan" not in note or jaxpr is None:
+        return note
+    # the note's line is one a derivative traced (its equations under jvp or transpose), not
+    # only somewhere in the step: a loop beside a gradient, outside it, needs no checkpoint
+    differentiated = {frames.line(*found) for j, _ in jaxpr_walk.walk(jaxpr)
+                      for e in getattr(j, "eqns", ())
+                      if ("jvp(" in (stack := str(getattr(e.source_info, "name_stack", "")))
+                          or "transpose(" in stack) and (found := jaxpr_walk.user_frame(e))}
+    return note + SCAN_UNDER_GRAD if any(f"({line})" in note for line in differentiated) \
+        else note
 
 
 def _unrolled_note(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:

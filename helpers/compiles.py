@@ -1125,10 +1125,11 @@ def _shardings(text: str) -> str:
 #: two objects alive at once (jax.jit(foo.f) at two call sites on jax 0.12.0.1: jax-ml/jax#19570;
 #: jax.jit(cost) beside jax.jit(jax.grad(cost)), two programs meant: scikit-robot#871)
 SEVERAL_FIRST_FIX = (
-    "JAX's cache is keyed by the function object, and jax.jit of a bound method (obj.method) "
-    "or of a closure made again is a new one each time, as jax.jit(f) and jax.jit("
-    "jax.grad(f)) are two programs. If one function was meant, jit it once and call that "
-    "(in __init__, self.f = jax.jit(self.f); jax-ml/jax#19570)")
+    "JAX's cache is keyed by the function object. Where these are different functions "
+    "(jax.jit(f) beside jax.jit(jax.grad(f)): two programs, each compiled once), nothing is "
+    "to change; where one function was meant, jax.jit of a bound method (obj.method) or of a "
+    "closure made again is a new one each time: jit it once and call that (in __init__, "
+    "self.f = jax.jit(self.f); jax-ml/jax#19570)")
 
 
 #: JAX's words in a tracing-cache miss for a function object it has no cache for, and its id

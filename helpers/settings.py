@@ -402,20 +402,25 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
             f"write each flag as --name=value, separated by spaces, {example}",
         )]
     words = _flag_words(value)
-    # a value after a flag with no '=': XLA reads the flag alone; a word is where it stops
-    # reading, a negative number a flag of its own (XLA aborts)
-    spaced = [(a, b) for a, b in zip(words, words[1:], strict=False)
-              if a.startswith("--") and "=" not in a and "=" not in b
-              and (not b.startswith("-") or _NEGATIVE.fullmatch(b))]
-    values = {b for _, b in spaced}
-    single = [w for w in words if w.startswith("-") and not w.startswith("--")
-              and w not in values]
-    bare = [w for w in words if not w.startswith("-") and w not in values]
     _, rest = _xla_reads(value)
     stop, *after = _flag_words(rest) or [""]
     lost = [w for w in after if w.startswith("--")]
     # a whole flag in quotes: XLA takes quotes only around a value, and stops there
     quoted = rest.split()[0] if rest[:1] in ("'", '"') and stop.startswith("-") else ""
+    # what XLA reads, and the word it stops at: a flag after that is never read, so it cannot
+    # abort the process (a review)
+    heard = [*_flag_words(value[:len(value) - len(rest)]), *([stop] if stop else [])]
+    # a value after a flag with no '=': XLA reads the flag alone; a word is where it stops
+    # reading, a negative number a flag of its own (XLA aborts)
+    spaced = [(a, b) for a, b in zip(heard, heard[1:], strict=False)
+              if a.startswith("--") and "=" not in a and "=" not in b
+              and (not b.startswith("-") or _NEGATIVE.fullmatch(b))]
+    values = {b for _, b in spaced}
+    single = [w for w in heard[:len(heard) - bool(stop)] if w.startswith("-")
+              and not w.startswith("--") and w not in values]
+    bare = [w for w in words if not w.startswith("-") and w not in values]
+    if stop and not quoted and stop not in values and stop not in bare:
+        bare.insert(0, stop)  # (a word shlex joins another way: a backslash before a space)
     lost_said = _listed(lost)
     if single:
         out.append(EnvWarning(
@@ -429,8 +434,9 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
         flag, given = spaced[0]
         if _NEGATIVE.fullmatch(given):
             said = (f"XLA reads {flag} with no value and {given} as a flag of its own, and "
-                    "aborts the process when JAX starts its first backend (\"Unknown flags in "
-                    f"XLA_FLAGS: {flag} {given}\").")
+                    "aborts the process when JAX starts its first backend (\"Unknown flag in "
+                    f"XLA_FLAGS: {given}\" for a true/false flag; \"Unknown flags in "
+                    f"XLA_FLAGS: {flag} {given}\" for one that takes a number).")
         else:
             said = (f"XLA reads {flag} with no value and stops reading XLA_FLAGS at "
                     f"{given!r}, the first word that does not start with '-'"
@@ -779,7 +785,8 @@ def _cpu_devices_after_start(env: Mapping[str, str], started_platforms=()) -> li
         return []  # _cpu_device_count names it
     if want is None:
         read, _ = _xla_reads(env.get("XLA_FLAGS") or "")  # (what a stray word hides: not read)
-        m = re.search(r"--xla_force_host_platform_device_count=(\d+)", " ".join(read))
+        m = next((m for w in read if (m := re.fullmatch(
+            r"--xla_force_host_platform_device_count=(\d+)", w))), None)  # (not in a value)
         want, asked = (int(m.group(1)), f"--xla_force_host_platform_device_count={m.group(1)}"
                        ) if m else (None, None)
     else:

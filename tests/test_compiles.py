@@ -1478,6 +1478,10 @@ def _uses_window(x, k):
     return x[k:k + 1].sum() + jax.lax.dynamic_slice_in_dim(x, k, 2).sum()
 
 
+def _uses_slice_size(x, k):
+    return jax.lax.dynamic_slice_in_dim(x, 0, slice_size=k).sum()
+
+
 def _uses_axis(x, k):
     return jnp.sum(x, axis=k)
 
@@ -1533,6 +1537,7 @@ def test_what_a_static_parameter_does_is_read_from_the_function_s_source():
         assert found.lineno == inspect.getsourcelines(fn)[1] + (2 if fn is _uses_unknown
                                                                  else 1)
     # k + 1 handed to a loop's length is no arithmetic alone: what it does there is not read
+    assert use(_uses_slice_size).kind == "shape"  # a dynamic slice's size, by keyword
     assert use(_uses_passed_in_an_expression).kind == "passed on"
     through = use(_uses_passed_on)  # passed to a function of this file: read there
     assert (through.kind, through.code) == ("loop", "for _ in range(k):")

@@ -1453,6 +1453,13 @@ def test_jax_7199_a_rare_costly_branch_of_a_vmapped_cond_is_named_with_lax_map()
     assert any("m = jnp.tanh(jnp.outer(x, x))" in line for line in found)
     assert not any("sum(0)" in line for line in found)  # an operand, not a branch (a review)
 
+    def stopped(x):  # the operand through a stop_gradient of its own: guards nest two deep
+        return jax.lax.cond(jnp.linalg.norm(x) > 10.0, expensive, lambda x: x * 2.0,
+                            jax.lax.stop_gradient(features(x)))
+
+    found = jaxpr_products.selected_branches(jax.jit(jax.vmap(stopped)).trace(xs).jaxpr)
+    assert found and not any("sum(0)" in line for line in found)
+
 
 def test_olmax_25_a_python_loop_over_chunks_under_grad_is_named_with_a_checkpointed_scan():
     """HomebrewML/Olmax#25: a cross-entropy computed over chunks of the logits in a Python
@@ -2564,6 +2571,16 @@ def test_skyrl_1083_a_checkpoint_around_a_whole_scan_is_named_with_the_body_chec
         assert "Return less from the body" not in advice, k
         if not k.startswith("around"):
             assert "around the whole scan" not in advice, k
+    # an eval scan beside the gradient's, not differentiated: no residuals, no derivative said
+    def train_and_eval(p, x, xe):
+        g = jax.grad(forms["body"])(p, x)
+        _, hs = jax.lax.scan(jax.checkpoint(lambda c, q: (jnp.tanh(c @ q["w1"]) @ q["w2"],) * 2),
+                             xe, p)
+        return g, hs
+
+    (evaled,) = [t for t in preflight.preflight_step(
+        train_and_eval, params, x, jnp.ones((4 * b, d))).scan_stacks if t.shape == (n, 4 * b, d)]
+    assert evaled.role == ""  # (a review: it was said to run under a derivative)
     assert temp["body"] * 4 <= temp["around"]  # 12.69 -> 2.00 MiB (jax 0.10.2)
     assert temp["body, policy"] * 2 <= temp["around, policy"]  # 16.63 -> 6.69 MiB
     np.testing.assert_allclose(jax.grad(forms["body"])(params, x)["w1"],
@@ -2606,6 +2623,12 @@ def test_jax_14056_a_layer_loop_told_to_scan_under_grad_is_told_to_checkpoint_th
     assert checkpointed <= unrolled < bare  # 2.50 <= 2.75 < 23.69 MiB (jax 0.10.2)
     forward = preflight.preflight_step(loop, layers, x).advice
     assert "put jax.checkpoint on the scan's body" not in forward
+
+    def beside(ps, x):  # a gradient of its own, and the loop outside it: no checkpoint said
+        return jax.grad(lambda p: jnp.sum(jnp.tanh(x @ p["w1"]) ** 2))(ps[0]), loop(ps, x)
+
+    assert "put jax.checkpoint on the scan's body" not in preflight.preflight_step(
+        beside, layers, x).advice
 
 
 def test_jax_llm_examples_33_an_argument_most_of_the_peak_is_named_first_when_it_will_not_fit():

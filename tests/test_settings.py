@@ -783,6 +783,17 @@ def test_jax_1539_a_stray_word_in_xla_flags_hides_every_flag_after_it():
         "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": None,
         "XLA_FLAGS": f"--xla_cpu_enable_fast_math=false {COUNT}=2"})  # the word removed
     assert fixed.returncode == 0 and fixed.stdout.split()[0] == "2", fixed.stderr[-2000:]
+    # a flag after the stray word is never read: it cannot abort (a review: it was said to)
+    (w,) = settings.check_environment({"XLA_FLAGS": f"--a=1 stray {COUNT} 2"})
+    assert w.code == "xla-flags-ignored" and "abort" not in w.message
+    # a backslash before a space: XLA stops at the word after it, where shlex sees one value
+    (w,) = settings.check_environment({"XLA_FLAGS": f"--xla_dump_to=/tmp/a\\ b {COUNT}=2"})
+    assert "'b'" in w.message and f"{COUNT}=2 after it" in w.message
+    # a flag inside an unterminated quoted value is read as that value: no late-count blame
+    quoted = run_python(_STRAY_WORD, env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": None,
+                                          "XLA_FLAGS": f'--xla_dump_to="/tmp/kit-x {COUNT}=2'})
+    assert quoted.returncode == 0 and quoted.stdout.split()[0] == "1", quoted.stderr[-2000:]
+    assert "cpu-devices-set-after-start" not in quoted.stdout
     (w,) = settings.check_environment({"XLA_FLAGS": "--xla_dump_to='/tmp/a b' --x 'c d'"})
     assert w.fix.endswith("--x='c d'")  # a value with a space, quoted as the shell needs
     assert settings.check_environment({"XLA_FLAGS": "--xla_dump_to='/tmp/a b'"}) == ()

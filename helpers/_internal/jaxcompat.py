@@ -2035,7 +2035,8 @@ def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
 def x64_at_start() -> bool | None:
     """Whether 64-bit types (jax_enable_x64) were on when this process's first JAX backend
     started, before any array could be made, as the backend-start hook saw it; None where the
-    hook saw no start (helpers imported late, or a JAX without the hook: before 0.10.2)."""
+    hook saw no start (helpers imported late, or a JAX without the hook: before 0.10.2, and
+    from 0.11, where the kit cannot tell and preflight's x64 note says "may")."""
     ensure_hook()
     with _lock:
         return _x64_seen[0] if _x64_seen else None

@@ -222,9 +222,9 @@ def _gates(j, flag, setter=None, depth: int = 0, read: dict | None = None) -> bo
 
 def while_loops(closed) -> tuple[tuple[str, int], ...]:
     """(the user's line, the position among the jaxpr's own inputs of the integer input its
-    condition reads: a bound, -1 where none is) of each ``while`` in the jaxpr and in those nested in it.
-    A ``lax.fori_loop`` whose bounds are traced (a jit argument, a jnp value) is one; reverse-mode
-    differentiation cannot go through it (jax-ml/jax#2956)."""
+    condition reads: a bound, -1 where none is) of each ``while`` in the jaxpr and in those
+    nested in it. A ``lax.fori_loop`` whose bounds are traced (a jit argument, a jnp value) is
+    one; reverse-mode differentiation cannot go through it (jax-ml/jax#2956)."""
     out = []
     for depth, (j, _) in enumerate(walk(closed)):
         invars = {id(v): i for i, v in enumerate(getattr(j, "invars", ()))} if depth == 0 \

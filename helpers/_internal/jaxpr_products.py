@@ -391,10 +391,10 @@ def selected_branches(closed) -> dict[str, str]:
             first.setdefault(equation_line(eqn), i)
         where = {id(eqn): i for i, eqn in enumerate(j.eqns)}
 
-        def unstopped(v, made=made):
-            e = made.get(id(v))
-            return id(e.invars[0]) if e is not None and e.primitive.name == "stop_gradient" \
-                else id(v)
+        def unstopped(v, made=made):  # (through stop_gradients nested: a review)
+            while (e := made.get(id(v))) is not None and e.primitive.name == "stop_gradient":
+                v = e.invars[0]
+            return id(v)
 
         for eqn in j.eqns:
             at = equation_line(eqn)

@@ -153,6 +153,38 @@ def scan_role(eqn) -> str:
 REMATS = ("remat", "remat2", "checkpoint")
 
 
+def feeds_backward(eqn, j, closed=None) -> bool:
+    """Whether an output of ``eqn`` (an equation of the jaxpr ``j``) is read in a backward pass:
+    by an equation JAX made under ``transpose(``, or by a differentiated jax.checkpoint (the
+    backward pass of a checkpoint), followed out of the inner jits that return it (``closed``:
+    the step's whole jaxpr, where ``j`` is nested in it). A scan's stacked outputs read so are
+    residuals; an eval scan beside a gradient's is not (a review: it was said to run under a
+    derivative)."""
+    callers: dict[int, tuple] = {}  # an inner jaxpr: (the equation calling it, its jaxpr)
+    for outer, _ in walk(closed):
+        for e in getattr(outer, "eqns", ()):
+            inner = called_jaxpr(e)
+            if inner is not None:
+                callers[id(inner)] = (e, outer)
+    todo, seen = [(j, list(eqn.outvars))], set()
+    while todo:
+        here, values = todo.pop()
+        if id(here) in seen:
+            continue
+        seen.add(id(here))
+        _, read = made_and_read(here)
+        for v in values:
+            for e in read.get(id(v), ()):
+                if (e.primitive.name in REMATS and e.params.get("differentiated")) or \
+                        "transpose(" in str(getattr(e.source_info, "name_stack", "")):
+                    return True
+        returned = [k for k, out in enumerate(here.outvars) if any(out is v for v in values)]
+        if returned and id(here) in callers:
+            caller, outer = callers[id(here)]
+            todo.append((outer, [caller.outvars[k] for k in returned]))
+    return False
+
+
 def recomputed_scans(closed) -> set[int]:
     """The ids of the scan equations a jax.checkpoint recomputes whole in a backward pass: in
     a differentiated checkpoint that no scan's body holds (``jax.checkpoint(forward)`` around a

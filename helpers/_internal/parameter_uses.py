@@ -40,7 +40,8 @@ _DRAWS = frozenset({"normal", "uniform", "randint", "bernoulli", "truncated_norm
 _INT_ARITHMETIC = frozenset({"int", "max", "min", "abs", "round", "len"})
 #: keywords that set a shape wherever they are given
 _SHAPE_KEYWORDS = frozenset({"shape", "length", "num", "size", "num_segments",
-                             "total_repeat_length", "num_classes", "new_sizes", "slice_sizes"})
+                             "total_repeat_length", "num_classes", "new_sizes", "slice_sizes",
+                             "slice_size"})
 _AXIS_KEYWORDS = frozenset({"axis", "axes", "dimension", "dimensions"})
 #: the roots of calls whose use of an int the kit knows: JAX's and NumPy's own, and Python's
 _KNOWN_ROOTS = frozenset({"jnp", "jax", "lax", "np", "numpy", "math", "random", "jr", "nn",
