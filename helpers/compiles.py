@@ -1132,6 +1132,38 @@ SEVERAL_FIRST_FIX = (
     "self.f = jax.jit(self.f); jax-ml/jax#19570)")
 
 
+#: a call site that transforms what it calls from outside jit (jax.hessian(jf)(x))
+_TRANSFORM_CALL = re.compile(r"\bjax\.(?:hessian|jacfwd|jacrev|jacobian|vmap|grad|value_and_grad|"
+                             r"jvp|vjp|linearize)\(")
+_MISS_AT = re.compile(r"CACHE MISS at (.+?):(\d+):\d+")
+#: the fix for a jitted function transformed from outside jit: each transformation of it is a
+#: program of its own (jax-ml/jax#7621: jax.hessian(jax.jit(f)), 29 compiles over the first
+#: calls, the eager operations of the transformation among them; jax.jit(jax.hessian(f)) one)
+TRANSFORMED_FIX = (
+    "the call at {site} transforms a jitted function from outside jit ({code}): JAX traces "
+    "and compiles the jitted function again for each transformation around it (here with "
+    "tangents or a batch beside its own arguments: the shapes it was compiled for), and runs "
+    "the transformation's own operations outside jit one by one, so the first calls compile "
+    "several programs; later calls reuse them. Put jit outside the transformation, "
+    "jax.jit(jax.hessian(f)), and one program does it all (jax-ml/jax#7621)")
+
+
+def _transformed_outside(misses: Sequence[CacheMiss]) -> tuple[str, str] | None:
+    """(the call site, its code) where every miss comes from a line that applies a JAX
+    transformation to what it calls, outside jit (jax.hessian(jf)(x)); None otherwise."""
+    import linecache
+
+    sites = {(m.group(1), int(m.group(2))) for x in misses
+             if (m := _MISS_AT.search(x.explanation))}
+    if len(sites) != 1 or len(misses) < 2:
+        return None
+    ((file, line),) = sites
+    code = linecache.getline(file, line).strip()
+    if not _TRANSFORM_CALL.search(code) or "jit(" in code:
+        return None
+    return frames.where(file, line), code
+
+
 #: JAX's words in a tracing-cache miss for a function object it has no cache for, and its id
 _NEVER_SEEN = re.compile(r"never seen function:\s*\n?\s*\S+ id=(\d+)")
 
@@ -1184,7 +1216,10 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         changed=(f"{len(placed)} of them with no new trace, for the same argument types",
                  *dict.fromkeys(placed)) if cause == "new placement" else
         clearing or fresh[:6] or what_changed(mine, cause),
-        fix=SEVERAL_FIRST_FIX if cause == "first compile" and len(seconds) > 1 else
+        fix=TRANSFORMED_FIX.format(site=transformed[0], code=transformed[1])
+        if (transformed := _transformed_outside(mine)) and cause in (
+            "new shapes", "function made anew", "first compile") else
+        SEVERAL_FIRST_FIX if cause == "first compile" and len(seconds) > 1 else
         fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
                 through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],

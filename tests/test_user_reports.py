@@ -360,6 +360,7 @@ def test_the_table_lists_every_report_tested_here():
     elsewhere = {"15162": "tests/test_processes.py", "1434": "tests/test_processes.py",
                  "44": "tests/test_ipython.py", "33": "tests/test_preflight.py",
                  "118": "tests/test_tree_placement.py",
+                 "2259": "tests/test_residuals.py",
                  "594": "tests/test_sizing.py", "1083": "tests/test_preflight.py",
                  "1171": "the SkyRL#1083 test in tests/test_preflight.py",
                  "427": "jax#19250's test in tests/test_preflight.py",
@@ -4403,3 +4404,31 @@ def test_jax_9023_a_static_self_hashed_by_identity_is_named_and_the_bound_method
         lambda t, x: t.w * x, Tree(jnp.ones(4)), x).advice
     assert "is a static argument" not in preflight.preflight_step(
         lambda h, x: x * 2, Hashed(), x, static_argnums=0).advice
+
+
+def test_jax_7621_a_jitted_function_transformed_from_outside_is_told_to_jit_the_transform():
+    """jax-ml/jax#7621: jax.hessian(jf)(x) in a loop, jf = jax.jit(f). JAX's fix (#7626)
+    stopped the endless recompiles; the first calls still compile the jitted function once per
+    transformation around it. The kit said its shapes "changed at every call" and that it was
+    "made anew", advising padding (a new user's trial): x never changed, jf was made once. It
+    now names the transformation from outside jit, and the fix, run: jax.jit(jax.hessian(f))
+    compiles one program."""
+    def f(x):
+        return jnp.square(x).mean()
+
+    jf = jax.jit(f)
+    x = jnp.ones((8, 4))
+    with compiles.watch() as log:
+        for _ in range(3):
+            hessian = jax.hessian(jf)(x)
+    entry = log.function("f")
+    if entry.compiles >= 2:  # jax 0.10.2 and 0.12.0.1 (0.8.0 compiled f once here)
+        assert entry.fix.startswith("the call at test_user_reports.py:") and \
+            "jax.jit(jax.hessian(f))" in entry.fix and "jax-ml/jax#7621" in entry.fix
+        assert "Pad or bucket" not in entry.fix and "made anew here" not in entry.fix
+    jitted = jax.jit(jax.hessian(f))
+    with compiles.watch() as log:
+        for _ in range(3):
+            once = jitted(x)
+    assert log.compiles == 1
+    np.testing.assert_allclose(once, hessian, rtol=1e-6)
