@@ -4432,3 +4432,17 @@ def test_jax_7621_a_jitted_function_transformed_from_outside_is_told_to_jit_the_
             once = jitted(x)
     assert log.compiles == 1
     np.testing.assert_allclose(once, hessian, rtol=1e-6)
+
+
+def test_dsps_108_a_closed_over_typed_key_is_no_float_to_widen():
+    """The x64 note's reader of closed-over arrays took np.dtype of each, which raises for a
+    typed PRNG key (key<fry>): preflight_step crashed on a step closing over a key (the full
+    suite caught it). A key is read past; a float32 table beside it still is listed."""
+    from helpers._internal import jaxpr_values
+
+    key, table = jax.random.key(0), jnp.linspace(0.0, 1.0, 1000, dtype=jnp.float32)
+    p = preflight.preflight_step(lambda: jax.random.normal(key, (1024,)))
+    assert p.verdict == "fits"
+    closed = jax.jit(lambda x: x * table + jax.random.normal(key, (1000,))).trace(
+        jnp.ones(1000)).jaxpr
+    assert jaxpr_values.narrow_constants_widened(closed) == ()  # no float64 here: nothing

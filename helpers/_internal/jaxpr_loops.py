@@ -242,7 +242,7 @@ def while_loops(closed) -> tuple[tuple[str, int], ...]:
             # convergence test's tolerance, which no Python int can replace (mujoco#2259)
             read = [x for x, inner in zip(operands, cond.invars, strict=False)
                     if id(inner) in used and not hasattr(x, "val")
-                    and np.issubdtype(np.dtype(getattr(x.aval, "dtype", "float32")), np.integer)]
+                    and str(getattr(x.aval, "dtype", "")).startswith(("int", "uint"))]
             bound = next((p for x in read if (p := moved_input(x, made, invars)) >= 0), -1)
             out.append((equation_where(eqn), bound))
     return tuple(out)

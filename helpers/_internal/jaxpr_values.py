@@ -66,7 +66,7 @@ def narrow_constants_widened(closed) -> tuple[tuple[str, int, str], ...]:
     out = []
     for j, consts in walk(closed):
         narrow = {id(v): c for v, c in zip(getattr(j, "constvars", ()), consts, strict=False)
-                  if isinstance(c, jax.Array) and np.dtype(c.dtype) == np.float32}
+                  if isinstance(c, jax.Array) and str(c.dtype) == "float32"}  # (a key: no)
         seen: set[int] = set()
         for eqn in getattr(j, "eqns", ()):
             for v in eqn.invars:
