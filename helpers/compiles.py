@@ -1217,8 +1217,9 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
                  *dict.fromkeys(placed)) if cause == "new placement" else
         clearing or fresh[:6] or what_changed(mine, cause),
         fix=TRANSFORMED_FIX.format(site=transformed[0], code=transformed[1])
-        if (transformed := _transformed_outside(mine)) and cause in (
-            "new shapes", "function made anew", "first compile") else
+        # (only where each compile had new types: a jit made anew inside the transformed
+        # function compiles the same types every call, patrick-kidger/equinox#307)
+        if cause == "new shapes" and (transformed := _transformed_outside(mine)) else
         SEVERAL_FIRST_FIX if cause == "first compile" and len(seconds) > 1 else
         fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
                 through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
