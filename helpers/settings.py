@@ -419,8 +419,10 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
     single = [w for w in heard[:len(heard) - bool(stop)] if w.startswith("-")
               and not w.startswith("--") and w not in values]
     bare = [w for w in words if not w.startswith("-") and w not in values]
+    # a backslash before a space: XLA keeps the backslash and stops at the word after it
+    escaped = stop if stop and value[:len(value) - len(rest)].rstrip().endswith("\\") else ""
     if stop and not quoted and stop not in values and stop not in bare:
-        bare.insert(0, stop)  # (a word shlex joins another way: a backslash before a space)
+        bare.insert(0, stop)  # (a word shlex joins another way: the backslash's)
     lost_said = _listed(lost)
     if single:
         out.append(EnvWarning(
@@ -453,8 +455,11 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
         ))
     if bare or quoted:
         ours = [w for w in bare if w.startswith("xla_")]
-        others = [w for w in bare if not w.startswith("xla_")]
+        others = [w for w in bare if not w.startswith("xla_") and w != escaped]
         fix = [f"start {', '.join(map(repr, ours))} with '--' ({example})"] if ours else []
+        if escaped:
+            fix.append(f"quote the value that holds a space, not a backslash before it: XLA "
+                       f"keeps the backslash and stops at {escaped!r} (--name=\"a b\")")
         if others:
             # TensorFlow's session options are no XLA flags: with '--', XLA aborts
             fix.append(f"remove {', '.join(map(repr, others))}: a word that names no XLA "

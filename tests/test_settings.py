@@ -789,6 +789,7 @@ def test_jax_1539_a_stray_word_in_xla_flags_hides_every_flag_after_it():
     # a backslash before a space: XLA stops at the word after it, where shlex sees one value
     (w,) = settings.check_environment({"XLA_FLAGS": f"--xla_dump_to=/tmp/a\\ b {COUNT}=2"})
     assert "'b'" in w.message and f"{COUNT}=2 after it" in w.message
+    assert "quote the value" in w.fix and "remove 'b'" not in w.fix
     # a flag inside an unterminated quoted value is read as that value: no late-count blame
     quoted = run_python(_STRAY_WORD, env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": None,
                                           "XLA_FLAGS": f'--xla_dump_to="/tmp/kit-x {COUNT}=2'})
