@@ -511,9 +511,9 @@ def unbound(fn: Callable, args: tuple, donate_argnums: int | Sequence[int],
     """A jitted function bound as a method (``@partial(jax.jit, static_argnums=0)`` on a
     method, then ``obj.method``): the jitted function itself, with ``obj`` as its first
     argument and the positions given shifted by one (``obj`` static where any are given), as
-    jit itself calls it. Given the bound
-    method, JAX's own ``.lower(x)`` takes ``x`` for ``self`` and blames it ("Non-hashable
-    static arguments", jax-ml/jax#9023 in a new user's trial). Anything else as it is."""
+    jit itself calls it. Given the bound method, JAX's own ``.lower(x)`` takes ``x`` for
+    ``self`` and blames it ("Non-hashable static arguments", jax-ml/jax#9023 in a new user's
+    trial). Anything else as it is."""
     inner = getattr(fn, "__func__", None)
     if not (inspect.ismethod(fn) and inner is not None and hasattr(inner, "lower")):
         return fn, args, donate_argnums, static_argnums
@@ -1755,8 +1755,7 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
     # only somewhere in the step: a loop beside a gradient, outside it, needs no checkpoint
     differentiated = {frames.line(*found) for j, _ in jaxpr_walk.walk(jaxpr)
                       for e in getattr(j, "eqns", ())
-                      if ("jvp(" in (stack := str(getattr(e.source_info, "name_stack", "")))
-                          or "transpose(" in stack) and (found := jaxpr_walk.user_frame(e))}
+                      if jaxpr_walk.scan_role(e) and (found := jaxpr_walk.user_frame(e))}
     return note + SCAN_UNDER_GRAD if any(f"({line})" in note for line in differentiated) \
         else note
 

@@ -1720,8 +1720,9 @@ def _widened_constants(c: compiled.CompiledStep) -> tuple[tuple[str, int, str], 
     (:func:`jaxpr_values.narrow_constants_widened`), where x64 may have been off when they
     were made: not where it was on from the start (the backend-start hook saw it, or
     JAX_ENABLE_X64 asked for it at import), where float32 was the user's choice."""
-    if c.jaxpr is None or jaxcompat.x64_at_start() is True or (
-            jaxcompat.x64_at_start() is None
+    at_start = jaxcompat.x64_at_start()
+    if c.jaxpr is None or at_start is True or (
+            at_start is None
             and os.environ.get("JAX_ENABLE_X64", "").strip().lower() in ("1", "true", "yes", "on")):
         return ()
     return jaxpr_values.narrow_constants_widened(c.jaxpr)

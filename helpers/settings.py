@@ -409,7 +409,8 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
     quoted = rest.split()[0] if rest[:1] in ("'", '"') and stop.startswith("-") else ""
     # what XLA reads, and the word it stops at: a flag after that is never read, so it cannot
     # abort the process (a review)
-    heard = [*_flag_words(value[:len(value) - len(rest)]), *([stop] if stop else [])]
+    prefix = value[:len(value) - len(rest)]  # what XLA read
+    heard = [*_flag_words(prefix), *([stop] if stop else [])]
     # a value after a flag with no '=': XLA reads the flag alone; a word is where it stops
     # reading, a negative number a flag of its own (XLA aborts)
     spaced = [(a, b) for a, b in zip(heard, heard[1:], strict=False)
@@ -420,7 +421,7 @@ def _xla_flags(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]
               and not w.startswith("--") and w not in values]
     bare = [w for w in words if not w.startswith("-") and w not in values]
     # a backslash before a space: XLA keeps the backslash and stops at the word after it
-    escaped = stop if stop and value[:len(value) - len(rest)].rstrip().endswith("\\") else ""
+    escaped = stop if stop and prefix.rstrip().endswith("\\") else ""
     if stop and not quoted and stop not in values and stop not in bare:
         bare.insert(0, stop)  # (a word shlex joins another way: the backslash's)
     lost_said = _listed(lost)

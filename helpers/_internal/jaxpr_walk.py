@@ -176,7 +176,7 @@ def feeds_backward(eqn, j, closed=None) -> bool:
         for v in values:
             for e in read.get(id(v), ()):
                 if (e.primitive.name in REMATS and e.params.get("differentiated")) or \
-                        "transpose(" in str(getattr(e.source_info, "name_stack", "")):
+                        scan_role(e) == "backward":
                     return True
         returned = [k for k, out in enumerate(here.outvars) if any(out is v for v in values)]
         if returned and id(here) in callers:
