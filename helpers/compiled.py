@@ -1199,6 +1199,22 @@ class CompiledStep:
         allocates outside XLA's plan, so XLA's sizes leave that memory out (jax-ml/jax#31292)."""
         return jaxpr_callbacks.callbacks(self.jaxpr)
 
+    def callbacks_removed(self) -> tuple[str, ...]:
+        """The line of each jax.pure_callback in the step that XLA removed from the program,
+        its result read by nothing: it never runs (jax-ml/jax#13762). Matched by line where
+        the program text records the callbacks' lines; otherwise only where it kept none."""
+        kept = jaxcompat.kept_callbacks(self.text or "", frames.is_user_file)
+        pure = [at for cb, at in self.callbacks() if cb == "jax.pure_callback"]
+        if kept is None or not pure:
+            return ()
+        kept = [src for op, src in kept if op == "pure_callback"]
+        if not kept:
+            return tuple(pure)
+        if None in kept:
+            return ()  # (some kept without a line: which ones cannot be told)
+        lines = {frames.line(*src) for src in kept}
+        return tuple(at for at in pure if at and at not in lines)
+
     def callbacks_calling_jax(self) -> tuple[tuple[str, str, str, str], ...]:
         """(the callback, its line, the function it runs, what in it is JAX's) of each
         pure_callback and io_callback whose Python calls JAX itself, which can hang the step
@@ -1751,11 +1767,14 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
     note = _unrolled_note(values, leaves, jaxpr)
     if "jax.lax.scan" not in note or jaxpr is None:
         return note
-    # the note's line is one a derivative traced (its equations under jvp or transpose), not
-    # only somewhere in the step: a loop beside a gradient, outside it, needs no checkpoint
+    # the note's line is one a backward pass traced (its equations under transpose), not only
+    # somewhere in the step: a loop beside a gradient, outside it, needs no checkpoint, nor
+    # one only pushed forward (jax.jvp, jax.jacfwd: a forward-mode scan keeps no iteration's
+    # values; jax-ml/jax#14447)
     differentiated = {frames.line(*found) for j, _ in jaxpr_walk.walk(jaxpr)
                       for e in getattr(j, "eqns", ())
-                      if jaxpr_walk.scan_role(e) and (found := jaxpr_walk.user_frame(e))}
+                      if jaxpr_walk.scan_role(e) == "backward"
+                      and (found := jaxpr_walk.user_frame(e))}
     return note + SCAN_UNDER_GRAD if any(f"({line})" in note for line in differentiated) \
         else note
 

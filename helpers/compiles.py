@@ -1108,7 +1108,50 @@ def _placement_change(lowering: tuple[str, str] | None, before: list[tuple[str, 
     earlier = [m for t, m in before if t == types]
     if not earlier or shardings in earlier:
         return ""
+    now, then, leaves = (_items(shardings), _items(earlier[-1]), _items(types))
+    if len(now) == len(then) and now:  # the leaves whose placement changed, each in a few words
+        moved = [f"the arguments' leaf {i + 1} of {len(now)} (jax.tree.leaves order"
+                 f"{f', {_array_type(leaves[i])}' if len(leaves) == len(now) else ''}): "
+                 f"{_placed(a)}, before {_placed(b)}"
+                 for i, (a, b) in enumerate(zip(now, then, strict=True)) if a != b]
+        if moved:
+            return "; ".join(moved[:3]) + (f"; and {len(moved) - 3} more" if len(moved) > 3
+                                           else "")
     return f"argument shardings now {_shardings(shardings)}, before {_shardings(earlier[-1])}"
+
+
+def _items(text: str) -> list[str]:
+    """The items of JAX's printed tuple or list, "(A(x, y), B)": ["A(x, y)", "B"]."""
+    text = text.strip()
+    if text[:1] not in "([" or text[-1:] not in ")]":
+        return []
+    out, depth, start = [], 0, 1
+    for i, ch in enumerate(text[1:-1], 1):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+    out.append(text[start:-1].strip())
+    return [o for o in out if o]
+
+
+_SPEC = re.compile(r"spec=(P\(.*?\)|PartitionSpec\(.*?\))(?:, memory_kind|\)$)")
+
+
+def _placed(item: str) -> str:
+    """One argument's sharding as JAX prints it, in a few words: "split P('model',)",
+    "replicated P()", "committed to cpu:0", "uncommitted"."""
+    if (m := _SPEC.search(item)) and item.startswith("NamedSharding"):
+        spec = "P(" + m.group(1).split("(", 1)[1]  # (PartitionSpec(...) on jax 0.8.0)
+        return f"{'replicated' if spec == 'P()' else 'split'} {spec}"
+    return _shardings(item)
+
+
+def _array_type(item: str) -> str:
+    """"ShapedArray(float32[1024])" as "float32[1024]"."""
+    m = re.search(r"\((\w+\[[\d,]*\])", item)
+    return m.group(1) if m else item[:40]
 
 
 _ONE_DEVICE = re.compile(r"SingleDeviceSharding\(device=(\w+?)Device\(id=(\d+)\)[^()]*\)")
@@ -1130,6 +1173,18 @@ SEVERAL_FIRST_FIX = (
     "to change; where one function was meant, jax.jit of a bound method (obj.method) or of a "
     "closure made again is a new one each time: jit it once and call that (in __init__, "
     "self.f = jax.jit(self.f); jax-ml/jax#19570)")
+
+
+#: the fix where an argument's split changed between two calls of a step: where the state the
+#: step returns is passed back, XLA chose its sharding (keras-team/keras-core#832: a replicated
+#: bias and its optimizer moment came back split over 'model', the step compiled twice)
+FED_BACK_FIX = (
+    "where the argument is the step's own output passed back (state = step(state)), XLA "
+    "chose that output's sharding: pin it in the step, jax.jit(step, out_shardings=...) with "
+    "the shardings the state went in with, or jax.lax.with_sharding_constraint on what it "
+    "returns, so it comes back as it went in (keras-team/keras-core#832: 2 compiles to 1, no "
+    "copy); a jax.device_put before each call would copy it every step instead. Otherwise "
+    "jax.device_put the arguments once, before the loop, the same way every call")
 
 
 #: a call site that transforms what it calls from outside jit (jax.hessian(jf)(x))
@@ -1221,6 +1276,10 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         # function compiles the same types every call, patrick-kidger/equinox#307)
         if cause == "new shapes" and (transformed := _transformed_outside(mine)) else
         SEVERAL_FIRST_FIX if cause == "first compile" and len(seconds) > 1 else
+        # a leaf whose split changed between two calls: the step's own output passed back
+        FED_BACK_FIX if cause == "new placement" and any(
+            re.search(r": (split|replicated) P\(.*, before (split|replicated) P\(", m)
+            for m in placed) else
         fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
                 through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],

@@ -156,7 +156,8 @@ def load(ip: Any) -> None:
 
     jaxcompat.ensure_hook()  # before the notebook's first JAX operation starts a backend
     ip.set_custom_exc((jax.errors.JaxRuntimeError, *jaxcompat.sharding_error_types(),
-                       BufferError, AttributeError, TypeError, AssertionError, RuntimeError),
+                       BufferError, AttributeError, TypeError, AssertionError, RuntimeError,
+                       IndexError),  # (pmap's own over a scalar leaf: google/flax#2120)
                       _on_jax_error)
 
     @magics_class
@@ -390,6 +391,12 @@ def _no_backend(value: AssertionError) -> str:
 #: 0.12.0.1 a squeeze of that axis, or a sharding over the pmap's own axis it does not divide
 _PMAP_AXIS = re.compile(r"pmap got inconsistent sizes for array axes|cannot select an axis to "
                         r"squeeze out|_internal_pmap_axis_name.*is partitioned \d+ times", re.S)
+#: the same for a scalar leaf (a TrainState's step counter, google/flax#2120): 0.8.0 "pmap was
+#: requested to map its argument along axis 0, which implies that its rank should be at least
+#: 1", 0.10.2 a sharding over the pmap's own axis "only valid for values of rank at least 1" on
+#: one device, and an IndexError of pmap's own _mapped_axis_size on several (0.12.0.1 too)
+_PMAP_SCALAR = re.compile(r"its rank should be at least 1, but is only 0|_internal_pmap_axis_name"
+                          r".*only valid for values of rank at least 1", re.S)
 
 
 def _pmap_leading_axis(value: BaseException) -> str:
@@ -398,7 +405,9 @@ def _pmap_leading_axis(value: BaseException) -> str:
     a squeeze that did not fail inside a pmap."""
     from helpers._internal import frames
 
-    if not isinstance(value, ValueError) or not _PMAP_AXIS.search(str(value)):
+    scalar = (isinstance(value, ValueError) and _PMAP_SCALAR.search(str(value)) is not None
+              or isinstance(value, IndexError) and _raised_in(value, "_mapped_axis_size"))
+    if not scalar and (not isinstance(value, ValueError) or not _PMAP_AXIS.search(str(value))):
         return ""
     if "squeeze" in str(value):  # also jnp.squeeze's own: only where the pmap's own call
         # raised it, no frame of the user's after its last (a squeeze inside the mapped
@@ -419,7 +428,19 @@ def _pmap_leading_axis(value: BaseException) -> str:
             "per device are the usual one (jax-ml/jax#9933). Pass such an argument whole to "
             "every device, jax.pmap(f, in_axes=(None, 0)) (None for it: copied to each device "
             "at every call), or stack it once, jax.tree.map(lambda a: jnp.broadcast_to(a, "
-            "(jax.local_device_count(), *a.shape)), params), and pass that at every call.")
+            "(jax.local_device_count(), *a.shape)), params), and pass that at every call."
+            + (" Here a leaf is a scalar, with no axis at all (a training state's step "
+               "counter): stack the whole state so, as flax.jax_utils.replicate(state) does "
+               "(google/flax#2120)." if scalar else ""))
+
+
+def _raised_in(value: BaseException, function: str) -> bool:
+    """Whether the innermost frame of ``value``'s traceback is JAX's ``function``."""
+    tb = value.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == function and \
+        "jax" in tb.tb_frame.f_code.co_filename
 
 
 #: what JAX says when a pytree's static part (its metadata) holds an array it cannot compare

@@ -383,8 +383,10 @@ def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:
               and all(d.startswith("cpu:") for d in leaf.devices)]
     if (extra := sum(leaf.local_bytes - leaf.nbytes for leaf in copies)) < 2**20:
         return ""
-    n = max(leaf.local_bytes // max(leaf.nbytes, 1) for leaf in copies)
-    times = "twice" if n == 2 else f"{n} times"
+    each = [leaf.local_bytes // max(leaf.nbytes, 1) for leaf in copies]
+    n, least = max(each), min(each)  # (a leaf split over one axis of the mesh: fewer copies)
+    times = (("twice" if n == 2 else f"{n} times") if least == n else
+             f"{'twice' if least == 2 else f'{least} times'} to {n} times")
     split = [leaf for leaf in leaves if leaf.committed and len(leaf.devices) > 1
              and leaf.local_bytes == leaf.nbytes and leaf.nbytes]
     if split:  # replicated beside split leaves: data parallelism, on the stand-in

@@ -571,7 +571,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # a whole Jacobian made only to multiply a vector: jvp/vjp make the product without it,
     # which no other way of making the Jacobian (fewer rows, chunks) comes near
     by_line: dict[str, list] = {}  # the values made inside the Jacobians, by line
-    for t in temporaries:
+    # (more than the three largest: a deep function's tangents are many values of one size,
+    # none a quarter of the peak alone; jax-ml/jax#14447 at 30 layers)
+    many = c.temporaries(16)
+    for t in many:
         if t.line in c.jacobian_lines:
             by_line.setdefault(t.line, []).append(t)
     made_for = max(by_line.values(), key=lambda ts: sum(t.nbytes for t in ts), default=[])
@@ -589,13 +592,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # a loop's carry is no temporary XLA lists, yet a Jacobian's batch can be in it (jacrev
     # over an iterative solve: its Krylov basis, one per row; uwplasma/vmex#328)
     carried = c.loop_carries()
-    the_long_way = [(r, held) for r in made_whole if r.batch >= 4 * r.other_way and (
-        held := max((t for t in (*temporaries, *carried) if t.shape[:1] == (r.batch,)),
-                    key=lambda t: t.nbytes, default=None)) is not None
-        and 4 * held.nbytes >= peak]
+    the_long_way = [(r, along) for r in made_whole if r.batch >= 4 * r.other_way
+                    and (along := _along_basis(r, (*many, *carried)))
+                    and 4 * sum(t.nbytes for t in along) >= peak]
     if the_long_way:
-        r, held = the_long_way[0]
-        notes.append(program_notes.jacobian_note(r, held))
+        r, along = the_long_way[0]
+        notes.append(program_notes.jacobian_note(r, along[0], len(along),
+                                                 sum(t.nbytes for t in along)))
         batched = [b for b in batched if b[0].shape[:1] != (r.batch,)]  # its rows: not lax.map
     # a vmap the user never wrote: a Jacobian's own, over its basis (XLA may fold the batch
     # into a dot's rows: f32[288 * 96, 96] for 288 tangents)
@@ -696,7 +699,17 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "the work. Pass the inputs as arguments, jax.jit(h)(x), not jax.jit(lambda: h(x))() "
             "(jax-ml/jax#13956: a loop of 600 million additions timed at 3.9 ms as a closure, "
             "96.0 ms with x passed, on a CPU).")
-    host = [(cb, at) for cb, at in c.callbacks() if cb in ("jax.pure_callback", "io_callback")]
+    removed = c.callbacks_removed()
+    if removed:
+        at = removed[0]
+        notes.append(
+            f"The jax.pure_callback{' (' + at + ')' if at else ''} never runs: nothing reads its "
+            "result, and XLA removes such a call from the program as dead code (a pure "
+            "callback is one without side effects). If it must run, to log or save, call it "
+            "with jax.experimental.io_callback or jax.debug.callback, which XLA keeps "
+            "(jax-ml/jax#13762); otherwise delete it.")
+    host = [(cb, at) for cb, at in c.callbacks()
+            if cb in ("jax.pure_callback", "io_callback") and at not in removed]
     if host:
         cb, at = host[0]
         # one sentence for every step, however small: what the Python allocates is not in
@@ -967,6 +980,15 @@ class Residuals(Display):
 
 
 _SOURCE_LINE = re.compile(r"from (\S+?):(\d+)(?::\d+)? ")
+
+
+def _along_basis(r: compiled.Jacobian, values: Sequence[compiled.Temporary]
+                 ) -> list[compiled.Temporary]:
+    """The values among ``values`` that carry a Jacobian's whole basis (its first dimension),
+    largest first: the largest and those a quarter of its size or more (a deep function's
+    tangents, one per layer; not the primal's vectors of the same length)."""
+    along = sorted((t for t in values if t.shape[:1] == (r.batch,)), key=lambda t: -t.nbytes)
+    return [t for t in along if 4 * t.nbytes >= along[0].nbytes]
 
 
 def _short(source: str) -> str:

@@ -32,7 +32,7 @@ def test_the_extension_registers_and_unregisters(shell):
     assert shell.custom_exceptions == (jax.errors.JaxRuntimeError,
                                        *jaxcompat.sharding_error_types(), BufferError,
                                        AttributeError, TypeError, AssertionError,
-                                       RuntimeError)
+                                       RuntimeError, IndexError)
     assert "memory" in shell.magics_manager.magics["cell"]
     shell.run_line_magic("unload_ext", "helpers")
     assert shell.custom_exceptions == () and "memory" not in shell.magics_manager.magics["cell"]
@@ -162,6 +162,28 @@ def test_jax_9933_a_pmap_argument_without_a_leading_device_axis_is_explained(she
     shell.run_cell("y = jax.pmap(lambda x: x * 2)(jnp.ones((n, 3)))\n"
                    "jax.pmap(lambda x: x.sum())(jax.device_put(y, jax.devices()[0]))")
     assert "why this pmap failed" not in capsys.readouterr().out  # committed, axis right
+
+
+def test_flax_2120_a_pmap_over_a_state_with_a_scalar_leaf_is_explained(shell, capsys):
+    """google/flax#2120: jax.pmap over a training state never replicated; its step counter is
+    a scalar. JAX's words differ by version (0.8.0: "rank should be at least 1"; 0.10.2 and
+    0.12.0.1 on several devices: an IndexError of pmap's own, "tuple index out of range") and
+    the hook said nothing (a new user's trial). It names the scalar and the replicated state
+    (marcvanzee's flax.jax_utils.replicate), which runs."""
+    shell.run_cell("n = jax.local_device_count()\n"
+                   "state = {'step': jnp.zeros((), jnp.int32), 'w': jnp.ones((8, 2))}\n"
+                   "xs = jnp.ones((n, 3, 8))\n"
+                   "f = jax.pmap(lambda s, x: (x @ s['w']).sum() + s['step'])")
+    capsys.readouterr()
+    r = shell.run_cell("f(state, xs)")
+    said = capsys.readouterr().out
+    assert not r.success and "JAX Device Kit: why this pmap failed" in said
+    assert "a scalar, with no axis at all" in said and "google/flax#2120" in said
+    fixed = shell.run_cell("f(jax.tree.map(lambda a: jnp.broadcast_to(a, (n, *a.shape)), "
+                           "state), xs).shape == (n,)")
+    assert fixed.result is True  # the replicated state runs
+    shell.run_cell("().__getitem__(0)")
+    assert "JAX Device Kit" not in capsys.readouterr().out  # an IndexError of the user's
 
 
 #: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request

@@ -446,6 +446,7 @@ def test_the_table_lists_every_report_tested_here():
                  "442": "the jax#2777 tests here",
                  "59": "the jax#3158 test here",
                  "3597": "the numpyro#696 test here", "9933": "tests/test_ipython.py",
+                 "2120": "tests/test_ipython.py",
                  "5172": "tests/test_step_arguments.py", "261": "tests/test_devices.py",
                  "6887": "tests/test_settings.py", "23208": "tests/test_settings.py",
                  "13148": "the en dash test in tests/test_settings.py",
@@ -1255,6 +1256,72 @@ def test_jax_719_jacfwd_over_a_wide_jacobian_is_named_with_jacrev():
     assert "needs far less" not in square.advice
 
 
+def test_jax_14447_jacfwd_of_a_deep_function_stays_named_where_no_one_tangent_is_a_quarter():
+    """jax-ml/jax#14447: jacfwd runs out of memory where grad does not; mattjj: jacfwd pushes
+    forward a whole basis of tangents, jax.jvp one. At 30 layers XLA's plan holds four
+    tangents of the basis, none a quarter of the peak alone (24.9%), and the kit named only
+    the unrolled loop, with a checkpoint for a backward pass the step does not have (a new
+    user's trial). The tangents are counted together now."""
+    n, depth = 1024, 30
+    x, v = jnp.linspace(0.1, 1.0, n), jnp.ones(n) / n
+
+    def f(x):
+        for i in range(depth):
+            x = jnp.sin(x) * 1.01 + 0.1 * jnp.cos(x * (i + 1))
+        return jnp.sum(x ** 2)
+
+    whole = preflight.preflight_step(jax.jacfwd(f), x)
+    assert "one column per input of the function, all 1,024 at once" in whole.advice
+    assert "jax.jacrev makes the same Jacobian one row per output" in whole.advice
+    assert "put jax.checkpoint on the scan's body" not in whole.advice  # no backward pass
+    reverse = preflight.preflight_step(jax.grad(f), x)
+    assert reverse.peak_bytes * 20 < whole.peak_bytes
+    assert jnp.allclose(jax.grad(f)(x), jax.jacfwd(f)(x), rtol=1e-4)
+    product = preflight.preflight_step(lambda x, v: jax.jacfwd(f)(x) @ v, x, v)
+    assert "jax.jvp(f, (x,), (v,))[1] gives J @ v without it" in product.advice
+    one = preflight.preflight_step(lambda x, v: jax.jvp(f, (x,), (v,))[1], x, v)
+    assert one.peak_bytes * 20 < product.peak_bytes and "without it" not in one.advice
+    assert jnp.allclose(jax.jvp(f, (x,), (v,))[1], jax.jacfwd(f)(x) @ v, rtol=1e-4)
+
+
+def test_jax_13762_a_pure_callback_whose_result_is_unused_is_named_as_removed():
+    """jax-ml/jax#13762: a jax.pure_callback whose result nothing reads is still in the jaxpr,
+    and never runs: XLA removes it as dead code (mattjj). The kit told the user it "runs
+    Python outside XLA's plan" (a new user's trial). It now says it never runs, and names
+    io_callback, which runs."""
+    from jax.experimental import io_callback
+
+    calls = []
+
+    def log(v):
+        calls.append(1)
+        return v
+
+    def unused(x):
+        _ = jax.pure_callback(log, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return x * 2
+
+    def used(x):
+        return jax.pure_callback(log, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2
+
+    def kept(x):
+        io_callback(lambda v: calls.append(1), None, x)
+        return x * 2
+
+    x = jnp.ones(8)
+    said = preflight.preflight_step(unused, x).advice
+    assert "never runs" in said and "jax.experimental.io_callback" in said
+    assert "runs Python outside XLA's plan" not in said
+    jax.jit(unused)(x).block_until_ready()
+    assert calls == []  # the thread's finding, run: the callback was never called
+    other = preflight.preflight_step(used, x).advice
+    assert "never runs" not in other and "runs Python outside XLA's plan" in other
+    assert "never runs" not in preflight.preflight_step(kept, x).advice
+    jax.jit(kept)(x).block_until_ready()
+    jax.effects_barrier()
+    assert len(calls) == 1  # the fix: io_callback runs
+
+
 def test_big_vision_14_frozen_updates_multiplied_by_zero_are_named_with_set_to_zero():
     # optax.scale(0.0) over frozen parameters, as big_vision did before the pull request; a
     # plain-JAX stand-in (optax is not a dependency): the same literal 0.0 times each update
@@ -2002,6 +2069,57 @@ def test_maxtext_3192_a_tree_replicated_over_simulated_cpu_devices_costs_host_ra
     split = {k: jax.device_put(v, NamedSharding(mesh, PartitionSpec("x")))
              for k, v in restored.items()}
     assert devices.tree_placement(split).problems == ()  # the fix: one copy of each byte
+
+
+def test_keras_core_832_a_state_that_comes_back_split_otherwise_is_pinned_in_the_step():
+    """keras-team/keras-core#832: a training state that leaves the jitted step with other
+    shardings than it came in with compiles the step again (qlzh727's fix: a sharding
+    constraint on the state; keras#21559: out_shardings). The kit said to jax.device_put the
+    arguments before the loop, which they already were, and which copies them every step if
+    done each call (a new user's trial). It now names the leaves whose split changed and pins
+    the output; its count of copies per leaf is each leaf's."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    put = {"w": NamedSharding(mesh, P(None, "model")), "b": NamedSharding(mesh, P()),
+           "v": NamedSharding(mesh, P()), "step": NamedSharding(mesh, P())}
+    start = jax.device_put({"w": jnp.ones((512, 1024)), "b": jnp.zeros(1024),
+                            "v": jnp.zeros(1024), "step": jnp.zeros((), jnp.int32)}, put)
+    x = jax.device_put(jnp.ones((256, 512)), NamedSharding(mesh, P("data", None)))
+
+    def step(s, x):
+        g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["w"] + p["b"]) ** 2))(
+            {"w": s["w"], "b": s["b"]})
+        v = 0.9 * s["v"] + g["b"] ** 2
+        return {"w": s["w"] - 0.1 * g["w"], "b": s["b"] - 0.1 * g["b"] / (jnp.sqrt(v) + 1e-8),
+                "v": v, "step": s["step"] + 1}
+
+    def run(jitted):
+        state = start
+        with compiles.watch() as log:
+            for _ in range(3):
+                state = jitted(state, x)
+            jax.block_until_ready(state)
+        return log, state
+
+    log, state = run(jax.jit(step))
+    if state["b"].sharding.spec == P():  # (this XLA kept the bias as it came: nothing to see)
+        pytest.skip("XLA returned the state as it came in")
+    (f,) = [f for f in log.functions if f.function == "step"]
+    assert f.compiles == 2 and f.cause == "new placement"
+    said = str(log)
+    assert "(jax.tree.leaves order, float32[1024]): split P('model',), before replicated P()" \
+        in said
+    assert "out_shardings" in said and "with_sharding_constraint" in said
+    if jaxcompat.jax_version_tuple() >= (0, 10):  # (0.8.0's CPU collectives of this fix
+        # wait forever for a second thread on the 2-core VM, and XLA aborts the process)
+        fixed, kept = run(jax.jit(lambda s, x: jax.lax.with_sharding_constraint(step(s, x),
+                                                                                put)))
+        assert [g.compiles for g in fixed.functions if g.function == "<lambda>"] == [1]
+        assert kept["b"].sharding.spec == P()
+    (problem,) = devices.tree_placement(state).problems
+    assert "held twice to 4 times over" in problem  # ['w'], ['b'], ['v'] twice, ['step'] 4
 
 
 def test_equinox_688_parameters_never_put_on_the_mesh_beside_a_split_batch():

@@ -42,7 +42,7 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "custom_vjp_fwd_caller", "deleted_argument_error", "device_name",
            "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
-           "import_jax",
+           "import_jax", "kept_callbacks",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
            "jit_made_by_jax", "live_executables", "lowered_aliases", "lowered_equations",
            "lowered_jaxpr",
@@ -781,6 +781,31 @@ def computed_while_compiling(hlo_text: str) -> bool | None:
     ops = {m.group(2) for line in hlo_text.splitlines()
            if (m := _ANY_INSTRUCTION.match(line))}
     return bool(ops) and ops <= _MOVES_ONLY
+
+
+_OP_TYPE = re.compile(r'op_type="(\w+)"')
+
+
+def kept_callbacks(hlo_text: str, is_user: Callable[[str], bool]
+                   ) -> list[tuple[str, tuple[str, int] | None]] | None:
+    """(JAX's primitive: "pure_callback", "io_callback", "debug_callback", ..., the user's
+    (file, line) where the text records it) of each host callback an optimized program still
+    calls: XLA removes a jax.pure_callback whose result nothing reads, as dead code
+    (jax-ml/jax#13762), and keeps the others (custom calls with a side effect). None where the
+    text is not XLA's. XLA's text format is not an API: tests check it still parses."""
+    if not hlo_text.startswith("HloModule"):
+        return None
+    lines = hlo_text.splitlines()
+    tables = _tables(lines)
+    out = []
+    for line in lines:
+        if " custom-call(" not in line or "callback" not in line:
+            continue
+        m = _OP_TYPE.search(line)
+        if m and m.group(1).endswith(("callback", "debug_print")):
+            meta = line[line.find("metadata={"):]
+            out.append((m.group(1), _source(meta, tables, is_user)))
+    return out
 
 
 def constant_bytes(hlo_text: str) -> int | None:
