@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -374,10 +375,8 @@ def _no_backend(value: AssertionError) -> str:
     """The cause and the fix of the bare AssertionError JAX's backends() raises where
     JAX_PLATFORMS asks for CUDA alone and no NVIDIA GPU is visible (jax-ml/jax#23208's
     setting); "" for any other assertion."""
-    tb = value.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None or not tb.tb_frame.f_code.co_filename.endswith("xla_bridge.py"):
+    code = _innermost_code(value)
+    if code is None or not code.co_filename.endswith("xla_bridge.py"):
         return ""
     from helpers import settings
 
@@ -436,11 +435,16 @@ def _pmap_leading_axis(value: BaseException) -> str:
 
 def _raised_in(value: BaseException, function: str) -> bool:
     """Whether the innermost frame of ``value``'s traceback is JAX's ``function``."""
+    code = _innermost_code(value)
+    return code is not None and code.co_name == function and "jax" in code.co_filename
+
+
+def _innermost_code(value: BaseException) -> types.CodeType | None:
+    """The code of the innermost frame of ``value``'s traceback: where it was raised."""
     tb = value.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_name == function and \
-        "jax" in tb.tb_frame.f_code.co_filename
+    return None if tb is None else tb.tb_frame.f_code
 
 
 #: what JAX says when a pytree's static part (its metadata) holds an array it cannot compare

@@ -1743,8 +1743,7 @@ def _widened_constants(c: compiled.CompiledStep) -> tuple[tuple[str, int, str], 
     were made: not where it was on from the start (the backend-start hook saw it, or
     JAX_ENABLE_X64 asked for it at import), where float32 was the user's choice."""
     at_start = jaxcompat.x64_at_start()
-    if c.jaxpr is None or at_start is True or (
-            at_start is None
-            and os.environ.get("JAX_ENABLE_X64", "").strip().lower() in ("1", "true", "yes", "on")):
+    if c.jaxpr is None or at_start is True or (at_start is None
+                                               and jaxcompat.x64_asked(os.environ)):
         return ()
     return jaxpr_values.narrow_constants_widened(c.jaxpr)

@@ -34,6 +34,7 @@ from helpers._internal.jaxcompat import (
     backend_start_snapshot,
     backends_started,
     expand_platform_alias,
+    x64_asked,
 )
 from helpers._internal.records import Display, Record
 from helpers.units import format_bytes
@@ -577,9 +578,9 @@ def _x64_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvW
     # JAX reads JAX_ENABLE_X64 at import: set later, float64 stays float32 (0.8.0, 0.10.2)
     if "jax" not in sys.modules:
         return []
-    value = env.get("JAX_ENABLE_X64", "").strip().lower()
-    wanted = value in ("1", "true", "yes", "on")
-    if not value or wanted == bool(_jax_config_value("jax_enable_x64")):
+    wanted = x64_asked(env)
+    if not env.get("JAX_ENABLE_X64", "").strip() or \
+            wanted == bool(_jax_config_value("jax_enable_x64")):
         return []
     return [EnvWarning(
         "x64-set-after-import",

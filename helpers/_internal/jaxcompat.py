@@ -55,7 +55,8 @@ __all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CA
            "static_values_explained",
            "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
-           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr", "x64_at_start",
+           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr", "x64_asked",
+           "x64_at_start",
            "YNN_FUSIONS_OFF", "while_carried", "ynn_fusion_intermediates"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -2065,6 +2066,12 @@ def x64_at_start() -> bool | None:
     ensure_hook()
     with _lock:
         return _x64_seen[0] if _x64_seen else None
+
+
+def x64_asked(env: Mapping[str, str]) -> bool:
+    """Whether ``env``'s JAX_ENABLE_X64 asks for 64-bit types, as the kit reads it (JAX's own
+    bool_env also takes "y" and "t")."""
+    return env.get("JAX_ENABLE_X64", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def import_jax():
