@@ -2071,6 +2071,9 @@ def test_maxtext_3192_a_tree_replicated_over_simulated_cpu_devices_costs_host_ra
     assert devices.tree_placement(split).problems == ()  # the fix: one copy of each byte
 
 
+@pytest.mark.skipif(jaxcompat.jax_version_tuple() < (0, 10),
+                    reason="XLA:CPU in jax 0.8.0 aborted this 4-device step's collectives in "
+                    "the full suite on a 2-core machine (CI)")
 def test_keras_core_832_a_state_that_comes_back_split_otherwise_is_pinned_in_the_step():
     """keras-team/keras-core#832: a training state that leaves the jitted step with other
     shardings than it came in with compiles the step again (qlzh727's fix: a sharding
@@ -2112,12 +2115,9 @@ def test_keras_core_832_a_state_that_comes_back_split_otherwise_is_pinned_in_the
     assert "(jax.tree.leaves order, float32[1024]): split P('model',), before replicated P()" \
         in said
     assert "out_shardings" in said and "with_sharding_constraint" in said
-    if jaxcompat.jax_version_tuple() >= (0, 10):  # (0.8.0's CPU collectives of this fix
-        # wait forever for a second thread on the 2-core VM, and XLA aborts the process)
-        fixed, kept = run(jax.jit(lambda s, x: jax.lax.with_sharding_constraint(step(s, x),
-                                                                                put)))
-        assert [g.compiles for g in fixed.functions if g.function == "<lambda>"] == [1]
-        assert kept["b"].sharding.spec == P()
+    fixed, kept = run(jax.jit(lambda s, x: jax.lax.with_sharding_constraint(step(s, x), put)))
+    assert [g.compiles for g in fixed.functions if g.function == "<lambda>"] == [1]
+    assert kept["b"].sharding.spec == P()
     (problem,) = devices.tree_placement(state).problems
     assert "held twice to 4 times over" in problem  # ['w'], ['b'], ['v'] twice, ['step'] 4
 
