@@ -25,8 +25,9 @@ Limitations (also in the README):
   zero-copy and JAX does not report it: on the CPU backend no device->host transfer appears.
 - Copies XLA makes inside a compiled computation are not guard events at all.
 - The guard set by a ``with`` block is per thread (JAX's config module updates it through a
-  thread-local hook): copies made by other threads during the block (a prefetch thread, say)
-  are not seen.
+  thread-local hook): copies made by other threads of yours during the block (a prefetch
+  thread, say) are not seen. A host callback's copy is, on whichever thread XLA runs it: the
+  kit sets the guard there for that copy, where no level is set for the thread or the process.
 - On a GPU, reading an array back (``float(x)``, ``np.asarray(x)``, printing) is an implicit
   device->host copy and is logged, once per array (jaxlib caches the host copy).
 - Measured on JAX 0.10.2 (CPU): once a jitted function has run, its C++ fast path moved an
@@ -72,6 +73,8 @@ _END = "<<helpers.transfers explicit end>>"
 _PROBED = "<<helpers.transfers probe done>>"
 #: after an explicit scope's begin marker: the jax.device_put was given jax.Arrays
 _OF_ARRAYS = "|of-arrays"
+#: the level the block runs under: every transfer logged, explicit ones marked as such
+_GUARD = "log_explicit"
 _LINE = "<<helpers.transfers line "  # + "file:line: source>>"
 #: after a line's marker: the shape and dtype of the NumPy array the line converts by name
 #: (jnp.asarray(x)), read from the frame as the line starts, for the copy JAX logs with none
@@ -813,9 +816,9 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
                     marker = _BEGIN + (_callback_label(seen, body) if body else "") + flag
                 write(marker)
 
-            with jaxcompat.explicit_scopes_marked(mark, _BEGIN, _END,
-                                                  _OF_ARRAYS) as installed, \
-                    jax.transfer_guard("log_explicit"):
+            with jaxcompat.explicit_scopes_marked(mark, _BEGIN, _END, _OF_ARRAYS,
+                                                  guard=_GUARD) as installed, \
+                    jax.transfer_guard(_GUARD):
                 probing = installed and not _markers_verified
                 if probing:
                     _probe()

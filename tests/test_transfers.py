@@ -376,6 +376,37 @@ def test_copies_onto_a_mesh_of_explicit_axes_keep_their_bytes_and_a_callbacks_pi
     )["shape"] == (8, 4, 6)
 
 
+def test_a_callbacks_copy_made_on_xlas_own_thread_is_seen():
+    """A jax.pure_callback in a program over 4 devices runs on a thread of XLA's ("Dummy-3"),
+    where the block's jax.transfer_guard, set for the caller's thread only, does not reach: the
+    trace saw no copy, or saw it only where XLA happened to use the caller's thread (a trial).
+    The kit now sets the guard on that thread for the callback's copy, and only there (where
+    no level is set for it or for the process)."""
+    import threading
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    threads = []
+
+    def host(x):
+        threads.append(threading.current_thread())
+        return np.sin(np.asarray(x))
+
+    f = jax.jit(jax.vmap(lambda x: jax.pure_callback(
+        host, jax.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="broadcast_all")))
+    xs = jax.device_put(jnp.ones((8, 1000)), NamedSharding(jax.make_mesh((4,), ("d",)), P("d")))
+    f(xs).block_until_ready()
+    for _ in range(3):
+        threads.clear()
+        with transfers.trace() as log:
+            f(xs).block_until_ready()
+        made = [t for t in log if t.made_by == "jax.pure_callback"]
+        assert [t.nbytes for t in made] == [xs.nbytes], (threads, log.transfers)
+    assert threads and threads[0] is not threading.main_thread()  # the case itself
+    assert jax.config.jax_transfer_guard_host_to_device is None  # nothing left set
+
+
 def test_liesel_282_a_debug_callbacks_copies_are_named_as_its_own_and_gating_it_cuts_them():
     """liesel#282: a progress bar updated by jax.debug.callback on every iteration of a
     compiled loop. JAX device_puts each call's arguments to the CPU (debug_callback_impl), and

@@ -1960,12 +1960,22 @@ def put_of_arrays(most: int = 4) -> bool:
 
 @contextlib.contextmanager
 def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str,
-                           of_arrays: str = "") -> Iterator[bool]:
+                           of_arrays: str = "", guard: str | None = None) -> Iterator[bool]:
     """While active, JAX's explicit device_put/device_get scopes call ``write(begin)`` on entry
     (``begin`` followed by the callback's name where a host callback copies its arguments:
     :func:`running_callback`; then ``of_arrays`` where a jax.device_put was given jax.Arrays:
     :func:`put_of_arrays`) and ``write(end)`` on exit. Yields False (and marks nothing) when
-    JAX moved the scopes."""
+    JAX moved the scopes.
+
+    ``guard``: the transfer-guard level a host callback's copy runs under where its thread has
+    none set. XLA runs a callback on a thread of its own where it runs the program on several
+    devices (seen with jax 0.10.2: threads "Dummy-2" to "Dummy-4"), and ``jax.transfer_guard``
+    sets the level of the thread that entered it only, so that copy went unlogged."""
+    import jax
+
+    def unguarded() -> bool:  # no level set on this thread, nor process-wide
+        return all(getattr(jax.config, f"jax_transfer_guard_{d}", None) is None
+                   for d in ("host_to_device", "device_to_device", "device_to_host"))
     try:
         config = _import("jax._src.config")
         originals = {name: getattr(config, name) for name in
@@ -1977,10 +1987,13 @@ def explicit_scopes_marked(write: Callable[[str], None], begin: str, end: str,
     def wrap(original):
         @contextlib.contextmanager
         def scope(*args, **kwargs):
-            write(begin + (running_callback() or "")
+            callback = running_callback()
+            level = guard if callback and guard and unguarded() else None
+            write(begin + (callback or "")
                   + (of_arrays if of_arrays and put_of_arrays() else ""))
             try:
-                with original(*args, **kwargs):
+                with jax.transfer_guard(level) if level else contextlib.nullcontext(), \
+                        original(*args, **kwargs):
                     yield
             finally:
                 write(end)
