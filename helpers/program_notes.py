@@ -46,18 +46,26 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
 #: the operations that cut a part of an array: where one gathers a split argument whole, the
 #: part was cut along the split dimension
 _SLICES = ("dynamic_slice", "slice")
+#: the operations .at[...].set/.add/.mul/.min/.max become: where one gathers a split argument
+#: whole, it wrote a slice of rows along the split dimension (jax-ml/jax#23052)
+_SCATTERS = ("scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter_mul",
+             "scatter-min", "scatter_min", "scatter-max", "scatter_max")
 
 
 def gathered(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporary], args: tuple,
              kwargs: dict) -> list[tuple[compiled.Temporary, str]]:
-    """(temporary, how it was read: "callback", "slice" or "index") of each large temporary (1
-    MiB or more) with the whole shape of an argument split over several devices: of a callback
-    (jax.debug.print, a host callback), a value gathered from its shards to be handed to the
-    host; otherwise only where XLA's program (``c.text``) all-gathers a value of that shape and
-    the line that made it cuts a part ("slice": the argument gathered whole onto each device
-    to cut a part along its split dimension, apple/axlearn#993, a minibatch sliced from a batch
-    split over devices) or indexes it with a value the program traces ("index": ``V[t]`` with
-    ``t`` a vmapped element, OpenSourceEconomics/pylcm#391: any device may read any row). The
+    """(temporary, how it was used: "callback", "slice", "index" or "write") of each large
+    temporary (1 MiB or more) with the whole shape of an argument split over several devices:
+    of a callback (jax.debug.print, a host callback), a value gathered from its shards to be
+    handed to the host; otherwise only where XLA's program (``c.text``) all-gathers a value of
+    that shape and the line that made it cuts a part ("slice": the argument gathered whole onto
+    each device to cut a part along its split dimension, apple/axlearn#993, a minibatch sliced
+    from a batch split over devices), indexes it with a value the program traces ("index":
+    ``V[t]`` with ``t`` a vmapped element, OpenSourceEconomics/pylcm#391: any device may read
+    any row) or writes into it ("write": ``x.at[0:3].set(u)``, a scatter at a slice of Python
+    ints along the split dimension, jax-ml/jax#23052: XLA gathers the whole array to write it,
+    where an index array or ``lax.dynamic_update_slice`` writes in place; jax 0.8.0 to
+    0.12.0.1 alike). The
     line's operations come from the jaxpr: XLA names the gather's buffer after the argument on
     jax 0.12, after the gather on 0.10.2. A gather a sharded layer makes by design (FSDP's
     weights) is none of these."""
@@ -76,6 +84,8 @@ def gathered(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporary]
             continue
         elif "gather" in made:
             out.append((t, "index"))
+        elif made & set(_SCATTERS):
+            out.append((t, "write"))
         elif made & set(_SLICES):
             out.append((t, "slice"))
     return out

@@ -2676,6 +2676,38 @@ def test_axlearn_993_a_minibatch_sliced_from_a_split_batch_is_gathered_whole():
     np.testing.assert_allclose(sliced(w, x), reshaped(w, x), rtol=1e-5)
 
 
+def test_jax_23052_rows_written_at_a_slice_of_a_split_array_are_named_as_gathered_whole():
+    """jax-ml/jax#23052: x.at[0:3].set(u) on an array split by rows over devices all-gathers
+    the whole array onto each device (the reporter found an index array does not; jax 0.8.0,
+    0.10.2 and 0.12.0.1 alike on 4 simulated devices). The kit advised donation only (a new
+    user's trial). Now the gathered whole is named with the index-array and
+    dynamic_update_slice fixes, both run here: no gather, the same values."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    split = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("x",)), P("x", None))
+    x = jax.device_put(jnp.arange(1024 * 512, dtype=jnp.float32).reshape(1024, 512), split)
+    u = jnp.ones((3, 512))
+    sliced = jax.jit(lambda x, u: x.at[1000:1003].set(u), out_shardings=split)
+    indexed = jax.jit(lambda x, u: x.at[jnp.arange(1000, 1003)].set(u), out_shardings=split)
+    written = jax.jit(lambda x, u: jax.lax.dynamic_update_slice(x, u, (1000, 0)),
+                      out_shardings=split)
+    before = preflight.preflight_step(sliced, x, u)
+    assert "f32[1024, 512] (2.00 MiB" in before.advice
+    assert "gathered from its shards onto each device" in before.advice
+    assert "x.at[jnp.arange(a, b)].set(u)" in before.advice
+    assert "jax.lax.dynamic_update_slice(x, u, (a, 0))" in before.advice
+    assert "jax-ml/jax#23052" in before.advice
+    for fixed in (indexed, written):
+        after = preflight.preflight_step(fixed, x, u)
+        assert "gathered" not in after.advice and after.peak_bytes < before.peak_bytes - 2**20
+        np.testing.assert_array_equal(fixed(x, u), sliced(x, u))
+    added = jax.jit(lambda x, u: x.at[1000:1003].add(u), out_shardings=split)
+    assert "jax-ml/jax#23052" in preflight.preflight_step(added, x, u).advice
+    one_row = jax.jit(lambda x, u: x.at[5].set(u[0]), out_shardings=split)  # XLA splits it
+    assert "gathered" not in preflight.preflight_step(one_row, x, u).advice
+
+
 def test_pylcm_391_an_array_indexed_by_a_vmapped_element_is_gathered_whole_not_vmap_s():
     """OpenSourceEconomics/pylcm#391: a kernel vmapped over types split over devices reads
     V[t] from a V passed unmapped; XLA all-gathers the whole V onto each device, and device 0
