@@ -1241,6 +1241,12 @@ class CompiledStep:
         that jax.vmap made a loop of, one call after another (OpenSourceEconomics/pylcm#316)."""
         return jaxpr_callbacks.callbacks_vmapped(self.jaxpr)
 
+    def callbacks_broadcast(self) -> tuple[tuple[str, str, str, tuple[int, ...], int], ...]:
+        """(the callback, its line, the argument as "float32[1024, 1024]", the shape vmap broadcast
+        it to, its bytes) of each argument jax.vmap copied once per element for a
+        jax.pure_callback of vmap_method="broadcast_all", the largest first (jax-ml/jax#17187)."""
+        return jaxpr_callbacks.callbacks_broadcast(self.jaxpr)
+
     def in_selected_conds(self) -> tuple[tuple[str, str, str, int], ...]:
         """(the callback or "lax.while_loop", its line, the cond's line, how many) of each host
         callback, and each batched while_loop, in a branch of a lax.cond that jax.vmap made a

@@ -554,6 +554,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     gathered = (program_notes.gathered(c, temporaries, args, kwargs)
                 if spread and device is None else [])
     batched = program_notes.batched_by_line(c, peak)
+    # an argument vmap copied per element for a pure_callback: its fix is the callback's
+    # vmap_method, not chunks (jax-ml/jax#17187)
+    broadcast = [b for b in c.callbacks_broadcast() if b[4] >= 2**20 and 4 * b[4] >= peak]
+    batched = [b for b in batched if (b[0].line, tuple(b[0].shape)) not in {
+        (at, shape) for _, at, _, shape, _ in broadcast}]
     if gathered:  # the whole array on each device: its cause is the split, not the vmap
         batched = [b for b in batched if (b[0].line, b[0].shape) not in {
             (t.line, t.shape) for t, _ in gathered}]
@@ -748,6 +753,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             f"runs, a round trip to the host, on every iteration; {fix}.")
     for found in c.callbacks_vmapped()[:1]:  # vmap's loop of host calls, one per element
         notes.append(program_notes.callback_loop_note(*found))
+    for found in broadcast[:1]:  # an argument vmap copied per element for a pure_callback
+        notes.append(program_notes.callback_broadcast_note(*found))
     if stopped := c.stopped_scans():  # a loop that runs on after every element stopped
         notes.append(program_notes.stopped_scan_note(*stopped[0]))
     for found in c.in_selected_conds()[:1]:  # a cond vmap made a select: both branches run

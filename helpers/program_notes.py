@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     import jax
 
 __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "bound_method_note",
-           "callback_loop_note", "carry_copy_note", "cast_note", "checkpoint_fix", "chunk_size",
-           "chunks_fix", "cpu_upcast", "cpu_upcast_note", "einsum_blowups", "einsum_note",
+           "callback_broadcast_note", "callback_loop_note", "carry_copy_note", "cast_note",
+           "checkpoint_fix", "chunk_size", "chunks_fix", "cpu_upcast", "cpu_upcast_note",
+           "einsum_blowups", "einsum_note",
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "identity_static_note",
            "invariant_psum_note", "jacobian_note", "jacobian_product_note", "logits_note",
@@ -1351,6 +1352,25 @@ def callback_loop_note(callback: str, at: str, calls: int) -> str:
     return (f"{head}To check or log the values, {fix} (OpenSourceEconomics/pylcm#316: 4,096 "
             "calls and 112 ms a step, 1 call and 0.25 ms validated once outside; CPU, jax "
             "0.10.2).")
+
+
+def callback_broadcast_note(callback: str, at: str, argument: str, shape: tuple[int, ...],
+                            nbytes: int) -> str:
+    """An argument jax.vmap copied once per element for a jax.pure_callback of
+    vmap_method="broadcast_all" (:meth:`compiled.CompiledStep.callbacks_broadcast`): an
+    argument the vmap does not map, made whole for every element before the call.
+    vmap_method="expand_dims" gives it a leading axis of size 1 instead, which NumPy's
+    broadcasting in the function takes alike (measured by the kit on a CPU: a 4 MiB table
+    beside 64 elements, 256 MiB of temporaries with "broadcast_all", none with "expand_dims",
+    the same values; jax 0.8.0, 0.10.2 and 0.12.0.1)."""
+    where = f" at {at}" if at else ""
+    return (f"The {callback}{where} has vmap_method='broadcast_all': jax.vmap copies each "
+            f"argument it does not map whole for every element before the call, here "
+            f"{argument} to {list(shape)} ({format_bytes(nbytes)}). vmap_method='expand_dims' "
+            "gives such an argument a leading axis of size 1 instead (the mapped ones keep "
+            "the batch), which NumPy's broadcasting against the batch takes alike, one call, "
+            "no copies. Computing the batch in chunks (jax.lax.map with batch_size) keeps a "
+            "copy per element of each chunk.")
 
 
 def selected_cond_note(what: str, at: str, cond_at: str, count: int) -> str:

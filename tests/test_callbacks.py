@@ -2,7 +2,8 @@
 of a scan (runs once, not once per step: jax-ml/jax#16637), and one that runs on every
 iteration of a long loop (liesel-devs/liesel#282). Under jax.vmap: a callback vmap makes a loop
 of (OpenSourceEconomics/pylcm#316), a callback or a while_loop in a branch of a cond vmap made a
-select (jax-ml/jax#19314, #2947); and a jax.debug.print that changes the program XLA compiles
+select (jax-ml/jax#19314, #2947), an argument vmap copies per element for a pure_callback
+(jax-ml/jax#17187); and a jax.debug.print that changes the program XLA compiles
 (jax-ml/jax#26370)."""
 
 import contextlib
@@ -244,6 +245,38 @@ def test_pylcm_316_a_vmapped_pure_callback_is_led_to_expand_dims_not_told_to_che
     assert _checks(f("sequential"), x) == 32 and _checks(f("expand_dims"), x) == 1
     assert checked == [(32,)]  # one call, the batch as a leading axis
     np.testing.assert_array_equal(f("expand_dims")(x), f("sequential")(x))
+
+
+def test_jax_17187_an_argument_broadcast_per_element_for_a_pure_callback_is_named():
+    """jax-ml/jax#17187: broadcasting every argument to the batch before a vectorized
+    pure_callback "is not efficient ... a serious bottleneck"; JAX's answer is vmap_method
+    (jax-ml/jax#23881, #24425): "broadcast_all" copies an argument vmap does not map once per
+    element, "expand_dims" gives it a leading axis of size 1. The kit said "made under jax.vmap
+    ... jax.lax.map(f, xs, batch_size=k)", which keeps a copy per element of each chunk. Now
+    the broadcast argument and vmap_method='expand_dims' are named, run here: 64 MiB of
+    temporaries to none, the same values."""
+    def host(t, x):
+        return (np.asarray(t)[..., 0, :] * np.asarray(x)).astype(np.float32)
+
+    def made(method):
+        return jax.jit(jax.vmap(lambda t, x: jax.pure_callback(
+            host, jax.ShapeDtypeStruct(x.shape, x.dtype), t, x, vmap_method=method),
+            in_axes=(None, 0)))
+
+    table, xs = jnp.ones((512, 512)), jnp.ones((64, 512))  # 1 MiB copied 64 times
+    before = preflight.preflight_step(made("broadcast_all"), table, xs)
+    assert "has vmap_method='broadcast_all'" in before.advice
+    assert "float32[512, 512] to [64, 512, 512] (64.00 MiB)" in before.advice
+    assert "vmap_method='expand_dims'" in before.advice
+    assert "is made under jax.vmap for every element" not in before.advice  # not lax.map's
+    after = preflight.preflight_step(made("expand_dims"), table, xs)
+    assert "broadcast_all" not in after.advice
+    assert after.peak_bytes < before.peak_bytes - 60 * 2**20
+    np.testing.assert_array_equal(made("expand_dims")(table, xs),
+                                  made("broadcast_all")(table, xs))
+    small = jnp.ones((8, 8))  # a copy too small to matter is not named
+    assert "broadcast_all" not in preflight.preflight_step(made("broadcast_all"), small,
+                                                           jnp.ones((4, 8))).advice
 
 
 def test_jax_19314_a_print_in_a_branch_of_a_vmapped_cond_is_named_with_the_fixes():

@@ -12,11 +12,14 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from helpers._internal import jaxcompat
 from helpers._internal.jaxpr_walk import equation_line, innermost_user, walk
 
-__all__ = ["callback_vmapped", "CALLBACKS", "callbacks", "callbacks_every_step",
-           "callbacks_calling_jax", "callbacks_hoisted", "callbacks_vmapped",
+__all__ = ["callback_vmapped", "CALLBACKS", "callbacks", "callbacks_broadcast",
+           "callbacks_every_step", "callbacks_calling_jax", "callbacks_hoisted",
+           "callbacks_vmapped",
            "in_selected_conds", "placed_equations", "prints", "progress_fix", "without_prints"]
 
 
@@ -189,6 +192,34 @@ def _user_function(eqn) -> tuple[str, str] | None:
 def _loop_name(eqn) -> str:
     return ("lax.scan" if eqn.primitive.name == "scan" else "lax.while_loop") + (
         f" of {eqn.params['length']:,} steps" if eqn.primitive.name == "scan" else "")
+
+
+def callbacks_broadcast(closed) -> tuple[tuple[str, str, str, tuple[int, ...], int], ...]:
+    """(the callback as the user wrote it, its line, the argument broadcast as "float32[1024,
+    1024]", the shape it was broadcast to, that value's bytes) of each argument jax.vmap
+    broadcast to the whole batch for a jax.pure_callback of vmap_method="broadcast_all": vmap's
+    rule copies each argument it does not map once per element (a ``broadcast_in_dim`` that
+    adds leading axes, right before the callback), where "expand_dims" gives it a leading axis
+    of size 1 (jax-ml/jax#17187's request; jax 0.8.0, 0.10.2 and 0.12.0.1 alike)."""
+    out = []
+    for j, _ in walk(closed):
+        made = {}
+        for eqn in getattr(j, "eqns", ()):
+            made.update((id(v), eqn) for v in eqn.outvars)
+            if eqn.primitive.name != "pure_callback" or \
+                    str(eqn.params.get("vmap_method")) != "broadcast_all":
+                continue
+            for v in eqn.invars:
+                b = made.get(id(v))
+                if b is None or b.primitive.name != "broadcast_in_dim":
+                    continue
+                before, after = b.invars[0].aval, v.aval
+                if len(after.shape) <= len(getattr(before, "shape", ())):
+                    continue
+                nbytes = int(np.prod(after.shape, dtype=np.int64)) * after.dtype.itemsize
+                out.append((CALLBACKS[eqn.primitive.name], equation_line(eqn),
+                            f"{before.dtype}{list(before.shape)}", tuple(after.shape), nbytes))
+    return tuple(sorted(out, key=lambda x: -x[4]))
 
 
 def callbacks(closed) -> tuple[tuple[str, str], ...]:
