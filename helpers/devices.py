@@ -708,8 +708,9 @@ def placement(x: jax.Array | np.ndarray) -> Placement:
         return Placement(
             kind="numpy.ndarray", shape=tuple(x.shape), dtype=str(x.dtype), nbytes=int(x.nbytes),
             devices=(), memory_kind="host (NumPy)", committed=None,
-            explanation=_numpy_explanation(x, device_name(default),
-                                           getattr(default, "platform", "") == "cpu", jax),
+            explanation=placement_notes.unsupported_dtype_note(str(x.dtype), x.shape)
+            or _numpy_explanation(x, device_name(default),
+                                  getattr(default, "platform", "") == "cpu", jax),
         )
     if not isinstance(x, jax.Array):
         raise TypeError(

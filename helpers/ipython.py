@@ -345,6 +345,9 @@ def _explain(shell, value: BaseException) -> None:
     elif isinstance(value, ValueError) and _METADATA in str(value):
         print(f"JAX Device Kit: why this call failed: {_metadata_array_fix(value)}")
         return None
+    elif isinstance(value, TypeError) and (why := _refused_dtype(value)):
+        print(f"JAX Device Kit: why JAX refused this array: {why}")
+        return None
     elif fix := _quietly(devices.sharding_error_fix, value):  # other ValueErrors pass
         print(f"JAX Device Kit: why this sharding failed: {fix}")
         return None
@@ -445,6 +448,33 @@ def _innermost_code(value: BaseException) -> types.CodeType | None:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return None if tb is None else tb.tb_frame.f_code
+
+
+#: what JAX says of a NumPy array of a dtype it has no type for (jax 0.8.0 to 0.12.0.1); under
+#: jit or jnp.asarray, the cause of its "Error interpreting argument ..."
+_REFUSED = re.compile(r"^Dtype (\S+) is not a valid JAX array type")
+
+
+def _refused_dtype(value: BaseException) -> str:
+    """Why JAX refused a NumPy array, where ``value`` or an error it was raised from says
+    "Dtype |V2 is not a valid JAX array type" (placement_notes.unsupported_dtype_note), the
+    array's shape read from the frames that raised it where one holds it; else ""."""
+    import numpy as np
+
+    from helpers import placement_notes
+
+    seen = 0
+    while value is not None and seen < 8:  # the error and those it was raised from
+        if m := _REFUSED.match(str(value)):
+            shape, tb = (), value.__traceback__
+            while tb is not None:  # the innermost frame holding an array of that dtype
+                for v in tb.tb_frame.f_locals.values():
+                    if isinstance(v, np.ndarray) and str(v.dtype) == m.group(1):
+                        shape = v.shape
+                tb = tb.tb_next
+            return placement_notes.unsupported_dtype_note(m.group(1), shape)
+        value, seen = value.__cause__ or value.__context__, seen + 1
+    return ""
 
 
 #: what JAX says when a pytree's static part (its metadata) holds an array it cannot compare

@@ -21,7 +21,8 @@ from helpers._internal.records import Record
 __all__ = ["LeafPlacement", "committed_apart_note", "context_mesh_note", "cpu_copies_note",
            "deleted_note", "memory_kinds_note", "mesh_order_note", "numpy_note",
            "off_default_note", "other_mesh_note", "pmap_copies_note", "problems", "split_mesh",
-           "uncommitted_notes", "whole_beside_split_note"]
+           "uncommitted_notes", "unsupported_dtype_note", "unsupported_note",
+           "whole_beside_split_note"]
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,16 @@ def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple
     as ``context_mesh``), meshes of different device orders, uncommitted leaves beside committed
     ones (``default_device``: the default device's name, asked only then), a tree whole on one
     device shaped like arrays split elsewhere or beside a mesh in use, copies on simulated
-    CPU devices, NumPy leaves, memory kinds, a layout restored from a checkpoint, a state
-    replicated for jax.pmap. ``arrays`` are the leaves themselves, ``paths`` their key paths."""
+    CPU devices, NumPy leaves of a dtype JAX refuses, NumPy leaves, memory kinds, a layout
+    restored from a checkpoint, a state replicated for jax.pmap. ``arrays`` are the leaves
+    themselves, ``paths`` their key paths."""
     notes = [deleted_note(leaves), committed_apart_note(leaves),
              context_mesh_note(leaves, context_mesh), mesh_order_note(leaves),
              *uncommitted_notes(leaves, default_device), off_default_note(leaves, default_device),
              whole_beside_split_note(leaves, arrays, context_mesh, paths),
              cpu_copies_note(leaves),
-             numpy_note(leaves), memory_kinds_note(leaves, paths), other_mesh_note(arrays),
+             unsupported_note(leaves), numpy_note(leaves), memory_kinds_note(leaves, paths),
+             other_mesh_note(arrays),
              pmap_copies_note(leaves, arrays)]
     return tuple(note for note in notes if note)
 
@@ -406,11 +409,64 @@ def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:
             "NumPy (AI-Hypercomputer/maxtext#3192).")
 
 
+def unsupported_dtype_note(dtype: str, shape: tuple[int, ...] = ()) -> str:
+    """Why JAX refuses a NumPy array of this dtype ("Dtype |V2 is not a valid JAX array
+    type", jax 0.8.0 to 0.12.0.1), and what to change; "" for a dtype JAX takes. Raw bytes
+    (void, ``|V2``): NumPy has no bfloat16, so a BF16 tensor read with np.frombuffer is V2
+    (sgl-project/sglang-jax#1017, fixed by ``.view(ml_dtypes.bfloat16)``); one Python object
+    in a 0-d object array: a pytree np.save/np.savez pickled (google-deepmind/dm-haiku#526,
+    ``.item()``); text."""
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:  # a name NumPy does not know (ml_dtypes' own are known once imported)
+        return ""
+    if kind.type is np.void and not kind.fields:  # (ml_dtypes' bfloat16 is kind "V" too)
+        size = kind.itemsize
+        view = ("x.view(ml_dtypes.bfloat16), as the file's header says BF16 (F16 reads as "
+                "float16 already)" if size == 2 else
+                "x.view(ml_dtypes.float8_e4m3fn) or x.view(ml_dtypes.float8_e5m2), as the "
+                "file's header says" if size == 1 else
+                "x.view() of the dtype the file's header names")
+        return (f"a NumPy array of raw bytes ({dtype}: {size} byte{'s' if size > 1 else ''} "
+                "each, NumPy's void type), which JAX refuses: NumPy has no bfloat16 or "
+                "float8, so np.frombuffer or np.fromfile of such a tensor gives bytes. "
+                f"Reinterpret them in place before jax.device_put: {view} (ml_dtypes comes with "
+                "JAX; sgl-project/sglang-jax#1017's fix). jax.device_put alone raises the same "
+                "TypeError.")
+    if kind.kind == "O":
+        if tuple(shape) == ():
+            return ("a 0-d NumPy object array: one Python object, pickled, as np.save or "
+                    "np.savez store a dict of arrays and np.load(allow_pickle=True) gives it "
+                    "back. JAX refuses it; x.item() is the object itself (the dict, a pytree of "
+                    "arrays JAX takes), or save the arrays flat, one name each "
+                    "(np.savez(path, **flat), safetensors) (google-deepmind/dm-haiku#526).")
+        return ("a NumPy object array (one Python object per element), which JAX refuses: "
+                "np.stack the arrays it holds, or give it a numeric dtype.")
+    if kind.kind in "US":
+        return (f"a NumPy array of text ({dtype}), which JAX refuses: JAX holds numbers only; "
+                "map the strings to integer ids on the host and pass those.")
+    return ""
+
+
+def unsupported_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """NumPy leaves of a dtype JAX refuses (:func:`unsupported_dtype_note`): a jit over the
+    tree raises, and jax.device_put of it too."""
+    bad = [(leaf, why) for leaf in leaves if leaf.kind == "numpy.ndarray"
+           and (why := unsupported_dtype_note(leaf.dtype, leaf.shape))]
+    if not bad:
+        return ""
+    leaf, why = bad[0]
+    more = f" ({len(bad) - 1} more such leaves)" if len(bad) > 1 else ""
+    return f"{leaf.path or '(root)'} ({leaf.dtype}{list(leaf.shape)}){more} is {why}"
+
+
 def numpy_note(leaves: tuple[LeafPlacement, ...]) -> str:
     """NumPy leaves: copied host to device on every call they are passed to (used in place by
     a CPU device where aligned: :func:`helpers.devices.placement`), which a batch new
-    at each step needs anyway (jax-ml/jax#16905); data passed again gains from one put."""
-    numpy = [leaf for leaf in leaves if leaf.kind == "numpy.ndarray"]
+    at each step needs anyway (jax-ml/jax#16905); data passed again gains from one put. Leaves
+    JAX refuses are :func:`unsupported_note`'s."""
+    numpy = [leaf for leaf in leaves if leaf.kind == "numpy.ndarray"
+             and not unsupported_dtype_note(leaf.dtype, leaf.shape)]
     if not numpy:
         return ""
     total = sum(leaf.nbytes for leaf in numpy)

@@ -5,6 +5,7 @@ import linecache
 import textwrap
 
 import jax
+import numpy as np
 import pytest
 
 from helpers.errors import BadInputError
@@ -184,6 +185,40 @@ def test_flax_2120_a_pmap_over_a_state_with_a_scalar_leaf_is_explained(shell, ca
     assert fixed.result is True  # the replicated state runs
     shell.run_cell("().__getitem__(0)")
     assert "JAX Device Kit" not in capsys.readouterr().out  # an IndexError of the user's
+
+
+def test_sglang_jax_1017_and_dm_haiku_526_an_array_jax_refuses_is_explained(shell, capsys,
+                                                                              tmp_path):
+    """sgl-project/sglang-jax#1017: BF16 weights read with np.frombuffer are NumPy's void V2,
+    and jax.device_put raises "Dtype |V2 is not a valid JAX array type"; the PR's fix is
+    .view(ml_dtypes.bfloat16). google-deepmind/dm-haiku#526: parameters saved with np.savez
+    come back as a 0-d object array, which a jit refuses ("Error interpreting argument",
+    caused by the same TypeError); .item() gives the dict back. The hook said nothing (a new
+    user's trial); both fixes run here."""
+    import ml_dtypes
+
+    w = (np.arange(64, dtype=np.float32) / 8).astype(ml_dtypes.bfloat16).reshape(8, 8)
+    shell.user_ns.update(raw=w.tobytes(), path=str(tmp_path / "params.npz"), w=w)
+    shell.run_cell("import numpy as np, ml_dtypes\nhost = np.frombuffer(raw, dtype='V2')")
+    capsys.readouterr()
+    assert not shell.run_cell("jax.device_put(host)").success
+    said = capsys.readouterr().out
+    assert "JAX Device Kit: why JAX refused this array" in said
+    assert "x.view(ml_dtypes.bfloat16)" in said and "sgl-project/sglang-jax#1017" in said
+    fixed = shell.run_cell("jax.device_put(host.view(ml_dtypes.bfloat16)).reshape(8, 8)")
+    np.testing.assert_array_equal(np.asarray(fixed.result), w)
+    shell.run_cell("np.savez(path, params={'w': np.ones((3, 2), np.float32)})\n"
+                   "params = np.load(path, allow_pickle=True)['params']")
+    capsys.readouterr()
+    assert not shell.run_cell("jax.jit(lambda p: p['w'].sum())(params)").success
+    said = capsys.readouterr().out
+    assert "a 0-d NumPy object array" in said and "x.item()" in said
+    assert "google-deepmind/dm-haiku#526" in said
+    assert shell.run_cell("jax.jit(lambda p: p['w'].sum())(params.item())").result == 6.0
+    shell.run_cell("jax.device_put(np.array([None, 1], dtype=object))")  # not 0-d: no .item()
+    said = capsys.readouterr().out
+    assert "a NumPy object array (one Python object per element)" in said
+    assert "x.item()" not in said
 
 
 #: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request

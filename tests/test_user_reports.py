@@ -2676,6 +2676,43 @@ def test_axlearn_993_a_minibatch_sliced_from_a_split_batch_is_gathered_whole():
     np.testing.assert_allclose(sliced(w, x), reshaped(w, x), rtol=1e-5)
 
 
+def test_sglang_jax_1017_bytes_read_for_bf16_weights_are_named_not_advised_a_device_put():
+    """sgl-project/sglang-jax#1017: BF16 weights read with np.frombuffer are raw bytes (V2).
+    devices.placement and tree_placement called them NumPy copied on every call and advised
+    jax.device_put, which raises (a new user's trial). Now the bytes are named with the PR's
+    .view(ml_dtypes.bfloat16), and a real bfloat16 array (ml_dtypes' dtype, also of NumPy's
+    kind "V") is not."""
+    import ml_dtypes
+
+    w = (np.arange(64, dtype=np.float32) / 8).astype(ml_dtypes.bfloat16).reshape(8, 8)
+    host = np.frombuffer(w.tobytes(), dtype="V2").reshape(8, 8)
+    with pytest.raises(TypeError, match="is not a valid JAX array type"):
+        jax.device_put(host)
+    said = devices.placement(host).explanation
+    assert "raw bytes" in said and "x.view(ml_dtypes.bfloat16)" in said
+    assert "sgl-project/sglang-jax#1017" in said and "copies it" not in said
+    (problem,) = devices.tree_placement({"experts.0.w1": host}).problems
+    assert "x.view(ml_dtypes.bfloat16)" in problem and "device_put(tree) once" not in problem
+    np.testing.assert_array_equal(np.asarray(jax.device_put(host.view(ml_dtypes.bfloat16))), w)
+    assert "raw bytes" not in devices.placement(w).explanation  # bfloat16 itself: JAX takes it
+
+
+def test_dm_haiku_526_params_loaded_back_from_savez_as_an_object_are_named_with_item():
+    """google-deepmind/dm-haiku#526: parameters saved with jnp.savez(path, params=params) load
+    back as a 0-d object array, which JAX refuses; tree_placement advised jax.device_put(tree)
+    once, which raises (a new user's trial). Now .item() is named, which runs."""
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, params={"linear": {"w": np.ones((8, 2), np.float32)}})
+    buffer.seek(0)
+    params = np.load(buffer, allow_pickle=True)["params"]
+    (problem,) = devices.tree_placement(params).problems
+    assert "a 0-d NumPy object array" in problem and "x.item()" in problem
+    assert "google-deepmind/dm-haiku#526" in problem and "device_put(tree)" not in problem
+    assert float(jax.jit(lambda p: p["linear"]["w"].sum())(params.item())) == 16.0
+
+
 def test_jax_23052_rows_written_at_a_slice_of_a_split_array_are_named_as_gathered_whole():
     """jax-ml/jax#23052: x.at[0:3].set(u) on an array split by rows over devices all-gathers
     the whole array onto each device (the reporter found an index array does not; jax 0.8.0,
