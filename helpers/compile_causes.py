@@ -36,7 +36,7 @@ __all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
            "MEMORY_SPACE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
            "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_BY_INTEGER_FIX", "WIDENED_OUTPUT_FIX",
-           "CacheMiss", "fix_for",
+           "WIDENED_BY_PROMOTION_FIX", "CacheMiss", "fix_for",
            "what_changed"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
@@ -287,6 +287,21 @@ WIDENED_BY_INTEGER_FIX = (
     "default float of the two, {4} (google-deepmind/optax#1051: a bias correction "
     "0.9 ** (count + 1) of an int32 step count). Make the integer {5} first there "
     "(count.astype(jnp.{5})), or the result (jnp.asarray(..., dtype=jnp.{5}))")
+#: the same where the step also takes arrays of the wider float (float32 parameters beside
+#: bfloat16 Adam moments): jnp promotes the narrow value with a wide one (the moment update
+#: b1 * mu + (1 - b1) * g with float32 gradients, google/tunix#1880), and a float an integer
+#: made is no wider than those, so the integer is not the cause (a new user's trial: the kit
+#: named optax's bias correction of the step count, and its fix left 2 compiles; the PR's cast
+#: back, or optax's mu_dtype, gave 1). The argument, its types now and before, the wider and
+#: the narrower dtype's names go in the braces
+WIDENED_BY_PROMOTION_FIX = (
+    "{0} came back from the step itself as {1} where it went in as {2}: the step widens its "
+    "own output, so fed back it compiles again. jnp promotes a {4} value with a {3} one (a "
+    "{3} gradient, parameter or constant: the step takes {3} arrays) to {3}, and the step "
+    "returns that. Cast what it returns back to the dtype it came in, inside the step: "
+    "jax.tree.map(lambda new, old: new.astype(old.dtype), new_state, state) "
+    "(google/tunix#1880's fix), or tell the library the dtype to keep (optax's "
+    "mu_dtype=jnp.{4} for Adam's first moment)")
 _XLA_FLOATS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _OBJECT_AT = re.compile(r"<(?:[^<>]|<locals>|<lambda>)*? at 0x[0-9a-fA-F]+>")
@@ -348,7 +363,7 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             else SAME_TEXT_STATIC_FIX.format(*_shown(same))
             if (same := _static_prints_same(misses, cause))
             else WEAK_FIX if _weak_only(misses, cause)
-            else _widened_fix(widened, integer_lines or {})
+            else _widened_fix(widened, integer_lines or {}, programs)
             if (widened := _widened_by_itself(misses, cause, programs))
             else MEMORY_SPACE_FIX.format(*spaces, _KINDS.get(spaces[0], spaces[0]))
             if (spaces := _memory_spaces(misses, cause))
@@ -357,11 +372,20 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             else FIXES.get(cause, ""))
 
 
-def _widened_fix(widened: tuple[str, str, str], integer_lines: Mapping[str, Sequence[str]]
-                 ) -> str:
-    """The fix for a step that widens its own output: from an integer at a user's line where
-    the program shows one (the first named, with how many more), else the NumPy scalar's."""
+def _widened_fix(widened: tuple[str, str, str], integer_lines: Mapping[str, Sequence[str]],
+                 programs: Sequence[tuple[tuple[str, ...], tuple[str, ...]]] = ()) -> str:
+    """The fix for a step that widens its own output: jnp's promotion of the narrow value with
+    the wider arrays the program that widened it also takes (not a scalar: a Python float
+    under x64 is one); else from an integer at a user's line where the program shows one (the first
+    named, with how many more), else the NumPy scalar's."""
     wide, narrow = (t.split("[", 1)[0] for t in widened[1:])
+    # the program that widened it: of those taking the old type and returning the new, the
+    # one taking the old type most often (later ones are fed the widened value back)
+    widening = max(((takes.count(widened[2]), takes) for takes, returns in programs
+                    if widened[2] in takes and widened[1] in returns), default=(0, ()))[1]
+    if narrow in _XLA_FLOATS and wide in _XLA_FLOATS and any(
+            t.startswith(wide + "[") and not t.endswith("[]") for t in widening):
+        return WIDENED_BY_PROMOTION_FIX.format(*widened, _XLA_FLOATS[wide], _XLA_FLOATS[narrow])
     lines = integer_lines.get(widened[1], ())
     if not lines or narrow not in _XLA_FLOATS:
         return WIDENED_OUTPUT_FIX.format(*widened)

@@ -4006,6 +4006,44 @@ def test_numpyro_696_a_pmap_output_put_on_one_device_is_named_as_refused_by_pmap
     assert log.count() == 0 and out.shape == (jax.local_device_count(),)
 
 
+def test_tunix_1880_bfloat16_moments_promoted_by_float32_gradients_are_cast_back():
+    """google/tunix#1880: Adam moments kept in bfloat16 beside float32 parameters came back
+    float32 after optax's update (b1 * mu + (1 - b1) * g, g float32), and the step compiled
+    again. compiles.watch named optax's bias correction of the integer count, whose value
+    reaches only the parameters, and its cast there left 2 compiles (a new user's trial with
+    optax 0.2.8). Now the promotion is named with the PR's fix, the state cast back to the
+    dtypes it came in, run here: 1 compile, the moments bfloat16."""
+    def step_of(cast_back):
+        @jax.jit
+        def step(params, state, x):
+            g = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["w"]) ** 2))(params)
+            mu = 0.9 * state["mu"] + 0.1 * g["w"]  # bfloat16 meets float32
+            count = state["count"] + 1
+            mu_hat = mu / (1 - 0.9 ** count)  # an integer meets a Python float
+            new = {"mu": mu, "count": count}
+            if cast_back:
+                new = jax.tree.map(lambda n, o: n.astype(o.dtype), new, state)
+            return {"w": params["w"] - 1e-3 * mu_hat}, new
+        return step
+
+    def train(cast_back):
+        p = {"w": jnp.full((64, 64), 0.01, jnp.float32)}  # (typed: not weak)
+        s = {"mu": jnp.zeros((64, 64), jnp.bfloat16), "count": jnp.zeros((), jnp.int32)}
+        step = step_of(cast_back)
+        with compiles.watch() as log:
+            for _ in range(3):
+                p, s = step(p, s, jnp.ones((8, 64)))
+        return log.function("step"), s
+
+    entry, state = train(cast_back=False)
+    assert (entry.compiles, entry.cause, state["mu"].dtype) == (2, "new dtypes", jnp.float32)
+    assert "jnp promotes a bfloat16 value with a float32 one" in entry.fix
+    assert "new.astype(old.dtype)" in entry.fix and "google/tunix#1880" in entry.fix
+    assert "an integer array meets" not in entry.fix and "count.astype" not in entry.fix
+    fixed, kept = train(cast_back=True)
+    assert fixed.compiles == 1 and kept["mu"].dtype == jnp.bfloat16
+
+
 def test_optax_1051_an_integer_count_meeting_a_python_float_widens_the_state_under_x64():
     """google-deepmind/optax#1051: under x64, prodigy's float32 state came back float64 (its
     bias correction, 0.9 ** (count + 1) of an int32 count, is jnp's default float there), and
