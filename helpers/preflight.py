@@ -416,6 +416,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     copies = step_arguments.state_copies(c, fn, args, kwargs, per_device=device is None)
     spread = step_arguments.spread_arguments(c, fn, args, kwargs)
     peak, runtime, again = _peak(c, fn, args, kwargs, device, target is None)
+    # an output each device holds whole, of an argument's shape that came in split over them
+    # (levanter#639; a state replicated in and out, as data parallelism keeps it, is not one)
+    split_in = {(tuple(leaf.shape), str(leaf.dtype))
+                for leaf in devices.start_jax().tree.leaves((args, kwargs))
+                if compiled.devices_split_over(leaf) > 1} if spread and device is None else set()
+    replicated = [r for r in (c.replicated_outputs() if split_in else ())
+                  if (tuple(r[1].shape), str(r[1].dtype)) in split_in
+                  and (n := compiled.array_bytes(r[1])) >= 2**20 and 4 * n >= peak]
     if target is not None:
         t = _as_target(target)
         resident, needed, where = 0, peak, t.card.name
@@ -462,7 +470,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             host = (peak - runtime + c.runtime_bytes(), _free_bytes(dev)[0]
                     ) if getattr(dev, "platform", "") == "cpu" else (None, None)
             advice += " " + program_notes.factorization_note(factored, needed, *host)
-        elif verdict == "will not fit" and isinstance(free, int) and \
+        elif verdict == "will not fit" and isinstance(free, int) and not replicated and \
                 a["output"] - a["alias"] > free:  # (an output written into a donated argument
             # takes no room of its own: jax-ml/jax-llm-examples#33's donated KV cache)
             advice = (advice.rstrip(".") + ". " +
@@ -848,6 +856,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                    "under shard_map with in_specs and out_specs that split it, each device on "
                    "its part (jax-ml/jax#15956); where it needs the whole, this gather is the "
                    "cost of calling it."))
+    if replicated:
+        notes.append(program_notes.replicated_output_note(*replicated[0]))
     if spread and device is not None:
         listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
         notes.append(
@@ -907,6 +917,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "work and there is no memory to predict. A step that updates Python "
                      "objects in place (as Flax NNX steps do) must be priced through the "
                      "function its own jit traces, or made to return the new state.")
+    if notes and advice and not advice.endswith("."):  # ("Try: ...; free arrays ... (nb 08)")
+        advice += "."
     advice = " ".join([advice, *notes]).strip()
     return StepPreflight(
         function=compiled.function_name(fn), device=device_name(where),

@@ -2713,6 +2713,36 @@ def test_dm_haiku_526_params_loaded_back_from_savez_as_an_object_are_named_with_
     assert float(jax.jit(lambda p: p["linear"]["w"].sum())(params.item())) == 16.0
 
 
+def test_levanter_639_a_split_parameter_replicated_to_be_saved_is_named_with_a_host_read():
+    """marin-community/levanter#639: to save a parameter split over devices, the code
+    replicated it (jax.jit(identity, out_shardings=NamedSharding(mesh, P()))) and then took
+    np.array: every device held all of it, and a TPU ran out of memory. preflight_step said
+    FITS with no word of the replication, and at the thread's scale advised running on the
+    host or lax.map, which raised or changed nothing (a new user's trial). Now the replicated
+    output is named with np.asarray of the split array, the same values; a state replicated in
+    and out (data parallelism) is not named."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("fsdp",))
+    w = jax.device_put(jnp.arange(1024 * 512, dtype=jnp.float32).reshape(1024, 512),
+                       NamedSharding(mesh, P("fsdp", None)))  # 2 MiB, 512 KiB a device
+    to_replicated = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P()))
+    said = preflight.preflight_step(to_replicated, w).advice
+    assert "The output float32[1024, 512] (2.00 MiB) is replicated: each of the 4 devices" in said
+    assert "np.asarray(x) or jax.device_get(x)" in said
+    assert "marin-community/levanter#639" in said
+    np.testing.assert_array_equal(np.asarray(w), np.asarray(to_replicated(w)))
+    big = jax.ShapeDtypeStruct((65536, 131072), jnp.float32, sharding=w.sharding)  # 32 GiB
+    at_scale = preflight.preflight_step(to_replicated, big, target="A100 40GB")
+    assert at_scale.verdict == "will not fit" and "levanter#639" in at_scale.advice
+    assert "jax.devices('cpu')[0]" not in at_scale.advice  # (that step raises: other devices)
+    params = jax.device_put(jnp.ones((512, 512)), NamedSharding(mesh, P()))  # replicated in
+    x = jax.device_put(jnp.ones((64, 512)), NamedSharding(mesh, P("fsdp", None)))
+    step = jax.jit(lambda p, x: p - 0.1 * jax.grad(lambda p: jnp.mean((x @ p) ** 2))(p))
+    assert "levanter#639" not in preflight.preflight_step(step, params, x).advice
+
+
 def test_jax_23052_rows_written_at_a_slice_of_a_split_array_are_named_as_gathered_whole():
     """jax-ml/jax#23052: x.at[0:3].set(u) on an array split by rows over devices all-gathers
     the whole array onto each device (the reporter found an index array does not; jax 0.8.0,
