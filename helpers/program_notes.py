@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from helpers import compiled, devices
 from helpers._internal import (
     frames,
@@ -1087,16 +1089,20 @@ def slice_copy_note(dtype: str, shape: tuple[int, ...], nbytes: int, copies: int
 
 
 def widened(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: dict
-            ) -> list[tuple[str, str, str, int, str, str, str]]:
+            ) -> list[tuple[str, str, str, int, str, str, str, bool]]:
     """(what, its dtype, the wider dtype, bytes at that dtype, line, "constant" or
-    "argument", the wider operand's name) of each value jnp's promotion widens before a dot
-    or a convolution, largest first (:meth:`helpers.compiled.CompiledStep.widened_inputs`)."""
+    "argument", the wider operand's name, whether that operand was passed as a NumPy array) of
+    each value jnp's promotion widens before a dot or a convolution, largest first
+    (:meth:`helpers.compiled.CompiledStep.widened_inputs`)."""
     out, names = [], c.leaf_names(fn, args, kwargs)
+    jax = devices.start_jax()
+    passed = dict(jax.tree_util.tree_flatten_with_path(c.dynamic(args, kwargs))[0])
     for path, dtype, to, shape, nbytes, line, kind, other in c.widened_inputs(args, kwargs):
         what = (f"{''.join(names(path))} ({dtype}{list(shape)})" if path
                 else f"a {dtype}{list(shape)} value computed from the arguments")
         other_name = "".join(names(other)) if other else ""
-        out.append((what, dtype, to, nbytes, line, kind, other_name))
+        out.append((what, dtype, to, nbytes, line, kind, other_name,
+                    isinstance(passed.get(other), np.ndarray)))
     return out
 
 
@@ -1119,7 +1125,7 @@ def round_trip_note(narrow: str, wide: str, shape: tuple[int, ...], nbytes: int,
 
 
 def widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: str,
-                  other: str) -> str:
+                  other: str, other_numpy: bool = False) -> str:
     """A value jnp's promotion reads at a wider type before a dot, and the fix. Measured on
     the CPU (jax 0.10.2; 0.8.0 alike): under x64, a float32 step dividing by
     ``sigma = np.std(data)`` of NumPy data (a NumPy float64 scalar, strongly typed) runs in
@@ -1131,7 +1137,10 @@ def widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: s
     took what jax.grad keeps from 8.25 to 6.25 MiB. The constant is not named (a jaxpr has no
     name for it): the fix says "the constant that line reads".
     ``jax.numpy_dtype_promotion('strict')`` raises a TypePromotionError at each such line
-    (jax-ml/jax#10824, the maintainers' answer)."""
+    (jax-ml/jax#10824, the maintainers' answer). ``other_numpy``: the wider argument came as a
+    NumPy array, data made on the host, where NumPy's own promotion may have widened it
+    (p-doom/jasmine#123: a bfloat16 video divided by 255.0 in NumPy is float32, where jnp keeps
+    bfloat16; NumPy 2.4.6 with ml_dtypes): cast it before the step, no master copy at stake."""
     at = f" at {line}" if line else ""
     if kind == "constant":
         whose = ("under x64 a NumPy float64 scalar or array, such as np.std of NumPy data, is "
@@ -1144,7 +1153,12 @@ def widened_note(what: str, dtype: str, to: str, nbytes: int, line: str, kind: s
     else:
         named = other or f"a {to} value computed from the arguments"
         cause = f"jnp promotes it with {named} ({to}) there (jax-ml/jax#7368)"
-        fix = (f"cast {other} to {dtype} where that line reads it ({other}.astype(jnp."
+        numpy_math = (" (NumPy computes a bfloat16 array divided by a Python float, x / "
+                      "255.0, in float32, where jnp keeps bfloat16: do that arithmetic with "
+                      "jnp, or cast after it; p-doom/jasmine#123)" if dtype == "bfloat16" else "")
+        fix = (f"{other} came as a NumPy {to} array, made on the host: give it {dtype} "
+               f"before the step{numpy_math}" if other and other_numpy else
+               f"cast {other} to {dtype} where that line reads it ({other}.astype(jnp."
                f"{dtype}) there: cast before the step, a parameter the optimizer updates "
                f"would lose its {to} master copy)" if other else
                f"cast that value to {dtype} where it is made (.astype(jnp.{dtype}))")

@@ -4036,6 +4036,36 @@ def test_numpyro_696_a_pmap_output_put_on_one_device_is_named_as_refused_by_pmap
     assert log.count() == 0 and out.shape == (jax.local_device_count(),)
 
 
+def test_jasmine_123_a_numpy_batch_widened_by_numpy_s_own_division_is_named_as_such():
+    """p-doom/jasmine#123: video.astype(bf16) / 255.0 in NumPy is float32 (NumPy's rule for
+    bfloat16 and a Python float), so the bfloat16 model ran in float32. The kit named the
+    promotion and the cast, but not why the batch was float32, and warned that casting before
+    the step loses a parameter's master copy (a new user's trial). Now a NumPy argument is
+    named as data made on the host, with NumPy's division; the PR's jnp division runs in
+    bfloat16 and is not named."""
+    import ml_dtypes
+
+    def forward(w, videos):
+        x = videos.reshape(-1, 48)
+        for _ in range(3):
+            x = x + jnp.tanh(x.astype(jnp.bfloat16) @ w)
+        return x
+
+    w = jnp.full((48, 48), 0.01, jnp.bfloat16)
+    video = np.random.default_rng(0).integers(0, 255, (16, 1024, 48), dtype=np.uint8)
+    before = video.astype(ml_dtypes.bfloat16) / 255.0
+    assert isinstance(before, np.ndarray) and before.dtype == np.float32  # NumPy's rule
+    said = preflight.preflight_step(forward, w, before).advice
+    assert "videos came as a NumPy float32 array, made on the host" in said
+    assert "NumPy computes a bfloat16 array divided by a Python float" in said
+    assert "p-doom/jasmine#123" in said and "master copy" not in said
+    after = (jnp.asarray(video, jnp.float32) / 255.0).astype(jnp.bfloat16)  # the PR's fix
+    assert forward(w, after).dtype == jnp.bfloat16
+    assert "jasmine#123" not in preflight.preflight_step(forward, w, after).advice
+    batch = jnp.asarray(before)  # a jax.Array: the cast-where-read fix, as before
+    assert "master copy" in preflight.preflight_step(forward, w, batch).advice
+
+
 def test_tunix_1880_bfloat16_moments_promoted_by_float32_gradients_are_cast_back():
     """google/tunix#1880: Adam moments kept in bfloat16 beside float32 parameters came back
     float32 after optax's update (b1 * mu + (1 - b1) * g, g float32), and the step compiled
