@@ -125,6 +125,12 @@ class CellMemory(Display):
     #: read ``EAGER_RUNS`` elements or more and is not in ``eager_lines`` or
     #: ``read_back_lines``: each read is its own operation (jax-ml/jax#390)
     element_lines: tuple[tuple[str, int, int], ...] = ()
+    #: (line, times it ran, the name it rebinds, that array's bytes after the cell) of each
+    #: line that ran twice or more and rebinds a name to an ``.at[...]`` update of itself
+    #: (``param = param.at[e].set(w)``), the array 1 MiB or more: outside jit each run copies
+    #: the whole array to write a part of it, old and new alive together
+    #: (vllm-project/tpu-inference#1748)
+    rebuilt_lines: tuple[tuple[str, int, str, int], ...] = ()
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -597,7 +603,8 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       tuple(f.diagnosis for f in compiled.recompiled), queued, left,
                       *_loop_lines(followed), SAMPLE_SECONDS, _callback_copies(log),
                       *_waiting_lines(followed), *_first_compiles(compiled, followed, cell),
-                      **_timers(followed), element_lines=_element_lines(followed))
+                      **_timers(followed), element_lines=_element_lines(followed),
+                      rebuilt_lines=_rebuilt_lines(followed, shell.user_ns))
 
 
 def _first_compiles(compiled: Any, followed: Any = None, cell: str = ""
@@ -706,6 +713,28 @@ def _element_lines(followed: Any) -> tuple[tuple[str, int, int], ...]:
     return _named([(where, followed.runs[where], n)
                    for where, n in followed.element_reads.items()
                    if n >= EAGER_RUNS and where not in eager])
+
+
+#: a line that rebinds a name to an .at[...] update of itself: x = x.at[i].set(v) (.add, ...)
+_REBUILT = re.compile(r"^([A-Za-z_]\w*)\s*=\s*\1\.at\[")
+
+
+def _rebuilt_lines(followed: Any, namespace: Mapping) -> tuple[tuple[str, int, str, int], ...]:
+    """``CellMemory.rebuilt_lines``: the lines run twice or more that rebind a name to an
+    ``.at[...]`` update of itself, where the name holds a jax.Array of 1 MiB or more after the
+    cell; () where nothing was followed."""
+    import jax
+
+    if followed is None:
+        return ()
+    out = []
+    for where, runs in followed.runs.items():
+        if runs < 2 or not (m := _REBUILT.match(_statement(where))):
+            continue
+        value = namespace.get(m.group(1))
+        if isinstance(value, jax.Array) and value.nbytes >= 2**20:
+            out.append((frames.line(*where), runs, m.group(1), int(value.nbytes)))
+    return tuple(sorted(out, key=lambda r: -r[1] * r[3])[:3])
 
 
 def _named(rows: list, most: int = 3) -> tuple:

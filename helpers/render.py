@@ -637,6 +637,19 @@ def cell_memory_text(c: CellMemory) -> str:
             "(jax-ml/jax#968). Jit the loop's body, or the whole loop as jax.lax.fori_loop or "
             "jax.lax.scan, or give each call more work: one call over a batch (jax.vmap; "
             "jax.random.split(key, n) makes n keys at once).")
+    if c.rebuilt_lines:
+        lines.append("An array copied whole at each write outside jit:")
+        lines += [f"  {line}: ran {_times(runs)}; each run made a new {name} "
+                  f"({format_bytes(nbytes)}) to write a part of it"
+                  for line, runs, name, nbytes in c.rebuilt_lines]
+        lines.append(
+            "Outside jit, x.at[i].set(v) cannot write in place: it copies all of x into a new "
+            "array, and the old one lives until the name is rebound, so each write holds two "
+            "copies at its peak (vllm-project/tpu-inference#1748: experts written one by one "
+            "into a stacked parameter ran a TPU out of memory). Build the whole array on the "
+            "host and put it once (np.stack of the parts, then jax.device_put), or write "
+            "inside a jit that donates it: jax.jit(lambda x, v, i: x.at[i].set(v), "
+            "donate_argnums=0) writes in place.")
     if c.element_lines:
         lines.append("A jax.Array read one element at a time:")
         lines += [f"  {line}: ran {_times(runs)} and read {n:,} single elements of a jax.Array"

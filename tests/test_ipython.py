@@ -809,6 +809,38 @@ def test_jax_5605_a_comprehension_s_items_are_not_runs_of_its_line(shell):
     assert calls >= 2 * 120 and "ran 1 time and made" in str(c)
 
 
+def test_tpu_inference_1748_an_array_rebuilt_at_each_write_outside_jit_is_named(shell):
+    """vllm-project/tpu-inference#1748: loading experts one by one with
+    param = param.at[e].set(w) outside jit copies the whole stacked parameter at each write,
+    old and new alive together; the PR stacks on the host and puts once. %%memory counted the
+    copies in and said nothing of the writes (a new user's trial). Now the line is named with
+    both fixes, run here: the same values, and the donated jitted write keeps one buffer."""
+    shell.run_cell("import numpy as np\nE = 8\n"
+                   "hf = [np.full((256, 256), e, np.float32) for e in range(E)]\n"
+                   "param = jnp.zeros((E, 256, 256), jnp.float32)")  # 2 MiB
+    c = shell.run_cell_magic("memory", "", "for e in range(E):\n"
+                             "    param = param.at[e].set(jnp.asarray(hf[e]))\n")
+    ((line, runs, name, nbytes),) = c.rebuilt_lines
+    assert line.endswith("param = param.at[e].set(jnp.asarray(hf[e]))")
+    assert (runs, name, nbytes) == (8, "param", 8 * 256 * 256 * 4)
+    text = str(c)
+    assert "each run made a new param (2.00 MiB) to write a part of it" in text
+    assert "vllm-project/tpu-inference#1748" in text and "donate_argnums=0" in text
+    fixed = shell.run_cell_magic("memory", "", "stacked = jax.device_put(np.stack(hf))")
+    assert fixed.rebuilt_lines == () and "tpu-inference#1748" not in str(fixed)
+    shell.run_cell("write = jax.jit(lambda x, v, i: x.at[i].set(v), donate_argnums=0)\n"
+                   "donated = jnp.zeros((E, 256, 256), jnp.float32)\n"
+                   "where = donated.unsafe_buffer_pointer()\n"
+                   "for e in range(E):\n"
+                   "    donated = write(donated, hf[e], e)\n")
+    ns = shell.user_ns
+    np.testing.assert_array_equal(np.asarray(ns["param"]), np.asarray(ns["stacked"]))
+    np.testing.assert_array_equal(np.asarray(ns["donated"]), np.asarray(ns["stacked"]))
+    assert ns["donated"].unsafe_buffer_pointer() == ns["where"]  # written in place
+    once = shell.run_cell_magic("memory", "", "param = param.at[0].set(0.0)")
+    assert once.rebuilt_lines == ()  # one write: no loop to change
+
+
 def test_jax_390_a_jax_array_read_one_element_at_a_time_is_named_with_numpy(shell):
     """jax-ml/jax#390: plt.plot([x[i] for i in range(1000)]) is far slower than np.asarray(x)
     first: each x[i] is its own operation. %%memory named only lines with two JAX calls or more
