@@ -165,7 +165,8 @@ INT_FIXES = {
              "jax.lax.fori_loop(0, {name}, body, carry) with {name} passed traced (out of "
              "static_argnums): one compile serves every value. Under jax.grad a loop of "
              "traced length cannot be reversed: jax.lax.scan a fixed largest count instead "
-             "and keep the carry unchanged past {name} (jnp.where(i < {name}, new, carry))"),
+             "and keep the carry unchanged past {name} (jnp.where(step < {name}, new, "
+             "carry), step the scan's own counter)"),
     "branch": ("`{name}` decides a Python `if` ({at}: {code}), which runs while JAX traces, "
                "so it must be static and each value is its own program: for a few values "
                "that is a compile each, once. For many, pass {name} traced and choose with "

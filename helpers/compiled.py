@@ -1280,10 +1280,11 @@ class CompiledStep:
         except Exception:  # a jaxpr this JAX does not rebuild or lower so
             return None
 
-    def threefry_draws(self) -> tuple[tuple[tuple[int, ...], int, str], ...]:
-        """(shape, bytes, line) of each ``jax.random`` draw through the threefry2x32 generator
-        (JAX's default), largest first: XLA's plan may hold its uint32 bits several times over
-        while making them (jax-ml/jax#20328)."""
+    def threefry_draws(self) -> tuple[tuple[tuple[int, ...], int, str, int], ...]:
+        """(shape, bytes, line, keys: more than 1 where jax.vmap batched the key) of each
+        ``jax.random`` draw through the threefry2x32 generator (JAX's default), largest first:
+        XLA's plan may hold its uint32 bits several times over while making them
+        (jax-ml/jax#20328)."""
         return jaxpr_values.threefry_draws(self.jaxpr)
 
     def narrowed_inputs(self, args: Sequence, kwargs: dict) -> tuple[tuple[tuple, Any, str, str],

@@ -1279,11 +1279,13 @@ def threefry_note(c: compiled.CompiledStep, temp: int, peak: int) -> str:
     and one draw's make up half the temporaries or more: several draws of one shape (dropout's
     masks, one a layer) are made one after another in memory XLA reuses, so each draw's bits
     count once (a dropout MLP's two 2 MiB masks, 22.5 MiB of temporaries: 18.4 MiB with an
-    rbg key, measured on the CPU, jax 0.10.2; no note)."""
+    rbg key, measured on the CPU, jax 0.10.2; no note). Under jax.vmap over a batch of keys
+    the rbg key is not advised: it draws the whole batch from the first key (jax-ml/jax#21663,
+    a new user's trial: "example 3 in the batch == example 3 alone: False")."""
     draws = [d for d in c.threefry_draws() if d[1] >= 2**20]
     if not draws or 2 * temp < peak:
         return ""
-    shape, nbytes, line = draws[0]
+    shape, nbytes, line, keys = draws[0]
     times = sum(d[0] == shape for d in c.threefry_draws())
     listed = sum(v["nbytes"] for v in c.values if v["dtype"] in ("u32", "uint32")
                  and tuple(v["shape"]) == shape)
@@ -1295,14 +1297,22 @@ def threefry_note(c: compiled.CompiledStep, temp: int, peak: int) -> str:
     if 4 * kept < temp:
         return ""
     each = f" (one of {times} draws of that shape)" if times > 1 else ""
-    return (f"jax.random{' at ' + line if line else ''} draws {format_bytes(nbytes)} of random "
+    head = (f"jax.random{' at ' + line if line else ''} draws {format_bytes(nbytes)} of random "
             f"bits{each} through threefry2x32, JAX's default generator, and XLA's plan holds "
             f"{format_bytes(kept)} of uint32 values that size while making "
-            f"{'each' if times > 1 else 'them'} ({kept / nbytes:.0f}x the draw). A key of the "
-            "'rbg' generator makes them with no such temporaries: jax.random.key(seed, "
-            "impl='rbg'), or jax.config.update('jax_default_prng_impl', 'rbg') before any key "
-            "is made (other numbers, the same distribution; froystig in jax-ml/jax#17982). Or "
-            "draw a large table in pieces.")
+            f"{'each' if times > 1 else 'them'} ({kept / nbytes:.0f}x the draw). ")
+    if keys > 1:  # under vmap: an rbg key would draw the batch from its first key
+        return (head + f"jax.vmap draws them from {keys:,} keys at once, so the 'rbg' "
+                "generator, which elsewhere makes them with no such temporaries, is no fix "
+                "here: under vmap an rbg key draws the whole batch from the batch's first key "
+                "(JAX's documented behaviour, jax-ml/jax#21663 and #22684), so each example "
+                "would no longer get its own key's numbers, and they would change with how the "
+                "batch is made or split. Draw the batch in pieces instead (jax.lax.map(f, xs, "
+                "batch_size=k)).")
+    return (head + "A key of the 'rbg' generator makes them with no such temporaries: "
+            "jax.random.key(seed, impl='rbg'), or jax.config.update('jax_default_prng_impl', "
+            "'rbg') before any key is made (other numbers, the same distribution; froystig in "
+            "jax-ml/jax#17982). Or draw a large table in pieces.")
 
 
 def bound_method_note(fn: Callable) -> str:

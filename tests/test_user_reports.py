@@ -1725,6 +1725,34 @@ def test_maxtext_4405_a_scan_body_that_returns_its_layer_unchanged_is_named():
     assert not plain.scan_stacks  # no checkpoint: JAX forwarded the slice, nothing stacked
 
 
+def test_jax_21663_no_rbg_key_advised_for_a_draw_jax_vmap_makes_from_many_keys():
+    """jax-ml/jax#21663: under jax.vmap an rbg key draws the whole batch from the batch's first
+    key (documented in jax-ml/jax#22684), so the numbers depend on the batch. The kit's
+    threefry note advised an rbg key for a per-example draw vmapped over split keys, and
+    following it, example 3 in the batch no longer equalled example 3 alone (a new user's
+    trial). Now the note says why rbg is no fix there and gives lax.map's chunks, run here:
+    fewer temporaries, each example its own key's numbers."""
+    def noisy(keys, x):
+        return jax.vmap(lambda k, xi: xi + jax.random.normal(k, xi.shape))(keys, x)
+
+    def chunked(keys, x):
+        return jax.lax.map(lambda kx: kx[1] + jax.random.normal(kx[0], kx[1].shape),
+                           (keys, x), batch_size=2)
+
+    x = jnp.zeros((8, 512, 512))
+    keys = jax.random.split(jax.random.key(0), 8)
+    before = preflight.preflight_step(noisy, keys, x)
+    assert "jax.vmap draws them from 8 keys at once" in before.advice
+    assert "is no fix here" in before.advice and "jax-ml/jax#21663" in before.advice
+    assert "impl='rbg')" not in before.advice and "batch_size=k" in before.advice
+    after = preflight.preflight_step(chunked, keys, x)
+    assert after.temp_bytes < before.temp_bytes
+    np.testing.assert_array_equal(jax.jit(chunked)(keys, x), jax.jit(noisy)(keys, x))
+    rbg = jax.random.split(jax.random.key(0, impl="rbg"), 8)  # the advice the kit gave
+    alone = jax.jit(noisy)(rbg[3:4], x[3:4])[0]
+    assert not np.allclose(jax.jit(noisy)(rbg, x)[3], alone)  # JAX's documented behaviour
+
+
 def test_jax_20328_an_embedding_table_drawn_with_threefry_holds_its_bits_several_times():
     """Initializing a large table with the default generator (threefry2x32) takes several
     times the table while its bits are made; froystig (jax#13012, jax#17982): the default

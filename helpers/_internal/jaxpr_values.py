@@ -30,10 +30,11 @@ __all__ = ["narrow_constants_widened", "narrowed_inputs", "output_kinds",
            "threefry_draws", "updated_inputs", "widened_inputs"]
 
 
-def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
-    """(shape, bytes, line) of each ``jax.random`` draw of the step made through the
+def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str, int], ...]:
+    """(shape, bytes, line, keys) of each ``jax.random`` draw of the step made through the
     threefry2x32 generator (JAX's default), largest first: its uint32 bits, which XLA may hold
-    several times over while making them (jax-ml/jax#20328)."""
+    several times over while making them (jax-ml/jax#20328). ``keys``: how many keys it draws
+    from at once, more than 1 where jax.vmap batched the key (one per example)."""
     from jax.extend import core
 
     out = []
@@ -48,7 +49,7 @@ def threefry_draws(closed) -> tuple[tuple[tuple[int, ...], int, str], ...]:
                     eqn.invars[0].aval).startswith("key<fry>"):
                 aval = eqn.outvars[0].aval
                 out.append((tuple(aval.shape), math.prod(aval.shape) * aval.dtype.itemsize,
-                            line))
+                            line, math.prod(getattr(eqn.invars[0].aval, "shape", ()))))
             for v in eqn.params.values():
                 stack += [(sub, line) for sub in (v if isinstance(v, (tuple, list)) else (v,))
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
