@@ -1021,6 +1021,15 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
     if isinstance(x, np.ndarray):
         return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
                              int(x.nbytes), (), None, None)
+    if hasattr(x, "__dlpack__"):  # another framework's tensor (torch.Tensor): JAX refuses it
+        kind = type(x)
+        try:
+            shape = tuple(int(d) for d in getattr(x, "shape", ()))
+        except (TypeError, ValueError):
+            shape = ()
+        return LeafPlacement(path, f"{kind.__module__.split('.')[0]}.{kind.__name__}", shape,
+                             str(getattr(x, "dtype", "")), int(getattr(x, "nbytes", 0) or 0),
+                             (), None, None, foreign=True)
     # a Python number (weakly typed to JAX, passed anew on every call) or another object
     return LeafPlacement(path, type(x).__name__, (), "", 0, (), None, None)
 
@@ -1029,7 +1038,8 @@ def _place(leaf: LeafPlacement) -> str:
     if leaf.deleted:
         return "deleted"
     if not leaf.devices:
-        return "host (NumPy)" if leaf.kind == "numpy.ndarray" else "Python values"
+        return ("host (NumPy)" if leaf.kind == "numpy.ndarray" else
+                "another framework" if leaf.foreign else "Python values")
     where = ", ".join(leaf.devices)
     kind = leaf.memory_kind
     return where if kind in (None, "device") else f"{where} ({kind})"

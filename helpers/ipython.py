@@ -351,7 +351,7 @@ def _explain(shell, value: BaseException) -> None:
     elif isinstance(value, ValueError) and _METADATA in str(value):
         print(f"JAX Device Kit: why this call failed: {_metadata_array_fix(value)}")
         return None
-    elif isinstance(value, TypeError) and (why := _refused_dtype(value)):
+    elif isinstance(value, TypeError) and (why := _refused_dtype(value) or _foreign(value)):
         print(f"JAX Device Kit: why JAX refused this array: {why}")
         return None
     elif fix := _quietly(devices.sharding_error_fix, value):  # other ValueErrors pass
@@ -481,6 +481,26 @@ def _refused_dtype(value: BaseException) -> str:
             return placement_notes.unsupported_dtype_note(m.group(1), shape)
         value, seen = value.__cause__ or value.__context__, seen + 1
     return ""
+
+
+#: what jit says of an argument it cannot take as an array (jax 0.8.0 to 0.12.0.1)
+_FOREIGN = re.compile(r"as an abstract array\. The problematic value is of type "
+                      r"<class '([\w.]+)\.(\w+)'>")
+
+
+def _foreign(value: BaseException) -> str:
+    """Why jit refused another framework's tensor (a torch.Tensor: its class, found in its
+    module, has ``__dlpack__``), where ``value`` names its class; else ""."""
+    import sys
+
+    from helpers import placement_notes
+
+    m = _FOREIGN.search(str(value))
+    kind = getattr(sys.modules.get(m.group(1)), m.group(2), None) if m else None
+    if kind is None or not hasattr(kind, "__dlpack__") or m.group(1).split(".")[0] in (
+            "numpy", "jax", "jaxlib"):
+        return ""
+    return placement_notes.foreign_tensor_fix(f"{m.group(1).split('.')[0]}.{m.group(2)}")
 
 
 #: what JAX says when a pytree's static part (its metadata) holds an array it cannot compare

@@ -21,7 +21,8 @@ from helpers._internal.records import Record
 __all__ = ["LeafPlacement", "committed_apart_note", "context_mesh_note", "cpu_copies_note",
            "deleted_note", "memory_kinds_note", "mesh_order_note", "numpy_note",
            "off_default_note", "other_mesh_note", "pmap_copies_note", "problems", "split_mesh",
-           "uncommitted_notes", "unsupported_dtype_note", "unsupported_note",
+           "foreign_tensor_fix", "foreign_tensors_note", "uncommitted_notes",
+           "unsupported_dtype_note", "unsupported_note",
            "whole_beside_split_note"]
 
 
@@ -51,6 +52,9 @@ class LeafPlacement(Record):
     #: every device of its sharding holds all of it (``is_fully_replicated``): on several
     #: processes its bytes here are fewer than a copy on each of its devices, yet none is split
     replicated: bool = False
+    #: another framework's tensor (a torch.Tensor: it has ``__dlpack__``), which JAX does not
+    #: take as an array: its kind is "torch.Tensor", its shape, dtype and bytes its own
+    foreign: bool = False
 
     @property
     def memory(self) -> str:
@@ -75,7 +79,8 @@ def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple
              *uncommitted_notes(leaves, default_device), off_default_note(leaves, default_device),
              whole_beside_split_note(leaves, arrays, context_mesh, paths),
              cpu_copies_note(leaves),
-             unsupported_note(leaves), numpy_note(leaves), memory_kinds_note(leaves, paths),
+             foreign_tensors_note(leaves), unsupported_note(leaves), numpy_note(leaves),
+             memory_kinds_note(leaves, paths),
              other_mesh_note(arrays),
              pmap_copies_note(leaves, arrays)]
     return tuple(note for note in notes if note)
@@ -446,6 +451,30 @@ def unsupported_dtype_note(dtype: str, shape: tuple[int, ...] = ()) -> str:
         return (f"a NumPy array of text ({dtype}), which JAX refuses: JAX holds numbers only; "
                 "map the strings to integer ids on the host and pass those.")
     return ""
+
+
+def foreign_tensor_fix(kind: str) -> str:
+    """Why JAX refuses another framework's tensor (``kind``: "torch.Tensor") as an argument
+    ("Error interpreting argument ... as an abstract array", jax 0.8.0 to 0.12.0.1), and how to
+    convert it: DLPack, or NumPy on the host; a PyTorch DataLoader's batches collated to NumPy
+    (jax-ml/jax#1004: the docs' collate, fixed in jax-ml/jax#17929)."""
+    loader = (" For a PyTorch DataLoader, collate its batches to NumPy: collate_fn=lambda b: "
+              "jax.tree.map(np.asarray, default_collate(b)) (jax-ml/jax#1004, the docs' fix in "
+              "jax-ml/jax#17929)." if kind.startswith("torch.") else "")
+    return (f"a {kind}, another framework's tensor, which JAX does not take as an array: a "
+            "jit over it raises 'Error interpreting argument ... as an abstract array'. Convert "
+            "it first: jnp.from_dlpack(x) (DLPack, no round trip through NumPy), or "
+            f"np.asarray(x) on the host.{loader}")
+
+
+def foreign_tensors_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """Leaves that are another framework's tensors (:func:`foreign_tensor_fix`)."""
+    foreign = [leaf for leaf in leaves if leaf.foreign]
+    if not foreign:
+        return ""
+    total = sum(leaf.nbytes for leaf in foreign)
+    return (f"{_some([leaf.path or '(root)' for leaf in foreign])} "
+            f"{foreign_tensor_fix(foreign[0].kind)} ({total:,} B)")
 
 
 def unsupported_note(leaves: tuple[LeafPlacement, ...]) -> str:

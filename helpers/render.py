@@ -288,7 +288,8 @@ def placement_html(p: Placement) -> str:
 def _leaf_row(leaf) -> tuple[str, ...]:
     committed = {True: "committed", False: "uncommitted", None: ""}[leaf.committed]
     where = "deleted" if leaf.deleted else (", ".join(leaf.devices) or (
-        "host (NumPy)" if leaf.kind == "numpy.ndarray" else "Python value"))
+        "host (NumPy)" if leaf.kind == "numpy.ndarray" else
+        "another framework" if leaf.foreign else "Python value"))
     kind = "" if leaf.memory_kind in (None, "device") else leaf.memory_kind
     array = f"{leaf.dtype}{list(leaf.shape)}" if leaf.dtype else leaf.kind
     return (leaf.path, array, where, kind, committed,

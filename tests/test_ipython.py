@@ -221,6 +221,33 @@ def test_sglang_jax_1017_and_dm_haiku_526_an_array_jax_refuses_is_explained(shel
     assert "x.item()" not in said
 
 
+def test_jax_1004_a_jit_refusing_another_frameworks_tensor_is_explained(shell, capsys,
+                                                                         monkeypatch):
+    """jax-ml/jax#1004: a torch.Tensor passed to jit raises "Error interpreting argument ...
+    The problematic value is of type <class 'torch.Tensor'>", and the hook said nothing (a new
+    user's trial). The class is found in its module and has __dlpack__: the hook names
+    jnp.from_dlpack. A stand-in module and tensor here (PyTorch is not among the kit's
+    packages); a NumPy object the jit refuses is not named so."""
+    import sys
+    import types
+
+    from tests.test_user_reports import _Tensor
+
+    module = types.ModuleType("tensorlib")
+    module._Tensor = _Tensor
+    monkeypatch.setitem(sys.modules, "tensorlib", module)
+    shell.user_ns["x"] = _Tensor(np.ones((8, 4), np.float32))
+    capsys.readouterr()
+    assert not shell.run_cell("jax.jit(lambda b: b['x'].sum())({'x': x})").success
+    said = capsys.readouterr().out
+    assert "JAX Device Kit: why JAX refused this array: a tensorlib._Tensor" in said
+    assert "jnp.from_dlpack(x)" in said
+    assert shell.run_cell("float(jax.jit(lambda b: b['x'].sum())({'x': jnp.from_dlpack(x)}))"
+                          ).result == 32.0
+    shell.run_cell("jax.jit(lambda b: b)(object())")
+    assert "JAX Device Kit" not in capsys.readouterr().out  # not a tensor: JAX's words alone
+
+
 #: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request
 GPU_OOM = ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate {} with allocator GPU_0_bfc "
            "on device 0. [executable_name='jit_broadcast_in_dim'] "

@@ -2726,6 +2726,42 @@ def test_sglang_jax_1017_bytes_read_for_bf16_weights_are_named_not_advised_a_dev
     assert "raw bytes" not in devices.placement(w).explanation  # bfloat16 itself: JAX takes it
 
 
+class _Tensor:
+    """A stand-in for torch.Tensor (PyTorch is not among the kit's packages): the DLPack
+    protocol over a NumPy array, with a torch-like dtype NumPy cannot read. The kit tells
+    another framework's tensor by its __dlpack__; a trial checked the same with torch 2.13."""
+
+    __module__ = "tensorlib"
+
+    def __init__(self, a):
+        self._a, self.shape, self.dtype, self.nbytes = a, a.shape, "tensorlib.float32", a.nbytes
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_jax_1004_another_frameworks_tensor_in_a_batch_is_named_with_dlpack_not_no_problem():
+    """jax-ml/jax#1004: a PyTorch DataLoader's batches passed to a jitted step raise "Error
+    interpreting argument ... of type <class 'torch.Tensor'>"; the docs' fix (jax#17929)
+    collates to NumPy. tree_placement said "no problem" and 0 B for torch leaves, and
+    preflight_step blamed a pytree's __init__ (a new user's trial with torch 2.13). Now the
+    tensor is named with jnp.from_dlpack, which runs (a stand-in tensor here)."""
+    x = _Tensor(np.ones((8, 4), np.float32))
+    with pytest.raises(TypeError, match="Error interpreting argument"):
+        jax.jit(lambda b: b["x"].sum())({"x": x})
+    tree = devices.tree_placement({"x": x})
+    (problem,) = tree.problems
+    assert "is a tensorlib._Tensor, another framework's tensor" in problem
+    assert "jnp.from_dlpack(x)" in problem and "(128 B)" in problem
+    assert "another framework" in str(tree) and "Python value" not in str(tree)
+    with pytest.raises(errors.BadInputError, match=r"args\[0\]\['x'\] is a tensorlib._Tensor"):
+        preflight.preflight_step(lambda b: b["x"].sum(), {"x": x})
+    assert float(jax.jit(lambda b: b["x"].sum())({"x": jnp.from_dlpack(x)})) == 32.0
+
+
 def test_dm_haiku_526_params_loaded_back_from_savez_as_an_object_are_named_with_item():
     """google-deepmind/dm-haiku#526: parameters saved with jnp.savez(path, params=params) load
     back as a 0-d object array, which JAX refuses; tree_placement advised jax.device_put(tree)
