@@ -11,6 +11,7 @@ from helpers import transfers
 from helpers._internal import jaxcompat
 from helpers.transfers import D2D, D2H, H2D
 from helpers.units import NOT_AVAILABLE
+from tests.conftest import run_python
 
 
 def test_jit_with_two_numpy_inputs_is_two_implicit_host_to_device():
@@ -374,6 +375,21 @@ def test_copies_onto_a_mesh_of_explicit_axes_keep_their_bytes_and_a_callbacks_pi
     assert jaxcompat.parse_guard_line(
         "host-to-device transfer: aval=ShapedArray(float32[8@(x,y),4@z,6]), dst_sharding=x"
     )["shape"] == (8, 4, 6)
+
+
+def test_the_stream_onto_the_real_stderr_is_closed_at_exit():
+    """trace() keeps one stream onto the real stderr for Python's writes while fd 2 is
+    captured; it was never closed, so `python -W always` printed "ResourceWarning: unclosed
+    file" at exit (a trial). It is closed as the interpreter exits."""
+    import warnings
+
+    warnings.simplefilter("ignore")  # (only the child's warnings are read)
+    done = run_python("import warnings\nwarnings.simplefilter('always')\n"
+                      "from helpers import transfers\nimport jax.numpy as jnp\n"
+                      "x = jnp.ones(3)\nwith transfers.trace() as log:\n    y = x + 1\n"
+                      "print('traced', log.count('host->device') >= 0)")
+    assert done.returncode == 0 and "traced True" in done.stdout, done.stderr
+    assert "unclosed file" not in done.stderr
 
 
 def test_a_callbacks_copy_made_on_xlas_own_thread_is_seen():
