@@ -669,8 +669,11 @@ def _numpy_explanation(x: np.ndarray, default: str, on_cpu: bool, jax: Any) -> s
                 f"default device ({default}) is the CPU, which uses it in place, with no copy, "
                 "each time you pass it to a JAX operation or a jitted function (jax-ml/jax#40789:"
                 " 0 MiB added by five calls on a 64 MiB one), and jax.device_put(x) shares it, "
-                "so writing into it changes what JAX reads (jax-ml/jax#37830); "
-                f"{asarray}. On a GPU it would be copied every time you pass "
+                + ("though it is read-only (np.asarray or jax.device_get of a jax.Array gives "
+                   "such an array: np.array(x) makes a copy you can write, jax-ml/jax#7437); "
+                   if not x.flags.writeable else
+                   "so writing into it changes what JAX reads (jax-ml/jax#37830); ")
+                + f"{asarray}. On a GPU it would be copied every time you pass "
                 "it (from XLA's source, xla/pjrt/common_pjrt_client.h; not yet run on a GPU)")
     return (f"a NumPy array in host memory: the default device ({default}) is the CPU, which "
             "uses a C-contiguous array aligned to 64 bytes in place, but this one is "

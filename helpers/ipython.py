@@ -348,6 +348,9 @@ def _explain(shell, value: BaseException) -> None:
     elif why := _pmap_leading_axis(value):
         print(f"JAX Device Kit: why this pmap failed: {why}")
         return None
+    elif isinstance(value, ValueError) and (why := _read_only(value)):
+        print(f"JAX Device Kit: why this array cannot be written: {why}")
+        return None
     elif isinstance(value, ValueError) and _METADATA in str(value):
         print(f"JAX Device Kit: why this call failed: {_metadata_array_fix(value)}")
         return None
@@ -481,6 +484,38 @@ def _refused_dtype(value: BaseException) -> str:
             return placement_notes.unsupported_dtype_note(m.group(1), shape)
         value, seen = value.__cause__ or value.__context__, seen + 1
     return ""
+
+
+#: NumPy's words for a write into a read-only array (an in-place operator, an assignment)
+_READ_ONLY = ("output array is read-only", "assignment destination is read-only")
+#: the name a failing line writes into: x += 1, x[0] = 1, x[:, 1] *= 2
+_WRITTEN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*(?:[-+*/%@&|^]|//|\*\*)?=")
+
+
+def _read_only(value: ValueError) -> str:
+    """Why a NumPy array the failing line writes into is read-only, where it is one that
+    np.asarray or jax.device_get made of a jax.Array (its buffer JAX's: a memoryview or a
+    capsule under it; jax-ml/jax#7437); "" else."""
+    import linecache
+
+    import numpy as np
+
+    if str(value) not in _READ_ONLY:
+        return ""
+    tb = value.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    frame = tb.tb_frame
+    m = _WRITTEN.match(linecache.getline(frame.f_code.co_filename, tb.tb_lineno))
+    x = frame.f_locals.get(m.group(1)) if m else None
+    if not isinstance(x, np.ndarray) or x.flags.writeable or not (
+            isinstance(x.base, memoryview) or type(x.base).__name__ == "PyCapsule"):
+        return ""
+    return (f"{m.group(1)} is a read-only NumPy array over a jax.Array's values: np.asarray(x) "
+            "and jax.device_get(x) give one (on a CPU device, JAX's own memory, which JAX "
+            "never lets change; jax-ml/jax#7437). np.array(x) makes a copy you can write.")
 
 
 #: what jit says of an argument it cannot take as an array (jax 0.8.0 to 0.12.0.1)

@@ -248,6 +248,25 @@ def test_jax_1004_a_jit_refusing_another_frameworks_tensor_is_explained(shell, c
     assert "JAX Device Kit" not in capsys.readouterr().out  # not a tensor: JAX's words alone
 
 
+def test_jax_7437_a_write_into_a_numpy_view_of_a_jax_array_is_explained(shell, capsys):
+    """jax-ml/jax#7437: `a += 5` on an array taken from JAX raised "output array is
+    read-only" (then from __iter__, since fixed); np.asarray(x) and jax.device_get(x) still
+    give read-only arrays, and the hook said nothing (a new user's trial). Now it names the
+    view and np.array(x), which runs; a read-only array of the user's own is not named."""
+    shell.run_cell("import numpy as np\nx = jnp.ones((4, 4))\n"
+                   "a = np.asarray(x)\nimg = jax.device_get(x)")
+    capsys.readouterr()
+    assert not shell.run_cell("a += 5").success
+    said = capsys.readouterr().out
+    assert "JAX Device Kit: why this array cannot be written: a is a read-only NumPy" in said
+    assert "np.array(x) makes a copy you can write" in said and "jax-ml/jax#7437" in said
+    assert not shell.run_cell("img[0, 0] = 1.0").success
+    assert "img is a read-only NumPy array" in capsys.readouterr().out
+    assert shell.run_cell("b = np.array(x)\nb += 5\nfloat(b.sum())").result == 96.0
+    shell.run_cell("mine = np.zeros(3)\nmine.flags.writeable = False\nmine[0] = 1.0")
+    assert "JAX Device Kit" not in capsys.readouterr().out  # not JAX's: NumPy's words alone
+
+
 #: what the H100 raised (jax 0.11.2, 2026-11-26), verbatim but the request
 GPU_OOM = ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate {} with allocator GPU_0_bfc "
            "on device 0. [executable_name='jit_broadcast_in_dim'] "

@@ -447,7 +447,7 @@ def test_the_table_lists_every_report_tested_here():
                  "59": "the jax#3158 test here",
                  "3597": "the numpyro#696 test here", "9933": "tests/test_ipython.py",
                  "2120": "tests/test_ipython.py", "17187": "tests/test_callbacks.py",
-                 "1748": "tests/test_ipython.py",
+                 "1748": "tests/test_ipython.py", "7437": "tests/test_ipython.py",
                  "5172": "tests/test_step_arguments.py", "261": "tests/test_devices.py",
                  "6887": "tests/test_settings.py", "23208": "tests/test_settings.py",
                  "13148": "the en dash test in tests/test_settings.py",
