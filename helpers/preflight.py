@@ -902,8 +902,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "before the call (jit runs where its committed arguments are), or give device_put "
             "a sharding, jax.sharding.SingleDeviceSharding(device): inside jit that places the "
             "whole computation there (and fails if an argument is committed elsewhere).")
+    # (counted in the peak whatever its size; a word only where it matters: a 512 B scratch
+    # of jax.random.permutation's own sort drew the argsort fix, a trial)
     if runtime and sorted_:
-        if "to sort the pairs stably" not in sparse:  # (said there, with its own fix)
+        if "to sort the pairs stably" not in sparse and sorted_[0][0] >= 2**20 and \
+                16 * sorted_[0][0] >= peak:  # (said there, with its own fix)
             notes.append(program_notes.sort_scratch_note(*sorted_[0]))
     elif runtime:
         notes.append(f"Counted beyond XLA's plan: {format_bytes(runtime)} the CPU runtime "

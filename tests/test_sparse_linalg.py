@@ -304,3 +304,13 @@ def test_bcoo_products_still_name_jax_14642_blocks_for_a_truly_sparse_matrix():
         said = preflight.preflight_step(
             lambda v, i, t: (sparse.BCOO((v, i), shape=(n, n)) @ t).sum(), vals, idx, target)
     assert "blocks of k columns" in said.advice and "sparse wrapper" not in said.advice
+
+
+def test_a_small_sorts_scratch_is_counted_without_a_word():
+    """A 512 B scratch of jax.random.permutation's own sort drew the argsort fix, for a sort
+    the user never wrote (a trial). The scratch is still counted in the peak; the note is kept
+    for one of 1 MiB or more and a sixteenth of the peak, as an argsort of a million floats."""
+    small = preflight.preflight_step(lambda k: jax.random.permutation(k, 128), jax.random.key(0))
+    assert "stable sort" not in small.advice and "convolution" not in small.advice
+    big = preflight.preflight_step(lambda x: jnp.argsort(x), jnp.arange(2.0**20))
+    assert "of scratch for the CPU runtime's stable sort" in big.advice
