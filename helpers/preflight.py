@@ -865,14 +865,25 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "so these sizes are the whole step's, not one device's share (without device=, "
             "the kit sizes one device's share).")
     bits = [t for t in temporaries if t.dtype == "u32"]  # threefry's words, largest first
-    if (c.over_mesh and sum(t.nbytes for t in bits) * 4 >= peak
+    # over a mesh with the flag off: a note where the bits are a quarter of the peak, or where
+    # devices exchange values at all (jax-ml/jax#15895: a data-parallel step with dropout ran
+    # slower on 2 GPUs than on 1; a trial's miniature on 4 simulated devices had 24
+    # all-gathers and 48 collective-permutes with the flag off, none with it on)
+    moves = sum((c.text or "").count(f" {op}(") for op in ("all-gather", "collective-permute",
+                                                             "all-gather-start",
+                                                             "collective-permute-start"))
+    if (c.over_mesh and (sum(t.nbytes for t in bits) * 4 >= peak > 0 or moves)
             and program_notes.random_bits_whole(c)):
+        largest = (f" (the largest value of random bits, u32{list(bits[0].shape)}, is "
+                   f"{format_bytes(bits[0].nbytes)} on each device)" if bits else "")
+        exchanged = (f" XLA's program here also has {moves:,} all-gathers and "
+                     "collective-permutes, exchanges run at every step (a data-parallel step "
+                     "with dropout ran slower on 2 GPUs than on 1: jax-ml/jax#15895; with the "
+                     "flag on, the kit's miniature of it had none)." if moves else "")
         notes.append(
             "This step draws random numbers over several devices with "
             "jax_threefry_partitionable off: each device makes the random bits for the whole "
-            f"array, then keeps its own part (the largest value of random bits, "
-            f"u32{list(bits[0].shape)}, is {format_bytes(bits[0].nbytes)} on each device). "
-            "jax.config.update("
+            f"array, then keeps its own part{largest}.{exchanged} jax.config.update("
             "'jax_threefry_partitionable', True), JAX's default, lets each device draw only "
             "its part; the numbers drawn change with it.")
     ignored, dropped = c.ignored_device_puts(), c.dropped_device_keywords()

@@ -1725,6 +1725,47 @@ def test_maxtext_4405_a_scan_body_that_returns_its_layer_unchanged_is_named():
     assert not plain.scan_stacks  # no checkpoint: JAX forwarded the slice, nothing stacked
 
 
+def test_jax_15895_dropout_bits_exchanged_over_devices_are_named_though_they_are_small():
+    """jax-ml/jax#15895: a data-parallel step with dropout ran slower on 2 GPUs than on 1 with
+    jax_threefry_partitionable off (the thread's fix turns it on). The kit named the flag only
+    where the random bits were a quarter of the peak; with larger parameters it said nothing
+    though the program exchanged values at every step (a new user's trial: 24 all-gathers and
+    48 collective-permutes counted by name, none with the flag on). Now the exchanges are
+    counted and named."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    rep, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+
+    def loss(params, key, x):
+        for w in params:
+            x = jnp.tanh(x @ w)
+            key, sub = jax.random.split(key)
+            x = jnp.where(jax.random.bernoulli(sub, 0.9, x.shape), x / 0.9, 0)
+        return (x ** 2).mean()
+
+    def step(params, key, x):
+        return [w - 1e-3 * g for w, g in zip(params, jax.grad(loss)(params, key, x),
+                                             strict=True)]
+
+    params = jax.device_put([jnp.full((512, 512), 0.01) for _ in range(4)], rep)  # 4 MiB
+    key, x = jax.device_put(jax.random.PRNGKey(0), rep), jax.device_put(jnp.ones((16, 8, 512)),
+                                                                          split)
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        off = preflight.preflight_step(step, params, key, x)
+    finally:
+        jax.config.update("jax_threefry_partitionable", True)
+    on = preflight.preflight_step(step, params, key, x)
+    assert "jax.config.update('jax_threefry_partitionable', True)" in off.advice
+    assert "all-gathers and collective-permutes, exchanges run at every step" in off.advice
+    assert "jax-ml/jax#15895" in off.advice and "threefry_partitionable" not in on.advice
+    from helpers import compiled
+
+    assert " all-gather(" not in (compiled.compile_step(step, params, key, x).text or "")
+
+
 def test_jax_21663_no_rbg_key_advised_for_a_draw_jax_vmap_makes_from_many_keys():
     """jax-ml/jax#21663: under jax.vmap an rbg key draws the whole batch from the batch's first
     key (documented in jax-ml/jax#22684), so the numbers depend on the batch. The kit's
