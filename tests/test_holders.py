@@ -977,6 +977,7 @@ def test_jax_4636_looking_for_sharers_leaves_the_live_array_count_as_it_was():
 
 _SCRIPT_HOLDS = """
 import jax.numpy as jnp
+import numpy as np
 from helpers import holders
 weights = jnp.ones(4 * 2**20)  # 16 MiB, a global of this script
 history = [jnp.zeros(3 * 2**20)]
@@ -1030,3 +1031,18 @@ def test_jax_16778_one_function_s_many_compiled_programs_are_named_with_the_fix(
         jnp.mean(jnp.arange(float(i)))
     assert holders.largest(1).many_programs == ""
     jax.clear_caches()
+
+
+def test_a_fix_one_view_holds_whole_is_said_once():
+    """A buffer seen through two Arrays (x, and the one np.asarray made of it) got two fixes,
+    one holding the other whole, and the `del` sentence was printed twice (a trial with
+    torch.from_numpy(np.asarray(x)); np.from_dlpack of the view does the same)."""
+    done = run_python("import numpy as np, jax.numpy as jnp\n"
+                      "from helpers import holders\n"
+                      "x = jnp.ones((1024, 1024))\n"
+                      "t_naive = np.from_dlpack(np.asarray(x))\n"
+                      "t_dl = np.from_dlpack(x)\n"
+                      "print('FIX', holders.largest(1).arrays[0].fix)")
+    assert done.returncode == 0, done.stderr
+    fix = done.stdout.split("FIX ", 1)[1]
+    assert fix.count("`del x, t_naive, t_dl` when you are done") == 1, fix
