@@ -405,7 +405,8 @@ def compile_log_text(log: CompileLog) -> str:
                      "each name once in this block" + (
                          "" if f.function == "eager operations" else
                          ", as a first compile (JAX explains no compile of a trace it had "
-                         "made already, such as preflight_step's before the block)"))
+                         "made already: one traced before the block, by jax.jit(f).lower "
+                         "or the kit's preflight_step, say)"))
             lines.append(f"  {f.compiles:>4} x  {f.function}: {again}")
             lines += [f"           {c}" for c in f.changed[:3]]
             continue

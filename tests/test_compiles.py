@@ -1203,7 +1203,8 @@ def test_a_step_preflight_compiled_first_reads_as_a_first_compile():
     assert "did not explain: compiles JAX did not explain" not in text
     assert ("1 x  compiles JAX did not explain: each name once in this block, as a first "
             "compile") in text
-    assert "such as preflight_step's before the block" in text and not log.recompiled
+    assert "one traced before the block, by jax.jit(f).lower or the kit's preflight_step" \
+        in text and not log.recompiled
 
 
 def test_jax_6905_a_partial_over_params_compiled_for_new_shapes_bakes_them_in_each_time():
