@@ -376,16 +376,18 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
 def _widened_fix(widened: tuple[str, str, str], integer_lines: Mapping[str, Sequence[str]],
                  programs: Sequence[tuple[tuple[str, ...], tuple[str, ...]]] = ()) -> str:
     """The fix for a step that widens its own output: jnp's promotion of the narrow value with
-    the wider arrays the program that widened it also takes (not a scalar: a Python float
-    under x64 is one); else from an integer at a user's line where the program shows one (the first
-    named, with how many more), else the NumPy scalar's."""
+    the wider arrays of its very type that the program that widened it also takes; else from
+    an integer at a user's line where the program shows one (the first named, with how many
+    more), else the NumPy scalar's."""
     wide, narrow = (t.split("[", 1)[0] for t in widened[1:])
     # the program that widened it: of those taking the old type and returning the new, the
     # one taking the old type most often (later ones are fed the widened value back)
     widening = max(((takes.count(widened[2]), takes) for takes, returns in programs
                     if widened[2] in takes and widened[1] in returns), default=(0, ()))[1]
-    if narrow in _XLA_FLOATS and wide in _XLA_FLOATS and any(
-            t.startswith(wide + "[") and not t.endswith("[]") for t in widening):
+    # (an argument of the widened value's very type, as float32 parameters beside their
+    # bfloat16 moments: a wide array of another shape, a batch only averaged, may have no part
+    # in it, and the integer's line is then the cause: a review)
+    if narrow in _XLA_FLOATS and wide in _XLA_FLOATS and widened[1] in widening:
         return WIDENED_BY_PROMOTION_FIX.format(*widened, _XLA_FLOATS[wide], _XLA_FLOATS[narrow])
     lines = integer_lines.get(widened[1], ())
     if not lines or narrow not in _XLA_FLOATS:

@@ -1350,12 +1350,12 @@ class CompiledStep:
         return tuple((jax.tree_util.keystr(path), leaf, kind)
                      for (path, leaf), kind in zip(flat, kinds, strict=True))
 
-    def replicated_outputs(self) -> tuple[tuple[str, Any, int], ...]:
-        """(the output's path, its shape and dtype, how many devices hold it) of each output
-        every one of several devices holds whole (its sharding fully replicated: an
-        out_shardings of P(), or XLA's choice), the largest first; () where the executable
-        does not say (marin-community/levanter#639: a split parameter replicated to be saved
-        ran a TPU out of memory)."""
+    def replicated_outputs(self) -> tuple[tuple[str, Any, int, int], ...]:
+        """(the output's path, its shape and dtype, how many devices hold it, its index among
+        the outputs) of each output every one of several devices holds whole (its sharding
+        fully replicated: an out_shardings of P(), or XLA's choice), the largest first; ()
+        where the executable does not say (marin-community/levanter#639: a split parameter
+        replicated to be saved ran a TPU out of memory)."""
         jax = devices.start_jax()
         try:
             shardings = jax.tree.leaves(self.executable.output_shardings)
@@ -1364,8 +1364,8 @@ class CompiledStep:
         outs = self.outputs()
         if len(shardings) != len(outs):
             return ()
-        found = [(path, aval, len(s.device_set))
-                 for (path, aval, _), s in zip(outs, shardings, strict=True)
+        found = [(path, aval, len(s.device_set), i)
+                 for i, ((path, aval, _), s) in enumerate(zip(outs, shardings, strict=True))
                  if s.is_fully_replicated and len(s.device_set) > 1]
         return tuple(sorted(found, key=lambda o: -array_bytes(o[1])))
 

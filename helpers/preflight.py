@@ -416,13 +416,13 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     copies = step_arguments.state_copies(c, fn, args, kwargs, per_device=device is None)
     spread = step_arguments.spread_arguments(c, fn, args, kwargs)
     peak, runtime, again = _peak(c, fn, args, kwargs, device, target is None)
-    # an output each device holds whole, of an argument's shape that came in split over them
-    # (levanter#639; a state replicated in and out, as data parallelism keeps it, is not one)
-    split_in = {(tuple(leaf.shape), str(leaf.dtype))
-                for leaf in devices.start_jax().tree.leaves((args, kwargs))
-                if compiled.devices_split_over(leaf) > 1} if spread and device is None else set()
-    replicated = [r for r in (c.replicated_outputs() if split_in else ())
-                  if (tuple(r[1].shape), str(r[1].dtype)) in split_in
+    # an output each device holds whole that is a new value of an argument that came in split
+    # over them (levanter#639; a state replicated in and out, as data parallelism keeps it, is
+    # not one, nor a tensor-parallel layer's replicated activations: a review)
+    split_in = {name for name, _ in spread} if spread and device is None else set()
+    updated = (c.updated_arguments(fn, args, kwargs) or []) if split_in else []
+    replicated = [r for r in (c.replicated_outputs() if updated else ())
+                  if r[3] < len(updated) and updated[r[3]] & split_in
                   and (n := compiled.array_bytes(r[1])) >= 2**20 and 4 * n >= peak]
     if target is not None:
         t = _as_target(target)
@@ -857,7 +857,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                    "its part (jax-ml/jax#15956); where it needs the whole, this gather is the "
                    "cost of calling it."))
     if replicated:
-        notes.append(program_notes.replicated_output_note(*replicated[0]))
+        r = replicated[0]
+        notes.append(program_notes.replicated_output_note(
+            *r[:3], ", ".join(sorted(updated[r[3]] & split_in))))
     if spread and device is not None:
         listed = ", ".join(f"{name} over {n} devices" for name, n in spread)
         notes.append(

@@ -589,8 +589,8 @@ def output_too_large_note(outputs: Sequence[tuple[str, Any, str]], output_bytes:
             "blocks of rows inside the step (jax.lax.map over the blocks).")
 
 
-def replicated_output_note(path: str, aval: Any, count: int) -> str:
-    """An output every one of ``count`` devices holds whole, of the shape of an argument that
+def replicated_output_note(path: str, aval: Any, count: int, argument: str = "") -> str:
+    """An output every one of ``count`` devices holds whole, a new value of ``argument``, which
     came in split over them (:meth:`compiled.CompiledStep.replicated_outputs`): each device's
     peak counts all of it.
     Read to the host, a split array needs no such step: np.asarray or jax.device_get copies its
@@ -603,10 +603,10 @@ def replicated_output_note(path: str, aval: Any, count: int) -> str:
     name = f"{path} " if path else ""
     return (f"The output {name}{aval.dtype}{list(aval.shape)} ({format_bytes(nbytes)}) is "
             f"replicated: each of the {count} devices holds all of it (its sharding is P(), "
-            "from out_shardings or XLA's choice), where an argument of its shape came in "
-            "split over them, so every device's peak counts it whole. If it is made only to be "
-            "read on the host (a save, an export), skip the step: np.asarray(x) or "
-            "jax.device_get(x) of the split "
+            f"from out_shardings or XLA's choice), a new value of {argument or 'an argument'}, "
+            "which came in split over them, so every device's peak counts it whole. If it is "
+            "made only to be read on the host (a save, an export), skip the step: np.asarray(x) "
+            "or jax.device_get(x) of the split "
             "array copies its shards to the host one at a time, no device holding more than its "
             "own (marin-community/levanter#639). Otherwise keep it split as the arguments are "
             "(out_shardings=x.sharding).")

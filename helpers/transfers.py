@@ -37,7 +37,6 @@ Limitations (also in the README):
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime
 import math
@@ -693,7 +692,7 @@ def _live_stderr():
     """A text stream onto the real stderr for Python's own writes while fd 2 is captured,
     where ``sys.stderr`` writes to fd 2: only the guard's C++ lines need capturing, and a
     warning held back until the block ends is lost if it never ends (a forked worker that
-    hangs: jax-ml/jax#9190). Made once, on a copy of fd 2, closed only at exit: a logging handler
+    hangs: jax-ml/jax#9190). Made once, on a copy of fd 2, and never closed: a logging handler
     or a progress bar made inside the block keeps it (one made anew if fd 2 has moved). None
     where ``sys.stderr`` is another stream (Jupyter's, pytest's): those are not captured."""
     try:
@@ -703,24 +702,13 @@ def _live_stderr():
     except Exception:  # no file descriptor: a notebook's stream
         return None
     if _live[0] is None or _live[1] != (now.st_dev, now.st_ino):
-        if _live[0] is None:  # closed when the interpreter exits (a ResourceWarning else)
-            atexit.register(_close_live)
+        # on fd 2's duplicate, left open for the process (closefd=False: the stream never
+        # closes it, so no "unclosed file" warning at exit or when fd 2 moves, and a logging
+        # handler that kept the stream still writes from a later atexit function; a review)
         _live[:] = [open(os.dup(2), "w", encoding=getattr(sys.stderr, "encoding", None)
-                         or "utf-8", errors="backslashreplace", buffering=1),
+                         or "utf-8", errors="backslashreplace", buffering=1, closefd=False),
                     (now.st_dev, now.st_ino)]
     return _live[0]
-
-
-def _close_live() -> None:
-    """Close :func:`_live_stderr`'s stream as the interpreter exits (a trial saw "unclosed
-    file" at exit under ``python -W always``); a logging handler that kept it is flushed by
-    logging's own exit hook, which catches a closed stream's ValueError."""
-    stream, _live[0] = _live[0], None
-    if stream is not None:
-        try:
-            stream.close()
-        except Exception:  # a stream already gone
-            pass
 
 
 def _off_default_uncommitted() -> dict[int, tuple]:

@@ -1751,6 +1751,31 @@ def test_a_widened_output_names_only_integer_converts_that_reach_it():
     assert "astype(jnp.bfloat16)" not in fix
 
 
+def test_a_wide_batch_of_another_shape_leaves_the_integer_named_as_the_cause():
+    """A review of google/tunix#1880's fix: under x64, optax#1051's step with a float64 NumPy
+    batch beside it (only averaged) was said to be widened by jnp's promotion with the batch;
+    a float32 batch widens it all the same. Only an argument of the widened value's very type
+    (float32 parameters beside bfloat16 moments) makes the promotion the cause."""
+    @jax.jit
+    def update(grads, state, batch):
+        bc = 1 / (1 - 0.9 ** (state["count"] + 1))
+        grad_sum = 0.99 * state["grad_sum"] + bc * grads
+        return dict(state, grad_sum=grad_sum, count=state["count"] + 1), jnp.mean(batch)
+
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        state = {"grad_sum": jnp.zeros(1024, jnp.float32), "count": jnp.zeros((), jnp.int32)}
+        batch = np.ones((32, 16))  # float64
+        with compiles.watch() as log:
+            for _ in range(3):
+                state, _ = update(jnp.full(1024, 0.01, jnp.float32), state, batch)
+    finally:
+        jax.config.update("jax_enable_x64", before)
+    fix = log.function("update").fix
+    assert "an integer array meets a Python float" in fix and "jnp promotes" not in fix
+
+
 def test_jax_19570_a_bound_method_jitted_at_two_call_sites_is_made_anew():
     """jax-ml/jax#19570 as written: jax.jit(foo.f) at two call sites, no loop. Each call
     site's first miss read as a first compile, and the kit said "compiled 2 times, for first

@@ -2836,6 +2836,7 @@ def test_levanter_639_a_split_parameter_replicated_to_be_saved_is_named_with_a_h
     to_replicated = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P()))
     said = preflight.preflight_step(to_replicated, w).advice
     assert "The output float32[1024, 512] (2.00 MiB) is replicated: each of the 4 devices" in said
+    assert "a new value of x, which came in split over them" in said
     assert "np.asarray(x) or jax.device_get(x)" in said
     assert "marin-community/levanter#639" in said
     np.testing.assert_array_equal(np.asarray(w), np.asarray(to_replicated(w)))
@@ -2847,6 +2848,13 @@ def test_levanter_639_a_split_parameter_replicated_to_be_saved_is_named_with_a_h
     x = jax.device_put(jnp.ones((64, 512)), NamedSharding(mesh, P("fsdp", None)))
     step = jax.jit(lambda p, x: p - 0.1 * jax.grad(lambda p: jnp.mean((x @ p) ** 2))(p))
     assert "levanter#639" not in preflight.preflight_step(step, params, x).advice
+    # a tensor-parallel layer returns its activations replicated, of a weight's shape: not a
+    # new value of the weight (a review: it was named, with out_shardings=x.sharding)
+    x = jax.device_put(jnp.ones((1024, 1024)), NamedSharding(mesh, P()))
+    w1 = jax.device_put(jnp.full((1024, 1024), 0.01), NamedSharding(mesh, P(None, "fsdp")))
+    w2 = jax.device_put(jnp.full((1024, 1024), 0.01), NamedSharding(mesh, P("fsdp", None)))
+    tp = jax.jit(lambda x, w1, w2: jax.nn.relu(x @ w1) @ w2)
+    assert "levanter#639" not in preflight.preflight_step(tp, x, w1, w2).advice
 
 
 def test_jax_23052_rows_written_at_a_slice_of_a_split_array_are_named_as_gathered_whole():
