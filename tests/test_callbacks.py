@@ -274,6 +274,12 @@ def test_jax_17187_an_argument_broadcast_per_element_for_a_pure_callback_is_name
     assert after.peak_bytes < before.peak_bytes - 60 * 2**20
     np.testing.assert_array_equal(made("expand_dims")(table, xs),
                                   made("broadcast_all")(table, xs))
+    def own(row):  # the user's own broadcast, no vmap: not vmap's copy (a review)
+        whole = jnp.broadcast_to(row, (64, 512, 512))
+        return jax.pure_callback(lambda w: np.asarray(w).sum(0), jax.ShapeDtypeStruct(
+            (512, 512), jnp.float32), whole, vmap_method="broadcast_all")
+
+    assert "broadcast_all" not in preflight.preflight_step(jax.jit(own), jnp.ones(512)).advice
     small = jnp.ones((8, 8))  # a copy too small to matter is not named
     assert "broadcast_all" not in preflight.preflight_step(made("broadcast_all"), small,
                                                            jnp.ones((4, 8))).advice

@@ -1752,14 +1752,27 @@ def test_jax_15895_dropout_bits_exchanged_over_devices_are_named_though_they_are
     params = jax.device_put([jnp.full((512, 512), 0.01) for _ in range(4)], rep)  # 4 MiB
     key, x = jax.device_put(jax.random.PRNGKey(0), rep), jax.device_put(jnp.ones((16, 8, 512)),
                                                                           split)
+    fsdp = jax.device_put([jnp.full((512, 512), 0.01) for _ in range(3)], split)
+
+    def sharded(w, x, key):  # FSDP's gathers of its weights, a scalar draw: not the flag's
+        def loss(w):
+            h = x.reshape(-1, 512)
+            for v in w:
+                h = jnp.tanh(h @ v)
+            return jnp.mean(h ** 2) + 0.0 * jax.random.uniform(key, ())
+        return [v - 0.1 * g for v, g in zip(w, jax.grad(loss)(w), strict=True)]
+
     jax.config.update("jax_threefry_partitionable", False)
     try:
         off = preflight.preflight_step(step, params, key, x)
+        gathered = preflight.preflight_step(sharded, fsdp, x, key)
     finally:
         jax.config.update("jax_threefry_partitionable", True)
+    assert "threefry_partitionable" not in gathered.advice  # (a review: it was named)
     on = preflight.preflight_step(step, params, key, x)
     assert "jax.config.update('jax_threefry_partitionable', True)" in off.advice
-    assert "all-gathers and collective-permutes, exchanges run at every step" in off.advice
+    assert "all-gathers and collective-permutes of random bits, exchanges run at every step" \
+        in off.advice
     assert "jax-ml/jax#15895" in off.advice and "threefry_partitionable" not in on.advice
     from helpers import compiled
 

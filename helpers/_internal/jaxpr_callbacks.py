@@ -210,8 +210,9 @@ def callbacks_broadcast(closed) -> tuple[tuple[str, str, str, tuple[int, ...], i
                     str(eqn.params.get("vmap_method")) != "broadcast_all":
                 continue
             for v in eqn.invars:
-                b = made.get(id(v))
-                if b is None or b.primitive.name != "broadcast_in_dim":
+                b = made.get(id(v))  # (vmap's rule makes it at the callback's own line)
+                if b is None or b.primitive.name != "broadcast_in_dim" or \
+                        equation_line(b) != equation_line(eqn):
                     continue
                 before, after = b.invars[0].aval, v.aval
                 if len(after.shape) <= len(getattr(before, "shape", ())):
