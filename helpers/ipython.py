@@ -770,26 +770,58 @@ def _element_lines(followed: Any) -> tuple[tuple[str, int, int], ...]:
                    if n >= EAGER_RUNS and where not in eager])
 
 
-#: a line that rebinds a name to an .at[...] update of itself: x = x.at[i].set(v) (.add, ...)
-_REBUILT = re.compile(r"^([A-Za-z_]\w*)\s*=\s*\1\.at\[")
+#: a line that rebinds a name (x, params['w'], m.w) to an .at[...] update of itself:
+#: x = x.at[i].set(v) (.add, ...)
+_REBUILT = re.compile(r"^([A-Za-z_][\w.]*(?:\[[^\]=]+\])*)\s*=\s*(.+?)\.at\[")
 
 
 def _rebuilt_lines(followed: Any, namespace: Mapping) -> tuple[tuple[str, int, str, int], ...]:
-    """``CellMemory.rebuilt_lines``: the lines run twice or more that rebind a name to an
-    ``.at[...]`` update of itself, where the name holds a jax.Array of 1 MiB or more after the
-    cell; () where nothing was followed."""
+    """``CellMemory.rebuilt_lines``: the lines of the cell's own code (not a function's: its
+    names are not the notebook's, a review) run twice or more that rebind a name, a dict's
+    entry or an attribute to an ``.at[...]`` update of itself, where it holds a jax.Array of
+    1 MiB or more after the cell; () where nothing was followed."""
     import jax
 
     if followed is None:
         return ()
     out = []
     for where, runs in followed.runs.items():
-        if runs < 2 or not (m := _REBUILT.match(_statement(where))):
+        if runs < 2 or followed.function_of.get(where, ("", 0, ""))[2] != "<module>":
             continue
-        value = namespace.get(m.group(1))
+        m = _REBUILT.match(_statement(where))
+        if not m or m.group(1).replace(" ", "") != m.group(2).replace(" ", ""):
+            continue
+        value = _resolved(m.group(1), namespace)
         if isinstance(value, jax.Array) and value.nbytes >= 2**20:
             out.append((frames.line(*where), runs, m.group(1), int(value.nbytes)))
     return tuple(sorted(out, key=lambda r: -r[1] * r[3])[:3])
+
+
+def _resolved(target: str, namespace: Mapping) -> Any:
+    """The value ``target`` (a name, a dict's entry by a constant key, an attribute: x,
+    params['w'], m.w) holds in ``namespace``, read without running code (no property, no
+    __getitem__ but a dict's); None where it cannot be read so."""
+    import ast
+    import inspect
+
+    try:
+        node = ast.parse(target, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def value(n: ast.AST) -> Any:
+        if isinstance(n, ast.Name):
+            return namespace.get(n.id)
+        if isinstance(n, ast.Attribute):
+            owner = value(n.value)
+            found = inspect.getattr_static(owner, n.attr, None) if owner is not None else None
+            return None if callable(getattr(found, "__get__", None)) else found
+        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant):
+            owner = value(n.value)
+            return owner.get(n.slice.value) if isinstance(owner, dict) else None
+        return None
+
+    return value(node)
 
 
 def _named(rows: list, most: int = 3) -> tuple:

@@ -8,6 +8,7 @@ its problem is absent; :func:`problems` runs them all in their order."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -414,16 +415,17 @@ def cpu_copies_note(leaves: tuple[LeafPlacement, ...]) -> str:
             "NumPy (AI-Hypercomputer/maxtext#3192).")
 
 
-def unsupported_dtype_note(dtype: str, shape: tuple[int, ...] = ()) -> str:
+def unsupported_dtype_note(dtype: str | np.dtype, shape: tuple[int, ...] = ()) -> str:
     """Why JAX refuses a NumPy array of this dtype ("Dtype |V2 is not a valid JAX array
     type", jax 0.8.0 to 0.12.0.1), and what to change; "" for a dtype JAX takes. Raw bytes
     (void, ``|V2``): NumPy has no bfloat16, so a BF16 tensor read with np.frombuffer is V2
     (sgl-project/sglang-jax#1017, fixed by ``.view(ml_dtypes.bfloat16)``); one Python object
     in a 0-d object array: a pytree np.save/np.savez pickled (google-deepmind/dm-haiku#526,
-    ``.item()``); text."""
-    try:
-        kind = np.dtype(dtype)
-    except TypeError:  # a name NumPy does not know (ml_dtypes' own are known once imported)
+    ``.item()``); text, dates, a structured array, long double."""
+    try:  # (a structured dtype's text is its fields' list: "[('a', '<f4'), ...]")
+        kind = np.dtype(ast.literal_eval(dtype) if isinstance(dtype, str)
+                        and dtype.startswith("[") else dtype)
+    except (TypeError, ValueError, SyntaxError):  # a name NumPy does not know
         return ""
     if kind.type is np.void and not kind.fields:  # (ml_dtypes' bfloat16 is kind "V" too)
         size = kind.itemsize
@@ -450,6 +452,18 @@ def unsupported_dtype_note(dtype: str, shape: tuple[int, ...] = ()) -> str:
     if kind.kind in "US":
         return (f"a NumPy array of text ({dtype}), which JAX refuses: JAX holds numbers only; "
                 "map the strings to integer ids on the host and pass those.")
+    if kind.kind in "Mm":  # (a review: these were advised jax.device_put, which raises)
+        return (f"a NumPy array of {'dates' if kind.kind == 'M' else 'durations'} ({dtype}), "
+                "which JAX refuses: pass their counts, x.astype('int64') (in the unit of the "
+                "dtype, as x.view('int64') reads them).")
+    if kind.fields:
+        return (f"a NumPy structured array ({len(kind.fields)} fields), which JAX refuses: "
+                "pass each field as an array of its own, {name: x[name] for name in "
+                "x.dtype.names}.")
+    if kind.kind in "fc" and kind.itemsize > (16 if kind.kind == "c" else 8):
+        return (f"a NumPy array of {dtype} (long double), which JAX refuses: "
+                f"x.astype(np.{'complex128' if kind.kind == 'c' else 'float64'}), the widest "
+                "JAX holds (with jax_enable_x64 on).")
     return ""
 
 

@@ -830,13 +830,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         elif how == "write":  # a slice of rows written, which XLA all-gathers (jax#23052)
             notes.append(
                 f"{whole}, gathered from its shards onto each device (an all-gather in XLA's "
-                "program): every device holds all of it. Writing a slice of rows along the "
-                "split dimension, x.at[a:b].set(u) (or .add) with Python ints, is a scatter "
-                "XLA's partitioner does not split: it gathers the whole array to write the "
-                "rows. Give the rows as an index array, x.at[jnp.arange(a, b)].set(u), or "
-                "write them with jax.lax.dynamic_update_slice(x, u, (a, 0)): each device "
-                "writes the rows it holds, the same values (jax-ml/jax#23052; checked on 4 "
-                "simulated devices, 16 MiB of temporaries to none).")
+                "program): every device holds all of it. Writing a slice along the split "
+                "dimension, x.at[a:b].set(u) (or .add) with Python ints, is a scatter XLA's "
+                "partitioner does not split: it gathers the whole array to write it. Give the "
+                "positions on that dimension as an index array, x.at[jnp.arange(a, b)].set(u) "
+                "for rows, x.at[:, jnp.arange(a, b)].set(u) for columns, or write with "
+                "jax.lax.dynamic_update_slice(x, u, start), start one index per dimension (a on "
+                "the split one, 0 elsewhere): each device writes what it holds, the same values "
+                "(jax-ml/jax#23052; checked on 4 simulated devices, 16 MiB of temporaries to "
+                "none).")
         elif how == "slice":  # a slice XLA all-gathers (apple/axlearn#993)
             notes.append(
                 f"{whole}, gathered from its shards onto each device (an all-gather in XLA's "

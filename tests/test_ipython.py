@@ -885,6 +885,19 @@ def test_tpu_inference_1748_an_array_rebuilt_at_each_write_outside_jit_is_named(
     assert ns["donated"].unsafe_buffer_pointer() == ns["where"]  # written in place
     once = shell.run_cell_magic("memory", "", "param = param.at[0].set(0.0)")
     assert once.rebuilt_lines == ()  # one write: no loop to change
+    # a dict's entry and an attribute too; a function's own local not (a review: a 64 B local
+    # was named with the size of a notebook variable of its name)
+    shell.run_cell("params = {'w': param}\nclass M: pass\nm = M()\nm.w = param\n"
+                   "def smooth(v):\n    param = jnp.zeros(16)\n    for i in range(16):\n"
+                   "        param = param.at[i].set(v[i])\n    return param")
+    entry = shell.run_cell_magic("memory", "", "for e in range(E):\n"
+                                 "    params['w'] = params['w'].at[e].set(hf[e])\n")
+    assert [r[2] for r in entry.rebuilt_lines] == ["params['w']"]
+    attribute = shell.run_cell_magic("memory", "", "for e in range(E):\n"
+                                     "    m.w = m.w.at[e].set(hf[e])\n")
+    assert [r[2] for r in attribute.rebuilt_lines] == ["m.w"]
+    local = shell.run_cell_magic("memory", "", "y = smooth(jnp.arange(16.0))")
+    assert local.rebuilt_lines == ()
 
 
 def test_jax_390_a_jax_array_read_one_element_at_a_time_is_named_with_numpy(shell):

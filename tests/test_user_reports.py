@@ -2778,6 +2778,15 @@ def test_sglang_jax_1017_bytes_read_for_bf16_weights_are_named_not_advised_a_dev
     assert "x.view(ml_dtypes.bfloat16)" in problem and "device_put(tree) once" not in problem
     np.testing.assert_array_equal(np.asarray(jax.device_put(host.view(ml_dtypes.bfloat16))), w)
     assert "raw bytes" not in devices.placement(w).explanation  # bfloat16 itself: JAX takes it
+    # other dtypes JAX refuses (a review: they were advised jax.device_put, which raises)
+    for other, fix in ((np.array(["2020-01-01"], "datetime64[D]"), "x.astype('int64')"),
+                       (np.ones(3, np.longdouble), "x.astype(np.float64)"),
+                       (np.zeros(2, [("a", "f4"), ("b", "i4")]), "x.dtype.names")):
+        with pytest.raises(TypeError, match="is not a valid JAX array type"):
+            jax.device_put(other)
+        assert fix in devices.placement(other).explanation
+        (problem,) = devices.tree_placement({"x": other}).problems
+        assert fix in problem and "device_put(tree) once" not in problem
 
 
 class _Tensor:
@@ -2890,7 +2899,16 @@ def test_jax_23052_rows_written_at_a_slice_of_a_split_array_are_named_as_gathere
     assert "f32[1024, 512] (2.00 MiB" in before.advice
     assert "gathered from its shards onto each device" in before.advice
     assert "x.at[jnp.arange(a, b)].set(u)" in before.advice
-    assert "jax.lax.dynamic_update_slice(x, u, (a, 0))" in before.advice
+    assert "jax.lax.dynamic_update_slice(x, u, start), start one index per dimension" \
+        in before.advice
+    assert "x.at[:, jnp.arange(a, b)].set(u) for columns" in before.advice  # (a review)
+    cols = jax.device_put(x.T, NamedSharding(split.mesh, P(None, "x")))  # split by columns
+    col_write = jax.jit(lambda x, u: x.at[:, 100:103].set(u.T), out_shardings=cols.sharding)
+    col_fixed = jax.jit(lambda x, u: x.at[:, jnp.arange(100, 103)].set(u.T),
+                        out_shardings=cols.sharding)
+    assert "jax-ml/jax#23052" in preflight.preflight_step(col_write, cols, u).advice
+    assert "gathered" not in preflight.preflight_step(col_fixed, cols, u).advice
+    np.testing.assert_array_equal(col_fixed(cols, u), col_write(cols, u))
     assert "jax-ml/jax#23052" in before.advice
     for fixed in (indexed, written):
         after = preflight.preflight_step(fixed, x, u)
