@@ -103,7 +103,7 @@ def test_the_transfer_guard_log_still_parses():
 
 def test_trace_reports_unknown_explicitness_when_the_markers_do_not_show(monkeypatch):
     @contextlib.contextmanager
-    def silent(write, begin, end, of_arrays=""):  # installed, but JAX never calls the scopes
+    def silent(write, begin, end, of_arrays="", guard=None):  # installed, never called by JAX
         yield True
 
     monkeypatch.setattr(internals, "explicit_scopes_marked", silent)
