@@ -278,11 +278,10 @@ def _specs(args, kwargs, device, jax, keep_shardings: bool = False):
 
     for path, leaf in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
         if hasattr(leaf, "__dlpack__") and not isinstance(leaf, (jax.Array, np.ndarray)):
-            kind = type(leaf)
             raise BadInputError(  # (its torch dtype is no dtype JAX or NumPy can read)
                 f"the argument leaf {('args', 'kwargs')[path[0].idx]}"
-                f"{jax.tree_util.keystr(path[1:])} is " + placement_notes.
-                foreign_tensor_fix(f"{kind.__module__.split('.')[0]}.{kind.__name__}"))
+                f"{jax.tree_util.keystr(path[1:])} is " + placement_notes.foreign_tensor_fix(
+                    placement_notes.foreign_kind(type(leaf))))
     try:
         return jax.tree.map(spec, args), jax.tree.map(spec, kwargs)
     except Exception as err:  # a pytree whose unflatten runs the user's __init__ on them

@@ -1025,12 +1025,11 @@ def _leaf(path: str, x: Any, jax) -> LeafPlacement:
         return LeafPlacement(path, "numpy.ndarray", tuple(x.shape), str(x.dtype),
                              int(x.nbytes), (), None, None)
     if hasattr(x, "__dlpack__"):  # another framework's tensor (torch.Tensor): JAX refuses it
-        kind = type(x)
         try:
             shape = tuple(int(d) for d in getattr(x, "shape", ()))
         except (TypeError, ValueError):
             shape = ()
-        return LeafPlacement(path, f"{kind.__module__.split('.')[0]}.{kind.__name__}", shape,
+        return LeafPlacement(path, placement_notes.foreign_kind(type(x)), shape,
                              str(getattr(x, "dtype", "")), int(getattr(x, "nbytes", 0) or 0),
                              (), None, None, foreign=True)
     # a Python number (weakly typed to JAX, passed anew on every call) or another object

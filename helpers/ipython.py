@@ -453,10 +453,17 @@ def _raised_in(value: BaseException, function: str) -> bool:
 
 def _innermost_code(value: BaseException) -> types.CodeType | None:
     """The code of the innermost frame of ``value``'s traceback: where it was raised."""
+    tb = _innermost(value)
+    return None if tb is None else tb.tb_frame.f_code
+
+
+def _innermost(value: BaseException) -> types.TracebackType | None:
+    """The innermost entry of ``value``'s traceback (its frame and line): where it was
+    raised."""
     tb = value.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return None if tb is None else tb.tb_frame.f_code
+    return tb
 
 
 #: what JAX says of a NumPy array of a dtype it has no type for (jax 0.8.0 to 0.12.0.1); under
@@ -502,9 +509,7 @@ def _read_only(value: ValueError) -> str:
 
     if str(value) not in _READ_ONLY:
         return ""
-    tb = value.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
+    tb = _innermost(value)
     if tb is None:
         return ""
     frame = tb.tb_frame
@@ -535,7 +540,7 @@ def _foreign(value: BaseException) -> str:
     if kind is None or not hasattr(kind, "__dlpack__") or m.group(1).split(".")[0] in (
             "numpy", "jax", "jaxlib"):
         return ""
-    return placement_notes.foreign_tensor_fix(f"{m.group(1).split('.')[0]}.{m.group(2)}")
+    return placement_notes.foreign_tensor_fix(placement_notes.foreign_kind(kind))
 
 
 #: what JAX says when a pytree's static part (its metadata) holds an array it cannot compare

@@ -22,7 +22,7 @@ from helpers._internal.records import Record
 __all__ = ["LeafPlacement", "committed_apart_note", "context_mesh_note", "cpu_copies_note",
            "deleted_note", "memory_kinds_note", "mesh_order_note", "numpy_note",
            "off_default_note", "other_mesh_note", "pmap_copies_note", "problems", "split_mesh",
-           "foreign_tensor_fix", "foreign_tensors_note", "uncommitted_notes",
+           "foreign_kind", "foreign_tensor_fix", "foreign_tensors_note", "uncommitted_notes",
            "unsupported_dtype_note", "unsupported_note",
            "whole_beside_split_note"]
 
@@ -465,6 +465,13 @@ def unsupported_dtype_note(dtype: str | np.dtype, shape: tuple[int, ...] = ()) -
                 f"x.astype(np.{'complex128' if kind.kind == 'c' else 'float64'}), the widest "
                 "JAX holds (with jax_enable_x64 on).")
     return ""
+
+
+def foreign_kind(kind: type) -> str:
+    """How the notes name another framework's tensor type: its package and class,
+    "torch.Tensor" (torch.Tensor's module is torch itself; a class deeper in a package keeps
+    only the package's name)."""
+    return f"{kind.__module__.split('.')[0]}.{kind.__name__}"
 
 
 def foreign_tensor_fix(kind: str) -> str:

@@ -875,11 +875,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # all-gathers and 48 collective-permutes with the flag off, none with it on)
     # (of random bits only, uint32: an FSDP step's gathers of its weights are not the flag's,
     # and turning it on removes none of them: a review)
+    whole_bits = c.over_mesh and program_notes.random_bits_whole(c)
     moves = sum(1 for line in (c.text or "").splitlines()
                 if re.search(r"= \(?u32\[[^=]*? (?:all-gather|collective-permute)(?:-start)?\(",
-                             line))
-    if (c.over_mesh and (sum(t.nbytes for t in bits) * 4 >= peak > 0 or moves)
-            and program_notes.random_bits_whole(c)):
+                             line)) if whole_bits else 0
+    if whole_bits and (sum(t.nbytes for t in bits) * 4 >= peak > 0 or moves):
         largest = (f" (the largest value of random bits, u32{list(bits[0].shape)}, is "
                    f"{format_bytes(bits[0].nbytes)} on each device)" if bits else "")
         exchanged = (f" XLA's program here also has {moves:,} all-gathers and "
