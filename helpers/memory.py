@@ -620,7 +620,7 @@ def samples_to_dict(samples: Iterable[MemorySnapshot], *, t0: float | None = Non
     }
 
 
-class MemoryTrace:
+class MemoryTrace(Display):
     """Samples collected by :func:`track`. Add named marks with ``trace.mark("loaded")``.
 
     Series are plain tuples once the block has ended: ``times`` (seconds from the start),

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # records are registered by name below: rendering never impor
     from helpers.holders import Holders
     from helpers.ipython import CellMemory
     from helpers.measure import StepMeasurement
-    from helpers.memory import MemorySnapshot
+    from helpers.memory import MemorySnapshot, MemoryTrace
     from helpers.oom import CappedCell, LibraryFailure, OomReport, Reproduction
     from helpers.preflight import Preflight, Residuals, StepPreflight
     from helpers.processes import Job, ProcessReport
@@ -833,6 +833,35 @@ def snapshot_text(s: MemorySnapshot) -> str:
     return "\n".join(lines)
 
 
+def memory_trace_text(t: MemoryTrace) -> str:
+    """A tracked block in a few lines: each device's bytes at the start, its peak and at the
+    end, the host's RSS and its high-water mark, the marks, and the rates achieved."""
+    times, series = t.times, t.device_bytes
+    if not times:
+        return "memory trace: no samples yet"
+    rates = t.achieved_hz_by_source
+    asked = f"asked {1 / t.interval:.0f}/s"
+    got = ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items())
+    lines = [f"memory over {times[-1]:.2f} s{'' if t.finished else ' so far'}, "
+             f"{len(times)} samples ({got + '; ' if got else ''}{asked})",
+             f"{'device':<10} {'start':>12} {'peak':>12} {'end':>12}  source"]
+    for name, s in series.items():
+        lines.append(f"{name:<10} {format_bytes(s[0]):>12} {format_bytes(max(s)):>12} "
+                     f"{format_bytes(s[-1]):>12}  {t.sources.get(name, '')}")
+    rss = t.host_rss
+    lines.append(f"{'host RSS':<10} {format_bytes(rss[0]):>12} {format_bytes(max(rss)):>12} "
+                 f"{format_bytes(rss[-1]):>12}  sampled")
+    lines.append(f"host RSS high-water mark over the block: {format_bytes(t.host_peak)}")
+    if t.marks:
+        lines.append("marks: " + "; ".join(f"{at:.2f} s {label}" for at, label in t.marks))
+    live = [n for n, src in t.sources.items() if src == "live arrays"]
+    if live:
+        lines.append(f"{', '.join(live)}: live arrays only, so XLA's temporaries inside a call "
+                     "never appear; on the CPU the host's high-water mark is the block's peak "
+                     "(jax-ml/jax#8096)")
+    return "\n".join(lines)
+
+
 _KIND = {True: "explicit", False: "implicit", None: "?"}
 
 
@@ -986,6 +1015,7 @@ records.renders("helpers.measure.StepMeasurement", text=step_measurement_text)
 records.renders("helpers.preflight.StepPreflight", text=step_preflight_text,
                 html=step_preflight_html)
 records.renders("helpers.memory.MemorySnapshot", text=snapshot_text)
+records.renders("helpers.memory.MemoryTrace", text=memory_trace_text)
 records.renders("helpers.compiles.CompileLog", text=compile_log_text)
 records.renders("helpers.transfers.TransferLog", text=transfer_log_text, html=transfer_log_html)
 records.renders("helpers.datasets.TokenFile", text=token_file_text)

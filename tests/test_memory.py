@@ -11,6 +11,7 @@ import pytest
 
 from helpers import memory
 from helpers.errors import BadInputError
+from helpers.units import format_bytes
 from tests.conftest import N_SIMULATED, run_python
 
 
@@ -110,6 +111,23 @@ def test_track_samples_marks_and_series():
     assert d["sources"]["cpu:0"] == memory.LIVE_ARRAYS
     with pytest.raises(KeyError, match="not tracked"):
         trace.peak("cuda:0")
+
+
+def test_a_trace_prints_each_device_s_start_peak_and_end_and_the_host_s_high_water_mark():
+    with memory.track(interval=60) as trace:
+        x = jax.device_put(np.ones(250_000, np.float32), jax.devices()[3]).block_until_ready()
+        trace.mark("made")
+        del x
+    text = str(trace)
+    row = next(r for r in text.splitlines() if r.startswith("cpu:3 "))
+    start, peak, end = (format_bytes(v) for v in (trace.device_bytes["cpu:3"][0],
+                                                  trace.peak("cpu:3"),
+                                                  trace.device_bytes["cpu:3"][-1]))
+    assert row.split()[:7] == ["cpu:3", *start.split(), *peak.split(), *end.split()]
+    assert trace.peak("cpu:3") - trace.device_bytes["cpu:3"][0] == 1_000_000
+    assert f"high-water mark over the block: {format_bytes(trace.host_peak)}" in text
+    assert "s made" in text and "live arrays only" in text and "jax-ml/jax#8096" in text
+    assert repr(trace).startswith("MemoryTrace(")  # the repr stays the short one
 
 
 def test_mark_takes_a_sample_whatever_the_sampler_does():
@@ -579,6 +597,7 @@ def test_jax_26216_a_sharded_array_read_shard_by_shard_counts_each_shard_once():
 _JAX_8096 = """
 import jax, jax.numpy as jnp
 from helpers import memory
+from helpers.units import format_bytes
 x = jnp.ones((4096,), jnp.float32); y = jnp.ones((2048,), jnp.float32)
 f = jax.jit(lambda x, y: jnp.sort(x[:, None] * jnp.sin(y)[None, :], axis=1)[:, -1].sum())
 f(x, y).block_until_ready()  # compiled outside the block
