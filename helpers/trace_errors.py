@@ -28,6 +28,9 @@ _ARGUMENTS = re.compile(r"depends on the values? of the arguments? (.+?)\.(?:\n|
 _AROSE = re.compile(r"(?:It|The error) arose in (?:the )?(.+?)\.?(?:\n|$)")
 _OPERATION = re.compile(r"operation (.+?)\n\s+from line (\S+)")
 _JIT_NAME = re.compile(r"\b(?:pjit|jit)\[\s*name=(\w+)")
+#: JAX's words where a segment_* function was given no num_segments under jit (jax/_src/ops/
+#: scatter.py, _segment_update: it takes max(segment_ids) + 1, which needs the ids' values)
+_SEGMENTS = "`num_segments` argument"
 
 
 def _arguments(text: str) -> list[str]:
@@ -51,6 +54,19 @@ def _user_frame(err: BaseException):
                 named = tb
         tb = tb.tb_next
     return named or found
+
+
+def _traced_frame(err: BaseException):
+    """The traceback entry of the function JAX was tracing ("while tracing the function f at
+    file:line"), the user's or a library's (jax.jit(jax.ops.segment_sum)), or None."""
+    traced = re.search(r"tracing the function (\w+) at (.+?):(\d+)", str(err))
+    tb = err.__traceback__
+    while traced and tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == traced.group(1) and code.co_filename == traced.group(2):
+            return tb
+        tb = tb.tb_next
+    return None
 
 
 def _jitted_calls(tb) -> list[str]:
@@ -96,9 +112,17 @@ def trace_error_fix(err: BaseException) -> str:
     needed = f" ({arose.group(1).strip()})" if arose else ""
     names = _arguments(text)
     tb = _user_frame(err)
+    if _SEGMENTS in text:
+        return ("jax.ops.segment_sum (or another segment_* function) was given no "
+                "num_segments, so it takes the count from the segment ids' largest value, "
+                "which jit traces: the result's size must be known while tracing. Pass "
+                "num_segments= a Python int (static where it is an argument of the jitted "
+                "function: static_argnames=('num_segments',)); the ids stay traced "
+                "(jax-ml/jax#6350)")
     if names:
+        frame = _traced_frame(err) or tb
         return _argument_fix(kind, names, needed, shape or bool(arose),
-                             _arrays(tb, names) if tb is not None else {})
+                             _arrays(frame, names) if frame is not None else {})
     operations = _OPERATION.findall(text)
     jitted = [n for op, _ in operations for n in _JIT_NAME.findall(op)]
     if not jitted and tb is not None:
@@ -150,6 +174,13 @@ def _argument_fix(kind: str, names: list[str], needed: str, shape: bool,
         if kind == "TracerBoolConversionError":
             return (f"{cause}, and Python's if, while or bool() needs its value. Use "
                     f"jnp.where or jax.lax.cond/while_loop")
+        if kind == "TracerIntegerConversionError":
+            return (f"{cause}, and int() or an index into a Python list needs its value. "
+                    f"Index the array itself (x[i], jax.lax.dynamic_slice)")
+        if kind == "ConcretizationTypeError":
+            return (f"{cause}, and the call here needs a value computed from it{needed}. "
+                    f"Compute that value outside jit and pass it in as a static Python value "
+                    f"(an int, a tuple), or give the call a fixed one")
     if shape:
         return (f"{cause}, and it sets a shape{needed}: shapes must be known while tracing. "
                 f"Mark {them} static ({static}), or keep one size and mask the rest")

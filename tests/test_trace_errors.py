@@ -165,3 +165,32 @@ def test_two_arguments_are_both_named_and_other_errors_get_nothing():
     assert "mark them static" in fix
     assert trace_errors.trace_error_fix(TypeError("unsupported operand")) == ""
     assert trace_errors.trace_error_fix(ValueError("Shapes must be 1D sequences")) == ""
+
+
+def test_jax_6350_segment_sum_without_num_segments_is_named_and_its_fix_traces():
+    """jax-ml/jax#6350: jax.jit(jax.ops.segment_sum)(data, ids) fails, since with no
+    num_segments JAX takes max(ids) + 1. The kit advised static_argnames=('segment_ids',),
+    which raises for an array (unhashable), the dead end the user met in the thread (a new
+    user's trial). JAX's own words name the argument; the fix, a static num_segments, runs."""
+    data, ids = np.arange(12).reshape(3, 4), np.array([0, 0, 1])
+    fix = trace_errors.trace_error_fix(_error(jax.jit(jax.ops.segment_sum), data, ids))
+    assert "given no num_segments" in fix and "segment ids' largest value" in fix, fix
+    assert "static_argnames=('num_segments',)" in fix and "segment_ids'" not in fix
+    fixed = jax.jit(jax.ops.segment_sum, static_argnames=("num_segments",))
+    np.testing.assert_array_equal(fixed(data, ids, num_segments=2),
+                                  jax.ops.segment_sum(data, ids))
+
+
+def test_a_value_needed_from_an_array_is_not_told_to_make_the_array_static():
+    """A concrete value computed from an array argument (jnp.split at traced indices): the kit
+    said "Mark it static", which raises for an array. The traced function's frame is read
+    (a library's too, as in jax.jit(jax.ops.segment_sum)) to see that it is an array."""
+    def split(x, idx):
+        return jnp.split(x, idx)
+
+    fix = trace_errors.trace_error_fix(_error(jax.jit(split), jnp.arange(10.0),
+                                              jnp.array([2, 5])))
+    assert "'idx' is int32[2], an array: it cannot be made static" in fix, fix
+    assert "static_argnames=('idx'" not in fix and "static Python value" in fix
+    fixed = jax.jit(split, static_argnames=("idx",))  # the fix: a tuple, static
+    assert [p.shape for p in fixed(jnp.arange(10.0), idx=(2, 5))] == [(2,), (3,), (5,)]
