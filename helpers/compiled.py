@@ -1216,10 +1216,16 @@ class CompiledStep:
         kept = [src for op, src in kept if op == "pure_callback"]
         if not kept:
             return tuple(pure)
-        if None in kept:
-            return ()  # (some kept without a line: which ones cannot be told)
+        if None in kept or len(kept) >= len(pure):
+            return ()  # (some kept without a line, or none removed: which ones cannot be told)
         lines = {frames.line(*src) for src in kept}
-        return tuple(at for at in pure if at and at not in lines)
+        if not lines <= set(pure):  # a kept one's line is not its jaxpr's (a transposed
+            return ()  # callback under shard_map: the loss's line, jax-ml/jax#21855's trial)
+        code = jaxpr_callbacks.pure_callback_code(self.jaxpr)
+        running = {c for at, c in code if at in lines and c is not None}
+        # (a line whose Python also runs from a kept callback, a custom_vjp's backward, is
+        # not one that never runs: deleting it would break the gradient)
+        return tuple(at for at, c in code if at and at not in lines and c not in running)
 
     def callbacks_calling_jax(self) -> tuple[tuple[str, str, str, str], ...]:
         """(the callback, its line, the function it runs, what in it is JAX's) of each

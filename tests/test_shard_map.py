@@ -122,3 +122,32 @@ def test_jax_839_psum_of_a_gradient_returned_whole_names_psum_scatter():
     # under check_vma, the sum jax.grad makes itself of a P() input is not the user's psum
     own = _step(grad)
     assert "leaves the whole sum" not in preflight.preflight_step(own, w, xb).advice
+
+
+def test_a_pure_callback_kept_in_a_shard_map_s_backward_pass_is_not_called_removed():
+    """jax-ml/jax#21855's miniature (a new user's trial): shard_map over a custom_vjp whose
+    forward and backward both call a pure_callback. Under jax.grad XLA removes the forward's
+    (nothing reads it) and keeps the backward's, which ran 4 times a step; the kit said "never
+    runs ... otherwise delete it". Inside shard_map XLA's metadata has no op_type, and the kept
+    callback's line is the loss's, not its own: no line is named removed there."""
+    import numpy as np
+
+    calls = []
+
+    def opaque(x):
+        return jax.pure_callback(lambda a: calls.append(1) or np.asarray(a) * 1.0,
+                                 jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    @jax.custom_vjp
+    def kernel(x):
+        return opaque(x)
+
+    kernel.defvjp(lambda x: (kernel(x), None), lambda _, g: (kernel(g),))
+    f = jax.shard_map(kernel, mesh=_mesh(), in_specs=P("x"), out_specs=P("x"),
+                      check_vma=False)
+    step = jax.grad(lambda x: f(x).sum())
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(_mesh(), P("x")))
+    jax.block_until_ready(jax.jit(step)(x))
+    assert calls  # the backward's callback runs
+    p = preflight.preflight_step(step, x)
+    assert "never runs" not in p.advice, p.advice

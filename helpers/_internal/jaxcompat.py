@@ -785,6 +785,9 @@ def computed_while_compiling(hlo_text: str) -> bool | None:
 
 
 _OP_TYPE = re.compile(r'op_type="(\w+)"')
+#: where XLA's metadata has no op_type (a callback inside shard_map: jax 0.10.2), JAX's
+#: primitive is the last part of op_name ("jit(f)/transpose(jvp())/shard_map/pure_callback")
+_OP_NAME_LAST = re.compile(r'op_name="[^"]*?/?(\w+)"')
 
 
 def kept_callbacks(hlo_text: str, is_user: Callable[[str], bool]
@@ -802,7 +805,7 @@ def kept_callbacks(hlo_text: str, is_user: Callable[[str], bool]
     for line in lines:
         if " custom-call(" not in line or "callback" not in line:
             continue
-        m = _OP_TYPE.search(line)
+        m = _OP_TYPE.search(line) or _OP_NAME_LAST.search(line)
         if m and m.group(1).endswith(("callback", "debug_print")):
             meta = line[line.find("metadata={"):]
             out.append((m.group(1), _source(meta, tables, is_user)))

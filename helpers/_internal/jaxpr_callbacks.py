@@ -231,6 +231,22 @@ def callbacks(closed) -> tuple[tuple[str, str], ...]:
                  if eqn.primitive.name in CALLBACKS)
 
 
+def pure_callback_code(closed) -> tuple[tuple[str, Any], ...]:
+    """(its line, the code object of the Python it runs: None where unknown) of each
+    jax.pure_callback in the step: a custom_vjp's forward and backward that call one function
+    run the same code from two lines (jax 0.8.0 gives the backward's the loss's line)."""
+    out = []
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "pure_callback":
+                continue
+            fn = jaxcompat.callback_function(eqn.params.get("callback"))
+            while isinstance(fn, functools.partial):
+                fn = fn.func
+            out.append((equation_line(eqn), getattr(fn, "__code__", None)))
+    return tuple(out)
+
+
 def callbacks_calling_jax(closed) -> tuple[tuple[str, str, str, str], ...]:
     """(the callback, its line, the function it runs, what in it is JAX's) of each
     jax.pure_callback and io_callback whose Python function calls JAX itself (a jitted
