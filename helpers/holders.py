@@ -981,7 +981,7 @@ def _describe(ref, arr, names, tb_frames, mine, views: tuple[_Sharer, ...] = (),
                         together or f"`del {', '.join(plain)}` (or assign None) when you are "
                         "done")
             return (f"IPython's last results: {', '.join(history)}", _fix_out(arr, names))
-    if type(ref).__name__ == "DisplayHook" and type(ref).__module__.startswith("IPython"):
+    if _is_display_hook(ref):
         return (f"IPython's output history: its display hook's "
                 f"{', '.join(_attributes_holding(ref, arr, ('_', '__', '___'))) or 'result'}",
                 _fix_out(arr, names))
@@ -1082,12 +1082,30 @@ def _places(ref, owners: list, names: list[tuple[str, Mapping]], mine: set[int])
 
 def _variables(ns: Mapping, value, index: str, names: list[tuple[str, Mapping]]
                ) -> list[dict]:
-    """The places (as :func:`_places` gives them) where names of ``ns`` hold ``value``."""
+    """The places (as :func:`_places` gives them) where names of ``ns`` hold ``value``; a
+    result IPython displayed (a dict of arrays, jupyter/notebook#2201) is kept in its history,
+    as ``Out[3]``, ``_3`` and the hidden ``__``, which ``del`` in the notebook does not reach:
+    ``%reset -f out`` clears Out and the ``_N``, and the hidden ``_``, ``__``, ``___`` need
+    their own ``del`` (see :func:`_fix_out`)."""
     where = _name_in(ns, names)
+    label = next((lb for lb, n in names if n is ns), "")
     out = []
     for k in _keys_holding(ns, value):
-        out.append({"var": k, "path": f"{k}{index}", "obj": None, "where": where,
-                    "action": f"`del {k}`"})
+        numbered = isinstance(k, str) and k[:1] == "_" and k[1:].isdigit()
+        if label == "Out":
+            path, action = f"Out[{k}]", "`%reset -f out`"
+        elif label == _HIDDEN and k in _HISTORY:
+            path = f"get_ipython().user_ns_hidden[{k!r}]"
+            action = f"`del {path}`"
+        elif (label == _HIDDEN and numbered) or (_users(label) and label != _SCRIPT and (
+                k in _HISTORY or numbered) and any(lb == _HIDDEN for lb, _ in names)):
+            path, action = k, "`%reset -f out`"
+        else:
+            out.append({"var": k, "path": f"{k}{index}", "obj": None, "where": where,
+                        "action": f"`del {k}`"})
+            continue
+        out.append({"var": k, "path": f"{path}{index}", "obj": None, "where": where,
+                    "action": action, "history": True})
     return out
 
 
@@ -1096,6 +1114,8 @@ def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, st
     name, letting that go frees it; with several, every one must go (pyro-ppl/numpyro#1115:
     `del samples` freed nothing while mcmc._states_flat['z'] was the same dict)."""
     def said(p: dict, alone: bool) -> str:
+        if p.get("history"):
+            return f"{p['path']}{inside if alone else ''} (IPython's output history)"
         if p["obj"] is None:
             return f"{p['path']!r}{inside} in {p['where']}" if alone else \
                 f"{p['path']} (the variable {p['var']!r} in {p['where']})"
@@ -1104,7 +1124,16 @@ def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, st
                 f"{p['path']} (a {_type_name(p['obj'])} object, the variable {p['var']!r} in "
                 f"{p['where']})")
 
+    places = sorted(places, key=lambda p: bool(p.get("history")))  # the user's names first
     first, others = places[0], places[1:]
+    if all(p.get("history") for p in places):  # `%reset -f out` first, then the hidden ones
+        steps = sorted(dict.fromkeys(p["action"] for p in places),
+                       key=lambda a: not a.startswith("`%reset"))
+        also = f", also as {', '.join(p['path'] for p in others)}" if others else ""
+        return (f"{kind} {first['path']}{inside}, kept in IPython's output history{also}",
+                f"IPython keeps every displayed result: run {steps[0]}"
+                f"{''.join(f', then {a}' for a in steps[1:])}; ending a cell with `;` "
+                "displays nothing")
     line = f"{kind} {said(first, True)}"
     if not others:
         if first["obj"] is None:
@@ -1112,7 +1141,8 @@ def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, st
         return line, _attribute_fix(first["var"], first["obj"], first.get("attr", ""),
                                     first["action"])
     also = ", ".join(said(p, False) for p in others)
-    actions = " and ".join(dict.fromkeys(p["action"] for p in places))
+    actions = " and ".join(sorted(dict.fromkeys(p["action"] for p in places), key=lambda a: (
+        a.startswith("`del get_ipython()"), a.startswith("`%reset"))))  # IPython's history last
     return (f"{line}; the same {kind} is also {also}",
             f"{first['action']} alone frees nothing, the same {kind} is also "
             f"{', '.join(p['path'] for p in others)}: {actions} when you are done")
@@ -1337,6 +1367,14 @@ def _object_holder(obj, arr, names, mine, deadline: float = float("inf")) -> tup
     import gc
     import types
 
+    if _is_display_hook(obj):  # reached as ip.displayhook: IPython's history, not a copy
+        return (f"IPython's output history: its display hook's "
+                f"{', '.join(_attributes_holding(obj, arr, ('_', '__', '___'))) or 'result'}",
+                _fix_out(arr, names))
+    if type(obj).__name__ == "ExecutionResult" and type(obj).__module__.startswith("IPython"):
+        return ("IPython's record of the last cell run: get_ipython().last_execution_result."
+                "result (kept where the output cache is off, InteractiveShell.cache_size = 0)",
+                "it lets go when the next cell has run; ending the cell with `;` keeps nothing")
     kind = f"a {_type_name(obj)} object"
     owners = [o for o in gc.get_referrers(obj)
               if id(o) not in mine and not isinstance(o, types.FrameType)]
@@ -1462,6 +1500,15 @@ def _attributes_holding(obj, value, attributes: tuple[str, ...]) -> list[str]:
 def _type_name(obj) -> str:
     """An object's type as module.qualname, e.g. "__main__.Trainer"."""
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _is_display_hook(obj) -> bool:
+    """IPython's display hook (ipykernel's ZMQShellDisplayHook in Jupyter is one), which keeps
+    the last results as ``_``, ``__``, ``___``."""
+    import sys
+
+    mod = sys.modules.get("IPython.core.displayhook")
+    return mod is not None and isinstance(obj, mod.DisplayHook)
 
 
 def _keys_holding(ns: Mapping, value) -> list:

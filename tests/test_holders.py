@@ -440,6 +440,94 @@ def test_ipython_12879_a_displayed_array_is_let_go_by_reset_out_and_user_ns_hidd
         assert fixed.endswith(" 0"), fixed  # the kit's fix frees it
 
 
+_DICT_SHOWN = _SHELL + """
+cell("params = {'w': jnp.ones((2048, 2048)), 'b': jnp.zeros(8)}")
+cell("params")  # displayed: Out[n], _n, the hidden _
+cell("1")
+cell("2")  # the dict is now the hidden ___ (three results on)
+cell("ip2 = get_ipython()")  # a variable that reaches the display hook
+cell("del params")
+said = fix()
+steps = re.findall(r"`([^`]+)`", said.split(';')[0])
+for step in steps:
+    cell(step)
+print('after the kit fix', steps, live())
+"""
+
+
+def test_notebook_2201_a_displayed_dict_of_arrays_is_let_go_by_the_history_fix():
+    """jupyter/notebook#2201 (a new user's trial, in a real kernel): a dict of arrays shown as
+    a cell's result and then deleted. The kit said "held by dict '__'['w'] in user_ns_hidden
+    ... `del __` and `del _3` and `del 3`": `del 3` is a SyntaxError, and the other two
+    reach the notebook's names, not IPython's history. Now the dict's places are named as the
+    history they are, and the fix run step by step frees it; the display hook reached through
+    a variable (ip = get_ipython()) is IPython's history too, not a copy kept by an object
+    (keras-core#888's sentence)."""
+    from tests.conftest import run_python
+
+    proc = run_python(_DICT_SHOWN, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held = next(x for x in proc.stdout.splitlines() if x.startswith("HELD"))
+    said = next(x for x in proc.stdout.splitlines() if x.startswith("FIX"))
+    after = next(x for x in proc.stdout.splitlines() if x.startswith("after"))
+    assert "Out[" in held and "IPython's output history" in held, held
+    assert "(the variable" not in held and "del 3" not in said, said
+    assert said.startswith("FIX IPython keeps every displayed result: run `%reset -f out`")
+    assert "keras-core#888" not in said
+    assert after.endswith(" 0"), proc.stdout[-3000:]  # the kit's fix frees it
+
+
+_NO_CACHE = _SHELL.replace("InteractiveShell.instance()",
+                           "InteractiveShell.instance(cache_size=0)") + """
+cell("jnp.ones((2048, 2048))")
+said = fix()
+cell("1")
+print('after the next cell', live())
+"""
+
+
+def test_a_result_shown_with_the_output_cache_off_is_named_as_the_last_cell_s_record():
+    """With InteractiveShell.cache_size = 0 (a new user's trial: the fix scipp#2737 gives) a
+    shown array stays alive through the next cell, held by IPython's ExecutionResult: the kit
+    said "held by a IPython.core.interactiveshell.ExecutionResult object", no path, no fix."""
+    from tests.conftest import run_python
+
+    proc = run_python(_NO_CACHE, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held = next(x for x in proc.stdout.splitlines() if x.startswith("HELD"))
+    said = next(x for x in proc.stdout.splitlines() if x.startswith("FIX"))
+    assert "get_ipython().last_execution_result.result" in held, held
+    assert "lets go when the next cell has run" in said
+    assert proc.stdout.strip().endswith("after the next cell 0"), proc.stdout[-2000:]
+
+
+_KERNEL_HOOK = _SHELL + """
+from IPython.core.displayhook import DisplayHook
+# ipykernel's hook is a subclass of IPython's with a name of its own (ZMQShellDisplayHook)
+ip.displayhook.__class__ = type("ZMQShellDisplayHook", (type(ip.displayhook),), {})
+cell("ip = get_ipython()")  # the trial's variable: it reaches the hook as ip.displayhook
+cell("x = jnp.ones((2048, 2048))")
+cell("x")
+cell("del x")
+said = fix()
+"""
+
+
+def test_ipython_10082_a_kernel_s_display_hook_is_named_as_output_history():
+    """ipython/ipython#10082 (a new user's trial, in a Jupyter kernel): the array shown and
+    deleted was also "held by a ipykernel.displayhook.ZMQShellDisplayHook object, reached as
+    ip.displayhook._", with keras-core#888's sentence on an object that keeps an array a loop
+    replaced. ipykernel's hook is a subclass of IPython's DisplayHook: it is output history."""
+    from tests.conftest import run_python
+
+    proc = run_python(_KERNEL_HOOK, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held = next(x for x in proc.stdout.splitlines() if x.startswith("HELD"))
+    said = next(x for x in proc.stdout.splitlines() if x.startswith("FIX"))
+    assert "ZMQShellDisplayHook object" not in held and "display hook's _" in held, held
+    assert "keras-core#888" not in said and "`%reset -f out`" in said, said
+
+
 _SAVED_TRACEBACK = _SHELL + """
 cell("def train():\\n    big = jnp.ones((2048, 2048))\\n    raise RuntimeError('diverged')")
 cell("train()")
