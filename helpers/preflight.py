@@ -476,7 +476,14 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             advice = (advice.rstrip(".") + ". " +
                       program_notes.output_too_large_note(c.outputs(), a["output"], free))
     notes = []
-    if (closed_over := c.constants - c.folded) and c.spanned > 1:
+    made = (program_notes.numpy_made_while_tracing(fn, c.jaxpr)
+            if c.constants and c.jaxpr is not None else [])
+    if made:  # (its constants, kept or folded, are the NumPy array's: not closed over)
+        notes.append(program_notes.numpy_constant_note(made, c.constants))
+    if (closed_over := c.constants - c.folded) and made and sum(n for _, n, _ in made) >= \
+            closed_over:
+        closed_over = 0
+    if closed_over and c.spanned > 1:
         notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
                      f"into the compiled program as constants, whole on each of the {c.spanned} "
                      "devices it runs on (no sharding splits a constant; counted in the peak "
@@ -513,7 +520,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                      "arrays already made as they are (ArgonneCPAC/dsps#108: a relative error "
                      "of 2.75e-8, 1.5e-16 with x64 on first). If float32 was meant, nothing to "
                      "change.")
-    if c.folded >= 2**20:
+    if c.folded >= 2**20 and not made:
         notes.append(f"{format_bytes(c.folded)} of constants XLA computed while compiling "
                      "(constant folding: a value made inside the jitted function from no "
                      "argument, such as jnp.ones(...).at[...].set(...)) are baked into the "

@@ -1315,6 +1315,80 @@ def threefry_note(c: compiled.CompiledStep, temp: int, peak: int) -> str:
             "jax-ml/jax#17982). Or draw a large table in pieces.")
 
 
+def numpy_made_while_tracing(fn: Callable, closed, least: int = 2**20
+                             ) -> list[tuple[str, int, str]]:
+    """(the array as "float32[1, 1, 1024, 1024]", its bytes, the line that reads it) of each
+    NumPy array of ``least`` bytes or more that enters the step as a constant and that no
+    variable holds: not a global of the function's files nor a value it closes over, so made
+    with NumPy while jit traced (``np.tril(np.ones((T, T)))`` in the step, dm-haiku#675).
+    Compared by value: JAX keeps a float64 array as a float32 copy."""
+    import sys
+
+    from helpers._internal import jaxpr_walk
+
+    found = jaxpr_walk.numpy_constants(closed, least)
+    if not found:
+        return []
+    while hasattr(fn, "__wrapped__"):  # jax.jit's, functools.wraps'
+        fn = fn.__wrapped__
+    spaces = [getattr(fn, "__globals__", {}),
+              *({"": c.cell_contents} for c in (getattr(fn, "__closure__", None) or ())
+                if _filled(c))]
+    main = sys.modules.get("__main__")
+    files = set().union(*(f for _, _, f in found))
+    spaces += [vars(m) for m in list(sys.modules.values())
+               if getattr(m, "__file__", None) in files or m is main]
+    out = []
+    for c, line, _ in found:
+        value = np.asarray(c)
+        if any(_holds(ns, value) for ns in spaces):
+            continue
+        out.append((f"{value.dtype}{list(value.shape)}", int(value.nbytes), line))
+    return out
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _holds(ns, value) -> bool:
+    """A NumPy array among ``ns``'s values (or their attributes, one level down) equal to
+    ``value`` in ``value``'s dtype."""
+    for v in list(ns.values()):
+        inside = (list(v.values()) if isinstance(v, dict) else list(v)
+                  if isinstance(v, (list, tuple)) else list(vars(v).values())
+                  if hasattr(v, "__dict__") and not isinstance(v, type)
+                  and not hasattr(v, "__file__") else [])
+        for x in (v, *inside):
+            if isinstance(x, np.ndarray) and x.shape == value.shape and x.dtype != object:
+                try:
+                    if np.array_equal(x.astype(value.dtype, copy=False), value):
+                        return True
+                except (TypeError, ValueError):
+                    continue
+    return False
+
+
+def numpy_constant_note(made: list[tuple[str, int, str]], program_constants: int) -> str:
+    """The note for NumPy arrays made while tracing (:func:`numpy_made_while_tracing`)."""
+    kind, nbytes, line = made[0]
+    more = f" (and {len(made) - 1} more)" if len(made) > 1 else ""
+    at = f", read at {line}" if line else ""
+    return (f"A NumPy array made while jit traced, {kind} ({format_bytes(nbytes)}{at}){more}, "
+            "enters the program as a constant: NumPy runs in Python, so jit sees only its "
+            f"result, which XLA holds as a constant or folds into the values it computes from "
+            f"it (the program holds {format_bytes(program_constants)} of constants). Build it "
+            "with jnp instead (jnp.tril(jnp.ones(...)), jnp.arange): XLA then computes it "
+            "inside the program and fuses it into its use, holding no copy (google-deepmind/"
+            "dm-haiku#675). Passing it as an argument, or compiling without constant folding, "
+            "holds the whole array instead; for a causal mask, "
+            "jax.nn.dot_product_attention(..., is_causal=True) makes none.")
+
+
 def bound_method_note(fn: Callable) -> str:
     """For a jit of a method bound to an object (``t.__call__``), the object's arrays are what
     it closes over: the fix passes the object (patrick-kidger/equinox#770)."""

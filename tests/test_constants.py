@@ -316,3 +316,35 @@ def test_jax_16679_a_state_closed_over_by_a_jit_of_no_argument_is_whole_on_each_
     one = preflight.preflight_step(lambda x: x @ table, jnp.ones((8, 512)))
     assert "1.00 MiB of arrays the function closes over" in one.advice, one.advice
     assert "each of the" not in one.advice and "device_put" not in one.advice
+
+
+_TABLE = np.triu(np.ones((1, 1, 512, 512), np.float32))  # a module's NumPy global
+
+
+def _attend(q, mask):
+    return jnp.where(mask, q @ jnp.swapaxes(q, -1, -2), -1e30)
+
+
+def test_haiku_675_a_numpy_mask_made_while_tracing_is_named_and_jnp_is_the_fix():
+    """google-deepmind/dm-haiku#675 (a new user's trial): a causal mask made with np.tril in
+    the traced function. The kit called it constant folding of "a value made from no argument,
+    such as jnp.ones(...)" (which is the fix) and advised an argument or no folding, both of
+    which held more (1 MiB -> 4 MiB, 8 MiB). Now the NumPy array is named with jnp, run here:
+    no constant; a NumPy global the function closes over is left to the closed-over note."""
+    q = jnp.ones((1, 2, 512, 16))
+
+    def layer_np(q):
+        return _attend(q, np.tril(np.ones((1, 1, 512, 512))))
+
+    def layer_jnp(q):
+        return _attend(q, jnp.tril(jnp.ones((1, 1, 512, 512))))
+
+    p = preflight.preflight_step(layer_np, q)
+    assert "A NumPy array made while jit traced, float32[1, 1, 512, 512] (1.00 MiB" in p.advice
+    assert "test_constants.py" in p.advice and "jnp.tril(jnp.ones(...))" in p.advice, p.advice
+    assert "constants XLA computed while compiling" not in p.advice
+    fixed = preflight.preflight_step(layer_jnp, q)
+    assert fixed.constant_bytes == 0 and "NumPy array made" not in fixed.advice
+    np.testing.assert_allclose(jax.jit(layer_jnp)(q), jax.jit(layer_np)(q))
+    closed = preflight.preflight_step(lambda q: _attend(q, _TABLE), q)
+    assert "NumPy array made" not in closed.advice

@@ -89,6 +89,27 @@ def closed_over_values(closed) -> set[tuple[int, ...]]:
     return out
 
 
+def numpy_constants(closed, least: int) -> list[tuple[Any, str, Any]]:
+    """(the constant, the user's line of the first equation that reads it, the function's
+    frames' files) of each NumPy array of ``least`` bytes or more that enters the step as a
+    constant of its jaxpr (a jax.Array constant is not one), nested jaxprs included."""
+    import jax
+
+    out = []
+    for j, consts in walk(closed):
+        for var, c in zip(getattr(j, "constvars", ()), consts, strict=False):
+            if isinstance(c, jax.Array) or not getattr(c, "ndim", 0):
+                continue
+            size = int(np.prod(c.shape)) * np.dtype(c.dtype).itemsize
+            if size < least:
+                continue
+            use = next((e for e in getattr(j, "eqns", ()) if any(v is var for v in e.invars)),
+                       None)
+            out.append((c, equation_line(use) if use is not None else "",
+                        {f.file_name for f in traceback_frames(use)} if use is not None else set()))
+    return out
+
+
 def traceback_frames(eqn) -> list:
     """The frames of the traceback that made a jaxpr equation, innermost first (JAX's own and
     the user's); [] where it has none."""
