@@ -642,7 +642,10 @@ def compile_step(fn: Callable, *args, device: str | jax.Device | None = None,
             arg_specs, kw_specs = retry_specs
     if err is not None:
         kind = type(err).__name__
-        first = (str(err).strip().splitlines() or [kind])[0].rstrip(".")
+        lines = str(err).strip().splitlines() or [kind]
+        first = lines[0].rstrip(".")
+        if first.endswith(":"):  # JAX's explanation follows on its next lines (shard_map's)
+            first = " ".join([first, *(x.strip() for x in lines[1:] if x.strip())])[:1000]
         if fix := trace_errors.trace_error_fix(err):
             here = (" (preflight_step takes static_argnums and static_argnames as jax.jit "
                     "does)" if "static_argnames" in fix else "")

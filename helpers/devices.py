@@ -1159,6 +1159,22 @@ def sharding_error_fix(error: BaseException | str) -> str:
                 "shard_map moves it.")
     if fix := _manual_axes_fix(text):
         return fix
+    if _UNPROVEN_REPLICATION in text:
+        axes = re.search(r"replicated across mesh ax[ie]s ([^,]+?), but", text)
+        axis = axes.group(1).strip() if axes else "the axis"
+        names = _quoted(axis)
+        name = repr(names[0]) if names else "'i'"
+        lax = jaxcompat.import_jax().lax
+        invariant = ("jax.lax.all_gather_invariant(x, " + name + ", tiled=True)"
+                     if hasattr(lax, "all_gather_invariant") else
+                     "jax.lax.all_gather(x, " + name + ", tiled=True, to='invarying')")
+        return (f"shard_map's out_specs leave out mesh axis {axis}, which says each device "
+                "returns the same value over it, and JAX cannot prove that from the body: an "
+                "all_gather's result, like a callback's, counts as different on each device. "
+                f"Return each device's piece instead, with the axis in out_specs (P({name}) "
+                "where the gather was: the result is the whole array all the same), gather "
+                f"with {invariant}, whose result JAX knows is the same everywhere, or pass "
+                "check_vma=False where you know it is (accelerator-microbenchmarks#25).")
     if m := _SCATTER_OUT.search(text):
         operand, updates = (_spec_of(t) for t in m.groups())
         return (f"on a mesh of Explicit axes the result of an .at[...] update takes its "
@@ -1176,6 +1192,11 @@ def sharding_error_fix(error: BaseException | str) -> str:
                 "Or make the mesh with axis_types=(jax.sharding.AxisType.Auto,) * "
                 "len(axis_names) for the behaviour before 0.9.")
     return ""
+
+
+#: shard_map's words for out_specs that replicate a value it cannot prove the same on each
+#: device (jax/_src/shard_map.py, _check_reps / the vma check)
+_UNPROVEN_REPLICATION = "which require replication which can't be statically inferred"
 
 
 def _spec_of(dims: str) -> str:

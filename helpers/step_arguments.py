@@ -555,6 +555,11 @@ def argument_split(c: compiled.CompiledStep, fn: Callable, args: tuple, kwargs: 
                 continue
             if key is not None:  # (a shape passed twice is two arrays)
                 seen[key] = name
+            if isinstance(leaf, np.ndarray):  # JAX makes a float64 one float32 (x64 off), as
+                # XLA's argument size counts it (the rows added up to more than the total)
+                total += int(math.prod(leaf.shape)) * np.dtype(
+                    jax.dtypes.canonicalize_dtype(leaf.dtype)).itemsize
+                continue
             total += (compiled.bytes_per_device(leaf) if per_device
                       else compiled.array_bytes(leaf))
         if elsewhere and not total:  # passed twice: XLA's argument size counts it twice

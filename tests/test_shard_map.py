@@ -151,3 +151,41 @@ def test_a_pure_callback_kept_in_a_shard_map_s_backward_pass_is_not_called_remov
     assert calls  # the backward's callback runs
     p = preflight.preflight_step(step, x)
     assert "never runs" not in p.advice, p.advice
+
+
+def test_microbenchmarks_25_a_gather_returned_as_replicated_is_named_and_both_fixes_run():
+    """AI-Hypercomputer/accelerator-microbenchmarks#25 (a new user's trial): all_gather inside
+    shard_map with out_specs P(None, None) fails shard_map's replication check. The hook said
+    nothing and preflight_step's error stopped at JAX's first line, which ends in a colon,
+    dropping JAX's own explanation. Now both name it, and the fixes run: the axis kept in
+    out_specs with no gather, and the gather JAX knows is the same on every device."""
+    from helpers import devices
+    from helpers.errors import BadInputError
+
+    mesh, x = _mesh(), jnp.arange(64 * 8.0).reshape(64, 8)
+
+    def gather(x, out_specs=None, body=None):
+        out_specs = P(None, None) if out_specs is None else out_specs
+        body = body or (lambda b: jax.lax.all_gather(b, "x", tiled=True))
+        return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=out_specs)(x)
+
+    with pytest.raises(ValueError) as info:
+        jax.jit(gather)(x)
+    fix = devices.sharding_error_fix(info.value)
+    assert fix.startswith("shard_map's out_specs leave out mesh axis 'x'"), fix
+    with pytest.raises(BadInputError) as said:
+        preflight.preflight_step(gather, x)
+    assert "check_vma=False" in str(said.value) and "leave out mesh axis 'x'" in str(said.value)
+    kept = jax.jit(lambda x: gather(x, P("x"), lambda b: b))(x)
+    if hasattr(jax.lax, "all_gather_invariant"):
+        assert "all_gather_invariant(x, 'x', tiled=True)" in fix
+
+        def body(b):
+            return jax.lax.all_gather_invariant(b, "x", tiled=True)
+    else:
+        assert "all_gather(x, 'x', tiled=True, to='invarying')" in fix
+
+        def body(b):
+            return jax.lax.all_gather(b, "x", tiled=True, to="invarying")
+    invariant = jax.jit(lambda x: gather(x, body=body))(x)
+    assert jnp.array_equal(kept, x) and jnp.array_equal(invariant, x)

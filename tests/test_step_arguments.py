@@ -515,3 +515,14 @@ def test_flax_5172_moments_of_replicated_parameters_are_named_and_split_with_out
     # without out_shardings XLA chooses: here it hands the replicated parameters back split
     loose, _ = jax.jit(step)(params, split, batch)
     assert not loose["embed"].sharding.is_fully_replicated
+
+
+def test_a_float64_numpy_argument_is_counted_as_the_float32_array_jax_makes():
+    """A new user's trial: `arguments: 5.50 MiB` above `mask: 8.00 MiB (84%)`: the row took
+    NumPy's float64 bytes, the total XLA's float32 array (x64 off)."""
+    mask = np.ones((1024, 1024))  # float64: 8 MiB in NumPy, 4 MiB as JAX's float32
+    q = jnp.ones((256, 1024))  # 1 MiB
+    p = preflight.preflight_step(lambda q, mask: q @ mask, q, mask)
+    split = dict(p.argument_split)
+    assert split == {"mask": 4 * 2**20, "q": 2**20}, split
+    assert sum(split.values()) == p.argument_bytes

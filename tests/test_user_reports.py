@@ -458,7 +458,8 @@ def test_the_table_lists_every_report_tested_here():
                  "170": "tests/test_transfers.py", "158": "tests/test_ipython.py",
                  "24255": "tests/test_callbacks.py", "969": "the jax#5210 test here",
                  "17865": "the jax#21045 tests in tests/test_constants.py",
-                 "7199": "tests/test_preflight.py", "25": "tests/test_preflight.py (Olmax#25)",
+                 "7199": "tests/test_preflight.py",
+                 "25": "tests/test_preflight.py (Olmax#25), tests/test_shard_map.py (its #25)",
                  "22": "tests/test_doctor.py and tests/test_ipython.py (min-dalle#22)",
                  "1539": "tests/test_settings.py", "19570": "tests/test_compiles.py"}
     for row in table.splitlines():
