@@ -254,6 +254,13 @@ class FunctionCompiles(Record):
                     f"({listed}): a jnp call outside jit is compiled for each new shape too; "
                     "inside a jitted function it is part of one program.")
             others = [n for n in self.same_types_again if n not in _LOOPS]
+            if shaped := [n for n in others if n in _SHAPE_MAKERS]:
+                text += (f" {' and '.join(shaped)} compiled again with the same argument "
+                         "types: the program bakes in the shape it makes, so jnp.zeros, "
+                         "jnp.ones, jnp.full or jnp.arange outside jit is one program per new "
+                         "size (a few sizes, a few small compiles; made inside the jitted "
+                         "step, they are part of its program).")
+                others = [n for n in others if n not in _SHAPE_MAKERS]
             if others:
                 text += (f" {' and '.join(others)} compiled again with the same argument "
                          "types: what changed is a value each program bakes in (x ** n with an "
@@ -1085,6 +1092,9 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
 
 #: operations that carry a jaxpr of the user's: compiled outside jit, their body with them
 _LOOPS = ("while", "scan", "cond")
+#: operations whose program bakes in the shape they make from a scalar or nothing (jnp.zeros
+#: is a broadcast_in_dim of 0, jnp.arange an iota): a new size, the same argument types
+_SHAPE_MAKERS = ("broadcast_in_dim", "iota")
 
 
 def _repeated(types: list[str | None]) -> bool:

@@ -1824,3 +1824,15 @@ def test_jax_19570_a_bound_method_jitted_at_two_call_sites_is_made_anew():
         jax.jit(kept.f)(x)
         jax.jit(kept.f)(x)
     assert log.function("f").compiles == 1
+
+
+def test_zeros_of_new_sizes_outside_jit_are_named_by_their_shape_not_by_a_power():
+    """A new user's trial (sglang-jax#284's buckets): jnp.zeros((bs, 128)) at three sizes
+    outside jit drew "what changed is a value each program bakes in (x ** n ... optax#328)"
+    and a float exponent as the fix, where what changed is the shape made."""
+    with compiles.watch() as log:
+        for bs in (1, 2, 4):
+            jnp.zeros((bs, 128)).block_until_ready()
+    assert "broadcast_in_dim compiled again with the same argument types: the program bakes " \
+        "in the shape it makes" in log.diagnosis, log.diagnosis
+    assert "optax#328" not in log.diagnosis and "x ** n" not in log.diagnosis
