@@ -29,6 +29,8 @@ from types import MappingProxyType
 from helpers._internal import forks
 from helpers._internal.jaxcompat import (
     ALLOCATOR_VARS,
+    BOOL_FALSE,
+    BOOL_TRUE,
     DEFAULT_MEM_FRACTION,
     PREALLOCATE_OFF,
     backend_start_snapshot,
@@ -595,6 +597,55 @@ def _x64_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvW
     )]
 
 
+#: JAX_ variables with rules of their own (or read when a backend starts, not at import)
+_OWN_RULES = ("JAX_PLATFORMS", "JAX_ENABLE_X64", "JAX_PLATFORM_NAME", "JAX_NUM_CPU_DEVICES")
+
+
+def _read_as(raw: str, like):
+    """``raw``, an environment variable's text, read as JAX reads one into a config option of
+    ``like``'s type (bool_env's words for a bool); None where it cannot be said."""
+    text = raw.strip()
+    try:
+        if isinstance(like, bool):
+            low = text.lower()
+            return True if low in BOOL_TRUE else False if low in BOOL_FALSE else None
+        if isinstance(like, int):
+            return int(text)
+        if isinstance(like, float):
+            return float(text)
+    except ValueError:
+        return None
+    return text if isinstance(like, str) or like is None else None
+
+
+def _config_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # JAX reads each JAX_ variable of a config option once, at import (jax/_src/config.py):
+    # JAX_COMPILATION_CACHE_DIR put in os.environ in a cell after `import jax` does nothing
+    values = getattr(sys.modules["jax"].config, "values", None) if "jax" in sys.modules \
+        else None
+    if not isinstance(values, dict):
+        return []
+    out = []
+    for key in sorted(env):
+        name = key.lower()
+        if not key.startswith("JAX_") or key in _OWN_RULES or name not in values:
+            continue
+        now = values[name]
+        wanted = _read_as(env[key], now)
+        if wanted is None or wanted == now or (now is None and not wanted):
+            continue
+        out.append(EnvWarning(
+            "jax-variable-after-import",
+            f"{key} is {env[key]!r} now, but jax.config.{name} is {now!r}: JAX reads the "
+            "variable once, at import, so setting it later (os.environ in a cell after "
+            "`import jax`) does nothing in this process (or jax.config.update set the option "
+            "otherwise since).",
+            f"call jax.config.update({name!r}, {wanted!r}), which applies to what runs after "
+            "it (checked for jax_compilation_cache_dir after a first compile: jax 0.8.0, "
+            f"0.10.2, 0.11.2), or set {key} before `import jax`"))
+    return out
+
+
 def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     # Set too late: allocator variables changed after the GPU backend started.
     gpu_started = [p for p in started_platforms if p in _GPU_PLATFORMS]
@@ -970,6 +1021,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _equal_to_default,
     _platforms_after_import,
     _x64_after_import,
+    _config_after_import,
     _allocator_after_start,
     _xla_flags_after_start,
     _cpu_devices_after_start,
@@ -982,7 +1034,8 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
 
 #: Rules that compare the environment with this process's JAX (what it read at import, what
 #: its backends started with): meaningless for another process's environment.
-PROCESS_RULES = (_platforms_after_import, _x64_after_import, _allocator_after_start,
+PROCESS_RULES = (_platforms_after_import, _x64_after_import, _config_after_import,
+                 _allocator_after_start,
                  _xla_flags_after_start,
                  _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused,
                  _gpu_framework_beside, _forked_after_start)

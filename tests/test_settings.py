@@ -821,3 +821,42 @@ def test_nemos_208_fraction_and_preallocate_beside_the_platform_allocator_are_na
     bfc = dict(env, XLA_PYTHON_CLIENT_ALLOCATOR="bfc")
     assert "moot-beside-platform-allocator" not in codes(
         settings.check_environment(bfc, this_process=False))
+
+
+def test_jaxsim_322_a_cache_folder_set_in_os_environ_after_import_is_named(tmp_path):
+    """gbionics/jaxsim#322's variant (a new user's trial): JAX_COMPILATION_CACHE_DIR put in
+    os.environ after `import jax` does nothing (JAX reads each JAX_ variable of a config
+    option once, at import), and check_process said "no known mistake". The fix it names,
+    jax.config.update, is run: the folder fills, and the warning goes."""
+    import os
+
+    import jax
+    import jax.numpy as jnp
+
+    from helpers import settings
+
+    folder = str(tmp_path / "cache")
+    env = {"JAX_COMPILATION_CACHE_DIR": folder, "JAX_DEBUG_NANS": "t"}
+    (late, nans) = [w for w in settings.check_environment(env)
+                    if w.code == "jax-variable-after-import"]
+    assert late.message.startswith(f"JAX_COMPILATION_CACHE_DIR is {folder!r} now, but "
+                                   "jax.config.jax_compilation_cache_dir is"), late.message
+    assert f"jax.config.update('jax_compilation_cache_dir', {folder!r})" in late.fix
+    assert "jax.config.update('jax_debug_nans', True)" in nans.fix  # bool_env's "t"
+    saved = {k: jax.config.values[k] for k in ("jax_compilation_cache_dir",
+                                               "jax_persistent_cache_min_compile_time_secs",
+                                               "jax_persistent_cache_min_entry_size_bytes")}
+    try:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.jit(lambda x: x * 3.0 + 2.0)(jnp.arange(7.0)).block_until_ready()
+        assert os.listdir(folder)  # the cache is written
+        assert not [w for w in settings.check_environment({"JAX_COMPILATION_CACHE_DIR": folder})
+                    if w.code == "jax-variable-after-import"]
+    finally:
+        for k, v in saved.items():
+            jax.config.update(k, v)
+    same = {"JAX_DEBUG_NANS": "0", "JAX_ENABLE_X64": ""}  # the values in effect: nothing
+    assert not [w for w in settings.check_environment(same)
+                if w.code == "jax-variable-after-import"]

@@ -31,7 +31,8 @@ from typing import Any
 
 from helpers._internal import frames
 
-__all__ = ["ALLOCATOR_VARS", "CACHE_EXPLAINED_PREFIXES", "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
+__all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXES",
+           "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
            "CALLBACK_IMPLS", "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS",
            "Internal", "InternalMoved", "PAIRED_SORT_SINCE", "PMAP_AXIS_PREFIXES", "STARTUP_VARS",
            "STATIC_VALUES_EXPLAINED", "TESTED_FLOOR",
@@ -2084,10 +2085,15 @@ def x64_at_start() -> bool | None:
         return _x64_seen[0] if _x64_seen else None
 
 
+#: JAX's bool_env (jax/_src/config.py): the words it reads as true and as false; any other
+#: value raises at import
+BOOL_TRUE = ("y", "yes", "t", "true", "on", "1")
+BOOL_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
 def x64_asked(env: Mapping[str, str]) -> bool:
-    """Whether ``env``'s JAX_ENABLE_X64 asks for 64-bit types, as the kit reads it (JAX's own
-    bool_env also takes "y" and "t")."""
-    return env.get("JAX_ENABLE_X64", "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether ``env``'s JAX_ENABLE_X64 asks for 64-bit types, as JAX's bool_env reads it."""
+    return env.get("JAX_ENABLE_X64", "").strip().lower() in BOOL_TRUE
 
 
 def import_jax():
