@@ -646,6 +646,40 @@ def _config_after_import(env: Mapping[str, str], started_platforms=()) -> list[E
     return out
 
 
+#: JAX's debugging switches that slow every step while on: (option, what it costs)
+_DEBUG_SWITCHES = (
+    ("jax_debug_nans", "NaN"), ("jax_debug_infs", "inf"))
+
+
+def _debug_checks_on(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # left on after a NaN hunt, they slow training without a word (jax-ml/jax#13789)
+    if "jax" not in sys.modules:
+        return []
+    out = []
+    for name, what in _DEBUG_SWITCHES:
+        if _jax_config_value(name) is True:
+            out.append(EnvWarning(
+                f"{name.removeprefix('jax_').replace('_', '-')}-on",
+                f"{name} is on: after each jitted call JAX reads its outputs back to look for "
+                f"{what} values, so every call waits for its result (no asynchronous "
+                "dispatch: the host cannot queue the next step), each operation outside jit "
+                f"is checked the same way, and where one is found JAX runs the function again "
+                "op by op. Left on after debugging, it slows every step without a word "
+                "(jax-ml/jax#13789).",
+                f"jax.config.update({name!r}, False) when you are not looking for {what} values "
+                f"(and unset JAX_{name.removeprefix('jax_').upper()} for the next run)"))
+    if _jax_config_value("jax_disable_jit") is True:
+        out.append(EnvWarning(
+            "jit-disabled",
+            "jax_disable_jit is on: every jax.jit runs its function op by op in Python, each "
+            "operation its own dispatch and its own array, with no compiled program: slow, "
+            "and none of XLA's fusion or buffer reuse.",
+            "jax.config.update('jax_disable_jit', False), or use `with jax.disable_jit():` "
+            "around the code being debugged only (this check cannot tell it from that block, "
+            "where it is on too)"))
+    return out
+
+
 def _allocator_after_start(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
     # Set too late: allocator variables changed after the GPU backend started.
     gpu_started = [p for p in started_platforms if p in _GPU_PLATFORMS]
@@ -1022,6 +1056,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _platforms_after_import,
     _x64_after_import,
     _config_after_import,
+    _debug_checks_on,
     _allocator_after_start,
     _xla_flags_after_start,
     _cpu_devices_after_start,
@@ -1035,7 +1070,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
 #: Rules that compare the environment with this process's JAX (what it read at import, what
 #: its backends started with): meaningless for another process's environment.
 PROCESS_RULES = (_platforms_after_import, _x64_after_import, _config_after_import,
-                 _allocator_after_start,
+                 _debug_checks_on, _allocator_after_start,
                  _xla_flags_after_start,
                  _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused,
                  _gpu_framework_beside, _forked_after_start)

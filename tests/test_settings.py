@@ -860,3 +860,32 @@ def test_jaxsim_322_a_cache_folder_set_in_os_environ_after_import_is_named(tmp_p
     same = {"JAX_DEBUG_NANS": "0", "JAX_ENABLE_X64": ""}  # the values in effect: nothing
     assert not [w for w in settings.check_environment(same)
                 if w.code == "jax-variable-after-import"]
+
+
+def test_jax_13789_debug_nans_left_on_is_named_and_its_cost_is_a_wait_per_call():
+    """jax-ml/jax#13789 (a new user's trial): JAX_DEBUG_NANS left on after a NaN hunt slows
+    training without a word; check_process and the doctor said "no known mistake". With it on
+    a jitted call returns only once JAX has read its outputs back (the result is ready)."""
+    import jax
+    import jax.numpy as jnp
+
+    from helpers import settings
+
+    step = jax.jit(lambda w: jnp.tanh(w @ w) @ w)
+    w = jnp.ones((512, 512)) / 512
+    try:
+        jax.config.update("jax_debug_nans", True)
+        (on,) = [x for x in settings.check_environment({}) if x.code == "debug-nans-on"]
+        assert "every call waits for its result" in on.message and "13789" in on.message
+        assert on.fix.startswith("jax.config.update('jax_debug_nans', False)")
+        for _ in range(3):
+            assert step(w).is_ready()  # checked on the host before the call returned
+    finally:
+        jax.config.update("jax_debug_nans", False)
+    assert not [x for x in settings.check_environment({}) if x.code.startswith("debug-")]
+    try:
+        jax.config.update("jax_disable_jit", True)
+        assert [x for x in settings.check_environment({}) if x.code == "jit-disabled"]
+    finally:
+        jax.config.update("jax_disable_jit", False)
+    assert not [x for x in settings.check_environment({}) if x.code == "jit-disabled"]
