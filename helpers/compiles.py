@@ -573,8 +573,16 @@ class _Events(logging.Handler):
         #: per program compiled, what became of it in the persistent cache: "written", or why
         #: not (JAX says so only while a cache folder is set)
         self.writes: list[str] = []
+        #: no handler of the user's would print a JAX record: Python's last resort would have
+        #: (stderr, WARNING and up), and the kit's handler stops it, so the kit passes it on
+        #: (jax_log_compiles's "Compiling ..." lines vanished inside the block: a trial)
+        self.forward = False
 
     def emit(self, record: logging.LogRecord) -> None:
+        last = logging.lastResort
+        if self.forward and last is not None and record.levelno >= max(
+                logging.WARNING, last.level) and _Quiet().filter(record):
+            last.handle(record)
         try:
             message = record.getMessage()
             written = jaxcompat.parse_cache_write(message)
@@ -761,6 +769,7 @@ def watch() -> Iterator[CompileLog]:
         logger = logging.getLogger("jax")
         lowering = logging.getLogger(jaxcompat.COMPILING_LOGGER)  # says what each compile lowers
         others = _jax_handlers(events)
+        events.forward = not others
         level, lowering_level = logger.level, lowering.level
         t0 = time.perf_counter()
         loaded = _loaded()  # the programs loaded before: not the block's

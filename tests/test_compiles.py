@@ -1836,3 +1836,28 @@ def test_zeros_of_new_sizes_outside_jit_are_named_by_their_shape_not_by_a_power(
     assert "broadcast_in_dim compiled again with the same argument types: the program bakes " \
         "in the shape it makes" in log.diagnosis, log.diagnosis
     assert "optax#328" not in log.diagnosis and "x ** n" not in log.diagnosis
+
+
+_LOG_COMPILES = """
+import jax, jax.numpy as jnp
+from helpers import compiles
+jax.config.update("jax_log_compiles", True)
+f = jax.jit(lambda x: x * 2)
+with compiles.watch() as log:
+    f(jnp.ones(3)); f(jnp.ones(4))
+print("compiles", sum(fc.compiles for fc in log.functions if fc.function == "<lambda>"))
+"""
+
+
+def test_jax_log_compiles_lines_still_print_inside_a_watch_block():
+    """A new user's trial: with jax_log_compiles on and no logging handler of the user's, the
+    "Compiling jit(...)" lines vanished inside compiles.watch() (the kit's handler on the jax
+    logger kept Python's last resort from printing them), where its docstring says they go on.
+    JAX's cache-miss explanations, which the kit keeps, still print nothing."""
+    from tests.conftest import run_python
+
+    proc = run_python(_LOG_COMPILES, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "compiles 2" in proc.stdout
+    assert proc.stderr.count("Compiling jit(<lambda>)") == 2, proc.stderr[-2000:]
+    assert "TRACING CACHE MISS" not in proc.stderr
