@@ -649,7 +649,9 @@ def _run_measured(shell, cell: str) -> CellMemory:
     t0 = time.perf_counter()
     with linetrace.follow() as followed, transfers.trace() as log, \
             memory.track(interval=SAMPLE_SECONDS) as trace, compiles.watch() as compiled:
-        result = shell.run_cell(cell)
+        # a cell ending in ";" displays nothing (IPython reads that from the outer cell, the
+        # magic's call): run it silent, so its value is not shown, the kit's record still is
+        result = shell.run_cell(cell, silent=_quiet(cell))
         left = memory.still_computing()  # at once: the kit's own wind-down takes time too
     after = memory.snapshot()
     rows = tuple(_cell_device(d, after.device(d.device), trace.peak(d.device))
@@ -665,6 +667,13 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       *_waiting_lines(followed), *_first_compiles(compiled, followed, cell),
                       **_timers(followed), element_lines=_element_lines(followed),
                       rebuilt_lines=_rebuilt_lines(followed, shell.user_ns))
+
+
+def _quiet(cell: str) -> bool:
+    """The cell's last line ends in ";" (a comment after it aside): IPython then displays no
+    value."""
+    lines = [x for x in cell.rstrip().splitlines() if x.strip()]
+    return bool(lines) and lines[-1].split("#", 1)[0].rstrip().endswith(";")
 
 
 def _first_compiles(compiled: Any, followed: Any = None, cell: str = ""

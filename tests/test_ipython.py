@@ -1151,3 +1151,19 @@ def test_load_ext_first_sees_the_backends_start():
     assert proc.returncode == 0, proc.stderr[-2000:]
     hook = proc.stdout.split("HOOK ", 1)[1].split()[0]
     assert hook in ("installed", "unavailable") and hook != "late"  # (unavailable: jax < 0.10.2)
+
+
+def test_a_memory_cell_ending_in_a_semicolon_displays_no_value(shell, capsys):
+    """A new user's trial: `%%memory` over `jnp.ones(4);` still displayed the Array (IPython
+    reads the ";" from the outer cell, the magic's call), then the kit's record: a large array
+    would be printed whole. Now the cell runs silent; the record is still returned."""
+    shell.run_cell("x = None", store_history=True)
+    capsys.readouterr()
+    quiet = shell.run_cell("%%memory\nmarker = jnp.arange(4.0) + 17.5;  # a comment\n",
+                           store_history=True)
+    shell.run_cell("%%memory\njnp.arange(4.0) + 17.5;\n", store_history=True)
+    out = capsys.readouterr().out
+    assert "17.5" not in out and "copies:" in out, out  # the record, not the value
+    assert quiet.success and float(shell.user_ns["marker"][0]) == 17.5
+    shell.run_cell("%%memory\njnp.arange(4.0) + 17.5\n", store_history=True)
+    assert "17.5" in capsys.readouterr().out  # without ";" it shows, as IPython does
