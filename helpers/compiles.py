@@ -358,6 +358,13 @@ def _loop_fix(callers: tuple[tuple[str, str, str], ...], loops: list[str]) -> st
         return ("Jit the function that calls it, made once (an argument that sets a size, such "
                 "as a step count, in static_argnames), and it compiles once." + identity)
     name, at = named[0]
+    if any(via == "loop" for n, _, via in callers if n == name):
+        return (f"Jit the work `{name}` does at each pass of its Python loop ({at}), once: a "
+                "function of one step (the call at that line and what it reads), jax.jit-ed "
+                "outside the loop and called in it, compiles once. Jitting "
+                f"`{name}` whole would unroll its loop, one copy of the step per pass, and "
+                "compile again for each count (pasteurlabs/mosaic#19: an optax L-BFGS loop "
+                "driven from Python)." + identity)
     if name == "<module>":  # called at a module's or a cell's top level
         return (f"Call it from a function jitted once, not at the top level ({at}), and it "
                 "compiles once." + identity)
@@ -696,7 +703,27 @@ def _loop_caller() -> tuple[str, str, str]:
         if outer is None:
             break
         frame = outer
+    if frame.f_code.co_name != "<module>" and _in_python_loop(frame):
+        via = via or "loop"
     return (frame.f_code.co_name, frames.where(frame.f_code.co_filename, frame.f_lineno), via)
+
+
+def _in_python_loop(frame) -> bool:
+    """The line ``frame`` runs is inside a Python for or while loop of its own function (read
+    from its source; False where there is none to read)."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        lines, start = inspect.getsourcelines(frame.f_code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return False
+    line = frame.f_lineno - max(start, 1) + 1
+    return any(isinstance(node, (ast.For, ast.While, ast.AsyncFor))
+               and node.lineno < line <= (node.end_lineno or node.lineno)
+               for node in ast.walk(tree))
 
 
 class _Quiet(logging.Filter):

@@ -1861,3 +1861,52 @@ def test_jax_log_compiles_lines_still_print_inside_a_watch_block():
     assert "compiles 2" in proc.stdout
     assert proc.stderr.count("Compiling jit(<lambda>)") == 2, proc.stderr[-2000:]
     assert "TRACING CACHE MISS" not in proc.stderr
+
+
+
+_LOOPY_LIB = """
+import jax
+
+
+def halve_until(x, limit):
+    return jax.lax.while_loop(lambda c: c[1] < limit, lambda c: (c[0] * 0.5 + x, c[1] + 1),
+                              (x, 0))[0]
+"""
+
+
+def test_mosaic_19_a_loop_compiled_at_each_pass_of_a_function_s_python_loop_jits_one_step(
+        tmp_path, monkeypatch):
+    """pasteurlabs/mosaic#19 (a new user's trial): a library's while_loop whose body is made
+    anew, called at each pass of a Python loop inside the user's `run`. The kit said "Jit
+    `run` ... (a step count in static_argnames)", which unrolls the loop (2.27 s to compile
+    against 0.08 s, and again for each count). Now it names one step jitted once, the PR's
+    fix, run here."""
+    import importlib
+
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "loopy_lib.py").write_text(_LOOPY_LIB)
+    monkeypatch.syspath_prepend(str(lib))
+    loopy = importlib.import_module("loopy_lib")
+
+    def run(x, n):
+        for _ in range(n):
+            x = loopy.halve_until(x, 3) / 4.0
+        return x
+
+    x = jnp.ones(8)
+    with compiles.watch() as log:
+        run(x, 4).block_until_ready()
+    assert "Jit the work `run` does at each pass of its Python loop" in log.diagnosis, \
+        log.diagnosis
+    assert "jax.jit(run" not in log.diagnosis
+    step = jax.jit(lambda x: loopy.halve_until(x, 3) / 4.0)  # the fix: one step, jitted once
+
+    def run_fixed(x, n):
+        for _ in range(n):
+            x = step(x)
+        return x
+
+    with compiles.watch() as fixed:
+        assert jnp.allclose(run_fixed(x, 4), run(x, 4))
+    assert sum(f.compiles for f in fixed.functions if f.function == "<lambda>") == 1
