@@ -31,6 +31,9 @@ _JIT_NAME = re.compile(r"\b(?:pjit|jit)\[\s*name=(\w+)")
 #: JAX's words where a segment_* function was given no num_segments under jit (jax/_src/ops/
 #: scatter.py, _segment_update: it takes max(segment_ids) + 1, which needs the ids' values)
 _SEGMENTS = "`num_segments` argument"
+#: JAX's words where it names the argument a value was needed for ("The error arose for the
+#: nse argument of bcoo_fromdense", jax/experimental/sparse)
+_AROSE_FOR = re.compile(r"The error arose for the (\w+) argument of (\w+)")
 
 
 def _arguments(text: str) -> list[str]:
@@ -119,6 +122,14 @@ def trace_error_fix(err: BaseException) -> str:
                 "num_segments= a Python int (static where it is an argument of the jitted "
                 "function: static_argnames=('num_segments',)); the ids stay traced "
                 "(jax-ml/jax#6350)")
+    if found := _AROSE_FOR.search(text):  # JAX names the argument that needs a value
+        arg, fn = found.groups()
+        bound = (" (for nse, an upper bound on the elements stored: BCOO.fromdense(A, "
+                 "nse=k), jax-ml/jax#8299)" if arg == "nse" else "")
+        return (f"{fn} needs its {arg} argument as a Python value, and left out it is computed "
+                f"from a traced array (under jit or vmap). Pass {arg}= yourself, a Python "
+                f"int{bound}, static where it comes from an argument of the jitted function "
+                f"(static_argnames=('{arg}',))")
     if names:
         frame = _traced_frame(err) or tb
         return _argument_fix(kind, names, needed, shape or bool(arose),

@@ -194,3 +194,20 @@ def test_a_value_needed_from_an_array_is_not_told_to_make_the_array_static():
     assert "static_argnames=('idx'" not in fix and "static Python value" in fix
     fixed = jax.jit(split, static_argnames=("idx",))  # the fix: a tuple, static
     assert [p.shape for p in fixed(jnp.arange(10.0), idx=(2, 5))] == [(2,), (3,), (5,)]
+
+
+def test_jax_8299_bcoo_fromdense_under_jit_and_vmap_is_named_with_nse():
+    """jax-ml/jax#8299 (a new user's trial): BCOO.fromdense(A) inside jit or vmap fails, since
+    nse is counted from the data. JAX's message names nse; the kit's answer was generic under
+    jit and nothing under vmap (no argument named: a BatchTracer). nse= runs under both."""
+    from jax.experimental import sparse
+
+    A = jnp.eye(4)
+    for transform in (jax.jit, jax.vmap):
+        fn = transform(sparse.BCOO.fromdense)
+        arg = A if transform is jax.jit else A[None]
+        fix = trace_errors.trace_error_fix(_error(fn, arg))
+        assert fix.startswith("bcoo_fromdense needs its nse argument as a Python value"), fix
+        assert "BCOO.fromdense(A, nse=k)" in fix
+    assert jax.jit(lambda a: sparse.BCOO.fromdense(a, nse=4))(A).todense().sum() == 4
+    assert jax.vmap(lambda a: sparse.BCOO.fromdense(a, nse=4))(A[None]).nse == 4
