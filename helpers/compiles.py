@@ -169,6 +169,11 @@ class FunctionCompiles(Record):
     #: the eager group: where each loop (while, scan, cond) compiled outside jit was called: the
     #: user's function, its line, and "cg" where jax.scipy.sparse.linalg.cg was in between
     loop_callers: tuple[tuple[str, str, str], ...] = ()
+    #: the unexplained group: (the name compiled, the function of the user's passed to it, the
+    #: user's line) where that function was a new object at each compile, made by the same code:
+    #: a library's jit that takes it as a static argument compiles again for each (jax-ml/
+    #: jax#17232: odeint of a lambda made in a loop)
+    passed_anew: tuple[tuple[str, str, str], ...] = ()
     #: ``defined_at`` is in a library's file: the function was jitted there, as a wrapper of
     #: the user's (eqx.filter_jit jits its own function under the user's function's name,
     #: patrick-kidger/diffrax#466), and ``called_at`` holds the user's lines that called it
@@ -287,6 +292,15 @@ class FunctionCompiles(Record):
                     "function, another thread, a jax.grad or jax.vmap of a jitted function "
                     "(compiled under its name), or a function compiled before the block for a "
                     "new placement compile without a word.")
+            for name, fn, at in self.passed_anew:
+                what = "a lambda written there" if fn == "lambda" else f"`{fn}`"
+                text += (f" {name} compiled again from {at}, whose {what} is a new function "
+                         "at each call: a library's jit that takes a function as a static "
+                         "argument compares it by identity, so each new one compiles again "
+                         "and stays in its cache, host memory growing (jax-ml/jax#17232: "
+                         "odeint of a vector field made in a loop). Define the function once, "
+                         "outside the loop, and pass what changes as arguments (odeint's "
+                         "*args).")
             if jitted := [c.split(" ×")[0] for c in self.changed if c.startswith("jit(")]:
                 text += (f" {' and '.join(jitted)}: a jax.jit, made outside JAX, of a function "
                          "in JAX's own files (jax.jit(functools.partial(jax.lax.top_k, k=8)), "
@@ -661,6 +675,8 @@ class _Events(logging.Handler):
         name = str(kwargs.get("fun_name", ""))
         short = jaxcompat.compiled_function_name(name)
         caller = _loop_caller() if short in _LOOPS and not own.active() else None
+        if caller is None and not own.active() and short not in _primitive_names():
+            caller = _passed_functions()
         # a jit named like a primitive that JAX did not make (jax.jit(partial(lax.top_k, k=8))):
         # the user's, not an operation run outside jit (JAX explains no miss of either)
         users = (short in _primitive_names() and not own.active()
@@ -706,6 +722,29 @@ def _loop_caller() -> tuple[str, str, str]:
     if frame.f_code.co_name != "<module>" and _in_python_loop(frame):
         via = via or "loop"
     return (frame.f_code.co_name, frames.where(frame.f_code.co_filename, frame.f_lineno), via)
+
+
+def _passed_functions() -> tuple:
+    """("passed", the user's line, ((name, id, code), ...)) for the Python functions the
+    user's line running now names or writes as a lambda (looked up in its frame, nothing
+    called): what a library's jit may take as static arguments."""
+    import linecache
+    import types
+
+    frame = sys._getframe(2)
+    while frame is not None and not frames.is_user_frame(frame):
+        frame = frame.f_back
+    if frame is None:
+        return ("passed", "", ())
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    found = []
+    for name in dict.fromkeys(re.findall(r"\b[A-Za-z_]\w*\b", text)):
+        value = frame.f_locals.get(name, frame.f_globals.get(name))
+        if isinstance(value, types.FunctionType):
+            found.append((name, id(value), value.__code__))
+    if "lambda" in text:
+        found.append(("lambda", -1, None))
+    return ("passed", frames.where(frame.f_code.co_filename, frame.f_lineno), tuple(found))
 
 
 def _in_python_loop(frame) -> bool:
@@ -1121,9 +1160,30 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 trace_seconds=sum(spent[n][0] for n in names),
                 lowering_seconds=sum(spent[n][1] for n in names),
                 loop_callers=tuple(dict.fromkeys(c for n in repeated if n in _LOOPS
-                                                 for c in callers.get(n, [])))[:3]))
+                                                 for c in callers.get(n, [])))[:3],
+                passed_anew=() if label == EAGER else tuple(
+                    hit for n, _ in counts if (hit := _anew(n, callers.get(n, []))))))
     return tuple(sorted(out, key=lambda f: (f.cause in (EAGER, UNEXPLAINED), -f.compiles,
                                             f.function)))
+
+
+def _anew(name: str, seen: list[tuple]) -> tuple[str, str, str] | None:
+    """(``name``, the function, the line) where two or more compiles of ``name`` came from one
+    line of the user's that passed a function which was a new object each time, made by the
+    same code (or a lambda written on that line); None otherwise."""
+    passed = [c for c in seen if c and c[0] == "passed" and c[1]]
+    if len(passed) < 2 or len({c[1] for c in passed}) != 1:
+        return None
+    per: dict[str, set] = {}
+    codes: dict[str, set] = {}
+    for _, _, found in passed:
+        for fn, ident, code in found:
+            per.setdefault(fn, set()).add(ident)
+            codes.setdefault(fn, set()).add(id(code))
+    for fn, idents in per.items():
+        if fn == "lambda" or (len(idents) == len(passed) and len(codes[fn]) == 1):
+            return (name, fn, passed[0][1])
+    return None
 
 
 #: operations that carry a jaxpr of the user's: compiled outside jit, their body with them

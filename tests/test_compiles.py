@@ -1910,3 +1910,33 @@ def test_mosaic_19_a_loop_compiled_at_each_pass_of_a_function_s_python_loop_jits
     with compiles.watch() as fixed:
         assert jnp.allclose(run_fixed(x, 4), run(x, 4))
     assert sum(f.compiles for f in fixed.functions if f.function == "<lambda>") == 1
+
+
+
+def test_jax_17232_a_function_made_anew_for_a_library_s_static_argument_is_named():
+    """jax-ml/jax#17232 (a new user's trial): odeint of a vector field made as a lambda at
+    each pass of a loop: odeint's jit takes it as a static argument, so each new function
+    compiles again and host memory grows. JAX explains no miss of a function in its own files,
+    and the kit said "compiles JAX did not explain" with no cause (a library's file outside
+    JAX is explained by JAX, and named as new static values). The fix, one function and its
+    parameter passed through odeint's *args, runs."""
+    ode = pytest.importorskip("jax.experimental.ode")
+    y0, ts = jnp.asarray(1.0), jnp.asarray([0.0, 1.0])
+    with compiles.watch() as log:
+        for _ in range(3):
+            vector_field = lambda y, t: -y  # noqa: E731 (the thread's pattern)
+            ode.odeint(vector_field, y0, ts).block_until_ready()
+    assert "_odeint_wrapper compiled again from test_compiles.py:" in log.diagnosis, \
+        log.diagnosis
+    assert "whose `vector_field` is a new function at each call" in log.diagnosis
+    assert "jax-ml/jax#17232" in log.diagnosis
+
+    def field(y, t, k):
+        return -k * y
+
+    with compiles.watch() as fixed:
+        for k in range(3):
+            ode.odeint(field, y0, ts, float(k + 1)).block_until_ready()
+    assert "new function at each call" not in fixed.diagnosis
+    assert sum(int(c.split(" ×")[1]) for f in fixed.functions for c in f.changed
+               if c.startswith("_odeint_wrapper ×")) <= 1
