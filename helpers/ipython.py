@@ -105,6 +105,10 @@ class CellMemory(Display):
     #: name ``first_compiles`` with the fix, time the calls after the first (a cell that only
     #: calls a function once gets a compile, and needs no advice on timing it)
     first_call_timed: bool = False
+    #: (function, where it is defined, seconds, why) of each function compiled again in a cell
+    #: that reads the clock: its compile is inside the time measured (a warm-up with other
+    #: static values: QuantEcon/lecture-python.myst#663)
+    compiled_again_timed: tuple[tuple[str, str, float, str], ...] = ()
     #: (line, times it ran, the timed runs it started while an array was still being computed,
     #: with a wait before the timer's end and no array at the end still being computed that
     #: the start did not find, the timed runs looked at, the names of those arrays, ", "-joined)
@@ -666,7 +670,24 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       *_loop_lines(followed), SAMPLE_SECONDS, _callback_copies(log),
                       *_waiting_lines(followed), *_first_compiles(compiled, followed, cell),
                       **_timers(followed), element_lines=_element_lines(followed),
+                      compiled_again_timed=_compiled_again_timed(compiled, followed, cell),
                       rebuilt_lines=_rebuilt_lines(followed, shell.user_ns))
+
+
+def _compiled_again_timed(compiled: Any, followed: Any, cell: str
+                          ) -> tuple[tuple[str, str, float, str], ...]:
+    """(function, where, seconds, cause) of each function compiled again in a cell that reads
+    the clock (its compile is in the time measured), the slowest first."""
+    from helpers import compiles
+
+    clock = (any(followed.clock_reads.values()) or bool(_TIMEIT.search(cell))
+             if followed is not None else bool(_CLOCK_TEXT.search(cell)))
+    if not clock:
+        return ()
+    rows = [(f.function, f.place, f.compile_seconds + f.trace_seconds + f.lowering_seconds,
+             f.cause) for f in compiled.functions if f.compiles
+            and f.cause not in ("first compile", compiles.EAGER, compiles.UNEXPLAINED)]
+    return tuple(sorted(rows, key=lambda r: -r[2])[:3])
 
 
 def _quiet(cell: str) -> bool:

@@ -544,6 +544,13 @@ def cell_memory_text(c: CellMemory) -> str:
                      "alone, so it is slower than the later calls, which reuse the program for "
                      "the same shapes and dtypes (Physical-Intelligence/openpi#271): time the "
                      "calls after the first.")
+    for function, where, seconds, cause in c.compiled_again_timed:
+        lines.append(f"  {function}{f' ({where})' if where else ''} compiled again in this "
+                     f"cell ({cause}): {seconds:.2f} s of tracing, lowering and compiling "
+                     "inside the time the cell measures. Warm up with the arguments you time "
+                     "(the same static values and shapes), or leave the runs that compile out "
+                     "of the timing (QuantEcon/lecture-python.myst#663: a warm-up with another "
+                     "num_reps).")
     if c.pending_before:
         lines.append(f"{_arrays(c.pending_before)} still being computed when the cell began "
                      "(JAX returns before its work is done): a cell that reads them, or prints "

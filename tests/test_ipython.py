@@ -1167,3 +1167,30 @@ def test_a_memory_cell_ending_in_a_semicolon_displays_no_value(shell, capsys):
     assert quiet.success and float(shell.user_ns["marker"][0]) == 17.5
     shell.run_cell("%%memory\njnp.arange(4.0) + 17.5\n", store_history=True)
     assert "17.5" in capsys.readouterr().out  # without ";" it shows, as IPython does
+
+
+def test_quantecon_663_a_timed_cell_that_compiles_again_says_the_time_includes_it(
+        shell, capsys):
+    """QuantEcon/lecture-python.myst#663 (a new user's trial): a benchmark warmed up with one
+    static value and timed with another compiles inside the timed cell. The kit named the
+    recompile and a fix for a different problem (mask past num_reps), never that the measured
+    time includes the compile; the thread's fix, warming up with the timed arguments, runs."""
+    shell.run_cell("import time, functools\n"
+                   "@functools.partial(jax.jit, static_argnums=1)\n"
+                   "def mean_stop(key, num_reps):\n"
+                   "    return jax.random.uniform(key, (num_reps,)).mean()\n"
+                   "mean_stop(jax.random.key(0), 100).block_until_ready()")
+    timed = ("%%memory\nts = []\nfor i in range(3):\n    t0 = time.perf_counter()\n"
+             "    mean_stop(jax.random.key(i), {n}).block_until_ready()\n"
+             "    ts.append(time.perf_counter() - t0)\n")
+    capsys.readouterr()
+    shell.run_cell(timed.format(n=2000))
+    out = capsys.readouterr().out
+    assert "mean_stop (Cell In[" in out and "compiled again in this cell (new static " \
+        "values)" in out and "inside the time the cell measures" in out, out
+    shell.run_cell("mean_stop(jax.random.key(0), 3000).block_until_ready()")  # the warm-up
+    capsys.readouterr()
+    shell.run_cell(timed.format(n=3000))
+    assert "compiled again in this cell" not in capsys.readouterr().out
+    shell.run_cell("%%memory\nmean_stop(jax.random.key(0), 4000)")  # no clock: no note
+    assert "compiled again in this cell" not in capsys.readouterr().out
