@@ -1208,6 +1208,19 @@ class CompiledStep:
         allocates outside XLA's plan, so XLA's sizes leave that memory out (jax-ml/jax#31292)."""
         return jaxpr_callbacks.callbacks(self.jaxpr)
 
+    def batched_whiles_reduced(self) -> tuple[str, ...]:
+        """The line of each lax.while_loop that jax.vmap batched (its stop test an array, one
+        per element) where the program all-reduces a while loop's stop test across devices at
+        every iteration: its batch is split over them, so each device runs until the slowest
+        element anywhere stops (jax-ml/jax#26586); () where none, or no program text."""
+        reduced = jaxcompat.while_condition_all_reduces(self.text or "")
+        if not reduced:
+            return ()
+        return tuple(dict.fromkeys(
+            jaxpr_walk.equation_line(eqn) for j, _ in jaxpr_walk.walk(self.jaxpr)
+            for eqn in getattr(j, "eqns", ()) if eqn.primitive.name == "while"
+            and getattr(eqn.params["cond_jaxpr"].out_avals[0], "shape", ()) != ()))
+
     def callbacks_removed(self) -> tuple[str, ...]:
         """The line of each jax.pure_callback in the step that XLA removed from the program,
         its result read by nothing: it never runs (jax-ml/jax#13762). Matched by line where

@@ -719,6 +719,16 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "the work. Pass the inputs as arguments, jax.jit(h)(x), not jax.jit(lambda: h(x))() "
             "(jax-ml/jax#13956: a loop of 600 million additions timed at 3.9 ms as a closure, "
             "96.0 ms with x passed, on a CPU).")
+    if whiles := c.batched_whiles_reduced():
+        at = f" ({whiles[0]})" if whiles[0] else ""
+        notes.append(
+            f"The lax.while_loop{at} is batched by jax.vmap over a batch split across devices: "
+            "its stop test becomes 'any element still running', which XLA all-reduces across "
+            "the devices at every iteration, so each device waits on the others at each step "
+            "and runs until the slowest element anywhere stops. Run the vmap inside "
+            "jax.shard_map over the batch's axis (shard_map(jax.vmap(f), mesh=..., "
+            "in_specs=P(axis), out_specs=P(axis))): each device then loops over its own "
+            "elements, as jax.pmap does, with no collective (jax-ml/jax#26586).")
     removed = c.callbacks_removed()
     if removed:
         at = removed[0]

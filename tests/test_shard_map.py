@@ -189,3 +189,34 @@ def test_microbenchmarks_25_a_gather_returned_as_replicated_is_named_and_both_fi
             return jax.lax.all_gather(b, "x", tiled=True, to="invarying")
     invariant = jax.jit(lambda x: gather(x, body=body))(x)
     assert jnp.array_equal(kept, x) and jnp.array_equal(invariant, x)
+
+
+def _solve(y0, limit):
+    n, _ = jax.lax.while_loop(lambda s: s[1] < limit, lambda s: (s[0] + 1, s[1] + 0.01),
+                              (0, y0))
+    return n
+
+
+def test_jax_26586_a_vmapped_while_loop_over_a_split_batch_is_named_with_shard_map():
+    """jax-ml/jax#26586 (a new user's trial): a while_loop vmapped over a batch split across
+    devices all-reduces its stop test at every iteration, and each device runs until the
+    slowest element anywhere stops; the kit said FITS and nothing more. Now it is named, and
+    the fix, shard_map(vmap(f)), runs: the same results, no all-reduce, no note."""
+    import numpy as np
+
+    mesh = _mesh()
+    split = NamedSharding(mesh, P("x"))
+    y0 = jax.device_put(jnp.zeros(16), split)
+    limit = np.full(16, 0.05, np.float32)
+    limit[0] = 2.0
+    limit = jax.device_put(jnp.asarray(limit), split)
+    p = preflight.preflight_step(jax.vmap(_solve), y0, limit)
+    assert "The lax.while_loop (test_shard_map.py:" in p.advice, p.advice
+    assert "jax.shard_map over the batch's axis" in p.advice and "26586" in p.advice
+    fixed = jax.shard_map(jax.vmap(_solve), mesh=mesh, in_specs=(P("x"), P("x")),
+                          out_specs=P("x"))
+    assert jnp.array_equal(jax.jit(fixed)(y0, limit), jax.jit(jax.vmap(_solve))(y0, limit))
+    assert "all-reduce(" not in jax.jit(fixed).lower(y0, limit).compile().as_text()
+    assert "26586" not in preflight.preflight_step(fixed, y0, limit).advice
+    one = preflight.preflight_step(jax.vmap(_solve), jnp.zeros(16), jnp.full(16, 0.05))
+    assert "26586" not in one.advice  # one device: no exchange, no note

@@ -56,7 +56,9 @@ __all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXE
            "static_values_explained",
            "traced_for_jax_transpose",
            "unregister_duration_listener", "verify", "weak_type_only", "while_carry_copies",
-           "while_slice_copies", "weight_gradient_convolutions", "wraps_jaxpr", "x64_asked",
+           "while_slice_copies", "weight_gradient_convolutions", "while_condition_all_reduces",
+           "wraps_jaxpr",
+           "x64_asked",
            "x64_at_start",
            "YNN_FUSIONS_OFF", "while_carried", "ynn_fusion_intermediates"]
 
@@ -789,6 +791,31 @@ _OP_TYPE = re.compile(r'op_type="(\w+)"')
 #: where XLA's metadata has no op_type (a callback inside shard_map: jax 0.10.2), JAX's
 #: primitive is the last part of op_name ("jit(f)/transpose(jvp())/shard_map/pure_callback")
 _OP_NAME_LAST = re.compile(r'op_name="[^"]*?/?(\w+)"')
+
+
+_WHILE_CONDITION = re.compile(r"\bwhile\(.*?\bcondition=%?([\w.\-]+)")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
+
+
+def while_condition_all_reduces(hlo_text: str) -> int | None:
+    """How many while loops of an optimized, partitioned program all-reduce their stop test
+    across devices at every iteration (the condition computation holds an all-reduce: a
+    while_loop vmapped over a batch split over devices, jax-ml/jax#26586); None where the text
+    is not XLA's. XLA's text format is not an API: tests check it still parses."""
+    if not hlo_text.startswith("HloModule"):
+        return None
+    reduces: set[str] = set()
+    current = None
+    conditions = []
+    for line in hlo_text.splitlines():
+        if (m := _COMPUTATION.match(line)) and not line.startswith(" "):
+            current = m.group(1)
+            continue
+        if current is not None and " all-reduce(" in line:
+            reduces.add(current)
+        if (w := _WHILE_CONDITION.search(line)) and " while(" in line:
+            conditions.append(w.group(1))
+    return sum(1 for c in conditions if c in reduces)
 
 
 def kept_callbacks(hlo_text: str, is_user: Callable[[str], bool]
