@@ -602,21 +602,31 @@ def other_mesh_note(arrays: list) -> str:
             "jax.device_put(tree, shardings on the other mesh) once.")
 
 
-def _pmap_laid_out(x: Any, jax: Any) -> bool:
+def _pmap_laid_out(x: Any, jax: Any, named: bool = False) -> bool:
     """Laid out by jax.pmap itself: a PmapSharding (jax.device_put_replicated, jax 0.8.0) or
     the mesh of pmap's outputs, a leading axis as long as the devices it is on, one slice of it
-    on each (all in this process). An array the user split over a mesh of their own is not: a
-    batch of one row per device, or a zero-initialised FSDP state whose slices will differ,
-    looks the same."""
+    on each (all in this process). ``named``: also a one-axis mesh of another name, which is
+    pmap's with an axis_name (jax.pmap(f, axis_name='devices') names its outputs' mesh so on
+    jax 0.10.2), or the user's own: a batch of one row per device, or a zero-initialised FSDP
+    state whose slices will differ, looks the same, so callers ask more of such an array."""
     if not isinstance(x, jax.Array) or x.is_deleted() or not x.ndim or x.shape[0] < 2:
         return False
     mesh = getattr(x.sharding, "mesh", None)
     if type(x.sharding).__name__ != "PmapSharding" and (
-            mesh is None or not jaxcompat.is_pmap_mesh(mesh)):
+            mesh is None or not (jaxcompat.is_pmap_mesh(mesh) or (
+                named and len(getattr(mesh, "axis_names", ())) == 1))):
         return False
     if not x.is_fully_addressable or len(x.sharding.device_set) != x.shape[0]:
         return False
     return tuple(x.sharding.shard_shape(tuple(x.shape))) == (1, *x.shape[1:])
+
+
+def _pmap_own(x: Any) -> bool:
+    """The array's mesh is jax.pmap's own by its axis name (no axis_name given), or it has a
+    PmapSharding: no user's mesh."""
+    mesh = getattr(x.sharding, "mesh", None)
+    return type(x.sharding).__name__ == "PmapSharding" or (
+        mesh is not None and jaxcompat.is_pmap_mesh(mesh))
 
 
 def _slice_checksums(xs: list) -> list:
@@ -637,7 +647,9 @@ def _slice_checksums(xs: list) -> list:
         idx = lax.broadcasted_iota(jnp.uint32, bits.shape, 1)
         out.append(jnp.stack([jnp.sum(bits * (2 * idx + 1), axis=1),
                               jnp.sum((bits ^ (idx * jnp.uint32(0x9E3779B9)))
-                                      * jnp.uint32(0x85EBCA6B), axis=1)], axis=1))
+                                      * jnp.uint32(0x85EBCA6B), axis=1),
+                              jnp.any(bits != bits[:, :1], axis=1).astype(jnp.uint32)],
+                             axis=1))
     return out
 
 
@@ -654,7 +666,24 @@ def _equal_slices(xs: list, jax: Any) -> list[bool]:
         _checksums = jax.jit(_slice_checksums)
     with own.compiling():  # the kit's compile, not the user's: compiles.watch skips it
         sums = [np.asarray(c) for c in _checksums(xs)]
-    return [bool((c == c[:1]).all()) for c in sums]
+    # (equal, and varying within a slice: a slice of one repeated value, zeros, proves little)
+    return [(bool((c[:, :2] == c[:1, :2]).all()), bool(c[:, 2].any())) for c in sums]
+
+
+def _drifted(x: Any, jax: Any, most: int = 64) -> float | None:
+    """For a float array laid out as pmap's whose slices differ: the largest relative
+    difference from the first slice at up to ``most`` evenly spaced positions, where every
+    slice is within 10% of it there (copies of one value that drifted apart); None where they
+    differ more (different values: a batch) or not at all. Reads those positions only."""
+    flat = x.reshape(x.shape[0], -1)
+    idx = np.linspace(0, flat.shape[1] - 1, min(most, flat.shape[1])).astype(np.int32)
+    with own.compiling():
+        sample = np.asarray(jax.device_get(flat[:, idx]), dtype=np.float64)
+    scale = np.abs(sample[0]).max()
+    if not np.isfinite(sample).all() or scale == 0:
+        return None
+    gap = float(np.abs(sample - sample[:1]).max() / scale)
+    return gap if 0 < gap <= 0.1 else None
 
 
 def pmap_copies_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
@@ -663,17 +692,35 @@ def pmap_copies_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
     "" where none does, or where a leaf's dtype cannot be compared (a typed PRNG key)."""
     jax = jaxcompat.import_jax()
     laid = [(leaf, x) for leaf, x in zip(leaves, arrays, strict=True)
-            if _pmap_laid_out(x, jax) and (jax.numpy.issubdtype(x.dtype, jax.numpy.number)
-                                           or x.dtype == jax.numpy.bool_)]
+            if _pmap_laid_out(x, jax, named=True) and (
+                jax.numpy.issubdtype(x.dtype, jax.numpy.number) or x.dtype == jax.numpy.bool_)]
     if not laid:
         return ""
     try:
         equal = _equal_slices([x for _, x in laid], jax)
     except Exception:  # a dtype or layout the check cannot take: say nothing
         return ""
-    copies = [(leaf, x) for (leaf, x), same in zip(laid, equal, strict=True) if same]
+    # on a mesh of the user's name only slices that vary inside (not zeros made split)
+    copies = [(leaf, x) for (leaf, x), (same, varies) in zip(laid, equal, strict=True)
+              if same and (varies or _pmap_own(x))]
+    drift = ""
+    try:
+        apart = [(leaf, gap) for (leaf, x), (same, _) in zip(laid, equal, strict=True)
+                 if not same and jax.numpy.issubdtype(x.dtype, jax.numpy.floating)
+                 and (gap := _drifted(x, jax)) is not None]
+    except Exception:  # a layout the sample cannot take: say nothing of it
+        apart = []
+    if apart:
+        n = laid[0][1].shape[0]
+        drift = (f"{_some([leaf.path for leaf, _ in apart])} {n} slices, one per device, "
+                 f"that are nearly the same but not equal (up to {max(g for _, g in apart):.1e} "
+                 "of the largest value apart, at sampled positions): copies of one value that "
+                 "drifted apart, as the parameters of a jax.pmap step do when its gradients "
+                 "are not averaged across devices, each device following its own batch's. "
+                 "Fix: grads = jax.lax.pmean(grads, axis_name) in the step before the update "
+                 "(HenryNdubuaku/nanodl#12), then start again from one copy.")
     if not copies:
-        return ""
+        return drift
     n = max(x.shape[0] for _, x in copies)
     total = sum(leaf.nbytes for leaf, _ in copies)
     one = sum(leaf.nbytes // x.shape[0] for leaf, x in copies)
@@ -683,7 +730,7 @@ def pmap_copies_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
             f"{how}, one on each device, {total:,} B for {one:,} B of values; a save or "
             f"jax.device_get of it writes or copies all {n} (google/objax#163). Fix: save "
             "jax.tree.map(lambda x: x[0], state) (flax: jax_utils.unreplicate(state)), and "
-            "replicate it again after loading.")
+            "replicate it again after loading." + (" " + drift if drift else ""))
 
 
 def _batch_like(moved: list[LeafPlacement], placed: list[LeafPlacement]) -> dict[str, str]:

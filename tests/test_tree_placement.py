@@ -599,3 +599,42 @@ def test_a_replicated_leaf_of_another_process_is_not_read_as_split():
     split = dataclasses.replace(here, replicated=False)  # the same bytes, split: replicate
     (note,) = placement_notes.uncommitted_notes((b, split))
     assert "other.sharding itself would split them" in note
+
+
+def _pmap_step(average: bool):
+    def loss(p, x, y):
+        return jnp.mean((jnp.tanh(x @ p["w"]) - y) ** 2)
+
+    def step(p, x, y):
+        g = jax.grad(loss)(p, x, y)
+        if average:
+            g = jax.lax.pmean(g, axis_name="devices")  # the thread's fix
+        return jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
+
+    return jax.pmap(step, axis_name="devices")
+
+
+def test_nanodl_12_pmap_replicas_that_drift_apart_are_named_with_pmean():
+    """HenryNdubuaku/nanodl#12 (a new user's trial): a jax.pmap trainer that never averages
+    its gradients: the "replicated" parameters drift apart, silently; tree_placement said "no
+    problem". And with axis_name='devices' (every step that calls pmean) pmap's outputs lie on
+    a mesh of that name, which the kit did not take for pmap's: the objax#163 note was lost.
+    Now the drift is named with pmean, which run leaves one value again."""
+    n = 4
+    w = jax.random.normal(jax.random.key(0), (64, 64)) * 0.05
+    p = jax.pmap(lambda _: {"w": w})(jnp.arange(n))
+    xs = jax.random.normal(jax.random.key(1), (n, 16, 64))
+    ys = jax.random.normal(jax.random.key(2), (n, 16, 64))
+    drifted = p
+    for _ in range(3):
+        drifted = _pmap_step(False)(drifted, xs, ys)
+    (problem,) = devices.tree_placement(drifted).problems
+    assert "nearly the same but not equal" in problem, problem
+    assert "jax.lax.pmean(grads, axis_name)" in problem and "nanodl#12" in problem
+    averaged = p
+    for _ in range(3):
+        averaged = _pmap_step(True)(averaged, xs, ys)
+    assert averaged["w"].sharding.mesh.axis_names == ("devices",)
+    (problem,) = devices.tree_placement(averaged).problems
+    assert "one value copied per device" in problem and "google/objax#163" in problem
+    assert "drifted" not in problem
