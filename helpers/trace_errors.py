@@ -115,14 +115,21 @@ def trace_error_fix(err: BaseException) -> str:
     needed = f" ({arose.group(1).strip()})" if arose else ""
     names = _arguments(text)
     tb = _user_frame(err)
-    if _SEGMENTS in text:
+    frame = (_traced_frame(err) or tb) if names else None
+    arrays = _arrays(frame, names) if frame is not None else {}
+    # JAX's words name a library's own argument (num_segments, nse) that was left out and so
+    # computed from an array; where the user's own non-array argument is what it depends on
+    # (num_segments=n passed, n traced), the fix is that argument, static (a review)
+    library_own = not names or set(names) <= set(arrays) or (
+        frame is not None and not frames.is_user_file(frame.tb_frame.f_code.co_filename))
+    if _SEGMENTS in text and library_own:
         return ("jax.ops.segment_sum (or another segment_* function) was given no "
                 "num_segments, so it takes the count from the segment ids' largest value, "
                 "which jit traces: the result's size must be known while tracing. Pass "
                 "num_segments= a Python int (static where it is an argument of the jitted "
                 "function: static_argnames=('num_segments',)); the ids stay traced "
                 "(jax-ml/jax#6350)")
-    if found := _AROSE_FOR.search(text):  # JAX names the argument that needs a value
+    if library_own and (found := _AROSE_FOR.search(text)):  # JAX names what needs a value
         arg, fn = found.groups()
         bound = (" (for nse, an upper bound on the elements stored: BCOO.fromdense(A, "
                  "nse=k), jax-ml/jax#8299)" if arg == "nse" else "")
@@ -131,9 +138,7 @@ def trace_error_fix(err: BaseException) -> str:
                 f"int{bound}, static where it comes from an argument of the jitted function "
                 f"(static_argnames=('{arg}',))")
     if names:
-        frame = _traced_frame(err) or tb
-        return _argument_fix(kind, names, needed, shape or bool(arose),
-                             _arrays(frame, names) if frame is not None else {})
+        return _argument_fix(kind, names, needed, shape or bool(arose), arrays)
     operations = _OPERATION.findall(text)
     jitted = [n for op, _ in operations for n in _JIT_NAME.findall(op)]
     if not jitted and tb is not None:

@@ -211,3 +211,24 @@ def test_jax_8299_bcoo_fromdense_under_jit_and_vmap_is_named_with_nse():
         assert "BCOO.fromdense(A, nse=k)" in fix
     assert jax.jit(lambda a: sparse.BCOO.fromdense(a, nse=4))(A).todense().sum() == 4
     assert jax.vmap(lambda a: sparse.BCOO.fromdense(a, nse=4))(A[None]).nse == 4
+
+
+def test_a_num_segments_or_nse_passed_traced_names_the_user_s_own_argument():
+    """A review: JAX's words name `num_segments` (and nse) also where the user passed one,
+    traced; the kit then said "given no num_segments" with static_argnames=('num_segments',),
+    where the argument to make static is the user's own `n` (JAX says so), which runs."""
+    from jax.experimental import sparse
+
+    def f(data, ids, n):
+        return jax.ops.segment_sum(data, ids, num_segments=n)
+
+    def g(a, k):
+        return sparse.BCOO.fromdense(a, nse=k).todense()
+
+    data, ids = jnp.ones(3), jnp.array([0, 0, 1])
+    fix = trace_errors.trace_error_fix(_error(jax.jit(f), data, ids, 2))
+    assert "static_argnames=('n',)" in fix and "given no num_segments" not in fix, fix
+    fix = trace_errors.trace_error_fix(_error(jax.jit(g), jnp.eye(3), 3))
+    assert "static_argnames=('k',)" in fix and "left out" not in fix, fix
+    assert jax.jit(f, static_argnames="n")(data, ids, n=2).shape == (2,)
+    assert jax.jit(g, static_argnames="k")(jnp.eye(3), k=3).shape == (3, 3)
