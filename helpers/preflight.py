@@ -478,11 +478,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     notes = []
     made = (program_notes.numpy_made_while_tracing(fn, c.jaxpr)
             if c.constants and c.jaxpr is not None else [])
-    if made:  # (its constants, kept or folded, are the NumPy array's: not closed over)
+    if made:  # (what XLA folded from it is the NumPy array's: no folding note below)
         notes.append(program_notes.numpy_constant_note(made, c.constants))
-    if (closed_over := c.constants - c.folded) and made and sum(n for _, n, _ in made) >= \
-            closed_over:
-        closed_over = 0
+    closed_over = c.constants - c.folded
+    if made and len(made) == program_notes.large_constants(c.jaxpr):
+        closed_over = 0  # every large constant is a NumPy array made while tracing: none kept
     if closed_over and c.spanned > 1:
         notes.append(f"{format_bytes(closed_over)} of arrays the function closes over are baked "
                      f"into the compiled program as constants, whole on each of the {c.spanned} "

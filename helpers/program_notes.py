@@ -1329,22 +1329,82 @@ def numpy_made_while_tracing(fn: Callable, closed, least: int = 2**20
     found = jaxpr_walk.numpy_constants(closed, least)
     if not found:
         return []
+    roots: list = [fn]
     while hasattr(fn, "__wrapped__"):  # jax.jit's, functools.wraps'
         fn = fn.__wrapped__
-    spaces = [getattr(fn, "__globals__", {}),
-              *({"": c.cell_contents} for c in (getattr(fn, "__closure__", None) or ())
-                if _filled(c))]
+        roots.append(fn)
     main = sys.modules.get("__main__")
     files = set().union(*(f for _, _, f in found))
-    spaces += [vars(m) for m in list(sys.modules.values())
-               if getattr(m, "__file__", None) in files or m is main]
+    roots += [m for m in list(sys.modules.values())
+              if getattr(m, "__file__", None) in files or m is main]
     out = []
     for c, line, _ in found:
         value = np.asarray(c)
-        if any(_holds(ns, value) for ns in spaces):
+        if _reaches(roots, value):
             continue
         out.append((f"{value.dtype}{list(value.shape)}", int(value.nbytes), line))
     return out
+
+
+def large_constants(closed, least: int = 2**20) -> int:
+    """How many constants of ``least`` bytes or more the step's jaxpr holds (jax.Arrays and
+    NumPy arrays, nested jaxprs included)."""
+    from helpers._internal import jaxpr_walk
+
+    return sum(1 for _, consts in jaxpr_walk.walk(closed) for c in consts
+               if getattr(c, "ndim", 0) and int(np.prod(c.shape)) * np.dtype(c.dtype).itemsize
+               >= least)
+
+
+def _reaches(roots: list, value, depth: int = 3, most: int = 20000) -> bool:
+    """A NumPy array equal to ``value`` (in ``value``'s dtype) is reached from ``roots`` within
+    ``depth`` steps: a module's globals, a function's globals and closure, a bound method's
+    object, a functools.partial's arguments, an object's attributes, a dict's values, a list's
+    or tuple's items (a review: a model's self.w, partial(f, mask=arr), a nested config)."""
+    import functools
+    import types
+
+    seen: set[int] = set()
+    level = list(roots)
+    for _ in range(depth + 1):
+        nxt = []
+        for v in level:
+            if id(v) in seen or len(seen) > most:
+                continue
+            seen.add(id(v))
+            if isinstance(v, np.ndarray):
+                if v.shape == value.shape and v.dtype != object:
+                    try:
+                        if np.array_equal(v.astype(value.dtype, copy=False), value):
+                            return True
+                    except (TypeError, ValueError):
+                        pass
+                continue
+            if isinstance(v, types.ModuleType):  # a module imported there is not searched
+                if any(v is r for r in roots):
+                    nxt += list(vars(v).values())
+            elif isinstance(v, types.FunctionType):
+                nxt += [c.cell_contents for c in (v.__closure__ or ()) if _filled(c)]
+                nxt += [v.__globals__.get(n) for n in v.__code__.co_names]
+                nxt += list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values())
+            elif isinstance(v, types.MethodType):
+                nxt += [v.__self__, v.__func__]
+            elif isinstance(v, functools.partial):
+                nxt += [v.func, *v.args, *v.keywords.values()]
+            elif isinstance(v, dict):
+                nxt += list(v.values())
+            elif isinstance(v, (list, tuple)):
+                nxt += list(v[:1000])
+            elif isinstance(v, (str, bytes, int, float, bool, type(None), type)):
+                continue
+            else:
+                try:
+                    nxt += list(vars(v).values())
+                except TypeError:  # no __dict__
+                    pass
+                nxt += [getattr(v, "__wrapped__", None)]
+        level = nxt
+    return False
 
 
 def _filled(cell) -> bool:
@@ -1353,24 +1413,6 @@ def _filled(cell) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _holds(ns, value) -> bool:
-    """A NumPy array among ``ns``'s values (or their attributes, one level down) equal to
-    ``value`` in ``value``'s dtype."""
-    for v in list(ns.values()):
-        inside = (list(v.values()) if isinstance(v, dict) else list(v)
-                  if isinstance(v, (list, tuple)) else list(vars(v).values())
-                  if hasattr(v, "__dict__") and not isinstance(v, type)
-                  and not hasattr(v, "__file__") else [])
-        for x in (v, *inside):
-            if isinstance(x, np.ndarray) and x.shape == value.shape and x.dtype != object:
-                try:
-                    if np.array_equal(x.astype(value.dtype, copy=False), value):
-                        return True
-                except (TypeError, ValueError):
-                    continue
-    return False
 
 
 def numpy_constant_note(made: list[tuple[str, int, str]], program_constants: int) -> str:

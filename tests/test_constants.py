@@ -348,3 +348,27 @@ def test_haiku_675_a_numpy_mask_made_while_tracing_is_named_and_jnp_is_the_fix()
     np.testing.assert_allclose(jax.jit(layer_jnp)(q), jax.jit(layer_np)(q))
     closed = preflight.preflight_step(lambda q: _attend(q, _TABLE), q)
     assert "NumPy array made" not in closed.advice
+
+
+class _Dense:
+    def __init__(self):
+        self.w = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+
+    def __call__(self, x):
+        return x @ self.w
+
+
+def test_stored_numpy_weights_are_closed_over_not_made_while_tracing():
+    """A review: NumPy weights kept on an object (a bound method), given through
+    functools.partial, or in a nested dict were called "made while jit traced", with jnp as
+    the fix, and the closed-over note (pass them as arguments) was dropped."""
+    import functools
+
+    model, x = _Dense(), jnp.ones((8, 512))
+    cfg = {"inner": {"mask": np.tril(np.ones((512, 512), np.float32)) * 3}}
+    for fn in (model.__call__, jax.jit(model.__call__),
+               functools.partial(lambda x, mask: x @ mask, mask=model.w),
+               lambda x: x @ cfg["inner"]["mask"]):
+        p = preflight.preflight_step(fn, x)
+        assert "NumPy array made" not in p.advice, p.advice
+        assert "1.00 MiB of arrays the function closes over" in p.advice, p.advice
