@@ -1160,21 +1160,25 @@ def sharding_error_fix(error: BaseException | str) -> str:
     if fix := _manual_axes_fix(text):
         return fix
     if _UNPROVEN_REPLICATION in text:
-        axes = re.search(r"replicated across mesh ax[ie]s ([^,]+?), but", text)
-        axis = axes.group(1).strip() if axes else "the axis"
-        names = _quoted(axis)
-        name = repr(names[0]) if names else "'i'"
+        names = _replicated_axes(text)
+        axes = ", ".join(repr(n) for n in names) or "the axes out_specs leave out"
         lax = jaxcompat.import_jax().lax
-        invariant = ("jax.lax.all_gather_invariant(x, " + name + ", tiled=True)"
+        over = (repr(names[0]) if len(names) == 1 else "(" + ", ".join(map(repr, names)) + ")"
+                ) if names else "axis"
+        invariant = (f"jax.lax.all_gather_invariant(x, {over}, tiled=True)"
                      if hasattr(lax, "all_gather_invariant") else
-                     "jax.lax.all_gather(x, " + name + ", tiled=True, to='invarying')")
-        return (f"shard_map's out_specs leave out mesh axis {axis}, which says each device "
-                "returns the same value over it, and JAX cannot prove that from the body: an "
-                "all_gather's result, like a callback's, counts as different on each device. "
-                f"Return each device's piece instead, with the axis in out_specs (P({name}) "
-                "where the gather was: the result is the whole array all the same), gather "
-                f"with {invariant}, whose result JAX knows is the same everywhere, or pass "
-                "check_vma=False where you know it is (accelerator-microbenchmarks#25).")
+                     f"jax.lax.all_gather(x, {over}, tiled=True, to='invarying')")
+        return (f"shard_map's out_specs leave out mesh ax{'is' if len(names) == 1 else 'es'} "
+                f"{axes}, which says each device returns the same value over "
+                f"{'it' if len(names) == 1 else 'them'}, and JAX cannot prove that from the "
+                "body: a value computed from each device's own piece differs per device. A "
+                f"sum or mean of the pieces needs jax.lax.psum(x, {over}) or "
+                f"jax.lax.pmean(x, {over}) in the body (without it each device returns its "
+                "own partial value: check_vma=False then gives a wrong result); a gathered "
+                f"array needs {invariant}, whose result JAX knows is the same everywhere, or "
+                "the axis kept in out_specs with no gather (the result is the whole array all "
+                "the same). check_vma=False only where you know the value is the same "
+                "(accelerator-microbenchmarks#25).")
     if m := _SCATTER_OUT.search(text):
         operand, updates = (_spec_of(t) for t in m.groups())
         return (f"on a mesh of Explicit axes the result of an .at[...] update takes its "
@@ -1197,6 +1201,16 @@ def sharding_error_fix(error: BaseException | str) -> str:
 #: shard_map's words for out_specs that replicate a value it cannot prove the same on each
 #: device (jax/_src/shard_map.py, _check_reps / the vma check)
 _UNPROVEN_REPLICATION = "which require replication which can't be statically inferred"
+
+
+def _replicated_axes(text: str) -> list[str]:
+    """The mesh axes shard_map's replication check names ("replicated across mesh axis 'x'",
+    or "only varying across mesh axes {} and not {data,model}"); [] where it names none."""
+    if m := re.search(r"replicated across mesh ax[ie]s (.+?), but", text):
+        return _quoted(m.group(1))
+    if m := re.search(r"and not \{([^}]*)\}", text):
+        return [a.strip().strip("'") for a in m.group(1).split(",") if a.strip()]
+    return []
 
 
 def _spec_of(dims: str) -> str:

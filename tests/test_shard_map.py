@@ -220,3 +220,30 @@ def test_jax_26586_a_vmapped_while_loop_over_a_split_batch_is_named_with_shard_m
     assert "26586" not in preflight.preflight_step(fixed, y0, limit).advice
     one = preflight.preflight_step(jax.vmap(_solve), jnp.zeros(16), jnp.full(16, 0.05))
     assert "26586" not in one.advice  # one device: no exchange, no note
+
+
+def test_a_forgotten_psum_under_replicated_out_specs_is_named_first_and_its_fix_runs():
+    """A review: the commonest cause of shard_map's replication error is a sum of each
+    device's piece with no psum. The kit blamed an all_gather and offered check_vma=False,
+    which then returned one device's partial sum; on a 2-D mesh JAX names the axes as
+    "{data,model}" and the kit made up an axis 'i'. Now psum comes first, with the axes."""
+    from helpers import devices
+
+    mesh, x = _mesh(), jnp.arange(64.0).reshape(8, 8)
+
+    def total(body):
+        return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P())
+
+    with pytest.raises(ValueError) as info:
+        jax.jit(total(lambda b: (b ** 2).sum()))(x)
+    fix = devices.sharding_error_fix(info.value)
+    assert "jax.lax.psum(x, 'x')" in fix and "check_vma=False then gives a wrong result" in fix
+    fixed = jax.jit(total(lambda b: jax.lax.psum((b ** 2).sum(), "x")))(x)
+    assert float(fixed) == float((x ** 2).sum())
+    two = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    with pytest.raises(ValueError) as info:
+        jax.jit(jax.shard_map(lambda b: (b ** 2).sum(), mesh=two,
+                              in_specs=P("data", "model"), out_specs=P()))(x)
+    fix = devices.sharding_error_fix(info.value)
+    assert "mesh axes 'data', 'model'" in fix and "psum(x, ('data', 'model'))" in fix, fix
+    assert "'i'" not in fix
