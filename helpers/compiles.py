@@ -742,7 +742,7 @@ def _passed_functions() -> tuple:
         value = frame.f_locals.get(name, frame.f_globals.get(name))
         if isinstance(value, types.FunctionType):
             found.append((name, id(value), value.__code__))
-    if "lambda" in text:
+    if re.search(r"\blambda\b", text.split("#", 1)[0]):
         found.append(("lambda", -1, None))
     return ("passed", frames.where(frame.f_code.co_filename, frame.f_lineno), tuple(found))
 
@@ -1162,17 +1162,20 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 loop_callers=tuple(dict.fromkeys(c for n in repeated if n in _LOOPS
                                                  for c in callers.get(n, [])))[:3],
                 passed_anew=() if label == EAGER else tuple(
-                    hit for n, _ in counts if (hit := _anew(n, callers.get(n, []))))))
+                    hit for n, _ in counts
+                    if (hit := _anew(n, callers.get(n, []), eager_types.get(n, []))))))
     return tuple(sorted(out, key=lambda f: (f.cause in (EAGER, UNEXPLAINED), -f.compiles,
                                             f.function)))
 
 
-def _anew(name: str, seen: list[tuple]) -> tuple[str, str, str] | None:
-    """(``name``, the function, the line) where two or more compiles of ``name`` came from one
-    line of the user's that passed a function which was a new object each time, made by the
-    same code (or a lambda written on that line); None otherwise."""
+def _anew(name: str, seen: list[tuple], types: list) -> tuple[str, str, str] | None:
+    """(``name``, the function, the line) where two or more compiles of ``name``, each for the
+    same argument types (new shapes are their own cause: a review), came from one line of the
+    user's that passed a function which was a new object each time, made by the same code (or
+    a lambda written on that line); None otherwise."""
     passed = [c for c in seen if c and c[0] == "passed" and c[1]]
-    if len(passed) < 2 or len({c[1] for c in passed}) != 1:
+    if len(passed) < 2 or len({c[1] for c in passed}) != 1 or None in types or \
+            len(set(types)) != 1:
         return None
     per: dict[str, set] = {}
     codes: dict[str, set] = {}

@@ -1939,4 +1939,8 @@ def test_jax_17232_a_function_made_anew_for_a_library_s_static_argument_is_named
             ode.odeint(field, y0, ts, float(k + 1)).block_until_ready()
     assert "new function at each call" not in fixed.diagnosis
     assert sum(int(c.split(" ×")[1]) for f in fixed.functions for c in f.changed
-               if c.startswith("_odeint_wrapper ×")) <= 1
+               if c.startswith("_odeint_wrapper ×")) == 1  # the one function's one compile
+    with compiles.watch() as shapes:  # a lambda on the line, new shapes the cause (a review)
+        for n in (3, 4, 5):
+            jax.tree.map(lambda a: jax.nn.relu(a), jnp.ones(n))  # noqa: PLW0108
+    assert "new function at each call" not in shapes.diagnosis
