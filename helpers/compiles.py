@@ -598,11 +598,15 @@ class _Events(logging.Handler):
         #: (stderr, WARNING and up), and the kit's handler stops it, so the kit passes it on
         #: (jax_log_compiles's "Compiling ..." lines vanished inside the block: a trial)
         self.forward = False
+        #: the loggers' effective levels before the kit lowered them: a record below its
+        #: logger's is one the user would not have seen, and is not passed on (a review)
+        self.levels: dict[str, int] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         last = logging.lastResort
+        floor = self.levels.get(record.name, self.levels.get("jax", logging.WARNING))
         if self.forward and last is not None and record.levelno >= max(
-                logging.WARNING, last.level) and _Quiet().filter(record):
+                logging.WARNING, last.level, floor) and _Quiet().filter(record):
             last.handle(record)
         try:
             message = record.getMessage()
@@ -651,7 +655,9 @@ class _Events(logging.Handler):
                     loop = None
             with self.guard:
                 self.events.append(("lowering", record.thread, *lowering, equations, loop))
-        return record.levelno >= logging.WARNING
+        # (a WARNING one goes on only where the user's level let it: the kit lowered it)
+        return record.levelno >= max(logging.WARNING,
+                                     self.levels.get(record.name, logging.WARNING))
 
     def cleared(self, what: str = "jax.clear_caches()") -> None:
         """jax.clear_caches() or a jitted function's clear_cache() ("jit(f).clear_cache()")
@@ -836,6 +842,8 @@ def watch() -> Iterator[CompileLog]:
         lowering = logging.getLogger(jaxcompat.COMPILING_LOGGER)  # says what each compile lowers
         others = _jax_handlers(events)
         events.forward = not others
+        events.levels = {"jax": logger.getEffectiveLevel(),
+                         lowering.name: lowering.getEffectiveLevel()}
         level, lowering_level = logger.level, lowering.level
         t0 = time.perf_counter()
         loaded = _loaded()  # the programs loaded before: not the block's
