@@ -1098,7 +1098,7 @@ def _variables(ns: Mapping, value, index: str, names: list[tuple[str, Mapping]]
             path = f"get_ipython().user_ns_hidden[{k!r}]"
             action = f"`del {path}`"
         elif (label == _HIDDEN and numbered) or (_users(label) and label != _SCRIPT and (
-                k in _HISTORY or numbered) and any(lb == _HIDDEN for lb, _ in names)):
+                k in _HISTORY or numbered) and _ipythons(ns, k, value, names)):
             path, action = k, "`%reset -f out`"
         else:
             out.append({"var": k, "path": f"{k}{index}", "obj": None, "where": where,
@@ -1500,6 +1500,24 @@ def _attributes_holding(obj, value, attributes: tuple[str, ...]) -> list[str]:
 def _type_name(obj) -> str:
     """An object's type as module.qualname, e.g. "__main__.Trainer"."""
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _ipythons(ns: Mapping, key: str, value, names: list[tuple[str, Mapping]]) -> bool:
+    """The notebook's ``_``, ``__``, ``___`` or ``_N`` bound to ``value`` is IPython's output
+    history, not a variable of the user's (``loss, _ = train()``: a review): its display hook
+    holds the same object under that name, or Out (or the hidden namespace) under that
+    number."""
+    import sys
+
+    mod = sys.modules.get("IPython")
+    ip = mod.get_ipython() if mod is not None else None
+    hook = getattr(ip, "displayhook", None)
+    if key in _HISTORY:
+        return hook is not None and getattr(hook, key, None) is value
+    hidden = next((n for lb, n in names if lb == _HIDDEN), {})
+    out = ns.get("Out")
+    return (isinstance(out, dict) and out.get(int(key[1:])) is value) or \
+        hidden.get(key) is value
 
 
 def _is_display_hook(obj) -> bool:

@@ -528,6 +528,27 @@ def test_ipython_10082_a_kernel_s_display_hook_is_named_as_output_history():
     assert "keras-core#888" not in said and "`%reset -f out`" in said, said
 
 
+_OWN_UNDERSCORE = _SHELL + """
+cell("def train():\\n    return 1.0, {'w': jnp.ones((2048, 2048))}")
+cell("loss, _ = train()")  # the user's own _, never displayed
+fix()
+"""
+
+
+def test_a_user_s_own_underscore_variable_is_not_called_output_history():
+    """A review: `loss, _ = train()` made the kit say "kept in IPython's output history" and
+    `%reset -f out`, which frees it only by overwriting the user's `_` (and wipes Out). IPython's
+    history is where its display hook holds the same object; else `del _`."""
+    from tests.conftest import run_python
+
+    proc = run_python(_OWN_UNDERSCORE, env={"JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held = next(x for x in proc.stdout.splitlines() if x.startswith("HELD"))
+    said = next(x for x in proc.stdout.splitlines() if x.startswith("FIX"))
+    assert "output history" not in held and "in the notebook" in held, held
+    assert "`del _`" in said and "%reset" not in said, said
+
+
 _SAVED_TRACEBACK = _SHELL + """
 cell("def train():\\n    big = jnp.ones((2048, 2048))\\n    raise RuntimeError('diverged')")
 cell("train()")
