@@ -35,6 +35,7 @@ from helpers._internal.jaxcompat import (
     PREALLOCATE_OFF,
     backend_start_snapshot,
     backends_started,
+    config_global,
     expand_platform_alias,
     x64_asked,
 )
@@ -597,6 +598,9 @@ def _x64_after_import(env: Mapping[str, str], started_platforms=()) -> list[EnvW
     )]
 
 
+#: options another JAX_ variable sets too (JAX_TRANSFER_GUARD sets its three directions) or
+#: the kit's transfer trace holds: their value need not be their own variable's (a review)
+_SET_BY_OTHERS = ("jax_transfer_guard",)
 #: JAX_ variables with rules of their own (or read when a backend starts, not at import)
 _OWN_RULES = ("JAX_PLATFORMS", "JAX_ENABLE_X64", "JAX_PLATFORM_NAME", "JAX_NUM_CPU_DEVICES")
 
@@ -628,9 +632,10 @@ def _config_after_import(env: Mapping[str, str], started_platforms=()) -> list[E
     out = []
     for key in sorted(env):
         name = key.lower()
-        if not key.startswith("JAX_") or key in _OWN_RULES or name not in values:
+        if not key.startswith("JAX_") or key in _OWN_RULES or name not in values or \
+                name.startswith(_SET_BY_OTHERS):
             continue
-        now = values[name]
+        now = config_global(name, values[name])  # (not a `with jax.<option>()` block's)
         wanted = _read_as(env[key], now)
         if wanted is None or wanted == now or (now is None and not wanted):
             continue

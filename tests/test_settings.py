@@ -889,3 +889,21 @@ def test_jax_13789_debug_nans_left_on_is_named_and_its_cost_is_a_wait_per_call()
     finally:
         jax.config.update("jax_disable_jit", False)
     assert not [x for x in settings.check_environment({}) if x.code == "jit-disabled"]
+
+
+def test_a_config_option_held_by_a_with_block_is_not_called_set_after_import():
+    """A review: inside compiles.watch() (the kit's own jax.explain_cache_misses(True) block)
+    JAX_EXPLAIN_CACHE_MISSES=0 was called "set after import"; the option's value for the
+    process is what counts, not a block's. The transfer guards, which JAX_TRANSFER_GUARD sets
+    together and the kit's trace holds, are left out."""
+    import jax
+
+    from helpers import compiles, settings
+
+    with compiles.watch():
+        assert jax.config.jax_explain_cache_misses  # the kit's block holds it on
+        assert not [w for w in settings.check_environment({"JAX_EXPLAIN_CACHE_MISSES": "0"})
+                    if w.code == "jax-variable-after-import"]
+    both = {"JAX_TRANSFER_GUARD": "disallow", "JAX_TRANSFER_GUARD_HOST_TO_DEVICE": "log"}
+    assert not [w for w in settings.check_environment(both)
+                if w.code == "jax-variable-after-import"]

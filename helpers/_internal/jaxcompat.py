@@ -39,7 +39,7 @@ __all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXE
            "aliased_parameters", "all_gather_shapes", "asarray_is_explicit", "backend_errors",
            "backend_factories", "backend_start_snapshot", "backends_running_unlocked",
            "backends_started", "cache_miss_files",
-           "compiled_function_name", "computed_while_compiling",
+           "compiled_function_name", "computed_while_compiling", "config_global",
            "custom_vjp_fwd_caller", "deleted_argument_error", "device_name",
            "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
@@ -2116,6 +2116,21 @@ def x64_at_start() -> bool | None:
 #: value raises at import
 BOOL_TRUE = ("y", "yes", "t", "true", "on", "1")
 BOOL_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def config_global(name: str, default: Any = None) -> Any:
+    """A JAX config option's process-wide value, not one a ``with jax.<option>(...)`` block
+    (the kit's own ``jax.explain_cache_misses(True)`` among them) sets for this thread
+    (jax/_src/config.py: each option's holder's ``get_global``); ``jax.config.values`` where
+    this JAX has no holder."""
+    import jax
+
+    holder = getattr(jax.config, "_value_holders", {}).get(name)
+    try:
+        return holder.get_global() if holder is not None else jax.config.values.get(
+            name, default)
+    except Exception:  # a holder of another kind
+        return jax.config.values.get(name, default)
 
 
 def x64_asked(env: Mapping[str, str]) -> bool:
