@@ -691,8 +691,16 @@ def _compiled_again_timed(compiled: Any, followed: Any, cell: str
 
 
 def _quiet(cell: str) -> bool:
-    """The cell's last line ends in ";" (a comment after it aside): IPython then displays no
-    value."""
+    """The cell ends in ";" (a comment after it aside): IPython then displays no value. Read
+    by IPython's own test where it has one (a "#" inside a string is no comment: a review)."""
+    from IPython.core.displayhook import DisplayHook
+
+    ends = getattr(DisplayHook, "semicolon_at_end_of_expression", None)
+    if ends is not None:
+        try:
+            return bool(ends(cell))
+        except Exception:  # a cell IPython's tokenizer cannot read: its own error follows
+            return False
     lines = [x for x in cell.rstrip().splitlines() if x.strip()]
     return bool(lines) and lines[-1].split("#", 1)[0].rstrip().endswith(";")
 

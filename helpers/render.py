@@ -856,9 +856,12 @@ def memory_trace_text(t: MemoryTrace) -> str:
         lines.append(f"{name:<10} {format_bytes(s[0]):>12} {format_bytes(max(s)):>12} "
                      f"{format_bytes(s[-1]):>12}  {t.sources.get(name, '')}")
     rss = t.host_rss
-    lines.append(f"{'host RSS':<10} {format_bytes(rss[0]):>12} {format_bytes(max(rss)):>12} "
-                 f"{format_bytes(rss[-1]):>12}  sampled")
-    lines.append(f"host RSS high-water mark over the block: {format_bytes(t.host_peak)}")
+    if t.finished:  # (while it runs, the host's samples come in from a helper at the end)
+        lines.append(f"{'host RSS':<10} {format_bytes(rss[0]):>12} "
+                     f"{format_bytes(max(rss)):>12} {format_bytes(rss[-1]):>12}  sampled")
+        lines.append(f"host RSS high-water mark over the block: {format_bytes(t.host_peak)}")
+    else:
+        lines.append("host RSS: read when the block ends")
     if t.marks:
         lines.append("marks: " + "; ".join(f"{at:.2f} s {label}" for at, label in t.marks))
     live = [n for n, src in t.sources.items() if src == "live arrays"]

@@ -1162,6 +1162,7 @@ def test_a_memory_cell_ending_in_a_semicolon_displays_no_value(shell, capsys):
     quiet = shell.run_cell("%%memory\nmarker = jnp.arange(4.0) + 17.5;  # a comment\n",
                            store_history=True)
     shell.run_cell("%%memory\njnp.arange(4.0) + 17.5;\n", store_history=True)
+    shell.run_cell('%%memory\n(jnp.arange(4.0) + 17.5, "run #3");\n', store_history=True)
     out = capsys.readouterr().out
     assert "17.5" not in out and "copies:" in out, out  # the record, not the value
     assert quiet.success and float(shell.user_ns["marker"][0]) == 17.5

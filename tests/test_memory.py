@@ -118,6 +118,7 @@ def test_a_trace_prints_each_device_s_start_peak_and_end_and_the_host_s_high_wat
         x = jax.device_put(np.ones(250_000, np.float32), jax.devices()[3]).block_until_ready()
         trace.mark("made")
         del x
+        assert "host RSS: read when the block ends" in str(trace)  # not the first sample, stale
     text = str(trace)
     row = next(r for r in text.splitlines() if r.startswith("cpu:3 "))
     start, peak, end = (format_bytes(v) for v in (trace.device_bytes["cpu:3"][0],
