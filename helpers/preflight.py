@@ -730,7 +730,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "in_specs=P(axis), out_specs=P(axis))): each device then loops over its own "
             "elements, as jax.pmap does, with no collective (jax-ml/jax#26586).")
     removed = c.callbacks_removed()
-    if removed:
+    if removed and c.jaxpr is not None and jaxpr_walk.has_derivative(c.jaxpr):
+        at = removed[0]  # (a custom_vjp's forward kernel: the plain call still needs it)
+        notes.append(
+            f"The jax.pure_callback{' (' + at + ')' if at else ''} never runs in this step: "
+            "under the derivative nothing reads its result, and XLA removes such a call as "
+            "dead code; a call without the derivative still runs it, so keep it. If it must "
+            "run here, to log or save, call it with jax.experimental.io_callback or "
+            "jax.debug.callback, which XLA keeps (jax-ml/jax#13762).")
+    elif removed:
         at = removed[0]
         notes.append(
             f"The jax.pure_callback{' (' + at + ')' if at else ''} never runs: nothing reads its "

@@ -459,3 +459,28 @@ def test_jax_24255_a_host_callback_that_calls_jax_is_named_and_the_numpy_one_is_
         assert jaxpr_callbacks.callbacks_calling_jax(plain) == (), name
     w, _ = jax.jit(fixed)(m)
     np.testing.assert_allclose(np.asarray(w), np.full(8, 2.0), rtol=1e-6)
+
+
+def test_a_custom_vjp_s_forward_kernel_removed_under_grad_is_not_told_to_be_deleted():
+    """A review: a custom_vjp whose forward and backward call different pure_callbacks; under
+    jax.grad XLA removes the forward's (nothing reads it), and the kit said "never runs ...
+    otherwise delete it", which breaks the plain call. Now: not in this step, keep it."""
+    import numpy as np
+
+    def fwd_kernel(x):
+        return jax.pure_callback(lambda a: np.asarray(a) * 2.0,
+                                 jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    def bwd_kernel(g):
+        return jax.pure_callback(lambda a: np.asarray(a) * 2.0,
+                                 jax.ShapeDtypeStruct(g.shape, g.dtype), g)
+
+    @jax.custom_vjp
+    def f(x):
+        return fwd_kernel(x)
+
+    f.defvjp(lambda x: (f(x), None), lambda _, g: (bwd_kernel(g),))
+    p = preflight.preflight_step(jax.grad(lambda x: f(x).sum()), jnp.ones(8))
+    assert "never runs in this step" in p.advice and "keep it" in p.advice, p.advice
+    assert "otherwise delete it" not in p.advice
+    assert float(jax.jit(f)(jnp.ones(8)).sum()) == 16.0  # the plain call runs the forward
