@@ -174,6 +174,9 @@ class FunctionCompiles(Record):
     #: a library's jit that takes it as a static argument compiles again for each (jax-ml/
     #: jax#17232: odeint of a lambda made in a loop)
     passed_anew: tuple[tuple[str, str, str], ...] = ()
+    #: of ``compiles``, those asked for ahead of time (jax.jit(f).lower(x).compile()): a
+    #: warm-up of one program per shape the user chose is no recompile (sglang-jax#284)
+    ahead_of_time: int = 0
     #: ``defined_at`` is in a library's file: the function was jitted there, as a wrapper of
     #: the user's (eqx.filter_jit jits its own function under the user's function's name,
     #: patrick-kidger/diffrax#466), and ``called_at`` holds the user's lines that called it
@@ -245,6 +248,8 @@ class FunctionCompiles(Record):
         compiled more than once."""
         if self.cause in (EAGER, UNEXPLAINED):
             return self.most_of_one > 1
+        if self.cause == "new shapes" and self.ahead_of_time == self.compiles:
+            return False  # compiled ahead of time, one program per shape asked for
         return self.compiles > 1 or (self.compiles == 1 and self.cause not in (
             "first compile", "new shapes"))
 
@@ -694,7 +699,7 @@ class _Events(logging.Handler):
                 self.own += 1
             else:
                 self.events.append(("compile", threading.get_ident(), name, seconds, caller,
-                                    users))
+                                    users, jaxcompat.ahead_of_time(sys._getframe(1))))
                 if loaded:
                     self.loads.append(seconds)
 
@@ -1075,6 +1080,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     spent: dict = {}  # per function (or eager name): its compiles' [trace, lowering] seconds
     callers: dict[str, list[tuple[str, str, str]]] = {}  # per loop compiled outside jit
     libraries: set[tuple[str, str]] = set()  # functions jitted in a library's file
+    warmed: dict[tuple[str, str], list[bool]] = {}  # per compile: asked for ahead of time
     for i, event in enumerate(events):
         if event[0] in ("trace", "to_mlir"):
             _, thread, raw, s, _ = event
@@ -1104,7 +1110,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             clears.setdefault(key, []).append(cleared)
             pending[(thread, m.function)] = traced[(thread, m.function)] = key
         else:
-            _, thread, raw, s, caller, users = event
+            _, thread, raw, s, caller, users, aot = event
             name = jaxcompat.compiled_function_name(raw)
             took = tracing.pop((thread, name), [0.0, 0.0])
             key = pending.pop((thread, name), None)
@@ -1136,6 +1142,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                 key = name
             else:
                 seconds.setdefault(key, []).append(s)
+                warmed.setdefault(key, []).append(aot)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
                 if size is not None and size >= largest.get(key, 0):
@@ -1149,7 +1156,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
                   [t for t, _ in lowered.get(key, [])], spent.get(key, [0.0, 0.0]),
                   library=key in libraries, equations=largest.get(key, NOT_AVAILABLE),
-                  unrolled=unrolled.get(key))
+                  unrolled=unrolled.get(key), ahead=sum(warmed.get(key, [])))
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -1345,7 +1352,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            cleared_by: list[str] | None = None, types: list[str] | None = None,
            spent: list[float] | None = None, *, library: bool = False,
            equations: int | NotAvailable = NOT_AVAILABLE,
-           unrolled: tuple | None = None) -> FunctionCompiles:
+           unrolled: tuple | None = None, ahead: int = 0) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -1401,7 +1408,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
                 through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1],
-        library=library, jaxpr_equations=equations,
+        library=library, jaxpr_equations=equations, ahead_of_time=ahead,
         **({} if unrolled is None else {
             "unrolled_line": frames.line(*unrolled[0]), "unrolled_equations": unrolled[1],
             "unrolled_repeats": unrolled[3], "unrolled_gathers": unrolled[4],

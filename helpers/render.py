@@ -418,7 +418,11 @@ def compile_log_text(log: CompileLog) -> str:
             lines += [f"           {c}" for c in f.changed[:3]]
             continue
         traced = f", traced {f.traces} times" if f.traces != f.compiles else ""
-        lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause_in_words}{traced}")
+        ahead = (f", {'all' if f.ahead_of_time == f.compiles else f.ahead_of_time} asked for "
+                 "ahead of time (.lower(...).compile(): a warm-up, one program per shape, no "
+                 "recompile)" if f.ahead_of_time and f.cause == "new shapes" else "")
+        lines.append(f"  {f.compiles:>4} x  {f.function}{where}: {f.cause_in_words}{traced}"
+                     f"{ahead}")
         lines += [f"           {c}" for c in f.changed[:3]]
     lines += ["", log.diagnosis]
     return "\n".join(lines)

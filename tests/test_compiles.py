@@ -1951,3 +1951,25 @@ def test_jax_17232_a_function_made_anew_for_a_library_s_static_argument_is_named
         for n in (3, 4, 5):
             jax.tree.map(lambda a: jax.nn.relu(a), jnp.ones(n))  # noqa: PLW0108
     assert "new function at each call" not in shapes.diagnosis
+
+
+def test_sglang_284_shapes_compiled_ahead_of_time_are_a_warm_up_not_recompiles():
+    """sgl-project/sglang-jax#284 (a new user's trial): after the PR's fix a server compiles
+    its batch buckets ahead of time with .lower(...).compile(); the kit called those three a
+    recompile for new shapes and advised padding to a few fixed shapes, which they are. Calls
+    of those shapes then reuse the programs; a call of a shape not warmed still counts."""
+    f = jax.jit(lambda x: x * 2.0)
+    xs = [jnp.ones((b, 8)) for b in (1, 2, 4)]
+    with compiles.watch() as log:
+        for x in xs:
+            f.lower(x).compile()
+        for x in xs:
+            f(x).block_until_ready()
+    (entry,) = [e for e in log.functions if e.function == "<lambda>"]
+    assert (entry.compiles, entry.ahead_of_time, entry.recompiled) == (3, 3, False)
+    assert "asked for ahead of time" in str(log) and "pad or bucket" not in log.diagnosis
+    with compiles.watch() as later:
+        for b in (8, 16):
+            f(jnp.ones((b, 8))).block_until_ready()
+    (entry,) = [e for e in later.functions if e.function == "<lambda>"]
+    assert entry.ahead_of_time == 0 and entry.recompiled

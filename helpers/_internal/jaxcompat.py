@@ -31,7 +31,7 @@ from typing import Any
 
 from helpers._internal import frames
 
-__all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXES",
+__all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXES", "ahead_of_time",
            "CACHE_LOAD_EVENT", "CACHE_MISS_PREFIX",
            "CALLBACK_IMPLS", "COMPILE_EVENT", "COMPILING_LOGGER", "GUARD_LINE", "INTERNALS",
            "Internal", "InternalMoved", "PAIRED_SORT_SINCE", "PMAP_AXIS_PREFIXES", "STARTUP_VARS",
@@ -2116,6 +2116,20 @@ def x64_at_start() -> bool | None:
 #: value raises at import
 BOOL_TRUE = ("y", "yes", "t", "true", "on", "1")
 BOOL_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def ahead_of_time(frame: Any) -> bool:
+    """The compile running under ``frame`` was asked for ahead of time, by a Lowered's
+    ``compile()`` (jax.jit(f).lower(x).compile(): jax/_src/stages.py), not by a call."""
+    import os
+
+    tail = os.path.join("jax", "_src", "stages.py")
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "compile" and code.co_filename.endswith(tail):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def config_global(name: str, default: Any = None) -> Any:
