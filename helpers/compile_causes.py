@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from helpers._internal import frames, jaxcompat, parameter_uses
 from helpers._internal.records import Record
 
-__all__ = ["CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
+__all__ = ["AHEAD_SHARDING_FIX", "CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
            "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "LIBRARY_INT_FIX",
            "MEMORY_SPACE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
@@ -320,6 +320,15 @@ class CacheMiss(Record):
     changed: str  # e.g. "x: now f32[4], before f32[3]"
     new_types: tuple[str, ...]  # for new shapes, dtypes or shardings: ("x: f32[4]", ...)
     explanation: str  # JAX's text
+
+
+#: the fix for a call compiled again for a new sharding after a program compiled ahead of
+#: time for other shardings: the abstract arguments it was lowered with carried none
+AHEAD_SHARDING_FIX = ("the program compiled ahead of time (.lower(...).compile()) was for "
+                      "arguments placed otherwise than the calls' (a jax.ShapeDtypeStruct with "
+                      "no sharding is lowered as unsharded): give each ShapeDtypeStruct the "
+                      "sharding the calls pass, jax.ShapeDtypeStruct(shape, dtype, sharding=...), "
+                      "or lower with the arrays themselves (AI-Hypercomputer/maxtext#4174)")
 
 
 def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: bool = False,

@@ -61,6 +61,7 @@ from helpers._internal import (
 )
 from helpers._internal.records import Display, Record
 from helpers.compile_causes import (
+    AHEAD_SHARDING_FIX,
     CAUSES,
     CLEARED_NEW_SHAPES,
     WEAK_FIX,
@@ -1156,7 +1157,9 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     out = [_entry(key, mine, seconds.get(key, []), clears[key], placed.get(key, []), cleared_by,
                   [t for t, _ in lowered.get(key, [])], spent.get(key, [0.0, 0.0]),
                   library=key in libraries, equations=largest.get(key, NOT_AVAILABLE),
-                  unrolled=unrolled.get(key), ahead=sum(warmed.get(key, [])))
+                  unrolled=unrolled.get(key), ahead=sum(warmed.get(key, [])),
+                  ahead_first=bool(warmed.get(key)) and warmed[key][0]
+                  and not all(warmed[key]))
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -1352,7 +1355,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            cleared_by: list[str] | None = None, types: list[str] | None = None,
            spent: list[float] | None = None, *, library: bool = False,
            equations: int | NotAvailable = NOT_AVAILABLE,
-           unrolled: tuple | None = None, ahead: int = 0) -> FunctionCompiles:
+           unrolled: tuple | None = None, ahead: int = 0,
+           ahead_first: bool = False) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -1400,6 +1404,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         # function compiles the same types every call, patrick-kidger/equinox#307)
         if cause == "new shapes" and (transformed := _transformed_outside(mine)) else
         SEVERAL_FIRST_FIX if cause == "first compile" and len(seconds) > 1 else
+        AHEAD_SHARDING_FIX if cause == "new sharding" and ahead_first else
         # a leaf whose split changed between two calls: the step's own output passed back
         FED_BACK_FIX if cause == "new placement" and any(
             re.search(r": (split|replicated) P\(.*, before (split|replicated) P\(", m)

@@ -1973,3 +1973,36 @@ def test_sglang_284_shapes_compiled_ahead_of_time_are_a_warm_up_not_recompiles()
             f(jnp.ones((b, 8))).block_until_ready()
     (entry,) = [e for e in later.functions if e.function == "<lambda>"]
     assert entry.ahead_of_time == 0 and entry.recompiled
+
+
+def test_maxtext_4174_a_program_compiled_ahead_for_unsharded_shapes_names_the_sharding():
+    """AI-Hypercomputer/maxtext#4174 (a new user's trial): train_step compiled ahead of time
+    on a ShapeDtypeStruct with no sharding, then called with the pipeline's split batch,
+    compiles again; the kit advised "jax.device_put once, before the loop", which the batch
+    already was (2 compiles still). The PR's fix, the sharding on the ShapeDtypeStruct, runs:
+    1 compile."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    split = NamedSharding(mesh, P("data"))
+
+    batch = jax.device_put(np.ones((32, 16), np.float32), split)
+    for sharding, compiled in ((None, 2), (split, 1)):
+        def train_step(w, batch):  # (a function of its own each time: no program kept)
+            return w - 0.1 * jax.grad(lambda w: jnp.mean((batch @ w) ** 2))(w)
+
+        step = jax.jit(train_step)
+        w = jax.device_put(jnp.ones((16, 4)), NamedSharding(mesh, P()))
+        with compiles.watch() as log:
+            step.lower(w, jax.ShapeDtypeStruct((32, 16), jnp.float32,
+                                               sharding=sharding)).compile()
+            for _ in range(2):
+                w = step(w, batch)
+        entries = [e for e in log.functions if e.function == "train_step"]
+        assert len(entries) == 1, str(log)
+        entry = entries[0]
+        assert entry.compiles == compiled, log
+        if sharding is None:
+            assert "jax.ShapeDtypeStruct(shape, dtype, sharding=...)" in entry.fix, entry.fix
+            assert "maxtext#4174" in log.diagnosis
