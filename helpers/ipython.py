@@ -196,6 +196,10 @@ def unload(ip: Any) -> None:
 #: ``%timeit`` (or ``%%timeit``) and what it times, with IPython's own options in front
 _TIMEIT = re.compile(r"^[ \t]*%%?timeit\b(.*)$", re.M)
 _TIMEIT_OPTIONS = re.compile(r"^(?:\s*-(?:[nrp]\s*\S+|[tcqo]))*\s*")
+#: the timeit module's timeit or repeat, of a lambda or a statement in quotes
+_TIMEIT_MODULE = re.compile(
+    r"\b(?P<fn>timeit\.(?:timeit|repeat))\(\s*(?:lambda\s*:\s*(?P<call>[^,()]*\([^()]*\))"
+    r"|(?P<q>[\"'])(?P<stmt>[^\"']+)(?P=q))")
 #: what the kit says under a cell that times a jitted call which does not wait (jax#1988)
 TIMEIT_NOTE = (
     "JAX Device Kit: %timeit {statement}: {name} is a jitted function, and a jitted call "
@@ -222,6 +226,15 @@ def _timeit_unblocked(info: Any = None) -> None:
             if name:
                 print(TIMEIT_NOTE.format(statement=statement, name=name,
                                          fixed=f"{call}.block_until_ready()"))
+                return
+        for m in _TIMEIT_MODULE.finditer(cell):  # the timeit module's (jax-ml/jax#19327)
+            statement = (m.group("call") or m.group("stmt") or "").strip()
+            name, call = _jitted_call(statement, namespace)
+            if name:
+                print(TIMEIT_NOTE.format(statement=statement, name=name,
+                                         fixed=f"{call}.block_until_ready()")
+                      .replace("%timeit " + statement, f"{m.group('fn')} of {statement}", 1)
+                      .replace("%timeit", m.group("fn")))
                 return
     except Exception:  # the note must never stop a cell
         return

@@ -1195,3 +1195,23 @@ def test_quantecon_663_a_timed_cell_that_compiles_again_says_the_time_includes_i
     assert "compiled again in this cell" not in capsys.readouterr().out
     shell.run_cell("%%memory\nmean_stop(jax.random.key(0), 4000)")  # no clock: no note
     assert "compiled again in this cell" not in capsys.readouterr().out
+
+
+def test_jax_19327_the_timeit_module_timing_a_jitted_call_is_named_with_the_fix(shell,
+                                                                                capsys):
+    """jax-ml/jax#19327 (a new user's trial): timeit.repeat(lambda: f1(w, a), ...) ranked two
+    jitted calls wrongly, timing their dispatch (8.1 us against 5.3 ms once blocked); the kit
+    said nothing, its line tracer skipping the standard library's frames. The cell's text
+    names it now, for a lambda and for a statement in quotes; the fix, blocked, is quiet."""
+    shell.run_cell("import timeit\nf1 = jax.jit(lambda w, a: w @ a)\n"
+                   "w = jnp.ones((64, 64)); a = jnp.ones((64, 64))")
+    capsys.readouterr()
+    shell.run_cell("ts = timeit.repeat(lambda: f1(w, a), number=1, repeat=3)")
+    said = capsys.readouterr().out
+    assert "timeit.repeat of f1(w, a): f1 is a jitted function" in said, said
+    assert "Time f1(w, a).block_until_ready() instead" in said and "jax-ml/jax#1988" in said
+    shell.run_cell("t = timeit.timeit('f1(w, a)', globals=globals(), number=2)")
+    assert "timeit.timeit of f1(w, a)" in capsys.readouterr().out
+    shell.run_cell("ts = timeit.repeat(lambda: f1(w, a).block_until_ready(), number=1, "
+                   "repeat=3)")
+    assert "JAX Device Kit" not in capsys.readouterr().out
