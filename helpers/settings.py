@@ -123,7 +123,7 @@ def check_process() -> ProcessCheck:
         from jax.extend.backend import backends
 
         for name, client in backends().items():
-            counts[name] = len(client.devices())
+            counts[name] = len(client.local_devices())  # (a job's: this process's own)
         platforms = tuple(counts)
     state, _ = backend_start_snapshot()
     started = {}
@@ -888,8 +888,8 @@ def _cpu_devices_after_start(env: Mapping[str, str], started_platforms=()) -> li
                        ) if m else (None, None)
     else:
         asked = f"JAX_NUM_CPU_DEVICES={asked}"
-    try:
-        have = len(sys.modules["jax"].devices("cpu"))
+    try:  # this process's own: a jax.distributed job lists every process's (a trial)
+        have = len(sys.modules["jax"].local_devices(backend="cpu"))
     except Exception:
         return []
     if want is None or want < 1 or want == have:

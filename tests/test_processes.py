@@ -116,6 +116,30 @@ def test_the_doctor_reports_the_job_it_is_called_from():
     assert "caller-differs" not in found.answers[1]["text"]  # a job's devices are no surprise
 
 
+
+def check_process_in_a_job():
+    """Run in each process of a job by the test below: check_process's codes and its text."""
+    import jax
+
+    from helpers import settings
+
+    jax.numpy.ones(2).block_until_ready()
+    check = settings.check_process()
+    return {"codes": [w.code for w in check.warnings], "text": str(check)}
+
+
+def test_check_process_in_a_job_counts_this_process_s_cpu_devices():
+    """A new user's trial: in every process of a jax.distributed job (the kit's own
+    processes.launch too) check_process warned "asks for 2 CPU devices, but this process's
+    CPU backend started with 4", counting every process's devices, and its fix changed
+    nothing; its header said "cpu (4 devices)"."""
+    found = processes.launch("tests.test_processes:check_process_in_a_job", processes=2,
+                             devices_per_process=2, timeout=120)
+    assert found.ok, found.failures
+    for answer in found.answers:
+        assert "cpu-devices-set-after-start" not in answer["codes"], answer["text"]
+        assert "this process: cpu (2 devices)" in answer["text"], answer["text"]
+
 def put_whole_and_in_pieces():
     """Run in each process of a job by the test below: one host array put onto a sharding over
     every process, by jax.device_put and by jax.make_array_from_callback, each traced."""
