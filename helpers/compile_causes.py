@@ -33,7 +33,7 @@ from helpers._internal.records import Record
 
 __all__ = ["AHEAD_SHARDING_FIX", "CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
            "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "LIBRARY_INT_FIX",
-           "MEMORY_SPACE_FIX",
+           "MEMORY_SPACE_FIX", "METADATA_VALUE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
            "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_BY_INTEGER_FIX", "WIDENED_OUTPUT_FIX",
            "WIDENED_BY_PROMOTION_FIX", "CacheMiss", "fix_for",
@@ -322,6 +322,15 @@ class CacheMiss(Record):
     explanation: str  # JAX's text
 
 
+#: the fix where only a value in a pytree node's metadata changed (a field marked static)
+METADATA_VALUE_FIX = (
+    "a value in the pytree's metadata changed ({0}): a field marked static "
+    "(register_dataclass's meta_fields, flax.struct's pytree_node=False, equinox's "
+    "static=True, a register_pytree_node's aux_data) is part of jit's cache key, so each new "
+    "value compiles again. Where it only feeds arithmetic (a noise level, a rate), make it a "
+    "data field, a leaf jit traces (ryan112358/mbi#196: 4 compiles to 1); where it sets a "
+    "shape or an index, keep it static and use a few values")
+
 #: the fix for a call compiled again for a new sharding after a program compiled ahead of
 #: time for other shardings: the abstract arguments it was lowered with carried none
 AHEAD_SHARDING_FIX = ("the program compiled ahead of time (.lower(...).compile()) was for "
@@ -369,6 +378,7 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             LIBRARY_FLOAT_FIX if through_library and _floats_only(misses, cause) else
             LIBRARY_INT_FIX if through_library and _ints_only(misses, cause) else
             IDENTITY_STRUCTURE_FIX.format(found) if (found := _identity_only(misses, cause))
+            else METADATA_VALUE_FIX.format(found) if (found := _metadata_only(misses, cause))
             else SAME_TEXT_STRUCTURE_FIX.format(same) if (same := _prints_same(misses, cause))
             else SAME_TEXT_STATIC_FIX.format(*_shown(same))
             if (same := _static_prints_same(misses, cause))
@@ -540,6 +550,29 @@ def _static_leaves_all(misses: Sequence[CacheMiss], cause: str, kind: re.Pattern
             return False
         found += diff
     return bool(found) and all(kind.match(a) and kind.match(b) for _, a, b in found)
+
+
+_METADATA = re.compile(r"^(.*?) with pytree metadata (.*)$", re.S)
+
+
+def _metadata_only(misses: Sequence[CacheMiss], cause: str) -> str:
+    """For a new pytree structure where only the node's metadata changed, same class, other
+    values that print otherwise (not addresses: :func:`_identity_only`): "now X, before Y"
+    of the first; "" else."""
+    if cause != "new pytree structure":
+        return ""
+    said = []
+    for m in (m for m in misses if m.cause == cause):
+        pair = _now_and_before(m)
+        if pair is None:
+            return ""
+        now, before = (_METADATA.match(x) for x in pair)
+        if not (now and before) or now.group(1) != before.group(1) or \
+                now.group(2) == before.group(2) or \
+                _ADDRESS.sub("", now.group(2)) == _ADDRESS.sub("", before.group(2)):
+            return ""
+        said.append(f"now {now.group(2)}, before {before.group(2)}")
+    return said[0] if said else ""
 
 
 def _now_and_before(m: CacheMiss) -> tuple[str, str] | None:

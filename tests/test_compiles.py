@@ -2006,3 +2006,36 @@ def test_maxtext_4174_a_program_compiled_ahead_for_unsharded_shapes_names_the_sh
         if sharding is None:
             assert "jax.ShapeDtypeStruct(shape, dtype, sharding=...)" in entry.fix, entry.fix
             assert "maxtext#4174" in log.diagnosis
+
+
+def test_mbi_196_a_value_in_a_pytree_s_metadata_is_named_with_a_data_field_as_the_fix():
+    """ryan112358/mbi#196 (a new user's trial): a loss object whose float noise level is a
+    meta_field compiles again for every value; the kit cut JAX's words at their first comma
+    (the "before" lost) and gave "keep the pytree's structure the same", which a changing
+    noise level cannot. The PR's fix, a data field, runs: 4 compiles to 1."""
+    import dataclasses
+
+    def make(meta):
+        @dataclasses.dataclass
+        class Loss:
+            target: jax.Array
+            stddev: float
+
+        jax.tree_util.register_dataclass(
+            Loss, data_fields=["target"] + ([] if meta else ["stddev"]),
+            meta_fields=["stddev"] if meta else [])
+        return Loss
+
+    for meta, expected in ((True, 4), (False, 1)):
+        Loss = make(meta)
+        step = jax.jit(lambda loss, x: jnp.sum((x - loss.target) ** 2) / loss.stddev)
+        with compiles.watch() as log:
+            for s in (1.25, 0.5, 0.3125, 0.2):
+                step(Loss(jnp.ones(4), s), jnp.zeros(4)).block_until_ready()
+        (entry,) = [e for e in log.functions if e.function == "<lambda>"]
+        assert entry.compiles == expected, str(log)
+        if meta:
+            assert "before <class" in entry.changed[0] and "(1.25,)" in entry.changed[0]
+            assert entry.fix.startswith("a value in the pytree's metadata changed (now (0.5,), "
+                                        "before (1.25,))"), entry.fix
+            assert "make it a data field" in entry.fix and "mbi#196" in entry.fix

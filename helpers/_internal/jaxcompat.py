@@ -1545,7 +1545,9 @@ _STATIC_OLD = re.compile(  # 0.8 (keywords: "now {m: 3} and before {m: 1}")
     r"different value of static (?:args|kwargs):\s*now (.*?) and before (.*)")
 _SETTING = re.compile(r"\* (\w+) differs: now (.*?) and before (.*)$", re.M)  # 0.10
 _SETTING_AT = re.compile(r"\[(\d+)\]: now (.*?) and before (.*)$", re.M)  # 0.8: a position
-_PYTREE_CHANGE = re.compile(r"\* at (.+?), now (.+?)(?:,|$)", re.M)
+#: "* at input path [0][0], now <class 'M'> with pytree metadata (0.5,) and before ... (1.25,),
+#: so the pytree node metadata does not match": the place and all of "now ..." (its commas too)
+_PYTREE_CHANGE = re.compile(r"\* at (.+?), now (.+?)(?:, so |$)", re.M)
 _KEYS = re.compile(r"symmetric difference of key sets: (\{.*?\})")
 
 
