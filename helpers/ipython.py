@@ -344,6 +344,14 @@ def _explain(shell, value: BaseException) -> None:
     if isinstance(value, AssertionError):  # a user's own assert: JAX's bare one alone
         if why := _no_backend(value):
             print(f"JAX Device Kit: why JAX could not start: {why}")
+        elif _NOT_THE_SAME in str(value):
+            print(f"JAX Device Kit: why this put failed: {_DIFFERS_BY_PROCESS}")
+        return None
+    if isinstance(value, RuntimeError) and _INITIALIZE_LATE in str(value):
+        print(f"JAX Device Kit: why initialize failed: {_initialize_late()}")
+        return None
+    if isinstance(value, RuntimeError) and _NON_ADDRESSABLE in str(value):
+        print(f"JAX Device Kit: why this read failed: {_READ_ELSEWHERE}")
         return None
     if oom.is_out_of_memory(value):
         explain, head = (lambda: oom.explain(value, namespace=shell.user_ns),
@@ -398,6 +406,41 @@ def _explain(shell, value: BaseException) -> None:
     print(f"JAX Device Kit: {head}")
     display(report)
     return None
+
+
+#: JAX's words where a value put onto a sharding over every process of a job differs by process
+_NOT_THE_SAME = "passed to device_put is not the same on each process"
+_DIFFERS_BY_PROCESS = (
+    "a jax.device_put onto a sharding over every process of the job checks that each process "
+    "passed the same value, and these differ: a buffer from np.empty (its leftover bytes), an "
+    "unseeded random draw, or each process's own data. Fill it the same everywhere (np.zeros, "
+    "a seeded draw), or build the global array from each process's own piece with "
+    "jax.make_array_from_process_local_data(sharding, local) (sgl-project/sglang-jax#155; "
+    "np.copy of the buffer changes nothing).")
+#: JAX's words where jax.distributed.initialize() comes after a backend started
+_INITIALIZE_LATE = "jax.distributed.initialize() must be called before any JAX calls"
+#: JAX's words where this process reads an array whose shards are partly other processes'
+_NON_ADDRESSABLE = "that spans non-addressable"
+_READ_ELSEWHERE = (
+    "this array is split over several processes' devices, and a process can read only the "
+    "shards on its own (x.addressable_shards). Gather it onto every process first, "
+    "jax.experimental.multihost_utils.process_allgather(x), or read this process's shards; "
+    "an array meant for this process alone belongs on jax.local_devices(), not "
+    "jax.devices()[0], which may be another process's (pytorch/xla#8667).")
+
+
+def _initialize_late() -> str:
+    """The cause and the fix of jax.distributed.initialize() called after a backend started,
+    with the line that started it where the kit's hook saw it."""
+    from helpers._internal import jaxcompat
+
+    at = jaxcompat.started_at()
+    by = (f", started by {at}," if at else
+          " (jax.devices(), an operation, or a library that calls one as it is imported),")
+    return ("a JAX backend had already started in this process" + by + " and "
+            "jax.distributed.initialize() must come before it: call it first, above that "
+            "line or import, then restart the kernel, since a backend once started stays "
+            "(jax-ml/jax#18237).")
 
 
 def _no_backend(value: AssertionError) -> str:

@@ -1215,3 +1215,49 @@ def test_jax_19327_the_timeit_module_timing_a_jitted_call_is_named_with_the_fix(
     shell.run_cell("ts = timeit.repeat(lambda: f1(w, a).block_until_ready(), number=1, "
                    "repeat=3)")
     assert "JAX Device Kit" not in capsys.readouterr().out
+
+
+_INIT_LATE = """
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+sys.path.insert(0, {folder!r})
+ip = InteractiveShell.instance()
+ip.run_cell("%load_ext helpers")
+ip.run_cell("import jax\\nimport lib_with_devices")  # a library asks for devices at import
+ip.run_cell("jax.distributed.initialize('127.0.0.1:1', num_processes=2, process_id=0)")
+from helpers._internal import jaxcompat
+print("STATE", jaxcompat.backend_start_snapshot()[0])
+"""
+
+
+def test_jax_18237_initialize_after_a_library_started_the_backend_is_named(tmp_path):
+    """jax-ml/jax#18237 (a new user's trial): jax.distributed.initialize() raised "must be
+    called before any JAX calls" where an imported library had called jax.devices(); the hook
+    said nothing. Now it names the cause, and the library's line where the kit's backend-start
+    hook saw it (jax 0.10.2: the hook JAX has there)."""
+    from tests.conftest import run_python
+
+    (tmp_path / "lib_with_devices.py").write_text("import jax\n\nDEVICES = jax.devices()\n")
+    proc = run_python(_INIT_LATE.format(folder=str(tmp_path)), env={"JAX_PLATFORMS": "cpu"},
+                      timeout=120)
+    assert "must be called before any JAX calls" in proc.stdout + proc.stderr
+    said = next(x for x in proc.stdout.splitlines() if "why initialize failed" in x)
+    assert "jax.distributed.initialize() must come before it" in said and "18237" in said
+    if "STATE installed" in proc.stdout:  # the hook saw this one start (jax 0.10.2)
+        assert "started by lib_with_devices.py:3: DEVICES = jax.devices()" in said, said
+    else:
+        assert "a library that calls one as it is imported" in said, said
+
+
+def test_sglang_jax_155_and_pytorch_xla_8667_multi_process_errors_are_explained(shell, capsys):
+    """Two errors of a jax.distributed job (new users' trials), JAX's words as
+    test_processes runs them: a put of a value that differs by process, and a read of an array
+    split over other processes' devices."""
+    shell.run_cell('raise AssertionError("<class numpy.ndarray> passed to device_put is not '
+                   'the same on each process. Make sure you are passing the same value")')
+    said = capsys.readouterr().out
+    assert "why this put failed" in said and "np.empty" in said and "sglang-jax#155" in said
+    shell.run_cell("raise RuntimeError('Fetching value for `jax.Array` that spans "
+                   "non-addressable (non process local) devices is not possible.')")
+    said = capsys.readouterr().out
+    assert "process_allgather(x)" in said and "jax.local_devices()" in said, said

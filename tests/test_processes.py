@@ -140,6 +140,38 @@ def test_check_process_in_a_job_counts_this_process_s_cpu_devices():
         assert "cpu-devices-set-after-start" not in answer["codes"], answer["text"]
         assert "this process: cpu (2 devices)" in answer["text"], answer["text"]
 
+
+def put_different_values():
+    """Run in each process of a job by the test below: a NumPy array that differs by process
+    put onto a sharding over every process, then the same put of one value everywhere."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import ipython
+
+    mesh = jax.make_mesh((len(jax.devices()),), ("x",))
+    try:
+        jax.device_put(np.full(8, jax.process_index(), np.int32), NamedSharding(mesh, P()))
+        said = ""
+    except AssertionError as err:
+        said = str(err)
+    fixed = jax.device_put(np.zeros(8, np.int32), NamedSharding(mesh, P()))
+    return {"said": said, "named": ipython._NOT_THE_SAME in said,
+            "fixed": bool(fixed.is_fully_replicated)}
+
+
+def test_sglang_jax_155_a_value_that_differs_by_process_is_named_by_jax_s_words():
+    """sgl-project/sglang-jax#155 (a new user's trial): np.empty's leftover bytes differ by
+    process, and a put onto a sharding over every process raises; the hook said nothing.
+    JAX's words here are the ones the hook reads; one value everywhere (np.zeros) puts."""
+    found = processes.launch("tests.test_processes:put_different_values", processes=2,
+                             timeout=120)
+    assert found.ok, found.failures
+    for answer in found.answers:
+        assert answer["named"] and answer["fixed"], answer
+
 def put_whole_and_in_pieces():
     """Run in each process of a job by the test below: one host array put onto a sharding over
     every process, by jax.device_put and by jax.make_array_from_callback, each traced."""

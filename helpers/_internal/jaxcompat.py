@@ -59,7 +59,7 @@ __all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXE
            "while_slice_copies", "weight_gradient_convolutions", "while_condition_all_reduces",
            "wraps_jaxpr",
            "x64_asked",
-           "x64_at_start",
+           "x64_at_start", "started_at",
            "YNN_FUSIONS_OFF", "while_carried", "ynn_fusion_intermediates"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -2063,6 +2063,7 @@ _lock = threading.Lock()
 _at_start: dict[str, dict[str, str | None]] = {}
 _hook_state = "not installed"
 _x64_seen: list[bool] = []  # jax_enable_x64 when the first backend started, as the hook saw it
+_started_at: list[str] = []  # the first backend's start: the line outside JAX that caused it
 
 
 #: What the hook records when a backend starts: the allocator variables, and the other
@@ -2076,10 +2077,39 @@ def _on_backend_start(client) -> None:  # called by JAX with the new client
         x64 = bool(sys.modules["jax"].config.jax_enable_x64)
     except Exception:  # pragma: no cover - a JAX without the option
         x64 = None
+    at = ""
+    try:  # the innermost frame outside JAX, jaxlib and the kit: a user's line or a library's
+        frame = sys._getframe(1)
+        while frame is not None and _jax_or_kit(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            at = frames.line(frame.f_code.co_filename, frame.f_lineno)
+    except Exception:  # pragma: no cover - never break JAX's start over a line
+        at = ""
     with _lock:
         _at_start.setdefault(str(client.platform), snapshot)
         if x64 is not None and not _x64_seen:
             _x64_seen.append(x64)
+        if at and not _started_at:
+            _started_at.append(at)
+
+
+_KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the helpers package
+
+
+def _jax_or_kit(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return any(p in ("jax", "jaxlib", "jax_plugins") for p in parts) or \
+        os.path.abspath(path).startswith(_KIT + os.sep) or path.startswith("<frozen")
+
+
+def started_at() -> str:
+    """The line outside JAX and the kit whose JAX operation started this process's first
+    backend ("fakelib.py:4: jax.devices()"), as the backend-start hook saw it; "" where it saw
+    none (helpers imported late, or a JAX without the hook)."""
+    ensure_hook()
+    with _lock:
+        return _started_at[0] if _started_at else ""
 
 
 def ensure_hook() -> None:
