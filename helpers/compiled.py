@@ -444,11 +444,12 @@ def user_line(err: BaseException) -> str:
 
 
 def metadata_arrays(tree: Any) -> list[tuple[str, Any]]:
-    """(node type's name, array) of each array of more than one element that a pytree keeps in
-    its metadata, the static part JAX compares with == to find a compiled program again (a
-    JAX array in an Equinox static field, equinox#746): JAX raises for one that is not the
-    same object, and a step bakes it in as a constant. Read from each node's ``node_data()``:
-    nothing is flattened or copied."""
+    """(node type's name, array) of each array of more than one element, or JAX scalar, that
+    a pytree keeps in its metadata, the static part JAX compares with == to find a compiled
+    program again (a JAX array in an Equinox static field, equinox#746): JAX raises for one
+    that is not the same object (a JAX scalar, inside another jit: jax-ml/jax#28311), and a
+    step bakes it in as a constant. Read from each node's ``node_data()``: nothing is
+    flattened or copied."""
     jax = devices.start_jax()
     out, stack = [], [jax.tree.structure(tree)]
     while stack:
@@ -458,7 +459,7 @@ def metadata_arrays(tree: Any) -> list[tuple[str, Any]]:
             continue
         kind, metadata = data
         out += [(getattr(kind, "__name__", str(kind)), a) for a in _arrays_in(metadata, jax)
-                if math.prod(a.shape) > 1]
+                if math.prod(a.shape) > 1 or (a.ndim == 0 and isinstance(a, jax.Array))]
         stack.extend(node.children())
     return out
 

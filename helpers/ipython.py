@@ -636,9 +636,12 @@ def _metadata_array_fix(value: ValueError) -> str:
     return (found + "A field marked static (dataclasses.field(metadata=dict(static=True)), "
             "flax.struct.field(pytree_node=False), an Equinox static field) is part of the "
             "pytree's metadata, which jit compares with == to find its compiled program again: "
-            "for a new array of more than one element that comparison raises, and an array "
-            "there is baked into the program as a constant. Make it an ordinary field, a child "
-            "of the pytree, so jit traces it (jax-ml/jax#24204).")
+            "for a new array of more than one element that comparison raises (for a JAX "
+            "scalar too, inside another jit), and an array there is baked into the program as "
+            "a constant. Make it an ordinary field, a child of the pytree, so jit traces it "
+            "(jax-ml/jax#24204); where it sets a shape or a slice bound, which must stay "
+            "static, keep it a Python int (int(x)), and run jax.clear_caches() once, since the "
+            "cache keeps the entry keyed on the array (jax-ml/jax#28311).")
 
 
 #: what NumPy says when asked for an old-style DLPack capsule of a read-only array

@@ -742,14 +742,21 @@ def donation_note(names: list[str], saving: int,
     return note
 
 
+#: where the value in a pytree's static part sets a shape or an index, it cannot be traced
+_STATIC_BOUND = ("where it sets a shape or a slice bound, which must stay static, keep it a "
+                 "Python int (int(x)), and run jax.clear_caches() once, since the cache keeps "
+                 "the entry keyed on the array (jax-ml/jax#28311)")
+
+
 def static_array_note(static: tuple[tuple[str, str, str], ...]) -> str:
     """The note for the first array kept in a pytree's static part (:func:`static_arrays`)."""
     name, node, array = static[0]
     return (f"{name} keeps an array, {array}, in the static part of its {node} (the pytree's "
             "metadata: a field marked static): jit bakes it into the program as a constant and "
             "compares it with == at every call, which raises for another array of more than "
-            "one element (\"arrays cannot be passed as metadata fields\"). Make it an ordinary "
-            "field, a child of the pytree, so it is passed to the step as an argument.")
+            "one element (\"arrays cannot be passed as metadata fields\"), and for a JAX "
+            "scalar inside another jit. Make it an ordinary field, a child of the pytree, so it "
+            "is passed to the step as an argument; " + _STATIC_BOUND + ".")
 
 
 def narrowed_notes(narrowed: tuple[NarrowedArgument, ...], peak: int) -> list[str]:

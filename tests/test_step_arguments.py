@@ -526,3 +526,28 @@ def test_a_float64_numpy_argument_is_counted_as_the_float32_array_jax_makes():
     split = dict(p.argument_split)
     assert split == {"mask": 4 * 2**20, "q": 2**20}, split
     assert sum(split.values()) == p.argument_bytes
+
+
+def test_jax_28311_a_jax_scalar_in_static_metadata_is_named_with_a_python_int():
+    """jax-ml/jax#28311 (a new user's trial): a JAX scalar, jnp.array(3), kept in a pytree's
+    meta_fields and used as a slice bound: inside another jit its == comparison fails (on jax
+    0.10.2 an error, in 2025 a hang). preflight_step said FITS: only arrays of more than one
+    element were looked for. The fix for a slice bound is a Python int, which runs; a data
+    field (the general fix) cannot be one ("Slice entries must be static integers")."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Indexer:
+        index: int
+
+    jax.tree_util.register_dataclass(Indexer, data_fields=[], meta_fields=["index"])
+
+    @jax.jit
+    def slice_it(x, indexer):
+        return x[:indexer.index]
+
+    p = preflight.preflight_step(slice_it, jnp.arange(30), Indexer(jnp.array(3)))
+    assert "keeps an array, int32[]" in p.advice, p.advice
+    assert "keep it a Python int (int(x))" in p.advice and "jax-ml/jax#28311" in p.advice
+    jax.clear_caches()  # the fix, both halves: the cache keeps the entry keyed on the array
+    assert slice_it(jnp.arange(30), Indexer(3)).tolist() == [0, 1, 2]  # (0.8.0 raises without)
