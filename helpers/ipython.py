@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import types
 from collections.abc import Callable, Mapping
@@ -180,7 +181,7 @@ def load(ip: Any) -> None:
             return _run_measured(self.shell, cell)
 
     ip.register_magics(MemoryMagics)
-    ip.events.register("pre_run_cell", _timeit_unblocked)
+    ip.events.register("pre_run_cell", _before_cell)
 
 
 def unload(ip: Any) -> None:
@@ -188,7 +189,7 @@ def unload(ip: Any) -> None:
     ip.set_custom_exc((), None)
     ip.magics_manager.magics["cell"].pop("memory", None)
     try:
-        ip.events.unregister("pre_run_cell", _timeit_unblocked)
+        ip.events.unregister("pre_run_cell", _before_cell)
     except ValueError:  # not registered
         pass
 
@@ -206,6 +207,61 @@ TIMEIT_NOTE = (
     "returns before its work is done (asynchronous dispatch), so %timeit times the dispatch "
     "and its later runs wait behind the work queued by earlier ones (jax-ml/jax#1988). Time "
     "{fixed} instead: it waits for the result.")
+
+
+def _before_cell(info: Any = None) -> None:
+    """Before a cell runs: the checks of its text that need no running (each never raises)."""
+    _timeit_unblocked(info)
+    _printed_whole(info)
+
+
+#: elements from which a whole array's text is worth a word (NumPy's text of one element is
+#: about ten characters, and building it costs hundreds of bytes an element: jax-ml/jax#7301)
+PRINTED_WHOLE_ELEMENTS = 100_000
+
+
+def _printed_whole(info: Any = None) -> None:
+    """Where the cell prints an array, or shows it as its result, whole: NumPy summarizes
+    (``...``) only dimensions longer than 2 x edgeitems, so an array of many short dimensions
+    ([2] * 18) is written out element by element, and its text costs far more memory than the
+    array (jax-ml/jax#7301: a 1 MiB array took 125.6 MiB of host memory to print, in a
+    trial). Names it with the fix before the cell runs."""
+    import ast
+
+    import numpy as np
+
+    try:
+        cell = getattr(info, "raw_cell", "") or ""
+        if not cell.strip() or cell.lstrip().startswith("%"):
+            return
+        tree = ast.parse(cell)
+        names = [n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id == "print" and n.args
+                 and isinstance(n.args[0], ast.Name)]
+        last = tree.body[-1] if tree.body else None
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Name) and \
+                not cell.rstrip().endswith(";"):
+            names.append(last.value.id)
+        namespace = getattr(frames.ipython_shell(), "user_ns", {})
+        edge = int(np.get_printoptions()["edgeitems"])
+        for name in dict.fromkeys(names):
+            x = namespace.get(name)
+            shape = getattr(x, "shape", None)
+            if not isinstance(shape, tuple) or not hasattr(x, "dtype") or \
+                    math.prod(shape) < max(PRINTED_WHOLE_ELEMENTS,
+                                           np.get_printoptions()["threshold"]) or \
+                    any(d > 2 * edge for d in shape):
+                continue
+            print(f"JAX Device Kit: printing {name} ({x.dtype}{list(shape)}, "
+                  f"{math.prod(shape):,} elements) writes every element: NumPy summarizes "
+                  f"only dimensions longer than 2 x edgeitems ({2 * edge}), and none of "
+                  f"{name}'s is, so its text is millions of characters and NumPy takes "
+                  "hundreds of bytes an element to build it (jax-ml/jax#7301: a 1 MiB array "
+                  f"of 18 dimensions took 125.6 MiB). Print a slice, or "
+                  f"{name}.reshape(-1, {shape[-1]}) first, which NumPy summarizes.")
+            return
+    except Exception:  # the note must never stop a cell
+        return
 
 
 def _timeit_unblocked(info: Any = None) -> None:

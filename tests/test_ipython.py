@@ -1261,3 +1261,23 @@ def test_sglang_jax_155_and_pytorch_xla_8667_multi_process_errors_are_explained(
                    "non-addressable (non process local) devices is not possible.')")
     said = capsys.readouterr().out
     assert "process_allgather(x)" in said and "jax.local_devices()" in said, said
+
+
+def test_jax_7301_printing_an_array_of_many_short_dimensions_is_named_before_it_runs(
+        shell, capsys):
+    """jax-ml/jax#7301 (a new user's trial): print() of a [2] * 25 array got the kernel
+    killed: NumPy summarizes only dimensions longer than 2 x edgeitems, so it writes every
+    element; %%memory measured the peak (+125.6 MiB for 1 MiB) and named no cause. The note
+    comes before the cell runs; the fix it names, a reshape, prints a summary."""
+    shell.run_cell("arr = jnp.zeros([2] * 17)\nsmall = jnp.zeros((512, 512))")
+    capsys.readouterr()
+    shell.run_cell("print(small)")  # summarized by NumPy: no note
+    assert "JAX Device Kit" not in capsys.readouterr().out
+    shell.run_cell("print(arr.shape)")
+    assert "JAX Device Kit" not in capsys.readouterr().out
+    shell.run_cell("y = 1\nprint(arr)")
+    out = capsys.readouterr().out
+    assert "printing arr (float32[2, 2, 2" in out and "131,072 elements" in out, out[:500]
+    assert "arr.reshape(-1, 2) first" in out and "jax-ml/jax#7301" in out
+    assert len(str(np.asarray(shell.user_ns["arr"]).reshape(-1, 2))) < 2_000  # the fix
+    assert len(str(np.asarray(shell.user_ns["arr"]))) > 500_000  # what it names
