@@ -136,8 +136,33 @@ def process_view() -> ProcessView:
         note = (f"launched as one of several processes ({k}={v}) but jax.distributed."
                 "initialize() has not run here: this process works alone, on its own devices. "
                 "Fix: call jax.distributed.initialize() first, before any other JAX call")
+    elif up and (fewer := _gpus_narrowed(os.environ)):
+        note = fewer
     return ProcessView(up, int(jax.process_index()), count, jaxcompat.distributed_coordinator(),
                        local, every, MappingProxyType(env), note)
+
+
+def _gpus_narrowed(environ) -> str:
+    """Where jax.distributed.initialize() left this process fewer GPUs than its environment
+    gives it: JAX's SLURM detection passes local_device_ids=[SLURM_LOCALID], one GPU a process,
+    which with one process per node and several GPUs each hides the rest (jax-ml/jax#16788).
+    Read from jax_cuda_visible_devices, which JAX sets from local_device_ids, against
+    CUDA_VISIBLE_DEVICES or SLURM_GPUS_PER_TASK; "" where nothing was narrowed."""
+    chosen = str(jaxcompat.config_global("jax_cuda_visible_devices", "all") or "all")
+    if chosen == "all":
+        return ""
+    ids = [i for i in chosen.split(",") if i.strip()]
+    listed = [i for i in (environ.get("CUDA_VISIBLE_DEVICES") or "").split(",") if i.strip()]
+    per_task = environ.get("SLURM_GPUS_PER_TASK", "")
+    given = max(len(listed), int(per_task) if per_task.isdigit() else 0)
+    if not ids or given <= len(ids):
+        return ""
+    return (f"jax.distributed.initialize() left this process GPU {chosen} "
+            f"(jax_cuda_visible_devices) of the {given} its environment gives it: JAX's SLURM "
+            "detection passes local_device_ids=[SLURM_LOCALID], one GPU a process, which with "
+            "one process per node and several GPUs each hides the rest. Fix: "
+            f"jax.distributed.initialize(local_device_ids=range({given})), or set "
+            f"JAX_LOCAL_DEVICE_IDS={','.join(map(str, range(given)))} (jax-ml/jax#16788)")
 
 
 @dataclass(frozen=True)

@@ -572,3 +572,27 @@ def test_jax_40789_jnp_from_dlpack_of_a_read_only_array_is_explained_under_its_t
     finally:
         ip.run_line_magic("unload_ext", "helpers")
         ip.reset()
+
+
+def test_jax_16788_gpus_narrowed_by_slurm_detection_are_named_with_local_device_ids():
+    """jax-ml/jax#16788 (a new user's trial, SLURM's variables set by hand on the CPU): with
+    one task per node and two GPUs each, initialize() with no arguments set
+    jax_cuda_visible_devices to SLURM_LOCALID alone (0); process_view said nothing. The
+    config option is what JAX sets from local_device_ids; the note reads it."""
+    import jax
+
+    from helpers import devices
+
+    saved = jax.config.values.get("jax_cuda_visible_devices", "all")
+    try:
+        jax.config.update("jax_cuda_visible_devices", "0")
+        said = devices._gpus_narrowed({"CUDA_VISIBLE_DEVICES": "0,1"})
+        assert "left this process GPU 0 (jax_cuda_visible_devices) of the 2" in said, said
+        assert "local_device_ids=range(2)" in said and "JAX_LOCAL_DEVICE_IDS=0,1" in said
+        assert devices._gpus_narrowed({"SLURM_GPUS_PER_TASK": "4"}).count("range(4)") == 1
+        assert devices._gpus_narrowed({"CUDA_VISIBLE_DEVICES": "0"}) == ""  # one GPU given
+        jax.config.update("jax_cuda_visible_devices", "0,1")  # the fix's setting
+        assert devices._gpus_narrowed({"CUDA_VISIBLE_DEVICES": "0,1"}) == ""
+    finally:
+        jax.config.update("jax_cuda_visible_devices", saved)
+    assert devices._gpus_narrowed({"CUDA_VISIBLE_DEVICES": "0,1"}) == ""  # "all"
