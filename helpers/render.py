@@ -533,7 +533,8 @@ def cell_memory_text(c: CellMemory) -> str:
                      "cell, its peak is exact.")
     moved = ", ".join(f"{r['count']} {r['direction']} "
                       f"({'explicit' if r['explicit'] else 'implicit'}"
-                      f"{', ' + _copied_size(r) if r['bytes'] or r['unknown_size'] else ''})"
+                      + (", " + _spelled(_copied_size(r))
+                         if r["bytes"] or r["unknown_size"] else "") + ")"
                       for r in c.transfers) or "none seen"
     lines.append(f"copies: {moved}; {c.seconds:.2f} s with the kit watching (its line tracer "
                  "slows Python code: time the cell without %%memory)"
@@ -885,6 +886,14 @@ def _copied_size(r: dict) -> str:
     if r["unknown_size"] == r["count"]:
         return "?"
     return format_bytes(r["bytes"]) + ("+?" if r["unknown_size"] else "")
+
+
+def _spelled(size: str) -> str:
+    """A summary row's bytes in words where JAX logged none: "?" reads as a missing line (a
+    new user's trial). jit's fast path logs a copy with no shape."""
+    if size == "?":
+        return "bytes not logged"
+    return size.replace("+?", " + some not logged")
 
 
 def transfer_log_text(log: TransferLog) -> str:

@@ -457,9 +457,9 @@ def test_percent_percent_memory_shows_copies_of_unlogged_size_as_unknown_not_as_
     row = {"direction": "host->device", "explicit": False, "count": 1000, "bytes": 8,
            "unknown_size": 998}  # jit's fast path logs no shape: most sizes are not known
     c = CellMemory((), 0, 0, 0, (row,), 0.1, False)
-    assert "1000 host->device (implicit, 8 B+?)" in str(c)
+    assert "1000 host->device (implicit, 8 B + some not logged)" in str(c)
     c = CellMemory((), 0, 0, 0, ({**row, "bytes": 0, "unknown_size": 1000},), 0.1, False)
-    assert "1000 host->device (implicit, ?)" in str(c)
+    assert "1000 host->device (implicit, bytes not logged)" in str(c)
 
 
 def test_elegy_141_a_loop_that_reads_each_step_s_value_as_it_is_made_is_named(shell, monkeypatch):
