@@ -553,6 +553,9 @@ def _static_leaves_all(misses: Sequence[CacheMiss], cause: str, kind: re.Pattern
 
 
 _METADATA = re.compile(r"^(.*?) with pytree metadata (.*)$", re.S)
+#: metadata that is a node's keys (an OrderedDict's, a namedtuple's fields): keys changed, a
+#: structure of its own (a review), not a value
+_KEYS_ONLY = re.compile(r"^[(\[]\s*(?:'[^']*'\s*,?\s*)+[)\]]$")
 
 
 def _metadata_only(misses: Sequence[CacheMiss], cause: str) -> str:
@@ -567,7 +570,9 @@ def _metadata_only(misses: Sequence[CacheMiss], cause: str) -> str:
         if pair is None:
             return ""
         now, before = (_METADATA.match(x) for x in pair)
-        if not (now and before) or now.group(1) != before.group(1) or \
+        if not (now and before) or _KEYS_ONLY.match(now.group(2)) or \
+                re.search(r"dict|namedtuple|NamedTuple", now.group(1)) or \
+                now.group(1) != before.group(1) or \
                 now.group(2) == before.group(2) or \
                 _ADDRESS.sub("", now.group(2)) == _ADDRESS.sub("", before.group(2)):
             return ""

@@ -64,6 +64,7 @@ from helpers.compile_causes import (
     AHEAD_SHARDING_FIX,
     CAUSES,
     CLEARED_NEW_SHAPES,
+    FIXES,
     WEAK_FIX,
     CacheMiss,
     fix_for,
@@ -1404,11 +1405,14 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         # function compiles the same types every call, patrick-kidger/equinox#307)
         if cause == "new shapes" and (transformed := _transformed_outside(mine)) else
         SEVERAL_FIRST_FIX if cause == "first compile" and len(seconds) > 1 else
-        AHEAD_SHARDING_FIX if cause == "new sharding" and ahead_first else
         # a leaf whose split changed between two calls: the step's own output passed back
         FED_BACK_FIX if cause == "new placement" and any(
             re.search(r": (split|replicated) P\(.*, before (split|replicated) P\(", m)
             for m in placed) else
+        # (compiled ahead of time for other shardings: where no narrower fix applies, the
+        # ShapeDtypeStructs it was lowered with, not a put before the loop: a review)
+        AHEAD_SHARDING_FIX if cause == "new sharding" and ahead_first and fix_for(
+            mine, cause, through_library=library) == FIXES["new sharding"] else
         fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
                 through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],

@@ -197,10 +197,27 @@ def unload(ip: Any) -> None:
 #: ``%timeit`` (or ``%%timeit``) and what it times, with IPython's own options in front
 _TIMEIT = re.compile(r"^[ \t]*%%?timeit\b(.*)$", re.M)
 _TIMEIT_OPTIONS = re.compile(r"^(?:\s*-(?:[nrp]\s*\S+|[tcqo]))*\s*")
-#: the timeit module's timeit or repeat, of a lambda or a statement in quotes
+#: the timeit module's timeit or repeat, of a lambda (its body read by _lambda_body) or a
+#: statement in quotes
 _TIMEIT_MODULE = re.compile(
-    r"\b(?P<fn>timeit\.(?:timeit|repeat))\(\s*(?:lambda\s*:\s*(?P<call>[^,()]*\([^()]*\))"
+    r"\b(?P<fn>timeit\.(?:timeit|repeat))\(\s*(?:lambda\s*:\s*(?P<call>)"
     r"|(?P<q>[\"'])(?P<stmt>[^\"']+)(?P=q))")
+
+
+def _lambda_body(text: str) -> str:
+    """A lambda's body from its first character: up to the comma or closing bracket at its
+    own depth (``f1(w, a).sum().item()`` whole, not ``f1(w, a)``: a review)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return text[:i]
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return text[:i]
+    return text
 #: what the kit says under a cell that times a jitted call which does not wait (jax#1988)
 TIMEIT_NOTE = (
     "JAX Device Kit: %timeit {statement}: {name} is a jitted function, and a jitted call "
@@ -235,7 +252,7 @@ def _printed_whole(info: Any = None) -> None:
         if not cell.strip() or cell.lstrip().startswith("%"):
             return
         tree = ast.parse(cell)
-        names = [n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call)
+        names = [n.args[0].id for n in _run_here(tree) if isinstance(n, ast.Call)
                  and isinstance(n.func, ast.Name) and n.func.id == "print" and n.args
                  and isinstance(n.args[0], ast.Name)]
         last = tree.body[-1] if tree.body else None
@@ -264,6 +281,20 @@ def _printed_whole(info: Any = None) -> None:
         return
 
 
+def _run_here(tree: Any) -> list:
+    """The nodes of a cell's syntax tree that run when the cell runs: not the bodies of the
+    functions, lambdas and classes it only defines (a review)."""
+    import ast
+
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack += [c for c in ast.iter_child_nodes(node) if not isinstance(
+            c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))]
+    return out
+
+
 def _timeit_unblocked(info: Any = None) -> None:
     """Before a cell runs: where it times, with %timeit or %%timeit, one statement whose
     outermost call is a jitted function (or ``x = f(...)``) and nothing waits for the result
@@ -284,7 +315,8 @@ def _timeit_unblocked(info: Any = None) -> None:
                                          fixed=f"{call}.block_until_ready()"))
                 return
         for m in _TIMEIT_MODULE.finditer(cell):  # the timeit module's (jax-ml/jax#19327)
-            statement = (m.group("call") or m.group("stmt") or "").strip()
+            statement = (_lambda_body(cell[m.end("call"):]) if m.group("call") is not None
+                         else m.group("stmt") or "").strip()
             name, call = _jitted_call(statement, namespace)
             if name:
                 print(TIMEIT_NOTE.format(statement=statement, name=name,
@@ -409,6 +441,9 @@ def _explain(shell, value: BaseException) -> None:
     if isinstance(value, RuntimeError) and _NON_ADDRESSABLE in str(value):
         print(f"JAX Device Kit: why this read failed: {_READ_ELSEWHERE}")
         return None
+    if _CLOSED_NON_ADDRESSABLE in str(value):
+        print(f"JAX Device Kit: why this jit failed: {_PASS_GLOBAL}")
+        return None
     if oom.is_out_of_memory(value):
         explain, head = (lambda: oom.explain(value, namespace=shell.user_ns),
                          "why this cell ran out of memory")
@@ -476,7 +511,13 @@ _DIFFERS_BY_PROCESS = (
 #: JAX's words where jax.distributed.initialize() comes after a backend started
 _INITIALIZE_LATE = "jax.distributed.initialize() must be called before any JAX calls"
 #: JAX's words where this process reads an array whose shards are partly other processes'
-_NON_ADDRESSABLE = "that spans non-addressable"
+_NON_ADDRESSABLE = "Fetching value for `jax.Array` that spans non-addressable"
+#: JAX's words where a jitted function closes over such an array
+_CLOSED_NON_ADDRESSABLE = "Closing over jax.Array that spans non-addressable"
+_PASS_GLOBAL = (
+    "the jitted function closes over an array split over several processes' devices, which "
+    "jit cannot bake into its program: pass it as an argument of the jitted function instead, "
+    "as JAX's message says (jit takes a global array as an argument in every process).")
 _READ_ELSEWHERE = (
     "this array is split over several processes' devices, and a process can read only the "
     "shards on its own (x.addressable_shards). Gather it onto every process first, "
@@ -799,9 +840,13 @@ def _compiled_again_timed(compiled: Any, followed: Any, cell: str
              if followed is not None else bool(_CLOCK_TEXT.search(cell)))
     if not clock:
         return ()
+    lines = cell.splitlines()
+    first = next((i for i, x in enumerate(lines) if _CLOCK_TEXT.search(x)), len(lines))
+    warmed = "\n".join(lines[:first])  # a call above the first clock read: a warm-up (a review)
     rows = [(f.function, f.place, f.compile_seconds + f.trace_seconds + f.lowering_seconds,
              f.cause) for f in compiled.functions if f.compiles
-            and f.cause not in ("first compile", compiles.EAGER, compiles.UNEXPLAINED)]
+            and f.cause not in ("first compile", compiles.EAGER, compiles.UNEXPLAINED)
+            and not re.search(rf"\b{re.escape(f.function)}\s*\(", warmed)]
     return tuple(sorted(rows, key=lambda r: -r[2])[:3])
 
 

@@ -730,7 +730,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             "in_specs=P(axis), out_specs=P(axis))): each device then loops over its own "
             "elements, as jax.pmap does, with no collective (jax-ml/jax#26586).")
     removed = c.callbacks_removed()
-    if removed and c.jaxpr is not None and jaxpr_walk.has_derivative(c.jaxpr):
+    if removed and c.jaxpr is not None and removed[0] in jaxpr_callbacks.in_custom_rules(
+            c.jaxpr):  # (a training step's own logging callback is not one: a review)
         at = removed[0]  # (a custom_vjp's forward kernel: the plain call still needs it)
         notes.append(
             f"The jax.pure_callback{' (' + at + ')' if at else ''} never runs in this step: "

@@ -1361,9 +1361,6 @@ def _reaches(roots: list, value, depth: int = 3, most: int = 20000) -> bool:
     ``depth`` steps: a module's globals, a function's globals and closure, a bound method's
     object, a functools.partial's arguments, an object's attributes, a dict's values, a list's
     or tuple's items (a review: a model's self.w, partial(f, mask=arr), a nested config)."""
-    import functools
-    import types
-
     seen: set[int] = set()
     level = list(roots)
     for _ in range(depth + 1):
@@ -1380,31 +1377,40 @@ def _reaches(roots: list, value, depth: int = 3, most: int = 20000) -> bool:
                     except (TypeError, ValueError):
                         pass
                 continue
-            if isinstance(v, types.ModuleType):  # a module imported there is not searched
-                if any(v is r for r in roots):
-                    nxt += list(vars(v).values())
-            elif isinstance(v, types.FunctionType):
-                nxt += [c.cell_contents for c in (v.__closure__ or ()) if _filled(c)]
-                nxt += [v.__globals__.get(n) for n in v.__code__.co_names]
-                nxt += list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values())
-            elif isinstance(v, types.MethodType):
-                nxt += [v.__self__, v.__func__]
-            elif isinstance(v, functools.partial):
-                nxt += [v.func, *v.args, *v.keywords.values()]
-            elif isinstance(v, dict):
-                nxt += list(v.values())
-            elif isinstance(v, (list, tuple)):
-                nxt += list(v[:1000])
-            elif isinstance(v, (str, bytes, int, float, bool, type(None), type)):
+            try:  # (an object's own __getattr__ may raise anything: a review)
+                nxt += _inside(v, roots)
+            except Exception:
                 continue
-            else:
-                try:
-                    nxt += list(vars(v).values())
-                except TypeError:  # no __dict__
-                    pass
-                nxt += [getattr(v, "__wrapped__", None)]
         level = nxt
     return False
+
+
+def _inside(v, roots: list) -> list:
+    """What :func:`_reaches` looks at one step further from ``v``."""
+    import functools
+    import types
+
+    if isinstance(v, types.ModuleType):  # a module imported there is not searched
+        return list(vars(v).values()) if any(v is r for r in roots) else []
+    if isinstance(v, types.FunctionType):
+        return ([c.cell_contents for c in (v.__closure__ or ()) if _filled(c)]
+                + [v.__globals__.get(n) for n in v.__code__.co_names]
+                + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values()))
+    if isinstance(v, types.MethodType):
+        return [v.__self__, v.__func__]
+    if isinstance(v, functools.partial):
+        return [v.func, *v.args, *v.keywords.values()]
+    if isinstance(v, dict):
+        return list(v.values())
+    if isinstance(v, (list, tuple)):
+        return list(v[:1000])
+    if isinstance(v, (str, bytes, int, float, bool, type(None), type)):
+        return []
+    try:
+        found = list(vars(v).values())
+    except TypeError:  # no __dict__
+        found = []
+    return [*found, getattr(v, "__wrapped__", None)]
 
 
 def _filled(cell) -> bool:

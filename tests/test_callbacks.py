@@ -484,3 +484,11 @@ def test_a_custom_vjp_s_forward_kernel_removed_under_grad_is_not_told_to_be_dele
     assert "never runs in this step" in p.advice and "keep it" in p.advice, p.advice
     assert "otherwise delete it" not in p.advice
     assert float(jax.jit(f)(jnp.ones(8)).sum()) == 16.0  # the plain call runs the forward
+
+    def train_step(w):  # a step's own logging callback, its result unread: no "keep it"
+        loss, g = jax.value_and_grad(lambda w: (w ** 2).sum())(w)
+        jax.pure_callback(lambda v: np.asarray(v), jax.ShapeDtypeStruct((), jnp.float32), loss)
+        return w - 0.1 * g
+
+    p = preflight.preflight_step(train_step, jnp.ones(8))
+    assert "otherwise delete it" in p.advice and "keep it" not in p.advice, p.advice

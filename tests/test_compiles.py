@@ -2039,3 +2039,11 @@ def test_mbi_196_a_value_in_a_pytree_s_metadata_is_named_with_a_data_field_as_th
             assert entry.fix.startswith("a value in the pytree's metadata changed (now (0.5,), "
                                         "before (1.25,))"), entry.fix
             assert "make it a data field" in entry.fix and "mbi#196" in entry.fix
+    import collections  # an OrderedDict's keys are its metadata: keys changed (a review)
+
+    keyed = jax.jit(lambda d: d["w"] + d["b"])
+    with compiles.watch() as log:
+        keyed(collections.OrderedDict(w=jnp.ones(2), b=jnp.ones(2)))
+        keyed(collections.OrderedDict(b=jnp.ones(2), w=jnp.ones(2)))
+    (entry,) = [e for e in log.functions if e.function == "<lambda>"]
+    assert entry.fix.startswith("keep the pytree's structure the same"), entry.fix

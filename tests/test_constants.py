@@ -350,6 +350,20 @@ def test_haiku_675_a_numpy_mask_made_while_tracing_is_named_and_jnp_is_the_fix()
     assert "NumPy array made" not in closed.advice
 
 
+class _Strict:
+    """A config object whose __getattr__ raises for any name it lacks (a review: the kit's
+    search for who holds a NumPy constant raised KeyError('__wrapped__') from it)."""
+
+    def __init__(self, values):
+        self._d = values
+
+    def __getattr__(self, k):
+        return self.__dict__["_d"][k]
+
+
+_CONFIG = _Strict({"lr": 0.1})
+
+
 class _Dense:
     def __init__(self):
         self.w = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
@@ -369,6 +383,6 @@ def test_stored_numpy_weights_are_closed_over_not_made_while_tracing():
     for fn in (model.__call__, jax.jit(model.__call__),
                functools.partial(lambda x, mask: x @ mask, mask=model.w),
                lambda x: x @ cfg["inner"]["mask"]):
-        p = preflight.preflight_step(fn, x)
+        p = preflight.preflight_step(fn, x)  # (with _CONFIG among the module's globals)
         assert "NumPy array made" not in p.advice, p.advice
         assert "1.00 MiB of arrays the function closes over" in p.advice, p.advice

@@ -247,3 +247,19 @@ def test_a_forgotten_psum_under_replicated_out_specs_is_named_first_and_its_fix_
     fix = devices.sharding_error_fix(info.value)
     assert "mesh axes 'data', 'model'" in fix and "psum(x, ('data', 'model'))" in fix, fix
     assert "'i'" not in fix
+
+
+def test_jax_26586_a_convergence_loop_over_a_split_array_is_no_batched_loop():
+    """A review: a plain while_loop whose stop test sums a split array (an f32 all-reduce)
+    beside a vmapped loop over a batch that is not split drew the note on the vmapped one."""
+    split = NamedSharding(_mesh(), P("x"))
+
+    def step(x, y0, limit):
+        def body(c):
+            return (c[0] * 0.5, c[1] + 1)
+        done, _ = jax.lax.while_loop(lambda c: jnp.sum(c[0]) > 1e-3, body, (x, 0))
+        return done, jax.vmap(_solve)(y0, limit)
+
+    x = jax.device_put(jnp.ones(16), split)
+    p = preflight.preflight_step(step, x, jnp.zeros(16), jnp.full(16, 0.05))
+    assert "26586" not in p.advice, p.advice

@@ -638,3 +638,7 @@ def test_nanodl_12_pmap_replicas_that_drift_apart_are_named_with_pmean():
     (problem,) = devices.tree_placement(averaged).problems
     assert "one value copied per device" in problem and "google/objax#163" in problem
     assert "drifted" not in problem
+    # per-device losses and a batch of similar values are no drifted copies (a review)
+    losses = jax.pmap(lambda x: jnp.mean(x) + 1.0, axis_name="devices")(xs)
+    temps = jax.pmap(lambda i: 290.0 + 3.0 * jnp.sin(jnp.arange(64.0) + i))(jnp.arange(n))
+    assert devices.tree_placement({"loss": losses, "t": temps}).problems == ()

@@ -811,8 +811,8 @@ def while_condition_all_reduces(hlo_text: str) -> int | None:
         if (m := _COMPUTATION.match(line)) and not line.startswith(" "):
             current = m.group(1)
             continue
-        if current is not None and " all-reduce(" in line:
-            reduces.add(current)
+        if current is not None and re.search(r"= pred\[\] all-reduce\(", line):
+            reduces.add(current)  # (an OR of a batched stop test; a sum's is f32: a review)
         if (w := _WHILE_CONDITION.search(line)) and " while(" in line:
             conditions.append(w.group(1))
     return sum(1 for c in conditions if c in reduces)

@@ -247,6 +247,21 @@ def pure_callback_code(closed) -> tuple[tuple[str, Any], ...]:
     return tuple(out)
 
 
+def in_custom_rules(closed) -> set[str]:
+    """The lines of the jax.pure_callbacks inside a custom_vjp's or custom_jvp's function (its
+    primal, which a derivative may leave unread while the plain call needs it)."""
+    out: set[str] = set()
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            if not eqn.primitive.name.startswith(("custom_vjp_call", "custom_jvp_call")):
+                continue
+            inner = [v for v in eqn.params.values() if hasattr(v, "eqns") or hasattr(v, "jaxpr")]
+            for sub in inner:
+                out.update(equation_line(e) for jj, _ in walk(sub)
+                           for e in getattr(jj, "eqns", ()) if e.primitive.name == "pure_callback")
+    return out
+
+
 def callbacks_calling_jax(closed) -> tuple[tuple[str, str, str, str], ...]:
     """(the callback, its line, the function it runs, what in it is JAX's) of each
     jax.pure_callback and io_callback whose Python function calls JAX itself (a jitted
