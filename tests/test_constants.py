@@ -361,8 +361,6 @@ class _Strict:
         return self.__dict__["_d"][k]
 
 
-_CONFIG = _Strict({"lr": 0.1})
-
 
 class _Dense:
     def __init__(self):
@@ -380,9 +378,12 @@ def test_stored_numpy_weights_are_closed_over_not_made_while_tracing():
 
     model, x = _Dense(), jnp.ones((8, 512))
     cfg = {"inner": {"mask": np.tril(np.ones((512, 512), np.float32)) * 3}}
+    strict = _Strict({"lr": 0.1})  # seen before the weights: its __getattr__ raises
     for fn in (model.__call__, jax.jit(model.__call__),
                functools.partial(lambda x, mask: x @ mask, mask=model.w),
+               functools.partial(lambda x, config, mask: x @ mask, config=strict,
+                                 mask=model.w),
                lambda x: x @ cfg["inner"]["mask"]):
-        p = preflight.preflight_step(fn, x)  # (with _CONFIG among the module's globals)
+        p = preflight.preflight_step(fn, x)
         assert "NumPy array made" not in p.advice, p.advice
         assert "1.00 MiB of arrays the function closes over" in p.advice, p.advice
