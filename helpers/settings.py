@@ -666,8 +666,8 @@ def _debug_checks_on(env: Mapping[str, str], started_platforms=()) -> list[EnvWa
             out.append(EnvWarning(
                 f"{name.removeprefix('jax_').replace('_', '-')}-on",
                 f"{name} is on: after each jitted call JAX reads its outputs back to look for "
-                f"{what} values, so every call waits for its result (no asynchronous "
-                "dispatch: the host cannot queue the next step), each operation outside jit "
+                f"{what} values (jax/_src/dispatch.py), so a call waits for its result and the "
+                "host cannot queue the next step meanwhile, each operation outside jit "
                 f"is checked the same way, and where one is found JAX runs the function again "
                 "op by op. Left on after debugging, it slows every step without a word "
                 "(jax-ml/jax#13789).",

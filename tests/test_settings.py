@@ -862,10 +862,10 @@ def test_jaxsim_322_a_cache_folder_set_in_os_environ_after_import_is_named(tmp_p
                 if w.code == "jax-variable-after-import"]
 
 
-def test_jax_13789_debug_nans_left_on_is_named_and_its_cost_is_a_wait_per_call():
+def test_jax_13789_debug_nans_left_on_is_named_with_the_switch_off():
     """jax-ml/jax#13789 (a new user's trial): JAX_DEBUG_NANS left on after a NaN hunt slows
     training without a word; check_process and the doctor said "no known mistake". With it on
-    a jitted call returns only once JAX has read its outputs back (the result is ready)."""
+    a jitted call's outputs are read back for the check (jax/_src/dispatch.py)."""
     import jax
     import jax.numpy as jnp
 
@@ -876,10 +876,10 @@ def test_jax_13789_debug_nans_left_on_is_named_and_its_cost_is_a_wait_per_call()
     try:
         jax.config.update("jax_debug_nans", True)
         (on,) = [x for x in settings.check_environment({}) if x.code == "debug-nans-on"]
-        assert "every call waits for its result" in on.message and "13789" in on.message
+        assert "a call waits for its result" in on.message and "13789" in on.message
         assert on.fix.startswith("jax.config.update('jax_debug_nans', False)")
-        for _ in range(3):
-            assert step(w).is_ready()  # checked on the host before the call returned
+        assert not bool(jnp.isnan(step(w)).any())  # the step runs under it (its cost is
+        # JAX's source, jax/_src/dispatch.py's check of each output: not timed here)
     finally:
         jax.config.update("jax_debug_nans", False)
     assert not [x for x in settings.check_environment({}) if x.code.startswith("debug-")]
