@@ -613,7 +613,7 @@ class _Events(logging.Handler):
         last = logging.lastResort
         floor = self.levels.get(record.name, self.levels.get("jax", logging.WARNING))
         if self.forward and last is not None and record.levelno >= max(
-                logging.WARNING, last.level, floor) and _Quiet().filter(record):
+                logging.WARNING, last.level, floor) and _QUIET.filter(record):
             last.handle(record)
         try:
             message = record.getMessage()
@@ -791,6 +791,10 @@ class _Quiet(logging.Filter):
             and message.startswith(jaxcompat.CACHE_EXPLAINED_PREFIXES)))
 
 
+#: the one filter of cache-miss lines: it keeps no state, so every handler can share it
+_QUIET = _Quiet()
+
+
 class _Disabled(logging.Filter):
     """Keeps out of every other handler what ``logging.disable`` kept from being made: the kit
     lifts it while it watches, so that JAX's explanations reach the kit alone."""
@@ -844,7 +848,7 @@ def watch() -> Iterator[CompileLog]:
                          "one around its cell); nest the code inside the existing watch instead")
     try:
         log = CompileLog()
-        events, quiet = _Events(), _Quiet()
+        events, quiet = _Events(), _QUIET
         logger = logging.getLogger("jax")
         lowering = logging.getLogger(jaxcompat.COMPILING_LOGGER)  # says what each compile lowers
         others = _jax_handlers(events)

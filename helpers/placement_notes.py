@@ -602,19 +602,19 @@ def other_mesh_note(arrays: list) -> str:
             "jax.device_put(tree, shardings on the other mesh) once.")
 
 
-def _pmap_laid_out(x: Any, jax: Any, named: bool = False) -> bool:
-    """Laid out by jax.pmap itself: a PmapSharding (jax.device_put_replicated, jax 0.8.0) or
-    the mesh of pmap's outputs, a leading axis as long as the devices it is on, one slice of it
-    on each (all in this process). ``named``: also a one-axis mesh of another name, which is
-    pmap's with an axis_name (jax.pmap(f, axis_name='devices') names its outputs' mesh so on
-    jax 0.10.2), or the user's own: a batch of one row per device, or a zero-initialised FSDP
-    state whose slices will differ, looks the same, so callers ask more of such an array."""
+def _pmap_laid_out(x: Any, jax: Any) -> bool:
+    """Laid out as jax.pmap lays out: a PmapSharding (jax.device_put_replicated, jax 0.8.0) or
+    a one-axis mesh, a leading axis as long as the devices it is on, one slice of it on each
+    (all in this process). The mesh is pmap's own (:func:`_pmap_own`) or one of another name,
+    which is pmap's with an axis_name (jax.pmap(f, axis_name='devices') names its outputs' mesh
+    so on jax 0.10.2) or the user's own: a batch of one row per device, or a zero-initialised
+    FSDP state whose slices will differ, looks the same, so the caller asks more of it."""
     if not isinstance(x, jax.Array) or x.is_deleted() or not x.ndim or x.shape[0] < 2:
         return False
     mesh = getattr(x.sharding, "mesh", None)
     if type(x.sharding).__name__ != "PmapSharding" and (
-            mesh is None or not (jaxcompat.is_pmap_mesh(mesh) or (
-                named and len(getattr(mesh, "axis_names", ())) == 1))):
+            mesh is None or not (jaxcompat.is_pmap_mesh(mesh)
+                                 or len(getattr(mesh, "axis_names", ())) == 1)):
         return False
     if not x.is_fully_addressable or len(x.sharding.device_set) != x.shape[0]:
         return False
@@ -699,7 +699,7 @@ def pmap_copies_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
     "" where none does, or where a leaf's dtype cannot be compared (a typed PRNG key)."""
     jax = jaxcompat.import_jax()
     laid = [(leaf, x) for leaf, x in zip(leaves, arrays, strict=True)
-            if _pmap_laid_out(x, jax, named=True) and (
+            if _pmap_laid_out(x, jax) and (
                 jax.numpy.issubdtype(x.dtype, jax.numpy.number) or x.dtype == jax.numpy.bool_)]
     if not laid:
         return ""
