@@ -104,6 +104,9 @@ class Holders(Display):
     #: the programs one jitted function keeps, one per shape or static value it met, where they
     #: are many (:data:`MANY_PROGRAMS`): how many, its name and the fix; "" (jax-ml/jax#16778)
     many_programs: str = ""
+    #: of the arrays looked at: held only by IPython's output history (``Out``, ``_``), which
+    #: ``%reset -f out`` lets go: not in ``user_bytes``, as no name of the user's holds them
+    history_bytes: int = 0
 
 
 def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.0) -> Holders:
@@ -194,14 +197,17 @@ def largest(n: int = 5, *, namespace: Mapping | None = None, seconds: float = 2.
     looked_cycles = sum(h.nbytes for h in found if h.held_by and all(
         line.startswith(_CYCLE) for line in h.held_by))
     user -= looked_cycles  # garbage a collection frees: not held by your code
+    history = sum(h.nbytes for h in found if id(h) not in cut_short and h.held_by and all(
+        line.startswith(_IPYTHONS) or _KEPT_IN_HISTORY in line for line in h.held_by))
+    user -= history  # IPython's output history: no name of the user's holds it
     copied = sum(c for c, _ in copies)
     note = _host_copies_note(copies, found)
     del copies
     return Holders(tuple(found), count, total, user,
-                   sum(h.nbytes for h in found) - user - library - cut - looked_cycles,
+                   sum(h.nbytes for h in found) - user - library - cut - looked_cycles - history,
                    NOT_AVAILABLE if execs is None else len(execs), code,
                    time.perf_counter() - t0, complete, many_small, alike, constants, library,
-                   backend_restarted(), n_views, copied, cycles, note, on_cpu, many)
+                   backend_restarted(), n_views, copied, cycles, note, on_cpu, many, history)
 
 
 def _host_copies_note(copies: list, found: list[HeldArray]) -> str:
@@ -509,6 +515,11 @@ _JIT_CACHE = "jit's caches"  # an array that only a static argument in those cac
 _LIBRARY = "a library's module-level state"  # what a library's module keeps (numpyro#1115)
 #: the search up from an unnamed holder stopped at the time budget: whose it is is not known
 _CUT = "not found before the time ran out"
+#: how a line names IPython's output history as the only holder: IPython's own at its start (its
+#: Out, its last results _, its record of the last cell), or a container only the history keeps
+#: (a line with a name of the user's as well says it otherwise)
+_IPYTHONS = "IPython's "
+_KEPT_IN_HISTORY = ", kept in IPython's output history"
 _FIX_OUT = ("IPython keeps every displayed result: `Out.clear()` and `del _` let it go, and "
             "ending a cell with `;` displays nothing")
 
@@ -1130,7 +1141,7 @@ def _container_line(kind: str, inside: str, places: list[dict]) -> tuple[str, st
         steps = sorted(dict.fromkeys(p["action"] for p in places),
                        key=lambda a: not a.startswith("`%reset"))
         also = f", also as {', '.join(p['path'] for p in others)}" if others else ""
-        return (f"{kind} {first['path']}{inside}, kept in IPython's output history{also}",
+        return (f"{kind} {first['path']}{inside}{_KEPT_IN_HISTORY}{also}",
                 f"IPython keeps every displayed result: run {steps[0]}"
                 f"{''.join(f', then {a}' for a in steps[1:])}; ending a cell with `;` "
                 "displays nothing")

@@ -408,11 +408,15 @@ def _fixes(r: OomReport) -> tuple[str, ...]:
                          "sizes it before it runs), or keep the data in a NumPy memmap and "
                          "compute on it in batches.")
     too_big = bool(fixes)
-    if r.held.user_bytes and not too_big:
+    kept = r.held.user_bytes + r.held.history_bytes
+    if kept and not too_big:
         names = [a.held_by[0] for a in r.held.arrays if a.held_by][:3]
-        fixes.append(f"Your code holds {format_bytes(r.held.user_bytes)} in its largest arrays "
-                     f"({'; '.join(names)}): del what you no longer need (the list above says "
-                     "how for each).")
+        who = ("Your code holds" if not r.held.history_bytes else "IPython's output history "
+               "holds" if not r.held.user_bytes else "Your code and IPython's output history "
+               "hold")
+        fixes.append(f"{who} {format_bytes(kept)} in the largest arrays "
+                     f"({'; '.join(names)}): let go of what you no longer need (the list "
+                     "above says how for each).")
     free_in_all = limit - used if isinstance(limit, int) and isinstance(used, int) else None
     block = r.largest_free_block_bytes
     if (isinstance(req, int) and isinstance(free_in_all, int) and isinstance(block, int)

@@ -94,6 +94,7 @@ def _unaccounted(h) -> int:
     cut = sum(a.nbytes for a in h.arrays
               if any(line.startswith("not found before the time ran out") for line in a.held_by))
     return (sum(a.nbytes for a in h.arrays) - h.user_bytes - h.jax_bytes - h.library_bytes
+            - h.history_bytes
             - only("a reference cycle nothing reaches") - cut)
 
 
@@ -392,7 +393,9 @@ def live():  # Arrays over the 16 MiB buffer (on jax 0.8.0 a second one over the
     return sum(1 for a in jax.live_arrays() if a.size == 2048 * 2048)
 def fix():
     from helpers import holders
-    (a,) = [a for a in holders.largest(1).arrays if a.nbytes == 16 * 2**20]
+    h = holders.largest(1)
+    (a,) = [a for a in h.arrays if a.nbytes == 16 * 2**20]
+    print('BYTES', h.user_bytes, h.history_bytes, str(h).splitlines()[0])
     print('HELD', ' | '.join(a.held_by))
     print('FIX', a.fix)
     return a.fix
@@ -475,6 +478,12 @@ def test_notebook_2201_a_displayed_dict_of_arrays_is_let_go_by_the_history_fix()
     assert said.startswith("FIX IPython keeps every displayed result: run `%reset -f out`")
     assert "keras-core#888" not in said
     assert after.endswith(" 0"), proc.stdout[-3000:]  # the kit's fix frees it
+    # and its summary (a trial): history's bytes, not "held by your code"
+    _, user, history, first = next(x for x in proc.stdout.splitlines()
+                                   if x.startswith("BYTES")).split(" ", 3)
+    assert int(user) == 0 and int(history) == 16 * MiB, first
+    assert "0 B by JAX alone" in first, first
+    assert "0 B held by your code" in first and "16.00 MiB by IPython's output history" in first
 
 
 _NO_CACHE = _SHELL.replace("InteractiveShell.instance()",
@@ -547,6 +556,9 @@ def test_a_user_s_own_underscore_variable_is_not_called_output_history():
     said = next(x for x in proc.stdout.splitlines() if x.startswith("FIX"))
     assert "output history" not in held and "in the notebook" in held, held
     assert "`del _`" in said and "%reset" not in said, said
+    _, user, history, _ = next(x for x in proc.stdout.splitlines()
+                               if x.startswith("BYTES")).split(" ", 3)
+    assert int(user) == 16 * MiB and int(history) == 0, proc.stdout[-2000:]
 
 
 _SAVED_TRACEBACK = _SHELL + """
@@ -676,7 +688,8 @@ def test_numpyro_1115_an_object_a_library_s_module_cache_keeps_is_not_called_you
     assert "`del` of your own names frees nothing" in a.fix
     assert "`kit_test_sampler_lib.collect._cache.clear()`" in a.fix
     assert h.library_bytes >= 44 * MiB and "by a library's module-level state" in str(h)
-    assert h.user_bytes + h.jax_bytes + h.library_bytes == sum(x.nbytes for x in h.arrays)
+    assert h.user_bytes + h.jax_bytes + h.library_bytes + h.history_bytes == sum(
+        x.nbytes for x in h.arrays)
     lib.collect._cache.clear()  # the fix it names
     gc.collect()
     assert gone() is None

@@ -292,6 +292,21 @@ def test_a_gpu_oom_names_the_request_and_the_program_that_asked(asked, expected)
     assert odd.requested_bytes is NOT_AVAILABLE and odd.program == "jit_broadcast_in_dim"
 
 
+def test_an_oom_s_fix_names_ipython_s_output_history_as_its_holder_not_your_code():
+    """A trial: an array only IPython's Out keeps was counted as "held by your code", and the
+    post-mortem's fix said "Your code holds ... del what you no longer need"."""
+    from helpers import oom
+
+    x = jax.numpy.ones((1024, 1024)) + 1  # 4 MiB, shown in a cell
+    error = jax.errors.JaxRuntimeError(GPU_OOM.format("256B"))
+    (shown, *_) = oom.explain(error, namespace={"Out": {3: x}}).fixes
+    assert shown.startswith("IPython's output history holds 4.00 MiB"), shown
+    assert oom.explain(error, namespace={"Out": {3: x}}).held.user_bytes == 0
+    w = jax.numpy.ones((512, 1024)) + 2
+    both = oom.explain(error, namespace={"Out": {3: x}, "w": w}).fixes
+    assert both[0].startswith("Your code and IPython's output history hold 6.00 MiB"), both
+
+
 #: what jax#22626's cell raised (jax 0.4.30, an RTX card): cuDNN could not start
 DNN_FAILED = ("FAILED_PRECONDITION: DNN library initialization failed. Look at the errors above "
               "for more details.")
