@@ -67,17 +67,19 @@ class LeafPlacement(Record):
 def problems(leaves: tuple[LeafPlacement, ...], arrays: list, paths: tuple[tuple, ...] = (), *,
              context_mesh: Any = None, default_device: Callable[[], str] | None = None
              ) -> tuple[str, ...]:
-    """Every note that applies to the leaves of one tree, in this order: deleted leaves,
-    committed ones apart, leaves committed to one device under ``jax.set_mesh`` (its mesh given
-    as ``context_mesh``), meshes of different device orders, uncommitted leaves beside committed
-    ones (``default_device``: the default device's name, asked only then), a tree whole on one
-    device shaped like arrays split elsewhere or beside a mesh in use, copies on simulated
-    CPU devices, NumPy leaves of a dtype JAX refuses, NumPy leaves, memory kinds, a layout
-    restored from a checkpoint, a state replicated for jax.pmap. ``arrays`` are the leaves
-    themselves, ``paths`` their key paths."""
-    notes = [deleted_note(leaves), committed_apart_note(leaves),
+    """Every note that applies to the leaves of one tree, in this order: deleted leaves, leaves
+    wholly on another process's devices, committed ones apart, leaves committed to one device under
+    ``jax.set_mesh`` (its mesh given as ``context_mesh``), meshes of different device orders,
+    uncommitted leaves beside committed ones (``default_device``: the default device's name,
+    asked only then), a tree whole on one device shaped like arrays split elsewhere or beside a
+    mesh in use, copies on simulated CPU devices, NumPy leaves of a dtype JAX refuses, NumPy
+    leaves, memory kinds, a layout restored from a checkpoint, a state replicated for jax.pmap.
+    ``arrays`` are the leaves themselves, ``paths`` their key paths."""
+    here = tuple(leaf for leaf in leaves if not _elsewhere(leaf))
+    notes = [deleted_note(leaves), other_process_note(leaves), committed_apart_note(leaves),
              context_mesh_note(leaves, context_mesh), mesh_order_note(leaves),
-             *uncommitted_notes(leaves, default_device), off_default_note(leaves, default_device),
+             # another process's leaves: their note's fix, not a put onto a device of theirs
+             *uncommitted_notes(here, default_device), off_default_note(here, default_device),
              whole_beside_split_note(leaves, arrays, context_mesh, paths),
              cpu_copies_note(leaves),
              foreign_tensors_note(leaves), unsupported_note(leaves), numpy_note(leaves),
@@ -97,6 +99,27 @@ def deleted_note(leaves: tuple[LeafPlacement, ...]) -> str:
             "tree was kept as a copy of what was donated (a best-parameters snapshot), it was "
             "the same buffers: best = params and jnp.asarray(p) copy nothing, so make it "
             "with jax.tree.map(jnp.copy, params) before the donating call (jax-ml/jax#3412).")
+
+
+def other_process_note(leaves: tuple[LeafPlacement, ...]) -> str:
+    """Leaves with no shard on this process's devices (a library's default device,
+    ``jax.devices()[0]``, is process 0's in every process of a job: pytorch/xla#8667): this
+    process can neither read them nor compute with them."""
+    elsewhere = [leaf.path for leaf in leaves if _elsewhere(leaf)]
+    if not elsewhere:
+        return ""
+    return (f"{_some(elsewhere)} wholly on another process's devices: this process holds none "
+            "of their bytes, and a read or a jit over them raises here (\"non-addressable\"). "
+            "Fix: make them on a device of this process, jax.local_devices()[0], not "
+            "jax.devices()[0], which is process 0's in every process of a job; or, for one "
+            "array over every "
+            "process, put each process's part with jax.make_array_from_process_local_data "
+            "(pytorch/xla#8667).")
+
+
+def _elsewhere(leaf: LeafPlacement) -> bool:
+    """No shard of the leaf is on this process's devices."""
+    return bool(leaf.devices and leaf.nbytes and not leaf.local_bytes and not leaf.deleted)
 
 
 def _committed(leaves: tuple[LeafPlacement, ...]) -> dict[tuple[str, ...], list[str]]:

@@ -172,6 +172,39 @@ def test_sglang_jax_155_a_value_that_differs_by_process_is_named_by_jax_s_words(
     for answer in found.answers:
         assert answer["named"] and answer["fixed"], answer
 
+def params_on_the_first_device():
+    """Run in each process of a job by the test below: a library's parameters made on its
+    default device, jax.devices()[0] (pytorch/xla#8667), and then on jax.local_devices()[0]."""
+    import jax
+    import jax.numpy as jnp
+
+    from helpers import devices
+
+    def init(device):
+        with jax.default_device(device):
+            return {"w": jnp.ones((64, 64)), "b": jnp.zeros(64)}
+
+    said = devices.tree_placement(init(jax.devices()[0])).problems
+    mine = init(jax.local_devices()[0])
+    return {"said": said, "fixed": devices.tree_placement(mine).problems,
+            "sum": float(jax.jit(lambda p: p["w"].sum())(mine))}
+
+
+def test_pytorch_xla_8667_a_tree_on_process_0_s_device_is_named_in_the_other_process():
+    """pytorch/xla#8667 (a new user's trial): tree_placement said "no problem" in process 1
+    of a tree a library made on jax.devices()[0], process 0's device, which that process can
+    neither read nor compute with. The fix it names, jax.local_devices()[0], computes."""
+    found = processes.launch("tests.test_processes:params_on_the_first_device", processes=2,
+                             timeout=120)
+    assert found.ok, found.failures
+    first, second = found.answers
+    assert not any("another process" in p for p in first["said"]), first  # its own device
+    (note,) = [p for p in second["said"] if "another process" in p]
+    assert note.startswith("2 leaves (['b'], ['w']) are wholly on another process's devices")
+    assert "jax.local_devices()[0]" in note, note
+    assert not second["fixed"] and second["sum"] == 64 * 64, second
+
+
 def put_whole_and_in_pieces():
     """Run in each process of a job by the test below: one host array put onto a sharding over
     every process, by jax.device_put and by jax.make_array_from_callback, each traced."""

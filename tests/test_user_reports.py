@@ -358,6 +358,7 @@ def test_the_table_lists_every_report_tested_here():
         assert numbers and all(f"#{n}]" in table for n in numbers), name
     # and the other way: every row the table calls named on the CPU has its test
     elsewhere = {"15162": "tests/test_processes.py", "1434": "tests/test_processes.py",
+                 "8667": "tests/test_processes.py",
                  "44": "tests/test_ipython.py", "33": "tests/test_preflight.py",
                  "118": "tests/test_tree_placement.py",
                  "2259": "tests/test_residuals.py",
