@@ -34,6 +34,13 @@ _SEGMENTS = "`num_segments` argument"
 #: JAX's words where it names the argument a value was needed for ("The error arose for the
 #: nse argument of bcoo_fromdense", jax/experimental/sparse)
 _AROSE_FOR = re.compile(r"The error arose for the (\w+) argument of (\w+)")
+#: JAX's words where jnp.nonzero (argwhere, flatnonzero, where with one argument, unique) has
+#: no size= under a transformation (jax/_src/numpy: its output size is how many it finds)
+_SIZE_ARGUMENT = re.compile(r"The size argument of (jnp\.\w+) must be statically specified")
+#: a boolean mask as an index under jit (jax.errors.NonConcreteBooleanIndexError)
+_BOOLEAN_INDEX = "NonConcreteBooleanIndexError"
+#: a value batched by jax.vmap put to Python's if (JAX names the tracer's kind)
+_BATCHED = "BatchTracer"
 
 
 def _arguments(text: str) -> list[str]:
@@ -109,8 +116,17 @@ def trace_error_fix(err: BaseException) -> str:
     it from Python numbers, or a ``jax.jit`` function called on the failing line."""
     kind, text = type(err).__name__, str(err)
     shape = kind == "TypeError" and _SHAPE_NOT_CONCRETE in text
+    if kind == _BOOLEAN_INDEX:
+        return _boolean_index_fix(err)
     if kind not in TRACE_ERRORS and not shape:
         return ""
+    if found := _SIZE_ARGUMENT.search(text):
+        fn = found.group(1)
+        return (f"{fn} returns as many elements as it finds, so its output's size depends on "
+                f"values jit traces. Give it a fixed size: {fn}(..., size=k, fill_value=...) "
+                f"with k a Python int (the padded count, an upper bound), and mask the padding "
+                f"it fills; or keep the whole array and select with jnp.where(mask, x, 0) "
+                f"(jax-ml/jax#5280)")
     arose = _AROSE.search(text)
     needed = f" ({arose.group(1).strip()})" if arose else ""
     names = _arguments(text)
@@ -137,6 +153,13 @@ def trace_error_fix(err: BaseException) -> str:
                 f"from a traced array (under jit or vmap). Pass {arg}= yourself, a Python "
                 f"int{bound}, static where it comes from an argument of the jitted function "
                 f"(static_argnames=('{arg}',))")
+    if library := _library_line(err):  # the if or the NumPy call is a library's, not yours
+        return _library_fix(kind, library, [n for n in names if n not in arrays])
+    if kind == "TracerBoolConversionError" and _BATCHED in text and not names:
+        at = f" (at {frames.where(tb.tb_frame.f_code.co_filename, tb.tb_lineno)})" if tb else ""
+        return ("under jax.vmap the value is batched, one per element, and Python's if, while "
+                f"or bool() needs one{at}. Use jnp.where(cond, a, b) or jax.lax.cond (which "
+                "vmap turns into a select of both branches), or jax.lax.while_loop")
     if names:
         return _argument_fix(kind, names, needed, shape or bool(arose), arrays)
     operations = _OPERATION.findall(text)
@@ -152,11 +175,68 @@ def trace_error_fix(err: BaseException) -> str:
     if operations:
         lines = sorted({frames.where(f, int(n)) if n else f
                         for f, n in (_split_line(at) for _, at in operations)})
+        if kind == "TracerArrayConversionError":
+            return (f"NumPy (np.asarray, np.* or a library built on it) needs a concrete value, "
+                    f"and inside jit the JAX operations that make this one (at "
+                    f"{', '.join(lines)}) give a traced value, even of constants. Use jnp's "
+                    f"function instead, or run the NumPy code outside jit (jax.pure_callback "
+                    f"where it must be inside)")
         return (f"the value is made by JAX operations on Python numbers (at "
                 f"{', '.join(lines)}), and inside jit each one gives a traced value, even of "
                 f"constants; here a concrete one is needed{needed}. Compute it with Python or "
                 f"NumPy (max(a, b), np.maximum, math.prod) so it stays a number")
     return ""
+
+
+def _boolean_index_fix(err: BaseException) -> str:
+    """A boolean mask used as an index under jit: the user's line, and the fix of its form
+    (x.at[mask].set(v), or x[mask] read)."""
+    tb = _user_frame(err)
+    code = frames.line(tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else ""
+    at = f" (at {frames.where(tb.tb_frame.f_code.co_filename, tb.tb_lineno)})" if tb else ""
+    fix = ("jnp.where(mask, v, x) instead of x.at[mask].set(v)" if ".at[" in code else
+           "jnp.where(mask, x, 0) (mask[:, None] for rows) keeps every element, and a mean "
+           "over the picked ones is jnp.where(mask, x, 0).sum() / mask.sum()")
+    return (f"a boolean mask as an index picks as many elements as it holds True, a number that "
+            f"depends on values jit traces{at}: shapes must be known while tracing. Keep the "
+            f"shape and select: {fix}; where you need the elements themselves, "
+            f"jnp.nonzero(mask, size=k) with a bound k (jax-ml/jax#21994)")
+
+
+def _library_line(err: BaseException) -> tuple[str, str] | None:
+    """(package, "file:line: code") of the deepest traceback entry above JAX, NumPy and the
+    standard library, where it is an installed package's: the if or the np.asarray that needs
+    the value is there, not in the user's code. None otherwise."""
+    tb, last = err.__traceback__, None
+    while tb is not None:
+        if not frames.is_underneath(tb.tb_frame.f_code.co_filename):
+            last = tb
+        tb = tb.tb_next
+    if last is None:
+        return None
+    name = last.tb_frame.f_code.co_filename
+    package = "" if frames.is_user_file(name) else frames.package(name)
+    return (package, frames.line(name, last.tb_lineno)) if package else None
+
+
+def _library_fix(kind: str, library: tuple[str, str], scalars: list[str]) -> str:
+    """The fix where the code that needs a concrete value is a library's (``scalars``: the
+    arguments JAX names that are not arrays, which could be static)."""
+    package, at = library
+    if kind == "TracerArrayConversionError":
+        return (f"{package} converts the value to NumPy (at {at}), which needs a concrete one: "
+                f"it runs NumPy or SciPy code, which jit cannot trace. Call it outside jit, or "
+                f"wrap that call in jax.pure_callback where it must run inside "
+                f"(google/jaxopt#214)")
+    static = (f" Marking {' and '.join(map(repr, scalars))} static (static_argnames=("
+              f"{', '.join(map(repr, scalars))},)) helps only where the library reads it as it "
+              f"is; where it computes with it first, the result is traced inside jit all the "
+              f"same." if scalars else " Marking an argument static does not help where the "
+              "library computes the value itself.")
+    return (f"the code that needs a concrete value is {package}'s, not yours (at {at}): under "
+            f"jit or vmap it cannot run.{static} Turn that check off where the library has an "
+            f"option for it (jaxopt's Bisection: check_bracket=False, google/jaxopt#422), or "
+            f"call it outside jit and vmap")
 
 
 def _arrays(tb, names: list[str]) -> dict[str, str]:

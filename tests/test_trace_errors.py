@@ -232,3 +232,134 @@ def test_a_num_segments_or_nse_passed_traced_names_the_user_s_own_argument():
     assert "static_argnames=('k',)" in fix and "left out" not in fix, fix
     assert jax.jit(f, static_argnames="n")(data, ids, n=2).shape == (2,)
     assert jax.jit(g, static_argnames="k")(jnp.eye(3), k=3).shape == (3, 3)
+
+
+def test_jax_5280_nonzero_under_jit_is_named_with_size_and_its_fix_traces():
+    """jax-ml/jax#5280 (a new user's trial, the real edges of a padded graph): the kit said
+    "compute that value outside jit and pass it in as a static Python value", which compiles
+    once per count (12 compiles for 12 batches). JAX's words name jnp.nonzero's size=."""
+    def edges(mask):
+        return jnp.nonzero(mask)[0]
+
+    mask = jnp.array([True, False, True, True])
+    fix = trace_errors.trace_error_fix(_error(jax.jit(edges), mask))
+    assert fix.startswith("jnp.nonzero returns as many elements as it finds"), fix
+    assert "size=k, fill_value=" in fix and "static" not in fix and "5280" in fix
+    fixed = jax.jit(lambda m: jnp.nonzero(m, size=4, fill_value=-1)[0])(mask)
+    assert fixed.tolist() == [0, 2, 3, -1]
+
+
+def test_jax_21994_a_boolean_mask_as_an_index_under_jit_is_named_and_its_fix_traces():
+    """jax-ml/jax#21994 (a new user's trial, padding nodes zeroed and a readout over the real
+    ones): NonConcreteBooleanIndexError got nothing from the kit. Each form gets its select."""
+    nodes, mask = jnp.arange(12.0).reshape(4, 3), jnp.array([True, False, True, True])
+    with pytest.raises(IndexError) as zeroed:
+        jax.jit(lambda x, m: x.at[~m].set(0.0))(nodes, mask)
+    fix = trace_errors.trace_error_fix(zeroed.value)
+    assert "jnp.where(mask, v, x) instead of x.at[mask].set(v)" in fix and "21994" in fix, fix
+    with pytest.raises(IndexError) as read:
+        jax.jit(lambda x, m: x[m].mean(0))(nodes, mask)
+    fix = trace_errors.trace_error_fix(read.value)
+    assert "jnp.where(mask, x, 0).sum() / mask.sum()" in fix, fix
+    readout = jax.jit(lambda x, m: jnp.where(m[:, None], x, 0).sum(0) / m.sum())(nodes, mask)
+    assert np.allclose(readout, nodes[np.array(mask)].mean(0))
+    zero = jax.jit(lambda x, m: jnp.where(m[:, None], x, 0.0))(nodes, mask)
+    assert zero[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_an_if_on_a_value_vmap_batches_is_named_with_a_select():
+    """A new user's trial (jaxopt#422's call): an `if` under jax.vmap raised and the kit said
+    nothing (JAX names no argument there, only a BatchTracer)."""
+    def f(x):
+        if x > 0:
+            return x
+        return -x
+
+    fix = trace_errors.trace_error_fix(_error(jax.vmap(f), jnp.array([1.0, -2.0])))
+    assert fix.startswith("under jax.vmap the value is batched, one per element"), fix
+    assert "jnp.where(cond, a, b)" in fix and "test_trace_errors.py:" in fix
+    assert jax.vmap(lambda x: jnp.where(x > 0, x, -x))(jnp.array([1.0, -2.0])).tolist() == [
+        1.0, 2.0]
+
+
+_LIBRARY = '''
+import numpy as np
+import jax.numpy as jnp
+
+
+def bisect(f, lower, upper, check_bracket=True, **kwargs):
+    if check_bracket:
+        sign = jnp.sign(f(lower, **kwargs)) * jnp.sign(f(upper, **kwargs))
+        if sign == 0:
+            raise ValueError("a root at an end of the bracket")
+    for _ in range(30):
+        mid = (lower + upper) / 2
+        go_left = jnp.sign(f(mid, **kwargs)) == jnp.sign(f(upper, **kwargs))
+        lower, upper = jnp.where(go_left, lower, mid), jnp.where(go_left, mid, upper)
+    return (lower + upper) / 2
+
+
+def minimize(fun, x0):
+    return np.asarray(x0, np.float64) * 0.0 + fun(x0)
+'''
+
+
+@pytest.fixture
+def fakeopt(tmp_path, monkeypatch):
+    """A library installed in a site-packages folder, as the trials' copy of jaxopt was."""
+    folder = tmp_path / "site-packages" / "fakeopt"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(_LIBRARY)
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    import importlib
+
+    yield importlib.import_module("fakeopt")
+    import sys
+
+    sys.modules.pop("fakeopt", None)
+
+
+def test_jaxopt_422_and_214_a_library_s_check_and_numpy_code_are_named_as_the_library_s(
+        fakeopt):
+    """google/jaxopt#422: Bisection's bracket check (a Python `if` of its own) under vmap got
+    nothing, and under jit "mark it static", which fails again (the library computes the
+    value from it with jnp). google/jaxopt#214: a function that runs jaxopt's SciPy wrapper
+    under jit (np.asarray inside the library) got nothing. Each names the library's line and
+    the thread's fix, which runs: check_bracket=False, and the call outside jit."""
+    def F(x, factor):
+        return factor * x ** 3 - x - 2
+
+    def root(factor):
+        return fakeopt.bisect(F, 1.0, 2.0, factor=factor)
+
+    for call, factor in ((jax.vmap(root), jnp.array([2.0, 2.0])), (jax.jit(root), 2.0)):
+        fix = trace_errors.trace_error_fix(_error(call, factor))
+        assert fix.startswith("the code that needs a concrete value is fakeopt's, not yours "
+                              "(at __init__.py:9: if sign == 0:)"), fix
+        assert "check_bracket=False" in fix and "422" in fix
+    with pytest.raises(TypeError):  # the static the kit had named: the library's if again
+        jax.jit(root, static_argnames="factor")(2.0)
+    fixed = jax.vmap(lambda c: fakeopt.bisect(F, 1.0, 2.0, check_bracket=False, factor=c))
+    assert np.allclose(F(fixed(jnp.array([2.0, 1.0])), jnp.array([2.0, 1.0])), 0, atol=1e-5)
+
+    @jax.jit
+    def fit():  # no argument: JAX names none, only the library's np.asarray
+        return fakeopt.minimize(lambda x: (x ** 2).sum(), jnp.ones(3))
+
+    fix = trace_errors.trace_error_fix(_error(fit))
+    assert fix.startswith("fakeopt converts the value to NumPy (at __init__.py:19:"), fix
+    assert "Call it outside jit" in fix and "jaxopt#214" in fix
+    assert fakeopt.minimize(lambda x: (x ** 2).sum(), jnp.ones(3)).tolist() == [3.0] * 3
+
+
+def test_numpy_on_a_value_made_inside_jit_is_not_told_to_use_numpy():
+    """A trial: a jitted function of no argument that passed jnp's result to np.asarray was
+    told "compute it with Python or NumPy", the call that had failed."""
+    @jax.jit
+    def total():
+        return np.asarray(jnp.ones(3) * 2).sum()
+
+    fix = trace_errors.trace_error_fix(_error(total))
+    assert fix.startswith("NumPy (np.asarray, np.* or a library built on it) needs a concrete "
+                          "value"), fix
+    assert "Compute it with Python or NumPy" not in fix and "Use jnp's function" in fix

@@ -15,7 +15,8 @@ import os
 import sys
 import sysconfig
 
-__all__ = ["ipython_shell", "is_user_file", "is_user_frame", "line", "where"]
+__all__ = ["ipython_shell", "is_underneath", "is_user_file", "is_user_frame", "line",
+           "package", "where"]
 
 _LIBRARIES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib",
                                                                "purelib", "platlib")}))
@@ -33,6 +34,29 @@ def is_user_file(filename: str) -> bool:
         return not filename.startswith("<frozen")
     return not (filename.startswith(_LIBRARIES) or filename.startswith(_KIT + os.sep)
                 or any(folder in filename for folder in _PACKAGES))
+
+
+#: the standard library's folders (not site-packages)
+_STANDARD = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}))
+#: packages whose frames are JAX's own work or NumPy's (a call the user made into them)
+_UNDERNEATH = frozenset({"jax", "jaxlib", "jax_plugins", "numpy"})
+
+
+def package(filename: str) -> str:
+    """The installed package a file is in (the folder after site-packages or dist-packages:
+    "jaxopt"), "" for any other file."""
+    for folder in _PACKAGES:
+        if folder in filename:
+            rest = filename.split(folder, 1)[1]
+            return rest.split(os.sep, 1)[0].removesuffix(".py") if rest else ""
+    return ""
+
+
+def is_underneath(filename: str) -> bool:
+    """A file of JAX's, NumPy's, the standard library's, the kit's or Python's own frozen
+    modules: code under the user's or a library's call, never where its if is."""
+    return (filename.startswith(("<frozen", _KIT + os.sep)) or filename.startswith(_STANDARD)
+            or package(filename) in _UNDERNEATH)
 
 
 def is_user_frame(frame) -> bool:
