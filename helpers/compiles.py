@@ -379,6 +379,13 @@ def _loop_fix(callers: tuple[tuple[str, str, str], ...], loops: list[str]) -> st
         return ("Jit the function that calls it, made once (an argument that sets a size, such "
                 "as a step count, in static_argnames), and it compiles once." + identity)
     name, at = named[0]
+    if any(via == "vmap" for n, _, via in callers if n == name):
+        return (f"`{name}` ({at}) runs under jax.vmap, which batches but does not compile: a "
+                "vmapped function called outside jit runs its operations one by one and "
+                "compiles its loops again at each call. Jit the vmapped function, made once: "
+                f"jax.jit(jax.vmap({name}, ...)), not jax.vmap(jax.jit({name})), which "
+                "compiles once but batches in Python again at every call (20 times slower "
+                "in a trial; google-deepmind/mujoco#1516)." + identity)
     if any(via == "loop" for n, _, via in callers if n == name):
         return (f"Jit the work `{name}` does at each pass of its Python loop ({at}), once: a "
                 "function of one step (the call at that line and what it reads), jax.jit-ed "
@@ -716,8 +723,10 @@ def _user_line() -> str:
 
 
 def _loop_caller() -> tuple[str, str, str]:
-    """(the user's function, its line, "cg" where jax.scipy.sparse.linalg.cg was between) that
-    called the loop compiling now, read from this thread's stack; ("", "", "") where none."""
+    """(the user's function, its line, how: "cg" where jax.scipy.sparse.linalg.cg was between,
+    "vmap" where the function runs under jax.vmap, "loop" where at a pass of its Python loop)
+    that called the loop compiling now, read from this thread's stack; ("", "", "") where
+    none."""
     frame, via = sys._getframe(1), ""
     while frame is not None and not frames.is_user_frame(frame):
         via = "cg" if frame.f_code.co_name == "cg" else via
@@ -732,7 +741,9 @@ def _loop_caller() -> tuple[str, str, str]:
         if outer is None:
             break
         frame = outer
-    if frame.f_code.co_name != "<module>" and _in_python_loop(frame):
+    if jaxcompat.under_vmap(frame):  # batched, not compiled: the vmap is what to jit
+        via = via or "vmap"
+    elif frame.f_code.co_name != "<module>" and _in_python_loop(frame):
         via = via or "loop"
     return (frame.f_code.co_name, frames.where(frame.f_code.co_filename, frame.f_lineno), via)
 

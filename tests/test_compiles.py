@@ -741,6 +741,34 @@ def test_flowmc_133_an_eager_scan_made_anew_names_the_function_that_calls_it():
     assert after.compiles == 0
 
 
+def test_mujoco_1516_a_vmapped_function_called_outside_jit_is_told_to_jit_the_vmap():
+    """google-deepmind/mujoco#1516 (a new user's trial): jax.vmap(step) called in a Python loop
+    ran its operations one by one and compiled its solver's fori_loop at each call; the kit said
+    "Jit `step`, the function that calls it", which, taken as vmap(jit(step)), was 20 times
+    slower than the maintainer's jax.jit(jax.vmap(step)). It names the vmap now."""
+    def step(model, q):
+        def solver(i, lam):  # made anew at each call, as a physics step's solver is
+            return jnp.clip(lam - 0.1 * (model @ lam - q), -1.0, 1.0)
+        return q + 0.01 * jax.lax.fori_loop(0, 8, solver, jnp.zeros_like(q))
+
+    batched, model, q = jax.vmap(step, in_axes=(None, 0)), jnp.eye(4) * 2.0, jnp.ones((1, 4))
+    batched(model, q)
+    with compiles.watch() as log:
+        for _ in range(3):
+            q = batched(model, q)
+    eager = log.function("eager operations")
+    name, at, via = eager.loop_callers[0]
+    assert (name, via) == ("step", "vmap") and at.startswith("test_compiles.py:"), (name, via)
+    assert "`step` (test_compiles.py:" in log.diagnosis and "runs under jax.vmap" in log.diagnosis
+    assert "jax.jit(jax.vmap(step, ...))" in log.diagnosis and "1516" in log.diagnosis
+    fixed = jax.jit(jax.vmap(step, in_axes=(None, 0)))  # the fix named, made once
+    fixed(model, q)
+    with compiles.watch() as after:
+        for _ in range(3):
+            q = fixed(model, q)
+    assert after.compiles == 0
+
+
 def test_jax_14743_an_eager_scan_keeps_its_program_only_while_its_body_lives():
     """jax#14743: lax.scan outside jit compiled again for each new callable object that hashed
     equal to the last; the thread's fix, __eq__ beside __hash__, does not help where each object

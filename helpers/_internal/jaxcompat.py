@@ -43,7 +43,7 @@ __all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXE
            "custom_vjp_fwd_caller", "deleted_argument_error", "device_name",
            "distributed_coordinator", "ensure_hook",
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
-           "import_jax", "kept_callbacks",
+           "import_jax", "kept_callbacks", "under_vmap",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
            "jit_made_by_jax", "live_executables", "lowered_aliases", "lowered_equations",
            "lowered_jaxpr",
@@ -2162,6 +2162,19 @@ def ahead_of_time(frame: Any) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def under_vmap(frame: Any) -> bool:
+    """A function jax.vmap made runs on the stack from ``frame`` outward (its wrapper, vmap_f in
+    the file of jax.vmap itself, jax/_src/api.py on jax 0.8.0 to 0.11.2): the user's code under
+    it is batched, and compiled only where a jit is outside it too."""
+    import inspect
+
+    import jax
+
+    vmap = inspect.unwrap(jax.vmap)  # under JAX's traceback-filtering wrapper
+    where = getattr(getattr(vmap, "__code__", None), "co_filename", None)
+    return _frame_running(frame, "vmap_f", where) is not None
 
 
 def config_global(name: str, default: Any = None) -> Any:
