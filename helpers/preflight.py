@@ -473,8 +473,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         elif verdict == "will not fit" and isinstance(free, int) and not replicated and \
                 a["output"] - a["alias"] > free:  # (an output written into a donated argument
             # takes no room of its own: jax-ml/jax-llm-examples#33's donated KV cache)
-            advice = (advice.rstrip(".") + ". " +
-                      program_notes.output_too_large_note(c.outputs(), a["output"], free))
+            made_at = program_notes.sized_in_code(c.outputs(), c.temporaries(), (args, kwargs))
+            if made_at:  # no batch sets its size, nor does freeing room fit it: the note alone
+                advice = advice.split(" Try: ")[0]
+            advice = (advice.rstrip(".") + ". " + program_notes.output_too_large_note(
+                c.outputs(), a["output"], free, made_at))
     notes = []
     made = (program_notes.numpy_made_while_tracing(fn, c.jaxpr)
             if c.constants and c.jaxpr is not None else [])

@@ -567,12 +567,25 @@ def factorization(temporaries: Sequence[compiled.Temporary], peak: int,
 
 
 def output_too_large_note(outputs: Sequence[tuple[str, Any, str]], output_bytes: int,
-                          free: int) -> str:
+                          free: int, made_at: str = "") -> str:
     """A step whose outputs alone are more than the room where it runs: freeing other arrays,
     donation or jax.checkpoint cannot make room for what it returns (jax-ml/jax#2851: an outer
     product of a GPU pipeline's result, too large for the card and not for the host; gnecula:
-    compute it on the CPU device)."""
+    compute it on the CPU device). ``made_at``: the line that made the largest output where no
+    dimension of its comes from an argument (:func:`sized_in_code`): the size is a number in
+    the code, and making it smaller is the fix (google-deepmind/mujoco#1431: brax's replay
+    buffer sized by num_timesteps when max_replay_size is not given, 49.5 GiB)."""
     largest = max(outputs, key=lambda o: compiled.array_bytes(o[1]), default=None)
+    if made_at and largest is not None:
+        path, aval, _ = largest
+        return (f"Its outputs alone, {format_bytes(output_bytes)}, are more than the "
+                f"{format_bytes(free)} free there, and the largest, {path or 'its output'} "
+                f"({aval.dtype}{list(aval.shape)}), takes none of its dimensions from the "
+                f"step's arguments: its size is a number in the code ({made_at}), a setting "
+                "such as a buffer's or a cache's capacity, not a batch. Make that number "
+                "smaller, where the step needs it whole; no smaller batch, donation or "
+                "jax.checkpoint shrinks it (google-deepmind/mujoco#1431: a replay buffer sized "
+                "by the run's total steps).")
     what = ""
     if largest is not None and len(outputs) == 1:
         what = f" ({largest[1].dtype}{list(largest[1].shape)})"
@@ -587,6 +600,24 @@ def output_too_large_note(outputs: Sequence[tuple[str, Any, str]], output_bytes:
             "arguments put on jax.devices('cpu')[0] (jax.device_put; a step runs where its "
             "arguments are: jax-ml/jax#2851), or never make the whole result: reduce it in "
             "blocks of rows inside the step (jax.lax.map over the blocks).")
+
+
+def sized_in_code(outputs: Sequence[tuple[str, Any, str]],
+                  temporaries: Sequence[compiled.Temporary], args: Any) -> str:
+    """The line that made the largest output, where none of its dimensions (of more than one)
+    is one of the arguments' dimensions: its size comes from the code, not from what the step
+    is given; "" otherwise, or where no line was recorded."""
+    import jax
+
+    largest = max(outputs, key=lambda o: compiled.array_bytes(o[1]), default=None)
+    if largest is None:
+        return ""
+    shape = tuple(int(d) for d in largest[1].shape)
+    given = {int(d) for leaf in jax.tree_util.tree_leaves(args)
+             for d in getattr(leaf, "shape", ()) or ()}
+    if not any(d > 1 for d in shape) or any(d in given for d in shape if d > 1):
+        return ""
+    return next((t.line for t in temporaries if t.shape == shape and t.line), "")
 
 
 def replicated_output_note(path: str, aval: Any, count: int, argument: str = "") -> str:

@@ -3682,6 +3682,29 @@ def test_jax_2851_an_output_larger_than_the_card_is_named_with_the_host_as_the_f
     assert "Its outputs alone" not in reduced.advice
 
 
+def _mujoco_1431_buffer_init(replay_size: int):
+    def init(key):  # brax's replay queue: one row of 443 floats for every transition it keeps
+        return {"data": jnp.zeros((replay_size, 443), jnp.float32), "key": key}
+    return init
+
+
+def test_mujoco_1431_a_buffer_sized_in_the_code_is_named_not_a_smaller_batch():
+    """google-deepmind/mujoco#1431 (a new user's trial): brax's SAC sized its replay buffer by
+    num_timesteps (30M rows, 49.5 GiB) when max_replay_size was not given. The kit led with "a
+    smaller batch", which the user had tried (batch_size=32), and the host or lax.map over
+    blocks, for a buffer that must exist whole. No dimension of it comes from an argument: the
+    size is a number in the code, and the fix, a smaller one, fits."""
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    p = preflight.preflight_step(_mujoco_1431_buffer_init(30_000_000), key, target="RTX 4090")
+    assert p.verdict == "will not fit"
+    assert "takes none of its dimensions from the step's arguments" in p.advice, p.advice
+    assert "test_user_reports.py:" in p.advice and "jnp.zeros((replay_size, 443)" in p.advice
+    assert "a smaller batch" not in p.advice and "lax.map" not in p.advice
+    assert "mujoco#1431" in p.advice
+    fixed = preflight.preflight_step(_mujoco_1431_buffer_init(1_000_000), key, target="RTX 4090")
+    assert fixed.verdict == "fits"
+
+
 def _jax_21377_kernel(x, y, which):
     return jnp.prod(1 + which * jnp.exp(-(x - y) ** 2))
 
