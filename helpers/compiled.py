@@ -1830,8 +1830,12 @@ def _unrolled(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:
                       for e in getattr(j, "eqns", ())
                       if jaxpr_walk.scan_role(e) == "backward"
                       and (found := jaxpr_walk.user_frame(e))}
-    return note + SCAN_UNDER_GRAD if any(f"({line})" in note for line in differentiated) \
-        else note
+    # and not where each iteration takes its own jax.grad, done before the next one starts
+    # (araffin/sbx#14: an update per gradient step): the scan then keeps no iteration's values
+    return note + SCAN_UNDER_GRAD if any(
+        f"({line})" in note
+        and jaxpr_loops.backward_passes(jaxpr, line) < jaxpr_loops.OWN_DERIVATIVES_AT
+        for line in differentiated) else note
 
 
 def _unrolled_note(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> str:

@@ -816,6 +816,8 @@ def unrolled_under_derivative(c: compiled.CompiledStep, temp: int) -> str:
     same = [t for t in ts if t.line in ran and t.in_derivative and 4 * t.nbytes >= big.nbytes]
     if len(same) < 4 or temp < 4 * big.nbytes or 2 * sum(t.nbytes for t in same) < temp:
         return ""
+    if jaxpr_loops.backward_passes(c.jaxpr, big.line) >= jaxpr_loops.OWN_DERIVATIVES_AT:
+        return ""  # a jax.grad in each iteration (araffin/sbx#14): no derivative of the loop
     return (f"The largest value, {big.op} {big.dtype}{list(big.shape)} "
             f"({format_bytes(big.nbytes)}, {big.line}), is made by a line that ran "
             f"{ran[big.line]} times in this program: a Python loop, which jit unrolls. Under the "

@@ -2661,3 +2661,42 @@ def test_jax_llm_examples_33_an_argument_most_of_the_peak_is_named_first_when_it
     assert "Its outputs alone" not in long.advice  # the cache's output is the donated cache
     assert preflight.preflight_step(decode, w, cache(512), x, pos, target="40MiB").verdict == \
         "fits"
+
+
+def _sbx_mlp(p, x):
+    return jax.nn.relu(x @ p["w1"]) @ p["w2"]
+
+
+def _sbx_train(steps, data, qf, actor):
+    for i in range(steps):  # sbx 0.7.0's _train: one update per gradient step, unrolled
+        def window(x, i=i):
+            return x[16 * i:16 * (i + 1)]  # one width, a new start: not a shape that changes
+        obs, act = window(data["obs"]), window(data["act"])
+        gq = jax.grad(lambda q: jnp.mean(_sbx_mlp(q, jnp.concatenate([obs, act], 1)) ** 2))(qf)
+        qf = jax.tree.map(lambda p, g: p - 3e-4 * g, qf, gq)
+        ga = jax.grad(lambda a: -jnp.mean(_sbx_mlp(
+            qf, jnp.concatenate([obs, jnp.tanh(_sbx_mlp(a, obs))], 1))))(actor)
+        actor = jax.tree.map(lambda p, g: p - 3e-4 * g, actor, ga)
+    return qf, actor
+
+
+def test_sbx_14_a_loop_of_updates_each_with_its_own_grad_is_not_told_to_checkpoint():
+    """araffin/sbx#14 (a new user's trial): a Python loop of gradient steps inside jit, each
+    with its own jax.grad, over fixed-width windows of the batch. The unrolled loop is named
+    with fori_loop (the PR's fix); but the kit also said the windows were "a shape that changes
+    with k", and that the backward pass needs each iteration's values, with a jax.checkpoint
+    that changed nothing. Neither is said now; a loop under one grad still gets it (jax#14056,
+    Olmax#25)."""
+    data = {"obs": jnp.ones((16 * 12, 8)), "act": jnp.ones((16 * 12, 2))}
+    qf = {"w1": jnp.ones((10, 32)) * 0.1, "w2": jnp.ones((32, 1)) * 0.1}
+    actor = {"w1": jnp.ones((8, 32)) * 0.1, "w2": jnp.ones((32, 2)) * 0.1}
+    p = preflight.preflight_step(functools.partial(_sbx_train, 12), data, qf, actor)
+    advice = " ".join([p.advice, *p.notes]) if hasattr(p, "notes") else p.advice
+    assert "unrolled" in advice and "fori_loop" in advice, advice
+    assert "a shape that changes with k" not in advice, advice
+    from helpers._internal import jaxpr_loops  # windows of one width over two arrays
+
+    train = functools.partial(_sbx_train, 12)
+    assert jaxpr_loops.sliced_lines(jax.make_jaxpr(train)(data, qf, actor)) == set()
+    assert "put jax.checkpoint on the scan's body" not in advice
+    assert "Under the derivative the backward pass needs each iteration's values" not in advice

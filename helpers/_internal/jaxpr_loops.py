@@ -373,6 +373,34 @@ def line_runs(closed) -> dict[tuple[str, int], int]:
     return runs
 
 
+#: how many returns from a backward pass to a forward one (:func:`backward_passes`) say that each
+#: iteration of a loop takes its own derivative, not one derivative the whole loop
+OWN_DERIVATIVES_AT = 3
+
+
+def backward_passes(closed, line: str) -> int:
+    """How many times, in program order, the equations the user's ``line`` ("file.py:12: code",
+    as :func:`helpers._internal.frames.line` writes it) made go from a backward pass's (a
+    transpose in their name stack) back to a forward pass's: 0 where one derivative takes the
+    whole loop (its forward iterations, then its backward ones: HomebrewML/Olmax#25's chunks), one
+    less than the iterations where each takes its own jax.grad (araffin/sbx#14: an update per
+    gradient step, each backward pass done before the next forward one)."""
+    last, switches = False, 0
+    for j, _ in walk(closed):
+        for eqn in getattr(j, "eqns", ()):
+            try:
+                stack = str(eqn.source_info.name_stack)
+                found = _user_line(eqn.source_info.traceback)
+            except Exception:  # an equation without its source
+                continue
+            if found is None or frames.line(*found[0]) != line:
+                continue
+            back = "transpose(" in stack
+            switches += last and not back
+            last = back
+    return switches
+
+
 def _stack_groups(closed) -> dict[tuple[str, Any], list]:
     """(primitive, traceback): [its equations, those of no derivative but one jax.grad or
     jax.jvp's forward pass (the primal's), lookups, {operand shapes: primal ones}], over every
@@ -440,9 +468,11 @@ def scalar_inputs(closed) -> int:
 
 def sliced_lines(closed) -> set[tuple[str, int]]:
     """The lines of the user's code (as :func:`line_repeats` keys them) that slice an array
-    :data:`LOOP_REPEATS` times or more into slices of more than one shape: a loop slicing by
-    its index (``U[k, k:n]`` in an LU factorization: jax-ml/jax#2242)."""
-    shapes: dict[tuple[str, int], Counter] = {}
+    :data:`LOOP_REPEATS` times or more into slices of more than one shape, of one array (of one
+    shape): a loop slicing by its index (``U[k, k:n]`` in an LU factorization: jax-ml/jax#2242).
+    Windows of one width over several arrays on one line (``x[B * i:B * (i + 1)]`` of each of a
+    batch's arrays: araffin/sbx#14, a new user's trial) are slices of one shape each."""
+    shapes: dict[tuple[str, int], dict[tuple, Counter]] = {}
     for j, _ in walk(closed):
         for eqn in getattr(j, "eqns", ()):
             if eqn.primitive.name not in ("slice", "dynamic_slice"):
@@ -453,10 +483,12 @@ def sliced_lines(closed) -> set[tuple[str, int]]:
                 continue
             user = next((f for f in fs if frames.is_user_file(f.file_name)), None)
             if user is not None:
-                shapes.setdefault((user.file_name, user.line_num), Counter())[
+                shapes.setdefault((user.file_name, user.line_num), {}).setdefault(
+                    tuple(eqn.invars[0].aval.shape), Counter())[
                     tuple(eqn.outvars[0].aval.shape)] += 1
     return {key for key, seen in shapes.items()
-            if sum(seen.values()) >= LOOP_REPEATS and len(seen) > 1}
+            if sum(sum(c.values()) for c in seen.values()) >= LOOP_REPEATS
+            and any(len(c) > 1 for c in seen.values())}
 
 
 def chunked_inputs(closed) -> int:
