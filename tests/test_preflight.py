@@ -2672,12 +2672,19 @@ def _sbx_train(steps, data, qf, actor):
         def window(x, i=i):
             return x[16 * i:16 * (i + 1)]  # one width, a new start: not a shape that changes
         obs, act = window(data["obs"]), window(data["act"])
-        gq = jax.grad(lambda q: jnp.mean(_sbx_mlp(q, jnp.concatenate([obs, act], 1)) ** 2))(qf)
+        gq = jax.grad(_sbx_critic_loss)(qf, obs, act)
         qf = jax.tree.map(lambda p, g: p - 3e-4 * g, qf, gq)
-        ga = jax.grad(lambda a: -jnp.mean(_sbx_mlp(
-            qf, jnp.concatenate([obs, jnp.tanh(_sbx_mlp(a, obs))], 1))))(actor)
+        ga = jax.grad(_sbx_actor_loss)(actor, qf, obs)
         actor = jax.tree.map(lambda p, g: p - 3e-4 * g, actor, ga)
     return qf, actor
+
+
+def _sbx_critic_loss(q, obs, act):
+    return jnp.mean(_sbx_mlp(q, jnp.concatenate([obs, act], 1)) ** 2)
+
+
+def _sbx_actor_loss(a, qf, obs):
+    return -jnp.mean(_sbx_mlp(qf, jnp.concatenate([obs, jnp.tanh(_sbx_mlp(a, obs))], 1)))
 
 
 def test_sbx_14_a_loop_of_updates_each_with_its_own_grad_is_not_told_to_checkpoint():
