@@ -1107,6 +1107,12 @@ class CompiledStep:
         other operand keeps no dimension of its own (jax-ml/jax#2937)."""
         return tuple(JacobianProduct(*p) for p in jaxpr_derivatives.jacobian_products(self.jaxpr))
 
+    def jacobian_solves(self) -> tuple[tuple[str, tuple[int, ...], str, int, str, str], ...]:
+        """(mode, its shape, its dtype, bytes, the Jacobian's line, the solve's line) of each
+        whole Jacobian the step hands only to a dense linear solve, largest first
+        (patrick-kidger/optimistix#93: a Newton step's J^-1 r)."""
+        return tuple(jaxpr_derivatives.jacobian_solves(self.jaxpr))
+
     def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:
         """("float32[512, 512]", bytes, line) of each floating array the step computes and then
         multiplies by the constant 0.0 (``optax.scale(0.0)`` on frozen parameters' gradients,

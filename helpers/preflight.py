@@ -265,6 +265,10 @@ class StepPreflight(_Verdict, Display):
     #: each whole Jacobian made only to multiply a vector, named where it is a quarter of the
     #: peak (jax-ml/jax#2937)
     jacobian_products: tuple[compiled.JacobianProduct, ...] = ()
+    #: (mode, "float32[3456, 3456]", bytes, its line, the solve's line) of each whole Jacobian
+    #: made only for a dense linear solve, named where it is a quarter of the peak
+    #: (patrick-kidger/optimistix#93)
+    jacobian_solves: tuple[tuple[str, str, int, str, str], ...] = ()
     #: ("float32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
     scaled_by_zero: tuple[tuple[str, int, str], ...] = ()
     #: (length, flag, the scan's line, the flag's line) of each lax.scan that runs on after its
@@ -611,7 +615,21 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(program_notes.jacobian_product_note(
             products[0], made_for if alone and made_bytes > products[0].nbytes else ()))
         batched = [b for b in batched if b[0].line not in c.jacobian_lines]
-    made_whole = () if products else jacobians  # (a product needs no Jacobian at all)
+    # the Jacobian and the values the lines jacfwd or jacrev traced make to build it: each
+    # line pushes the whole basis through, values of the Jacobian's size (XLA's metadata on jax
+    # 0.8.0 gives a while loop's line to those inside it; patrick-kidger/optimistix#93)
+    solved = []
+    for mode, shape, dtype, nbytes, line, solve_line in c.jacobian_solves():
+        building = [t for t in many if t.shape != shape and t.line != line and (
+            t.line in c.jacobian_lines or t.nbytes == nbytes)]
+        if 4 * (nbytes + sum(t.nbytes for t in building)) >= peak:
+            solved.append(((mode, f"{dtype}{list(shape)}", nbytes, line, solve_line), building))
+    if solved and not products:  # a Newton step's J^-1 r
+        notes.append(program_notes.jacobian_solve_note(*solved[0][0], solved[0][1]))
+        batched = [b for b in batched if b[0].line not in c.jacobian_lines]
+        if verdict == "will not fit":  # none of the generic tips is its fix
+            advice = advice.split(" Try: ")[0]
+    made_whole = () if products or solved else jacobians  # (no Jacobian needed at all)
     # a loop's carry is no temporary XLA lists, yet a Jacobian's batch can be in it (jacrev
     # over an iterative solve: its Krylov basis, one per row; uwplasma/vmex#328)
     carried = c.loop_carries()
@@ -986,6 +1004,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         scan_stacks=stacks,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, jacobian_products=tuple(products), stopped_scans=stopped,
+        jacobian_solves=tuple(s for s, _ in solved),
         scaled_by_zero=zeroed, narrowed_arguments=narrowed,
         widened_values=tuple(w[:5] for w in widened), half_round_trips=round_trips,
         float64_argument_bytes=float64,

@@ -173,6 +173,31 @@ def jacobian_product_note(p: compiled.JacobianProduct,
             f"product of {format_bytes(p.product_bytes)}: {fix}{batch}.")
 
 
+def jacobian_solve_note(mode: str, what: str, nbytes: int, line: str, solve_line: str,
+                        made_for: Sequence[compiled.Temporary] = ()) -> str:
+    """A whole Jacobian made only to solve one linear system with it (a Newton step's
+    J^-1 r): a Krylov solver needs J only through Jacobian-vector products, one forward pass
+    each, and never makes it (patrick-kidger/optimistix#93: Newton's default dense solve made
+    the Jacobian of a [1000, 1, 1000, 3, 2] field, 77 TB; the fix, lineax.CG). ``made_for``:
+    the values the lines traced inside jacfwd or jacrev make to build it."""
+    at = f" at {line}" if line else ""
+    by = f" at {solve_line}" if solve_line and solve_line != line else ""
+    built = ""
+    if made_for:
+        t = max(made_for, key=lambda t: t.nbytes)
+        built = (f", and to build it {format_bytes(sum(u.nbytes for u in made_for))} more "
+                 f"(the largest {t.op} {t.dtype}{list(t.shape)}{', ' + t.line if t.line else ''})")
+    return (f"The step makes the whole Jacobian (jax.{'jacfwd' if mode == 'forward' else 'jacrev'}"
+            f"){at}, {what} ({format_bytes(nbytes)}){built}, only to solve one linear system "
+            f"with it{by}: no smaller batch or jax.checkpoint shrinks it, and a matrix-free "
+            "solve needs none of it. jax.scipy.sparse.linalg.gmres (cg where the Jacobian is "
+            "symmetric positive definite) with the product v -> jax.jvp(f, (y,), (v,))[1] "
+            "solves it from one forward pass per iteration (in optimistix: "
+            "Newton(linear_solver=lineax.GMRES(...)) or lineax.CG; "
+            "patrick-kidger/optimistix#93). It trades memory for iterations: where the "
+            "Jacobian is small, the dense solve is faster.")
+
+
 def stopped_scan_note(length: int, flag: str, line: str, flag_line: str) -> str:
     """A ``lax.scan`` of a fixed number of steps whose carry keeps a flag that only turns on
     and gates what the body computes (a decode loop's ``stopped``): after every element has

@@ -2707,3 +2707,44 @@ def test_sbx_14_a_loop_of_updates_each_with_its_own_grad_is_not_told_to_checkpoi
     assert jaxpr_loops.sliced_lines(jax.make_jaxpr(train)(data, qf, actor)) == set()
     assert "put jax.checkpoint on the scan's body" not in advice
     assert "Under the derivative the backward pass needs each iteration's values" not in advice
+
+
+def _optimistix_residual(y, a):
+    return y - 0.1 * jnp.tanh(a * y) + 0.05 * (jnp.roll(y, 1, axis=0) + jnp.roll(y, -1, axis=0)) - 1
+
+
+def _optimistix_newton(dense: bool):
+    def newton(y0, a):
+        def body(carry):
+            y, i = carry
+            f = _optimistix_residual(y, a)
+            if dense:  # optimistix's default Newton: the whole Jacobian, LU-solved
+                J = jax.jacfwd(_optimistix_residual)(y, a).reshape(y.size, y.size)
+                dy = jnp.linalg.solve(J, -f.reshape(-1)).reshape(y.shape)
+            else:  # the thread's fix, matrix-free: J only through jvp
+                dy, _ = jax.scipy.sparse.linalg.gmres(
+                    lambda v: jax.jvp(lambda z: _optimistix_residual(z, a), (y,), (v,))[1], -f,
+                    tol=1e-8)
+            return y + dy, i + 1
+        return jax.lax.while_loop(lambda c: c[1] < 8, body, (y0, 0))[0]
+    return newton
+
+
+def test_optimistix_93_a_jacobian_made_only_for_a_linear_solve_is_named_with_a_krylov_solve():
+    """patrick-kidger/optimistix#93 (a new user's trial): Newton's dense solve made the whole
+    Jacobian of a [1000, 1, 1000, 3, 2] field (77 TB); the kit listed the values and said "a
+    smaller batch; jax.checkpoint", neither of which applies (checkpoint tried: unchanged). It
+    names the Jacobian made only for the solve now, and the matrix-free fix, which needs a
+    fraction of the memory and finds the same root."""
+    y0, a = jnp.zeros((12, 1, 12, 3, 2)), jnp.float32(2.0)
+    p = preflight.preflight_step(_optimistix_newton(True), y0, a)
+    (mode, what, nbytes, line, solve_line), = p.jacobian_solves
+    assert (mode, what, nbytes) == ("forward", "float32[864, 864]", 864 * 864 * 4)
+    assert "jax.jacfwd(_optimistix_residual)" in line and "jnp.linalg.solve(J" in solve_line
+    assert "only to solve one linear system with it" in p.advice and "optimistix#93" in p.advice
+    assert "jax.jvp(f, (y,), (v,))[1]" in p.advice
+    fixed = preflight.preflight_step(_optimistix_newton(False), y0, a)
+    assert fixed.jacobian_solves == () and 4 * fixed.peak_bytes < p.peak_bytes
+    root = jax.jit(_optimistix_newton(True))(y0, a)
+    assert np.allclose(jax.jit(_optimistix_newton(False))(y0, a), root, atol=1e-4)
+    assert np.allclose(_optimistix_residual(root, a), 0, atol=1e-5)

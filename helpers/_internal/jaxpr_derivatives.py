@@ -24,7 +24,8 @@ from helpers._internal.jaxpr_walk import (
 )
 
 __all__ = ["checkpoint_at", "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
-           "jacobian_lines", "jacobian_products", "jacobian_sizes", "repeated_checkpoints",
+           "jacobian_lines", "jacobian_products", "jacobian_sizes", "jacobian_solves",
+           "repeated_checkpoints",
            "residual_sources", "shard_map_residuals", "wholly_checkpointed"]
 
 
@@ -337,3 +338,46 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
                     math.prod(out.shape) * out.dtype.itemsize, line, equation_line(eqn),
                     bool(batch[side])))
     return sorted(found, key=lambda f: -f[4])
+
+
+#: jnp's and jax.scipy's dense linear solves, jitted under these names (jnp.linalg.solve,
+#: jax.scipy.linalg.solve, jnp.linalg.inv), and the factorizations they start with
+_DENSE_SOLVES = frozenset({"solve", "_solve", "inv", "lu_factor", "cho_factor"})
+_FACTORIZATIONS = frozenset({"lu", "cholesky"})
+
+
+def jacobian_solves(closed) -> list[tuple[str, tuple[int, ...], str, int, str, str]]:
+    """(mode, the Jacobian's shape, its dtype, its bytes, the Jacobian's line, the solve's line)
+    of each whole Jacobian (the output of JAX's ``_jacfwd_unravel`` or ``_jacrev_unravel``,
+    read through reshapes) that the step hands only to a dense linear solve (jnp.linalg.solve,
+    jax.scipy.linalg.solve, inv, an LU or Cholesky factorization): a Newton step that needs J
+    only through J^-1 r, which a matrix-free solve gets from Jacobian-vector products
+    (patrick-kidger/optimistix#93: the full Jacobian of a [1000, 1, 1000, 3, 2] field, 77 TB),
+    largest first."""
+    found = []
+    for j, _ in walk(closed):
+        made_by, read = made_and_read(j)
+        returned = {id(v) for v in getattr(j, "outvars", ())}
+        for eqn in getattr(j, "eqns", ()):
+            name = eqn.primitive.name
+            if not (name in _FACTORIZATIONS or (name in ("pjit", "jit") and str(
+                    eqn.params.get("name", "")) in _DENSE_SOLVES)) or not eqn.invars:
+                continue
+            var, source, alone = eqn.invars[0], None, True
+            for _ in range(6):
+                alone = alone and len(read.get(id(var), ())) == 1 and id(var) not in returned
+                source = made_by.get(id(var))
+                if source is None or source.primitive.name not in _RESHAPING or \
+                        {"_jacfwd_unravel", "_jacrev_unravel"} & set(frame_names(source)):
+                    break
+                var = source.invars[0]
+            names = set(frame_names(source)) if source is not None else set()
+            mode = ("forward" if "_jacfwd_unravel" in names else
+                    "reverse" if "_jacrev_unravel" in names else "")
+            if not mode or not alone:
+                continue  # no Jacobian, or one the step needs for more than this solve
+            aval = eqn.invars[0].aval
+            found.append((mode, tuple(aval.shape), str(aval.dtype),
+                          math.prod(aval.shape) * aval.dtype.itemsize, equation_line(source),
+                          equation_line(eqn)))
+    return sorted(found, key=lambda f: -f[3])
