@@ -265,7 +265,14 @@ class FunctionCompiles(Record):
             text = (f"{self.compiles} one-operation programs were compiled outside jit "
                     f"({listed}): a jnp call outside jit is compiled for each new shape too; "
                     "inside a jitted function it is part of one program.")
-            others = [n for n in self.same_types_again if n not in _LOOPS]
+            if any(c.split(" ×")[0] == "stage" for c in self.changed):
+                # jax 0.10.2 and 0.11.2: a jit(stage) per new shape (none on 0.8.0), none for
+                # jax.device_put (a new user's trial, graphs of many sizes)
+                text += (" stage is jnp.asarray or jnp.array of a NumPy array: JAX copies it "
+                         "to the device through a small program of its own, one per new "
+                         "shape. Pass the NumPy array to the jitted function as it is (jit "
+                         "copies it), or jax.device_put(x), which compiles nothing.")
+            others = [n for n in self.same_types_again if n not in _LOOPS and n != "stage"]
             if shaped := [n for n in others if n in _SHAPE_MAKERS]:
                 text += (f" {' and '.join(shaped)} compiled again with the same argument "
                          "types: the program bakes in the shape it makes, so jnp.zeros, "

@@ -2075,3 +2075,27 @@ def test_mbi_196_a_value_in_a_pytree_s_metadata_is_named_with_a_data_field_as_th
         keyed(collections.OrderedDict(b=jnp.ones(2), w=jnp.ones(2)))
     (entry,) = [e for e in log.functions if e.function == "<lambda>"]
     assert entry.fix.startswith("keep the pytree's structure the same"), entry.fix
+
+
+def test_jnp_asarray_of_numpy_arrays_of_new_shapes_is_named_with_device_put():
+    """A new user's trial (graphs padded to many sizes): compiles.watch listed "eager
+    operations: stage x81" with "a jnp call outside jit ... inside a jitted function", which
+    does not apply: jnp.asarray of a NumPy array compiles JAX's own `stage` program per new
+    shape (jax 0.10.2 and 0.11.2; none on 0.8.0). Passing the NumPy array, or device_put,
+    compiles nothing."""
+    f = jax.jit(lambda x: x.sum())
+    sizes = (5, 6, 7, 8)
+    for n in sizes:
+        f(np.ones(n, np.float32))
+    with compiles.watch() as log:
+        for n in sizes:
+            f(jnp.asarray(np.ones(n, np.float32)))
+    if log.compiles:  # (jax 0.8.0 copies it without a program)
+        assert "stage ×4" in log.diagnosis, log.diagnosis
+        assert "stage is jnp.asarray or jnp.array of a NumPy array" in log.diagnosis
+        assert "jax.device_put(x), which compiles nothing" in log.diagnosis
+    with compiles.watch() as fixed:
+        for n in sizes:
+            f(np.ones(n, np.float32))
+            f(jax.device_put(np.ones(n, np.float32)))
+    assert fixed.compiles == 0
