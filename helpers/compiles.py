@@ -344,6 +344,15 @@ class FunctionCompiles(Record):
                      "again (it had compiled before this block)")
             head = f"`{self.function}`{where} compiled {times}, for {self.cause}{changed}"
         said = f" JAX says: {self.jax_says}" if self.cause == "other" and self.jax_says else ""
+        if self.cause == "function made anew" and self.library and self.called_at:
+            # the jit may be the library's own, made at each call over the values it is given
+            # (pyro-ppl/numpyro#1347's MCMC.run, a new user's trial): no loop of the user's
+            # to move it out of
+            said += (f" `{self.function}` is a library's function ({self.defined_at}): where "
+                     "your code makes that jax.jit, make it once; where the library jits it "
+                     f"anew at each of your calls ({self.called_at[0]}), closed over the values "
+                     "you pass, use its option to pass them as traced arguments, or pass the "
+                     "same values (numpyro's MCMC: jit_model_args=True, pyro-ppl/numpyro#1347).")
         return (f"{head}, {self.compile_seconds:.2f} s of compiling: {self.fix}."
                 f"{said}{self._constants_again()}")
 

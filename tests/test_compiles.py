@@ -2099,3 +2099,56 @@ def test_jnp_asarray_of_numpy_arrays_of_new_shapes_is_named_with_device_put():
             f(np.ones(n, np.float32))
             f(jax.device_put(np.ones(n, np.float32)))
     assert fixed.compiles == 0
+
+
+_SAMPLER_LIB = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+
+
+def _sample(init, data):
+    return jax.lax.fori_loop(0, 16, lambda i, z: z * 0.9 + data, init)
+
+
+class MCMC:  # numpyro.infer.MCMC's cache of samplers, reduced: one jit per data value
+    def __init__(self, jit_model_args=False):
+        self.jit_model_args, self.cache = jit_model_args, {}
+
+    def run(self, data):
+        key = None if self.jit_model_args else data
+        if key not in self.cache:
+            self.cache[key] = jax.jit(_sample if self.jit_model_args else
+                                      functools.partial(_sample, data=data))
+        f = self.cache[key]
+        return f(jnp.float32(0), data) if self.jit_model_args else f(jnp.float32(0))
+'''
+
+
+def test_numpyro_1347_a_library_that_jits_anew_for_each_value_names_its_option(
+        tmp_path, monkeypatch):
+    """pyro-ppl/numpyro#1347 (a new user's trial): MCMC.run with new data at each call, without
+    jit_model_args, jitted the sampler anew over each value, and memory grew. The kit said
+    "jitted anew ... at your line: make it once, outside the loop", but that line only calls
+    the library. It says whose jit it may be now, with the library's option, which compiles
+    once."""
+    import importlib
+
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "sampler_lib.py").write_text(_SAMPLER_LIB)
+    monkeypatch.syspath_prepend(str(lib))
+    sampler = importlib.import_module("sampler_lib")
+    mcmc = sampler.MCMC()
+    with compiles.watch() as log:
+        for k in range(4):
+            mcmc.run(float(k)).block_until_ready()
+    said = log.diagnosis
+    assert "`_sample` is a library's function (sampler_lib.py:" in said, said
+    assert "jit_model_args=True" in said and "numpyro#1347" in said
+    fixed = sampler.MCMC(jit_model_args=True)
+    with compiles.watch() as after:
+        for k in range(4):
+            fixed.run(float(k)).block_until_ready()
+    assert after.function("_sample").compiles == 1
