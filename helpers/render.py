@@ -745,13 +745,18 @@ def _step_rows(p: StepPreflight) -> list[tuple[str, str]]:
         *split,
         *copies,
         ("outputs", format_bytes(p.output_bytes)),
+        # a value larger than all the temporaries is written as an output: listed under the
+        # outputs, not under a temporaries' total smaller than it (a new user's trial)
+        *[(f"  a large output: {t.op} {t.dtype}{list(t.shape)}",
+           format_bytes(t.nbytes) + (f", {t.line}" if t.line else ""))
+          for t in p.largest_temporaries if t.nbytes > p.temp_bytes and t.nbytes >= 1024],
         ("aliased (outputs written into donated arguments)", format_bytes(p.alias_bytes)),
         *reuse,
         ("temporaries", format_bytes(p.temp_bytes)),
-        *[(f"  a large {'one' if t.nbytes <= p.temp_bytes else 'output'}: {t.op} {t.dtype}"
-           f"{list(t.shape)}", format_bytes(t.nbytes) + (f", {t.line}" if t.line else ""))
-          for t in p.largest_temporaries  # more than all temporaries: written as an output
-          if t.nbytes >= 1024],  # a few bytes are no "large one"
+        *[(f"  a large one: {t.op} {t.dtype}{list(t.shape)}",
+           format_bytes(t.nbytes) + (f", {t.line}" if t.line else ""))
+          for t in p.largest_temporaries
+          if 1024 <= t.nbytes <= p.temp_bytes],  # a few bytes are no "large one"
         ("generated code", format_bytes(p.code_bytes) if p.code_bytes is not NOT_AVAILABLE
          else "not reported by the CPU backend (XLA gives 0)"),
         *([("constants baked into the program (closed-over arrays"

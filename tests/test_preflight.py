@@ -1263,6 +1263,9 @@ def test_xlas_own_peak_below_the_temporaries_is_said_to_leave_them_out():
     # a value larger than all the temporaries is written as an output (jax#824's gradient)
     out = dataclasses.replace(low, temp_bytes=1024)
     assert "a large output: add f32[512]" in str(out) and "a large one" not in str(out)
+    lines = str(out).splitlines()  # under the outputs, not under the smaller temporaries (a trial)
+    at = next(i for i, x in enumerate(lines) if "a large output" in x)
+    assert lines[at - 1].lstrip().startswith("outputs:"), lines[at - 1]
 
 
 def test_random_numbers_drawn_whole_on_each_device_name_the_partitionable_flag():
