@@ -1018,8 +1018,11 @@ def stack_note(t: compiled.ScanStack, peak: int) -> str:
         return (f"{head.replace('A lax.scan', 'A jax.lax.map (a scan without a carry)', 1)}: "
                 "its result, each step's stacked. Where what follows needs only a reduction of "
                 "it (a sum, a maximum), compute that in a lax.scan's carry instead, and no "
-                "step's result is kept; where it needs all of it, this is memory the step "
-                "must have.")
+                "step's result is kept; where it needs all of it on the device, this is memory "
+                "the step must have. Where it is kept for the host (samples to save or plot), "
+                "call the step on one chunk at a time and move each chunk's result to the host "
+                "(np.asarray, jax.device_get) before the next: the device holds one chunk's "
+                "(juanitorduz/numpyro_forecast#65, posterior predictive draws).")
     if t.copied_bytes * 2 >= t.nbytes:
         return (f"{head}: {format_bytes(t.copied_bytes)} of it is the body returning its slice "
                 "of what the scan reads, unchanged, so the scan stacks a copy of that array. "

@@ -989,6 +989,14 @@ def test_a_lax_map_s_stack_is_named_as_its_result_not_as_a_body_returning_too_mu
     assert "A jax.lax.map (a scan without a carry)" in p.advice
     assert "in a lax.scan's carry instead" in p.advice and "Return less from the body" \
         not in p.advice
+    # juanitorduz/numpyro_forecast#65 (a new user's trial): draws kept for the host are moved
+    # there chunk by chunk; the kit had called the stack memory the step must have
+    assert "move each chunk's result to the host" in p.advice and "#65" in p.advice
+    draw = jax.jit(lambda keys: jax.lax.map(lambda k: jax.random.normal(k, (512, 512)), keys))
+    chunks = np.concatenate([np.asarray(draw(keys[i:i + 4])) for i in range(0, 16, 4)])
+    assert np.array_equal(chunks, np.asarray(draw(keys)))  # the same draws, 4 at a time
+    one = preflight.preflight_step(draw, keys[:4])
+    assert 4 * one.output_bytes == p.output_bytes and one.peak_bytes < p.peak_bytes
 
 
 def _history_has_carry() -> bool:
