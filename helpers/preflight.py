@@ -334,6 +334,10 @@ class StepPreflight(_Verdict, Display):
     #: ("argsort", "float32[4194304]", n sorted, k kept, line) of each sort the step slices to
     #: k at one end, where jax.lax.top_k needs no full sort (openxla/xla#25487)
     sliced_sorts: tuple[tuple[str, str, int, int, str], ...] = ()
+    #: (the table, "float32[131072, 64]", bytes, the gather's line, the bytes of the values with
+    #: one row per index) of a gather of a row per edge summed back by a scatter-add, where those
+    #: values are a quarter of the peak (jax-ml/jax#1979); None for none
+    edge_gather: tuple[str, str, int, str, int] | None = None
 
 
 def _in_use(dev) -> tuple[int | NotAvailable, str]:
@@ -688,6 +692,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     sorts = program_notes.sorts_to_slice(c)
     if sorts:
         notes.append(program_notes.sliced_sort_note(*sorts[0]))
+    edges = program_notes.edge_gathers(c, c.temporaries(16), peak)
+    if edges is not None:  # a graph network's messages, one row per edge (jax-ml/jax#1979)
+        notes.append(program_notes.edge_gather_note(*edges))
     if c.jaxpr is not None:
         # a value over every pair of two inputs' rows that XLA keeps whole (jax-ml/jax#7856);
         # under jax.grad its backward pass keeps one too (jax-md/jax-md#137)
@@ -1026,7 +1033,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         einsum_intermediates=tuple((spec, f"{dtype}{list(shape)}", n, step, line)
                                    for spec, shape, dtype, n, _, step, line in blowups),
         sliced_sorts=tuple((function, f"{dtype}{list(shape)}", n, k, line)
-                           for shape, dtype, n, k, _, _, function, line in sorts))
+                           for shape, dtype, n, k, _, _, function, line in sorts),
+        edge_gather=edges)
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -95,6 +95,61 @@ def gathered(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporary]
     return out
 
 
+#: how many times the table's rows a gather must make to be read as one row per edge
+EDGE_GATHER_RATIO = 4
+
+
+def edge_gathers(c: compiled.CompiledStep, temporaries: Sequence[compiled.Temporary],
+                 peak: int) -> tuple[str, str, int, str, int] | None:
+    """(the table, "float32[131072, 64]", its bytes, the gather's line, the bytes of the values
+    with one row per index) of a gather that copies a row of a table for each of
+    :data:`EDGE_GATHER_RATIO` times as many indices as the table has rows, in a step that also
+    scatter-adds that many rows back (message passing in a graph network: ``x[src]`` summed
+    into ``dst``, jax-ml/jax#1979), where the values with one row per index are a quarter of the
+    peak or more; None otherwise."""
+    if c.jaxpr is None or peak <= 0:
+        return None
+    gathers, scattered = [], set()
+    for j, _ in jaxpr_walk.walk(c.jaxpr):
+        for e in getattr(j, "eqns", ()):
+            name = e.primitive.name
+            if name == "gather" and len(e.invars) > 1:
+                table, out = e.invars[0].aval, e.outvars[0].aval
+                if (len(table.shape) == 2 and len(out.shape) == 2
+                        and out.shape[0] >= EDGE_GATHER_RATIO * table.shape[0]):
+                    gathers.append((table, out, jaxpr_walk.equation_line(e)))
+            elif name in ("scatter-add", "scatter_add") and len(e.invars) > 2 and \
+                    "transpose(" not in str(getattr(e.source_info, "name_stack", "")):
+                # (a backward pass's scatter-add is a gather's gradient, an embedding's: no
+                # sum the user wrote)
+                scattered.add(int(e.invars[2].aval.shape[0]) if e.invars[2].aval.shape else 0)
+    for table, out, line in sorted(gathers, key=lambda g: -g[1].size):
+        edges = int(out.shape[0])
+        per_edge = sum(u.nbytes for u in temporaries if u.shape and u.shape[0] == edges)
+        if edges in scattered and 4 * per_edge >= peak:
+            nbytes = int(out.size) * out.dtype.itemsize
+            return (f"{table.dtype}{list(table.shape)}", f"{out.dtype}{list(out.shape)}",
+                    nbytes, line, per_edge)
+    return None
+
+
+def edge_gather_note(table: str, what: str, nbytes: int, line: str, per_edge: int) -> str:
+    """The note for :func:`edge_gathers`: the step holds a value per edge, not per node; edges
+    in chunks under a scan into a carried sum hold one chunk's (a new user's trial: 35.5 MiB
+    planned, 7.1 MiB in chunks of 16384 edges; jax-ml/jax#1979 hoped XLA would fuse the gather
+    into the scatter, which the CPU's plan does not)."""
+    at = f" ({line})" if line else ""
+    return (f"A gather{at} copies a row of {table} for every index, {what} "
+            f"({format_bytes(nbytes)}), and a scatter-add (jax.ops.segment_sum, .at[].add) sums "
+            f"as many rows back: the step makes {format_bytes(per_edge)} of values with one row "
+            "per edge (XLA may reuse one's buffer for another), growing with the edges, not the "
+            "nodes. Fix: a jax.lax.scan over chunks of the indices (src.reshape(-1, k), dst "
+            "likewise) that gathers one chunk and adds it into a carried sum of the table's "
+            "shape holds one chunk's rows, for the same result (jax-ml/jax#1979 hoped XLA would "
+            "fuse the gather into the scatter: this backend's plan keeps the rows; whether a "
+            "GPU's does is from the thread, not yet run on a GPU).")
+
+
 def _line_ops(c: compiled.CompiledStep, lines: set[str]) -> dict[str, set[str]]:
     """The primitives of the step's jaxpr that each of ``lines`` made, in one walk (none
     without a jaxpr; "" is no line)."""
