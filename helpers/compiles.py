@@ -322,7 +322,10 @@ class FunctionCompiles(Record):
                          "one program, inside jit, not an operation run outside it.")
             return text
         if self.cause == "function made anew":
-            at = f" at {self.called_at[0]}" if self.called_at else ""
+            # the line that called it, which the jax.jit making it anew runs before (not the
+            # jax.jit's own line: track-mjx#45's jit(env.step) two lines up, a new user's trial)
+            at = (f", called at {self.called_at[0]}" if self.called_at
+                  and "called at" not in where else "")
             head = f"`{self.function}`{where} was jitted anew {self.compiles} times{at}"
         elif self.cause == "new placement":
             head = (f"`{self.function}`{where} compiled {self.compiles} times, "

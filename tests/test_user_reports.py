@@ -3628,7 +3628,8 @@ def test_scikit_robot_871_functions_jitted_anew_in_every_solve_are_named():
         for _ in range(3):
             solve(fk, jnp.zeros(29))
     said = log.diagnosis
-    assert "was jitted anew 6 times" in said and "make it once, outside the loop" in said
+    assert "was jitted anew 6 times, called at test_user_reports.py:" in said, said
+    assert "make it once, outside the loop" in said
     assert "pass that value as an argument instead" in said
 
     def cost(q, fk):  # the fix: made once, the data an argument
