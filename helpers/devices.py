@@ -1006,7 +1006,9 @@ class TreePlacement(Display):
 def tree_placement(tree: Any) -> TreePlacement:
     """Explain a pytree (a params dict, an optimizer state, a Flax NNX state): one row per leaf
     (device, memory kind, committed, bytes), bytes per place, and the problems a jit over the
-    whole tree would meet: committed leaves on different devices (it raises), NumPy leaves
+    whole tree would meet: leaves wholly on another process's devices (a library's
+    jax.devices()[0] in a job: pytorch/xla#8667), committed leaves on different devices (it
+    raises), NumPy leaves
     (copied on every call), a batch-shaped leaf whole on one device beside leaves on a mesh
     (copied whole to every device), host-memory leaves mixed with device ones, deleted leaves,
     and leaves that hold one copy per device as a state replicated for jax.pmap does (laid out
