@@ -338,6 +338,9 @@ class StepPreflight(_Verdict, Display):
     #: one row per index) of a gather of a row per edge summed back by a scatter-add, where those
     #: values are a quarter of the peak (jax-ml/jax#1979); None for none
     edge_gather: tuple[str, str, int, str, int] | None = None
+    #: ("float32[50000, 50000]", bytes, the product's line, the diagonal's line) of each square
+    #: product made only for its diagonal, named where it is a quarter of the peak (GPJax#389)
+    diagonal_products: tuple[tuple[str, int, str, str], ...] = ()
 
 
 def _in_use(dev) -> tuple[int | NotAvailable, str]:
@@ -692,6 +695,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     sorts = program_notes.sorts_to_slice(c)
     if sorts:
         notes.append(program_notes.sliced_sort_note(*sorts[0]))
+    diagonals = [d for d in (jaxpr_products.diagonal_products(c.jaxpr) if c.jaxpr is not None
+                             else []) if 4 * d[2] >= peak]
+    if diagonals:  # m x m values for m of them (GPJax#389)
+        notes.append(program_notes.diagonal_product_note(*diagonals[0]))
     edges = program_notes.edge_gathers(c, c.temporaries(16), peak)
     if edges is not None:  # a graph network's messages, one row per edge (jax-ml/jax#1979)
         notes.append(program_notes.edge_gather_note(*edges))
@@ -701,6 +708,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         derivative = jaxpr_walk.has_derivative(c.jaxpr)
         kept = program_notes.pairwise_temporary(jaxpr_products.pairwise_reductions(c.jaxpr),
                                                 temporaries, peak, derivative)
+        if kept is not None:
+            rows, columns = kept[0][2]
+            if (kept[1].shape[rows], kept[1].shape[columns]) in jaxpr_walk.factored_shapes(
+                    c.jaxpr):  # a matrix the step factors whole (a GP's Cholesky): a new
+                kept = None    # user's trial found chunks of its rows changed nothing
         if kept is not None:
             notes.append(program_notes.pairwise_map_note(
                 *kept, _input_name(fn, args, kwargs, kept[0][6]) if kept[0][6] >= 0 else "",
@@ -859,7 +871,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(program_notes.round_trip_note(*round_trips[0], more=len(round_trips) - 1))
     float64 = program_notes.float64_arguments(c, args, kwargs)
     if float64 >= 2**20 and 2 * float64 >= a["argument"]:
-        notes.append(program_notes.float64_note(float64, a["argument"]))
+        notes.append(program_notes.float64_note(
+            float64, a["argument"], factors=bool(jaxpr_walk.factored_shapes(c.jaxpr))
+            if c.jaxpr is not None else False))
     half, upcast = program_notes.cpu_upcast(c, temporaries)
     if upcast:
         notes.append(program_notes.cpu_upcast_note(half, upcast))
@@ -1034,7 +1048,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                    for spec, shape, dtype, n, _, step, line in blowups),
         sliced_sorts=tuple((function, f"{dtype}{list(shape)}", n, k, line)
                            for shape, dtype, n, k, _, _, function, line in sorts),
-        edge_gather=edges)
+        edge_gather=edges,
+        diagonal_products=tuple((f"{dtype}{list(shape)}", n, line, at)
+                                for shape, dtype, n, line, at in diagonals))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -150,6 +150,21 @@ def edge_gather_note(table: str, what: str, nbytes: int, line: str, per_edge: in
             "GPU's does is from the thread, not yet run on a GPU).")
 
 
+def diagonal_product_note(shape: tuple[int, ...], dtype: str, nbytes: int, line: str,
+                          diagonal_line: str) -> str:
+    """A square matrix product made only for its diagonal (:func:`jaxpr_products.
+    diagonal_products`): each diagonal entry is one row of X times one column of Y, so an
+    einsum gives the m of them without the m x m product (thomaspinder/GPJax#389: a predictive
+    variance; a new user's trial: 19.37 GiB to 1.13 GiB at m = 50,000)."""
+    at = f" ({line})" if line else ""
+    by = f" at {diagonal_line}" if diagonal_line and diagonal_line != line else ""
+    return (f"A matrix product{at} makes {dtype}{list(shape)} ({format_bytes(nbytes)}) only for "
+            f"its diagonal{by} (jnp.diag, jnp.diagonal or jnp.trace): {shape[0]} values "
+            f"of its {shape[0] * shape[1]:,}. The diagonal of X @ Y is jnp.einsum('ik,ki->i', "
+            "X, Y) (of A.T @ A, jnp.sum(A * A, axis=0)), which makes no matrix "
+            "(thomaspinder/GPJax#389, a predictive variance).")
+
+
 def _line_ops(c: compiled.CompiledStep, lines: set[str]) -> dict[str, set[str]]:
     """The primitives of the step's jaxpr that each of ``lines`` made, in one walk (none
     without a jaxpr; "" is no line)."""
@@ -1296,7 +1311,7 @@ def float64_arguments(c: compiled.CompiledStep, args: tuple, kwargs: dict) -> in
     return sum(compiled.array_bytes(leaf) for leaf in leaves.values())
 
 
-def float64_note(nbytes: int, argument_bytes: int) -> str:
+def float64_note(nbytes: int, argument_bytes: int, factors: bool = False) -> str:
     """x64 on and most of the step's arguments float64: under x64 what is made without a
     dtype is float64 (patrick-kidger/equinox#1154: a network initialised so; dtype=jnp.float32
     at creation took the step's arguments from 27.17 to 13.59 MiB and its peak from 56.22 to
@@ -1311,7 +1326,11 @@ def float64_note(nbytes: int, argument_bytes: int) -> str:
             "eqx.nn.Linear's) is float64, twice float32's bytes. If float32 is enough for them "
             "(a network beside float64 numerics, patrick-kidger/equinox#1154), pass "
             "dtype=jnp.float32 where they are made, or leave x64 off; if the step needs float64, "
-            "this is its cost, not a mistake.")
+            "this is its cost, not a mistake." + (
+                " This step factors a matrix (a Cholesky, an LU, an eigendecomposition): keep "
+                "that matrix in float64, which is what x64 is usually on for, as a factorization "
+                "in float32 can fail on a matrix near singular and give NaN (a kernel matrix: "
+                "dfm/tinygp#24)." if factors else ""))
 
 
 #: where XLA:CPU computes a half-precision type in float32: read in openxla/xla's

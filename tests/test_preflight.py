@@ -2793,3 +2793,50 @@ def test_jax_1979_a_gather_of_a_row_per_edge_summed_back_is_named_with_chunks_of
     # an embedding's gradient scatter-adds a row per token: no sum the user wrote
     embed = preflight.preflight_step(jax.grad(lambda table, ids: (table[ids] ** 2).sum()), x, src)
     assert embed.edge_gather is None
+
+
+def _rbf(a, b):
+    return jnp.exp(-0.5 * jnp.sum((a[:, None, :] - b[None, :, :]) ** 2, -1))
+
+
+def _gp_variance(X, Xs, full: bool):
+    L = jnp.linalg.cholesky(_rbf(X, X) + 1e-3 * jnp.eye(X.shape[0]))
+    v = jax.scipy.linalg.solve_triangular(L, _rbf(X, Xs), lower=True)
+    return 1.0 - (jnp.diag(v.T @ v) if full else jnp.sum(v * v, axis=0))
+
+
+def test_gpjax_389_a_product_made_only_for_its_diagonal_is_named_with_an_einsum():
+    """thomaspinder/GPJax#389 (a new user's trial): a predictive variance as the diagonal of the
+    full m x m covariance; the kit listed the m x m value and, past the card, "a smaller batch".
+    It names the product made for its diagonal and the sum that makes none, which gives the
+    same variances."""
+    X, Xs = jnp.linspace(0, 1, 128)[:, None], jnp.linspace(0, 1, 2048)[:, None]
+    p = preflight.preflight_step(functools.partial(_gp_variance, full=True), X, Xs)
+    (what, nbytes, line, at), = p.diagonal_products
+    assert (what, nbytes) == ("float32[2048, 2048]", 2048 * 2048 * 4) and "v.T @ v" in line
+    assert "only for its diagonal" in p.advice and "jnp.sum(A * A, axis=0)" in p.advice
+    assert "GPJax#389" in p.advice
+    fixed = preflight.preflight_step(functools.partial(_gp_variance, full=False), X, Xs)
+    assert fixed.diagonal_products == () and 2 * fixed.peak_bytes < p.peak_bytes
+    np.testing.assert_allclose(jax.jit(_gp_variance, static_argnums=2)(X, Xs, False),
+                               jax.jit(_gp_variance, static_argnums=2)(X, Xs, True), atol=1e-4)
+
+
+def _gp_sample(x, y, key):
+    K = _rbf(x, x) + 1e-5 * jnp.eye(x.shape[0])  # a value over every pair of rows...
+    L = jnp.linalg.cholesky(K)  # ...factored whole
+    return L @ jax.random.normal(key, (x.shape[0],), x.dtype) + y.mean()
+
+
+def test_tinygp_24_a_kernel_matrix_factored_whole_gets_no_row_chunks_and_x64_is_explained():
+    """dfm/tinygp#24 and #48 (a new user's trial): the kit told a GP's kernel matrix, which a
+    Cholesky factors whole, to be made "a chunk of rows at a time" with lax.map (tried: the
+    step's temporaries unchanged), and offered float32 for a step whose Cholesky is why x64 is
+    on (in float32 the trial's sample was all NaN)."""
+    with jax.enable_x64(True):
+        x = jnp.linspace(0, 10, 1024, dtype=jnp.float64)[:, None]
+        y = jnp.ones(2**18, jnp.float64)  # the observations: 2 MiB of float64 arguments
+        p = preflight.preflight_step(_gp_sample, x, y, jax.random.key(0))
+    assert "jax.lax.map(row" not in p.advice and "a chunk of" not in p.advice, p.advice
+    assert "This step factors a matrix" in p.advice and "tinygp#24" in p.advice, p.advice
+    # (a pairwise value reduced, factored by nothing, is still named: the jax#7856 tests)

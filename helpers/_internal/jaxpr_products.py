@@ -25,7 +25,8 @@ from helpers._internal.jaxpr_walk import (
     walk,
 )
 
-__all__ = ["batch_reductions", "einsum_intermediates", "einsum_step", "pairwise_reductions",
+__all__ = ["batch_reductions", "diagonal_products", "einsum_intermediates", "einsum_step",
+           "pairwise_reductions",
            "scatters_batched", "selected_branches", "sliced_sorts", "softmax_products",
            "sparse_products", "vmapped_lines", "WIDE_AT", "wide_reductions"]
 
@@ -856,3 +857,34 @@ def sliced_sorts(closed) -> tuple[tuple[tuple[int, ...], str, int, int, str, str
                     found[0][2], " and ".join(which[::-1]) if len(which) > 1 else which[0],
                     name if name in ("argsort", "sort") else "lax.sort", line))
     return tuple(sorted(out, key=lambda x: -math.prod(x[0])))
+
+
+#: jnp's functions that read only a square matrix's diagonal, jitted under these names
+_DIAGONAL_READS = frozenset({"diagonal", "_diag", "trace"})
+
+
+def diagonal_products(closed) -> list[tuple[tuple[int, ...], str, int, str, str]]:
+    """(its shape, dtype, bytes, the product's line, the line that takes the diagonal) of each
+    square matrix product (a ``dot_general``) whose only reader is ``jnp.diag``,
+    ``jnp.diagonal`` or ``jnp.trace``: the step makes m x m values to keep m of them
+    (thomaspinder/GPJax#389: a predictive variance as the diagonal of a full covariance),
+    largest first."""
+    found = []
+    for j, _ in walk(closed):
+        made_by, read = made_and_read(j)
+        returned = {id(v) for v in getattr(j, "outvars", ())}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name not in ("pjit", "jit") or str(
+                    eqn.params.get("name", "")) not in _DIAGONAL_READS or not eqn.invars:
+                continue
+            var = eqn.invars[0]
+            source = made_by.get(id(var))
+            aval = getattr(var, "aval", None)
+            shape = tuple(getattr(aval, "shape", ()))
+            if source is None or source.primitive.name != "dot_general" or len(shape) != 2 \
+                    or shape[0] != shape[1] or len(read.get(id(var), ())) != 1 \
+                    or id(var) in returned:
+                continue
+            found.append((shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
+                          equation_line(source), equation_line(eqn)))
+    return sorted(found, key=lambda f: -f[2])

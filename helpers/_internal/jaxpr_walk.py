@@ -17,7 +17,8 @@ import numpy as np
 from helpers._internal import frames
 
 __all__ = ["bodies", "called_jaxpr", "CALLS", "closed_over_values", "closes_over_arrays",
-           "equation_line", "equation_where", "floating", "frame_names", "has_derivative",
+           "equation_line", "equation_where", "factored_shapes", "FACTORIZATIONS", "floating",
+           "frame_names", "has_derivative",
            "innermost_user", "input_position", "made_and_read", "MOVES", "REMATS", "scan_role",
            "statement", "traceback_frames", "types_within", "user_frame", "value_types", "walk",
            "zero_literal"]
@@ -45,6 +46,19 @@ def walk(closed) -> Iterator[tuple[Any, Sequence]]:
             for v in eqn.params.values():
                 stack += [sub for sub in (v if isinstance(v, (tuple, list)) else (v,))
                           if isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))]
+
+
+#: the primitives that factor a whole matrix (jnp.linalg and jax.scipy.linalg's)
+FACTORIZATIONS = frozenset({"cholesky", "lu", "eigh", "eig", "svd", "qr", "schur"})
+
+
+def factored_shapes(closed) -> set[tuple[int, int]]:
+    """The (rows, columns) of each matrix the step factors (a Cholesky, an LU, an
+    eigendecomposition), at any depth; the last two dimensions of a batch of them."""
+    return {tuple(int(d) for d in e.invars[0].aval.shape[-2:])
+            for j, _ in walk(closed) for e in getattr(j, "eqns", ())
+            if e.primitive.name in FACTORIZATIONS and e.invars
+            and len(getattr(e.invars[0].aval, "shape", ())) >= 2}
 
 
 def has_derivative(closed) -> bool:
