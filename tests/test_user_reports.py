@@ -455,7 +455,8 @@ def test_the_table_lists_every_report_tested_here():
                  "1236": "tests/test_program_shapes.py and tests/test_residuals.py",
                  "2858": "tests/test_program_shapes.py, tests/test_residuals.py",
                  "2051": "tests/test_residuals.py", "24915": "tests/test_program_shapes.py",
-                 "25487": "tests/test_program_shapes.py", "24": "tests/test_sparse_linalg.py and tests/test_preflight.py (tinygp#24)",
+                 "25487": "tests/test_program_shapes.py", "24":
+                 "tests/test_sparse_linalg.py and tests/test_preflight.py (tinygp#24)",
                  "166": "tests/test_sparse_linalg.py", "7856": "tests/test_sparse_linalg.py",
                  "891": "tests/test_compiles.py and tests/test_preflight.py",
                  "352": "tests/test_compiles.py", "35090": "tests/test_trace_errors.py",
