@@ -34,9 +34,12 @@ _SEGMENTS = "`num_segments` argument"
 #: JAX's words where it names the argument a value was needed for ("The error arose for the
 #: nse argument of bcoo_fromdense", jax/experimental/sparse)
 _AROSE_FOR = re.compile(r"The error arose for the (\w+) argument of (\w+)")
-#: JAX's words where jnp.nonzero (argwhere, flatnonzero, where with one argument, unique) has
-#: no size= under a transformation (jax/_src/numpy: its output size is how many it finds)
-_SIZE_ARGUMENT = re.compile(r"The size argument of (jnp\.\w+) must be statically specified")
+#: JAX's words where jnp.nonzero (argwhere, flatnonzero, where with one argument: all named
+#: jnp.nonzero) or jnp.unique has no size= under a transformation (jax/_src/numpy: its output
+#: size is how many it finds); unique's are its own, before _AROSE_FOR's reading (a review)
+_SIZE_ARGUMENT = re.compile(r"The size argument of (jnp\.\w+) must be statically specified"
+                            r"|arose for the \w+ argument of (jnp\.\w+)\(\)\. To make .+ "
+                            r"specify a concrete value for the size argument")
 #: a boolean mask as an index under jit (jax.errors.NonConcreteBooleanIndexError)
 _BOOLEAN_INDEX = "NonConcreteBooleanIndexError"
 #: a value batched by jax.vmap put to Python's if (JAX names the tracer's kind)
@@ -121,9 +124,9 @@ def trace_error_fix(err: BaseException) -> str:
     if kind not in TRACE_ERRORS and not shape:
         return ""
     if found := _SIZE_ARGUMENT.search(text):
-        fn = found.group(1)
+        fn = found.group(1) or found.group(2)
         return (f"{fn} returns as many elements as it finds, so its output's size depends on "
-                f"values jit traces. Give it a fixed size: {fn}(..., size=k, fill_value=...) "
+                f"traced values (under jit or vmap). Give it a fixed size: {fn}(..., size=k, fill_value=...) "
                 f"with k a Python int (the padded count, an upper bound), and mask the padding "
                 f"it fills; or keep the whole array and select with jnp.where(mask, x, 0) "
                 f"(jax-ml/jax#5280)")
@@ -194,9 +197,18 @@ def _boolean_index_fix(err: BaseException) -> str:
     tb = _user_frame(err)
     code = frames.line(tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else ""
     at = f" (at {frames.where(tb.tb_frame.f_code.co_filename, tb.tb_lineno)})" if tb else ""
-    fix = ("jnp.where(mask, v, x) instead of x.at[mask].set(v)" if ".at[" in code else
-           "jnp.where(mask, x, 0) (mask[:, None] for rows) keeps every element, and a mean "
-           "over the picked ones is jnp.where(mask, x, 0).sum() / mask.sum()")
+    update = re.search(r"\.at\[[^\]]*\]\.(\w+)\(", code)
+    how = update.group(1) if update else ""
+    if how == "set":
+        fix = "jnp.where(mask, v, x) instead of x.at[mask].set(v)"
+    elif how == "add":  # (a set's fix would overwrite: a review)
+        fix = "jnp.where(mask, x + v, x) instead of x.at[mask].add(v)"
+    elif how:
+        fix = f"jnp.where(mask, x.at[:].{how}(v), x) instead of x.at[mask].{how}(v)"
+    else:
+        fix = ("jnp.where(mask, x, 0) keeps every element, and a mean over the picked ones is "
+               "jnp.where(mask, x, 0).sum() / mask.sum()")
+    fix += " (mask[:, None] where it picks rows of x)"
     return (f"a boolean mask as an index picks as many elements as it holds True, a number that "
             f"depends on values jit traces{at}: shapes must be known while tracing. Keep the "
             f"shape and select: {fix}; where you need the elements themselves, "
@@ -227,7 +239,9 @@ def _library_fix(kind: str, library: tuple[str, str], scalars: list[str]) -> str
         return (f"{package} converts the value to NumPy (at {at}), which needs a concrete one: "
                 f"it runs NumPy or SciPy code, which jit cannot trace. Call it outside jit, or "
                 f"wrap that call in jax.pure_callback where it must run inside "
-                f"(google/jaxopt#214)")
+                f"(google/jaxopt#214)" + (
+                    "; for SciPy's own functions, jax.scipy has many (jax.scipy.linalg.expm)"
+                    if package == "scipy" else ""))
     static = (f" Marking {' and '.join(map(repr, scalars))} static (static_argnames=("
               f"{', '.join(map(repr, scalars))},)) helps only where the library reads it as it "
               f"is; where it computes with it first, the result is traced inside jit all the "

@@ -257,6 +257,13 @@ def test_jax_21994_a_boolean_mask_as_an_index_under_jit_is_named_and_its_fix_tra
         jax.jit(lambda x, m: x.at[~m].set(0.0))(nodes, mask)
     fix = trace_errors.trace_error_fix(zeroed.value)
     assert "jnp.where(mask, v, x) instead of x.at[mask].set(v)" in fix and "21994" in fix, fix
+    assert "mask[:, None] where it picks rows of x" in fix  # a review: (4,) against (4, 3)
+    with pytest.raises(IndexError) as added:
+        jax.jit(lambda x, m: x.at[m].add(1.0))(nodes, mask)
+    fix = trace_errors.trace_error_fix(added.value)  # a review: not the set's, which overwrites
+    assert "jnp.where(mask, x + v, x) instead of x.at[mask].add(v)" in fix, fix
+    rows = jax.jit(lambda x, m: jnp.where(m[:, None], x + 1.0, x))(nodes, mask)
+    assert rows.tolist() == np.where(np.asarray(mask)[:, None], nodes + 1, nodes).tolist()
     with pytest.raises(IndexError) as read:
         jax.jit(lambda x, m: x[m].mean(0))(nodes, mask)
     fix = trace_errors.trace_error_fix(read.value)
@@ -265,6 +272,16 @@ def test_jax_21994_a_boolean_mask_as_an_index_under_jit_is_named_and_its_fix_tra
     assert np.allclose(readout, nodes[np.array(mask)].mean(0))
     zero = jax.jit(lambda x, m: jnp.where(m[:, None], x, 0.0))(nodes, mask)
     assert zero[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_jnp_unique_under_jit_is_named_with_its_size_not_as_an_argument_to_pass():
+    """A review: jnp.unique's words ("arose for the first argument of jnp.unique()") were read
+    as an argument to pass yourself ("Pass first= yourself"); its fix is size=, which traces."""
+    fix = trace_errors.trace_error_fix(_error(jax.jit(jnp.unique), jnp.array([3, 1, 3])))
+    assert fix.startswith("jnp.unique returns as many elements as it finds"), fix
+    assert "first=" not in fix
+    assert jax.jit(lambda x: jnp.unique(x, size=3, fill_value=0))(
+        jnp.array([3, 1, 3])).tolist() == [1, 3, 0]
 
 
 def test_an_if_on_a_value_vmap_batches_is_named_with_a_select():
@@ -307,10 +324,16 @@ def minimize(fun, x0):
 @pytest.fixture
 def fakeopt(tmp_path, monkeypatch):
     """A library installed in a site-packages folder, as the trials' copy of jaxopt was."""
-    folder = tmp_path / "site-packages" / "fakeopt"
+    # a venv's layout, where the standard library's folder (platstdlib) holds site-packages
+    # too: a review found every installed package read as the standard library there
+    stdlib = tmp_path / "lib" / "python3"
+    folder = stdlib / "site-packages" / "fakeopt"
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text(_LIBRARY)
-    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    from helpers._internal import frames
+
+    monkeypatch.setattr(frames, "_STANDARD", (*frames._STANDARD, str(stdlib)))
+    monkeypatch.syspath_prepend(str(stdlib / "site-packages"))
     import importlib
 
     yield importlib.import_module("fakeopt")

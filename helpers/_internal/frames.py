@@ -55,8 +55,11 @@ def package(filename: str) -> str:
 def is_underneath(filename: str) -> bool:
     """A file of JAX's, NumPy's, the standard library's, the kit's or Python's own frozen
     modules: code under the user's or a library's call, never where its if is."""
-    return (filename.startswith(("<frozen", _KIT + os.sep)) or filename.startswith(_STANDARD)
-            or package(filename) in _UNDERNEATH)
+    if filename.startswith(("<frozen", _KIT + os.sep)):
+        return True
+    if found := package(filename):  # before the prefix: a venv's or conda's standard library
+        return found in _UNDERNEATH  # folder holds its site-packages too (a review)
+    return filename.startswith(_STANDARD)
 
 
 def is_user_frame(frame) -> bool:
