@@ -126,9 +126,10 @@ def trace_error_fix(err: BaseException) -> str:
     if found := _SIZE_ARGUMENT.search(text):
         fn = found.group(1) or found.group(2)
         return (f"{fn} returns as many elements as it finds, so its output's size depends on "
-                f"traced values (under jit or vmap). Give it a fixed size: {fn}(..., size=k, fill_value=...) "
-                f"with k a Python int (the padded count, an upper bound), and mask the padding "
-                f"it fills; or keep the whole array and select with jnp.where(mask, x, 0) "
+                f"traced values (under jit or vmap). Give it a fixed size: "
+                f"{fn}(..., size=k, fill_value=...) with k a Python int (the padded count, an "
+                f"upper bound), and mask the padding it fills; or keep the whole array and "
+                f"select with jnp.where(mask, x, 0) "
                 f"(jax-ml/jax#5280)")
     arose = _AROSE.search(text)
     needed = f" ({arose.group(1).strip()})" if arose else ""
