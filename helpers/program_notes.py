@@ -708,9 +708,14 @@ def sized_in_code(outputs: Sequence[tuple[str, Any, str]],
     if largest is None:
         return ""
     shape = tuple(int(d) for d in largest[1].shape)
-    given = {int(d) for leaf in jax.tree_util.tree_leaves(args)
-             for d in getattr(leaf, "shape", ()) or ()}
-    if not any(d > 1 for d in shape) or any(d in given for d in shape if d > 1):
+    leaves = jax.tree_util.tree_leaves(args)
+    given = {int(d) for leaf in leaves for d in getattr(leaf, "shape", ()) or ()}
+    given |= {int(v) for v in leaves if isinstance(v, int) and not isinstance(v, bool)}
+    # a dimension is the arguments' where it is one of theirs (a static int's value too) or a
+    # multiple of one of 8 or more (jnp.zeros((64 * n, 2 * d)) from x.shape: a review)
+    if not any(d > 1 for d in shape) or any(
+            d in given or any(g >= 8 and d % g == 0 for g in given)
+            for d in shape if d > 1):
         return ""
     return next((t.line for t in temporaries if t.shape == shape and t.line), "")
 

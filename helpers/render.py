@@ -328,8 +328,9 @@ def holders_text(h: Holders) -> str:
     lines = [f"{h.live_arrays} live arrays{views}, {format_bytes(h.live_bytes)}; the largest "
              f"{len(h.arrays)}: {format_bytes(h.user_bytes)} held by your code, "
              f"{format_bytes(h.jax_bytes)} by JAX alone" + (
-                 f", {format_bytes(h.history_bytes)} by IPython's output history alone "
-                 "(%reset -f out)" if h.history_bytes else "") + (
+                 f", {format_bytes(h.history_bytes)} by IPython alone (its output history, "
+                 "or its record of the last cell run: each array's line below says how to let "
+                 "it go)" if h.history_bytes else "") + (
                  f", {format_bytes(h.library_bytes)} by a library's module-level state"
                  if h.library_bytes else "") + (
                  f"; {format_bytes(h.cycle_bytes)} of all live arrays held only by reference "

@@ -2840,3 +2840,58 @@ def test_tinygp_24_a_kernel_matrix_factored_whole_gets_no_row_chunks_and_x64_is_
     assert "jax.lax.map(row" not in p.advice and "a chunk of" not in p.advice, p.advice
     assert "This step factors a matrix" in p.advice and "tinygp#24" in p.advice, p.advice
     # (a pairwise value reduced, factored by nothing, is still named: the jax#7856 tests)
+
+
+def _newton_one(y, a):  # one point's Newton step: a 3 x 3 Jacobian, solved
+    J = jax.jacfwd(lambda z: z ** 3 + a * z - 1.0)(y)
+    return y - jnp.linalg.solve(J, y ** 3 + a * y - 1.0)
+
+
+def _laplace(theta):  # a Laplace approximation's covariance: the inverse Hessian itself
+    return jnp.linalg.inv(jax.hessian(lambda t: jnp.sum(jnp.log1p(jnp.exp(t)) + t ** 2))(theta))
+
+
+def _rollout_buffer(obs):  # sized from the batch: 64 steps of its rows, two of its widths
+    n, d = obs.shape
+    return {"buf": jnp.zeros((64 * n, 2 * d)), "obs": obs}
+
+
+def _maml(w, x):  # MAML: the outer gradient differentiates through every inner step
+    def inner(w):
+        return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+    def adapted(w):
+        for _ in range(24):
+            w = w - 0.01 * jax.grad(inner)(w)
+        return inner(w)
+    return jax.grad(adapted)(w)
+
+
+def _fixed_split(w, data):
+    for i in range(48):  # one update per minibatch, obs and act split off one array
+        obs, act = data[i, :, :8], data[i, :, 8:]
+        w = w - 0.1 * (obs.T @ (obs @ w - act))
+    return w
+
+
+def test_a_review_s_false_positives_of_the_day_s_notes_stay_quiet():
+    """A review of the day's notes confirmed each of these with a script: a vmapped batch of
+    small Newton solves told "no smaller batch shrinks it" (one does); an inverse Hessian that
+    is the result told to solve matrix-free; a buffer sized from the batch's shape called "a
+    number in the code"; MAML's inner grads under an outer one read as a grad per iteration,
+    which dropped the checkpoint advice; a fixed split of each iteration's array called "a
+    shape that changes with k"."""
+    from helpers._internal import jaxpr_loops
+
+    batched = preflight.preflight_step(jax.vmap(_newton_one, in_axes=(0, None)),
+                                       jnp.ones((2048, 3)), 2.0)
+    assert batched.jacobian_solves == () and "only to solve one linear system" not in \
+        batched.advice
+    assert preflight.preflight_step(_laplace, jnp.zeros(256)).jacobian_solves == ()
+    obs = jax.ShapeDtypeStruct((1024, 256), jnp.float32)
+    c = compiled.compile_step(_rollout_buffer, obs)
+    assert program_notes.sized_in_code(c.outputs(), c.temporaries(), ((obs,), {})) == ""
+    p = preflight.preflight_step(_maml, jnp.ones((64, 64)) * 0.01, jnp.ones((128, 64)))
+    assert "put jax.checkpoint on the scan's body" in p.advice, p.advice
+    split = jax.make_jaxpr(_fixed_split)(jnp.zeros((8, 2)), jnp.ones((48, 16, 10)))
+    assert jaxpr_loops.sliced_lines(split) == set()

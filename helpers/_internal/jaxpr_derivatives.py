@@ -342,7 +342,7 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
 
 #: jnp's and jax.scipy's dense linear solves, jitted under these names (jnp.linalg.solve,
 #: jax.scipy.linalg.solve, jnp.linalg.inv), and the factorizations they start with
-_DENSE_SOLVES = frozenset({"solve", "_solve", "inv", "lu_factor", "cho_factor"})
+_DENSE_SOLVES = frozenset({"solve", "_solve", "lu_factor", "cho_factor"})
 _FACTORIZATIONS = frozenset({"lu", "cholesky"})
 
 
@@ -350,7 +350,9 @@ def jacobian_solves(closed) -> list[tuple[str, tuple[int, ...], str, int, str, s
     """(mode, the Jacobian's shape, its dtype, its bytes, the Jacobian's line, the solve's line)
     of each whole Jacobian (the output of JAX's ``_jacfwd_unravel`` or ``_jacrev_unravel``,
     read through reshapes) that the step hands only to a dense linear solve (jnp.linalg.solve,
-    jax.scipy.linalg.solve, inv, an LU or Cholesky factorization): a Newton step that needs J
+    jax.scipy.linalg.solve, an LU or Cholesky factorization; not jnp.linalg.inv, whose result
+    may be the inverse itself, a covariance; nor a batch of small ones under vmap, which a
+    smaller batch shrinks: a review): a Newton step that needs J
     only through J^-1 r, which a matrix-free solve gets from Jacobian-vector products
     (patrick-kidger/optimistix#93: the full Jacobian of a [1000, 1, 1000, 3, 2] field, 77 TB),
     largest first."""
@@ -374,9 +376,9 @@ def jacobian_solves(closed) -> list[tuple[str, tuple[int, ...], str, int, str, s
             names = set(frame_names(source)) if source is not None else set()
             mode = ("forward" if "_jacfwd_unravel" in names else
                     "reverse" if "_jacrev_unravel" in names else "")
-            if not mode or not alone:
-                continue  # no Jacobian, or one the step needs for more than this solve
             aval = eqn.invars[0].aval
+            if not mode or not alone or len(aval.shape) != 2:
+                continue  # no Jacobian, one needed for more than this solve, or a batch
             found.append((mode, tuple(aval.shape), str(aval.dtype),
                           math.prod(aval.shape) * aval.dtype.itemsize, equation_line(source),
                           equation_line(eqn)))

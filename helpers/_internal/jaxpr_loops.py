@@ -395,6 +395,8 @@ def backward_passes(closed, line: str) -> int:
                 continue
             if found is None or frames.line(*found[0]) != line:
                 continue
+            if stack.count("jvp(") > 1:  # a derivative of derivatives (MAML's outer grad of
+                return 0  # inner ones): the outer backward pass keeps every iteration
             back = "transpose(" in stack
             switches += last and not back
             last = back
@@ -486,9 +488,13 @@ def sliced_lines(closed) -> set[tuple[str, int]]:
                 shapes.setdefault((user.file_name, user.line_num), {}).setdefault(
                     tuple(eqn.invars[0].aval.shape), Counter())[
                     tuple(eqn.outvars[0].aval.shape)] += 1
+    # shapes that change with the index: each made once (x[k:] in one loop), or some more often
+    # than others (nested loops); a fixed split of each iteration's array (x[:, :8], x[:, 8:])
+    # makes each of its shapes once an iteration, as often as each other (a review)
     return {key for key, seen in shapes.items()
             if sum(sum(c.values()) for c in seen.values()) >= LOOP_REPEATS
-            and any(len(c) > 1 for c in seen.values())}
+            and any(len(c) > 1 and (len(set(c.values())) > 1 or max(c.values()) == 1)
+                    for c in seen.values())}
 
 
 def chunked_inputs(closed) -> int:
