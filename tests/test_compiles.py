@@ -2152,3 +2152,25 @@ def test_numpyro_1347_a_library_that_jits_anew_for_each_value_names_its_option(
         for k in range(4):
             fixed.run(float(k)).block_until_ready()
     assert after.function("_sample").compiles == 1
+
+
+def test_flowmc_31_jnp_append_in_a_loop_is_an_eager_operation_named_with_preallocation():
+    """kazewong/flowMC#31 (a new user's trial): a loss history grown with jnp.append at each
+    epoch. jnp.append is a function JAX jits itself, so its compiles came with no explanation
+    and were filed as "compiles JAX did not explain", with reasons that did not apply. They are
+    operations run outside jit now, with the commit's fix, which compiles nothing more."""
+    losses = jnp.zeros(0)
+    with compiles.watch() as log:
+        for epoch in range(6):
+            losses = jnp.append(losses, jnp.float32(epoch))
+    eager = log.function("eager operations")
+    assert any(c.startswith("append ×") for c in eager.changed), eager.changed
+    assert all(f.cause != "compiles JAX did not explain" for f in log.functions)
+    assert "jnp.zeros(n), and write each value with .at[i].set(v)" in log.diagnosis
+    assert "flowMC#31" in log.diagnosis
+    history = jnp.zeros(6)
+    history.at[0].set(1.0)  # (the first call compiles the update once)
+    with compiles.watch() as fixed:
+        for epoch in range(6):
+            history = history.at[epoch].set(jnp.float32(epoch))
+    assert fixed.compiles == 0 and history.tolist() == losses.tolist()

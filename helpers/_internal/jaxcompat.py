@@ -45,7 +45,8 @@ __all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXE
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
            "import_jax", "kept_callbacks", "under_vmap",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
-           "jit_made_by_jax", "live_executables", "lowered_aliases", "lowered_equations",
+           "jit_made_by_jax", "jit_made_by_jax_in", "live_executables", "lowered_aliases",
+           "lowered_equations",
            "lowered_jaxpr",
            "memory_spaces_only",
            "on_backend_start",
@@ -378,6 +379,17 @@ def jit_made_by_jax(frame: Any) -> bool | None:
     # defined is hidden behind its jit (jnp.exp), and a primitive's (dispatch's) has no name
     module = sys.modules.get(getattr(fun, "__module__", "") or "")
     return getattr(module, getattr(fun, "__name__", ""), None) is not fun
+
+
+def jit_made_by_jax_in(frame: Any) -> str:
+    """The module of the function under the jit compiling now on this thread where JAX jitted
+    it itself where it defines it (jax._src.numpy.lax_numpy for jnp.append; see
+    :func:`jit_made_by_jax`); "" for any other jit, none running, or where this JAX moved it."""
+    if jit_made_by_jax(frame) is not True:
+        return ""
+    frame = _frame_running(frame, "cache_miss", _pjit_file())
+    fun = frame.f_locals.get("fun") if frame is not None else None
+    return str(getattr(fun, "__module__", "") or "")
 
 
 def lowered_jaxpr(frame: Any) -> Any:
