@@ -40,6 +40,8 @@ _AROSE_FOR = re.compile(r"The error arose for the (\w+) argument of (\w+)")
 _SIZE_ARGUMENT = re.compile(r"The size argument of (jnp\.\w+) must be statically specified"
                             r"|arose for the \w+ argument of (jnp\.\w+)\(\)\. To make .+ "
                             r"specify a concrete value for the size argument")
+#: JAX's words where lax.scan's length is traced (jax/_src/lax/control_flow/loops.py)
+_SCAN_LENGTH = "The `length` argument to `scan` expects a concrete `int` value"
 #: a boolean mask as an index under jit (jax.errors.NonConcreteBooleanIndexError)
 _BOOLEAN_INDEX = "NonConcreteBooleanIndexError"
 #: a value batched by jax.vmap put to Python's if (JAX names the tracer's kind)
@@ -131,6 +133,15 @@ def trace_error_fix(err: BaseException) -> str:
                 f"upper bound), and mask the padding it fills; or keep the whole array and "
                 f"select with jnp.where(mask, x, 0) "
                 f"(jax-ml/jax#5280)")
+    if _SCAN_LENGTH in text:
+        names = _arguments(text)
+        which = f" (it depends on {' and '.join(map(repr, names))})" if names else ""
+        return ("lax.scan's length must be a Python int while tracing, and this one is traced"
+                f"{which}. Static, it compiles once per length; for many lengths, scan a fixed "
+                "maximum and leave the steps past the traced n unchanged: jax.lax.scan(lambda "
+                "c, i: (jnp.where(i < n, step(c), c), ...), c, jnp.arange(max_steps)), one "
+                "compile, and it differentiates (a jax.lax.while_loop also takes a traced n, "
+                "but not reverse-mode jax.grad; jax-ml/jax#4473)")
     arose = _AROSE.search(text)
     needed = f" ({arose.group(1).strip()})" if arose else ""
     names = _arguments(text)

@@ -386,3 +386,27 @@ def test_numpy_on_a_value_made_inside_jit_is_not_told_to_use_numpy():
     assert fix.startswith("NumPy (np.asarray, np.* or a library built on it) needs a concrete "
                           "value"), fix
     assert "Compute it with Python or NumPy" not in fix and "Use jnp's function" in fix
+
+
+def test_jax_4473_a_traced_scan_length_is_named_with_a_masked_maximum_that_traces():
+    """jax-ml/jax#4473 (a new user's trial): length=time/dt under jit. The kit said "mark them
+    static", and compiles.watch then said a static argument compiles once per value: a circle.
+    It names scan's length and the masked fixed maximum, which compiles once and
+    differentiates."""
+    def roll(x, time, dt):
+        n = jnp.divide(time, dt).astype(int)
+        return jax.lax.scan(lambda c, _: (c * 0.9, c), x, None, length=n)[0]
+
+    fix = trace_errors.trace_error_fix(_error(jax.jit(roll), 1.0, 1.0, 0.1))
+    assert fix.startswith("lax.scan's length must be a Python int while tracing"), fix
+    assert "'time' and 'dt'" in fix and "jnp.where(i < n, step(c), c)" in fix and "4473" in fix
+
+    @jax.jit
+    def masked(x, time, dt):
+        n = jnp.divide(time, dt).astype(int)
+        return jax.lax.scan(lambda c, i: (jnp.where(i < n, c * 0.9, c), None), x,
+                            jnp.arange(64))[0]
+
+    assert np.isclose(masked(1.0, 1.0, 0.1), 0.9 ** 10, rtol=1e-5)
+    assert np.isclose(masked(1.0, 2.0, 0.1), 0.9 ** 20, rtol=1e-5)  # another n: no compile
+    assert np.isclose(jax.grad(masked)(1.0, 1.0, 0.1), 0.9 ** 10, rtol=1e-5)
