@@ -1789,7 +1789,8 @@ def residuals(fn: Callable, *args, **kwargs) -> Residuals:
                   f"{format_bytes(saved_bytes)} kept are residuals the jax.custom_vjp fwd rule "
                   f"{r.fwd_rule} returns (the largest, {r.dtype}{list(r.shape)}, {r.source}). "
                   + program_notes.fwd_rule_fix(r.fwd_rule))
-    elif scan_bytes:
+    elif scan_bytes and 4 * scan_bytes >= saved_bytes:  # (a few KiB of a scan's steps beside
+        # a large carry: chunks save nothing, and a trial's peak rose following them, jax#15906)
         advice = _scan_advice(scans, saved_bytes, scan_bytes, lengths, made_at, source_of,
                               every, forward, jaxpr_loops.chained_scans(closed) if closed else ())
     elif pair is not None and pair[6] >= 0 and 2 * sum(r.nbytes for r in pairwise) >= saved_bytes:

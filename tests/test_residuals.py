@@ -396,3 +396,23 @@ def test_google_flax_2051_a_one_hot_xla_fuses_away_is_said_to_cost_nothing():
     assert not [v for v in step.values if "jit(_one_hot)" in v["op"]]
     assert temp <= _temp(_integer_loss, logits, labels) + 64 * 1024  # 4.00 vs 4.01 (0.25 vs 4.13)
     assert "integers alone" not in preflight.residuals(_integer_loss, logits, labels).advice
+
+
+def _carried_buffer_loss(xs):  # jax#15906: each step written into a buffer the scan carries
+    def body(state, _):
+        i, ys = state
+        new = jax.lax.dynamic_update_index_in_dim(ys, xs[i] * jnp.sqrt(i + 1.0), i, axis=0)
+        return (i + 1, jnp.where(i > -10, new, ys)), None
+    (_, ys), _ = jax.lax.scan(body, (0, jnp.zeros_like(xs)), None, length=xs.shape[0])
+    return jnp.sum(jnp.sin(ys))
+
+
+def test_jax_15906_a_few_bytes_of_scan_steps_beside_a_large_carry_get_no_chunk_advice():
+    """jax-ml/jax#15906 (a new user's trial): 1.27 KiB of scan outputs beside a 250 KiB carried
+    buffer got "a lax.scan over jax.checkpoint-ed chunks", and the trial's predicted peak rose
+    following it (1.96 -> 2.44 MiB). The scan's steps are too little of what is kept for
+    chunks to save anything; preflight_step names the carried buffer (its carry-copy note)."""
+    r = preflight.residuals(_carried_buffer_loss, jnp.ones((100, 10, 64)))
+    assert 0 < r.scan_bytes * 4 < r.saved_bytes
+    assert "checkpoint-ed chunks" not in r.advice and "are scan outputs" not in r.advice
+    assert "preflight_step(jax.grad(loss)" in r.advice, r.advice
