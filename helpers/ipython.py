@@ -1069,5 +1069,10 @@ def _eager(followed: Any) -> list[tuple[tuple[str, int], int, int]]:
     ``EAGER_RUNS`` times or more and called into JAX outside jit twice or more each time."""
     passes = {where: followed.runs[where] + followed.items[where]
               for where in followed.jax_calls}
-    return [(where, followed.runs[where], calls) for where, calls in followed.jax_calls.items()
-            if passes[where] >= EAGER_RUNS and calls >= 2 * passes[where]]
+    # a lambda on the line that a library applies to each leaf (jax.tree.map): its runs are
+    # the leaves, one operation each, and the line's own runs are what it does per pass
+    own = {where: passes[where] - followed.lambda_runs[where] for where in followed.jax_calls}
+    return [(where, own[where] if followed.lambda_runs[where] else followed.runs[where], calls)
+            for where, calls in followed.jax_calls.items()
+            if passes[where] >= EAGER_RUNS and (calls >= 2 * passes[where] or (
+                followed.lambda_runs[where] and calls >= 2 * max(own[where], 1)))]

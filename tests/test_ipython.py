@@ -870,6 +870,27 @@ def test_jax_5605_a_comprehension_s_items_are_not_runs_of_its_line(shell):
     assert calls >= 2 * 120 and "ran 1 time and made" in str(c)
 
 
+def test_skyrl_647_tree_map_lambdas_dispatched_leaf_by_leaf_in_a_loop_are_named(shell):
+    """NovaSky-AI/SkyRL#647 (a new user's trial, gradient accumulation): each adapter's
+    gradients sliced and added leaf by leaf with jax.tree.map outside jit. The note on
+    operations dispatched one by one fired for a plain loop, not for the same work in tree.map
+    lambdas (one call a leaf, so never "twice a run"). The lambdas' runs are the leaves now, the
+    line's own runs its passes; jitted, the accumulation dispatches once a pass."""
+    shell.run_cell("x = jnp.ones((8, 16, 16))\ntree = {str(i): x for i in range(24)}\n"
+                   "acc = {str(i): jnp.zeros((16, 16)) for i in range(24)}")
+    c = shell.run_cell_magic("memory", "", "for i in range(8):\n"
+                             "    g = jax.tree.map(lambda t: t[i], tree)\n"
+                             "    acc = jax.tree.map(lambda a, b: a + b, acc, g)\n")
+    rows = {line.split(": ", 1)[1]: (runs, calls) for line, runs, calls in c.eager_lines}
+    assert rows["g = jax.tree.map(lambda t: t[i], tree)"][0] == 8, rows
+    assert rows["acc = jax.tree.map(lambda a, b: a + b, acc, g)"][1] >= 8 * 24, rows
+    shell.run_cell("add = jax.jit(lambda acc, tree, i: jax.tree.map(lambda a, t: a + t[i], acc,"
+                   " tree))\nacc = add(acc, tree, 0)")
+    fixed = shell.run_cell_magic("memory", "", "for i in range(8):\n"
+                                 "    acc = add(acc, tree, i)\n")
+    assert fixed.eager_lines == ()
+
+
 def test_tpu_inference_1748_an_array_rebuilt_at_each_write_outside_jit_is_named(shell):
     """vllm-project/tpu-inference#1748: loading experts one by one with
     param = param.at[e].set(w) outside jit copies the whole stacked parameter at each write,

@@ -93,6 +93,9 @@ class Followed:
     """What the tracer saw while it ran: per user line, keyed by (file, line number)."""
 
     runs: Counter = field(default_factory=Counter)  # times the line ran
+    #: of ``runs``: those of a lambda written on the line, called from elsewhere (jax.tree.map
+    #: applying it to each leaf: a new user's trial, NovaSky-AI/SkyRL#647's accumulation)
+    lambda_runs: Counter = field(default_factory=Counter)
     #: calls from the line into JAX's Python code outside any transformation (not while jit,
     #: vmap or grad trace it), reads and descriptions of an array left out. Not dispatches:
     #: a jnp function JAX jits in C++ (jnp.sin) is dispatched with no Python call to count
@@ -392,6 +395,8 @@ class _Tracer:
                 self.seen.items[key] += 1
             else:
                 self.seen.runs[key] += 1
+                if frame.f_code.co_name == "<lambda>":
+                    self.seen.lambda_runs[key] += 1
             if key not in self.seen.function_of:
                 code, outer = frame.f_code, frame
                 while code.co_name in _COMPREHENSIONS and outer.f_back is not None:
