@@ -732,7 +732,7 @@ class _Events(logging.Handler):
         # outside jit: an operation run on its own, as a primitive is, which JAX explains no
         # miss of (a new user's trial: flowMC#31's jnp.append filed as "not explained")
         jnps = (short not in _primitive_names() and not own.active()
-                and jaxcompat.jit_made_by_jax_in(sys._getframe(1)).startswith(_JNP_MODULES))
+                and jaxcompat.jit_made_by_jax_for_arrays(sys._getframe(1)))
         with self.guard:
             loaded = threading.get_ident() in self.loading
             self.loading.discard(threading.get_ident())
@@ -743,13 +743,6 @@ class _Events(logging.Handler):
                                     users, jaxcompat.ahead_of_time(sys._getframe(1)), jnps))
                 if loaded:
                     self.loads.append(seconds)
-
-
-#: the modules of JAX's array functions that JAX jits where it defines them (jnp's, jax.nn's,
-#: jax.random's): called outside jit each is one operation; not a library's jit that takes a
-#: function (jax.experimental.ode's odeint: its own cause, jax-ml/jax#17232)
-_JNP_MODULES = ("jax._src.numpy", "jax._src.nn", "jax._src.random", "jax._src.prng",
-                "jax._src.scipy.special")
 
 
 def _user_line() -> str:

@@ -872,7 +872,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     float64 = program_notes.float64_arguments(c, args, kwargs)
     if float64 >= 2**20 and 2 * float64 >= a["argument"]:
         notes.append(program_notes.float64_note(
-            float64, a["argument"], factors=bool(jaxpr_walk.factored_shapes(c.jaxpr))
+            float64, a["argument"], factors=any(  # (a matrix, not a 3 x 3 det: a review)
+                rows >= 64 for rows, _ in jaxpr_walk.factored_shapes(c.jaxpr))
             if c.jaxpr is not None else False))
     half, upcast = program_notes.cpu_upcast(c, temporaries)
     if upcast:

@@ -159,7 +159,7 @@ def diagonal_product_note(shape: tuple[int, ...], dtype: str, nbytes: int, line:
     at = f" ({line})" if line else ""
     by = f" at {diagonal_line}" if diagonal_line and diagonal_line != line else ""
     return (f"A matrix product{at} makes {dtype}{list(shape)} ({format_bytes(nbytes)}) only for "
-            f"its diagonal{by} (jnp.diag, jnp.diagonal or jnp.trace): {shape[0]} values "
+            f"its diagonal{by} (jnp.diag or jnp.diagonal): {shape[0]} values "
             f"of its {shape[0] * shape[1]:,}. The diagonal of X @ Y is jnp.einsum('ik,ki->i', "
             "X, Y) (of A.T @ A, jnp.sum(A * A, axis=0)), which makes no matrix "
             "(thomaspinder/GPJax#389, a predictive variance).")
@@ -712,9 +712,10 @@ def sized_in_code(outputs: Sequence[tuple[str, Any, str]],
     given = {int(d) for leaf in leaves for d in getattr(leaf, "shape", ()) or ()}
     given |= {int(v) for v in leaves if isinstance(v, int) and not isinstance(v, bool)}
     # a dimension is the arguments' where it is one of theirs (a static int's value too) or a
-    # multiple of one of 8 or more (jnp.zeros((64 * n, 2 * d)) from x.shape: a review)
+    # small multiple of one of 8 or more (jnp.zeros((64 * n, 2 * d)) from x.shape: a review;
+    # not 30,000,000 beside a 64-wide layer, a second review)
     if not any(d > 1 for d in shape) or any(
-            d in given or any(g >= 8 and d % g == 0 for g in given)
+            d in given or any(g >= 8 and d % g == 0 and d // g <= 64 for g in given)
             for d in shape if d > 1):
         return ""
     return next((t.line for t in temporaries if t.shape == shape and t.line), "")

@@ -139,7 +139,8 @@ def trace_error_fix(err: BaseException) -> str:
         return ("lax.scan's length must be a Python int while tracing, and this one is traced"
                 f"{which}. Static, it compiles once per length; for many lengths, scan a fixed "
                 "maximum and leave the steps past the traced n unchanged: jax.lax.scan(lambda "
-                "c, i: (jnp.where(i < n, step(c), c), ...), c, jnp.arange(max_steps)), one "
+                "c, i: (jnp.where(i < n, step(c), c), ...), c, jnp.arange(max_steps)) (a pytree "
+                "carry: jax.tree.map(lambda a, b: jnp.where(i < n, a, b), step(c), c)), one "
                 "compile, and it differentiates (a jax.lax.while_loop also takes a traced n, "
                 "but not reverse-mode jax.grad; jax-ml/jax#4473)")
     arose = _AROSE.search(text)
@@ -209,15 +210,15 @@ def _boolean_index_fix(err: BaseException) -> str:
     tb = _user_frame(err)
     code = frames.line(tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else ""
     at = f" (at {frames.where(tb.tb_frame.f_code.co_filename, tb.tb_lineno)})" if tb else ""
-    update = re.search(r"\.at\[[^\]]*\]\.(\w+)\(", code)
+    update = re.search(r"\.at\[.*\]\.(\w+)\(", code)  # (a mask with brackets of its own)
     how = update.group(1) if update else ""
     if how == "set":
         fix = "jnp.where(mask, v, x) instead of x.at[mask].set(v)"
     elif how == "add":  # (a set's fix would overwrite: a review)
         fix = "jnp.where(mask, x + v, x) instead of x.at[mask].add(v)"
-    elif how:
+    elif how in ("mul", "divide", "power", "min", "max"):
         fix = f"jnp.where(mask, x.at[:].{how}(v), x) instead of x.at[mask].{how}(v)"
-    else:
+    else:  # a read (x[mask], x.at[mask].get())
         fix = ("jnp.where(mask, x, 0) keeps every element, and a mean over the picked ones is "
                "jnp.where(mask, x, 0).sum() / mask.sum()")
     fix += " (mask[:, None] where it picks rows of x)"

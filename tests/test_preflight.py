@@ -4,6 +4,7 @@ import functools
 import gc
 import json
 import re
+import sys
 from typing import NamedTuple
 
 import jax
@@ -2895,3 +2896,44 @@ def test_a_review_s_false_positives_of_the_day_s_notes_stay_quiet():
     assert "put jax.checkpoint on the scan's body" in p.advice, p.advice
     split = jax.make_jaxpr(_fixed_split)(jnp.zeros((8, 2)), jnp.ones((48, 16, 10)))
     assert jaxpr_loops.sliced_lines(split) == set()
+
+
+def _prefix_sums(x):
+    return jnp.stack([x[:k].sum() for k in range(1, 33)])  # slices that grow with k
+
+
+def _init_buffer(key, w):  # a replay buffer sized in code, beside a 64-wide layer
+    return {"data": jnp.zeros((30_000_000, 443), jnp.float32), "w": w * 1.0, "key": key}
+
+
+def _penalized_critic_loss(q, obs, act):  # a gradient penalty: a derivative inside the loss
+    x = jnp.concatenate([obs, act], 1)
+    penalty = jnp.mean(jax.grad(lambda z: _sbx_mlp(q, z).sum())(x) ** 2)
+    return jnp.mean(_sbx_mlp(q, x) ** 2) + penalty
+
+
+def test_a_second_review_s_cases_of_the_day_s_notes(monkeypatch):
+    """A second review, each case confirmed by its script: a buffer of 30,000,000 rows beside a
+    64-wide layer counted as "a multiple of an argument's dimension" (the mujoco#1431 note
+    lost); a loop of updates whose loss takes a derivative itself read as one derivative over
+    the loop (the sbx#14 fix undone); slices that grow with k called a fixed split when made
+    twice (two calls, or under jax.jvp); the superdiagonal jnp.diag(M, k=1) given the main
+    diagonal's einsum."""
+    from helpers._internal import jaxpr_loops
+
+    key, w = jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    p = preflight.preflight_step(_init_buffer, key, w, target="RTX 4090")
+    assert "takes none of its dimensions from the step's arguments" in p.advice, p.advice
+    monkeypatch.setattr(sys.modules[__name__], "_sbx_critic_loss", _penalized_critic_loss)
+    data = {"obs": jnp.ones((16 * 12, 8)), "act": jnp.ones((16 * 12, 2))}
+    qf = {"w1": jnp.ones((10, 32)) * 0.1, "w2": jnp.ones((32, 1)) * 0.1}
+    actor = {"w1": jnp.ones((8, 32)) * 0.1, "w2": jnp.ones((32, 2)) * 0.1}
+    gp = preflight.preflight_step(functools.partial(_sbx_train, 12), data, qf, actor)
+    assert "fori_loop" in gp.advice and "put jax.checkpoint on the scan's body" not in gp.advice
+    x = jnp.ones(32)
+    for f, args in ((lambda x, y: _prefix_sums(x) + _prefix_sums(y), (x, x)),
+                    (lambda x: jax.jvp(_prefix_sums, (x,), (x,)), (x,))):
+        assert jaxpr_loops.sliced_lines(jax.make_jaxpr(f)(*args)), f
+    X, Y = jnp.ones((2048, 16)), jnp.ones((16, 2048))
+    assert preflight.preflight_step(lambda X, Y: jnp.diag(X @ Y, k=1), X, Y
+                                    ).diagonal_products == ()

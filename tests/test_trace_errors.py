@@ -262,6 +262,12 @@ def test_jax_21994_a_boolean_mask_as_an_index_under_jit_is_named_and_its_fix_tra
         jax.jit(lambda x, m: x.at[m].add(1.0))(nodes, mask)
     fix = trace_errors.trace_error_fix(added.value)  # a review: not the set's, which overwrites
     assert "jnp.where(mask, x + v, x) instead of x.at[mask].add(v)" in fix, fix
+    with pytest.raises(IndexError) as got:  # a second review: a read, not an update
+        jax.jit(lambda x, m: x.at[m].get())(nodes, mask)
+    assert "x.at[:].get(v)" not in trace_errors.trace_error_fix(got.value)
+    with pytest.raises(IndexError) as nested:  # a mask with brackets of its own
+        jax.jit(lambda x, m: x.at[m[:, 0]].add(1.0))(nodes, jnp.stack([mask, mask], 1))
+    assert "x.at[mask].add(v)" in trace_errors.trace_error_fix(nested.value)
     rows = jax.jit(lambda x, m: jnp.where(m[:, None], x + 1.0, x))(nodes, mask)
     assert rows.tolist() == np.where(np.asarray(mask)[:, None], nodes + 1, nodes).tolist()
     with pytest.raises(IndexError) as read:

@@ -45,7 +45,7 @@ __all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXE
            "entry_values", "expand_platform_alias", "explicit_scopes_marked", "host_copy_bytes",
            "import_jax", "kept_callbacks", "under_vmap",
            "is_pmap_mesh", "jax_version", "jax_version_tuple", "jit_cache_clears",
-           "jit_made_by_jax", "jit_made_by_jax_in", "live_executables", "lowered_aliases",
+           "jit_made_by_jax", "jit_made_by_jax_for_arrays", "live_executables", "lowered_aliases",
            "lowered_equations",
            "lowered_jaxpr",
            "memory_spaces_only",
@@ -381,15 +381,23 @@ def jit_made_by_jax(frame: Any) -> bool | None:
     return getattr(module, getattr(fun, "__name__", ""), None) is not fun
 
 
-def jit_made_by_jax_in(frame: Any) -> str:
-    """The module of the function under the jit compiling now on this thread where JAX jitted
-    it itself where it defines it (jax._src.numpy.lax_numpy for jnp.append; see
-    :func:`jit_made_by_jax`); "" for any other jit, none running, or where this JAX moved it."""
+#: the modules of JAX's array functions that JAX jits where it defines them (jnp's, jax.nn's,
+#: jax.random's): called outside jit each is one operation; not a library's jit that takes a
+#: function (jax.experimental.ode's odeint: its own cause, jax-ml/jax#17232)
+_ARRAY_FUNCTION_MODULES = ("jax._src.numpy", "jax._src.nn", "jax._src.random",
+                           "jax._src.prng", "jax._src.scipy.special")
+
+
+def jit_made_by_jax_for_arrays(frame: Any) -> bool:
+    """The jit compiling now on this thread (see :func:`jit_made_by_jax`) is of an array
+    function JAX jits where it defines it (jnp.append, jnp.mean, jax.nn.one_hot): called outside
+    jit, one operation on its own; False for any other jit, none running, or where this JAX
+    moved it."""
     if jit_made_by_jax(frame) is not True:
-        return ""
+        return False
     frame = _frame_running(frame, "cache_miss", _pjit_file())
     fun = frame.f_locals.get("fun") if frame is not None else None
-    return str(getattr(fun, "__module__", "") or "")
+    return str(getattr(fun, "__module__", "") or "").startswith(_ARRAY_FUNCTION_MODULES)
 
 
 def lowered_jaxpr(frame: Any) -> Any:

@@ -7,6 +7,7 @@ it carries, and a scan that runs on after its stop flag is on everywhere.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -395,9 +396,11 @@ def backward_passes(closed, line: str) -> int:
                 continue
             if found is None or frames.line(*found[0]) != line:
                 continue
-            if stack.count("jvp(") > 1:  # a derivative of derivatives (MAML's outer grad of
-                return 0  # inner ones): the outer backward pass keeps every iteration
-            back = "transpose(" in stack
+            # the outermost derivative's pass: under an outer jax.grad (MAML's, over inner
+            # ones) an inner backward pass is the outer's forward, which keeps every iteration;
+            # a loss that takes a derivative itself (a gradient penalty) stays each iteration's
+            first = re.search(r"(transpose|jvp)\(", stack)
+            back = bool(first) and first.group(1) == "transpose"
             switches += last and not back
             last = back
     return switches
@@ -488,12 +491,13 @@ def sliced_lines(closed) -> set[tuple[str, int]]:
                 shapes.setdefault((user.file_name, user.line_num), {}).setdefault(
                     tuple(eqn.invars[0].aval.shape), Counter())[
                     tuple(eqn.outvars[0].aval.shape)] += 1
-    # shapes that change with the index: each made once (x[k:] in one loop), or some more often
-    # than others (nested loops); a fixed split of each iteration's array (x[:, :8], x[:, 8:])
-    # makes each of its shapes once an iteration, as often as each other (a review)
+    # shapes that change with the index: more of them than each is made (x[k:] in one loop,
+    # in two calls, or under jax.jvp), or some made more often than others (nested loops); a
+    # fixed split of each iteration's array (x[:, :8], x[:, 8:]) makes a few shapes, each once
+    # an iteration (two reviews)
     return {key for key, seen in shapes.items()
             if sum(sum(c.values()) for c in seen.values()) >= LOOP_REPEATS
-            and any(len(c) > 1 and (len(set(c.values())) > 1 or max(c.values()) == 1)
+            and any(len(c) > 1 and (len(set(c.values())) > 1 or len(c) > max(c.values()))
                     for c in seen.values())}
 
 

@@ -859,14 +859,15 @@ def sliced_sorts(closed) -> tuple[tuple[tuple[int, ...], str, int, int, str, str
     return tuple(sorted(out, key=lambda x: -math.prod(x[0])))
 
 
-#: jnp's functions that read only a square matrix's diagonal, jitted under these names
-_DIAGONAL_READS = frozenset({"diagonal", "_diag", "trace"})
+#: jnp's functions that read only a square matrix's diagonal, jitted under these names (not
+#: jnp.trace: an offset gives the same scalar, and a user's own jit may share the name)
+_DIAGONAL_READS = frozenset({"diagonal", "_diag"})
 
 
 def diagonal_products(closed) -> list[tuple[tuple[int, ...], str, int, str, str]]:
     """(its shape, dtype, bytes, the product's line, the line that takes the diagonal) of each
-    square matrix product (a ``dot_general``) whose only reader is ``jnp.diag``,
-    ``jnp.diagonal`` or ``jnp.trace``: the step makes m x m values to keep m of them
+    square matrix product (a ``dot_general``) whose only reader is ``jnp.diag`` or
+    ``jnp.diagonal`` of its main diagonal: the step makes m x m values to keep m of them
     (thomaspinder/GPJax#389: a predictive variance as the diagonal of a full covariance),
     largest first."""
     found = []
@@ -881,10 +882,11 @@ def diagonal_products(closed) -> list[tuple[tuple[int, ...], str, int, str, str]
             source = made_by.get(id(var))
             aval = getattr(var, "aval", None)
             shape = tuple(getattr(aval, "shape", ()))
+            out = tuple(getattr(getattr(eqn.outvars[0], "aval", None), "shape", ()))
             if source is None or source.primitive.name != "dot_general" or len(shape) != 2 \
                     or shape[0] != shape[1] or len(read.get(id(var), ())) != 1 \
-                    or id(var) in returned:
-                continue
+                    or id(var) in returned or out != shape[:1]:
+                continue  # (not the main diagonal: jnp.diag(M, k=1) is m - 1 long; a review)
             found.append((shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
                           equation_line(source), equation_line(eqn)))
     return sorted(found, key=lambda f: -f[2])
