@@ -104,8 +104,9 @@ class Holders(Display):
     #: the programs one jitted function keeps, one per shape or static value it met, where they
     #: are many (:data:`MANY_PROGRAMS`): how many, its name and the fix; "" (jax-ml/jax#16778)
     many_programs: str = ""
-    #: of the arrays looked at: held only by IPython's output history (``Out``, ``_``), which
-    #: ``%reset -f out`` lets go: not in ``user_bytes``, as no name of the user's holds them
+    #: of the arrays looked at: held only by IPython, its output history (``Out``, ``_``:
+    #: ``%reset -f out``) or its record of the last cell run (the next cell lets it go): not in
+    #: ``user_bytes``, as no name of the user's holds them
     history_bytes: int = 0
 
 

@@ -411,9 +411,8 @@ def _fixes(r: OomReport) -> tuple[str, ...]:
     kept = r.held.user_bytes + r.held.history_bytes
     if kept and not too_big:
         names = [a.held_by[0] for a in r.held.arrays if a.held_by][:3]
-        who = ("Your code holds" if not r.held.history_bytes else "IPython's output history "
-               "holds" if not r.held.user_bytes else "Your code and IPython's output history "
-               "hold")
+        who = ("Your code holds" if not r.held.history_bytes else "IPython holds"
+               if not r.held.user_bytes else "Your code and IPython hold")
         fixes.append(f"{who} {format_bytes(kept)} in the largest arrays "
                      f"({'; '.join(names)}): let go of what you no longer need (the list "
                      "above says how for each).")
