@@ -119,7 +119,7 @@ def edge_gathers(c: compiled.CompiledStep, temporaries: Sequence[compiled.Tempor
                         and out.shape[0] >= EDGE_GATHER_RATIO * table.shape[0]):
                     gathers.append((table, out, jaxpr_walk.equation_line(e)))
             elif name in ("scatter-add", "scatter_add") and len(e.invars) > 2 and \
-                    "transpose(" not in str(getattr(e.source_info, "name_stack", "")):
+                    jaxpr_walk.scan_role(e) != "backward":
                 # (a backward pass's scatter-add is a gather's gradient, an embedding's: no
                 # sum the user wrote)
                 scattered.add(int(e.invars[2].aval.shape[0]) if e.invars[2].aval.shape else 0)
@@ -702,13 +702,11 @@ def sized_in_code(outputs: Sequence[tuple[str, Any, str]],
     """The line that made the largest output, where none of its dimensions (of more than one)
     is one of the arguments' dimensions: its size comes from the code, not from what the step
     is given; "" otherwise, or where no line was recorded."""
-    import jax
-
     largest = max(outputs, key=lambda o: compiled.array_bytes(o[1]), default=None)
     if largest is None:
         return ""
     shape = tuple(int(d) for d in largest[1].shape)
-    leaves = jax.tree_util.tree_leaves(args)
+    leaves = devices.start_jax().tree_util.tree_leaves(args)
     given = {int(d) for leaf in leaves for d in getattr(leaf, "shape", ()) or ()}
     given |= {int(v) for v in leaves if isinstance(v, int) and not isinstance(v, bool)}
     # a dimension is the arguments' where it is one of theirs (a static int's value too) or a

@@ -7,7 +7,6 @@ Jacobian only multiplied by a vector.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from typing import Any
 
 from helpers._internal import frames, jaxcompat
@@ -274,6 +273,26 @@ def jacobian_sizes(closed) -> list[tuple[str, int, int, int, str]]:
 _RESHAPING = frozenset({"reshape", "convert_element_type", "copy", "squeeze", "expand_dims"})
 
 
+def _unravelled(var, made_by: dict, read: dict, returned) -> tuple[Any, str, bool]:
+    """(the equation that made ``var``, read back through up to six reshapes
+    (:data:`_RESHAPING`); "forward" or "reverse" where it is the output of JAX's
+    ``_jacfwd_unravel`` or ``_jacrev_unravel``, a whole Jacobian, "" otherwise; whether each
+    value on the way is read once, here, and not returned (``returned``: the ids of the
+    jaxpr's outputs))."""
+    source, alone = None, True
+    for _ in range(6):
+        alone = alone and len(read.get(id(var), ())) == 1 and id(var) not in returned
+        source = made_by.get(id(var))
+        if source is None or source.primitive.name not in _RESHAPING or \
+                {"_jacfwd_unravel", "_jacrev_unravel"} & set(frame_names(source)):
+            break
+        var = source.invars[0]
+    names = set(frame_names(source)) if source is not None else set()
+    mode = ("forward" if "_jacfwd_unravel" in names else
+            "reverse" if "_jacrev_unravel" in names else "")
+    return source, mode, alone
+
+
 def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int, int, str,
                                             str, bool]]:
     """(kind, side, the Jacobian's shape, its dtype, its bytes, the product's bytes, the
@@ -291,7 +310,7 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
     for j, _ in walk(closed):
         eqns = getattr(j, "eqns", ())
         made_by, read = made_and_read(j)
-        returned = Counter(id(v) for v in getattr(j, "outvars", ()))
+        returned = {id(v) for v in getattr(j, "outvars", ())}
         inner_reverse = None  # read once, where a jacfwd's product is found
         for eqn in eqns:
             if eqn.primitive.name != "dot_general" or any(
@@ -304,19 +323,9 @@ def jacobian_products(closed) -> list[tuple[str, str, tuple[int, ...], str, int,
                 if math.prod(d for k, d in enumerate(o_shape)
                              if k not in contract[other] and k not in batch[other]) != 1:
                     continue  # a matrix on the other side: a product of Jacobians, not a vector
-                var, source, alone = eqn.invars[side], None, True
-                for _ in range(6):
-                    alone = alone and len(read.get(id(var), ())) == 1 and not returned[id(var)]
-                    source = made_by.get(id(var))
-                    if source is None or source.primitive.name not in _RESHAPING or \
-                            {"_jacfwd_unravel", "_jacrev_unravel"} & set(frame_names(source)):
-                        break
-                    var = source.invars[0]
+                source, mode, alone = _unravelled(eqn.invars[side], made_by, read, returned)
                 if not alone:
                     continue  # the Jacobian is needed as well: not only for this product
-                names = set(frame_names(source)) if source is not None else set()
-                mode = ("forward" if "_jacfwd_unravel" in names else
-                        "reverse" if "_jacrev_unravel" in names else "")
                 if not mode:
                     continue
                 aval = eqn.invars[side].aval
@@ -365,17 +374,7 @@ def jacobian_solves(closed) -> list[tuple[str, tuple[int, ...], str, int, str, s
             if not (name in _FACTORIZATIONS or (name in ("pjit", "jit") and str(
                     eqn.params.get("name", "")) in _DENSE_SOLVES)) or not eqn.invars:
                 continue
-            var, source, alone = eqn.invars[0], None, True
-            for _ in range(6):
-                alone = alone and len(read.get(id(var), ())) == 1 and id(var) not in returned
-                source = made_by.get(id(var))
-                if source is None or source.primitive.name not in _RESHAPING or \
-                        {"_jacfwd_unravel", "_jacrev_unravel"} & set(frame_names(source)):
-                    break
-                var = source.invars[0]
-            names = set(frame_names(source)) if source is not None else set()
-            mode = ("forward" if "_jacfwd_unravel" in names else
-                    "reverse" if "_jacrev_unravel" in names else "")
+            source, mode, alone = _unravelled(eqn.invars[0], made_by, read, returned)
             aval = eqn.invars[0].aval
             if not mode or not alone or len(aval.shape) != 2:
                 continue  # no Jacobian, one needed for more than this solve, or a batch
