@@ -44,8 +44,9 @@ _SIZE_ARGUMENT = re.compile(r"The size argument of (jnp\.\w+) must be statically
 _SCAN_LENGTH = "The `length` argument to `scan` expects a concrete `int` value"
 #: a boolean mask as an index under jit (jax.errors.NonConcreteBooleanIndexError)
 _BOOLEAN_INDEX = "NonConcreteBooleanIndexError"
-#: a value batched by jax.vmap put to Python's if (JAX names the tracer's kind)
-_BATCHED = "BatchTracer"
+#: a value batched by jax.vmap put to Python's if: JAX names the tracer's kind, BatchTracer
+#: up to 0.11.2 and VmapTracer from 0.12
+_BATCHED = ("BatchTracer", "VmapTracer")
 
 
 def _arguments(text: str) -> list[str]:
@@ -171,7 +172,7 @@ def trace_error_fix(err: BaseException) -> str:
                 f"(static_argnames=('{arg}',))")
     if library := _library_line(err):  # the if or the NumPy call is a library's, not yours
         return _library_fix(kind, library, [n for n in names if n not in arrays])
-    if kind == "TracerBoolConversionError" and _BATCHED in text and not names:
+    if kind == "TracerBoolConversionError" and any(b in text for b in _BATCHED) and not names:
         at = f" (at {frames.where(tb.tb_frame.f_code.co_filename, tb.tb_lineno)})" if tb else ""
         return ("under jax.vmap the value is batched, one per element, and Python's if, while "
                 f"or bool() needs one{at}. Use jnp.where(cond, a, b) or jax.lax.cond (which "
