@@ -23,6 +23,8 @@ Limitations (also in the README):
   so those transfers are counted but their bytes are unknown (``nbytes is None``).
 - Reading an array on a CPU device from the host (``np.asarray(x)``, ``float(x)``) is
   zero-copy and JAX does not report it: on the CPU backend no device->host transfer appears.
+  The kit counts the reads a line names (``np.concatenate(batches)``, ``float(loss)``) in
+  :attr:`TransferLog.cpu_reads`, with a note; a read of an expression is not counted.
 - Copies XLA makes inside a compiled computation are not guard events at all.
 - The guard set by a ``with`` block is per thread (JAX's config module updates it through a
   thread-local hook): copies made by other threads of yours during the block (a prefetch
@@ -535,6 +537,14 @@ def _split_probe(text: str) -> tuple[str, bool]:
     return "\n".join([*other, rest]), ok
 
 
+#: a line that read several arrays back, one copy each (QuEraComputing/tsim#149; from the
+#: thread, not yet run on a GPU)
+_JOIN_READS = ("{n} arrays read back one copy at a time: join them on the device first "
+               "(jnp.concatenate or jnp.stack, or keep a step's values there and read them every "
+               "n steps), then read once: one copy (QuEraComputing/tsim#149: np.concatenate of "
+               "a list of device results; from the thread, not yet run on a GPU)")
+
+
 class TransferLog(Display):
     """The transfers one :func:`trace` block made. Filled when the block ends."""
 
@@ -546,6 +556,10 @@ class TransferLog(Display):
         #: copies the block may have made that JAX's transfer guard does not log, one sentence
         #: each: an uncommitted array off the default device (:func:`_off_default_note`)
         self.unlogged: tuple[str, ...] = ()
+        #: {line: {"runs", "arrays", "bytes"}}: the reads back to the host of arrays on CPU
+        #: devices that a line of the block named, which copy nothing there and JAX never logs
+        #: (np.asarray(x), np.concatenate(list_of_arrays), float(x), x.item(), print(x))
+        self.cpu_reads: dict[str, dict] = {}
 
     @property
     def transfers(self) -> tuple[Transfer, ...]:
@@ -595,6 +609,7 @@ class TransferLog(Display):
         """One row per user line that made copies, most copies first: the line, count, known
         bytes, and the reasons."""
         rows: dict[str, dict] = {}
+        reads: dict[str, int] = {}  # a line -> its reads back to the host (implicit)
         for t in self._transfers:
             row = rows.setdefault(t.line or "(line not known)", {
                 "line": t.line or "(line not known)", "count": 0, "bytes": 0, "reasons": []})
@@ -602,13 +617,19 @@ class TransferLog(Display):
             row["bytes"] += t.nbytes or 0
             if t.reason not in row["reasons"]:
                 row["reasons"].append(t.reason)
+            if t.direction == D2H and not t.explicit:
+                reads[row["line"]] = reads.get(row["line"], 0) + 1
+        for line, n in reads.items():
+            if n > 1 and line != "(line not known)":  # (JAX copies an array back once)
+                rows[line]["reasons"].append(_JOIN_READS.format(n=n))
         return sorted(rows.values(), key=lambda r: -r["count"])
 
     def to_dict(self) -> dict:
-        """Plain data: every transfer, and the :meth:`summary` and :meth:`by_line` rows."""
+        """Plain data: every transfer, the :meth:`summary` and :meth:`by_line` rows, and the
+        reads on CPU devices that JAX does not log (:attr:`cpu_reads`)."""
         return {"transfers": [t.to_dict() for t in self._transfers],
                 "summary": self.summary(), "by_line": self.by_line(),
-                "started_at": self.started_at}
+                "cpu_reads": self.cpu_reads, "started_at": self.started_at}
 
 
 # --- which line of the user's code made a copy ----------------------------------------------
@@ -618,13 +639,17 @@ def _label(frame) -> str:
 
 
 @contextlib.contextmanager
-def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
+def _lines_marked(write: Callable[[str], None],
+                  reads: dict[str, dict] | None = None) -> Iterator[None]:
     """While active, each line of user code that runs in this thread writes a marker to the
     log first, so the guard's lines that follow belong to it (the kit's one line tracer, shared
     with ``%%memory``). Does nothing while another tracer (a debugger, coverage) is installed:
-    the kit never displaces it."""
+    the kit never displaces it. ``reads``, where given, gathers the reads back to the host of
+    arrays on CPU devices that a line names (:func:`_cpu_reads`), which JAX never logs."""
     labels: dict[tuple[str, int], str] = {}  # (file, line) -> its marker, made once
     names: dict[tuple[str, int], str] = {}  # (file, line) -> the name it converts, or ""
+    read: dict[tuple[str, int], tuple[str, ...]] = {}  # (file, line) -> the names it reads
+    counted: set[int] = set()  # the ids of the arrays whose read is counted
     last = [""]  # the marker written last: writing it again would change nothing
 
     def mark(frame) -> None:
@@ -632,13 +657,23 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
         marker = labels.get(key)
         if marker is None:
             marker = labels[key] = f"{_LINE}{_label(frame)}>>"
-            found = _CONVERTS_NAME.search(marker.removesuffix(">>").partition(": ")[2])
+            source = marker.removesuffix(">>").partition(": ")[2]
+            found = _CONVERTS_NAME.search(source)
             names[key] = found.group(1) if found else ""
+            read[key] = _read_names(source) if reads is not None else ()
         if marker != last[0]:
             last[0] = marker
             write(marker)
         if names[key] and (size := _converted_size(frame, names[key])):
             write(size)
+        if read[key] and (arrays := [a for a in _cpu_reads(frame, read[key])
+                                     if id(a) not in counted]):
+            counted.update(id(a) for a in arrays)  # (a GPU copies an array back once)
+            row = reads.setdefault(labels[key][len(_LINE):-2], {"runs": 0, "arrays": 0,
+                                                                 "bytes": 0})
+            row["runs"] += 1
+            row["arrays"] += len(arrays)
+            row["bytes"] += sum(a.nbytes for a in arrays)
 
     with linetrace.follow(mark):
         yield
@@ -649,6 +684,78 @@ def _lines_marked(write: Callable[[str], None]) -> Iterator[None]:
 #: dtype= that changes the bytes, nor a comprehension's item, unbound as the line starts)
 _CONVERTS_NAME = re.compile(r"^(?:return\s+|[\w.\[\]'\"]+\s*=\s*)?jnp\.(?:asarray|array)\("
                             r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*\)\s*(?:#.*)?$")
+
+
+#: a line's reads of a named value back to the host: NumPy's conversions and joins of it (a
+#: list of arrays too), float/int/bool/print/jax.device_get of it, its .item() and .tolist()
+_READS_NAMED = (
+    re.compile(r"\b(?:np|numpy)\.(?:asarray|array|concatenate|stack|vstack|hstack|copy)\("
+               r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*[,)]"),
+    re.compile(r"(?<![\w.])(?:float|int|bool|print|jax\.device_get)\("
+               r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*[,)]"),
+    re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\.(?:item|tolist)\(\)"))
+
+
+def _read_names(source: str) -> tuple[str, ...]:
+    """The names a line of source reads back to the host, each once, in order."""
+    found = [m.group(1) for pattern in _READS_NAMED for m in pattern.finditer(source)]
+    return tuple(dict.fromkeys(found))
+
+
+def _cpu_reads(frame, names: tuple[str, ...]) -> list:
+    """The arrays on CPU devices that ``names`` hold as the line starts: a jax.Array, or the
+    arrays in a list or tuple of them. Reading one back to NumPy on the CPU backend copies
+    nothing (the buffer is host memory, lent through Python's buffer protocol), so JAX's guard
+    never logs it; on a GPU each is a device->host copy of its own. Looked up as
+    :func:`_converted_size` does (no property runs); anything else is skipped."""
+    out: list = []
+    for name in names:
+        head, _, attribute = name.partition(".")
+        try:
+            value = frame.f_locals.get(head, frame.f_globals.get(head))
+            if attribute:
+                value = object.__getattribute__(value, "__dict__").get(attribute)
+        except Exception:  # no __dict__ (slots)
+            continue
+        items = list(value) if type(value) in (list, tuple) else [value]
+        for x in items:
+            try:
+                if isinstance(x, jax.Array) and not x.is_deleted() and all(
+                        d.platform == "cpu" for d in x.devices()):
+                    out.append(x)
+            except Exception:  # a tracer (the line runs inside a jit being traced)
+                continue
+    return out
+
+
+def _cpu_reads_note(reads: dict[str, dict]) -> str:
+    """The sentence for the reads back to the host that the block's lines made of arrays on
+    CPU devices, none of them in the table; "" if none. Where one line read several arrays,
+    at once or by running again, the fix of QuEraComputing/tsim#149 (np.concatenate of a list
+    of device results: on a GPU one copy an array; jnp.concatenate first, then one read): from
+    the thread, not yet run on a GPU. On the CPU the join is no faster (its trial: 22 ms for
+    NumPy's join of the list, 71 ms joined by JAX first)."""
+    if not reads:
+        return ""
+    from helpers.units import format_bytes
+
+    line, row = max(reads.items(), key=lambda kv: (kv[1]["arrays"], kv[1]["bytes"]))
+    arrays = sum(r["arrays"] for r in reads.values())
+    size = format_bytes(sum(r["bytes"] for r in reads.values()))
+    why = ("on the CPU backend a read (np.asarray, float(), print) lends the array's own host "
+           "memory and JAX logs no copy. On a GPU each array read is a device->host copy of "
+           "its own")
+    if arrays == 1:
+        return f"1 read of an array back to the host ({size}) at {line}, not in this table: {why}."
+    where = "The most" if len(reads) > 1 else "All"
+    runs = f" over {row['runs']} runs of the line" if row["runs"] > 1 else ""
+    text = (f"{arrays} reads of arrays back to the host ({size}), none of them in this table: "
+            f"{why}. {where} at {line}: {row['arrays']} array{'s' if row['arrays'] > 1 else ''}"
+            f"{runs}")
+    if row["arrays"] == 1:
+        return text + "."
+    join = _JOIN_READS.partition(": ")[2]
+    return f"{text}. {join[0].upper()}{join[1:]}."
 
 
 def _converted_size(frame, name: str) -> str:
@@ -795,6 +902,7 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
                          "nest the code inside the existing trace instead")
     log = TransferLog()
     before = _off_default_uncommitted()
+    reads: dict[str, dict] = {}  # a line -> its reads of arrays on CPU devices
     try:
         sys.stderr.flush()
         python_stderr, live = sys.stderr, _live_stderr()  # before fd 2 moves
@@ -826,7 +934,7 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
                 if probing:
                     _probe()
                     write(_PROBED)
-                with _lines_marked(write) if lines else contextlib.nullcontext():
+                with _lines_marked(write, reads) if lines else contextlib.nullcontext():
                     yield log
         finally:
             try:
@@ -847,7 +955,9 @@ def trace(*, lines: bool = True) -> Iterator[TransferLog]:
             transfers, other = parse_guard_output(text, marked=log.explicit_marked,
                                                   processes=jax.process_count())
             log._transfers = tuple(transfers)
-            log.unlogged = tuple(n for n in (_off_default_note(before),) if n)
+            log.cpu_reads = {line: dict(row) for line, row in reads.items()}
+            log.unlogged = tuple(n for n in (_off_default_note(before), _cpu_reads_note(reads))
+                                 if n)
             log.finished = True
             if other:  # give back what was not ours
                 os.write(2, ("\n".join(other) + "\n").encode())

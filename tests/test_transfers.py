@@ -777,3 +777,81 @@ def test_only_a_line_that_is_one_conversion_of_a_name_is_sized_and_no_user_code_
     with transfers.trace():
         y = jnp.array(holder.data)
     assert y.shape == (64, 64)
+
+
+# --- reads back to the host on the CPU, which JAX never logs (QuEraComputing/tsim#149) -------
+def test_tsim_149_numpy_joining_a_list_of_cpu_arrays_is_named_with_the_join_on_the_device():
+    """A new user's trial: np.concatenate of a list of device results printed "no transfers" on
+    the CPU (a read there lends host memory and JAX logs nothing), and the user took it as
+    free; on a GPU each array is a copy of its own. The line, the count and the bytes now, and
+    the thread's fix, run: one read of one array, the same values."""
+    batches = [jnp.full((100, 8), float(i)) for i in range(12)]
+    jax.block_until_ready(batches)
+    with transfers.trace() as log:
+        result = np.concatenate(batches)
+    assert len(log) == 0  # JAX logged nothing, as before
+    ((line, row),) = log.cpu_reads.items()
+    assert "np.concatenate(batches)" in line
+    assert row == {"runs": 1, "arrays": 12, "bytes": 12 * 100 * 8 * 4}
+    (note,) = log.unlogged
+    assert note.startswith("12 reads of arrays back to the host (37.50 KiB)"), note
+    assert "Join them on the device first (jnp.concatenate" in note and "tsim#149" in note
+    assert str(log).startswith("no transfers\n! 12 reads")
+    assert log.to_dict()["cpu_reads"] == log.cpu_reads
+
+    with transfers.trace() as fixed:
+        joined = jnp.concatenate(batches)
+        again = np.asarray(joined)
+    assert [r["arrays"] for r in fixed.cpu_reads.values()] == [1]
+    (note,) = fixed.unlogged
+    assert note.startswith("1 read of an array back to the host (37.50 KiB) at ") and \
+        "Join" not in note, note
+    np.testing.assert_array_equal(again, result)
+
+
+def test_a_read_in_a_loop_counts_each_array_once_and_a_new_one_each_step():
+    """JAX copies an array back once (the host copy is kept): the same value read in a loop
+    is one read; a new loss each step is one read a step, with the every-n-steps advice."""
+    loss = jnp.float32(2.0)
+    with transfers.trace() as log:
+        for _ in range(4):
+            value = float(loss)
+    assert [r["arrays"] for r in log.cpu_reads.values()] == [1] and value == 2.0
+    losses = [jnp.float32(i) for i in range(5)]
+    with transfers.trace() as log:
+        for step_loss in losses:
+            print(step_loss.item(), end=" ")
+    ((line, row),) = log.cpu_reads.items()
+    assert row["runs"] == 5 and row["arrays"] == 5 and "step_loss.item()" in line
+    assert "over 5 runs of the line" in log.unlogged[0]
+    assert "read them every n steps" in log.unlogged[0]
+
+
+def test_no_read_note_for_device_code_numpy_data_or_untraced_lines():
+    """Nothing read, a NumPy array read, or lines=False: no note (no guess from a name)."""
+    host = np.ones(4)
+    x = jnp.ones(4)
+    with transfers.trace() as log:
+        np.asarray(host)
+        y = (x * 2).block_until_ready()
+    with transfers.trace(lines=False) as quiet:
+        np.asarray(y)
+    assert log.cpu_reads == {} and log.unlogged == () and quiet.unlogged == ()
+
+
+def test_several_reads_back_from_one_line_on_a_gpu_get_the_join_advice():
+    """On a GPU the guard logs each array read back (jaxlib keeps the host copy, so once an
+    array): a line that logged several gets tsim#149's fix in its reasons. The log lines are a
+    GPU's, as test_parser has them: from the thread, not yet run on a GPU."""
+    line = ("W1 guard_lib.cc:150] device-to-host transfer: aval=ShapedArray(float32[100,8]), "
+            "sharding=SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)")
+    marker = transfers._LINE + "run.py:7: out = np.concatenate(results)>>"
+    text = "\n".join([marker, *[line] * 3, transfers._LINE + "run.py:8: print(x)>>", line])
+    found, _ = transfers.parse_guard_output(text + "\n", marked=False)
+    log = transfers.TransferLog()
+    log._transfers = tuple(found)
+    rows = {r["line"]: r for r in log.by_line()}
+    joined = rows["run.py:7: out = np.concatenate(results)"]
+    assert joined["count"] == 3 and any(
+        r.startswith("3 arrays read back one copy at a time: join them") for r in joined["reasons"])
+    assert not any("join them" in r for r in rows["run.py:8: print(x)"]["reasons"])

@@ -416,6 +416,7 @@ def test_the_table_lists_every_report_tested_here():
                  "389": "tests/test_preflight.py", "31": "tests/test_compiles.py (flowMC#31)",
                  "4473": "tests/test_trace_errors.py", "15906": "tests/test_residuals.py",
                  "647": "tests/test_ipython.py", "52": "tests/test_compiles.py",
+                 "149": "tests/test_transfers.py",
                  "2069": "tests/test_devices.py", "25010": "tests/test_preflight.py",
                  "1852": "tests/test_preflight.py", "3103": "tests/test_preflight.py",
                  "5039": "tests/test_loops.py", "3865": "tests/test_loops.py",
