@@ -93,6 +93,9 @@ class Temporary(Record):
     #: made inside a derivative (jax.grad, jax.vjp: XLA's op_name has jvp( or transpose( around
     #: it, and around its vmap where it is batched: a vmap inside the function differentiated)
     in_derivative: bool = False
+    #: how many vmaps of a forward derivative are around it (XLA's op_name: "vmap(jvp(" each,
+    #: jax.jacfwd's over its basis): 2 for jax.jacfwd of jax.jacfwd (jkitchin/discopt#924)
+    forward_vmaps: int = 0
 
 
 @dataclass(frozen=True)
@@ -1077,7 +1080,8 @@ class CompiledStep:
             line = frames.line(*v["source"]) if v["source"] else ""
             out.append(Temporary(v["op"].rsplit("/", 1)[-1], v["dtype"], v["shape"],
                                  v["nbytes"], line, batched="vmap(" in v["op"],
-                                 in_derivative=_in_derivative(v["op"])))
+                                 in_derivative=_in_derivative(v["op"]),
+                                 forward_vmaps=v["op"].rsplit("/", 1)[0].count("vmap(jvp(")))
         return tuple(out)
 
     def unrolled(self, leaves: int = 0) -> str:
@@ -1112,6 +1116,13 @@ class CompiledStep:
         whole Jacobian the step hands only to a dense linear solve, largest first
         (patrick-kidger/optimistix#93: a Newton step's J^-1 r)."""
         return tuple(jaxpr_derivatives.jacobian_solves(self.jaxpr))
+
+    def jacobian_diagonals(self) -> tuple[tuple[str, tuple[int, ...], str, int, str, str], ...]:
+        """(mode, its shape, its dtype, bytes, the Jacobian's line, the diagonal's line) of each
+        whole Jacobian or Hessian whose only reader is ``jnp.diag`` or ``jnp.diagonal`` of its
+        main diagonal, a batch of them under vmap too, largest first (netket/netket#1655;
+        jax-ml/jax#3801)."""
+        return tuple(jaxpr_derivatives.jacobian_diagonals(self.jaxpr))
 
     def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:
         """("float32[512, 512]", bytes, line) of each floating array the step computes and then

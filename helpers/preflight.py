@@ -269,6 +269,10 @@ class StepPreflight(_Verdict, Display):
     #: made only for a dense linear solve, named where it is a quarter of the peak
     #: (patrick-kidger/optimistix#93)
     jacobian_solves: tuple[tuple[str, str, int, str, str], ...] = ()
+    #: (mode, "float32[256, 96, 96]", bytes, its line, the diagonal's line) of each whole
+    #: Jacobian or Hessian made only for its main diagonal, named where it and the values made
+    #: to build it are a quarter of the peak (netket/netket#1655; jax-ml/jax#3801)
+    jacobian_diagonals: tuple[tuple[str, str, int, str, str], ...] = ()
     #: ("float32[512, 512]", bytes, line) of each array the step multiplies by the constant 0.0
     scaled_by_zero: tuple[tuple[str, int, str], ...] = ()
     #: (length, flag, the scan's line, the flag's line) of each lax.scan that runs on after its
@@ -636,7 +640,21 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         batched = [b for b in batched if b[0].line not in c.jacobian_lines]
         if verdict == "will not fit":  # none of the generic tips is its fix
             advice = advice.split(" Try: ")[0]
-    made_whole = () if products or solved else jacobians  # (no Jacobian needed at all)
+    # a whole Jacobian or Hessian made only for its diagonal (a Laplacian, a PINN's u_tt):
+    # the values its lines make for all n basis vectors at once, and n x n kept for n
+    diagonal = []
+    if not products and not solved:
+        for mode, shape, dtype, nbytes, line, at in c.jacobian_diagonals():
+            building = [t for t in many if t.line in c.jacobian_lines and t.line != at]
+            if 4 * (nbytes + sum(t.nbytes for t in building)) >= peak:
+                diagonal.append(((mode, shape, dtype, nbytes, line, at), building))
+    if diagonal:
+        notes.append(program_notes.jacobian_diagonal_note(*diagonal[0][0], diagonal[0][1],
+                                                          a["temp"]))
+        batched = [b for b in batched if b[0].line not in c.jacobian_lines]
+        if verdict == "will not fit":  # none of the generic tips is its fix
+            advice = advice.split(" Try: ")[0]
+    made_whole = () if products or solved or diagonal else jacobians  # (no Jacobian needed)
     # a loop's carry is no temporary XLA lists, yet a Jacobian's batch can be in it (jacrev
     # over an iterative solve: its Krylov basis, one per row; uwplasma/vmex#328)
     carried = c.loop_carries()
@@ -651,10 +669,12 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # a vmap the user never wrote: a Jacobian's own, over its basis (XLA may fold the batch
     # into a dot's rows: f32[288 * 96, 96] for 288 tangents)
     basis = [r for r in made_whole if batched and not the_long_way and r.batch > 1
-             and batched[0][0].shape and batched[0][0].shape[0] % r.batch == 0
+             and any(d % r.batch == 0 for d in batched[0][0].shape)
              and batched[0][0].line in c.jacobian_lines]  # (not a vmap of the user's)
     if basis and batched[0][2] >= 4 * basis[0].basis_bytes:
-        notes.append(program_notes.basis_note(basis[0], *batched[0][:3]))
+        r, t = basis[0], batched[0][0]
+        nested = r.mode == "forward" and t.forward_vmaps >= 2  # (jacfwd of jacfwd)
+        notes.append(program_notes.basis_note(r, *batched[0][:3], nested=nested))
     elif batched and not basis:  # (values the size of the Jacobian itself: nothing to save)
         notes.append(program_notes.batched_note(*batched[0]))
     leaves = sum(1 for a in c.dynamic(args, kwargs) for leaf in devices.start_jax().tree.leaves(a)
@@ -1027,6 +1047,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         ignored_device_puts=ignored, spread_arguments=spread, static_arrays=static,
         jacobians=jacobians, jacobian_products=tuple(products), stopped_scans=stopped,
         jacobian_solves=tuple(s for s, _ in solved),
+        jacobian_diagonals=tuple((mode, f"{dtype}{list(shape)}", n, line, at)
+                                 for (mode, shape, dtype, n, line, at), _ in diagonal),
         scaled_by_zero=zeroed, narrowed_arguments=narrowed,
         widened_values=tuple(w[:5] for w in widened), half_round_trips=round_trips,
         float64_argument_bytes=float64,

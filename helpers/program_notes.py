@@ -35,7 +35,8 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "einsum_blowups", "einsum_note",
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "identity_static_note",
-           "invariant_psum_note", "jacobian_note", "jacobian_product_note", "logits_note",
+           "invariant_psum_note", "jacobian_diagonal_note", "jacobian_note",
+           "jacobian_product_note", "logits_note",
            "on_the_host_by_commitment",
            "output_too_large_note", "picked_log_probabilities_note",
            "pairwise_map_note", "pairwise_temporary", "print_note", "random_bits_whole",
@@ -268,6 +269,43 @@ def jacobian_solve_note(mode: str, what: str, nbytes: int, line: str, solve_line
             "Jacobian is small, the dense solve is faster.")
 
 
+def jacobian_diagonal_note(mode: str, shape: tuple[int, ...], dtype: str, nbytes: int,
+                           line: str, diagonal_line: str,
+                           made_for: Sequence[compiled.Temporary] = (), temp: int = 0) -> str:
+    """A whole Jacobian or Hessian made only for its main diagonal (a Laplacian, a PINN's
+    second derivatives): jacfwd pushes all n tangents through the function at once, so the
+    values it makes grow with n, and n x n are made to keep n. Where each output depends on
+    its own input only, vmap of grad of grad gives the diagonal at one point's cost
+    (jax-ml/jax#3801, with #564; a trial: 610.77 MiB of temporaries to 1.45 MiB, 4.7 s to
+    2.2 ms a step, the same loss); otherwise one Hessian-vector product at a time in a
+    fori_loop keeps one tangent (netket/netket#1655: a trial, 49.59 MiB to 2.50 MiB at n = 96,
+    flat in n). ``made_for``: the values the lines traced inside it make to build it, their
+    sum no more than ``temp``, the step's temporaries (XLA reuses buffers), where given."""
+    n = shape[-1]
+    hessian = "hessian" in line or re.search(r"jacfwd\((jax\.)?jacrev\(", line) is not None
+    what = "Hessian" if hessian else "Jacobian"
+    at = f" at {line}" if line else ""
+    by = f" at {diagonal_line}" if diagonal_line and diagonal_line != line else ""
+    batch = f" (a batch of {math.prod(shape[:-2]):,})" if len(shape) > 2 else ""
+    built = ""
+    if made_for:
+        t = max(made_for, key=lambda t: t.nbytes)
+        total = sum(u.nbytes for u in made_for)
+        built = (f", and {format_bytes(min(total, temp) if temp else total)} more to build it "
+                 f"(the largest {t.op} {t.dtype}{list(t.shape)}{', ' + t.line if t.line else ''})")
+    grad = "jax.grad(jax.grad(u_point))" if hessian else "jax.jacfwd(f_point)"
+    return (f"The step makes the whole {what}{at}, {dtype}{list(shape)}{batch} "
+            f"({format_bytes(nbytes)}){built}, only to keep its diagonal{by}: n x n values for "
+            f"n = {n:,} of them, and jax.{'jacfwd' if mode == 'forward' else 'jacrev'} carries "
+            f"all {n:,} basis vectors through the function at once, so the step grows with n. "
+            f"Compute the diagonal alone. Where each output depends only on its own input (a "
+            f"network applied to each point, as a PINN's u(t_i)), jax.vmap({grad}) over the "
+            "points gives it at one point's cost (jax-ml/jax#3801). Otherwise (a Laplacian of "
+            "a function that mixes its inputs), jax.lax.fori_loop over i adding "
+            "jax.jvp(jax.grad(f), (x,), (e_i,))[1][i] keeps one tangent at a time, flat in n "
+            "(netket/netket#1655).")
+
+
 def stopped_scan_note(length: int, flag: str, line: str, flag_line: str) -> str:
     """A ``lax.scan`` of a fixed number of steps whose carry keeps a flag that only turns on
     and gates what the body computes (a decode loop's ``stopped``): after every element has
@@ -288,18 +326,31 @@ def stopped_scan_note(length: int, flag: str, line: str, flag_line: str) -> str:
 
 
 def basis_note(r: compiled.Jacobian, t: compiled.Temporary, count: int = 1,
-                total: int = 0) -> str:
+                total: int = 0, nested: bool = False) -> str:
     """The largest values made under a vmap that is a Jacobian's own: jax.jacfwd (jax.hessian
     is jacfwd(jacrev(f))) pushes its whole basis of tangents forward at once, jax.jacrev pulls
     its whole basis back, so each value of the function is made once per basis vector
     (jax-ml/jax#787: 551 GB asked for a 221 MB Hessian). Measured by the kit on the CPU, a
     pairwise-distance energy of 96 atoms: jax.hessian 51.79 MiB of temporaries on jax 0.10.2,
-    51.47 MiB on 0.8.0; the HVP over the basis in chunks of 8, 1.85 MiB on both."""
+    51.47 MiB on 0.8.0; the HVP over the basis in chunks of 8, 1.85 MiB on both. ``nested``:
+    a value under two vmaps of forward derivatives, jax.jacfwd of jax.jacfwd, which pushes the
+    inner one's n tangents along each of the outer one's n; forward-over-reverse carries n
+    (jkitchin/discopt#924: a Lagrangian's Hessian asked for 413 GB; a trial at n = 200,
+    m = 190: 29.30 MiB of temporaries to 156 KiB with jax.jacfwd(jax.grad(L)), the same
+    Hessian)."""
     at = f", {t.line}" if t.line else ""
     what = (f"The largest value, {t.op} {t.dtype}{list(t.shape)} ({format_bytes(t.nbytes)}{at}), "
             "is" if count == 1 else
             f"{count} values from one line, {format_bytes(total)} together (the largest, {t.op} "
             f"{t.dtype}{list(t.shape)}, {format_bytes(t.nbytes)}{at}), are")
+    if nested:
+        n = r.batch
+        return (f"{what} made for all {n * n:,} = {n:,} x {n:,} pairs of basis vectors at once: "
+                f"jax.jacfwd of jax.jacfwd pushes the inner one's {n:,} tangents forward along "
+                f"each of the outer one's {n:,}, so each value of f is made {n * n:,} times. For "
+                "the Hessian of a scalar function, forward-over-reverse carries "
+                f"{n:,}: jax.hessian(f) (jacfwd of jacrev) or jax.jacfwd(jax.grad(f)), the same "
+                "Hessian (jkitchin/discopt#924, a Lagrangian's Hessian that asked for 413 GB).")
     if r.mode == "forward":
         who, how, plain = ("jax.jacfwd (jax.hessian is jacfwd(jacrev(f)))", "pushes forward",
                            "for jax.jacfwd of f, jax.jvp(f, (x,), (v,))[1] the same way makes "

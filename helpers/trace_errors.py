@@ -47,6 +47,8 @@ _BOOLEAN_INDEX = "NonConcreteBooleanIndexError"
 #: a value batched by jax.vmap put to Python's if: JAX names the tracer's kind, BatchTracer
 #: up to 0.11.2 and VmapTracer from 0.12
 _BATCHED = ("BatchTracer", "VmapTracer")
+#: a traced value kept past the transformation that made it, and used after it returned
+_LEAKED = "UnexpectedTracerError"
 
 
 def _arguments(text: str) -> list[str]:
@@ -124,6 +126,8 @@ def trace_error_fix(err: BaseException) -> str:
     shape = kind == "TypeError" and _SHAPE_NOT_CONCRETE in text
     if kind == _BOOLEAN_INDEX:
         return _boolean_index_fix(err)
+    if kind == _LEAKED:
+        return _leaked_fix(err)
     if kind not in TRACE_ERRORS and not shape:
         return ""
     if found := _SIZE_ARGUMENT.search(text):
@@ -203,6 +207,29 @@ def trace_error_fix(err: BaseException) -> str:
                 f"constants; here a concrete one is needed{needed}. Compute it with Python or "
                 f"NumPy (max(a, b), np.maximum, math.prod) so it stays a number")
     return ""
+
+
+def _leaked_fix(err: BaseException) -> str:
+    """A traced value kept past the jit or vmap that made it (UnexpectedTracerError): where it
+    was used, and the fix for its kind. A vmap's (a BatchTracer, VmapTracer from 0.12) is
+    google-deepmind/optax#932's: a TrainState made under vmap whose static tx, optax.adam(lr),
+    closed over the batched learning rate; the fix keeps per-element values as array leaves
+    (optax.inject_hyperparams)."""
+    tb = _user_frame(err)
+    at = f" at {frames.where(tb.tb_frame.f_code.co_filename, tb.tb_lineno)}" if tb else ""
+    if any(b in str(err) for b in _BATCHED):
+        return ("a value batched by jax.vmap (one per element) was kept past the vmap that "
+                "made it, somewhere vmap does not return as an array: a closure, a global, or a "
+                "pytree's static part, such as a flax TrainState's tx (optax.adam(lr) closes "
+                f"over lr), and then used{at}. Pass each element's values as array leaves "
+                "instead: for a learning rate per model, make the optimizer once outside the "
+                "vmap, optax.inject_hyperparams(optax.adam)(learning_rate=1.0), init it inside, "
+                "and set each state's hyperparams['learning_rate'] to its rate "
+                "(google-deepmind/optax#932)")
+    return ("a value traced inside jax.jit (or grad) was kept after the function returned: "
+            "saved to a global, an attribute (self.x = ...), a list or a closure, and then "
+            f"used{at}. Return it from the function instead; to find where it was kept, run "
+            "the call once under `with jax.checking_leaks():`")
 
 
 def _boolean_index_fix(err: BaseException) -> str:

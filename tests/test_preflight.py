@@ -2937,3 +2937,112 @@ def test_a_second_review_s_cases_of_the_day_s_notes(monkeypatch):
     X, Y = jnp.ones((2048, 16)), jnp.ones((16, 2048))
     assert preflight.preflight_step(lambda X, Y: jnp.diag(X @ Y, k=1), X, Y
                                     ).diagonal_products == ()
+
+
+# --- a whole Hessian made only for its diagonal, and jacfwd of jacfwd -------------------------
+def _logpsi(w, x):  # a small network of all the coordinates at once
+    return jnp.tanh(jnp.tanh(x @ w["w1"]) @ w["w2"]) @ w["w3"]
+
+
+def _laplacians_whole(w, xs):  # netket's kinetic energy before #1655: the diagonal of a Hessian
+    def one(x):
+        return jnp.sum(jnp.diag(jax.jacfwd(jax.jacrev(lambda y: _logpsi(w, y)))(x)))
+    return jax.vmap(one)(xs)
+
+
+def _laplacians_one_tangent_at_a_time(w, xs):  # the thread's fix: one HVP per coordinate
+    def one(x):
+        g = jax.grad(lambda y: _logpsi(w, y))
+        def body(i, acc):
+            return acc + jax.jvp(g, (x,), (jnp.zeros_like(x).at[i].set(1.0),))[1][i]
+        return jax.lax.fori_loop(0, x.shape[0], body, 0.0)
+    return jax.vmap(one)(xs)
+
+
+def test_netket_1655_a_hessian_made_only_for_its_diagonal_is_named_with_one_tangent_at_a_time():
+    """netket/netket#1655 (a new user's trial, a Laplacian of log psi under vmap over samples):
+    the kit blamed only the user's vmap ("jax.lax.map(f, xs, batch_size=k)"), which left the
+    step growing with the coordinates. It names the Hessian kept for its diagonal now, and the
+    thread's fix, which needs a fraction of the temporaries and gives the same Laplacians."""
+    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    w = {"w1": jax.random.normal(k[0], (48, 128)) / 7, "w2": jax.random.normal(k[1], (128, 128))
+         / 11, "w3": jax.random.normal(k[2], (128,)) / 11}
+    xs = jax.random.normal(k[3], (64, 48))
+    p = preflight.preflight_step(_laplacians_whole, w, xs)
+    (mode, what, nbytes, line, at), = p.jacobian_diagonals
+    assert (mode, what, nbytes) == ("forward", "float32[64, 48, 48]", 64 * 48 * 48 * 4)
+    assert "jnp.diag(jax.jacfwd(jax.jacrev(" in line
+    assert "The step makes the whole Hessian at" in p.advice and "a batch of 64" in p.advice
+    assert "only to keep its diagonal" in p.advice and "n = 48" in p.advice
+    assert "jax.lax.fori_loop over i adding jax.jvp(jax.grad(f)" in p.advice
+    assert "netket/netket#1655" in p.advice and "jax.lax.map(f, xs" not in p.advice
+    fixed = preflight.preflight_step(_laplacians_one_tangent_at_a_time, w, xs)
+    assert fixed.jacobian_diagonals == ()
+    assert 4 * fixed.largest_temporaries[0].nbytes < p.largest_temporaries[0].nbytes
+    assert 2 * fixed.temp_bytes < p.temp_bytes
+    np.testing.assert_allclose(jax.jit(_laplacians_one_tangent_at_a_time)(w, xs),
+                               jax.jit(_laplacians_whole)(w, xs), rtol=1e-4, atol=1e-4)
+
+
+def _u_points(w, t):  # a network applied to each collocation point, all at once
+    h = jnp.tanh(t[:, None] @ w["w1"])
+    return (jnp.tanh(h @ w["w2"]) @ w["w3"])[:, 0]
+
+
+def _residual_hessian_diagonal(w, t):  # jax#3801: u_tt as the diagonal of the whole Hessian
+    u_tt = jnp.diag(jax.hessian(lambda s: jnp.sum(_u_points(w, s)))(t))
+    return jnp.mean((u_tt + 400.0 * _u_points(w, t)) ** 2)
+
+
+def _residual_per_point(w, t):  # the thread's fix: vmap of grad of grad of one point's u
+    def one(s):
+        return _u_points(w, s[None])[0]
+    u_tt = jax.vmap(jax.grad(jax.grad(one)))(t)
+    return jnp.mean((u_tt + 400.0 * _u_points(w, t)) ** 2)
+
+
+def test_jax_3801_a_pinn_s_second_derivatives_from_a_whole_hessian_are_named_with_vmap_of_grad():
+    """jax-ml/jax#3801 (a new user's trial, a PINN's u_tt as jnp.diag(jax.hessian(...))): the
+    kit advised HVPs over the basis in chunks, which the trial ran: 611 to 437 MiB. The thread's
+    fix, vmap of grad of grad of one point, is named now; run: the same loss and gradient from
+    a fraction of the temporaries."""
+    k = jax.random.split(jax.random.PRNGKey(1), 3)
+    w = {"w1": jax.random.normal(k[0], (1, 16)), "w2": jax.random.normal(k[1], (16, 16)) / 4,
+         "w3": jax.random.normal(k[2], (16, 1)) / 4}
+    t = jnp.linspace(0.0, 1.0, 256)
+    p = preflight.preflight_step(jax.grad(_residual_hessian_diagonal), w, t)
+    (mode, what, nbytes, line, at), = p.jacobian_diagonals
+    assert (mode, what) == ("forward", "float32[256, 256]") and "jax.hessian(" in line
+    assert "jax.vmap(jax.grad(jax.grad(u_point)))" in p.advice and "jax-ml/jax#3801" in p.advice
+    assert "basis vectors at once, under the vmap of" not in p.advice  # (the fix is above)
+    fixed = preflight.preflight_step(jax.grad(_residual_per_point), w, t)
+    assert fixed.jacobian_diagonals == () and 8 * fixed.temp_bytes < p.temp_bytes
+    np.testing.assert_allclose(jax.jit(_residual_per_point)(w, t),
+                               jax.jit(_residual_hessian_diagonal)(w, t), rtol=1e-4)
+
+
+def _lagrangian(x, lam, a):
+    return jnp.sum((x - 1.0) ** 2) + lam @ (jnp.sin(a @ x) - x[:lam.shape[0]] ** 3)
+
+
+def test_discopt_924_jacfwd_of_jacfwd_is_named_as_pairs_of_tangents_with_forward_over_reverse():
+    """jkitchin/discopt#924 (a new user's trial): jax.jacfwd(jax.jacfwd(L)) made an m x n x n
+    value, which the kit blamed on "a vmap", with jax.lax.map(f, xs, ...) advice for a step that
+    has no xs (WRONG). It names the n x n pairs of tangents and forward-over-reverse now; run:
+    the same Hessian from a fraction of the temporaries."""
+    n, m = 96, 90
+    k = jax.random.split(jax.random.PRNGKey(2), 3)
+    a = jax.random.normal(k[0], (m, n)) / 10
+    x, lam = jax.random.normal(k[1], (n,)), jax.random.normal(k[2], (m,))
+    def fwd_fwd(x, lam, a):
+        return jax.jacfwd(jax.jacfwd(_lagrangian))(x, lam, a)
+    p = preflight.preflight_step(fwd_fwd, x, lam, a)
+    assert f"{n * n:,} = {n} x {n} pairs of basis vectors at once" in p.advice, p.advice
+    assert "jax.jacfwd(jax.grad(f))" in p.advice and "discopt#924" in p.advice
+    assert "under jax.vmap for every element of the batch" not in p.advice
+    def fwd_rev(x, lam, a):
+        return jax.jacfwd(jax.grad(_lagrangian))(x, lam, a)
+    fixed = preflight.preflight_step(fwd_rev, x, lam, a)
+    assert "pairs of basis vectors" not in fixed.advice and 8 * fixed.temp_bytes < p.temp_bytes
+    np.testing.assert_allclose(jax.jit(fwd_rev)(x, lam, a), jax.jit(fwd_fwd)(x, lam, a),
+                               rtol=1e-3, atol=1e-3)

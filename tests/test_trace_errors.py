@@ -2,6 +2,7 @@
 line, and each fix it names is run here and traces."""
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -416,3 +417,54 @@ def test_jax_4473_a_traced_scan_length_is_named_with_a_masked_maximum_that_trace
     assert np.isclose(masked(1.0, 1.0, 0.1), 0.9 ** 10, rtol=1e-5)
     assert np.isclose(masked(1.0, 2.0, 0.1), 0.9 ** 20, rtol=1e-5)  # another n: no compile
     assert np.isclose(jax.grad(masked)(1.0, 1.0, 0.1), 0.9 ** 10, rtol=1e-5)
+
+
+class _State(NamedTuple):  # a TrainState's shape, the rate a leaf
+    params: jax.Array
+    lr: jax.Array
+
+
+def test_optax_932_a_learning_rate_batched_by_vmap_kept_in_a_closure_is_named_with_leaves():
+    """google-deepmind/optax#932 (a new user's trial): train states made under jax.vmap, one
+    learning rate each, whose tx (optax.adam(lr), in the state's static part) closed over the
+    batched rate: UnexpectedTracerError at the next step, and the kit said nothing. It names
+    the leak and the thread's fix, the rate as a leaf, which runs: one update per rate."""
+    made = []
+
+    def create(p, lr):
+        made.append(lambda g: p - lr * g)  # the optimizer closes over the batched rate
+        return p
+
+    lrs = jnp.array([0.1, 0.2, 0.3])
+    jax.vmap(create)(jnp.ones((3, 2)), lrs)
+    with pytest.raises(jax.errors.UnexpectedTracerError) as info:
+        made[0](jnp.ones(2))
+    fix = trace_errors.trace_error_fix(info.value)
+    assert fix.startswith("a value batched by jax.vmap (one per element) was kept past the "
+                          "vmap"), fix
+    assert "and then used at test_trace_errors.py:" in fix and "optax.inject_hyperparams" in fix
+    assert "google-deepmind/optax#932" in fix
+
+    states = jax.vmap(lambda p, lr: _State(p, lr))(jnp.ones((3, 2)), lrs)  # the rate a leaf
+    step = jax.jit(jax.vmap(lambda s, g: s._replace(params=s.params - s.lr * g),
+                            in_axes=(0, None)))
+    after = step(states, jnp.ones(2))
+    np.testing.assert_allclose(after.params[:, 0], 1 - np.array([0.1, 0.2, 0.3]), rtol=1e-6)
+
+
+def test_a_value_kept_from_inside_jit_and_used_after_is_named_with_return_it():
+    """The jit kind of the same error: a traced value appended to a list inside jit, used
+    later. Its line, "return it", and jax.checking_leaks to find where it was kept."""
+    kept = []
+
+    @jax.jit
+    def f(x):
+        kept.append(x * 2)
+        return x
+
+    f(1.0)
+    with pytest.raises(jax.errors.UnexpectedTracerError) as info:
+        kept[0] + 1
+    fix = trace_errors.trace_error_fix(info.value)
+    assert fix.startswith("a value traced inside jax.jit (or grad) was kept after"), fix
+    assert "Return it from the function instead" in fix and "jax.checking_leaks()" in fix

@@ -382,3 +382,35 @@ def jacobian_solves(closed) -> list[tuple[str, tuple[int, ...], str, int, str, s
                           math.prod(aval.shape) * aval.dtype.itemsize, equation_line(source),
                           equation_line(eqn)))
     return sorted(found, key=lambda f: -f[3])
+
+
+#: jnp.diag and jnp.diagonal, as their jitted functions are named in a jaxpr
+_DIAGONAL_READS = frozenset({"diagonal", "_diag"})
+
+
+def jacobian_diagonals(closed) -> list[tuple[str, tuple[int, ...], str, int, str, str]]:
+    """(mode, the Jacobian's shape, its dtype, its bytes, the Jacobian's line, the line that
+    takes its diagonal) of each whole Jacobian or Hessian (the output of JAX's
+    ``_jacfwd_unravel`` or ``_jacrev_unravel``, read through reshapes) whose only reader is
+    ``jnp.diag`` or ``jnp.diagonal`` of its main diagonal, a batch of them under vmap too: the
+    step makes n x n values, and pushes n tangents through the function, to keep n
+    (netket/netket#1655, a Laplacian; jax-ml/jax#3801, a PINN's second derivatives), largest
+    first."""
+    found = []
+    for j, _ in walk(closed):
+        made_by, read = made_and_read(j)
+        returned = {id(v) for v in getattr(j, "outvars", ())}
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name not in ("pjit", "jit") or str(
+                    eqn.params.get("name", "")) not in _DIAGONAL_READS or not eqn.invars:
+                continue
+            source, mode, alone = _unravelled(eqn.invars[0], made_by, read, returned)
+            aval = eqn.invars[0].aval
+            shape = tuple(int(d) for d in getattr(aval, "shape", ()))
+            out = tuple(int(d) for d in getattr(eqn.outvars[0].aval, "shape", ()))
+            if not mode or not alone or len(shape) < 2 or shape[-1] != shape[-2] or \
+                    math.prod(out) * shape[-1] != math.prod(shape):
+                continue  # no Jacobian, one read elsewhere too, or not its main diagonal
+            found.append((mode, shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
+                          equation_line(source), equation_line(eqn)))
+    return sorted(found, key=lambda f: -f[3])
