@@ -345,3 +345,21 @@ def test_a_new_static_value_is_explained_on_every_jax(caplog):
         "now 3, before 1", "now {m: 3}, before {m: 1}")  # (jax 0.8.0 words keywords so)
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert (jaxcompat.STATIC_VALUES_EXPLAINED in text) == wrapped
+
+
+def test_a_value_named_by_a_quoted_path_is_read_without_hlo_s_escapes():
+    """XLA escapes quotes in op_name ("s.params[\\'w1\\']"): a new user's trial saw the escapes
+    in preflight_step's "a large output" row. The name is read as the path was written."""
+    from helpers._internal import frames
+
+    text = r"""HloModule jit_step
+
+ENTRY %main.1 (param.1: f32[8,256,512]) -> f32[256,4096] {
+  %param.1 = f32[8,256,512]{2,1,0} parameter(0), metadata={op_name="s"}
+  %copy.1 = f32[256,4096]{1,0} copy(%param.1), metadata={op_name="s.params[\'w1\']"}
+  %copy.2 = f32[256,4096]{1,0} copy(%param.1), metadata={op_name="jit(f)/say \"hi\""}
+  ROOT %tuple.1 = (f32[256,4096]{1,0}, f32[256,4096]{1,0}) tuple(%copy.1, %copy.2)
+}
+"""
+    by = {v["name"]: v["op"] for v in internals.entry_values(text, frames.is_user_file)}
+    assert by["copy.1"] == "s.params['w1']" and by["copy.2"] == 'jit(f)/say "hi"', by
