@@ -47,6 +47,10 @@ _BOOLEAN_INDEX = "NonConcreteBooleanIndexError"
 #: a value batched by jax.vmap put to Python's if: JAX names the tracer's kind, BatchTracer
 #: up to 0.11.2 and VmapTracer from 0.12
 _BATCHED = ("BatchTracer", "VmapTracer")
+#: vmap's error for axes of different sizes, and an argument path that starts at a list's item
+#: ("axis 0 of argument models[0]['w'] of type float32[2,3]")
+_VMAP_SIZES = "vmap got inconsistent sizes for array axes to be mapped"
+_LIST_ITEM = re.compile(r"of argument (\w+)\[\d+\]")
 #: a traced value kept past the transformation that made it, and used after it returned
 _LEAKED = "UnexpectedTracerError"
 
@@ -128,6 +132,15 @@ def trace_error_fix(err: BaseException) -> str:
         return _boolean_index_fix(err)
     if kind == _LEAKED:
         return _leaked_fix(err)
+    if kind == "ValueError" and _VMAP_SIZES in text and (found := _LIST_ITEM.search(text)):
+        name = found.group(1)
+        return (f"vmap maps an axis of every array leaf, and `{name}` is a list or tuple: it "
+                f"maps inside each item's arrays, never across the items. "
+                f"Where its items are alike (an ensemble's models), stack them into one tree "
+                f"whose leaves have a leading axis of len({name}): jax.tree.map(lambda *a: "
+                f"jnp.stack(a), *{name}), and vmap over that "
+                f"(patrick-kidger/equinox#397); where the same list serves every element (one "
+                f"model's layers), give `{name}` in_axes=None")
     if kind not in TRACE_ERRORS and not shape:
         return ""
     if found := _SIZE_ARGUMENT.search(text):

@@ -468,3 +468,30 @@ def test_a_value_kept_from_inside_jit_and_used_after_is_named_with_return_it():
     fix = trace_errors.trace_error_fix(info.value)
     assert fix.startswith("a value traced inside jax.jit (or grad) was kept after"), fix
     assert "Return it from the function instead" in fix and "jax.checking_leaks()" in fix
+
+
+def _apply(model, x):
+    return jnp.tanh(x @ model["w"] + model["b"])
+
+
+def test_equinox_397_vmap_over_a_list_of_models_is_named_with_their_leaves_stacked():
+    """patrick-kidger/equinox#397 (a new user's trial): an ensemble kept as a Python list of
+    alike models, vmapped over: "vmap got inconsistent sizes", and the kit said nothing. It
+    names the list and the thread's fix, which runs: one output per model."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 5)
+    models = [{"w": jax.random.normal(k, (3, 4)), "b": jnp.zeros(4)} for k in keys]
+    xs = jnp.ones((5, 3))
+    with pytest.raises(ValueError) as info:
+        jax.vmap(_apply)(models, xs)
+    fix = trace_errors.trace_error_fix(info.value)
+    assert fix.startswith("vmap maps an axis of every array leaf, and `model` is a list"), fix
+    assert "jax.tree.map(lambda *a: jnp.stack(a), *model)" in fix and "equinox#397" in fix
+    with pytest.raises(BadInputError, match="Why: vmap maps an axis of every array leaf"):
+        preflight.preflight_step(jax.vmap(_apply), models, xs)
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *models)
+    out = jax.vmap(_apply)(stacked, xs)
+    assert out.shape == (5, 4)
+    np.testing.assert_allclose(out[2], _apply(models[2], xs[2]), rtol=1e-6)
+    other = ValueError("vmap got inconsistent sizes for array axes to be mapped:\n  * one axis "
+                       "had size 8: axis 0 of argument x of type float32[8,2]")
+    assert trace_errors.trace_error_fix(other) == ""  # no list: nothing said
