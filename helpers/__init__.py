@@ -19,8 +19,11 @@ before ``jax.config.update("jax_num_cpu_devices", ...)``. In IPython or Jupyter,
 __version__ = "0.1.0"
 
 from helpers._internal import forks as _forks  # noqa: E402
+from helpers._internal import jaxcompat as _jaxcompat  # noqa: E402
 
 _forks.watch()  # each os.fork() after JAX started, by line (settings.check_process names it)
+# the backend-start hook as soon as JAX is imported, by the user or a library (diffusers#1794)
+_jaxcompat.hook_when_jax_imports()
 
 
 def load_ipython_extension(ipython) -> None:

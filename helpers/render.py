@@ -445,6 +445,9 @@ def process_check_text(c: ProcessCheck) -> str:
                             "variables set"))
         if not c.started_with:
             lines.append(f"  what the backends started with: unknown (hook {c.hook})")
+        if c.started_at:
+            lines.append(f"  started by: {c.started_at}"
+                         + (" (while a module was being imported)" if c.started_importing else ""))
     lines += [f"! [{w.code}] {w.message}\n    fix: {w.fix}" for w in c.warnings] or [
         "no known mistake"]
     return "\n".join(lines)

@@ -37,6 +37,8 @@ from helpers._internal.jaxcompat import (
     backends_started,
     config_global,
     expand_platform_alias,
+    started_at,
+    started_importing,
     x64_asked,
 )
 from helpers._internal.records import Display, Record
@@ -104,6 +106,10 @@ class ProcessCheck(Display):
     started_with: Mapping[str, Mapping[str, str | None]]  # platform -> {variable: value}
     hook: str  # "installed", "late", "unavailable", "not installed": how started_with is known
     warnings: tuple[EnvWarning, ...]
+    #: the line outside JAX whose operation started the first backend, "" where the kit did not
+    #: see it start; and whether that line ran inside an import (huggingface/diffusers#1794)
+    started_at: str = ""
+    started_importing: bool = False
 
 
 def check_process() -> ProcessCheck:
@@ -132,7 +138,9 @@ def check_process() -> ProcessCheck:
         if then:
             started[platform] = MappingProxyType(dict(then))
     return ProcessCheck(platforms, MappingProxyType(counts), MappingProxyType(started), state,
-                        check_environment(started_platforms=platforms))
+                        check_environment(started_platforms=platforms),
+                        started_at() if platforms else "",
+                        started_importing() if platforms else False)
 
 
 # --- the rules: one per known mistake ------------------------------------------------------
@@ -944,6 +952,29 @@ def _gpu_backend_unused(env: Mapping[str, str], started_platforms=()) -> list[En
     )]
 
 
+def _gpu_started_by_an_import(env: Mapping[str, str], started_platforms=()) -> list[EnvWarning]:
+    # A GPU backend takes its pool at its first allocation, whoever makes it: a library that
+    # makes a JAX array as it is imported (a default argument, key=jax.random.PRNGKey(0))
+    # takes 75% of the card in a program that may never use JAX (huggingface/diffusers#1794:
+    # PyTorch then ran out of memory; the fix, #1795, made no array at import). The line is
+    # the backend-start hook's; the pool is JAX's default. From the thread, not yet run on a GPU.
+    gpu = [p for p in started_platforms if p in _GPU_PLATFORMS]
+    if not gpu or not started_importing() or _jax_share_lowered(env):
+        return []
+    return [EnvWarning(
+        "gpu-started-by-an-import",
+        f"JAX's {gpu[0]} backend was started while a module was being imported, at "
+        f"{started_at()}, and took its pool then (75% of the card unless set otherwise): a "
+        "JAX array a module makes as it is imported (a default argument such as "
+        "key=jax.random.PRNGKey(0)) is enough, in a program that may never use JAX "
+        "(huggingface/diffusers#1794; from the thread, not yet run on a GPU).",
+        "where this process uses the GPU through another framework (PyTorch) and not JAX, set "
+        "JAX_PLATFORMS=cpu before that import (or XLA_PYTHON_CLIENT_PREALLOCATE=false, so JAX "
+        "takes memory only as it needs it); in your own module, make the array inside the "
+        "function that uses it (key=None, then jax.random.key(0) there)",
+    )]
+
+
 def _jax_share_lowered(env: Mapping[str, str]) -> bool:
     """JAX's GPU pool is set below its default 75% of the card, or not taken up front
     (preallocation off, or the platform allocator): room left for another framework."""
@@ -1067,6 +1098,7 @@ RULES: tuple[Callable[..., list[EnvWarning]], ...] = (
     _cpu_devices_after_start,
     _default_device_assigned,
     _gpu_backend_unused,
+    _gpu_started_by_an_import,
     _gpu_framework_beside,
     _forked_after_start,
 )
@@ -1078,4 +1110,4 @@ PROCESS_RULES = (_platforms_after_import, _x64_after_import, _config_after_impor
                  _debug_checks_on, _allocator_after_start,
                  _xla_flags_after_start,
                  _cpu_devices_after_start, _default_device_assigned, _gpu_backend_unused,
-                 _gpu_framework_beside, _forked_after_start)
+                 _gpu_started_by_an_import, _gpu_framework_beside, _forked_after_start)

@@ -907,3 +907,58 @@ def test_a_config_option_held_by_a_with_block_is_not_called_set_after_import():
     both = {"JAX_TRANSFER_GUARD": "disallow", "JAX_TRANSFER_GUARD_HOST_TO_DEVICE": "log"}
     assert not [w for w in settings.check_environment(both)
                 if w.code == "jax-variable-after-import"]
+
+
+# huggingface/diffusers#1794: a library's default argument, key=jax.random.PRNGKey(0), started
+# JAX's backend at import (on a GPU its pool, 75% of the card, in a PyTorch program). With the
+# kit imported first and JAX not yet, the kit's hook was never installed ("hook late").
+_STARTED_BY_AN_IMPORT = """
+import os, sys, tempfile
+from helpers import settings  # the kit first; JAX not imported yet
+folder = tempfile.mkdtemp()
+with open(os.path.join(folder, 'scheduler_lib.py'), 'w') as f:
+    f.write('import jax\\n'
+            'def step(x, key=jax.random.PRNGKey(0)):  # made as the module is imported\\n'
+            '    return x\\n')
+sys.path.insert(0, folder)
+import scheduler_lib
+c = settings.check_process()
+print('HOOK', c.hook)
+print('AT', c.started_at)
+print('IMPORTING', c.started_importing)
+print(c)
+"""
+
+
+def test_diffusers_1794_a_backend_started_by_an_import_is_seen_and_named_with_its_line():
+    if not jaxcompat.INTERNALS["register_backend_initialization_hook"].expected(
+            jaxcompat.jax_version_tuple()):
+        pytest.skip("this JAX has no backend-start hook (0.10.x only): the state is "
+                    "'unavailable', checked in test_jaxcompat")
+    proc = run_python(_STARTED_BY_AN_IMPORT, env={"JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "HOOK installed" in out, out
+    assert "AT scheduler_lib.py:2: def step(x, key=jax.random.PRNGKey(0))" in out, out
+    assert "IMPORTING True" in out
+    assert "started by: scheduler_lib.py:2:" in out and "while a module was being imported" in out
+
+
+def test_a_gpu_backend_started_by_an_import_is_a_mistake_unless_jax_s_share_is_lowered(
+        monkeypatch):
+    """The GPU half of diffusers#1794 (from the thread, not yet run on a GPU): the rule reads
+    the hook's record and the platforms started, as check_process passes them."""
+    monkeypatch.setattr(settings, "started_importing", lambda: True)
+    monkeypatch.setattr(settings, "started_at", lambda: "scheduling.py:7: key=PRNGKey(0)")
+    (w,) = [w for w in settings.check_environment({}, started_platforms=("cuda", "cpu"))
+            if w.code == "gpu-started-by-an-import"]
+    assert "scheduling.py:7" in w.message and "75% of the card" in w.message
+    assert "diffusers#1794" in w.message and "JAX_PLATFORMS=cpu before that import" in w.fix
+    lowered = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    assert not [w for w in settings.check_environment(lowered, started_platforms=("cuda",))
+                if w.code == "gpu-started-by-an-import"]
+    assert not [w for w in settings.check_environment({}, started_platforms=("cpu",))
+                if w.code == "gpu-started-by-an-import"]
+    monkeypatch.setattr(settings, "started_importing", lambda: False)
+    assert not [w for w in settings.check_environment({}, started_platforms=("cuda",))
+                if w.code == "gpu-started-by-an-import"]

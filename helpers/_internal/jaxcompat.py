@@ -60,7 +60,7 @@ __all__ = ["ALLOCATOR_VARS", "BOOL_FALSE", "BOOL_TRUE", "CACHE_EXPLAINED_PREFIXE
            "while_slice_copies", "weight_gradient_convolutions", "while_condition_all_reduces",
            "wraps_jaxpr",
            "x64_asked",
-           "x64_at_start", "started_at",
+           "x64_at_start", "started_at", "started_importing", "hook_when_jax_imports",
            "YNN_FUSIONS_OFF", "while_carried", "ynn_fusion_intermediates"]
 
 #: The lowest jax the kit supports and tests (pyproject's floor; .ci/run tests it too). On jax
@@ -2086,6 +2086,7 @@ _at_start: dict[str, dict[str, str | None]] = {}
 _hook_state = "not installed"
 _x64_seen: list[bool] = []  # jax_enable_x64 when the first backend started, as the hook saw it
 _started_at: list[str] = []  # the first backend's start: the line outside JAX that caused it
+_started_importing: list[bool] = []  # whether that line ran inside an import (a module's body)
 
 
 #: What the hook records when a backend starts: the allocator variables, and the other
@@ -2099,13 +2100,17 @@ def _on_backend_start(client) -> None:  # called by JAX with the new client
         x64 = bool(sys.modules["jax"].config.jax_enable_x64)
     except Exception:  # pragma: no cover - a JAX without the option
         x64 = None
-    at = ""
+    at, importing = "", False
     try:  # the innermost frame outside JAX, jaxlib and the kit: a user's line or a library's
         frame = sys._getframe(1)
         while frame is not None and _jax_or_kit(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is not None:
             at = frames.line(frame.f_code.co_filename, frame.f_lineno)
+        outer = frame
+        while outer is not None and not importing:  # Python's import machinery outside it
+            importing = outer.f_code.co_filename.startswith("<frozen importlib")
+            outer = outer.f_back
     except Exception:  # pragma: no cover - never break JAX's start over a line
         at = ""
     with _lock:
@@ -2114,6 +2119,7 @@ def _on_backend_start(client) -> None:  # called by JAX with the new client
             _x64_seen.append(x64)
         if at and not _started_at:
             _started_at.append(at)
+            _started_importing.append(importing)
 
 
 _KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the helpers package
@@ -2134,6 +2140,14 @@ def started_at() -> str:
         return _started_at[0] if _started_at else ""
 
 
+def started_importing() -> bool:
+    """Whether the line :func:`started_at` names ran inside an import (a module's body, or a
+    default argument made as its function was defined: huggingface/diffusers#1794)."""
+    ensure_hook()
+    with _lock:
+        return bool(_started_importing and _started_importing[0])
+
+
 def ensure_hook() -> None:
     """Install the hook once, if JAX is imported (never importing it: the doctor's parent and
     the CLI must work where ``import jax`` fails). Every kit module that imports JAX calls
@@ -2142,6 +2156,56 @@ def ensure_hook() -> None:
     with _lock:
         if _hook_state == "not installed" and "jax" in sys.modules:
             _hook_state = on_backend_start(_on_backend_start)
+
+
+class _WhenJaxImports:
+    """A finder on ``sys.meta_path`` that runs :func:`ensure_hook` as soon as ``jax`` has been
+    imported, by whoever imports it: a library imported after ``from helpers import
+    settings`` whose import starts a backend (huggingface/diffusers#1794: a scheduler's
+    default argument, ``key=jax.random.PRNGKey(0)``, started JAX's GPU backend, 75% of the
+    card, in a PyTorch program) is then seen, where the kit's own modules import JAX only
+    when first asked. It finds nothing itself: it asks the finders after it for jax's spec
+    and wraps that spec's ``exec_module``; then it leaves ``sys.meta_path``."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)  # once: the real import goes on without it
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module) -> None:
+            run(module)
+            try:
+                ensure_hook()
+            except Exception:  # never break the user's import of jax
+                pass
+
+        try:
+            loader.exec_module = exec_module
+        except Exception:  # a loader that takes no attribute: JAX imports as it would
+            pass
+        return spec
+
+
+def hook_when_jax_imports() -> None:
+    """Install the backend-start hook now if JAX is imported, else as soon as it is (a finder
+    on ``sys.meta_path``, :class:`_WhenJaxImports`). ``import helpers`` calls it."""
+    if "jax" in sys.modules:
+        ensure_hook()
+    elif not any(isinstance(f, _WhenJaxImports) for f in sys.meta_path):
+        sys.meta_path.insert(0, _WhenJaxImports())
 
 
 def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
