@@ -1912,7 +1912,8 @@ def _unrolled_note(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> st
         if elsewhere:  # another line of the loop slices by its index (jax 0.12: jax#2242)
             return (f"{head}: {_UNROLLED_CAUSE}; at {frames.line(*elsewhere[0])} "
                     + jaxpr_loops.SLICED_LOOP_FIX)
-        return f"{head}: {_UNROLLED_FIX}" + (jaxpr_loops.LOOKUPS_FIX if made and made[4] else "")
+        return f"{head}: {_UNROLLED_FIX}" + (jaxpr_loops.LOOKUPS_FIX if made and made[4] else "") \
+            + jaxpr_loops.PARTIAL_UNROLL
     found = jaxpr_loops.unrolled_line(jaxpr, UNROLLED_AT) if jaxpr is not None else None
     if found is None:
         return ""
@@ -1922,15 +1923,19 @@ def _unrolled_note(values: list[dict], leaves: int = 0, jaxpr: Any = None) -> st
     runs = jaxpr_loops.line_runs(jaxpr).get(tuple(source), 0)
     alike = max(alike, jaxpr_loops.LOOP_REPEATS) if runs and alike >= runs else alike
     fix = (jaxpr_loops.SCALARS_FIX.format(scalars) if kind == "scalars" else
-           _UNROLLED_FIX + (jaxpr_loops.LOOKUPS_FIX if gathers else "")
+           _UNROLLED_FIX + (jaxpr_loops.LOOKUPS_FIX if gathers else "") + jaxpr_loops.PARTIAL_UNROLL
            if alike >= jaxpr_loops.LOOP_REPEATS else
            f"{_UNROLLED_CAUSE}; "
            + (jaxpr_loops.SLICED_LOOP_FIX if kind == "sliced" else jaxpr_loops.UNALIKE_LOOP_FIX))
     shapes = ("" if alike >= jaxpr_loops.LOOP_REPEATS or kind == "scalars" else
               f", its operand shapes changing between iterations (at most {alike} alike)")
+    kept = counts.get(source, 0)
+    fused = (f"though XLA fused them into {kept} of its {len(values)} operations" if kept else
+             f"though XLA fused them into operations of other lines (none of its "
+             f"{len(values)} is named after this one)")
     return (f"{n:,} of the step's {total:,} jaxpr equations come from one line "
-            f"({frames.line(*source)}), one of them {repeats} times over{shapes}, though XLA "
-            f"fused them into {counts.get(source, 0)} of its {len(values)} operations: {fix}")
+            f"({frames.line(*source)}), one of them {repeats} times over{shapes}, {fused}: "
+            f"{fix}")
 
 
 #: the cause and the fix of a loop unrolled inside jit (jax-ml/jax#2777)
@@ -1938,6 +1943,3 @@ _UNROLLED_CAUSE = ("a Python loop inside the jitted function is unrolled, one co
                    "per iteration, so the program and its compile time grow with the loop")
 _UNROLLED_FIX = (f"{_UNROLLED_CAUSE}; jax.lax.fori_loop or jax.lax.scan compile the body "
                  "once.")
-
-
-

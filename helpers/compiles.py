@@ -557,7 +557,8 @@ class CompileLog(Display):
                     "here). "
                     + ("jax.lax.scan or jax.lax.fori_loop compile the body once (jax-ml/jax#352: "
                        "an RNN of 300 steps, 21.5 s to its first result, 1.0 s with lax.scan)."
-                       + (jaxpr_loops.LOOKUPS_FIX if f.unrolled_gathers else "") if alike else
+                       + (jaxpr_loops.LOOKUPS_FIX if f.unrolled_gathers else "")
+                       + jaxpr_loops.PARTIAL_UNROLL if alike else
                        unalike[0].upper() + unalike[1:])))
             if f.traced_large:
                 where = f" ({f.defined_at})" if f.defined_at else ""

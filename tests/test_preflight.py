@@ -2353,7 +2353,8 @@ def test_jax_891_a_python_loop_of_lookups_xla_fused_is_named_by_its_jaxpr_equati
     assert "jaxpr equations come from one line" in p.advice and line in p.advice
     assert "a Python loop inside the jitted function is unrolled" in p.advice
     assert "one gather for all iterations with index arrays" in p.advice
-    assert "jax-ml/jax#891" in p.advice
+    assert "jax-ml/jax#891" in p.advice and "jax.lax.scan(..., unroll=k)" in p.advice
+    assert "fused them into 0 of" not in p.advice  # (a new user's trial: "none of its" now)
     _, n, total, repeats, gathers, *_ = jaxpr_loops.unrolled_line(c.jaxpr, compiled.UNROLLED_AT)
     assert n >= 10 * xla and repeats >= _L891 and gathers
     # the fix, run: one gather, the same gradients, a program a fraction of the size
