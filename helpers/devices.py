@@ -1159,10 +1159,17 @@ def sharding_error_fix(error: BaseException | str) -> str:
     (sgl-project/sglang-jax#1286); a sharding inside shard_map that meets the axes shard_map
     made Manual (NVIDIA/TransformerEngine#2069); two arguments of a jit on different devices
     ("Received incompatible devices": Physical-Intelligence/openpi#261). "" for any other
-    error."""
+    error, and for one a jax.pmap's own call raised: pmap splits axis 0 of every argument over
+    its devices, one slice each, so padding to a multiple is no fix there (``%load_ext
+    helpers`` names the pmap's; huggingface/diffusers#880 in a new user's trial)."""
     text = str(error)
     if fix := _incompatible_devices_fix(text):
         return fix
+    tb = getattr(error, "__traceback__", None)
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("jax/_src/pmap.py"):
+            return ""
+        tb = tb.tb_next
     for pattern in _INDIVISIBLE:
         if m := pattern.search(text):
             axis, pieces, size = (int(g) for g in m.groups())

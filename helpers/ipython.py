@@ -575,7 +575,14 @@ def _pmap_leading_axis(value: BaseException) -> str:
 
     scalar = (isinstance(value, ValueError) and _PMAP_SCALAR.search(str(value)) is not None
               or isinstance(value, IndexError) and _raised_in(value, "_mapped_axis_size"))
-    if not scalar and (not isinstance(value, ValueError) or not _PMAP_AXIS.search(str(value))):
+    # a pmap given an axis_name splits over a mesh axis of that name (jax 0.10.2 onward):
+    # JAX's IndivisibleError then names no pmap, but pmap's own wrapper raised it
+    # (huggingface/diffusers#880 in a new user's trial: parameters passed unreplicated were
+    # told to pad a conv kernel to a multiple of the devices)
+    named_axis = isinstance(value, ValueError) and "is partitioned" in str(value) and \
+        _raised_under(value, "jax/_src/pmap.py")
+    if not scalar and not named_axis and (not isinstance(value, ValueError)
+                                          or not _PMAP_AXIS.search(str(value))):
         return ""
     if "squeeze" in str(value):  # also jnp.squeeze's own: only where the pmap's own call
         # raised it, no frame of the user's after its last (a squeeze inside the mapped
@@ -600,6 +607,16 @@ def _pmap_leading_axis(value: BaseException) -> str:
             + (" Here a leaf is a scalar, with no axis at all (a training state's step "
                "counter): stack the whole state so, as flax.jax_utils.replicate(state) does "
                "(google/flax#2120)." if scalar else ""))
+
+
+def _raised_under(value: BaseException, path: str) -> bool:
+    """Whether a frame of ``value``'s traceback runs in JAX's file ``path`` ("jax/_src/pmap.py")."""
+    tb = value.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(path):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _raised_in(value: BaseException, function: str) -> bool:

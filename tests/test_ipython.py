@@ -165,6 +165,31 @@ def test_jax_9933_a_pmap_argument_without_a_leading_device_axis_is_explained(she
     assert "why this pmap failed" not in capsys.readouterr().out  # committed, axis right
 
 
+def test_diffusers_880_parameters_unreplicated_under_a_named_pmap_axis_are_not_told_to_pad(
+        shell, capsys):
+    """huggingface/diffusers#880 (a new user's trial): a pmap with an axis_name given its
+    parameters unreplicated raised IndivisibleError over a mesh axis of that name, and the kit
+    read it as a short batch: "pad it to 4", for a conv kernel. It names the pmap's leading
+    axis now, with the replication that runs."""
+    shell.run_cell("n = jax.local_device_count()\nw = jnp.ones((3, 3))\n"
+                   "g = jax.pmap(lambda w, x: (x @ w).sum(), 'batch')")
+    capsys.readouterr()
+    r = shell.run_cell("g(w, jnp.ones((n, 5, 3)))")
+    said = capsys.readouterr().out
+    assert not r.success and "why this pmap failed: a jax.pmap maps every argument" in said, said
+    assert "pad it to" not in said and "why this sharding failed" not in said
+    fixed = shell.run_cell("g(jnp.broadcast_to(w, (n, 3, 3)), jnp.ones((n, 5, 3))).shape "
+                           "== (n,)")
+    assert fixed.result is True
+    from helpers import devices
+    try:
+        shell.user_ns["g"](shell.user_ns["w"], np.ones((jax.local_device_count(), 5, 3)))
+    except ValueError as e:
+        assert devices.sharding_error_fix(e) == ""  # the pmap's, never "pad it"
+    else:
+        raise AssertionError("the unreplicated call ran")
+
+
 def test_flax_2120_a_pmap_over_a_state_with_a_scalar_leaf_is_explained(shell, capsys):
     """google/flax#2120: jax.pmap over a training state never replicated; its step counter is
     a scalar. JAX's words differ by version (0.8.0: "rank should be at least 1"; 0.10.2 and
