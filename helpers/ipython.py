@@ -19,10 +19,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -828,7 +830,8 @@ def _run_measured(shell, cell: str) -> CellMemory:
             memory.track(interval=SAMPLE_SECONDS) as trace, compiles.watch() as compiled:
         # a cell ending in ";" displays nothing (IPython reads that from the outer cell, the
         # magic's call): run it silent, so its value is not shown, the kit's record still is
-        result = shell.run_cell(cell, silent=_quiet(cell))
+        with _numbered_as_outer_cell(shell):
+            result = shell.run_cell(cell, silent=_quiet(cell))
         left = memory.still_computing()  # at once: the kit's own wind-down takes time too
     after = memory.snapshot()
     rows = tuple(_cell_device(d, after.device(d.device), trace.peak(d.device))
@@ -845,6 +848,42 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       **_timers(followed), element_lines=_element_lines(followed),
                       compiled_again_timed=_compiled_again_timed(compiled, followed, cell),
                       rebuilt_lines=_rebuilt_lines(followed, shell.user_ns))
+
+
+@contextlib.contextmanager
+def _numbered_as_outer_cell(shell) -> Iterator[None]:
+    """Name the cell's body by the outer cell's number. IPython 9 counts a cell before it runs
+    it (execution_count is already the next one), and the magic's run_cell names its code by
+    that count: the kit's lines and IPython's own traceback said "Cell In[3]" in the cell shown
+    as [2] (a new user's trial, IPython 9.18.1). The outer cell's number is its code's name,
+    from the magic's call on the stack; only the name changes (IPython's compiler's ``cache``,
+    wrapped while the body runs), never the count its display reads; IPython 8, which counts
+    after, is unchanged."""
+    outer = None
+    frame = sys._getframe(2)
+    while frame is not None and outer is None:
+        try:
+            named = shell.compile.format_code_name(frame.f_code.co_filename)
+        except Exception:  # an IPython without the method
+            break
+        if named and (found := re.fullmatch(r"In\[(\d+)\]", str(named[1]))):
+            outer = int(found.group(1))
+        frame = frame.f_back
+    compiler = shell.compile
+    cache = getattr(compiler, "cache", None)
+    if outer is None or outer == shell.execution_count or cache is None:
+        yield
+        return
+
+    def named_as_outer(transformed_code, number=0, raw_code=None):
+        return cache(transformed_code, outer, raw_code)
+
+    compiler.cache = named_as_outer
+    try:
+        yield
+    finally:
+        with contextlib.suppress(AttributeError):
+            del compiler.cache  # the class's own again
 
 
 def _compiled_again_timed(compiled: Any, followed: Any, cell: str

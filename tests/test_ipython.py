@@ -1356,3 +1356,20 @@ def test_jax_7301_printing_an_array_of_many_short_dimensions_is_named_before_it_
     assert "arr.reshape(-1, 2) first" in out and "jax-ml/jax#7301" in out
     assert len(str(np.asarray(shell.user_ns["arr"]).reshape(-1, 2))) < 2_000  # the fix
     assert len(str(np.asarray(shell.user_ns["arr"]))) > 500_000  # what it names
+
+
+def test_a_memory_cell_s_lines_are_named_by_the_cell_s_own_number(shell, capsys):
+    """IPython 9 counts a cell before it runs it, and %%memory's inner run_cell named the body
+    by that count: "Cell In[3], line 4" in the cell shown as [2] (a new user's trial, IPython
+    9.18.1). The body's code is named by the outer cell's number now, and the next cell's
+    number is unchanged."""
+    shell.run_cell("import sys", store_history=True)
+    outer = shell.run_cell("%%memory\nname = sys._getframe().f_code.co_filename\n"
+                           "label = get_ipython().compile.format_code_name(name)[1]",
+                           store_history=True)
+    assert outer.success
+    assert shell.user_ns["label"] == f"In[{outer.execution_count}]", (
+        shell.user_ns["label"], outer.execution_count)
+    after = shell.run_cell("1", store_history=True)
+    assert after.execution_count == outer.execution_count + 1
+    assert "cache" not in vars(shell.compile)  # the compiler's own method again
