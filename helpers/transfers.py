@@ -51,6 +51,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import numpy as np
@@ -649,7 +650,7 @@ def _lines_marked(write: Callable[[str], None],
     labels: dict[tuple[str, int], str] = {}  # (file, line) -> its marker, made once
     names: dict[tuple[str, int], str] = {}  # (file, line) -> the name it converts, or ""
     read: dict[tuple[str, int], tuple[str, ...]] = {}  # (file, line) -> the names it reads
-    counted: set[int] = set()  # the ids of the arrays whose read is counted
+    counted: dict[int, Any] = {}  # id -> a weak reference to the array whose read is counted
     last = [""]  # the marker written last: writing it again would change nothing
 
     def mark(frame) -> None:
@@ -667,8 +668,7 @@ def _lines_marked(write: Callable[[str], None],
         if names[key] and (size := _converted_size(frame, names[key])):
             write(size)
         if read[key] and (arrays := [a for a in _cpu_reads(frame, read[key])
-                                     if id(a) not in counted]):
-            counted.update(id(a) for a in arrays)  # (a GPU copies an array back once)
+                                     if _first_read(counted, a)]):
             row = reads.setdefault(labels[key][len(_LINE):-2], {"runs": 0, "arrays": 0,
                                                                  "bytes": 0})
             row["runs"] += 1
@@ -700,6 +700,21 @@ def _read_names(source: str) -> tuple[str, ...]:
     """The names a line of source reads back to the host, each once, in order."""
     found = [m.group(1) for pattern in _READS_NAMED for m in pattern.finditer(source)]
     return tuple(dict.fromkeys(found))
+
+
+def _first_read(counted: dict[int, Any], x) -> bool:
+    """Whether the block reads ``x`` back for the first time (a GPU copies an array back
+    once), and mark it read. By a weak reference, not the id alone: an array freed in the block
+    leaves its id to the next one made (each epoch's permutation, read back at one line, was
+    counted once for three epochs in a new user's trial)."""
+    ref = counted.get(id(x))
+    if ref is not None and ref() is x:
+        return False
+    try:
+        counted[id(x)] = weakref.ref(x)
+    except TypeError:  # no weak references to it: counted by its id while the block runs
+        counted[id(x)] = lambda x=x: x
+    return True
 
 
 def _cpu_reads(frame, names: tuple[str, ...]) -> list:

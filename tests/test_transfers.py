@@ -855,3 +855,31 @@ def test_several_reads_back_from_one_line_on_a_gpu_get_the_join_advice():
     assert joined["count"] == 3 and any(
         r.startswith("3 arrays read back one copy at a time: join them") for r in joined["reasons"])
     assert not any("join them" in r for r in rows["run.py:8: print(x)"]["reasons"])
+
+
+class _EpochLoader:  # aimz#279's loader: each epoch's order made on the device, read back
+    def __init__(self, key, n):
+        self.key, self.n = key, n
+
+    def __iter__(self):
+        self.key, sub = jax.random.split(self.key)
+        perm = jax.random.permutation(sub, self.n)
+        perm = np.asarray(perm)
+        rows = np.ones((self.n, 16), np.float32)
+        for i in range(0, self.n, 256):
+            yield rows[perm[i:i + 256]]
+
+
+def test_a_read_at_one_line_each_epoch_counts_each_epoch_s_array():
+    """Each epoch's permutation, made on the device and read back at one line (markean/aimz
+    #279's loader, in a new user's trial): counted once for three epochs, the freed array's id
+    reused by the next. Three reads now."""
+    step = jax.jit(lambda w, x: w + jnp.sum(x))
+    loader, w = _EpochLoader(jax.random.PRNGKey(0), 4096), jnp.float32(0)
+    with transfers.trace() as log:
+        for _ in range(3):
+            for batch in loader:
+                w = step(w, batch)
+    ((line, row),) = log.cpu_reads.items()
+    assert "perm = np.asarray(perm)" in line and row == {"runs": 3, "arrays": 3,
+                                                          "bytes": 3 * 4096 * 4}, row
