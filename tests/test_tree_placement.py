@@ -642,3 +642,48 @@ def test_nanodl_12_pmap_replicas_that_drift_apart_are_named_with_pmean():
     losses = jax.pmap(lambda x: jnp.mean(x) + 1.0, axis_name="devices")(xs)
     temps = jax.pmap(lambda i: 290.0 + 3.0 * jnp.sin(jnp.arange(64.0) + i))(jnp.arange(n))
     assert devices.tree_placement({"loss": losses, "t": temps}).problems == ()
+
+
+def _bn_step(sync: bool):  # a BatchNorm's running mean, updated from each device's shard
+    def step(p, stats, x):
+        def loss(p):
+            h = x @ p["w"]
+            return jnp.mean((h - jnp.mean(h)) ** 2), jnp.mean(h, axis=0)
+
+        g, mean = jax.grad(loss, has_aux=True)(p)
+        g = jax.lax.pmean(g, axis_name="devices")  # the gradients averaged, as in flax's example
+        stats = {"mean": 0.9 * stats["mean"] + 0.1 * mean}
+        if sync:
+            stats = jax.lax.pmean(stats, axis_name="devices")  # the thread's fix
+        return jax.tree.map(lambda a, b: a - 0.01 * b, p, g), stats
+
+    return jax.pmap(step, axis_name="devices")
+
+
+def test_flax_877_batch_stats_apart_per_device_are_named_with_their_pmean_not_the_grads():
+    """google/flax#877 (a new user's trial): BatchNorm statistics each device updates from its
+    own shard differ per device, in a step whose gradients are averaged. The kit told such
+    leaves "pmean the gradients" (WRONG: it changes nothing), or said nothing where they differ
+    far, and its unreplicate fix kept device 0's alone. The statistics are named now, with
+    their own pmean, which run leaves one value."""
+    n = 4
+    w = jax.random.normal(jax.random.key(0), (32, 32)) * 0.1
+    p = jax.pmap(lambda _: {"w": w})(jnp.arange(n))
+    stats = jax.pmap(lambda _: {"mean": jnp.zeros(32)})(jnp.arange(n))
+    xs = jax.random.normal(jax.random.key(1), (n, 16, 32)) + jnp.linspace(-1, 1, n)[:, None, None]
+    state = {"params": p, "batch_stats": stats}
+    for _ in range(5):
+        state["params"], state["batch_stats"] = _bn_step(False)(state["params"],
+                                                                 state["batch_stats"], xs)
+    (problem,) = devices.tree_placement(state).problems
+    assert "1 leaf (['batch_stats']['mean']) is 4 slices, one per device, that differ" in problem
+    assert "jax.lax.pmean(batch_stats, axis_name)" in problem and "flax#877" in problem
+    assert "keeps device 0's alone" in problem and "pmean(grads" not in problem
+    synced = {"params": p, "batch_stats": stats}
+    for _ in range(5):
+        synced["params"], synced["batch_stats"] = _bn_step(True)(synced["params"],
+                                                                  synced["batch_stats"], xs)
+    (problem,) = devices.tree_placement(synced).problems
+    assert "differ" not in problem and "one value copied per device" in problem
+    means = np.asarray(synced["batch_stats"]["mean"])
+    assert (means == means[:1]).all()
