@@ -493,6 +493,14 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     if shape is None and _SLICED.search(source) and not re.search(
             _ARITHMETIC + r"|\(", re.sub(r"\[[^\]]*\]", "", source)):  # a bare name = x[a:b]
         shape, dtype = (), "int32"  # a slice's bounds on JAX's fast path, which logs no shape
+    if shape is None and (jnp_only := _jnp_functions(source)):
+        fn = jnp_only[0]
+        return (f"a NumPy array or a Python number passed to jnp.{fn}, which JAX runs as a "
+                "jitted function of its own: copied to the device at every call (its fast path "
+                "logs no shape). Where the line prepares a batch on the host (padding, "
+                f"stacking), do it with NumPy, np.{fn}, and put the result once: one copy "
+                "(markean/aimz#174: jnp.pad of each batch, even with nothing to pad)"
+                + (_ON_THE_CPU if cpu else ""))
     if shape is None:
         return ("an argument of a jitted call: a NumPy array or a Python number, copied on "
                 "every call (jit's fast path logs no shape)" + (_ON_THE_CPU if cpu else ""))
@@ -517,6 +525,18 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
             "next batch before the step runs: flax.jax_utils.prefetch_to_device); only an "
             "array passed again unchanged gains from jax.device_put once, passing the result"
             + (_ON_THE_CPU if cpu else ""))
+
+
+def _jnp_functions(source: str) -> list[str]:
+    """The jnp functions a line calls, where every call it makes is one (or a read such as
+    len, or a NumPy one): "return jnp.pad(x, ...)" -> ["pad"]; [] where it calls anything else
+    (a function of the user's, jitted or not), or jnp.array/asarray, named on their own."""
+    called = [c for c in _CALLED.findall(source) if c not in _READS]
+    fns = [c.split(".", 1)[1] for c in called if c.startswith(("jnp.", "jax.numpy."))]
+    others = [c for c in called if not c.startswith(("jnp.", "jax.numpy.", "np.", "numpy."))]
+    if not fns or others or {"array", "asarray"} & set(fns):
+        return []
+    return [f.rsplit(".", 1)[-1] for f in fns]
 
 
 def _split_probe(text: str) -> tuple[str, bool]:

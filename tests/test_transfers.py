@@ -883,3 +883,28 @@ def test_a_read_at_one_line_each_epoch_counts_each_epoch_s_array():
     ((line, row),) = log.cpu_reads.items()
     assert "perm = np.asarray(perm)" in line and row == {"runs": 3, "arrays": 3,
                                                           "bytes": 3 * 4096 * 4}, row
+
+
+def _pad_batch(x, rows):  # aimz#174's pad_array: jnp.pad of a NumPy batch, every batch
+    return jnp.pad(x, ((0, rows - x.shape[0]), (0, 0)))
+
+
+def test_aimz_174_jnp_pad_of_numpy_batches_is_named_with_numpy_s_pad():
+    """markean/aimz#174 (a new user's trial): jnp.pad of each NumPy batch was described as "an
+    argument of a jitted call", a jit the user never wrote. It names jnp.pad and the thread's
+    fix, np.pad and one put, which gives the same batches."""
+    batches = [np.ones((8, 4), np.float32) * i for i in range(6)]
+    for b in batches[:2]:
+        _pad_batch(b, 8)  # warm: later calls take jit's fast path, as in a loader's loop
+    with transfers.trace() as log:
+        padded = [_pad_batch(b, 8) for b in batches]
+    rows = [r for r in log.by_line() if "jnp.pad(x" in r["line"]]
+    assert rows and any("passed to jnp.pad, which JAX runs as a jitted function of its own"
+                        in reason for reason in rows[0]["reasons"]), log.by_line()
+    assert any("np.pad, and put the result once" in r and "aimz#174" in r
+               for r in rows[0]["reasons"])
+    fixed = [jax.device_put(np.pad(b, ((0, 0), (0, 0)))) for b in batches]
+    for a, b in zip(padded, fixed, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert transfers._jnp_functions("y = step(params, jnp.ones(3))") == []  # a call of yours
+    assert transfers._jnp_functions("return jnp.asarray(x)") == []  # named on its own
