@@ -115,6 +115,9 @@ UNROLLED_EQUATIONS = 64
 #: rewrite (a 21-layer MLP's loop compiled in 1.44 s, a vmapped print's 32 callbacks in 0.24 s;
 #: jax-ml/jax#352's RNN of 300 steps in 19.8 s)
 UNROLLED_SECONDS = 1.0
+#: the seconds of compiling, among the operations run outside jit, from which a jnp.split there
+#: is named (jax-ml/jax#9445: 500 pieces of an epoch's indices, 3 to 10 s on the 2-core VM)
+SPLIT_SECONDS = 1.0
 #: of a block compiling heavily, a program holding this many bytes of array constants or more:
 #: arrays closed over, baked in (jax-ml/jax#14080: a 10 MiB dataset, 2.04 s to compile)
 HEAVY_CONSTANT_BYTES = 2**20
@@ -512,6 +515,17 @@ class CompileLog(Display):
                 "jax-ml/jax#14080) and keeps a copy of with each program. Pass them as "
                 "arguments (jax.jit(lambda data, key: ...)(data, key)); a persistent cache would "
                 "only store them too.")
+        split = [f for f in self.functions if f.cause == EAGER
+                 and f.compile_seconds >= SPLIT_SECONDS
+                 and any(c.split(" ")[0] == "split" for c in f.changed)]
+        if split and not self.many_operands:
+            notes.append(
+                f"jnp.split or jnp.array_split outside jit compiled a program with one slice "
+                f"per piece ({split[0].compile_seconds:.2f} s of compiling among the operations "
+                "outside jit here): its compile grows with the number of pieces, and another "
+                "count of pieces (a dataset of another size) compiles again. To cut an epoch's "
+                "indices into batches on the host, np.array_split does it with no compile "
+                "(jax-ml/jax#9445).")
         if self.many_operands:
             name, n = max(self.many_operands, key=lambda m: m[1])
             notes.append(
@@ -522,7 +536,7 @@ class CompileLog(Display):
                 "np.stack(jax.device_get(xs)), or keep per-step values there as they come "
                 "(markean/aimz#268: a history of per-step losses; 2,000 scalars: 1.7 s through "
                 "jnp.stack, 0.04 s so).")
-        elif self.compiled_heavily and not baked:
+        elif self.compiled_heavily and not baked and not split:
             notes.append(
                 f"XLA compiling took {self.compile_seconds:.2f} s of the block's "
                 f"{self.seconds:.2f} s, and nothing compiled twice: a new process compiles all "

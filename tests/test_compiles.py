@@ -2220,3 +2220,23 @@ def test_vmex_374_derivatives_of_one_function_jitted_once_each_are_not_made_anew
         for scale in (1.0, 2.0, 3.0):
             jax.jit(lambda v, s=scale: _field(v) * s)(x).block_until_ready()
     assert any(f.cause == "function made anew" for f in anew.functions), anew.functions
+
+
+def test_jax_9445_jnp_array_split_of_host_indices_is_named_with_numpy_s(monkeypatch):
+    """jax-ml/jax#9445 (a new user's trial): jnp.array_split of an epoch's indices into 500
+    batches compiled for seconds outside jit, and the kit advised a persistent compilation
+    cache (a new dataset size compiles again). It names the split and np.array_split, which
+    gives the same batches with no compile. The seconds' threshold is set to 0 here: no assert
+    on timing."""
+    monkeypatch.setattr(compiles, "SPLIT_SECONDS", 0.0)
+    perm = np.random.default_rng(0).permutation(1000)
+    with compiles.watch() as log:
+        batches = jnp.array_split(perm, 40)
+    note = log.diagnosis
+    assert "jnp.split or jnp.array_split outside jit compiled a program with one slice per " \
+           "piece" in note, note
+    assert "np.array_split does it with no compile" in note and "jax-ml/jax#9445" in note
+    with compiles.watch() as fixed:
+        on_host = np.array_split(perm, 40)
+    assert fixed.compiles == 0
+    assert all((np.asarray(a) == b).all() for a, b in zip(batches, on_host, strict=True))
