@@ -19,6 +19,7 @@ it runs: :mod:`helpers.measure`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -357,17 +358,38 @@ def _in_use(dev) -> tuple[int | NotAvailable, str]:
     return mem.bytes_in_use, mem.source
 
 
+def _pool_tip(needed: int, t: allocation.Target) -> str:
+    """Where a step misses a card only by the pool's fraction (XLA's BFC pool takes 0.75 of it
+    by default): the fraction that fits it, up to 0.95 (the CUDA context and the driver keep a
+    few hundred MiB outside the pool). "" where the pool already takes 0.9 or more, several
+    processes share the card, or the step needs more than 0.95 of it
+    (Physical-Intelligence/openpi#284: a LoRA fine-tune 0.92 GiB short of a 24 GB card's
+    0.75 fitted at 0.9, in a new user's trial of its plan)."""
+    total, pool = t.card.total_bytes, t.pool
+    if t.processes != 1 or pool.cap_bytes is None or pool.fraction >= 0.9 or not total:
+        return ""
+    fraction = max(pool.fraction + 0.05, math.ceil((needed / total + 0.02) * 20) / 20)
+    if fraction > 0.95:
+        return ""
+    return (f"a larger share of the card for JAX's pool: it takes {pool.fraction:g} of "
+            f"{format_bytes(total)} ({format_bytes(pool.cap_bytes)}); "
+            f"XLA_PYTHON_CLIENT_MEM_FRACTION={fraction:.2f}, set before JAX starts, gives "
+            f"{format_bytes(int(fraction * total))} (Physical-Intelligence/openpi#284)")
+
+
 def _verdict(needed: int, free, dev, donate: bool, derivative: bool,
-             batch: bool = True, largest: tuple[str, int, int] | None = None
-             ) -> tuple[str, str]:
+             batch: bool = True, largest: tuple[str, int, int] | None = None,
+             pool: str = "") -> tuple[str, str]:
     """``donate``: an argument whose donation lowers the planned peak (the note says which);
     ``derivative``: the step differentiates something (else jax.checkpoint has nothing to
     drop); ``batch``: not a factorization of one whole matrix (google/neural-tangents#166's
     Cholesky solve: none of the three applies); ``largest``: (name, bytes, the peak) of an
     argument that is half the peak or more, which the step needs whole: shrinking it is the
     first saving (jax-ml/jax-llm-examples#33: a KV cache sized by max_seq_len, 94% of the
-    arguments; a new user's trial found the tips silent on it)."""
-    tips = [f"a smaller {largest[0]} ({format_bytes(largest[1])}, {largest[1] / largest[2]:.0%} "
+    arguments; a new user's trial found the tips silent on it); ``pool``: a larger pool
+    fraction that fits the step (:func:`_pool_tip`), first."""
+    tips = [pool] if pool else []
+    tips += [f"a smaller {largest[0]} ({format_bytes(largest[1])}, {largest[1] / largest[2]:.0%} "
             "of the peak, all of it needed on the device: a smaller shape, such as a cache "
             "sized for a shorter maximum length or fewer layers, or a narrower dtype)"
             ] if largest else []
@@ -480,7 +502,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         verdict, advice = _verdict(needed, free, where, bool(undonated),
                                    c.jaxpr is None or jaxpr_walk.has_derivative(c.jaxpr),
                                    factored is None, (*big, peak) if big and 2 * big[1] >= peak
-                                   else None)
+                                   else None,
+                                   _pool_tip(needed, _as_target(target)) if target is not None
+                                   else "")
         if verdict == "will not fit" and factored is not None:
             host = (peak - runtime + c.runtime_bytes(), _free_bytes(dev)[0]
                     ) if getattr(dev, "platform", "") == "cpu" else (None, None)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import compiled, devices, measure, preflight, program_notes
+from helpers import allocation, compiled, devices, measure, preflight, program_notes
 from helpers._internal import (
     frames,
     jaxcompat,
@@ -3047,3 +3047,24 @@ def test_discopt_924_jacfwd_of_jacfwd_is_named_as_pairs_of_tangents_with_forward
     assert "pairs of basis vectors" not in fixed.advice and 8 * fixed.temp_bytes < p.temp_bytes
     np.testing.assert_allclose(jax.jit(fwd_rev)(x, lam, a), jax.jit(fwd_fwd)(x, lam, a),
                                rtol=1e-3, atol=1e-3)
+
+
+def test_openpi_284_a_step_short_of_the_pool_only_is_told_the_fraction_that_fits():
+    """Physical-Intelligence/openpi#284 (a new user's trial): a LoRA step 0.92 GiB short of a
+    24 GB card's pool (0.75 of it, XLA's default) was told a smaller batch and the like, never
+    the pool's share, the thread's fix (XLA_PYTHON_CLIENT_MEM_FRACTION=0.9). The fraction that
+    fits is named now, and the target so set fits; a step larger than the card gets none."""
+    step = jax.jit(lambda w, x: jnp.tanh(x @ w).sum(0))
+    w = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)  # 16 MiB
+    x = jax.ShapeDtypeStruct((4096, 2048), jnp.float32)  # 32 MiB
+    need = preflight.preflight_step(step, w, x, target=2**30).needed_bytes  # (by JAX version)
+    card = int(need / 0.82)  # the step needs 0.82 of the card: more than the pool's 0.75
+    p = preflight.preflight_step(step, w, x, target=card)
+    assert p.verdict == "will not fit" and 0.75 * card < p.needed_bytes < 0.9 * card, p
+    found = re.search(r"XLA_PYTHON_CLIENT_MEM_FRACTION=(0\.\d+), set before JAX starts", p.advice)
+    assert found and "openpi#284" in p.advice and "it takes 0.75 of " in p.advice
+    fixed = preflight.preflight_step(step, w, x, target=allocation.target(
+        card, fraction=float(found.group(1))))
+    assert fixed.verdict == "fits", fixed
+    big = preflight.preflight_step(step, w, x, target=int(need / 0.97))  # over 0.95 of it
+    assert big.verdict == "will not fit" and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in big.advice

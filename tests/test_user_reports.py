@@ -403,7 +403,7 @@ def test_the_table_lists_every_report_tested_here():
                  "19": "tests/test_compiles.py (mosaic#19)", "8299": "tests/test_trace_errors.py",
                  "17232": "tests/test_compiles.py", "663": "tests/test_ipython.py",
                  "26586": "tests/test_shard_map.py", "12": "tests/test_tree_placement.py",
-                 "284": "tests/test_compiles.py", "4174": "tests/test_compiles.py",
+                 "284": "tests/test_compiles.py and tests/test_preflight.py (openpi#284)", "4174": "tests/test_compiles.py",
                  "19327": "tests/test_ipython.py", "196": "tests/test_compiles.py",
                  "18237": "tests/test_ipython.py", "155": "tests/test_processes.py",
                  "28311": "tests/test_step_arguments.py", "7301": "tests/test_ipython.py",
