@@ -339,6 +339,10 @@ class StepPreflight(_Verdict, Display):
     #: ("argsort", "float32[4194304]", n sorted, k kept, line) of each sort the step slices to
     #: k at one end, where jax.lax.top_k needs no full sort (openxla/xla#25487)
     sliced_sorts: tuple[tuple[str, str, int, int, str], ...] = ()
+    #: ("float32[8, 50304]", n sorted per row, the sort's line, the cumulative sum's line) of
+    #: each whole sort of 1 MiB or more whose results reach a cumulative sum compared with a
+    #: threshold: a top-p cutoff, where jax.lax.top_k first sorts k (keras-team/keras-hub#963)
+    cumulative_cutoffs: tuple[tuple[str, int, str, str], ...] = ()
     #: (the table, "float32[131072, 64]", bytes, the gather's line, the bytes of the values with
     #: one row per index) of a gather of a row per edge summed back by a scatter-add, where those
     #: values are a quarter of the peak (jax-ml/jax#1979); None for none
@@ -739,6 +743,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     sorts = program_notes.sorts_to_slice(c)
     if sorts:
         notes.append(program_notes.sliced_sort_note(*sorts[0]))
+    jnp = devices.start_jax().numpy
+    cutoffs = [x for x in (jaxpr_products.cumulative_cutoffs(c.jaxpr) if c.jaxpr is not None
+                           else []) if math.prod(x[0]) * jnp.dtype(x[1]).itemsize >= 2**20]
+    if cutoffs and not sorts:  # a whole sort per row for a top-p cutoff (keras-hub#963)
+        notes.append(program_notes.cumulative_cutoff_note(*cutoffs[0]))
     diagonals = [d for d in (jaxpr_products.diagonal_products(c.jaxpr) if c.jaxpr is not None
                              else []) if 4 * d[2] >= peak]
     if diagonals:  # m x m values for m of them (GPJax#389)
@@ -1095,6 +1104,8 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                    for spec, shape, dtype, n, _, step, line in blowups),
         sliced_sorts=tuple((function, f"{dtype}{list(shape)}", n, k, line)
                            for shape, dtype, n, k, _, _, function, line in sorts),
+        cumulative_cutoffs=tuple((f"{dtype}{list(shape)}", n, line, at)
+                                 for shape, dtype, n, line, at in cutoffs),
         edge_gather=edges,
         diagonal_products=tuple((f"{dtype}{list(shape)}", n, line, at)
                                 for shape, dtype, n, line, at in diagonals))

@@ -3068,3 +3068,41 @@ def test_openpi_284_a_step_short_of_the_pool_only_is_told_the_fraction_that_fits
     assert fixed.verdict == "fits", fixed
     big = preflight.preflight_step(step, w, x, target=int(need / 0.97))  # over 0.95 of it
     assert big.verdict == "will not fit" and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in big.advice
+
+
+def _top_p(logits, key, p=0.9):  # keras-hub#963's sampler: the whole vocabulary sorted
+    probs = jax.nn.softmax(logits, -1)
+    order = jnp.argsort(-probs, axis=-1)
+    sorted_p = jnp.take_along_axis(probs, order, -1)
+    keep = (jnp.cumsum(sorted_p, -1) - sorted_p) < p
+    choice = jax.random.categorical(key, jnp.where(keep, jnp.log(sorted_p), -jnp.inf), -1)
+    return jnp.take_along_axis(order, choice[:, None], -1)[:, 0]
+
+
+def _top_p_of_top_k(logits, key, p=0.9, k=64):  # the k largest first (as PR #980)
+    top, index = jax.lax.top_k(jax.nn.softmax(logits, -1), k)  # (over the whole vocabulary)
+    keep = (jnp.cumsum(top, -1) - top) < p
+    choice = jax.random.categorical(key, jnp.where(keep, jnp.log(top), -jnp.inf), -1)
+    return jnp.take_along_axis(index, choice[:, None], -1)[:, 0]
+
+
+def test_keras_hub_963_a_whole_sort_for_a_top_p_cutoff_is_named_with_top_k_first():
+    """keras-team/keras-hub#963 (a new user's trial): a top-p sampler sorted the whole
+    vocabulary each step; the kit listed the sort only as memory (an rbg key, an unstable
+    sort: the trial ran them, 130 to 115 ms). It names the sort for a cumulative cutoff now,
+    and the thread's fix, which samples the same token where the nucleus lies in the k."""
+    logits = jax.random.normal(jax.random.key(1), (8, 50304)) * 8  # a nucleus of a few tokens
+    key = jax.random.key(2)
+    p = preflight.preflight_step(_top_p, logits, key)
+    (what, n, line, at), = p.cumulative_cutoffs
+    assert (what, n) == ("float32[8, 50304]", 50304) and "jnp.argsort(-probs" in line
+    assert "jnp.cumsum(sorted_p" in at
+    assert "for a cutoff by cumulative mass" in p.advice and "jax.lax.top_k(probs, k)" in p.advice
+    assert "keras-hub#963" in p.advice
+    assert preflight.preflight_step(_top_p_of_top_k, logits, key).cumulative_cutoffs == ()
+    probs = np.asarray(jax.nn.softmax(logits, -1))
+    for q in probs:  # the same nucleus, row by row
+        order = np.argsort(-q)
+        whole = set(order[(np.cumsum(q[order]) - q[order]) < 0.9])
+        top = order[:64]
+        assert whole == set(top[(np.cumsum(q[top]) - q[top]) < 0.9]) and len(whole) < 64

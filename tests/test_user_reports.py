@@ -422,7 +422,7 @@ def test_the_table_lists_every_report_tested_here():
                  "924": "tests/test_preflight.py", "397": "tests/test_trace_errors.py",
                  "374": "tests/test_compiles.py", "880": "tests/test_ipython.py",
                  "877": "tests/test_tree_placement.py", "174": "tests/test_transfers.py",
-                 "9445": "tests/test_compiles.py",
+                 "9445": "tests/test_compiles.py", "963": "tests/test_preflight.py",
                  "2069": "tests/test_devices.py", "25010": "tests/test_preflight.py",
                  "1852": "tests/test_preflight.py", "3103": "tests/test_preflight.py",
                  "5039": "tests/test_loops.py", "3865": "tests/test_loops.py",

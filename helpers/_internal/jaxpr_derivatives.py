@@ -23,7 +23,8 @@ from helpers._internal.jaxpr_walk import (
 )
 
 __all__ = ["checkpoint_at", "checkpoint_offloads", "custom_vjp_residuals", "custom_vjp_rule",
-           "jacobian_lines", "jacobian_products", "jacobian_sizes", "jacobian_solves",
+           "jacobian_diagonals", "jacobian_lines", "jacobian_products", "jacobian_sizes",
+           "jacobian_solves",
            "repeated_checkpoints",
            "residual_sources", "shard_map_residuals", "wholly_checkpointed"]
 

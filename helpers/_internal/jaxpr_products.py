@@ -25,7 +25,8 @@ from helpers._internal.jaxpr_walk import (
     walk,
 )
 
-__all__ = ["batch_reductions", "diagonal_products", "einsum_intermediates", "einsum_step",
+__all__ = ["batch_reductions", "cumulative_cutoffs", "diagonal_products",
+           "einsum_intermediates", "einsum_step",
            "pairwise_reductions",
            "scatters_batched", "selected_branches", "sliced_sorts", "softmax_products",
            "sparse_products", "vmapped_lines", "WIDE_AT", "wide_reductions"]
@@ -890,3 +891,57 @@ def diagonal_products(closed) -> list[tuple[tuple[int, ...], str, int, str, str]
             found.append((shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
                           equation_line(source), equation_line(eqn)))
     return sorted(found, key=lambda f: -f[2])
+
+
+#: a sort as a jaxpr shows it: the primitive, or jnp's jitted function around it
+_SORTS = frozenset({"argsort", "sort"})
+#: a comparison with a threshold: what a cumulative cutoff ends in (cum < p)
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
+
+
+def _named(eqn, names: frozenset[str]) -> bool:
+    """The equation is one of ``names``, as a primitive or as jnp's jit of that name."""
+    return eqn.primitive.name in names or (eqn.primitive.name in ("jit", "pjit") and str(
+        eqn.params.get("name", "")) in names)
+
+
+def cumulative_cutoffs(closed) -> list[tuple[tuple[int, ...], str, int, str, str]]:
+    """(the sorted shape, its dtype, its length n along the last axis, the sort's line, the
+    cumulative sum's line) of each whole sort whose results, directly or gathered through its
+    indices, reach a cumulative sum (jnp.cumsum) that the step compares with a threshold: a
+    cutoff by cumulative mass, as top-p (nucleus) sampling takes over a vocabulary. The sort
+    is of n = 1,024 or more along its last axis (keras-team/keras-hub#963: 50,304 per row,
+    every step). Largest first."""
+    found = []
+    for j, _ in walk(closed):
+        tainted: dict[int, tuple] = {}  # a variable -> (the sort equation)
+        summed: dict[int, tuple] = {}  # a cumulative sum's result -> (sort, cumsum equation)
+        for e in getattr(j, "eqns", ()):
+            from_sort = next((tainted[id(v)] for v in e.invars if id(v) in tainted), None)
+            from_sum = next((summed[id(v)] for v in e.invars if id(v) in summed), None)
+            if _named(e, _SORTS) and from_sort is None:
+                shape = tuple(getattr(e.invars[0].aval, "shape", ()))
+                if shape and shape[-1] >= 1024:
+                    for v in e.outvars:
+                        tainted[id(v)] = (e,)
+                continue
+            if from_sum is not None:
+                if e.primitive.name in _COMPARISONS:
+                    sort, cum = from_sum
+                    aval = sort.invars[0].aval
+                    shape = tuple(aval.shape)
+                    found.append((shape, str(aval.dtype), shape[-1], equation_line(sort),
+                                  equation_line(cum)))
+                    summed.clear()  # one cutoff per sort
+                    continue
+                for v in e.outvars:
+                    summed[id(v)] = from_sum
+            if from_sort is not None:
+                if _named(e, frozenset({"cumsum"})):
+                    for v in e.outvars:
+                        summed[id(v)] = (from_sort[0], e)
+                else:
+                    for v in e.outvars:
+                        tainted[id(v)] = from_sort
+    unique = {(f[3], f[4]): f for f in found}
+    return sorted(unique.values(), key=lambda f: -math.prod(f[0]))
