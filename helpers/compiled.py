@@ -1117,11 +1117,12 @@ class CompiledStep:
         (patrick-kidger/optimistix#93: a Newton step's J^-1 r)."""
         return tuple(jaxpr_derivatives.jacobian_solves(self.jaxpr))
 
-    def jacobian_diagonals(self) -> tuple[tuple[str, tuple[int, ...], str, int, str, str], ...]:
-        """(mode, its shape, its dtype, bytes, the Jacobian's line, the diagonal's line) of each
-        whole Jacobian or Hessian whose only reader is ``jnp.diag`` or ``jnp.diagonal`` of its
-        main diagonal, a batch of them under vmap too, largest first (netket/netket#1655;
-        jax-ml/jax#3801)."""
+    def jacobian_diagonals(self) -> tuple[tuple[str, tuple[int, ...], str, int, str, str, bool],
+                                          ...]:
+        """(mode, its shape, its dtype, bytes, the Jacobian's line, the diagonal's line, whether
+        it is a Hessian) of each whole Jacobian or Hessian whose only reader is ``jnp.diag``,
+        ``jnp.diagonal`` or ``jnp.trace`` of its main diagonal, a batch of them under vmap too,
+        largest first (netket/netket#1655; jax-ml/jax#3801)."""
         return tuple(jaxpr_derivatives.jacobian_diagonals(self.jaxpr))
 
     def scaled_by_zero(self) -> tuple[tuple[str, int, str], ...]:

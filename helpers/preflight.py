@@ -368,7 +368,9 @@ def _pool_tip(needed: int, t: allocation.Target) -> str:
     few hundred MiB outside the pool). "" where the pool already takes 0.9 or more, several
     processes share the card, or the step needs more than 0.95 of it
     (Physical-Intelligence/openpi#284: a LoRA fine-tune 0.92 GiB short of a 24 GB card's
-    0.75 fitted at 0.9, in a new user's trial of its plan)."""
+    0.75 fitted at 0.9, in a new user's trial of its plan). Named XLA_CLIENT_MEM_FRACTION, as
+    the kit's other advice does: jaxlib raises at the backend's start where the deprecated
+    XLA_PYTHON_CLIENT_MEM_FRACTION is set beside it (a review)."""
     total, pool = t.card.total_bytes, t.pool
     if t.processes != 1 or pool.cap_bytes is None or pool.fraction >= 0.9 or not total:
         return ""
@@ -377,7 +379,8 @@ def _pool_tip(needed: int, t: allocation.Target) -> str:
         return ""
     return (f"a larger share of the card for JAX's pool: it takes {pool.fraction:g} of "
             f"{format_bytes(total)} ({format_bytes(pool.cap_bytes)}); "
-            f"XLA_PYTHON_CLIENT_MEM_FRACTION={fraction:.2f}, set before JAX starts, gives "
+            f"XLA_CLIENT_MEM_FRACTION={fraction:.2f} (never beside the older "
+            "XLA_PYTHON_CLIENT_MEM_FRACTION: jaxlib refuses both), set before JAX starts, gives "
             f"{format_bytes(int(fraction * total))} (Physical-Intelligence/openpi#284)")
 
 
@@ -672,10 +675,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     # the values its lines make for all n basis vectors at once, and n x n kept for n
     diagonal = []
     if not products and not solved:
-        for mode, shape, dtype, nbytes, line, at in c.jacobian_diagonals():
+        for mode, shape, dtype, nbytes, line, at, hessian in c.jacobian_diagonals():
             building = [t for t in many if t.line in c.jacobian_lines and t.line != at]
             if 4 * (nbytes + sum(t.nbytes for t in building)) >= peak:
-                diagonal.append(((mode, shape, dtype, nbytes, line, at), building))
+                diagonal.append(((mode, shape, dtype, nbytes, line, at, hessian), building))
     if diagonal:
         notes.append(program_notes.jacobian_diagonal_note(*diagonal[0][0], diagonal[0][1],
                                                           a["temp"]))
@@ -1081,7 +1084,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         jacobians=jacobians, jacobian_products=tuple(products), stopped_scans=stopped,
         jacobian_solves=tuple(s for s, _ in solved),
         jacobian_diagonals=tuple((mode, f"{dtype}{list(shape)}", n, line, at)
-                                 for (mode, shape, dtype, n, line, at), _ in diagonal),
+                                 for (mode, shape, dtype, n, line, at, _), _ in diagonal),
         scaled_by_zero=zeroed, narrowed_arguments=narrowed,
         widened_values=tuple(w[:5] for w in widened), half_round_trips=round_trips,
         float64_argument_bytes=float64,

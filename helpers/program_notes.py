@@ -271,7 +271,7 @@ def jacobian_solve_note(mode: str, what: str, nbytes: int, line: str, solve_line
 
 
 def jacobian_diagonal_note(mode: str, shape: tuple[int, ...], dtype: str, nbytes: int,
-                           line: str, diagonal_line: str,
+                           line: str, diagonal_line: str, hessian: bool = True,
                            made_for: Sequence[compiled.Temporary] = (), temp: int = 0) -> str:
     """A whole Jacobian or Hessian made only for its main diagonal (a Laplacian, a PINN's
     second derivatives): jacfwd pushes all n tangents through the function at once, so the
@@ -280,10 +280,11 @@ def jacobian_diagonal_note(mode: str, shape: tuple[int, ...], dtype: str, nbytes
     (jax-ml/jax#3801, with #564; a trial: 610.77 MiB of temporaries to 1.45 MiB, 4.7 s to
     2.2 ms a step, the same loss); otherwise one Hessian-vector product at a time in a
     fori_loop keeps one tangent (netket/netket#1655: a trial, 49.59 MiB to 2.50 MiB at n = 96,
-    flat in n). ``made_for``: the values the lines traced inside it make to build it, their
+    flat in n). ``hessian``: a Hessian (else a Jacobian of a vector function, whose columns
+    come from jax.jvp(f) itself, not of jax.grad(f), which takes a scalar function only: a
+    review). ``made_for``: the values the lines traced inside it make to build it, their
     sum no more than ``temp``, the step's temporaries (XLA reuses buffers), where given."""
     n = shape[-1]
-    hessian = "hessian" in line or re.search(r"jacfwd\((jax\.)?jacrev\(", line) is not None
     what = "Hessian" if hessian else "Jacobian"
     at = f" at {line}" if line else ""
     by = f" at {diagonal_line}" if diagonal_line and diagonal_line != line else ""
@@ -294,17 +295,18 @@ def jacobian_diagonal_note(mode: str, shape: tuple[int, ...], dtype: str, nbytes
         total = sum(u.nbytes for u in made_for)
         built = (f", and {format_bytes(min(total, temp) if temp else total)} more to build it "
                  f"(the largest {t.op} {t.dtype}{list(t.shape)}{', ' + t.line if t.line else ''})")
-    grad = "jax.grad(jax.grad(u_point))" if hessian else "jax.jacfwd(f_point)"
+    grad = "jax.grad(jax.grad(u_point))" if hessian else "jax.grad(f_point)"
+    one = ("jax.lax.fori_loop over i adding jax.jvp(jax.grad(f), (x,), (e_i,))[1][i] (a "
+           "Laplacian of a function that mixes its inputs)" if hessian else
+           "jax.lax.fori_loop over i adding jax.jvp(f, (x,), (e_i,))[1][i]")
     return (f"The step makes the whole {what}{at}, {dtype}{list(shape)}{batch} "
             f"({format_bytes(nbytes)}){built}, only to keep its diagonal{by}: n x n values for "
             f"n = {n:,} of them, and jax.{'jacfwd' if mode == 'forward' else 'jacrev'} carries "
             f"all {n:,} basis vectors through the function at once, so the step grows with n. "
             f"Compute the diagonal alone. Where each output depends only on its own input (a "
             f"network applied to each point, as a PINN's u(t_i)), jax.vmap({grad}) over the "
-            "points gives it at one point's cost (jax-ml/jax#3801). Otherwise (a Laplacian of "
-            "a function that mixes its inputs), jax.lax.fori_loop over i adding "
-            "jax.jvp(jax.grad(f), (x,), (e_i,))[1][i] keeps one tangent at a time, flat in n "
-            "(netket/netket#1655).")
+            f"points gives it at one point's cost (jax-ml/jax#3801). Otherwise {one} keeps one "
+            "tangent at a time, flat in n (netket/netket#1655).")
 
 
 def stopped_scan_note(length: int, flag: str, line: str, flag_line: str) -> str:

@@ -363,3 +363,21 @@ ENTRY %main.1 (param.1: f32[8,256,512]) -> f32[256,4096] {
 """
     by = {v["name"]: v["op"] for v in internals.entry_values(text, frames.is_user_file)}
     assert by["copy.1"] == "s.params['w1']" and by["copy.2"] == 'jit(f)/say "hi"', by
+
+
+def test_a_value_named_in_utf_8_is_read_back_from_hlo_s_octal_escapes():
+    """A review: HLO writes a non-ASCII name's UTF-8 bytes as octal escapes (a named_scope
+    'énergie' as \\303\\251nergie); the first unescaping read it as '303251nergie'."""
+    from helpers._internal import frames
+
+    text = r"""HloModule jit_step
+
+ENTRY %main.1 (param.1: f32[64]) -> (f32[64], f32[64]) {
+  %param.1 = f32[64]{0} parameter(0), metadata={op_name="x"}
+  %mul.1 = f32[64]{0} multiply(%param.1, %param.1), metadata={op_name="jit(step)/\303\251nergie/mul"}
+  %copy.1 = f32[64]{0} copy(%param.1), metadata={op_name="s.params[\'\317\203\']"}
+  ROOT %tuple.1 = (f32[64]{0}, f32[64]{0}) tuple(%mul.1, %copy.1)
+}
+"""  # noqa: E501 (XLA writes one instruction a line)
+    by = {v["name"]: v["op"] for v in internals.entry_values(text, frames.is_user_file)}
+    assert by["mul.1"] == "jit(step)/énergie/mul" and by["copy.1"] == "s.params['σ']", by

@@ -3061,13 +3061,13 @@ def test_openpi_284_a_step_short_of_the_pool_only_is_told_the_fraction_that_fits
     card = int(need / 0.82)  # the step needs 0.82 of the card: more than the pool's 0.75
     p = preflight.preflight_step(step, w, x, target=card)
     assert p.verdict == "will not fit" and 0.75 * card < p.needed_bytes < 0.9 * card, p
-    found = re.search(r"XLA_PYTHON_CLIENT_MEM_FRACTION=(0\.\d+), set before JAX starts", p.advice)
+    found = re.search(r"XLA_CLIENT_MEM_FRACTION=(0\.\d+) \(never beside", p.advice)
     assert found and "openpi#284" in p.advice and "it takes 0.75 of " in p.advice
     fixed = preflight.preflight_step(step, w, x, target=allocation.target(
         card, fraction=float(found.group(1))))
     assert fixed.verdict == "fits", fixed
     big = preflight.preflight_step(step, w, x, target=int(need / 0.97))  # over 0.95 of it
-    assert big.verdict == "will not fit" and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in big.advice
+    assert big.verdict == "will not fit" and "XLA_CLIENT_MEM_FRACTION" not in big.advice
 
 
 def _top_p(logits, key, p=0.9):  # keras-hub#963's sampler: the whole vocabulary sorted
@@ -3106,3 +3106,47 @@ def test_keras_hub_963_a_whole_sort_for_a_top_p_cutoff_is_named_with_top_k_first
         whole = set(order[(np.cumsum(q[order]) - q[order]) < 0.9])
         top = order[:64]
         assert whole == set(top[(np.cumsum(q[top]) - q[top]) < 0.9]) and len(whole) < 64
+
+
+def test_review_a_diagonal_by_trace_a_jacobian_a_gradient_s_hessian_and_a_small_n():
+    """A review of the diagonal note: jnp.trace of a Hessian (a Laplacian written the usual
+    way) was missed; a Jacobian of a vector function was told jax.grad(f), which raises for it;
+    jacfwd of a gradient made on another line was called a Jacobian; a 3 x 3 Hessian got the
+    note. Each, run."""
+    k = jax.random.split(jax.random.PRNGKey(3), 3)
+    w = {"w1": jax.random.normal(k[0], (48, 128)) / 7, "w2": jax.random.normal(k[1], (128, 128))
+         / 11, "w3": jax.random.normal(k[2], (128,)) / 11}
+    xs = jax.random.normal(jax.random.key(4), (64, 48))
+
+    def laplacian_by_trace(w, xs):
+        return jax.vmap(lambda x: jnp.trace(jax.hessian(lambda y: _logpsi(w, y))(x)))(xs)
+
+    p = preflight.preflight_step(laplacian_by_trace, w, xs)
+    assert p.jacobian_diagonals and "The step makes the whole Hessian" in p.advice, p.advice
+    assert "jax.lax.map(f, xs" not in p.advice
+
+    def vector_f(x):
+        return jnp.tanh(x @ w["w2"][:48, :48])
+
+    def jacobian_diagonal(xs):
+        return jax.vmap(lambda x: jnp.diag(jax.jacfwd(vector_f)(x)))(xs)
+
+    p = preflight.preflight_step(jacobian_diagonal, xs)
+    assert "The step makes the whole Jacobian" in p.advice, p.advice
+    assert "jax.jvp(f, (x,), (e_i,))[1][i]" in p.advice and "jax.grad(f)" not in p.advice
+    x0 = xs[0]
+    column = [jax.jvp(vector_f, (x0,), (jnp.zeros(48).at[i].set(1.0),))[1][i] for i in (0, 7)]
+    np.testing.assert_allclose(column, jnp.diag(jax.jacfwd(vector_f)(x0))[jnp.array([0, 7])],
+                               rtol=1e-5)  # the advice runs, and gives the diagonal
+
+    def hessian_of_a_gradient(w, xs):
+        g = jax.grad(lambda y: _logpsi(w, y))
+        return jax.vmap(lambda x: jnp.diag(jax.jacfwd(g)(x)))(xs)
+
+    p = preflight.preflight_step(hessian_of_a_gradient, w, xs)
+    assert "The step makes the whole Hessian" in p.advice, p.advice
+
+    def small(xs):  # a 3-D Laplacian: 3 x 3 Hessians, nothing worth computing alone
+        return jax.vmap(lambda x: jnp.diag(jax.hessian(lambda y: jnp.sum(jnp.sin(y) ** 2))(x)))(xs)
+
+    assert preflight.preflight_step(small, jnp.ones((4096, 3))).jacobian_diagonals == ()

@@ -675,8 +675,21 @@ _HLO_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16":
               "f8e4m3fn": 1, "f8e5m2": 1}
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+) = (\w+)\[([\d,]*)\]\S*\s+(\w[\w-]*)\(")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')  # (HLO escapes quotes: s.params[\'w1\'])
-#: a character HLO's text escapes in a string: a quote or a backslash
-_ESCAPED = re.compile(r"\\(.)")
+
+
+def _unescaped(text: str) -> str:
+    """HLO's text of a string as written: its escapes (\\' and \\" quotes, and octal bytes
+    of UTF-8, \\303\\251 for é) read back; the text as it is where it does not decode."""
+    if "\\" not in text:
+        return text
+    try:
+        import codecs
+
+        return codecs.escape_decode(text.encode("utf-8"))[0].decode("utf-8", "replace")
+    except Exception:  # an escape Python reads otherwise: leave it
+        return text
+
+
 #: an instruction with several results: "%custom-call.1 = (f32[2048,2048]{1,0}, s8[33554432]{0})
 #: custom-call(...)" (a GPU's cuBLAS call and its workspace; a multi-output fusion)
 _TUPLE_HEAD = re.compile(r"^\s*(ROOT\s+)?%(\S+) = \(")
@@ -1407,7 +1420,7 @@ def entry_values(hlo_text: str, is_user: Callable[[str], bool]) -> list[dict]:
         if opcode == "all-gather" and _SPMD_GENERATED in line:  # named by what needed it
             line = _needed_by(computations, computations.get(entry, []), name) or line
         op = _OP_NAME.search(line)
-        op = _ESCAPED.sub(r"\1", op.group(1)) if op else opcode
+        op = _unescaped(op.group(1)) if op else opcode
         target = _TARGET.search(line)
         for i, (dtype, shape) in enumerate(results):
             size = _HLO_BYTES.get(dtype)

@@ -7,6 +7,7 @@ Jacobian only multiplied by a vector.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from helpers._internal import frames, jaxcompat
@@ -385,18 +386,29 @@ def jacobian_solves(closed) -> list[tuple[str, tuple[int, ...], str, int, str, s
     return sorted(found, key=lambda f: -f[3])
 
 
-#: jnp.diag and jnp.diagonal, as their jitted functions are named in a jaxpr
-_DIAGONAL_READS = frozenset({"diagonal", "_diag"})
+#: jnp.diag and jnp.diagonal, as their jitted functions are named in a jaxpr, and jnp.trace
+#: (the sum of the diagonal: a Laplacian as the trace of a Hessian)
+_DIAGONAL_READS = frozenset({"diagonal", "_diag", "trace"})
+#: a reverse derivative inside a forward one's vmap, as a name stack shows it: jacfwd of a
+#: gradient, a Hessian (jax.hessian, jacfwd(jacrev(f)), jacfwd(grad(f)))
+_REVERSE_INSIDE_FORWARD = re.compile(r"vmap\(jvp\(.*transpose\(")
+#: the smallest n for which a diagonal read from n x n is named: below it, computing the
+#: diagonal alone saves too little (a 3-D Laplacian's Hessian is 3 x 3; a review)
+DIAGONAL_AT = 16
 
 
-def jacobian_diagonals(closed) -> list[tuple[str, tuple[int, ...], str, int, str, str]]:
+def jacobian_diagonals(closed) -> list[tuple[str, tuple[int, ...], str, int, str, str, bool]]:
     """(mode, the Jacobian's shape, its dtype, its bytes, the Jacobian's line, the line that
-    takes its diagonal) of each whole Jacobian or Hessian (the output of JAX's
-    ``_jacfwd_unravel`` or ``_jacrev_unravel``, read through reshapes) whose only reader is
-    ``jnp.diag`` or ``jnp.diagonal`` of its main diagonal, a batch of them under vmap too: the
-    step makes n x n values, and pushes n tangents through the function, to keep n
-    (netket/netket#1655, a Laplacian; jax-ml/jax#3801, a PINN's second derivatives), largest
-    first."""
+    takes its diagonal, whether it is a Hessian) of each whole Jacobian or Hessian (the output
+    of JAX's ``_jacfwd_unravel`` or ``_jacrev_unravel``, read through reshapes) of
+    :data:`DIAGONAL_AT` rows or more whose only reader is ``jnp.diag``, ``jnp.diagonal`` or
+    ``jnp.trace`` of its main diagonal, a batch of them under vmap too: the step makes n x n
+    values, and pushes n tangents through the function, to keep n (netket/netket#1655, a
+    Laplacian; jax-ml/jax#3801, a PINN's second derivatives), largest first. A Hessian: the
+    step has a reverse derivative inside a forward one's vmap (read from the name stacks, so
+    jacfwd(g) of a gradient g made on another line counts; a review)."""
+    hessian = any(_REVERSE_INSIDE_FORWARD.search(str(e.source_info.name_stack))
+                  for j, _ in walk(closed) for e in getattr(j, "eqns", ()))
     found = []
     for j, _ in walk(closed):
         made_by, read = made_and_read(j)
@@ -409,9 +421,15 @@ def jacobian_diagonals(closed) -> list[tuple[str, tuple[int, ...], str, int, str
             aval = eqn.invars[0].aval
             shape = tuple(int(d) for d in getattr(aval, "shape", ()))
             out = tuple(int(d) for d in getattr(eqn.outvars[0].aval, "shape", ()))
-            if not mode or not alone or len(shape) < 2 or shape[-1] != shape[-2] or \
-                    math.prod(out) * shape[-1] != math.prod(shape):
+            summed = str(eqn.params.get("name", "")) == "trace"
+            if len(shape) < 2:  # (jnp.diag of a vector makes a matrix)
+                continue
+            kept = shape[-1] * (shape[-1] if summed else 1)  # n of n x n, or the sum of the n
+            if not mode or not alone or shape[-1] != shape[-2] or \
+                    shape[-1] < DIAGONAL_AT or math.prod(out) * kept != math.prod(shape) or \
+                    (summed and len(eqn.invars) != 1):  # (an offset comes as an operand)
                 continue  # no Jacobian, one read elsewhere too, or not its main diagonal
             found.append((mode, shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
-                          equation_line(source), equation_line(eqn)))
+                          equation_line(source), equation_line(eqn),
+                          hessian or "hessian" in equation_line(source)))
     return sorted(found, key=lambda f: -f[3])
