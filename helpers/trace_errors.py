@@ -50,7 +50,7 @@ _BATCHED = ("BatchTracer", "VmapTracer")
 #: vmap's error for axes of different sizes, and an argument path that starts at a list's item
 #: ("axis 0 of argument models[0]['w'] of type float32[2,3]")
 _VMAP_SIZES = "vmap got inconsistent sizes for array axes to be mapped"
-_LIST_ITEM = re.compile(r"of argument (\w+)\[\d+\]")
+_LIST_ITEM = re.compile(r"of argument (\w+)(\[\d+\])(\S+) of type")
 #: a traced value kept past the transformation that made it, and used after it returned
 _LEAKED = "UnexpectedTracerError"
 
@@ -132,10 +132,10 @@ def trace_error_fix(err: BaseException) -> str:
         return _boolean_index_fix(err)
     if kind == _LEAKED:
         return _leaked_fix(err)
-    if kind == "ValueError" and _VMAP_SIZES in text and (found := _LIST_ITEM.search(text)):
-        name = found.group(1)
-        return (f"vmap maps an axis of every array leaf, and `{name}` is a list or tuple: it "
-                f"maps inside each item's arrays, never across the items. "
+    if kind == "ValueError" and _VMAP_SIZES in text and (name := _list_of_trees(text)):
+        return (f"vmap maps an axis of every array leaf, and `{name}` is a list, tuple or dict "
+                f"of trees whose leaves disagree in that axis within one item: it maps inside "
+                f"each item's arrays, never across the items. "
                 f"Where its items are alike (an ensemble's models), stack them into one tree "
                 f"whose leaves have a leading axis of len({name}): jax.tree.map(lambda *a: "
                 f"jnp.stack(a), *{name}), and vmap over that "
@@ -220,6 +220,18 @@ def trace_error_fix(err: BaseException) -> str:
                 f"constants; here a concrete one is needed{needed}. Compute it with Python or "
                 f"NumPy (max(a, b), np.maximum, math.prod) so it stays a number")
     return ""
+
+
+def _list_of_trees(text: str) -> str:
+    """The argument of a vmap's size error that is a list (tuple, int-keyed dict) of trees:
+    two of the error's examples name leaves of one item, `model[0]['b']` and `model[0]['w']`,
+    in different groups of sizes (equinox#397: each model's own leaves disagree in axis 0).
+    "" where the items are arrays batched right beside another argument of the wrong size, or
+    one item of a batched list is the wrong size (a review: both got the stacking advice)."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for name, item, rest in _LIST_ITEM.findall(text):
+        seen.setdefault((name, item), set()).add(rest)
+    return next((name for (name, _), rests in seen.items() if len(rests) > 1), "")
 
 
 def _leaked_fix(err: BaseException) -> str:

@@ -495,3 +495,11 @@ def test_equinox_397_vmap_over_a_list_of_models_is_named_with_their_leaves_stack
     other = ValueError("vmap got inconsistent sizes for array axes to be mapped:\n  * one axis "
                        "had size 8: axis 0 of argument x of type float32[8,2]")
     assert trace_errors.trace_error_fix(other) == ""  # no list: nothing said
+    # a review: a list of arrays batched right beside a wrong-sized argument, one item of a
+    # batched list the wrong size, a dict keyed by ints: no stacking advice for any
+    for fn, args in ((lambda fs, y: fs[0] * y, ([jnp.ones((8, 3))] * 2, jnp.ones(4))),
+                     (lambda fs: fs[0], ([jnp.ones((8, 3))] * 2 + [jnp.ones((4, 3))],)),
+                     (lambda p: p[0], ({0: jnp.ones(8), 1: jnp.ones(4)},))):
+        with pytest.raises(ValueError) as info:
+            jax.vmap(fn)(*args)
+        assert trace_errors.trace_error_fix(info.value) == "", info.value
