@@ -959,15 +959,19 @@ def _gpu_started_by_an_import(env: Mapping[str, str], started_platforms=()) -> l
     # PyTorch then ran out of memory; the fix, #1795, made no array at import). The line is
     # the backend-start hook's; the pool is JAX's default. From the thread, not yet run on a GPU.
     gpu = [p for p in started_platforms if p in _GPU_PLATFORMS]
-    if not gpu or not started_importing() or _jax_share_lowered(env):
+    # (only beside another GPU framework: a JAX program whose own module makes a constant at
+    # import, SCALE = jnp.float32(0.5), takes the pool it would take anyway; a review)
+    other = [m for m in ("torch", "tensorflow") if m in sys.modules]
+    if not gpu or not other or not started_importing() or _jax_share_lowered(env):
         return []
     return [EnvWarning(
         "gpu-started-by-an-import",
         f"JAX's {gpu[0]} backend was started while a module was being imported, at "
-        f"{started_at()}, and took its pool then (75% of the card unless set otherwise): a "
-        "JAX array a module makes as it is imported (a default argument such as "
-        "key=jax.random.PRNGKey(0)) is enough, in a program that may never use JAX "
-        "(huggingface/diffusers#1794; from the thread, not yet run on a GPU).",
+        f"{started_at()}, and took its pool then (75% of the card unless set otherwise), "
+        f"beside {other[0]}, which needs the card too: a JAX array a module makes as it is "
+        "imported (a default argument such as key=jax.random.PRNGKey(0)) is enough, in a "
+        "program that may never use JAX (huggingface/diffusers#1794; from the thread, not yet "
+        "run on a GPU).",
         "where this process uses the GPU through another framework (PyTorch) and not JAX, set "
         "JAX_PLATFORMS=cpu before that import (or XLA_PYTHON_CLIENT_PREALLOCATE=false, so JAX "
         "takes memory only as it needs it); in your own module, make the array inside the "

@@ -1,4 +1,5 @@
 import sys
+import types
 
 import pytest
 
@@ -921,8 +922,11 @@ with open(os.path.join(folder, 'scheduler_lib.py'), 'w') as f:
             'def step(x, key=jax.random.PRNGKey(0)):  # made as the module is imported\\n'
             '    return x\\n')
 sys.path.insert(0, folder)
+import importlib.util
+assert importlib.util.find_spec('jax') is not None  # a library's availability check first
 import scheduler_lib
 c = settings.check_process()
+print('FINDER', any(type(f).__name__ == '_WhenJaxImports' for f in sys.meta_path))
 print('HOOK', c.hook)
 print('AT', c.started_at)
 print('IMPORTING', c.started_importing)
@@ -940,7 +944,7 @@ def test_diffusers_1794_a_backend_started_by_an_import_is_seen_and_named_with_it
     out = proc.stdout
     assert "HOOK installed" in out, out
     assert "AT scheduler_lib.py:2: def step(x, key=jax.random.PRNGKey(0))" in out, out
-    assert "IMPORTING True" in out
+    assert "IMPORTING True" in out and "FINDER False" in out  # (it left once jax was in)
     assert "started by: scheduler_lib.py:2:" in out and "while a module was being imported" in out
 
 
@@ -950,8 +954,14 @@ def test_a_gpu_backend_started_by_an_import_is_a_mistake_unless_jax_s_share_is_l
     the hook's record and the platforms started, as check_process passes them."""
     monkeypatch.setattr(settings, "started_importing", lambda: True)
     monkeypatch.setattr(settings, "started_at", lambda: "scheduling.py:7: key=PRNGKey(0)")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    assert not [w for w in settings.check_environment({}, started_platforms=("cuda", "cpu"))
+                if w.code == "gpu-started-by-an-import"]  # JAX alone: the pool it would take
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))  # a PyTorch program
     (w,) = [w for w in settings.check_environment({}, started_platforms=("cuda", "cpu"))
             if w.code == "gpu-started-by-an-import"]
+    assert "beside torch" in w.message
     assert "scheduling.py:7" in w.message and "75% of the card" in w.message
     assert "diffusers#1794" in w.message and "JAX_PLATFORMS=cpu before that import" in w.fix
     lowered = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

@@ -2178,17 +2178,17 @@ class _WhenJaxImports:
     default argument, ``key=jax.random.PRNGKey(0)``, started JAX's GPU backend, 75% of the
     card, in a PyTorch program) is then seen, where the kit's own modules import JAX only
     when first asked. It finds nothing itself: it asks the finders after it for jax's spec
-    and wraps that spec's ``exec_module``; then it leaves ``sys.meta_path``."""
+    and wraps that spec's ``exec_module``; it leaves ``sys.meta_path`` once jax's module has
+    run, not before: a library asks ``importlib.util.find_spec("jax")`` before it imports
+    it (diffusers' and transformers' availability checks), a spec never loaded (a review)."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "jax":
             return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)  # once: the real import goes on without it
         spec = None
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
-            if find is None:
+            if finder is self or find is None:
                 continue
             spec = find(name, path, target)
             if spec is not None:
@@ -2200,6 +2200,8 @@ class _WhenJaxImports:
 
         def exec_module(module) -> None:
             run(module)
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(self)  # jax is imported: nothing more to wait for
             try:
                 ensure_hook()
             except Exception:  # never break the user's import of jax
