@@ -495,10 +495,12 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
         shape, dtype = (), "int32"  # a slice's bounds on JAX's fast path, which logs no shape
     if shape is None and (jnp_only := _jnp_functions(source)):
         fn = jnp_only[0]
-        return (f"a NumPy array or a Python number passed to jnp.{fn}, which JAX runs as a "
-                "jitted function of its own: copied to the device at every call (its fast path "
-                "logs no shape). Where the line prepares a batch on the host (padding, "
-                f"stacking), do it with NumPy, np.{fn}, and put the result once: one copy "
+        numpy_has = _numpy_has(fn)
+        host = (f"do it with NumPy, np.{fn}, and put the result once: one copy" if numpy_has
+                else "do it with NumPy and put the result once: one copy")
+        return (f"a NumPy array passed to jnp.{fn}, which JAX runs as a jitted function of its "
+                "own: copied to the device at every call (its fast path logs no shape). Where "
+                f"the line prepares a batch on the host (padding, stacking), {host} "
                 "(markean/aimz#174: jnp.pad of each batch, even with nothing to pad)"
                 + (_ON_THE_CPU if cpu else ""))
     if shape is None:
@@ -527,16 +529,46 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
             + (_ON_THE_CPU if cpu else ""))
 
 
+#: jnp's functions that make an array from shapes and numbers: their copy is of a number
+_CREATIONS = frozenset({"ones", "zeros", "full", "empty", "arange", "linspace", "eye",
+                        "identity", "ones_like", "zeros_like", "full_like", "empty_like",
+                        "array", "asarray"})
+
+
 def _jnp_functions(source: str) -> list[str]:
-    """The jnp functions a line calls, where every call it makes is one (or a read such as
-    len, or a NumPy one): "return jnp.pad(x, ...)" -> ["pad"]; [] where it calls anything else
-    (a function of the user's, jitted or not), or jnp.array/asarray, named on their own."""
+    """The one jnp function a line calls, where it makes no other call (but reads such as len,
+    or NumPy's) and no number is among that call's own arguments: "return jnp.pad(x, ...)" ->
+    ["pad"], "jnp.linalg.norm(v)" -> ["linalg.norm"]; [] for anything else: a function of the
+    user's, two jnp calls (which one took the copy is not known), a creation (jnp.ones(10)),
+    a number passed (jnp.maximum(x, 1.0): the number is what is copied; a review)."""
+    import ast
+
     called = [c for c in _CALLED.findall(source) if c not in _READS]
     fns = [c.split(".", 1)[1] for c in called if c.startswith(("jnp.", "jax.numpy."))]
     others = [c for c in called if not c.startswith(("jnp.", "jax.numpy.", "np.", "numpy."))]
-    if not fns or others or {"array", "asarray"} & set(fns):
+    if len(fns) != 1 or others or fns[0].rsplit(".", 1)[-1] in _CREATIONS:
         return []
-    return [f.rsplit(".", 1)[-1] for f in fns]
+    try:
+        tree = ast.parse(source.strip().removesuffix(":"))
+    except SyntaxError:  # a line of a statement that goes on: not read
+        return []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(fns[0]) and any(
+                isinstance(a, ast.Constant) and isinstance(a.value, (int, float, complex))
+                or isinstance(a, ast.UnaryOp) and isinstance(a.operand, ast.Constant)
+                for a in (*node.args, *(k.value for k in node.keywords))):
+            return []
+    return fns
+
+
+def _numpy_has(name: str) -> bool:
+    """NumPy has a function of that dotted name ("pad", "linalg.norm")."""
+    found = np
+    for part in name.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return callable(found)
 
 
 def _split_probe(text: str) -> tuple[str, bool]:

@@ -908,3 +908,10 @@ def test_aimz_174_jnp_pad_of_numpy_batches_is_named_with_numpy_s_pad():
         np.testing.assert_array_equal(a, b)
     assert transfers._jnp_functions("y = step(params, jnp.ones(3))") == []  # a call of yours
     assert transfers._jnp_functions("return jnp.asarray(x)") == []  # named on its own
+    # a review: a number passed (it is what is copied), two jnp calls, a creation: none named;
+    # a dotted function keeps its whole name, and NumPy's is offered only where it exists
+    for line in ("y = jnp.maximum(x, 1.0)", "y = jnp.where(x > 3.0, x, 0.0)",
+                 "loss = jnp.sum(jnp.arange(100.0) * i)", "z = [jnp.ones(10) for _ in k]"):
+        assert transfers._jnp_functions(line) == [], line
+    assert transfers._jnp_functions("n = jnp.linalg.norm(v)") == ["linalg.norm"]
+    assert transfers._numpy_has("linalg.norm") and not transfers._numpy_has("norm")
