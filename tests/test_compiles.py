@@ -2236,6 +2236,11 @@ def test_jax_9445_jnp_array_split_of_host_indices_is_named_with_numpy_s(monkeypa
     assert "jnp.split or jnp.array_split outside jit compiled a program with one slice per " \
            "piece" in note, note
     assert "np.array_split does it with no compile" in note and "jax-ml/jax#9445" in note
+    # a review: the split's own seconds decide, not all the eager operations' together
+    (eager,) = [f for f in log.functions if f.cause == compiles.EAGER]
+    assert [n for n, _ in eager.eager_seconds].count("split") == 1
+    monkeypatch.setattr(compiles, "SPLIT_SECONDS", dict(eager.eager_seconds)["split"] + 1.0)
+    assert "jnp.split or jnp.array_split" not in log.diagnosis
     with compiles.watch() as fixed:
         on_host = np.array_split(perm, 40)
     assert fixed.compiles == 0
