@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from helpers import placement_notes, settings
-from helpers._internal import child, jaxcompat
+from helpers._internal import child, frames, jaxcompat
 from helpers._internal.jaxcompat import device_name
 from helpers._internal.records import Display, Record, from_dict
 from helpers.errors import (
@@ -1165,11 +1165,15 @@ def sharding_error_fix(error: BaseException | str) -> str:
     text = str(error)
     if fix := _incompatible_devices_fix(text):
         return fix
-    tb = getattr(error, "__traceback__", None)
-    while tb is not None:
+    tb, pmapped = getattr(error, "__traceback__", None), False
+    while tb is not None:  # pmap raised it itself: no frame of the user's after its last
         if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("jax/_src/pmap.py"):
-            return ""
+            pmapped = True
+        elif pmapped and frames.is_user_frame(tb.tb_frame):
+            pmapped = False
         tb = tb.tb_next
+    if pmapped:
+        return ""
     for pattern in _INDIVISIBLE:
         if m := pattern.search(text):
             axis, pieces, size = (int(g) for g in m.groups())

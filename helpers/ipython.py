@@ -612,13 +612,19 @@ def _pmap_leading_axis(value: BaseException) -> str:
 
 
 def _raised_under(value: BaseException, path: str) -> bool:
-    """Whether a frame of ``value``'s traceback runs in JAX's file ``path`` ("jax/_src/pmap.py")."""
-    tb = value.__traceback__
+    """Whether JAX's file ``path`` ("jax/_src/pmap.py") raised ``value`` itself: a frame of it
+    in the traceback with no frame of the user's after the last (an error of the user's own
+    code inside the mapped function has the user's frames after pmap's; a review)."""
+    from helpers._internal import frames
+
+    tb, inside = value.__traceback__, False
     while tb is not None:
         if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(path):
-            return True
+            inside = True
+        elif inside and frames.is_user_frame(tb.tb_frame):
+            inside = False
         tb = tb.tb_next
-    return False
+    return inside
 
 
 def _raised_in(value: BaseException, function: str) -> bool:

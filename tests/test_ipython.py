@@ -188,6 +188,23 @@ def test_diffusers_880_parameters_unreplicated_under_a_named_pmap_axis_are_not_t
         assert devices.sharding_error_fix(e) == ""  # the pmap's, never "pad it"
     else:
         raise AssertionError("the unreplicated call ran")
+    # a review: the user's own sharding error inside the mapped function is no pmap's
+    from helpers import ipython as extension
+    n = jax.local_device_count()
+    mesh = jax.sharding.Mesh(jax.devices(), ("d",))
+
+    def body(x):
+        jax.device_put(np.ones(n + 1), jax.sharding.NamedSharding(
+            mesh, jax.sharding.PartitionSpec("d")))
+        return x
+
+    try:
+        jax.pmap(body, axis_name="b")(np.ones((n, 3)))
+    except ValueError as e:
+        assert extension._pmap_leading_axis(e) == ""
+        assert devices.sharding_error_fix(e).startswith(f"dimension 0 ({n + 1}) is split")
+    else:
+        raise AssertionError("the indivisible put ran")
 
 
 def test_flax_2120_a_pmap_over_a_state_with_a_scalar_leaf_is_explained(shell, capsys):
