@@ -718,7 +718,8 @@ def _drifted(x: Any, jax: Any, most: int = 64) -> float | None:
 
 #: a leaf's path that names running statistics, a state no gradient updates (flax's
 #: "batch_stats" collection, a "running_mean", a "moving_variance")
-_RUNNING_STATS = re.compile(r"batch_stats|running_|moving_|\bstats\b|_stats\b")
+_RUNNING_STATS = re.compile(r"batch_stats|(?:running|moving)_(?:mean|var)|_ema\b|mean_ema|"
+                            r"var_ema|\bstats\b|_stats\b")
 
 
 def _stats_note(paths: list[str], n: int, copies: bool) -> str:
@@ -732,9 +733,10 @@ def _stats_note(paths: list[str], n: int, copies: bool) -> str:
             "(BatchNorm's mean and variance) that each device updates from its own shard of "
             "the batch, which averaging the gradients never touches, so an evaluation or a "
             f"save depends on the device its copy comes from.{keeps} Fix: average them across "
-            "the devices, jax.lax.pmean(batch_stats, axis_name), in the step or before "
-            "evaluating and saving (flax's sync_batch_stats), or give BatchNorm "
-            "axis_name= so it averages the batch's statistics over the devices "
+            "the devices, jax.lax.pmean(batch_stats, axis_name) in the step, or before "
+            "evaluating and saving with a pmap of its own, jax.pmap(lambda s: "
+            "jax.lax.pmean(s, 'i'), 'i')(batch_stats) (flax's sync_batch_stats), or give "
+            "BatchNorm axis_name= so it averages the batch's statistics over the devices "
             "(google/flax#877).")
 
 
@@ -759,8 +761,8 @@ def pmap_copies_note(leaves: tuple[LeafPlacement, ...], arrays: list) -> str:
     # statistics each device updates from its own batch (BatchNorm's running mean and
     # variance): never averaged by a pmean of the gradients, and apart however far
     stats = [leaf.path for (leaf, x), (same, _) in zip(laid, equal, strict=True)
-             if not same and _RUNNING_STATS.search(leaf.path)
-             and jax.numpy.issubdtype(x.dtype, jax.numpy.floating)]
+             if not same and _RUNNING_STATS.search(leaf.path) and x.ndim >= 2  # (a value per
+             and jax.numpy.issubdtype(x.dtype, jax.numpy.floating)]  # device: a metric; a review)
     try:
         apart = [(leaf, gap) for (leaf, x), (same, _) in zip(laid, equal, strict=True)
                  if not same and jax.numpy.issubdtype(x.dtype, jax.numpy.floating)

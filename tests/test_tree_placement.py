@@ -679,6 +679,13 @@ def test_flax_877_batch_stats_apart_per_device_are_named_with_their_pmean_not_th
     assert "1 leaf (['batch_stats']['mean']) is 4 slices, one per device, that differ" in problem
     assert "jax.lax.pmean(batch_stats, axis_name)" in problem and "flax#877" in problem
     assert "keeps device 0's alone" in problem and "pmean(grads" not in problem
+    # the fix as written for outside the step, run (a review: pmean alone has no axis there)
+    assert "jax.pmap(lambda s: jax.lax.pmean(s, 'i'), 'i')(batch_stats)" in problem
+    synced_here = jax.pmap(lambda s: jax.lax.pmean(s, 'i'), 'i')(state["batch_stats"])
+    assert (np.asarray(synced_here["mean"]) == np.asarray(synced_here["mean"])[:1]).all()
+    # a value per device named like a statistic (a metric) is none (a review)
+    running_loss = jax.pmap(lambda x: jnp.sum(x ** 2))(xs.reshape(n, -1))
+    assert devices.tree_placement({"metrics": {"running_loss": running_loss}}).problems == ()
     synced = {"params": p, "batch_stats": stats}
     for _ in range(5):
         synced["params"], synced["batch_stats"] = _bn_step(True)(synced["params"],
