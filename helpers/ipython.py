@@ -867,8 +867,8 @@ def _numbered_as_outer_cell(shell) -> Iterator[None]:
     after, is unchanged."""
     outer = None
     frame = sys._getframe(2)
-    while frame is not None and outer is None:
-        try:
+    while frame is not None:  # the outermost cell on the stack: the one the user ran (a
+        try:  # helper defined in an earlier cell may call the magic; a review)
             named = shell.compile.format_code_name(frame.f_code.co_filename)
         except Exception:  # an IPython without the method
             break
@@ -880,6 +880,7 @@ def _numbered_as_outer_cell(shell) -> Iterator[None]:
     if outer is None or outer == shell.execution_count or cache is None:
         yield
         return
+    own = vars(compiler).get("cache")  # another tool's wrapper, put back as it was
 
     def named_as_outer(transformed_code, number=0, raw_code=None):
         return cache(transformed_code, outer, raw_code)
@@ -888,8 +889,11 @@ def _numbered_as_outer_cell(shell) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(AttributeError):
-            del compiler.cache  # the class's own again
+        if own is not None:
+            compiler.cache = own
+        else:
+            with contextlib.suppress(AttributeError):
+                del compiler.cache  # the class's own again
 
 
 def _compiled_again_timed(compiled: Any, followed: Any, cell: str

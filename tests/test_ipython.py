@@ -1390,3 +1390,18 @@ def test_a_memory_cell_s_lines_are_named_by_the_cell_s_own_number(shell, capsys)
     after = shell.run_cell("1", store_history=True)
     assert after.execution_count == outer.execution_count + 1
     assert "cache" not in vars(shell.compile)  # the compiler's own method again
+    # a review: a helper defined in an earlier cell that runs the magic names the body after
+    # the cell that called it; another tool's wrapper of the compiler's cache is put back
+    shell.run_cell("def measured(body):\n    get_ipython().run_cell_magic('memory', '', body)",
+                   store_history=True)
+    wrapped = shell.compile.cache
+    shell.compile.cache = lambda *a, **k: wrapped(*a, **k)
+    mine = shell.compile.cache
+    try:
+        called = shell.run_cell("measured('import sys\\nname = sys._getframe().f_code."
+                                "co_filename\\nlabel = get_ipython().compile."
+                                "format_code_name(name)[1]')", store_history=True)
+        assert called.success and shell.user_ns["label"] == f"In[{called.execution_count}]"
+        assert shell.compile.cache is mine
+    finally:
+        del shell.compile.cache
