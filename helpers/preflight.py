@@ -384,6 +384,13 @@ def _pool_tip(needed: int, t: allocation.Target) -> str:
             f"{format_bytes(int(fraction * total))} (Physical-Intelligence/openpi#284)")
 
 
+def _only_pool_tip(advice: str, pool: str) -> str:
+    """The advice without its generic tips (none of them the fix a note names), keeping the
+    pool's fraction where it alone fits the step (a review: it was dropped with them)."""
+    head = advice.split(" Try: ")[0]
+    return f"{head} Try: {pool}." if pool else head
+
+
 def _verdict(needed: int, free, dev, donate: bool, derivative: bool,
              batch: bool = True, largest: tuple[str, int, int] | None = None,
              pool: str = "") -> tuple[str, str]:
@@ -498,6 +505,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         if drop is not None and not step_arguments.donation_pays(drop, undonated[1]) and not (
                 getattr(dev, "platform", "") == "cpu" or copied & set(undonated[0])):
             undonated = None
+    pool_tip = _pool_tip(needed, _as_target(target)) if target is not None else ""
     if c.conflict:
         verdict, advice = "will fail", c.conflict
     elif c.shared_memory:  # it fails for one JAX buffer, runs for adopted NumPy memory
@@ -510,8 +518,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                    c.jaxpr is None or jaxpr_walk.has_derivative(c.jaxpr),
                                    factored is None, (*big, peak) if big and 2 * big[1] >= peak
                                    else None,
-                                   _pool_tip(needed, _as_target(target)) if target is not None
-                                   else "")
+                                   pool_tip)
         if verdict == "will not fit" and factored is not None:
             host = (peak - runtime + c.runtime_bytes(), _free_bytes(dev)[0]
                     ) if getattr(dev, "platform", "") == "cpu" else (None, None)
@@ -521,7 +528,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             # takes no room of its own: jax-ml/jax-llm-examples#33's donated KV cache)
             made_at = program_notes.sized_in_code(c.outputs(), c.temporaries(), (args, kwargs))
             if made_at:  # no batch sets its size, nor does freeing room fit it: the note alone
-                advice = advice.split(" Try: ")[0]
+                advice = _only_pool_tip(advice, pool_tip)
             advice = (advice.rstrip(".") + ". " + program_notes.output_too_large_note(
                 c.outputs(), a["output"], free, made_at))
     notes = []
@@ -670,7 +677,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         notes.append(program_notes.jacobian_solve_note(*solved[0][0], solved[0][1]))
         batched = [b for b in batched if b[0].line not in c.jacobian_lines]
         if verdict == "will not fit":  # none of the generic tips is its fix
-            advice = advice.split(" Try: ")[0]
+            advice = _only_pool_tip(advice, pool_tip)
     # a whole Jacobian or Hessian made only for its diagonal (a Laplacian, a PINN's u_tt):
     # the values its lines make for all n basis vectors at once, and n x n kept for n
     diagonal = []
@@ -684,7 +691,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                                           a["temp"]))
         batched = [b for b in batched if b[0].line not in c.jacobian_lines]
         if verdict == "will not fit":  # none of the generic tips is its fix
-            advice = advice.split(" Try: ")[0]
+            advice = _only_pool_tip(advice, pool_tip)
     made_whole = () if products or solved or diagonal else jacobians  # (no Jacobian needed)
     # a loop's carry is no temporary XLA lists, yet a Jacobian's batch can be in it (jacrev
     # over an iterative solve: its Krylov basis, one per row; uwplasma/vmex#328)

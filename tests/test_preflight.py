@@ -3150,3 +3150,13 @@ def test_review_a_diagonal_by_trace_a_jacobian_a_gradient_s_hessian_and_a_small_
         return jax.vmap(lambda x: jnp.diag(jax.hessian(lambda y: jnp.sum(jnp.sin(y) ** 2))(x)))(xs)
 
     assert preflight.preflight_step(small, jnp.ones((4096, 3))).jacobian_diagonals == ()
+
+
+def test_a_note_that_drops_the_generic_tips_keeps_the_pool_fraction():
+    """A review: where a note names the fix (a Jacobian for a solve or for its diagonal) the
+    generic tips were dropped, and the pool's fraction with them, though it may be the one
+    that fits the step."""
+    pool = "a larger share (XLA_CLIENT_MEM_FRACTION=0.85)"
+    advice = f"needs 9 GiB, 8 GiB free on X. Try: {pool}; a smaller batch"
+    assert preflight._only_pool_tip(advice, pool) == f"needs 9 GiB, 8 GiB free on X. Try: {pool}."
+    assert preflight._only_pool_tip(advice, "") == "needs 9 GiB, 8 GiB free on X."
