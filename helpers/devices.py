@@ -1165,15 +1165,8 @@ def sharding_error_fix(error: BaseException | str) -> str:
     text = str(error)
     if fix := _incompatible_devices_fix(text):
         return fix
-    tb, pmapped = getattr(error, "__traceback__", None), False
-    while tb is not None:  # pmap raised it itself: no frame of the user's after its last
-        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("jax/_src/pmap.py"):
-            pmapped = True
-        elif pmapped and frames.is_user_frame(tb.tb_frame):
-            pmapped = False
-        tb = tb.tb_next
-    if pmapped:
-        return ""
+    if isinstance(error, BaseException) and frames.raised_by(error, "jax/_src/pmap.py"):
+        return ""  # (pmap's own call raised it)
     for pattern in _INDIVISIBLE:
         if m := pattern.search(text):
             axis, pieces, size = (int(g) for g in m.groups())

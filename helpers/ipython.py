@@ -582,22 +582,14 @@ def _pmap_leading_axis(value: BaseException) -> str:
     # (huggingface/diffusers#880 in a new user's trial: parameters passed unreplicated were
     # told to pad a conv kernel to a multiple of the devices)
     named_axis = isinstance(value, ValueError) and "is partitioned" in str(value) and \
-        _raised_under(value, "jax/_src/pmap.py")
+        frames.raised_by(value, "jax/_src/pmap.py")
     if not scalar and not named_axis and (not isinstance(value, ValueError)
                                           or not _PMAP_AXIS.search(str(value))):
         return ""
     if "squeeze" in str(value):  # also jnp.squeeze's own: only where the pmap's own call
         # raised it, no frame of the user's after its last (a squeeze inside the mapped
         # function has the user's frames after it)
-        tb, inside = value.__traceback__, False
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename.endswith(("jax/_src/pmap.py",
-                                                         "jax/_src/shard_map.py")):
-                inside = True
-            elif inside and frames.is_user_frame(tb.tb_frame):
-                inside = False
-            tb = tb.tb_next
-        if not inside:
+        if not frames.raised_by(value, ("jax/_src/pmap.py", "jax/_src/shard_map.py")):
             return ""
     return ("a jax.pmap maps every argument over its leading axis, one slice per device "
             "(jax.local_device_count() of them), and an argument whose leading axis is not "
@@ -609,22 +601,6 @@ def _pmap_leading_axis(value: BaseException) -> str:
             + (" Here a leaf is a scalar, with no axis at all (a training state's step "
                "counter): stack the whole state so, as flax.jax_utils.replicate(state) does "
                "(google/flax#2120)." if scalar else ""))
-
-
-def _raised_under(value: BaseException, path: str) -> bool:
-    """Whether JAX's file ``path`` ("jax/_src/pmap.py") raised ``value`` itself: a frame of it
-    in the traceback with no frame of the user's after the last (an error of the user's own
-    code inside the mapped function has the user's frames after pmap's; a review)."""
-    from helpers._internal import frames
-
-    tb, inside = value.__traceback__, False
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(path):
-            inside = True
-        elif inside and frames.is_user_frame(tb.tb_frame):
-            inside = False
-        tb = tb.tb_next
-    return inside
 
 
 def _raised_in(value: BaseException, function: str) -> bool:

@@ -16,7 +16,7 @@ import sys
 import sysconfig
 
 __all__ = ["ipython_shell", "is_underneath", "is_user_file", "is_user_frame", "line",
-           "package", "where"]
+           "package", "raised_by", "where"]
 
 _LIBRARIES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib",
                                                                "purelib", "platlib")}))
@@ -69,6 +69,20 @@ def is_user_frame(frame) -> bool:
         return frame.f_globals.get("__name__") == "__main__" or filename.startswith(
             "<ipython-input")
     return is_user_file(filename)
+
+
+def raised_by(error: BaseException, files: str | tuple[str, ...]) -> bool:
+    """Whether JAX's own ``files`` ("jax/_src/pmap.py") raised ``error`` itself: a frame of one
+    in its traceback with no frame of the user's after the last (an error of the user's own
+    code inside a mapped function has the user's frames after JAX's)."""
+    tb, inside = getattr(error, "__traceback__", None), False
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(files):
+            inside = True
+        elif inside and is_user_frame(tb.tb_frame):
+            inside = False
+        tb = tb.tb_next
+    return inside
 
 
 def ipython_shell():
