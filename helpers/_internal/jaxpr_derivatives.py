@@ -19,6 +19,7 @@ from helpers._internal.jaxpr_walk import (
     floating,
     frame_names,
     made_and_read,
+    named_calls,
     traceback_frames,
     walk,
 )
@@ -368,21 +369,14 @@ def jacobian_solves(closed) -> list[tuple[str, tuple[int, ...], str, int, str, s
     (patrick-kidger/optimistix#93: the full Jacobian of a [1000, 1, 1000, 3, 2] field, 77 TB),
     largest first."""
     found = []
-    for j, _ in walk(closed):
-        made_by, read = made_and_read(j)
-        returned = {id(v) for v in getattr(j, "outvars", ())}
-        for eqn in getattr(j, "eqns", ()):
-            name = eqn.primitive.name
-            if not (name in _FACTORIZATIONS or (name in ("pjit", "jit") and str(
-                    eqn.params.get("name", "")) in _DENSE_SOLVES)) or not eqn.invars:
-                continue
-            source, mode, alone = _unravelled(eqn.invars[0], made_by, read, returned)
-            aval = eqn.invars[0].aval
-            if not mode or not alone or len(aval.shape) != 2:
-                continue  # no Jacobian, one needed for more than this solve, or a batch
-            found.append((mode, tuple(aval.shape), str(aval.dtype),
-                          math.prod(aval.shape) * aval.dtype.itemsize, equation_line(source),
-                          equation_line(eqn)))
+    for eqn, made_by, read, returned in named_calls(closed, _DENSE_SOLVES, _FACTORIZATIONS):
+        source, mode, alone = _unravelled(eqn.invars[0], made_by, read, returned)
+        aval = eqn.invars[0].aval
+        if not mode or not alone or len(aval.shape) != 2:
+            continue  # no Jacobian, one needed for more than this solve, or a batch
+        found.append((mode, tuple(aval.shape), str(aval.dtype),
+                      math.prod(aval.shape) * aval.dtype.itemsize, equation_line(source),
+                      equation_line(eqn)))
     return sorted(found, key=lambda f: -f[3])
 
 
@@ -410,26 +404,20 @@ def jacobian_diagonals(closed) -> list[tuple[str, tuple[int, ...], str, int, str
     hessian = any(_REVERSE_INSIDE_FORWARD.search(str(e.source_info.name_stack))
                   for j, _ in walk(closed) for e in getattr(j, "eqns", ()))
     found = []
-    for j, _ in walk(closed):
-        made_by, read = made_and_read(j)
-        returned = {id(v) for v in getattr(j, "outvars", ())}
-        for eqn in getattr(j, "eqns", ()):
-            if eqn.primitive.name not in ("pjit", "jit") or str(
-                    eqn.params.get("name", "")) not in _DIAGONAL_READS or not eqn.invars:
-                continue
-            source, mode, alone = _unravelled(eqn.invars[0], made_by, read, returned)
-            aval = eqn.invars[0].aval
-            shape = tuple(int(d) for d in getattr(aval, "shape", ()))
-            out = tuple(int(d) for d in getattr(eqn.outvars[0].aval, "shape", ()))
-            summed = str(eqn.params.get("name", "")) == "trace"
-            if len(shape) < 2:  # (jnp.diag of a vector makes a matrix)
-                continue
-            kept = shape[-1] * (shape[-1] if summed else 1)  # n of n x n, or the sum of the n
-            if not mode or not alone or shape[-1] != shape[-2] or \
-                    shape[-1] < DIAGONAL_AT or math.prod(out) * kept != math.prod(shape) or \
-                    (summed and len(eqn.invars) != 1):  # (an offset comes as an operand)
-                continue  # no Jacobian, one read elsewhere too, or not its main diagonal
-            found.append((mode, shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
-                          equation_line(source), equation_line(eqn),
-                          hessian or "hessian" in equation_line(source)))
+    for eqn, made_by, read, returned in named_calls(closed, _DIAGONAL_READS):
+        source, mode, alone = _unravelled(eqn.invars[0], made_by, read, returned)
+        aval = eqn.invars[0].aval
+        shape = tuple(int(d) for d in getattr(aval, "shape", ()))
+        out = tuple(int(d) for d in getattr(eqn.outvars[0].aval, "shape", ()))
+        summed = str(eqn.params.get("name", "")) == "trace"
+        if len(shape) < 2:  # (jnp.diag of a vector makes a matrix)
+            continue
+        kept = shape[-1] * (shape[-1] if summed else 1)  # n of n x n, or the sum of the n
+        if not mode or not alone or shape[-1] != shape[-2] or \
+                shape[-1] < DIAGONAL_AT or math.prod(out) * kept != math.prod(shape) or \
+                (summed and len(eqn.invars) != 1):  # (an offset comes as an operand)
+            continue  # no Jacobian, one read elsewhere too, or not its main diagonal
+        found.append((mode, shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
+                      equation_line(source), equation_line(eqn),
+                      hessian or "hessian" in equation_line(source)))
     return sorted(found, key=lambda f: -f[3])

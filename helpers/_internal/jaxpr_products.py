@@ -19,7 +19,9 @@ from helpers._internal.jaxpr_walk import (
     called_jaxpr,
     equation_line,
     equation_where,
+    jitted_as,
     made_and_read,
+    named_calls,
     scan_role,
     traceback_frames,
     walk,
@@ -872,24 +874,18 @@ def diagonal_products(closed) -> list[tuple[tuple[int, ...], str, int, str, str]
     (thomaspinder/GPJax#389: a predictive variance as the diagonal of a full covariance),
     largest first."""
     found = []
-    for j, _ in walk(closed):
-        made_by, read = made_and_read(j)
-        returned = {id(v) for v in getattr(j, "outvars", ())}
-        for eqn in getattr(j, "eqns", ()):
-            if eqn.primitive.name not in ("pjit", "jit") or str(
-                    eqn.params.get("name", "")) not in _DIAGONAL_READS or not eqn.invars:
-                continue
-            var = eqn.invars[0]
-            source = made_by.get(id(var))
-            aval = getattr(var, "aval", None)
-            shape = tuple(getattr(aval, "shape", ()))
-            out = tuple(getattr(getattr(eqn.outvars[0], "aval", None), "shape", ()))
-            if source is None or source.primitive.name != "dot_general" or len(shape) != 2 \
-                    or shape[0] != shape[1] or len(read.get(id(var), ())) != 1 \
-                    or id(var) in returned or out != shape[:1]:
-                continue  # (not the main diagonal: jnp.diag(M, k=1) is m - 1 long; a review)
-            found.append((shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
-                          equation_line(source), equation_line(eqn)))
+    for eqn, made_by, read, returned in named_calls(closed, _DIAGONAL_READS):
+        var = eqn.invars[0]
+        source = made_by.get(id(var))
+        aval = getattr(var, "aval", None)
+        shape = tuple(getattr(aval, "shape", ()))
+        out = tuple(getattr(getattr(eqn.outvars[0], "aval", None), "shape", ()))
+        if source is None or source.primitive.name != "dot_general" or len(shape) != 2 \
+                or shape[0] != shape[1] or len(read.get(id(var), ())) != 1 \
+                or id(var) in returned or out != shape[:1]:
+            continue  # (not the main diagonal: jnp.diag(M, k=1) is m - 1 long; a review)
+        found.append((shape, str(aval.dtype), math.prod(shape) * aval.dtype.itemsize,
+                      equation_line(source), equation_line(eqn)))
     return sorted(found, key=lambda f: -f[2])
 
 
@@ -901,8 +897,7 @@ _COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
 
 def _named(eqn, names: frozenset[str]) -> bool:
     """The equation is one of ``names``, as a primitive or as jnp's jit of that name."""
-    return eqn.primitive.name in names or (eqn.primitive.name in ("jit", "pjit") and str(
-        eqn.params.get("name", "")) in names)
+    return eqn.primitive.name in names or jitted_as(eqn, names)
 
 
 def cumulative_cutoffs(closed) -> list[tuple[tuple[int, ...], str, int, str, str]]:

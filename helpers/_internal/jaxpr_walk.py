@@ -19,7 +19,8 @@ from helpers._internal import frames
 __all__ = ["bodies", "called_jaxpr", "CALLS", "closed_over_values", "closes_over_arrays",
            "equation_line", "equation_where", "factored_shapes", "FACTORIZATIONS", "floating",
            "frame_names", "has_derivative",
-           "innermost_user", "input_position", "made_and_read", "MOVES", "REMATS", "scan_role",
+           "innermost_user", "input_position", "jitted_as", "made_and_read", "MOVES",
+           "named_calls", "REMATS", "scan_role",
            "statement", "traceback_frames", "types_within", "user_frame", "value_types", "walk",
            "zero_literal"]
 
@@ -322,6 +323,29 @@ def made_and_read(j) -> tuple[dict, dict]:
             if not hasattr(v, "val"):  # a Literal is no variable
                 read.setdefault(id(v), []).append(eqn)
     return made, read
+
+
+def jitted_as(eqn, names: frozenset[str]) -> bool:
+    """The equation calls a jit named in ``names``: jnp's own functions are jitted under their
+    names (jnp.diag as "_diag", jnp.linalg.solve as "solve", jnp.cumsum as "cumsum")."""
+    return eqn.primitive.name in ("jit", "pjit") and str(eqn.params.get("name", "")) in names
+
+
+def named_calls(closed, jitted: frozenset[str], primitives: frozenset[str] = frozenset()
+                ) -> Iterator[tuple[Any, dict, dict, set[int]]]:
+    """(the equation, its jaxpr's :func:`made_and_read` pair, the ids of that jaxpr's outputs)
+    of each equation with an operand that is one of ``primitives`` or calls a jit named in
+    ``jitted``, in every jaxpr of the step: where a value read by such a call comes from, and
+    whether anything else reads it."""
+    for j, _ in walk(closed):
+        found = [e for e in getattr(j, "eqns", ()) if e.invars and (
+            e.primitive.name in primitives or jitted_as(e, jitted))]
+        if not found:
+            continue
+        made_by, read = made_and_read(j)
+        returned = {id(v) for v in getattr(j, "outvars", ())}
+        for eqn in found:
+            yield eqn, made_by, read, returned
 
 
 #: equations that only move or reshape their one operand: a value they make from an input is
