@@ -39,8 +39,10 @@ Limitations (also in the README):
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import datetime
+import functools
 import math
 import os
 import re
@@ -541,24 +543,29 @@ def _jnp_functions(source: str) -> list[str]:
     ["pad"], "jnp.linalg.norm(v)" -> ["linalg.norm"]; [] for anything else: a function of the
     user's, two jnp calls (which one took the copy is not known), a creation (jnp.ones(10)),
     a number passed (jnp.maximum(x, 1.0): the number is what is copied; a review)."""
-    import ast
+    return list(_jnp_function_of(source))
 
+
+@functools.lru_cache(maxsize=256)
+def _jnp_function_of(source: str) -> tuple[str, ...]:
+    """:func:`_jnp_functions`, read once per line of source: the log's reasons are worked out
+    for each copy, and a loop makes thousands at one line (each would parse it again)."""
     called = [c for c in _CALLED.findall(source) if c not in _READS]
     fns = [c.split(".", 1)[1] for c in called if c.startswith(("jnp.", "jax.numpy."))]
     others = [c for c in called if not c.startswith(("jnp.", "jax.numpy.", "np.", "numpy."))]
     if len(fns) != 1 or others or fns[0].rsplit(".", 1)[-1] in _CREATIONS:
-        return []
+        return ()
     try:
         tree = ast.parse(source.strip().removesuffix(":"))
     except SyntaxError:  # a line of a statement that goes on: not read
-        return []
+        return ()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(fns[0]) and any(
                 isinstance(a, ast.Constant) and isinstance(a.value, (int, float, complex))
                 or isinstance(a, ast.UnaryOp) and isinstance(a.operand, ast.Constant)
                 for a in (*node.args, *(k.value for k in node.keywords))):
-            return []
-    return fns
+            return ()
+    return tuple(fns)
 
 
 def _numpy_has(name: str) -> bool:
@@ -592,10 +599,11 @@ def _split_probe(text: str) -> tuple[str, bool]:
 
 #: a line that read several arrays back, one copy each (QuEraComputing/tsim#149; from the
 #: thread, not yet run on a GPU)
-_JOIN_READS = ("{n} arrays read back one copy at a time: join them on the device first "
-               "(jnp.concatenate or jnp.stack, or keep a step's values there and read them every "
-               "n steps), then read once: one copy (QuEraComputing/tsim#149: np.concatenate of "
-               "a list of device results; from the thread, not yet run on a GPU)")
+_JOIN_FIX = ("join them on the device first (jnp.concatenate or jnp.stack, or keep a step's "
+             "values there and read them every n steps), then read once: one copy "
+             "(QuEraComputing/tsim#149: np.concatenate of a list of device results; from the "
+             "thread, not yet run on a GPU)")
+_JOIN_READS = "{n} arrays read back one copy at a time: " + _JOIN_FIX
 
 
 class TransferLog(Display):
@@ -821,8 +829,7 @@ def _cpu_reads_note(reads: dict[str, dict]) -> str:
             f"{runs}")
     if row["arrays"] == 1:
         return text + "."
-    join = _JOIN_READS.partition(": ")[2]
-    return f"{text}. {join[0].upper()}{join[1:]}."
+    return f"{text}. {_JOIN_FIX[0].upper()}{_JOIN_FIX[1:]}."
 
 
 def _converted_size(frame, name: str) -> str:
