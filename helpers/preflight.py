@@ -753,9 +753,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     sorts = program_notes.sorts_to_slice(c)
     if sorts:
         notes.append(program_notes.sliced_sort_note(*sorts[0]))
-    jnp = devices.start_jax().numpy
-    cutoffs = [x for x in (jaxpr_products.cumulative_cutoffs(c.jaxpr) if c.jaxpr is not None
-                           else []) if math.prod(x[0]) * jnp.dtype(x[1]).itemsize >= 2**20]
+    cutoffs = program_notes.sorts_for_cutoffs(c)
     if cutoffs and not sorts:  # a whole sort per row for a top-p cutoff (keras-hub#963)
         notes.append(program_notes.cumulative_cutoff_note(*cutoffs[0]))
     diagonals = [d for d in (jaxpr_products.diagonal_products(c.jaxpr) if c.jaxpr is not None

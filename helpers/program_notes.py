@@ -43,7 +43,8 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "pairwise_map_note", "pairwise_temporary", "print_note", "random_bits_whole",
            "record_note", "replicated_output_note", "replicated_sum_note", "selected_cond_note",
            "slice_copy_note",
-           "sliced_sort_note", "softmax_inputs", "sort_scratch_note", "sorts_to_slice",
+           "sliced_sort_note", "softmax_inputs", "sort_scratch_note", "sorts_for_cutoffs",
+           "sorts_to_slice",
            "sparse_note", "stack_note", "stacked_indices", "stopped_scan_note", "threefry_note",
            "unrolled_under_derivative", "unrolled_values", "widened", "widened_carry_note",
            "widened_note"]
@@ -1940,9 +1941,19 @@ def sorts_to_slice(c: compiled.CompiledStep
                    ) -> list[tuple[tuple[int, ...], str, int, int, str, str, str, str]]:
     """:func:`helpers._internal.jaxpr_products.sliced_sorts` of the step whose sorted array is 1
     MiB or more: a sort of n elements of which the step keeps k at one end."""
-    jnp = devices.start_jax().numpy
-    return [s for s in jaxpr_products.sliced_sorts(c.jaxpr)
-            if math.prod(s[0]) * jnp.dtype(s[1]).itemsize >= 2**20]
+    return [s for s in jaxpr_products.sliced_sorts(c.jaxpr) if _mib_or_more(s[0], s[1])]
+
+
+def sorts_for_cutoffs(c: compiled.CompiledStep
+                      ) -> list[tuple[tuple[int, ...], str, int, str, str]]:
+    """:func:`helpers._internal.jaxpr_products.cumulative_cutoffs` of the step whose sorted
+    array is 1 MiB or more: a whole sort of each row for a top-p cutoff."""
+    return [s for s in jaxpr_products.cumulative_cutoffs(c.jaxpr) if _mib_or_more(s[0], s[1])]
+
+
+def _mib_or_more(shape: tuple[int, ...], dtype: str) -> bool:
+    """A sorted array of 1 MiB or more: a sort worth a note."""
+    return math.prod(shape) * devices.start_jax().numpy.dtype(dtype).itemsize >= 2**20
 
 
 def cumulative_cutoff_note(shape: tuple[int, ...], dtype: str, n: int, line: str,
