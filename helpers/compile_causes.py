@@ -218,6 +218,14 @@ GROWING_FIX = ("an argument grows by one along a dimension at every call, so eve
                "the step's index, and mask the part not yet written: one program. Otherwise pad "
                "or bucket the inputs to a few fixed shapes (say, powers of two), so one compiled "
                "program serves many")
+#: the fix for new shapes already bucketed: each dimension that changed is a power of two in
+#: every compile (SkyRL#634's trial was told to bucket to powers of two what it had bucketed so)
+BUCKETED_FIX = ("the shapes are already a few buckets (each size that changed is a power of two), "
+                "so each bucket compiles once: that is what bucketing costs, not a fault. To pay "
+                "it once rather than every run, turn on JAX's persistent compilation cache "
+                "(jax.config.update('jax_compilation_cache_dir', path)); to pay it before the "
+                "loop, call the step once per bucket first. Fewer, larger buckets compile less "
+                "and pad more")
 #: the fix where the only change is how arguments were passed (jax#523, mattjj in jax#595)
 KEYWORD_FIX = ("jit keys its cache on how each argument is passed, so f(x, 2) and f(x, p=2) are "
                "two programs: where the keyword and the positional argument are the same "
@@ -322,6 +330,8 @@ class CacheMiss(Record):
     changed: str  # e.g. "x: now f32[4], before f32[3]"
     new_types: tuple[str, ...]  # for new shapes, dtypes or shardings: ("x: f32[4]", ...)
     explanation: str  # JAX's text
+    #: the types each of ``new_types`` is compared with (JAX's closest earlier compile's)
+    before_types: tuple[str, ...] = ()
 
 
 #: the fix where only a value in a pytree node's metadata changed (a field marked static)
@@ -350,7 +360,8 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     explanations in the order they came) add up to ``cause`` (one of :data:`CAUSES`): the
     first narrower fix whose check matches what JAX said, else the cause's own in
     :data:`FIXES` ("" for a cause not there, such as "first compile"). The checks, in order:
-    a buffer grown by one at every call (:data:`GROWING_FIX`), arguments passed by keyword
+    a buffer grown by one at every call (:data:`GROWING_FIX`), shapes bucketed to powers of
+    two already (:data:`BUCKETED_FIX`), arguments passed by keyword
     then by position (:data:`KEYWORD_FIX`), static values that print as Python's default
     repr (:data:`IDENTITY_FIX`) or as functions (:data:`FUNCTION_FIX`), a pytree structure
     that differs only in an address (:data:`IDENTITY_STRUCTURE_FIX`) or prints the same
@@ -374,6 +385,7 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     a value that reaches it from an integer (:data:`WIDENED_BY_INTEGER_FIX` names the first)."""
     return (NEW_SHAPES_ANEW_FIX if new_types_each_call else
             GROWING_FIX if cause == "new shapes" and _grows_by_one(misses) else
+            BUCKETED_FIX if cause == "new shapes" and _bucketed(misses) else
             KEYWORD_FIX if _keywords_only(misses, cause) else
             IDENTITY_FIX if _by_identity(misses, cause) else
             FUNCTION_FIX if _by_identity(misses, cause, _FUNCTION_REPR) else
@@ -474,15 +486,39 @@ def _static_name(explanation: str) -> str:
 _DIMS = re.compile(r"\[([\d,\s]*)\]")
 
 
+def _shapes_of(types: Sequence[str]) -> list[tuple[int, ...]] | None:
+    """ "f32[4,8]"-like types as shapes, None where one has none or the ranks differ."""
+    dims = [_DIMS.search(t) for t in types]
+    if not all(d and d.group(1).strip() for d in dims):
+        return None
+    shapes = [tuple(int(n) for n in d.group(1).split(",")) for d in dims]
+    return shapes if len({len(x) for x in shapes}) == 1 else None
+
+
+def _bucketed(misses: Sequence[CacheMiss]) -> bool:
+    """New shapes where, for every argument whose shape changed (the first compile's too),
+    each dimension that changed is a power of two (at least 2) in every shape, and took three
+    sizes or more."""
+    changed = False
+    for types in _new_types(misses, "new shapes").values():
+        shapes = _shapes_of(types)
+        if shapes is None:
+            return False
+        for sizes in zip(*shapes, strict=True):
+            if len(set(sizes)) > 1:
+                changed = True
+                # (three sizes at least: 4 then 2 is a last batch cut short, diffrax#111)
+                if len(set(sizes)) < 3 or not all(n >= 2 and n & (n - 1) == 0 for n in sizes):
+                    return False
+    return changed
+
+
 def _grows_by_one(misses: Sequence[CacheMiss]) -> bool:
     """Three or more new shapes of one argument, each one longer than the one before along a
     single dimension: a buffer grown one step per call (a KV cache, NovaSky-AI/SkyRL#539)."""
-    for types in _new_types(misses, "new shapes").values():
-        dims = [_DIMS.search(t) for t in types]
-        if not all(d and d.group(1).strip() for d in dims):
-            continue
-        shapes = [tuple(int(n) for n in d.group(1).split(",")) for d in dims]
-        if len(shapes) < 3 or len({len(x) for x in shapes}) != 1:
+    for types in _new_types(misses, "new shapes", first=False).values():
+        shapes = _shapes_of(types)
+        if shapes is None or len(shapes) < 3:
             continue
         steps = [[b - a for a, b in zip(x, y, strict=True)]
                  for x, y in zip(shapes, shapes[1:], strict=False)]
@@ -769,13 +805,19 @@ def _top_level_values(text: str) -> list[str]:
     return [*values, text[start:].strip()]
 
 
-def _new_types(misses: Sequence[CacheMiss], cause: str) -> dict[str, list[str]]:
-    """Each argument's new types over the misses of ``cause``, in the order they came, each
-    once (jax 0.8.0 repeats one per closest key)."""
+def _new_types(misses: Sequence[CacheMiss], cause: str, *,
+               first: bool = True) -> dict[str, list[str]]:
+    """Each argument's types over the misses of ``cause``, in the order they came, each once
+    (jax 0.8.0 repeats one per closest key), led by the type the first miss compared it with
+    where ``misses`` hold the function's first compile: that compile's, which no miss names as
+    new (SkyRL#634's trial: 7 compiles, 6 shapes)."""
     types: dict[str, list[str]] = {}
+    # (only where the block saw the first compile: else the first miss's "before" is a compile
+    # from before the block, which it does not count: notebook 12's f32[12] of an earlier cell)
+    first = first and any(m.cause == "first compile" for m in misses)
     for m in misses:
         if m.cause == cause:
-            for pair in m.new_types:
+            for pair in (m.before_types if first and not types else ()) + m.new_types:
                 arg, new = pair.split(": ", 1)
                 if new not in types.setdefault(arg, []):
                     types[arg].append(new)

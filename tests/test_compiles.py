@@ -29,7 +29,8 @@ def test_new_shapes_each_compile_again_and_the_fix_is_fixed_shapes():
     entry = log.function("<lambda>")
     assert entry.compiles == 4 and entry.cause == "new shapes"
     assert entry.defined_at.startswith("test_compiles.py:")
-    assert entry.changed == ("x: f32[4], f32[5], f32[6]",)  # each new shape, in order
+    # each shape, in order, the first compile's too (7 compiles showed 6 shapes: a trial)
+    assert entry.changed == ("x: f32[3], f32[4], f32[5], f32[6]",)
     assert "pad or bucket" in log.diagnosis and "compiled 4 times" in log.diagnosis
     assert "jax.clear_caches()" in log.diagnosis
 
@@ -69,7 +70,7 @@ def test_static_values_dtypes_and_pytree_structure_are_told_apart():
     assert log.function("scale").cause == "new static values"
     assert log.function("scale").compiles == 3
     assert log.function("double").cause == "new dtypes"
-    assert log.function("double").changed == ("x: i32[3]",)
+    assert log.function("double").changed == ("x: f32[3], i32[3]",)
     assert log.function("step").cause == "new pytree structure"
     assert "extra" in " ".join(log.function("step").changed)
     for fix in ("traced argument", "one dtype", "structure the same"):
@@ -294,7 +295,7 @@ def test_a_partial_made_in_a_loop_and_two_arguments_changing_shape():
     with compiles.watch() as log:
         for n in (2, 3):
             both(np.ones(n, np.float32), np.ones(n + 5, np.float32))
-    assert log.function("<lambda>").changed == ("a: f32[3]", "b: f32[8]")
+    assert log.function("<lambda>").changed == ("a: f32[2], f32[3]", "b: f32[7], f32[8]")
 
 
 def test_a_changed_setting_is_named():
@@ -925,7 +926,7 @@ def test_marin_8515_a_leaf_returned_in_another_memory_is_no_new_dtype():
         pytest.skip(f"jax {jax.__version__}'s CPU cannot run a step that returns pinned_host")
     entry = log.function("step")
     assert entry.compiles == 2 and entry.cause == "new sharding"
-    assert entry.changed == ("opt['count']: i32<host>[]",)
+    assert entry.changed == ("opt['count']: i32[], i32<host>[]",)
     assert "new dtypes" not in log.diagnosis and "only the memory space" in entry.fix
     assert "with_memory_kind('pinned_host')" in entry.fix
     assert "marin-community/marin#8515" in entry.fix
@@ -1255,7 +1256,8 @@ def test_jax_6905_a_partial_over_params_compiled_for_new_shapes_bakes_them_in_ea
     assert entry.compiles == 4 and entry.cause == "new shapes"
     assert (entry.constants_each, entry.constant_bytes) == (4 * 2**20, 16 * 2**20)
     said = entry.diagnosis
-    assert "pad or bucket" in said  # the shapes' fix stays
+    # the shapes' fix stays (these are powers of two already: compile each bucket once)
+    assert "each bucket compiles once" in said
     assert "Each of these compiles also bakes in 4.00 MiB of arrays `apply` closes over" in said
     assert "16.00 MiB in its programs here" in said and "pass them as arguments" in said
     assert "jax-ml/jax#6905" in said and said in log.diagnosis
@@ -1266,7 +1268,7 @@ def test_jax_6905_a_partial_over_params_compiled_for_new_shapes_bakes_them_in_ea
             fixed(params, x).block_until_ready()
     entry2 = log2.function("apply")
     assert entry2.compiles == 4 and entry2.constant_bytes == 0
-    assert "closes over" not in log2.diagnosis and "pad or bucket" in log2.diagnosis
+    assert "closes over" not in log2.diagnosis and "each bucket compiles" in log2.diagnosis
     # a function that closes over nothing gets no word of constants
     with compiles.watch() as log3:
         for n in (3, 4, 5):
@@ -2245,3 +2247,25 @@ def test_jax_9445_jnp_array_split_of_host_indices_is_named_with_numpy_s(monkeypa
         on_host = np.array_split(perm, 40)
     assert fixed.compiles == 0
     assert all((np.asarray(a) == b).all() for a, b in zip(batches, on_host, strict=True))
+
+
+def test_shapes_already_bucketed_to_powers_of_two_are_not_told_to_bucket():
+    """A trial (NovaSky-AI/SkyRL#634's) padded its batches to 8, 16, 32 and 64 rows and was told
+    to "pad or bucket the inputs to a few fixed shapes (say, powers of two)": what it did. Each
+    bucket compiles once; the fix that helps is paying for them once (a persistent cache) or
+    before the loop. Sizes that are not powers of two keep the bucketing fix."""
+    f = jax.jit(lambda x, y: (x * 2).sum() + y.sum())
+    xs = {n: jnp.ones((n, 3)) for n in (8, 16, 32, 64, 5, 12)}
+    y = jnp.ones(3)
+    with compiles.watch() as log:
+        for n in (8, 16, 32, 64, 16, 8):
+            f(xs[n], y)
+    entry = log.function("<lambda>")
+    assert entry.compiles == 4 and entry.changed == (
+        "x: f32[8,3], f32[16,3], f32[32,3], f32[64,3]",)
+    assert entry.fix == compile_causes.BUCKETED_FIX and "pad or bucket" not in log.diagnosis
+    g = jax.jit(lambda x, y: (x * 2).sum() + y.sum())
+    with compiles.watch() as log2:
+        for n in (8, 16, 5, 12):
+            g(xs[n], y)
+    assert log2.function("<lambda>").fix == compile_causes.FIXES["new shapes"]

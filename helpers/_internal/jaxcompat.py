@@ -1819,8 +1819,9 @@ def cache_miss_files(text: str) -> tuple[str, str]:
 def parse_cache_miss(text: str) -> Mapping | None:
     """One of JAX's "TRACING CACHE MISS" explanations as fields (None for any other line): the
     function, where it was called and defined, the cause (the kit's words for JAX's), what
-    changed (``new_types``: each argument's new type, for new shapes, dtypes or shardings), and
-    the text. Read on JAX 0.8.0 and 0.10.2, whose wordings differ."""
+    changed (``new_types``: each argument's new type, for new shapes, dtypes or shardings;
+    ``before_types``: the earlier compile's each was compared with), and the text. Read on
+    JAX 0.8.0 and 0.10.2, whose wordings differ."""
     at = _MISS_AT.match(text)
     if not at:
         return None
@@ -1829,7 +1830,7 @@ def parse_cache_miss(text: str) -> Mapping | None:
     seen = _NEVER_SEEN.search(clean) or _SEEN_FOR.search(clean)
     function, defined = (seen.group(1), _where(seen.group(2), seen.group(3))) if seen else (
         "", "")
-    changed, cause, new_types = "", "other", ()
+    changed, cause, new_types, before_types = "", "other", (), ()
     if "never seen function" in clean:
         cause = "function made anew" if "same line" in clean else "first compile"
     elif "racing context" in clean:  # "Tracing context doesn't match" / "different tracing..."
@@ -1846,6 +1847,8 @@ def parse_cache_miss(text: str) -> Mapping | None:
         cause = kinds[0]
         new_types = tuple(f"{name}: {now.strip()}" for (name, now, _), kind
                           in zip(types, kinds, strict=True) if kind == cause)
+        before_types = tuple(f"{name}: {before.strip()}" for (name, _, before), kind
+                             in zip(types, kinds, strict=True) if kind == cause)
         # the change shown: one of the cause's kind, a real dtype change before a weak type's
         ours = [t for t, kind in zip(types, kinds, strict=True) if kind == cause]
         name, now, before = next((t for t in ours if not weak_type_only(t[1], t[2])), ours[0])
@@ -1857,7 +1860,8 @@ def parse_cache_miss(text: str) -> Mapping | None:
         changed = (f"keys added or removed: {keys.group(1)}" if keys else
                    f"{where.group(1)}: now {where.group(2)}" if where else "")
     return {"function": function, "called_at": called, "defined_at": defined, "cause": cause,
-            "changed": changed, "new_types": new_types, "explanation": text}
+            "changed": changed, "new_types": new_types, "explanation": text,
+            "before_types": before_types}
 
 
 # --- transfers: the guard's log and the explicit-transfer scopes ----------------------------
