@@ -139,8 +139,10 @@ def committed_apart_note(leaves: tuple[LeafPlacement, ...]) -> str:
     groups = "; ".join(f"{', '.join(devs)}: {_paths(paths)}"
                        for devs, paths in committed.items())
     spread = max(committed, key=len)
+    others = [leaf.path for leaf in leaves if leaf.committed and leaf.devices != spread]
     fix = ("jax.device_put(tree, device) to put every leaf in one place first" if
            len(spread) == 1 else
+           _mirror_fix(leaves, others, spread).removesuffix(".") or
            "put the others where the spread ones are, replicated over their mesh "
            "(jax.device_put(leaf, NamedSharding(mesh, P())), mesh the spread leaves' "
            "sharding.mesh), or make them under that mesh: putting the whole tree on one "
@@ -148,6 +150,37 @@ def committed_apart_note(leaves: tuple[LeafPlacement, ...]) -> str:
     return (f"committed leaves sit on different devices ({groups}): a jit over the whole "
             f"tree raises 'Received incompatible devices for jitted computation'. Fix: "
             f"{fix}.")
+
+
+def _last_key(path: str) -> str:
+    """ "['w1']" of "['opt_state']['mu']['w1']" (the whole path where it has no key)."""
+    return path[path.rfind("["):] if "[" in path else path
+
+
+def _mirror_fix(leaves: tuple[LeafPlacement, ...], moved: list[str],
+                devices: tuple[str, ...]) -> str:
+    """The fix for leaves (``moved``) to put on the split leaves' ``devices`` where some have
+    the shape and dtype of a split one there: an optimizer's moments beside the parameters they
+    mirror (AI-Hypercomputer/maxdiffusion#484, a restore with no shardings), which replicated
+    would hold whole on every device (4x a split one's bytes on 4 devices), each found by its
+    shape, dtype and last key (['opt_state']['mu']['w1'] mirrors ['params']['w1']: a bias of
+    a weight's shape is no mirror, keras-team/keras#18681); "" where none do."""
+    alike = {(leaf.shape, leaf.dtype, _last_key(leaf.path)) for leaf in leaves
+             if leaf.committed and leaf.devices == devices and not leaf.replicated}
+    mirror = [leaf.path for leaf in leaves if leaf.path in moved and leaf.shape and
+              (leaf.shape, leaf.dtype, _last_key(leaf.path)) in alike]
+    if not mirror:
+        return ""
+    rest = (" The others (of another rank, such as a step counter, or of no split leaf's "
+            "shape): replicated, jax.device_put(leaf, NamedSharding(other.sharding.mesh, P()))."
+            if len(mirror) < len(moved) else "")
+    return (f"put each where its like is, once: {_some(mirror)} of the shape and dtype of a "
+            "split leaf (an optimizer's moments beside the parameters they mirror), so put "
+            "each on that leaf's sharding, jax.device_put(leaf, other.sharding), other the "
+            "split leaf (a pickled or loaded array: device_put its NumPy data straight onto "
+            "the sharding); for a whole restored state, jax.device_put(state, shardings) with "
+            "the shardings the run made it with (AI-Hypercomputer/maxdiffusion#484). "
+            f"Replicated, each would be whole on every device.{rest}")
 
 
 def context_mesh_note(leaves: tuple[LeafPlacement, ...], context_mesh: Any) -> str:
@@ -210,7 +243,9 @@ def uncommitted_notes(leaves: tuple[LeafPlacement, ...],
     shapes = {leaf.shape for leaf in placed}
     split = (not any(leaf.replicated for leaf in placed)
              and not any(leaf.shape in shapes for leaf in leaves if leaf.path in moved))
-    spread = ("put them where the others are, once, replicated: jax.device_put(leaf, "
+    mirrored = _mirror_fix(leaves, moved, target) if len(target) > 1 else ""
+    spread = (mirrored + " " if mirrored else
+              "put them where the others are, once, replicated: jax.device_put(leaf, "
               "NamedSharding(other.sharding.mesh, P())), with other a leaf already spread "
               "there (a leaf of another rank, such as a step counter, cannot take "
               "other.sharding itself, whose spec names its dimensions). " if other_rank else

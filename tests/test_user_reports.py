@@ -4929,3 +4929,37 @@ def test_dsps_108_a_closed_over_typed_key_is_no_float_to_widen():
     closed = jax.jit(lambda x: x * table + jax.random.normal(key, (1000,))).trace(
         jnp.ones(1000)).jaxpr
     assert jaxpr_values.narrow_constants_widened(closed) == ()  # no float64 here: nothing
+
+
+def test_maxdiffusion_484_restored_moments_go_on_their_parameters_sharding_not_replicated():
+    """AI-Hypercomputer/maxdiffusion#484: a restored optimizer state "had no device sharding
+    applied" (the PR put it on the trainer's state shardings). Uncommitted Adam moments beside
+    the split parameters they mirror were told "replicated: NamedSharding(mesh, P())" (a
+    trial): 4x a split moment's bytes on each of 4 devices, which the kit then called "as
+    data parallelism places them". Now each goes on its like's sharding, the count alone
+    replicated; committed to one device, the same."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("fsdp",))
+    split = NamedSharding(mesh, P("fsdp"))
+    params = {"w1": jax.device_put(jnp.ones((256, 64)), split),
+              "w2": jax.device_put(jnp.ones((256, 64)), split)}
+    saved = {"count": np.zeros((), np.int32),
+             "mu": {k: np.zeros((256, 64), np.float32) for k in params},
+             "nu": {k: np.zeros((256, 64), np.float32) for k in params}}
+    restored = {"params": params, "opt_state": jax.tree.map(jnp.asarray, saved)}
+    (problem,) = devices.tree_placement(restored).problems
+    assert "4 leaves (['opt_state']['mu']['w1']" in problem and "maxdiffusion#484" in problem
+    assert "jax.device_put(leaf, other.sharding)" in problem and "step counter" in problem
+    committed = {"params": params, "opt_state": jax.device_put(saved, jax.devices()[0])}
+    (apart,) = devices.tree_placement(committed).problems
+    assert "incompatible devices" in apart and "jax.device_put(leaf, other.sharding)" in apart
+    # the fix, run: each moment on its parameter's sharding, the count replicated
+    fixed = {"params": params, "opt_state": {
+        "count": jax.device_put(saved["count"], NamedSharding(mesh, P())),
+        "mu": jax.tree.map(lambda s, p: jax.device_put(s, p.sharding), saved["mu"], params),
+        "nu": jax.tree.map(lambda s, p: jax.device_put(s, p.sharding), saved["nu"], params)}}
+    assert devices.tree_placement(fixed).problems == ()
+    mu = fixed["opt_state"]["mu"]["w1"]
+    assert mu.addressable_shards[0].data.nbytes == mu.nbytes // 4  # a quarter on each device
