@@ -604,6 +604,16 @@ _JOIN_FIX = ("join them on the device first (jnp.concatenate or jnp.stack, or ke
              "(QuEraComputing/tsim#149: np.concatenate of a list of device results; from the "
              "thread, not yet run on a GPU)")
 _JOIN_READS = "{n} arrays read back one copy at a time: " + _JOIN_FIX
+#: a line that hands what it reads to another framework's tensor (Astera-org/simplexity#70:
+#: torch.from_numpy(np.asarray(x)).to("cuda"), device to host to device for every batch)
+_HANDED_OVER = re.compile(r"\b(?:torch|tf|tensorflow|cupy|cp)\.(?:from_numpy|tensor|as_tensor|"
+                          r"asarray|array|convert_to_tensor|constant)\(")
+_HANDOFF_FIX = ("the read feeds another framework's tensor, so the bytes go device to host and "
+                "back: hand the array over on the device instead with DLPack, "
+                "torch.from_dlpack(x) (cupy.from_dlpack(x); TensorFlow: "
+                "tf.experimental.dlpack.from_dlpack(x.__dlpack__())), which shares its buffer "
+                "(Astera-org/simplexity#70; jax.dlpack.to_dlpack is gone since jax 0.7: pass "
+                "the array itself)")
 
 
 class TransferLog(Display):
@@ -681,7 +691,9 @@ class TransferLog(Display):
             if t.direction == D2H and not t.explicit:
                 reads[row["line"]] = reads.get(row["line"], 0) + 1
         for line, n in reads.items():
-            if n > 1 and line != "(line not known)":  # (JAX copies an array back once)
+            if _HANDED_OVER.search(line):
+                rows[line]["reasons"].append(_HANDOFF_FIX)
+            elif n > 1 and line != "(line not known)":  # (JAX copies an array back once)
                 rows[line]["reasons"].append(_JOIN_READS.format(n=n))
         return sorted(rows.values(), key=lambda r: -r["count"])
 
@@ -820,13 +832,17 @@ def _cpu_reads_note(reads: dict[str, dict]) -> str:
     why = ("on the CPU backend a read (np.asarray, float(), print) lends the array's own host "
            "memory and JAX logs no copy. On a GPU each array read is a device->host copy of "
            "its own")
+    handed = f" At {line}, {_HANDOFF_FIX}." if _HANDED_OVER.search(line) else ""
     if arrays == 1:
-        return f"1 read of an array back to the host ({size}) at {line}, not in this table: {why}."
+        return (f"1 read of an array back to the host ({size}) at {line}, not in this table: "
+                f"{why}.{handed}")
     where = "The most" if len(reads) > 1 else "All"
     runs = f" over {row['runs']} runs of the line" if row["runs"] > 1 else ""
     text = (f"{arrays} reads of arrays back to the host ({size}), none of them in this table: "
             f"{why}. {where} at {line}: {row['arrays']} array{'s' if row['arrays'] > 1 else ''}"
             f"{runs}")
+    if handed:
+        return f"{text}: {_HANDOFF_FIX}."
     if row["arrays"] == 1:
         return text + "."
     return f"{text}. {_JOIN_FIX[0].upper()}{_JOIN_FIX[1:]}."

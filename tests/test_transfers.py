@@ -857,6 +857,42 @@ def test_several_reads_back_from_one_line_on_a_gpu_get_the_join_advice():
     assert not any("join them" in r for r in rows["run.py:8: print(x)"]["reasons"])
 
 
+def test_simplexity_70_a_read_that_feeds_a_torch_tensor_is_named_with_dlpack():
+    """Astera-org/simplexity#70: jax_to_torch fell back to torch.from_numpy(np.asarray(x))
+    .to("cuda") (jax.dlpack.to_dlpack is gone), device to host to device for every batch. The
+    kit told the line "join them on the device first, then read once" (a trial: 8 reads to 2,
+    the same 4 MiB through the host). Now DLPack, which shares the buffer (PR #71). torch is
+    not installed here: a stand-in object names the call, and NumPy's own DLPack import shows
+    the hand-over shares the buffer on the CPU. The GPU row: from the thread, not yet run."""
+    import types
+
+    torch = types.SimpleNamespace(from_numpy=lambda a: a)  # a stand-in: torch is not installed
+    batches = [jnp.full((64, 8), float(i)) for i in range(4)]
+    jax.block_until_ready(batches)
+    with transfers.trace() as log:
+        for x in batches:
+            torch.from_numpy(np.asarray(x))
+    (note,) = log.unlogged
+    assert "torch.from_dlpack(x)" in note and "simplexity#70" in note and "Join" not in note
+    assert not hasattr(jax.dlpack, "to_dlpack")  # the thread's call, gone: pass the array
+    shared = np.from_dlpack(batches[1])  # a DLPack consumer takes the jax.Array itself
+    assert shared.__array_interface__["data"][0] == \
+        batches[1].unsafe_buffer_pointer()  # the same buffer: no copy
+    line = ("W1 guard_lib.cc:150] device-to-host transfer: aval=ShapedArray(float32[64,8]), "
+            "sharding=SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)")
+    marker = transfers._LINE + "run.py:9: t = torch.from_numpy(np.asarray(x))>>"
+    found, _ = transfers.parse_guard_output("\n".join([marker, line, line]) + "\n",
+                                            marked=False)
+    gpu = transfers.TransferLog()
+    gpu._transfers = tuple(found)
+    (row,) = gpu.by_line()
+    assert any("torch.from_dlpack(x)" in r for r in row["reasons"])
+    assert not any("join them" in r for r in row["reasons"])
+    with transfers.trace() as plain:  # a read that feeds NumPy alone keeps the join advice
+        np.concatenate(batches)
+    assert "Join them" in plain.unlogged[0] and "dlpack" not in plain.unlogged[0]
+
+
 class _EpochLoader:  # aimz#279's loader: each epoch's order made on the device, read back
     def __init__(self, key, n):
         self.key, self.n = key, n
