@@ -481,10 +481,20 @@ def _arrays_in(metadata: Any, jax: Any, depth: int = 3) -> list:
 
 def describe_arguments(args: Any) -> str:
     """The arguments' array leaves as dtype and shape ("float32[8, 256]"), other leaves as
-    their repr: for an error that names the call."""
+    their repr: for an error that names the call. Given (positional, keywords), each keyword's
+    leaves after ``name=``: how an argument was passed can be the cause (jax.checkpoint's
+    static_argnums counts positional ones only, jax-ml/jax#18405)."""
     jax = devices.start_jax()
-    return ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(a.shape)}"
-                     if hasattr(a, "shape") else repr(a) for a in jax.tree.leaves(args))
+
+    def leaves(tree: Any) -> str:
+        return ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(a.shape)}"
+                         if hasattr(a, "shape") else repr(a) for a in jax.tree.leaves(tree))
+
+    if isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], tuple) \
+            and isinstance(args[1], dict):
+        return ", ".join([x for x in [leaves(args[0])] if x]
+                         + [f"{k}={leaves(v)}" for k, v in args[1].items()])
+    return leaves(args)
 
 
 def function_name(fn: Any) -> str:

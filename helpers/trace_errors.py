@@ -53,6 +53,10 @@ _VMAP_SIZES = "vmap got inconsistent sizes for array axes to be mapped"
 _LIST_ITEM = re.compile(r"of argument (\w+)(\[\d+\])(\S+) of type")
 #: a traced value kept past the transformation that made it, and used after it returned
 _LEAKED = "UnexpectedTracerError"
+#: JAX's words for a value traced by jax.checkpoint (remat) alone, and for its static_argnums
+#: past the positional arguments of the call (jax 0.8.0 to 0.12.0.1)
+_CHECKPOINT_TRACE = "for checkpoint / remat"
+_CHECKPOINT_ARGNUMS = "argument to `jax.checkpoint`"
 
 
 def _arguments(text: str) -> list[str]:
@@ -141,6 +145,13 @@ def trace_error_fix(err: BaseException) -> str:
                 f"jnp.stack(a), *{name}), and vmap over that "
                 f"(patrick-kidger/equinox#397); where the same list serves every element (one "
                 f"model's layers), give `{name}` in_axes=None")
+    if kind == "ValueError" and _CHECKPOINT_ARGNUMS in text and "len(args)" in text:
+        return ("jax.checkpoint's static_argnums counts only the positional arguments of the "
+                "call, and this call passed fewer than the position it names: an argument "
+                "marked static was passed by keyword (f(x, flag=False)). Pass it by position, "
+                "f(x, False) (jax-ml/jax#18405); jax.checkpoint's static_argnames does not "
+                "help: where it exists (jax 0.10.2, 0.12.0.1) the argument is traced all the "
+                "same")
     if kind not in TRACE_ERRORS and not shape:
         return ""
     if found := _SIZE_ARGUMENT.search(text):
@@ -194,6 +205,8 @@ def trace_error_fix(err: BaseException) -> str:
         return ("under jax.vmap the value is batched, one per element, and Python's if, while "
                 f"or bool() needs one{at}. Use jnp.where(cond, a, b) or jax.lax.cond (which "
                 "vmap turns into a select of both branches), or jax.lax.while_loop")
+    if names and _CHECKPOINT_TRACE in text and not arrays:
+        return _checkpoint_fix(names, frame)
     if names:
         return _argument_fix(kind, names, needed, shape or bool(arose), arrays)
     operations = _OPERATION.findall(text)
@@ -220,6 +233,32 @@ def trace_error_fix(err: BaseException) -> str:
                 f"constants; here a concrete one is needed{needed}. Compute it with Python or "
                 f"NumPy (max(a, b), np.maximum, math.prod) so it stays a number")
     return ""
+
+
+def _checkpoint_fix(names: list[str], frame: object) -> str:
+    """A value jax.checkpoint traces used where Python needs it concrete (openpi#987: a
+    `deterministic` flag): the position to mark static, from the traced function's
+    signature, where the kit had said "jit" and static_argnames, which jax.checkpoint ignores
+    (jax 0.10.2 and 0.12.0.1 accept it and still trace the argument; 0.8.0 has none)."""
+    which = " and ".join(f"'{n}'" for n in names)
+    code = frame.tb_frame.f_code if frame is not None else None
+    params = list(code.co_varnames[:code.co_argcount]) if code is not None else []
+    at = [params.index(n) for n in names if n in params]
+    where = ""
+    if at and len(at) == len(names):
+        nums = ", ".join(map(str, at)) + ("," if len(at) == 1 else "")
+        where = (f": static_argnums=({nums}), {which} being argument "
+                 f"{' and '.join(map(str, at))} of {code.co_name}, counting from 0"
+                 + (" and self (flax's nn.remat counts self; jax.checkpoint of a bound method "
+                    "does not)" if params[:1] == ["self"] else ""))
+    return (f"the value depends on {which}, which jax.checkpoint traces (not jit), and Python "
+            f"needs it concrete. Mark it static by position{where}, and pass it by position at "
+            "the call (static_argnums counts positional arguments only, jax-ml/jax#18405). "
+            "Where static_argnums is set already, it names another position "
+            "(Physical-Intelligence/openpi#987's named the argument before). jax.checkpoint's "
+            "static_argnames does not help: where it exists (jax 0.10.2, 0.12.0.1) the "
+            "argument is traced all the same. Or use jnp.where or jax.lax.cond on the traced "
+            "value")
 
 
 def _list_of_trees(text: str) -> str:

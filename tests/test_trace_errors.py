@@ -503,3 +503,52 @@ def test_equinox_397_vmap_over_a_list_of_models_is_named_with_their_leaves_stack
         with pytest.raises(ValueError) as info:
             jax.vmap(fn)(*args)
         assert trace_errors.trace_error_fix(info.value) == "", info.value
+
+
+def test_openpi_987_a_flag_jax_checkpoint_traces_is_named_by_its_position():
+    """Physical-Intelligence/openpi#987: a remat'd block's `deterministic` flag raised
+    TracerBoolConversionError, its static_argnums naming the argument before. The kit said
+    "which jit traces" (there was no jit) and static_argnames=('deterministic',), which
+    jax.checkpoint ignores (a trial: the error stayed). Now jax.checkpoint, and the position."""
+    def block(x, a, deterministic):
+        if not deterministic:
+            x = x * 0.5
+        return x * a
+
+    wrong = jax.checkpoint(block, static_argnums=(1,))  # the thread's: one off
+    err = _error(jax.grad(lambda x: wrong(x, 2.0, False).sum()), jnp.ones(3))
+    fix = trace_errors.trace_error_fix(err)
+    assert "which jax.checkpoint traces" in fix and "jit traces" not in fix
+    assert "static_argnums=(2,)" in fix and "openpi#987" in fix
+    assert "static_argnames=(" not in fix
+    if "static_argnames" in str(__import__("inspect").signature(jax.checkpoint)):
+        ignored = jax.checkpoint(block, static_argnames=("deterministic",))  # what it said
+        with pytest.raises(jax.errors.TracerBoolConversionError):
+            jax.grad(lambda x: ignored(x, 2.0, False).sum())(jnp.ones(3))
+    right = jax.checkpoint(block, static_argnums=(2,))  # the fix it gives, run
+    np.testing.assert_allclose(jax.grad(lambda x: right(x, 2.0, False).sum())(jnp.ones(3)),
+                               np.full(3, 1.0))
+
+
+def test_jax_18405_a_static_argument_passed_by_keyword_to_jax_checkpoint_is_named():
+    """jax-ml/jax#18405: jax.checkpoint(f, static_argnums=1) called as f(5, flag=False)
+    raised a ValueError about len(args); the kit said nothing, and preflight_step printed
+    the call as (5, False), hiding the keyword. Now: pass it by position; and flag=False."""
+    def f(x, flag):
+        return x + 1 if flag else x * 2
+
+    g = jax.checkpoint(f, static_argnums=(1,))
+    with pytest.raises(ValueError) as info:
+        jax.jit(lambda x: g(x, flag=False))(jnp.float32(5))
+    err = info.value
+    fix = trace_errors.trace_error_fix(err)
+    assert "passed by keyword" in fix and "jax-ml/jax#18405" in fix
+    assert float(jax.jit(lambda x: g(x, False))(jnp.float32(5))) == 10.0  # by position: runs
+    with pytest.raises(BadInputError, match="passed by keyword"):
+        preflight.preflight_step(lambda x, flag: g(x, flag=flag), jnp.float32(5), flag=False)
+    from helpers import compiled  # the arguments as passed, keywords by name
+    assert compiled.describe_arguments(((jnp.float32(5),), {"flag": False})) == \
+        "float32[], flag=False"
+    with pytest.raises(ValueError) as other:  # another ValueError: no word
+        jnp.split(jnp.ones(3), 2)
+    assert trace_errors.trace_error_fix(other.value) == ""
