@@ -138,6 +138,16 @@ class CellMemory(Display):
     #: the whole array to write a part of it, old and new alive together
     #: (vllm-project/tpu-inference#1748)
     rebuilt_lines: tuple[tuple[str, int, str, int], ...] = ()
+    #: the cell's first line that stops a jax.profiler trace (stop_trace(), or the end of a
+    #: ``with jax.profiler.trace(...)`` block), "" where none: work still queued when the trace
+    #: stops is not in it (jax-ml/jax#38518)
+    profiler_stop: str = ""
+
+
+#: a cell's line that stops a jax.profiler trace: jax.profiler.stop_trace() or a
+#: ``with jax.profiler.trace(...)`` block (jax-ml/jax#38518)
+_PROFILER_STOP = re.compile(r"^.*\b(?:stop_trace\s*\(|with\s+(?:jax\.)?profiler\.trace\s*\(|"
+                            r"with\s+trace\s*\().*$", re.M)
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -829,7 +839,9 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       *_waiting_lines(followed), *_first_compiles(compiled, followed, cell),
                       **_timers(followed), element_lines=_element_lines(followed),
                       compiled_again_timed=_compiled_again_timed(compiled, followed, cell),
-                      rebuilt_lines=_rebuilt_lines(followed, shell.user_ns))
+                      rebuilt_lines=_rebuilt_lines(followed, shell.user_ns),
+                      profiler_stop=found.group(0).strip()
+                      if (found := _PROFILER_STOP.search(cell)) else "")
 
 
 @contextlib.contextmanager

@@ -566,7 +566,15 @@ def cell_memory_text(c: CellMemory) -> str:
         lines.append(f"{_arrays(c.pending_before)} still being computed when the cell began "
                      "(JAX returns before its work is done): a cell that reads them, or prints "
                      "them, waits for that work, and its seconds include it.")
-    if c.pending_after:
+    if c.pending_after and c.profiler_stop:
+        lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended, "
+                     f"and the cell stops a jax.profiler trace ({c.profiler_stop}): work still "
+                     "queued when the trace stops is missing from it (JAX returns before its "
+                     "work is done). Wait for the result before the trace stops: "
+                     "jax.block_until_ready(result) before jax.profiler.stop_trace(), or as the "
+                     "last line inside the `with jax.profiler.trace(...)` block "
+                     "(jax-ml/jax#38518); at the end of the cell is too late for the trace.")
+    elif c.pending_after:
         lines.append(f"{_arrays(c.pending_after)} still being computed when the cell ended: "
                      "its seconds may not include that work. jax.block_until_ready(result) at "
                      "the end of the cell times it.")

@@ -455,6 +455,36 @@ def test_neuralgcm_197_jax_4474_802_percent_percent_memory_says_when_work_was_qu
     assert (c.pending_before, c.pending_after) == (0, 0) and "still being computed" not in str(c)
 
 
+def test_jax_38518_a_profiler_trace_stopped_with_work_queued_gets_the_wait_before_the_stop(
+        shell, monkeypatch, tmp_path):
+    """jax-ml/jax#38518: a jax.profiler trace stopped while the profiled work is still queued
+    lacks its device events (the PR: block before stop_trace). %%memory said "block at the end
+    of the cell", which a trial ran: the trace still had none of them (0 dot or fusion events
+    against 96 with the wait before the stop). Queued arrays are a stand-in here, as above; the
+    trace itself is real (the CPU profiler), and the fix's cell leaves nothing queued."""
+    from helpers import memory
+    from tests.test_memory import _Queued
+
+    queued: list = []
+    real = memory.live_arrays
+    monkeypatch.setattr(memory, "live_arrays", lambda: real() + queued)
+    shell.user_ns.update(queue=lambda: queued.extend(_Queued(jax.devices()[0]) for _ in range(2)),
+                         where=str(tmp_path))
+    c = shell.run_cell_magic("memory", "", "jax.profiler.start_trace(where)\nqueue()\n"
+                                           "jax.profiler.stop_trace()")
+    assert c.pending_after == 2 and c.profiler_stop == "jax.profiler.stop_trace()"
+    said = str(c)
+    assert "before jax.profiler.stop_trace()" in said and "jax-ml/jax#38518" in said
+    assert "at the end of the cell times it" not in said
+    queued.clear()
+    c = shell.run_cell_magic("memory", "", "with jax.profiler.trace(where):\n"
+                                           "    y = jax.block_until_ready(jnp.ones(4) * 2)")
+    assert c.profiler_stop.startswith("with jax.profiler.trace(") and c.pending_after == 0
+    assert "profiler" not in str(c)  # waited inside the block: no word
+    c = shell.run_cell_magic("memory", "", "queue()")  # no trace: the cell's timing advice
+    assert "at the end of the cell times it" in str(c) and c.profiler_stop == ""
+
+
 def test_percent_percent_memory_names_a_function_the_cell_compiled_again(shell):
     shell.run_cell("import numpy as np\nnorm = jax.jit(lambda x: (x * x).sum())")
     cell = "for n in (3, 4, 5):\n    norm(np.ones(n, np.float32))"
