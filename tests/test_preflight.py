@@ -2010,6 +2010,29 @@ def test_a_one_hot_made_against_arange_is_no_pairwise_product_of_inputs():
     assert "every pair" not in r.advice and "broadcasting them against each other" not in r.advice
 
 
+def test_a_layer_norm_s_row_scale_is_no_pairwise_product_of_inputs():
+    """rsqrt(var)[n, 1] * scale[d] is an outer product, but no larger than the x[n, d] it
+    scales: a trial's bfloat16 LayerNorm (google/flax#612) was told "38.00 MiB ... values over
+    every pair of two inputs' rows" and to scan over chunks of the scale, which LayerNorm,
+    needing whole rows, cannot take. An N-body sum stays named (the test above)."""
+    bf = jnp.bfloat16
+
+    def layer_norm(x, scale, bias):
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jax.lax.square(x), axis=-1, keepdims=True) - jax.lax.square(mean)
+        return (x - mean) * (jax.lax.rsqrt(var + 1e-6) * scale) + bias
+
+    def loss(params, x):
+        for p in params:
+            x = x + jax.nn.gelu(layer_norm(x, p["s"], p["b"]) @ p["w"])
+        return jnp.mean(x.astype(jnp.float32) ** 2)
+
+    params = [{"w": jnp.ones((512, 512), bf) * 0.01, "s": jnp.ones(512, bf),
+               "b": jnp.zeros(512, bf)} for _ in range(3)]
+    r = preflight.residuals(loss, params, jnp.ones((256, 512), bf))
+    assert "every pair" not in r.advice and "the reduced axis" not in r.advice, r.advice
+
+
 class _Module:
     """A stand-in for a Flax NNX module: a mutable object whose arrays are also its pytree's
     leaves (as nnx modules are in flax 0.12)."""

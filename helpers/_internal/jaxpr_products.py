@@ -113,6 +113,23 @@ def _reduced_pair_axis(j, start: int, var, pair: tuple[int, int]) -> tuple[int, 
     return None
 
 
+def _as_large_as_an_input(shape: tuple[int, ...], pair: tuple[int, int],
+                          inputs: list[tuple[int, ...]]) -> bool:
+    """Whether one of the step's own inputs runs along both ``pair`` axes' sizes (in two of
+    its dimensions) with as many elements as the value: the outer product is then no larger
+    than data the step already takes, as LayerNorm's rsqrt(var)[n, 1] * scale[d] beside its
+    x[n, d] (a trial: "every pair of two inputs' rows" for a row's own scale, and a chunking
+    that LayerNorm, needing whole rows, cannot take)."""
+    size, a, b = math.prod(shape), shape[pair[0]], shape[pair[1]]
+    for s in inputs:
+        dims = list(s)
+        if a in dims:
+            dims.remove(a)
+            if b in dims and math.prod(s) >= size:
+                return True
+    return False
+
+
 def pairwise_reductions(closed) -> tuple[tuple[tuple[int, ...], str, tuple[int, int], int,
                                                str, str, int, int], ...]:
     """Each value made by broadcasting two operands against each other (an outer product over
@@ -122,12 +139,15 @@ def pairwise_reductions(closed) -> tuple[tuple[tuple[int, ...], str, tuple[int, 
     reduces it, the position among the jaxpr's own inputs of the input that runs along the
     reduced axis (-1 where it is made inside, or in an inner jaxpr), that input's axis)."""
     out = []
+    top = [tuple(getattr(v.aval, "shape", ())) for v in getattr(
+        getattr(closed, "jaxpr", closed), "invars", ())]
     for depth, (j, _) in enumerate(walk(closed)):
         made = {id(v): eqn for eqn in getattr(j, "eqns", ()) for v in eqn.outvars}
         invars = {id(v): i for i, v in enumerate(getattr(j, "invars", ()))} if depth == 0 \
             else {}
         for n, eqn in enumerate(getattr(j, "eqns", ())):
-            if (pair := _pairwise_axes(eqn, made)) is None:
+            if (pair := _pairwise_axes(eqn, made)) is None or \
+                    _as_large_as_an_input(tuple(eqn.outvars[0].aval.shape), pair, top):
                 continue
             found = _reduced_pair_axis(j, n + 1, eqn.outvars[0], pair)
             if found is None:
