@@ -580,7 +580,7 @@ def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 
             if not ids & buffers:  # the same arrays under two names are one tree, not two
                 names_alike.append(where)
                 buffers |= ids
-        if len(names_alike) > 1:
+        if len(names_alike) > 1 and not _numbered_siblings(names_alike):
             out.append((tuple(names_alike), found[0][2]))
     out.sort(key=lambda x: -x[1] * len(x[0]))
     kept: list[tuple[tuple[str, ...], int]] = []
@@ -589,6 +589,19 @@ def _trees_alike(names: list[tuple[str, Mapping]], deadline: float, most: int = 
                            for whole in bigger) for n in names) for bigger, _ in kept):
             kept.append((names, nbytes))
     return tuple(kept[:most])
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _numbered_siblings(names: list[str]) -> bool:
+    """Names one step into one tree that differ only in a number (model['layer0'] ...
+    model['layer5'], model.block_1, model.block_2): a model's repeated blocks, alike by
+    design, no leftover copy (a trial's six layers were told to `del` one)."""
+    parts = [re.match(r"^(.*?)(\[[^\[\]]*\]|\.\w+)$", n) for n in names]
+    return all(parts) and len({p.group(1) for p in parts}) == 1 and len(
+        {_DIGITS.sub("#", p.group(2)) for p in parts}) == 1 and all(
+        _DIGITS.search(p.group(2)) for p in parts)
 
 
 class _TooBig(Exception):

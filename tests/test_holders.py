@@ -6,6 +6,7 @@ import gc
 import sys
 import weakref
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -1169,3 +1170,23 @@ def test_a_fix_one_view_holds_whole_is_said_once():
     assert done.returncode == 0, done.stderr
     fix = done.stdout.split("FIX ", 1)[1]
     assert fix.count("`del x, t_naive, t_dl` when you are done") == 1, fix
+
+
+def test_a_model_s_numbered_layers_are_no_trees_alike_but_two_variables_are():
+    """A trial restored a model of six identical layers: holders said model['layer0'] ...
+    model['layer5'] "hold trees alike" and to `del` a leftover copy, of a model's own blocks.
+    Siblings that differ only in a number are repeated blocks; two variables stay named."""
+    def layer(key):
+        return {"w": jax.random.normal(key, (512, 512)), "b": jnp.zeros(512)}
+
+    keys = jax.random.split(jax.random.key(0), 8)
+    model = {f"layer{i}": layer(keys[i]) for i in range(4)}
+    assert holders.largest(2, namespace={"model": model}).alike == ()
+    blocks = type("Model", (), {})()
+    blocks.block_1, blocks.block_2 = layer(keys[4]), layer(keys[5])
+    assert holders.largest(2, namespace={"net": blocks}).alike == ()
+    ns = {"params": layer(keys[6]), "restored": layer(keys[7])}  # a leftover: still named
+    (found,) = holders.largest(2, namespace=ns).alike
+    assert found[0] == ("params", "restored")
+    apart = {"state": {"params": layer(keys[6]), "init_params": layer(keys[7])}}
+    assert holders.largest(2, namespace=apart).alike  # siblings not numbered: named
