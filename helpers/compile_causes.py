@@ -114,11 +114,15 @@ WEAK_FIX = ("only the weak type changed: a Python number, or an array made from 
 #: call passed in the braces (marin-community/marin#8515: an optimizer state's count made in
 #: device memory, returned by the step in pinned_host: 2 compiles; put there first: 1, jax 0.10.2)
 MEMORY_SPACE_FIX = ("only the memory space changed, not the dtype (.astype() changes nothing): "
-                    "the argument came in {} memory, where before it came in {} memory. Where "
-                    "the step returns it there (its out_shardings, an offloaded optimizer state "
-                    "fed back), put it there before the first call, jax.device_put(leaf, "
-                    "leaf.sharding.with_memory_kind({!r})), and the step compiles once "
-                    "(marin-community/marin#8515)")
+                    "the argument came in {now} memory, where before it came in {before} "
+                    "memory. Where the step returns it in {now} memory (its out_shardings, an "
+                    "offloaded optimizer state fed back), put it there before the first call, "
+                    "jax.device_put(leaf, leaf.sharding.with_memory_kind({kind_now!r})), and "
+                    "the step compiles once (marin-community/marin#8515). Where it belongs in "
+                    "{before} memory (restored from a checkpoint with jax.eval_shape's "
+                    "shardings, which drop the memory kind), restore it there, "
+                    "jax.device_put(leaf, leaf.sharding.with_memory_kind({kind_before!r})) "
+                    "(marin-community/marin#8443)")
 #: the fix for new static values that are Python floats, of a function jitted in a library's
 #: file: a wrapper that makes every leaf not an array static (eqx.filter_jit; diffrax#466's
 #: atol and rtol: 3 compiles for 3 values, 1 with jnp.asarray, jax 0.10.2, equinox 0.13.8)
@@ -399,7 +403,9 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
             else WEAK_FIX if _weak_only(misses, cause)
             else _widened_fix(widened, integer_lines or {}, programs)
             if (widened := _widened_by_itself(misses, cause, programs))
-            else MEMORY_SPACE_FIX.format(*spaces, _KINDS.get(spaces[0], spaces[0]))
+            else MEMORY_SPACE_FIX.format(now=spaces[0], before=spaces[1],
+                                         kind_now=_KINDS.get(spaces[0], spaces[0]),
+                                         kind_before=_KINDS.get(spaces[1], spaces[1]))
             if (spaces := _memory_spaces(misses, cause))
             # (through a library's wrapper no static_argnums was set: the generic fix)
             else _int_fix(misses) if not through_library and _ints_only(misses, cause)
@@ -552,16 +558,25 @@ _KINDS = {"host": "pinned_host", "device": "device"}
 
 def _memory_spaces(misses: Sequence[CacheMiss], cause: str) -> tuple[str, str] | None:
     """For a new sharding where each change is of the memory space alone ("i32<host>[]"
-    against "i32[]"), of one argument per miss, the latest call's memory space and the other
-    ("host", "device"); None else."""
+    against "i32[]"), of one argument per miss or of each that JAX names, all the same way,
+    the latest call's memory space and the other ("host", "device"); None else."""
     if cause != "new sharding":
         return None
     mine = [m for m in misses if m.cause == cause]
-    if any(len(m.new_types) > 1 or m.explanation.count("* at ") > 1 for m in mine):
-        return None  # another argument changed too
-    found = [_CHANGE.search(m.changed) for m in mine]
-    spaces = [jaxcompat.memory_spaces_only(*f.groups()) if f else None for f in found]
-    return spaces[-1] if spaces and all(spaces) else None
+    spaces: list = []
+    for m in mine:
+        if len(m.new_types) > 1 and len(m.before_types) == len(m.new_types) == \
+                m.explanation.count("* at "):  # each argument that changed: several leaves
+            # of an offloaded state (marin-community/marin#8443: four moments restored to
+            # device memory), each of its memory space alone
+            spaces += [jaxcompat.memory_spaces_only(now.split(": ", 1)[1], was.split(": ", 1)[1])
+                       for now, was in zip(m.new_types, m.before_types, strict=True)]
+        elif len(m.new_types) > 1 or m.explanation.count("* at ") > 1:
+            return None  # another argument changed too
+        else:
+            found = _CHANGE.search(m.changed)
+            spaces.append(jaxcompat.memory_spaces_only(*found.groups()) if found else None)
+    return spaces[-1] if spaces and all(spaces) and len(set(spaces)) == 1 else None
 
 
 def _floats_only(misses: Sequence[CacheMiss], cause: str) -> bool:

@@ -873,6 +873,28 @@ def test_the_fix_and_the_change_are_read_from_the_misses_alone():
     assert compile_causes.fix_for([], "first compile") == ""
 
 
+def test_marin_8443_an_offloaded_state_restored_to_device_memory_is_named_for_each_leaf():
+    """marin-community/marin#8443: a run kept its optimizer state in pinned_host; restored with
+    jax.eval_shape's shardings (no memory kind), the state came back in device memory and the
+    step compiled again. Four leaves changed memory space at once, and the kit, which read a
+    memory-space change of one argument only, gave "put the argument on the same device"
+    (a trial). Now the memory space, with the restore into pinned_host."""
+    leaves = ["opt['mu']['w1']", "opt['mu']['w2']", "opt['nu']['w1']", "opt['nu']['w2']"]
+    text = ("TRACING CACHE MISS at /w/t.py:68:15 (<module>):\n  for _step defined at /w/t.py:27\n"
+            "  all previously seen cache keys differ. For the closest previous key:\n"
+            "  different input types:\n" + "\n".join(
+                f"  * at {p}, now f32[1024@x,1024] and before f32<host>[1024@x,1024]"
+                for p in leaves))
+    parsed = jaxcompat.parse_cache_miss(text)
+    assert parsed["cause"] == "new sharding" and len(parsed["before_types"]) == 4
+    fix = compile_causes.fix_for([compile_causes.CacheMiss(**parsed)], "new sharding")
+    assert "only the memory space changed" in fix and "marin#8443" in fix
+    assert "it belongs in host memory" in fix and "with_memory_kind('pinned_host')" in fix
+    mixed = jaxcompat.parse_cache_miss(text + "\n  * at p, now f32[4]{S} and before f32[4]")
+    assert compile_causes.fix_for([compile_causes.CacheMiss(**mixed)], "new sharding") \
+        == compile_causes.FIXES["new sharding"]  # a sharding changed too: not the space alone
+
+
 def test_marin_8515_a_leaf_returned_in_another_memory_is_no_new_dtype():
     """An offloaded optimizer state's count made in device memory, while the step returns it in
     pinned_host: JAX says "now i32<host>[] and before i32[]", the same dtype. The kit called it
