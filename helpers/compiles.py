@@ -551,14 +551,17 @@ class CompileLog(Display):
         if self.cache_dir and self.cache_skipped and not self.cache_written:
             notes.append(self._not_cached())
         for f in self.functions:
-            if f.unrolled_line and f.compile_seconds >= UNROLLED_SECONDS:
+            spent = f.compile_seconds + f.trace_seconds + f.lowering_seconds
+            # (tracing counts too: a loop whose copies XLA drops, their values unused, still
+            # costs JAX a trace of each, jax-ml/jax#4436: 1.38 s traced, 0.02 s compiled)
+            if f.unrolled_line and spent >= UNROLLED_SECONDS:
                 where = f" ({f.defined_at})" if f.defined_at else ""
                 alike = f.unrolled_alike >= jaxpr_loops.LOOP_REPEATS
                 head = (f"`{f.function}`{where} was traced to {f.jaxpr_equations:,} jaxpr "
                         f"equations, {f.unrolled_equations:,} of them from one line "
                         f"({f.unrolled_line}), one of them {f.unrolled_repeats} times over")
                 if f.unrolled_kind == "scalars":  # a list of numbers: no loop to rewrite
-                    notes.insert(0, f"{head} ({f.compile_seconds:.2f} s of compiling): "
+                    notes.insert(0, f"{head} ({_seconds_spent(f)}): "
                                  + jaxpr_loops.SCALARS_FIX.format(f.unrolled_scalars))
                     continue
                 unalike = (jaxpr_loops.SLICED_LOOP_FIX if f.unrolled_kind == "sliced"
@@ -569,8 +572,8 @@ class CompileLog(Display):
                        f", its operand shapes changing between iterations (at most "
                        f"{f.unrolled_alike} alike)")
                     + ": a Python loop inside the jitted function is unrolled, one copy of its "
-                    f"body per iteration, and XLA compiles every copy ({f.compile_seconds:.2f} s "
-                    "here). "
+                    "body per iteration, and JAX traces and XLA compiles every copy "
+                    f"({_seconds_spent(f)} here). "
                     + ("jax.lax.scan or jax.lax.fori_loop compile the body once (jax-ml/jax#352: "
                        "an RNN of 300 steps, 21.5 s to its first result, 1.0 s with lax.scan)."
                        + (jaxpr_loops.LOOKUPS_FIX if f.unrolled_gathers else "")
@@ -1502,6 +1505,13 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
             "unrolled_repeats": unrolled[3], "unrolled_gathers": unrolled[4],
             "unrolled_alike": unrolled[5], "unrolled_kind": unrolled[6],
             "unrolled_scalars": unrolled[7]}))
+
+
+def _seconds_spent(f: FunctionCompiles) -> str:
+    """ "7.83 s of compiling", with JAX's tracing and lowering where they took 0.1 s or more."""
+    traced = f.trace_seconds + f.lowering_seconds
+    return (f"{traced:.2f} s of tracing and lowering, {f.compile_seconds:.2f} s of compiling"
+            if traced >= 0.1 else f"{f.compile_seconds:.2f} s of compiling")
 
 
 def _each_new(types: list[str], compiles: int) -> bool:
