@@ -350,6 +350,10 @@ class StepPreflight(_Verdict, Display):
     #: ("float32[50000, 50000]", bytes, the product's line, the diagonal's line) of each square
     #: product made only for its diagonal, named where it is a quarter of the peak (GPJax#389)
     diagonal_products: tuple[tuple[str, int, str, str], ...] = ()
+    #: ("float32[2, 2048, 32, 64]", bytes, times repeated, line) of each value jnp.repeat made
+    #: only for a product to read, a quarter of the peak or more: grouped-query attention's K
+    #: and V repeated up to the query heads (NovaSky-AI/SkyRL#514)
+    repeated_operands: tuple[tuple[str, int, int, str], ...] = ()
 
 
 def _in_use(dev) -> tuple[int | NotAvailable, str]:
@@ -756,6 +760,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     cutoffs = program_notes.sorts_for_cutoffs(c)
     if cutoffs and not sorts:  # a whole sort per row for a top-p cutoff (keras-hub#963)
         notes.append(program_notes.cumulative_cutoff_note(*cutoffs[0]))
+    repeats = [r for r in (jaxpr_products.repeated_operands(c.jaxpr) if c.jaxpr is not None
+                           else []) if 4 * r[2] >= peak and r[2] >= 2**20]
+    if repeats:  # K and V repeated up to the query heads (NovaSky-AI/SkyRL#514)
+        notes.append(program_notes.repeated_operand_note(repeats))
     diagonals = [d for d in (jaxpr_products.diagonal_products(c.jaxpr) if c.jaxpr is not None
                              else []) if 4 * d[2] >= peak]
     if diagonals:  # m x m values for m of them (GPJax#389)
@@ -1116,7 +1124,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
                                  for shape, dtype, n, line, at in cutoffs),
         edge_gather=edges,
         diagonal_products=tuple((f"{dtype}{list(shape)}", n, line, at)
-                                for shape, dtype, n, line, at in diagonals))
+                                for shape, dtype, n, line, at in diagonals),
+        repeated_operands=tuple((f"{dtype}{list(shape)}", n, g, line)
+                                for shape, dtype, n, g, _, line in repeats))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

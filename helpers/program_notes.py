@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "bound_method_note",
            "callback_broadcast_note", "callback_loop_note", "carry_copy_note", "cast_note",
            "checkpoint_fix", "chunk_size", "chunks_fix", "cpu_upcast", "cpu_upcast_note",
-           "cumulative_cutoff_note",
+           "cumulative_cutoff_note", "repeated_operand_note",
            "einsum_blowups", "einsum_note",
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "identity_static_note",
@@ -1974,6 +1974,32 @@ def cumulative_cutoff_note(shape: tuple[int, ...], dtype: str, n: int, line: str
             "vocabulary, with k of a few dozen to a few hundred, and the cumulative cutoff over "
             "those k: the same nucleus wherever it lies within the k (keras-team/keras-hub#963; "
             "its fix renormalised over the k, which keeps a few tokens fewer).")
+
+
+def repeated_operand_note(repeats: Sequence[tuple[tuple[int, ...], str, int, int, int, str]]
+                          ) -> str:
+    """Values jnp.repeat made only for a product to read
+    (:func:`helpers._internal.jaxpr_products.repeated_operands`): grouped-query attention's K
+    and V repeated up to the query heads, where jax.nn.dot_product_attention takes them with
+    fewer heads (NovaSky-AI/SkyRL#514's fix; a new user's trial, B=2, a 2,048-token cache, 32
+    query heads over 4: 72.5 MiB at the peak with the repeats, 16.5 MiB without, the same
+    output; a smaller batch, the generic advice, still did not fit a 48 MiB budget)."""
+    from helpers.units import format_bytes
+
+    shape, dtype, _, g, axis, line = repeats[0]
+    total = sum(r[2] for r in repeats)
+    lines = list(dict.fromkeys(r[5] for r in repeats if r[5]))
+    at = f" ({'; '.join(lines[:2])})" if lines else ""
+    each = (f"{len(repeats)} values" if len(repeats) > 1 else "a value") + \
+        f" repeated {g} times along axis {axis}"
+    return (f"The step makes {each}{at}, {format_bytes(total)} in all (the largest "
+            f"{dtype}{list(shape)}), only for a product to read: a copy {g} times the size of "
+            "what it repeats. Where these are grouped-query attention's K and V repeated up to "
+            "the query heads, pass them unrepeated: jax.nn.dot_product_attention(q, k, v) takes "
+            "K and V with fewer heads than Q, a divisor of them (NovaSky-AI/SkyRL#514); in an "
+            "einsum, reshape q to [..., kv_heads, group, head_dim] and contract it with the "
+            "unrepeated k, jnp.einsum('btkgd,bskd->bkgts', q, k). A smaller batch only shrinks "
+            "the copy with everything else.")
 
 
 def sliced_sort_note(shape: tuple[int, ...], dtype: str, n: int, k: int, end: str, kept: str,

@@ -3183,3 +3183,39 @@ def test_a_note_that_drops_the_generic_tips_keeps_the_pool_fraction():
     advice = f"needs 9 GiB, 8 GiB free on X. Try: {pool}; a smaller batch"
     assert preflight._only_pool_tip(advice, pool) == f"needs 9 GiB, 8 GiB free on X. Try: {pool}."
     assert preflight._only_pool_tip(advice, "") == "needs 9 GiB, 8 GiB free on X."
+
+
+def test_skyrl_514_k_and_v_repeated_up_to_the_query_heads_are_named_with_native_gqa():
+    """NovaSky-AI/SkyRL#514: grouped-query attention made K and V as wide as the query heads
+    with jnp.repeat ("blow up the K and V matrices"); jax.nn.dot_product_attention takes them
+    with fewer heads (the PR). preflight_step listed the two repeats, 89% of the peak, with no
+    word, and under a budget advised a smaller batch, which did not fit (a trial). The fix it
+    names, run: the same output, without the copies; its einsum form too."""
+    b, s, hq, hkv, d = 2, 512, 32, 4, 64
+
+    def attend_repeat(q, k, v):
+        k = jnp.repeat(k, hq // hkv, axis=2)
+        v = jnp.repeat(v, hq // hkv, axis=2)
+        return jax.nn.dot_product_attention(q, k, v)
+
+    def attend_native(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v)
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(keys[0], (b, 4, hq, d))
+    k, v = (jax.random.normal(kk, (b, s, hkv, d)) for kk in keys[1:])
+    p = preflight.preflight_step(attend_repeat, q, k, v)
+    assert [r[2] for r in p.repeated_operands] == [8, 8]
+    assert p.repeated_operands[0][1] == b * s * hq * d * 4  # 8 MiB each, 8x the cache
+    assert "jax.nn.dot_product_attention(q, k, v) takes K and V with fewer heads" in p.advice
+    assert "SkyRL#514" in p.advice
+    fixed = preflight.preflight_step(attend_native, q, k, v)
+    assert fixed.repeated_operands == () and "SkyRL#514" not in fixed.advice
+    np.testing.assert_allclose(attend_native(q, k, v), attend_repeat(q, k, v), atol=1e-5)
+    grouped = q.reshape(b, 4, hkv, hq // hkv, d)  # the einsum form the note gives
+    scores = jnp.einsum("btkgd,bskd->bkgts", grouped, k)
+    wide = jnp.einsum("bthd,bshd->bhts", q, jnp.repeat(k, hq // hkv, axis=2))
+    np.testing.assert_allclose(scores.reshape(b, hq, 4, s), wide, rtol=1e-5, atol=1e-4)
+    tiled = preflight.preflight_step(  # jnp.tile's copies are another layout: no word
+        lambda q, k: jnp.einsum("bthd,bshd->bhts", q, jnp.tile(k, (1, 1, hq // hkv, 1))), q, k)
+    assert tiled.repeated_operands == ()

@@ -27,7 +27,7 @@ from helpers._internal.jaxpr_walk import (
     walk,
 )
 
-__all__ = ["batch_reductions", "cumulative_cutoffs", "diagonal_products",
+__all__ = ["batch_reductions", "cumulative_cutoffs", "diagonal_products", "repeated_operands",
            "einsum_intermediates", "einsum_step",
            "pairwise_reductions",
            "scatters_batched", "selected_branches", "sliced_sorts", "softmax_products",
@@ -960,3 +960,63 @@ def cumulative_cutoffs(closed) -> list[tuple[tuple[int, ...], str, int, str, str
                         tainted[id(v)] = from_sort
     unique = {(f[3], f[4]): f for f in found}
     return sorted(unique.values(), key=lambda f: -math.prod(f[0]))
+
+
+#: equations a repeated value may pass through on its way to the product: a layout change
+_PASS_THROUGH = frozenset({"transpose", "convert_element_type", "reshape", "copy"})
+
+
+def _reaches_product(var, read: dict, depth: int = 0) -> bool:
+    """``var`` is an operand of a dot_general, directly, through a layout change, or as the
+    input of a call (jnp.einsum's jit on older JAX) whose own jaxpr multiplies it."""
+    for eqn in read.get(id(var), ()):
+        name = eqn.primitive.name
+        if name == "dot_general":
+            return True
+        if name in _PASS_THROUGH and depth < 4 and _reaches_product(eqn.outvars[0], read,
+                                                                     depth + 1):
+            return True
+        inner = getattr(eqn.params.get("jaxpr"), "jaxpr", eqn.params.get("jaxpr"))
+        if inner is not None and depth < 4 and hasattr(inner, "eqns"):
+            at = [i for i, v in enumerate(eqn.invars) if v is var]
+            _, inner_read = made_and_read(inner)
+            if any(i < len(inner.invars) and _reaches_product(inner.invars[i], inner_read,
+                                                               depth + 1) for i in at):
+                return True
+    return False
+
+
+def repeated_operands(closed) -> list[tuple[tuple[int, ...], str, int, int, int, str]]:
+    """(the repeated value's shape, its dtype, its bytes, the times each slice is repeated,
+    the axis, the user's line) of each value made by repeating every slice of another along
+    an axis, jnp.repeat(k, g, axis) (a broadcast that adds an axis of g beside it, reshaped
+    into it), and then multiplied by a dot_general: grouped-query attention's K and V
+    repeated up to the query heads (NovaSky-AI/SkyRL#514), a copy g times the original's size
+    that the product could read unrepeated. Largest first."""
+    found = []
+    for j, _ in walk(closed):
+        made, read = made_and_read(j)
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name != "reshape":
+                continue
+            wide = made.get(id(eqn.invars[0]))
+            if wide is None or wide.primitive.name != "broadcast_in_dim":
+                continue
+            src = tuple(getattr(wide.invars[0].aval, "shape", ()))
+            mid = tuple(wide.outvars[0].aval.shape)
+            out = tuple(eqn.outvars[0].aval.shape)
+            dims = tuple(wide.params["broadcast_dimensions"])
+            if len(mid) != len(src) + 1 or len(out) != len(src) or dims != tuple(
+                    i for i in range(len(mid)) if i != (new := next(
+                        (i for i in range(len(mid)) if i not in dims), -1))) or new < 1:
+                continue
+            g = mid[new]
+            # jnp.repeat's layout: the new axis right after the one it repeats, merged into it
+            if g < 2 or out != src[:new - 1] + (src[new - 1] * g,) + src[new:]:
+                continue
+            if not _reaches_product(eqn.outvars[0], read):
+                continue
+            aval = eqn.outvars[0].aval
+            found.append((out, str(aval.dtype), math.prod(out) * aval.dtype.itemsize, g,
+                          new - 1, equation_line(wide)))
+    return sorted(found, key=lambda f: -f[2])
