@@ -1863,7 +1863,21 @@ def attention_note(shape: tuple[int, ...], dtype: str, nbytes: int, contracted: 
             "XLA's temporaries 130.06 -> 20.51 MiB in 8 blocks); on a GPU, "
             "jax.nn.dot_product_attention(q, k, v, implementation='cudnn') with bfloat16 or "
             "float16 q, k, v runs cuDNN's flash attention, which makes no such matrix (from "
-            "JAX's source, jax/_src/cudnn/fused_attention_stablehlo.py, not yet run on a GPU).")
+            "JAX's source, jax/_src/cudnn/fused_attention_stablehlo.py, not yet run on a GPU)."
+            + (_MASK_ARRAY if _MASK_ARGUMENT.search(line) else ""))
+
+
+#: a jax.nn.dot_product_attention call given a mask array (google/flax#5093)
+_MASK_ARGUMENT = re.compile(r"dot_product_attention\(.*\bmask\s*=\s*(?!None\b)")
+#: what a mask array costs there: the array itself, and under cuDNN a dense bias (from JAX's
+#: source, jax/_src/cudnn/fused_attention_stablehlo.py's combine_bias_and_mask, 0.10.2; not
+#: yet run on a GPU); is_causal builds none (google/flax#5093 added is_causal for it)
+_MASK_ARRAY = (" The call passes mask=: where it is a causal mask made as an array "
+               "(nn.make_causal_mask, jnp.tril), pass is_causal=True instead, which builds no T x "
+               "T array; under implementation='cudnn' a mask array becomes a dense additive bias "
+               "of its shape, and is_causal selects cuDNN's causal kernel (google/flax#5093; from "
+               "JAX's source, jax/_src/cudnn/fused_attention_stablehlo.py: "
+               "combine_bias_and_mask, not yet run on a GPU).")
 
 
 def einsum_blowups(c: compiled.CompiledStep, peak: int

@@ -122,6 +122,28 @@ def test_flax_2858_attention_scores_named_and_query_blocks_shrink_them():
     assert not r2.softmax_products and "attention score matrix" not in r2.advice
 
 
+def test_flax_5093_a_causal_mask_array_is_named_with_is_causal():
+    """google/flax#5093: a causal layer built its mask as an array ([B, 1, T, T]) and passed it
+    as mask=, which the PR replaced with is_causal (no T x T array; under cuDNN, no dense
+    bias: JAX's source, not yet run on a GPU). The attention note said nothing of the mask (a
+    trial). The fix it names, run: the same output; a call without mask= gets no word of it."""
+    q, k, v = (jax.random.normal(key, (B, S, H, DH))
+               for key in jax.random.split(jax.random.key(2), 3))
+    causal = jnp.tril(jnp.ones((S, S), bool))[None, None]
+
+    def masked(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v, mask=causal)
+
+    step = jax.grad(_sum_squares(masked), argnums=(0, 1, 2))
+    advice = preflight.preflight_step(step, q, k, v).advice
+    assert "attention score matrix" in advice and "pass is_causal=True instead" in advice
+    assert "flax#5093" in advice and "combine_bias_and_mask" in advice
+    np.testing.assert_allclose(masked(q, k, v), _attention(q, k, v), atol=1e-5)
+    plain = preflight.preflight_step(jax.grad(_sum_squares(_attention), argnums=(0, 1, 2)),
+                                     q, k, v).advice
+    assert "attention score matrix" in plain and "is_causal=True instead" not in plain
+
+
 # --- jax-ml/jax#24915: jnp.einsum's pairwise intermediate --------------------------------------
 # 'ilj,jki->iljk': f32[64, 64, 64, 64], 64 MiB, from six 16 KiB operands (at n=48 XLA 0.8.0
 # fuses the whole einsum into one loop and holds no such value: the kit says nothing there)
