@@ -1160,7 +1160,12 @@ def stack_note(t: compiled.ScanStack, peak: int) -> str:
                 "jax.checkpoint or an inner jax.jit JAX keeps the copy; returned directly, "
                 "JAX drops it itself.")
     return (f"{head}: what its body returns beside the carry. Return less from the body (a "
-            "sum, or the last value, belongs in the carry).")
+            "sum, or the last value, belongs in the carry). Where the history is wanted, keep "
+            "every k-th step: an outer lax.scan over the snapshots whose body runs k steps in "
+            "a jax.lax.fori_loop and returns only the last (uwplasma/JAX-in-Cell#37). Where "
+            "all of it is the result, run the scan in chunks from a Python loop, the carry "
+            "passed on, and move each chunk's stack to the host (jax.device_get, or to disk) "
+            "before the next (SparkyTruck/deepmd-jax#6).")
 
 
 def record_note(loop: str, whole: tuple[int, ...], step: tuple[int, ...], dtype: str,

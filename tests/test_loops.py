@@ -750,3 +750,40 @@ def test_updated_inputs_reads_each_value_once_in_a_deep_unrolled_gradient():
         jaxpr_values.called_jaxpr = real
     assert found == [frozenset({0}), frozenset()]  # x - lr * g is x's; the gradient is no one's
     assert len(calls) <= 4 * len(closed.jaxpr.eqns)
+
+
+def test_jax_in_cell_37_deepmd_6_a_history_is_kept_every_k_steps_or_moved_to_the_host():
+    """uwplasma/JAX-in-Cell#37: a simulation's scan returned every step's state and ran out of
+    memory; the PR keeps every k-th (snapshots). SparkyTruck/deepmd-jax#6: a whole trajectory
+    that is the result is run in chunks, each saved to the host. The note said only "return
+    less from the body" (a trial). Both fixes it now names, run: the same snapshots, the same
+    trajectory, and a stack k times smaller."""
+    def step(x):
+        return jnp.tanh(x @ x.T) * 0.5 + 0.1
+
+    def history(x):
+        return jax.lax.scan(lambda c, _: (step(c), step(c)), x, None, length=60)
+
+    x = jnp.eye(96) * 0.3
+    p = preflight.preflight_step(history, x)
+    assert "keep every k-th step" in p.advice and "JAX-in-Cell#37" in p.advice
+    assert "deepmd-jax#6" in p.advice
+
+    def snapshots(x, k=10):  # the note's first fix: an outer scan, k steps in a fori_loop
+        def between(c, _):
+            c = jax.lax.fori_loop(0, k - 1, lambda i, s: step(s), c)
+            c = step(c)
+            return c, c
+        return jax.lax.scan(between, x, None, length=60 // k)
+
+    _, every = jax.jit(history)(x)
+    _, kept = jax.jit(snapshots)(x)
+    np.testing.assert_allclose(kept, every[9::10], rtol=1e-5, atol=1e-6)
+    small = preflight.preflight_step(snapshots, x)
+    assert small.output_bytes * 5 < p.output_bytes
+    chunks, c = [], x  # the second: chunks from a Python loop, each moved to the host
+    run = jax.jit(lambda c: jax.lax.scan(lambda c, _: (step(c), step(c)), c, None, length=20))
+    for _ in range(3):
+        c, ys = run(c)
+        chunks.append(jax.device_get(ys))
+    np.testing.assert_allclose(np.concatenate(chunks), every, rtol=1e-5, atol=1e-6)
