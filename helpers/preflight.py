@@ -354,6 +354,10 @@ class StepPreflight(_Verdict, Display):
     #: only for a product to read, a quarter of the peak or more: grouped-query attention's K
     #: and V repeated up to the query heads (NovaSky-AI/SkyRL#514)
     repeated_operands: tuple[tuple[str, int, int, str], ...] = ()
+    #: ("float32[500, 1000000]", bytes, the draw's line, the scan's line) of each array of
+    #: random values drawn whole and read by a lax.scan one row per step, named where they are
+    #: a quarter of the peak together (QuantEcon/lecture-python.myst#329)
+    scan_draws: tuple[tuple[str, int, str, str], ...] = ()
 
 
 def _in_use(dev) -> tuple[int | NotAvailable, str]:
@@ -760,6 +764,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     cutoffs = program_notes.sorts_for_cutoffs(c)
     if cutoffs and not sorts:  # a whole sort per row for a top-p cutoff (keras-hub#963)
         notes.append(program_notes.cumulative_cutoff_note(*cutoffs[0]))
+    draws = jaxpr_loops.drawn_before_scans(c.jaxpr) if c.jaxpr is not None else ()
+    if draws and 4 * sum(d[2] for d in draws) >= peak and sum(d[2] for d in draws) >= 2**20:
+        notes.append(program_notes.scan_draws_note(draws))
+    else:
+        draws = ()
     repeats = [r for r in (jaxpr_products.repeated_operands(c.jaxpr) if c.jaxpr is not None
                            else []) if 4 * r[2] >= peak and r[2] >= 2**20]
     if repeats:  # K and V repeated up to the query heads (NovaSky-AI/SkyRL#514)
@@ -1126,7 +1135,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         diagonal_products=tuple((f"{dtype}{list(shape)}", n, line, at)
                                 for shape, dtype, n, line, at in diagonals),
         repeated_operands=tuple((f"{dtype}{list(shape)}", n, g, line)
-                                for shape, dtype, n, g, _, line in repeats))
+                                for shape, dtype, n, g, _, line in repeats),
+        scan_draws=tuple((f"{dtype}{list(shape)}", n, line, at)
+                         for shape, dtype, n, line, at in draws))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

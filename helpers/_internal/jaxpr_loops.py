@@ -32,7 +32,7 @@ from helpers._internal.jaxpr_walk import (
 )
 
 __all__ = ["calling_loop", "carry_lines", "cast_before_scan", "chained_scans", "chunked_inputs",
-           "line_repeats", "line_runs",
+           "drawn_before_scans", "line_repeats", "line_runs",
            "LOOKUPS_FIX", "loop_kind", "loop_records", "LOOP_REPEATS", "moved_input",
            "PARTIAL_UNROLL",
            "repeated_outputs", "scalar_inputs", "SCALARS_FIX", "scan_carry_bytes",
@@ -798,6 +798,50 @@ def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str,
                                     math.prod(after.shape) * after.dtype.itemsize,
                                     equation_line(cast), equation_line(eqn), scan_role(eqn)))
     return tuple(sorted(out, key=lambda x: -x[3]))
+
+
+def _draws(eqn, depth: int = 0) -> bool:
+    """The equation makes random bits, or calls a jit that does (jax.random.normal's _normal)."""
+    if eqn.primitive.name in ("random_bits", "threefry2x32"):
+        return True
+    inner = called_jaxpr(eqn)
+    return inner is not None and depth < 4 and any(_draws(e, depth + 1) for e in inner.eqns)
+
+
+def drawn_before_scans(closed) -> tuple[tuple[tuple[int, ...], str, int, str, str], ...]:
+    """(shape, dtype, bytes, the draw's line, the scan's line) of each array of random values
+    (jax.random.normal(key, (T, M)) and what elementwise arithmetic with smaller values makes
+    of it: mu + sigma * z) drawn whole and read by a ``lax.scan`` one row per step: every
+    step's draws held at once, growing with the scan's length, where a key per step inside the
+    body draws one row at a time (QuantEcon/lecture-python.myst#329: three (T, M) matrices of
+    shocks, 9.31 GiB asked of a 10 GB card). Largest first."""
+    out = []
+    for j, _ in walk(closed):
+        drawn: dict[int, Any] = {}  # a variable -> the equation that drew it
+        for eqn in getattr(j, "eqns", ()):
+            if eqn.primitive.name == "scan" and drawn:
+                first = sum(jaxcompat.scan_counts(eqn.params))
+                for v in eqn.invars[first:]:
+                    if id(v) in drawn and len(v.aval.shape) >= 1:
+                        out.append((tuple(v.aval.shape), str(v.aval.dtype),
+                                    math.prod(v.aval.shape) * v.aval.dtype.itemsize,
+                                    equation_line(drawn[id(v)]), equation_line(eqn)))
+                continue
+            if not eqn.outvars or not eqn.outvars[0].aval.shape:
+                continue
+            size = math.prod(eqn.outvars[0].aval.shape)
+            if size >= 1024 and _draws(eqn):
+                for v in eqn.outvars:
+                    drawn[id(v)] = eqn
+                continue
+            # elementwise with the draws, every other operand far smaller (a scalar, a row)
+            ins = [v for v in eqn.invars if not hasattr(v, "val")]
+            source = next((drawn[id(v)] for v in ins if id(v) in drawn), None)
+            if source is not None and len(eqn.outvars) == 1 and all(
+                    id(v) in drawn or 8 * math.prod(v.aval.shape) <= size for v in ins) and \
+                    eqn.primitive.name not in ("scan", "while", "cond", "dot_general"):
+                drawn[id(eqn.outvars[0])] = source
+    return tuple(sorted(out, key=lambda x: -x[2]))
 
 
 #: where the unrolled loop was faster to run: a partial unroll (noegroup/ScoreMD#7, a Langevin
