@@ -1096,6 +1096,35 @@ def test_jax_1988_timeit_of_a_jitted_call_that_does_not_wait_is_named_with_the_f
     shell.run_line_magic("load_ext", "helpers")  # as the fixture expects to find it
 
 
+def test_jax_427_timeit_of_a_function_not_jitted_names_each_operation_s_dispatch(shell, capsys):
+    """jax-ml/jax#427: the quickstart's sum_logistic is 15x slower with jax.numpy than NumPy at
+    N=10 (mattjj: a fixed dispatch cost per operation; jit it). %timeit of it under the kit
+    said nothing: the check read jitted calls only (a trial: 79.5 us against 4.5 us, 12.7 us
+    jitted). The fix it names, run: the same value, jitted."""
+    shell.run_cell("import numpy as np\n"
+                   "def sum_logistic(x):\n    return jnp.sum(1.0 / (1.0 + jnp.exp(-x)))\n"
+                   "def one_op(x):\n    return jnp.sum(x)\n"
+                   "def numpy_only(x):\n    return np.sum(1.0 / (1.0 + np.exp(-x)))\n"
+                   "def put(x):\n    return jax.block_until_ready(jax.device_put(x))\n"
+                   "x = jnp.arange(10.0)")
+    capsys.readouterr()
+    shell.run_cell("%timeit -n2 -r1 -q sum_logistic(x)")
+    said = capsys.readouterr().out
+    assert "sum_logistic is not jitted, so each of its 2 jnp or jax calls" in said
+    assert "jax-ml/jax#427" in said and "jax.jit(sum_logistic)" in said
+    shell.run_cell("%timeit -n2 -r1 -q sum_logistic(x).block_until_ready()")
+    assert "is not jitted" in capsys.readouterr().out  # a wait does not make it one program
+    for fine in ("%timeit -n2 -r1 -q one_op(x)",  # one operation: one dispatch either way
+                 "%timeit -n2 -r1 -q numpy_only(np.ones(10))",  # not JAX
+                 "%timeit -n2 -r1 -q put(np.ones(10))",  # puts, no operation
+                 "%timeit -n2 -r1 -q jax.jit(sum_logistic)(x).block_until_ready()"):
+        shell.run_cell(fine)
+        assert "JAX Device Kit" not in capsys.readouterr().out, fine
+    shell.run_cell("fast = jax.jit(sum_logistic)")
+    assert float(shell.user_ns["fast"](shell.user_ns["x"])) == pytest.approx(
+        float(shell.user_ns["sum_logistic"](shell.user_ns["x"])), rel=1e-6)
+
+
 def test_openpi_437_a_sharding_error_in_a_cell_is_explained_under_its_traceback(shell, capsys):
     """The epoch's last batch, 19 rows over 4 devices: JAX's ValueError, then the kit's cause
     and fix under the traceback; any other ValueError shows its traceback alone."""
