@@ -266,6 +266,8 @@ _FILLED = re.compile(r"\bjnp\.(?:zeros|ones|full|empty)(?:_like)?\(")
 #: a slice with a bound (x[a:b]) on a line that calls nothing outside its brackets: the
 #: copies of its bounds JAX's fast path logs with no shape (the first with one: "an index")
 _SLICED = re.compile(r"[\w\]]\[[^\]]*:[^\]]*\]")
+#: an index into a name (x[0, 0], x[i]), innermost brackets
+_INDEXED = re.compile(r"[\w\])]\[[^\[\]]*\]")
 #: a Python loop or comprehension over a name (or its attribute or slice), not over a call
 #: (range(n), zip(...)): where the copies are a host->device index's, the iterable is a
 #: jax.Array JAX slices piece by piece (huggingface/transformers#14864)
@@ -495,6 +497,11 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     if shape is None and _SLICED.search(source) and not re.search(
             _ARITHMETIC + r"|\(", re.sub(r"\[[^\]]*\]", "", source)):  # a bare name = x[a:b]
         shape, dtype = (), "int32"  # a slice's bounds on JAX's fast path, which logs no shape
+    if shape is None and _INDEXED.search(source) and set(_CALLED.findall(source)) <= _READS \
+            and not re.search(_ARITHMETIC, _INDEXED.sub("", source)):
+        # an element read (float(b[0, 0]) for b in batches): its indices, not a jit's argument
+        # (a new user's trial was told "an argument of a jitted call")
+        shape, dtype = (), "int32"
     if shape is None and (jnp_only := _jnp_functions(source)):
         fn = jnp_only[0]
         numpy_has = _numpy_has(fn)

@@ -951,3 +951,18 @@ def test_aimz_174_jnp_pad_of_numpy_batches_is_named_with_numpy_s_pad():
         assert transfers._jnp_functions(line) == [], line
     assert transfers._jnp_functions("n = jnp.linalg.norm(v)") == ["linalg.norm"]
     assert transfers._numpy_has("linalg.norm") and not transfers._numpy_has("norm")
+
+
+def test_an_element_read_in_a_comprehension_is_named_as_its_indices_not_a_jit_argument():
+    """A new user's trial: `later = [float(b[0, 0]) for b in batches]` was told "an argument of
+    a jitted call: a NumPy array or a Python number", with no jitted call on the line: the
+    copies are JAX's start indices for the element read."""
+    batches = [jnp.full((4, 4), float(i)) for i in range(3)]
+    jax.block_until_ready(batches)
+    with transfers.trace() as log:
+        later = [float(b[0, 0]) for b in batches]
+    assert later == [0.0, 1.0, 2.0]
+    rows = [r for r in log.by_line() if "float(b[0, 0])" in r["line"]]
+    reasons = " ".join(x for r in rows for x in r["reasons"])
+    assert rows and "an index or slice bound" in reasons, log.by_line()
+    assert "an argument of a jitted call" not in reasons
