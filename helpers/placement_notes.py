@@ -497,7 +497,10 @@ def unsupported_dtype_note(dtype: str | np.dtype, shape: tuple[int, ...] = ()) -
                 "float8, so np.frombuffer or np.fromfile of such a tensor gives bytes. "
                 f"Reinterpret them in place before jax.device_put: {view} (ml_dtypes comes with "
                 "JAX; sgl-project/sglang-jax#1017's fix). jax.device_put alone raises the same "
-                "TypeError.")
+                "TypeError."
+                + (" np.load of a bfloat16 array that np.save wrote gives these bytes too (the "
+                   "file keeps no name for the dtype): jnp.load reads it back as bfloat16, or "
+                   "view it as above (jax-ml/jax#8499)." if size == 2 else ""))
     if kind.kind == "O":
         if tuple(shape) == ():
             return ("a 0-d NumPy object array: one Python object, pickled, as np.save or "
