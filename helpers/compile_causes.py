@@ -301,7 +301,10 @@ WIDENED_BY_INTEGER_FIX = (
     "that. It starts at {3}, where an integer array meets a Python float: jnp makes its "
     "default float of the two, {4} (google-deepmind/optax#1051: a bias correction "
     "0.9 ** (count + 1) of an int32 step count). Make the integer {5} first there "
-    "(count.astype(jnp.{5})), or the result (jnp.asarray(..., dtype=jnp.{5}))")
+    "(count.astype(jnp.{5})), or the result (jnp.asarray(..., dtype=jnp.{5})). XLA makes "
+    "one conversion of an integer that several lines convert alike (Adam's two bias "
+    "corrections, b1 ** (i + 1) and b2 ** (i + 1): jax-ml/jax#4827), so others may widen it "
+    "too: cast the integer once where it enters the step")
 #: the same where the step also takes arrays of the wider float (float32 parameters beside
 #: bfloat16 Adam moments): jnp promotes the narrow value with a wide one (the moment update
 #: b1 * mu + (1 - b1) * g with float32 gradients, google/tunix#1880), and a float an integer

@@ -4346,6 +4346,48 @@ def test_optax_1051_an_integer_count_meeting_a_python_float_widens_the_state_und
     assert (fixed.compiles, kept["grad_sum"].dtype) == (1, jnp.float32)  # the fix named
 
 
+def test_jax_4827_adam_s_two_bias_corrections_are_fixed_by_one_cast_of_the_step():
+    """jax-ml/jax#4827: under x64 Adam turned float32 parameters float64 (b1 ** (i + 1) and
+    b2 ** (i + 1) of an integer step). XLA makes one conversion of i for both lines and names
+    the first; a trial cast there, still had 3 compiles, and was then told the second line.
+    The fix says so now, and casting the step once where it enters, run: 1 compile, float32."""
+    b1, b2 = 0.9, 0.999
+
+    def update_of(cast):
+        @jax.jit
+        def update(i, state):
+            x, m, v = state
+            if cast:
+                i = i.astype(jnp.float32)  # the fix named: once, where it enters
+            g = 2 * x
+            m = 0.1 * g + b1 * m
+            v = 0.001 * g * g + b2 * v
+            mhat = m / (1 - b1 ** (i + 1))
+            vhat = v / (1 - b2 ** (i + 1))
+            return x - 1e-3 * mhat / (jnp.sqrt(vhat) + 1e-8), m, v
+        return update
+
+    def train(cast):
+        x = jnp.ones((64, 64), jnp.float32)
+        state, update = (x, jnp.zeros_like(x), jnp.zeros_like(x)), update_of(cast)
+        with compiles.watch() as log:
+            for i in np.arange(3):  # NumPy's int64 step, as the thread's counter
+                state = update(i, state)
+        return log.function("update"), state
+
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        entry, state = train(cast=False)
+        fixed, kept = train(cast=True)
+    finally:
+        jax.config.update("jax_enable_x64", before)
+    assert entry.compiles >= 2 and state[0].dtype == jnp.float64
+    assert "cast the integer once where it enters the step" in entry.fix
+    assert "jax-ml/jax#4827" in entry.fix
+    assert fixed.compiles == 1 and kept[0].dtype == jnp.float32
+
+
 def test_sglang_jax_241_a_random_init_beside_the_loaded_weights_is_named_with_eval_shape():
     """sgl-project/sglang-jax#241: a model built with random weights, then its checkpoint
     loaded: both alive at once, twice the weights at the peak. The maintainer's fix: build the
