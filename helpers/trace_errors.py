@@ -57,6 +57,17 @@ _LEAKED = "UnexpectedTracerError"
 #: past the positional arguments of the call (jax 0.8.0 to 0.12.0.1)
 _CHECKPOINT_TRACE = "for checkpoint / remat"
 _CHECKPOINT_ARGNUMS = "argument to `jax.checkpoint`"
+#: JAX's words (0.12.0.1) for a callback's sharding on a device the computation does not use;
+#: 0.8.0 and 0.10.2 raise a bare tuple.index ValueError in _callback_op_sharding instead
+_CALLBACK_DEVICE = "that is not in the device assignment"
+
+
+def _raised_in(err: BaseException, function: str) -> bool:
+    """The error's innermost frame is JAX's function of that name."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == function
 
 
 def _arguments(text: str) -> list[str]:
@@ -152,6 +163,13 @@ def trace_error_fix(err: BaseException) -> str:
                 "f(x, False) (jax-ml/jax#18405); jax.checkpoint's static_argnames does not "
                 "help: where it exists (jax 0.10.2, 0.12.0.1) the argument is traced all the "
                 "same")
+    if kind == "ValueError" and (_CALLBACK_DEVICE in text or (
+            "not in tuple" in text and _raised_in(err, "_callback_op_sharding"))):
+        return ("the callback's sharding= names a device the jitted computation does not run "
+                "on: a pure_callback's or io_callback's sharding must be one of its devices. "
+                "Leave sharding= out (the callback runs in Python on the host either way), or "
+                "name one of the step's own devices (jax-ml/jax#40722; jax 0.8.0 and 0.10.2 "
+                "say only 'tuple.index(x): x not in tuple')")
     if kind not in TRACE_ERRORS and not shape:
         return ""
     if found := _SIZE_ARGUMENT.search(text):

@@ -552,3 +552,26 @@ def test_jax_18405_a_static_argument_passed_by_keyword_to_jax_checkpoint_is_name
     with pytest.raises(ValueError) as other:  # another ValueError: no word
         jnp.split(jnp.ones(3), 2)
     assert trace_errors.trace_error_fix(other.value) == ""
+
+
+def test_jax_40722_a_callback_s_sharding_on_a_device_the_jit_does_not_use_is_named():
+    """jax-ml/jax#40722: pure_callback(..., sharding=SingleDeviceSharding(cpu)) in a jit on
+    another device raised a bare "tuple.index(x): x not in tuple" (jax 0.8.0, 0.10.2), and the
+    kit said nothing (a trial). The fix it names, run: sharding= left out."""
+    if len(jax.devices()) < 2:
+        pytest.skip("needs two devices")
+    other = jax.devices()[1]
+
+    def f(x):
+        return jax.pure_callback(lambda v: v * 2.0, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
+                                 sharding=jax.sharding.SingleDeviceSharding(other))
+
+    with pytest.raises(ValueError) as info:
+        jax.jit(f)(jax.device_put(jnp.ones(3), jax.devices()[0]))
+    fix = trace_errors.trace_error_fix(info.value)
+    assert "Leave sharding= out" in fix and "jax-ml/jax#40722" in fix
+
+    def g(x):
+        return jax.pure_callback(lambda v: v * 2.0, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    np.testing.assert_allclose(jax.jit(g)(jnp.ones(3)), np.full(3, 2.0))
