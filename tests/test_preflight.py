@@ -2354,10 +2354,12 @@ def test_jax_891_a_gradient_summed_over_the_batch_is_not_said_to_be_made_under_v
     args = _args891()
     c = compiled.compile_step(_loss891(_energy_loop), *args)
     peak = c.sizes()["peak"]
-    before = program_notes.batched_by_line(dataclasses.replace(c, jaxpr=None), peak)
-    assert before and before[0][0].shape == (_L891, _L891, _Q891, _Q891)  # what it said
+    (said,) = [t for t in c.temporaries(16)  # what it said: XLA's op_name has the vmap
+               if t.batched and t.shape == (_L891, _L891, _Q891, _Q891)]
     assert program_notes.batched_by_line(c, peak) == []
-    assert jaxpr_products.vmapped_lines(c.jaxpr)[before[0][0].line][0] == (frozenset({6}),)
+    assert program_notes.batched_by_line(dataclasses.replace(c, jaxpr=None), peak) == [] or \
+        said.nbytes <= c.sizes()["temp"]  # (an output now, which no chunking shrinks either)
+    assert jaxpr_products.vmapped_lines(c.jaxpr)[said.line][0] == (frozenset({6}),)
     assert "under jax.vmap" not in preflight.preflight_step(_loss891(_energy_loop),
                                                             *args).advice
 
@@ -3219,3 +3221,21 @@ def test_skyrl_514_k_and_v_repeated_up_to_the_query_heads_are_named_with_native_
     tiled = preflight.preflight_step(  # jnp.tile's copies are another layout: no word
         lambda q, k: jnp.einsum("bthd,bshd->bhts", q, jnp.tile(k, (1, 1, hq // hkv, 1))), q, k)
     assert tiled.repeated_operands == ()
+
+
+def test_a_vmapped_update_written_into_a_donated_cache_gets_no_chunking_advice():
+    """apple/axlearn#1068's fix (a vmapped dynamic_update_slice into the KV cache, donated):
+    32 B of temporaries, yet "3 values ... made under jax.vmap ... jax.lax.map(f, xs,
+    batch_size=k)" of its outputs, which a trial ran: the peak rose from 8 to 18 MiB. An
+    output is no value chunks shrink."""
+    upd = jax.vmap(lambda c, u, t: jax.lax.dynamic_update_slice_in_dim(c, u, t, axis=0))
+
+    def extend(ck, cv, k, v, t):
+        return upd(ck, k, t), upd(cv, v, t)
+
+    cache = jax.ShapeDtypeStruct((2, 2048, 4, 32), jnp.float32)
+    step = jax.ShapeDtypeStruct((2, 2048, 4, 32), jnp.float32)
+    t = jax.ShapeDtypeStruct((2,), jnp.int32)
+    p = preflight.preflight_step(extend, cache, cache, step, step, t, donate_argnums=(0, 1))
+    assert p.temp_bytes < 2**20 and "made under jax.vmap" not in p.advice, p.advice
+    assert "jax.lax.map(f, xs" not in p.advice
