@@ -358,6 +358,9 @@ class StepPreflight(_Verdict, Display):
     #: random values drawn whole and read by a lax.scan one row per step, named where they are
     #: a quarter of the peak together (QuantEcon/lecture-python.myst#329)
     scan_draws: tuple[tuple[str, int, str, str], ...] = ()
+    #: ("float32[16, 1024, 1024]", bytes, line) of each jnp.diag(v) of a vector a product
+    #: reads, a quarter of the peak together (blackjax-devs/blackjax#1007)
+    diagonal_matrices: tuple[tuple[str, int, str], ...] = ()
 
 
 def _in_use(dev) -> tuple[int | NotAvailable, str]:
@@ -638,6 +641,15 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     broadcast = [b for b in c.callbacks_broadcast() if b[4] >= 2**20 and 4 * b[4] >= peak]
     batched = [b for b in batched if (b[0].line, tuple(b[0].shape)) not in {
         (at, shape) for _, at, _, shape, _ in broadcast}]
+    # jnp.diag(v) @ M: an n x n matrix made to scale rows, whatever the batch (a vmap's lines
+    # are not its cause: blackjax-devs/blackjax#1007, where chunks of the batch still held it)
+    diag_matrices = [d for d in (jaxpr_products.diagonal_matrices(c.jaxpr)
+                                 if c.jaxpr is not None else []) if d[2] >= 2**20]
+    if diag_matrices and 4 * sum(d[2] for d in diag_matrices) >= peak:
+        notes.append(program_notes.diagonal_matrix_note(diag_matrices))
+        batched = [b for b in batched if b[0].line not in {d[3] for d in diag_matrices}]
+    else:
+        diag_matrices = []
     if gathered:  # the whole array on each device: its cause is the split, not the vmap
         batched = [b for b in batched if (b[0].line, b[0].shape) not in {
             (t.line, t.shape) for t, _ in gathered}]
@@ -1137,7 +1149,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         repeated_operands=tuple((f"{dtype}{list(shape)}", n, g, line)
                                 for shape, dtype, n, g, _, line in repeats),
         scan_draws=tuple((f"{dtype}{list(shape)}", n, line, at)
-                         for shape, dtype, n, line, at in draws))
+                         for shape, dtype, n, line, at in draws),
+        diagonal_matrices=tuple((f"{dtype}{list(shape)}", n, line)
+                                for shape, dtype, n, line in diag_matrices))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

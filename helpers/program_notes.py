@@ -33,6 +33,7 @@ __all__ = ["attention_note", "basis_note", "batched_by_line", "batched_note", "b
            "callback_broadcast_note", "callback_loop_note", "carry_copy_note", "cast_note",
            "checkpoint_fix", "chunk_size", "chunks_fix", "cpu_upcast", "cpu_upcast_note",
            "cumulative_cutoff_note", "repeated_operand_note", "scan_draws_note",
+           "diagonal_matrix_note",
            "einsum_blowups", "einsum_note",
            "factorization", "factorization_note", "FACTORIZATIONS", "float64_arguments",
            "float64_note", "fwd_rule_fix", "gathered", "identity_static_note",
@@ -2025,6 +2026,29 @@ def repeated_operand_note(repeats: Sequence[tuple[tuple[int, ...], str, int, int
             "einsum, reshape q to [..., kv_heads, group, head_dim] and contract it with the "
             "unrepeated k, jnp.einsum('btkgd,bskd->bkgts', q, k). A smaller batch only shrinks "
             "the copy with everything else.")
+
+
+def diagonal_matrix_note(found: Sequence[tuple[tuple[int, ...], str, int, str]]) -> str:
+    """jnp.diag of a vector made into an n x n matrix only for a product to read
+    (:func:`helpers._internal.jaxpr_products.diagonal_matrices`): blackjax-devs/blackjax#1007,
+    Pathfinder's L-BFGS (fixed by PR #1008 with elementwise products and vectors multiplied
+    first). A new user's trial at N = 4,096 under vmap: 3,090 MiB of temporaries; lax.map over
+    the batch, the kit's advice then, 278 MiB at batch_size=1; the PR's rewrite 54 MiB."""
+    from helpers.units import format_bytes
+
+    shape, dtype, _, _ = found[0]
+    total = sum(f[2] for f in found)
+    lines = list(dict.fromkeys(f[3] for f in found if f[3]))
+    at = f" ({'; '.join(lines[:2])})" if lines else ""
+    n = shape[-1]
+    many = f"{len(found)} diagonal matrices" if len(found) > 1 else "a diagonal matrix"
+    return (f"The step makes {many} with jnp.diag of a vector{at}, {format_bytes(total)} in all "
+            f"(the largest {dtype}{list(shape)}: {n:,} x {n:,}, all but {n:,} of them zeros), "
+            "only for a product to read. jnp.diag(v) @ M scales M's rows: v[:, None] * M "
+            "gives the same without the matrix (M @ jnp.diag(v) is M * v); in a chain of "
+            "products, multiply the vector first, B @ (G @ (B.T @ g)), and no n x n value is "
+            "made (blackjax-devs/blackjax#1007). The batch is not the cause: chunks of it "
+            "still make each matrix.")
 
 
 def scan_draws_note(draws: Sequence[tuple[tuple[int, ...], str, int, str, str]]) -> str:

@@ -3239,3 +3239,31 @@ def test_a_vmapped_update_written_into_a_donated_cache_gets_no_chunking_advice()
     p = preflight.preflight_step(extend, cache, cache, step, step, t, donate_argnums=(0, 1))
     assert p.temp_bytes < 2**20 and "made under jax.vmap" not in p.advice, p.advice
     assert "jax.lax.map(f, xs" not in p.advice
+
+
+def test_blackjax_1007_a_diagonal_matrix_made_for_a_product_is_named_with_a_row_scale():
+    """blackjax-devs/blackjax#1007: Pathfinder's L-BFGS made N x N matrices with jnp.diag(alpha)
+    @ Z under a vmap, and ran out of memory at 200k parameters; PR #1008 scaled the rows
+    (alpha[:, None] * Z). The kit blamed the vmap and advised lax.map, which at batch_size=1
+    still held the matrices (a trial). The fix it names, run: the same product, no matrix."""
+    n, k = 512, 6
+
+    def body(alpha, z, g):
+        return jnp.diag(jnp.sqrt(alpha)) @ z, jnp.diag(alpha) @ g
+
+    def fixed(alpha, z, g):
+        return jnp.sqrt(alpha)[:, None] * z, alpha * g
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    alpha = jax.random.uniform(keys[0], (8, n)) + 0.5
+    z, g = jax.random.normal(keys[1], (8, n, k)), jax.random.normal(keys[2], (8, n))
+    p = preflight.preflight_step(jax.vmap(body), alpha, z, g)
+    assert len(p.diagonal_matrices) == 2 and p.diagonal_matrices[0][1] == 8 * n * n * 4
+    assert "v[:, None] * M gives the same without the matrix" in p.advice
+    assert "blackjax#1007" in p.advice and "made under jax.vmap" not in p.advice
+    after = preflight.preflight_step(jax.vmap(fixed), alpha, z, g)
+    assert after.diagonal_matrices == () and after.temp_bytes * 8 < p.temp_bytes
+    for a, b in zip(jax.vmap(body)(alpha, z, g), jax.vmap(fixed)(alpha, z, g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    diagonal = preflight.preflight_step(lambda m: jnp.diag(m) * 2.0, jnp.ones((n, n)))
+    assert diagonal.diagonal_matrices == ()  # jnp.diag of a matrix reads its diagonal

@@ -27,7 +27,8 @@ from helpers._internal.jaxpr_walk import (
     walk,
 )
 
-__all__ = ["batch_reductions", "cumulative_cutoffs", "diagonal_products", "repeated_operands",
+__all__ = ["batch_reductions", "cumulative_cutoffs", "diagonal_matrices", "diagonal_products",
+           "repeated_operands",
            "einsum_intermediates", "einsum_step",
            "pairwise_reductions",
            "scatters_batched", "selected_branches", "sliced_sorts", "softmax_products",
@@ -1019,4 +1020,26 @@ def repeated_operands(closed) -> list[tuple[tuple[int, ...], str, int, int, int,
             aval = eqn.outvars[0].aval
             found.append((out, str(aval.dtype), math.prod(out) * aval.dtype.itemsize, g,
                           new - 1, equation_line(wide)))
+    return sorted(found, key=lambda f: -f[2])
+
+
+def diagonal_matrices(closed) -> list[tuple[tuple[int, ...], str, int, str]]:
+    """(the matrix's shape, its dtype, its bytes, the user's line) of each jnp.diag of a vector
+    of n = 16 or more (under vmap, a batch of them) whose n x n matrix a dot_general reads:
+    jnp.diag(v) @ M scales M's rows, which v[:, None] * M does without the matrix
+    (blackjax-devs/blackjax#1007: Pathfinder's L-BFGS at 200k parameters). Largest first."""
+    found = []
+    for j, _ in walk(closed):
+        _, read = made_and_read(j)
+        for eqn in getattr(j, "eqns", ()):
+            if not jitted_as(eqn, frozenset({"_diag", "diag"})) or len(eqn.outvars) != 1:
+                continue
+            src = tuple(getattr(eqn.invars[0].aval, "shape", ()))
+            out = tuple(getattr(eqn.outvars[0].aval, "shape", ()))
+            if len(src) < 1 or len(out) != len(src) + 1 or out[-2:] != (src[-1], src[-1]) or \
+                    src[-1] < 16 or not _reaches_product(eqn.outvars[0], read):
+                continue
+            aval = eqn.outvars[0].aval
+            found.append((out, str(aval.dtype), math.prod(out) * aval.dtype.itemsize,
+                          equation_line(eqn)))
     return sorted(found, key=lambda f: -f[2])
