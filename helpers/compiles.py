@@ -168,6 +168,9 @@ class FunctionCompiles(Record):
     #: outermost traces) and lowering that to MLIR, before XLA's ``compile_seconds``
     trace_seconds: float = 0.0
     lowering_seconds: float = 0.0
+    #: of ``compiles``, the programs loaded from JAX's persistent compilation cache rather
+    #: than compiled (PlasmaControl/DESC#1402: a session's resolutions, loaded in 0.20 s)
+    cache_loads: int = 0
     #: the instructions of XLA's optimized program for it (the largest, where it compiled more
     #: than once), read only where its jaxpr was large; NOT_AVAILABLE where not read
     xla_instructions: int | NotAvailable = NOT_AVAILABLE
@@ -370,6 +373,11 @@ class FunctionCompiles(Record):
                      f"anew at each of your calls ({self.called_at[0]}), closed over the values "
                      "you pass, use its option to pass them as traced arguments, or pass the "
                      "same values (numpyro's MCMC: jit_model_args=True, pyro-ppl/numpyro#1347).")
+        if self.cache_loads and self.cache_loads == self.compiles:
+            return (f"{head}, each program loaded from the persistent compilation cache, "
+                    f"{self.compile_seconds:.2f} s in all: the cache pays for these, and each "
+                    "is a program of its own (one per shape, per value): nothing to fix unless "
+                    "they are many (PlasmaControl/DESC#1402).")
         return (f"{head}, {self.compile_seconds:.2f} s of compiling: {self.fix}."
                 f"{said}{self._constants_again()}")
 
@@ -760,7 +768,8 @@ class _Events(logging.Handler):
                 self.own += 1
             else:
                 self.events.append(("compile", threading.get_ident(), name, seconds, caller,
-                                    users, jaxcompat.ahead_of_time(sys._getframe(1)), jnps))
+                                    users, jaxcompat.ahead_of_time(sys._getframe(1)), jnps,
+                                    loaded))
                 if loaded:
                     self.loads.append(seconds)
 
@@ -1152,6 +1161,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
     callers: dict[str, list[tuple[str, str, str]]] = {}  # per loop compiled outside jit
     libraries: set[tuple[str, str]] = set()  # functions jitted in a library's file
     warmed: dict[tuple[str, str], list[bool]] = {}  # per compile: asked for ahead of time
+    cache_loads: dict[tuple[str, str], int] = {}  # per function: programs loaded from disk
     for i, event in enumerate(events):
         if event[0] in ("trace", "to_mlir"):
             _, thread, raw, s, _ = event
@@ -1181,7 +1191,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             clears.setdefault(key, []).append(cleared)
             pending[(thread, m.function)] = traced[(thread, m.function)] = key
         else:
-            _, thread, raw, s, caller, users, aot, jnps = event
+            _, thread, raw, s, caller, users, aot, jnps, from_cache = event
             name = jaxcompat.compiled_function_name(raw)
             took = tracing.pop((thread, name), [0.0, 0.0])
             key = pending.pop((thread, name), None)
@@ -1216,6 +1226,7 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
             else:
                 seconds.setdefault(key, []).append(s)
                 warmed.setdefault(key, []).append(aot)
+                cache_loads[key] = cache_loads.get(key, 0) + bool(from_cache)
                 each_size.setdefault(key, []).append(size)
                 if lowering is not None:
                     lowered.setdefault(key, []).append(lowering)
@@ -1232,7 +1243,8 @@ def _summarise(events: list[tuple], nested: set[int]) -> tuple[FunctionCompiles,
                   library=key in libraries, equations=largest.get(key, NOT_AVAILABLE),
                   unrolled=unrolled.get(key), ahead=sum(warmed.get(key, [])),
                   ahead_first=bool(warmed.get(key)) and warmed[key][0]
-                  and not all(warmed[key]), sizes=each_size.get(key, []))
+                  and not all(warmed[key]), sizes=each_size.get(key, []),
+                  cache_loads=cache_loads.get(key, 0))
            for key, mine in misses.items()
            if key[0] or seconds.get(key)]  # (JAX's own nameless inner jit, traced inside the
     # user's function and compiled with it, as jnp.einsum's: "never seen function: <unknown>")
@@ -1432,7 +1444,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
            spent: list[float] | None = None, *, library: bool = False,
            equations: int | NotAvailable = NOT_AVAILABLE,
            unrolled: tuple | None = None, ahead: int = 0,
-           ahead_first: bool = False, sizes: Sequence[int | None] = ()) -> FunctionCompiles:
+           ahead_first: bool = False, sizes: Sequence[int | None] = (),
+           cache_loads: int = 0) -> FunctionCompiles:
     # "made anew" needs a second function of this name and line in the block: JAX remembers
     # call sites for the whole process, so one miss alone may be another function's line
     causes = [m.cause for m in mine if m.cause != "first compile"
@@ -1500,6 +1513,7 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],
         trace_seconds=(spent or [0.0, 0.0])[0], lowering_seconds=(spent or [0.0, 0.0])[1],
         library=library, jaxpr_equations=equations, ahead_of_time=ahead,
+        cache_loads=cache_loads,
         **({} if unrolled is None else {
             "unrolled_line": frames.line(*unrolled[0]), "unrolled_equations": unrolled[1],
             "unrolled_repeats": unrolled[3], "unrolled_gathers": unrolled[4],

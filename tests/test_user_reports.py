@@ -1643,6 +1643,39 @@ print(log)
     assert "loaded from the persistent compilation cache" in second.stdout
 
 
+def test_desc_1402_programs_loaded_from_the_cache_are_not_told_to_pad(tmp_path):
+    """PlasmaControl/DESC#1402: each session compiled the objective again for each of a few
+    resolutions; the maintainers' answer, the persistent cache. A trial was told "pad or
+    bucket" (every small case 3.2x slower, still compiled each session), and in the second
+    session, the three programs loaded from the cache in 0.20 s, "compiled 3 times ... pad or
+    bucket" again. The new-shapes fix names the cache now, and loads are said as loads. Fresh
+    processes: the cache is process-wide; the thresholds at 0, no assert on a duration."""
+    from tests.conftest import run_python
+
+    code = """
+import jax, jax.numpy as jnp
+from helpers import compiles
+jax.config.update("jax_compilation_cache_dir", {cache!r})
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+objective = jax.jit(lambda c: jnp.sum(jnp.sin(c) ** 2))
+with compiles.watch() as log:
+    for n in (25, 81, 169):  # three resolutions
+        objective(jnp.ones(n)).block_until_ready()
+(entry,) = [f for f in log.functions if f.function == "<lambda>"]
+print("LOADS", entry.cache_loads, entry.compiles)
+print(entry.diagnosis)
+"""
+    cache = str(tmp_path / "jax-cache")
+    first, second = (run_python(code.format(cache=cache)) for _ in range(2))
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert "LOADS 0 3" in first.stdout and "pad or bucket" in first.stdout
+    assert "each shape is a problem of its own" in first.stdout and "DESC#1402" in first.stdout
+    assert "LOADS 3 3" in second.stdout
+    assert "each program loaded from the persistent compilation cache" in second.stdout
+    assert "pad or bucket" not in second.stdout
+
+
 def test_jax_21908_a_cache_folder_left_empty_is_explained_by_jaxs_thresholds(tmp_path):
     """The cache folder set as the docs say, and nothing written: JAX keeps only programs that
     took jax_persistent_cache_min_compile_time_secs (1 s) to compile (the thread's answer).
