@@ -33,7 +33,7 @@ from helpers._internal.records import Record
 
 __all__ = ["AHEAD_SHARDING_FIX", "CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
            "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "LIBRARY_INT_FIX",
-           "MEMORY_SPACE_FIX", "METADATA_VALUE_FIX",
+           "AHEAD_WEAK_FIX", "MEMORY_SPACE_FIX", "METADATA_VALUE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
            "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_BY_INTEGER_FIX", "WIDENED_OUTPUT_FIX",
            "WIDENED_BY_PROMOTION_FIX", "CacheMiss", "fix_for",
@@ -114,6 +114,17 @@ WEAK_FIX = ("only the weak type changed: a Python number, or an array made from 
             "(np.int32, float32 data) makes a result that is not, so a value fed back into "
             "the next call changes type once. Give it its dtype from the start: np.int32(0), "
             "jnp.asarray(0.0, jnp.float32)")
+#: the same, where the first program was compiled ahead of time (.lower(...).compile()): a
+#: warm-up lowered with jax.ShapeDtypeStruct(x.shape, x.dtype), which is not weakly typed, and
+#: then called with a weakly typed value (jax-ml/jax#23302, patrick-kidger/equinox#817: the
+#: struct or eval_shape dropped weak_type; a new user's trial, 2 compiles, 1 with it kept)
+AHEAD_WEAK_FIX = ("only the weak type changed, and the first program was compiled ahead of "
+                  "time: a jax.ShapeDtypeStruct(x.shape, x.dtype) is not weakly typed, so a "
+                  "call with a Python number or jnp.asarray(0.0) (weakly typed) compiles "
+                  "again. Lower with the argument's own weak type, "
+                  "jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type), or with "
+                  "jax.eval_shape's structs of the arguments you call with; or give the value "
+                  "its dtype at the call, jnp.asarray(0.0, jnp.float32) (jax-ml/jax#23302)")
 #: the fix for a new sharding where only the memory space changed, the memory kind the latest
 #: call passed in the braces (marin-community/marin#8515: an optimizer state's count made in
 #: device memory, returned by the step in pinned_host: 2 compiles; put there first: 1, jax 0.10.2)

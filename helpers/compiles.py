@@ -62,6 +62,7 @@ from helpers._internal import (
 from helpers._internal.records import Display, Record
 from helpers.compile_causes import (
     AHEAD_SHARDING_FIX,
+    AHEAD_WEAK_FIX,
     CAUSES,
     CLEARED_NEW_SHAPES,
     FIXES,
@@ -1059,8 +1060,10 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
                 for at in jaxcompat.integer_widenings(t, out.split("[")[0],
                                                       frames.is_user_file, out)))
                 for out in outputs}
-            f = replace(f, fix=fix_for(misses, f.cause, programs=signatures,
-                                       integer_lines=integers) or f.fix)
+            fix = fix_for(misses, f.cause, programs=signatures, integer_lines=integers)
+            # (a weak type a warm-up lowered without keeps its ahead-of-time fix)
+            f = replace(f, fix=f.fix if fix == WEAK_FIX and f.fix == AHEAD_WEAK_FIX
+                        else fix or f.fix)
         if found and constants:
             each = [jaxcompat.constant_bytes(t) or 0 for t in found]
             f = replace(f, constant_bytes=sum(each), constants_each=max(each))
@@ -1508,6 +1511,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         # ShapeDtypeStructs it was lowered with, not a put before the loop: a review)
         AHEAD_SHARDING_FIX if cause == "new sharding" and ahead_first and fix_for(
             mine, cause, through_library=library) == FIXES["new sharding"] else
+        AHEAD_WEAK_FIX if ahead_first and fix_for(
+            mine, cause, through_library=library) == WEAK_FIX else
         fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
                 through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),
         jax_says=" ".join(line.strip() for line in said.splitlines()[1:])[:300],

@@ -2313,3 +2313,30 @@ def test_an_unrolled_loop_s_tracing_counts_toward_its_note():
     assert "1.36 s of tracing and lowering, 0.02 s of compiling" in said
     log.functions = (entry(0.02, 0.05),)  # quick: no note
     assert "one copy of its body" not in log.diagnosis
+
+
+def test_jax_23302_a_warm_up_lowered_without_the_weak_type_is_named_as_the_cause():
+    """jax-ml/jax#23302, patrick-kidger/equinox#817: a step warmed up from
+    ShapeDtypeStruct(x.shape, x.dtype), then called with a weakly typed value (jnp.array(0.01)),
+    compiled again. The kit said "a value fed back into the next call changes type once" (a
+    trial): here the first program was the warm-up. The fix it names, run: one compile."""
+    @jax.jit
+    def step(w, lr):
+        return w - lr * jnp.tanh(w)
+
+    w, lr = jnp.ones((8, 8)), jnp.array(0.01)
+    assert lr.weak_type
+
+    def warm_then_call(spec):
+        step.clear_cache()
+        with compiles.watch() as log:
+            step.lower(*map(spec, (w, lr))).compile()
+            step(w, lr)
+        return log.function("step")
+
+    entry = warm_then_call(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype))
+    assert entry.compiles == 2 and entry.fix == compile_causes.AHEAD_WEAK_FIX
+    assert "weak_type=x.weak_type" in entry.fix and "jax-ml/jax#23302" in entry.fix
+    fixed = warm_then_call(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                                          weak_type=a.weak_type))
+    assert fixed.compiles == 1
