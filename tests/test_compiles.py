@@ -2340,3 +2340,50 @@ def test_jax_23302_a_warm_up_lowered_without_the_weak_type_is_named_as_the_cause
     fixed = warm_then_call(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,
                                                           weak_type=a.weak_type))
     assert fixed.compiles == 1
+
+
+def test_tpu_inference_176_compiles_after_a_warm_up_with_no_trace_are_named_as_placement():
+    """vllm-project/tpu-inference#176: the warm-up compiled every bucket, yet serving compiled
+    again: it passed jax.device_put inputs, the warm-up jnp-made ones (the PR put the warm-up's
+    the same way). Watched around serving alone, the kit listed six possible reasons (a
+    trial). With no trace in the block, placement is the one; the fix it names, run."""
+    step = jax.jit(lambda p, ids: jnp.argmax(p[ids], axis=-1))
+    params = jax.device_put(jnp.ones((64, 8)), jax.devices()[0])
+    for b in (16, 32):  # the warm-up: arrays made by jnp, uncommitted
+        step(params, jnp.zeros((b,), jnp.int32)).block_until_ready()
+    with compiles.watch() as log:
+        for b in (16, 32):  # serving: put with jax.device_put, committed
+            step(params, jax.device_put(np.zeros((b,), np.int32), jax.devices()[0]))
+    said = log.diagnosis
+    if log.compiles == 0:
+        pytest.skip(f"jax {jax.__version__} compiles no new program for a committed argument")
+    assert "None of them traced anything anew" in said and "tpu-inference#176" in said
+    step.clear_cache()
+    for b in (16, 32):  # the fix: the warm-up puts its arguments as serving does
+        step(params, jax.device_put(np.zeros((b,), np.int32), jax.devices()[0]))
+    with compiles.watch() as fixed:
+        for b in (16, 32):
+            step(params, jax.device_put(np.zeros((b,), np.int32), jax.devices()[0]))
+    assert fixed.compiles == 0
+
+
+def test_a_function_warmed_up_before_the_block_does_not_compile_again_inside_it():
+    """On jax 0.12 the first import of jax.extend (which compiles.watch made at its block's
+    end) imports Pallas, whose two settings join every jit's tracing context: a function
+    traced before it traced again at its next call, and the kit blamed "a changed setting"
+    (a new user's trial: 51 context values, then 53). helpers imports it with JAX now. In a
+    fresh process: the import happens once per process."""
+    from tests.conftest import run_python
+
+    done = run_python("""
+import jax, jax.numpy as jnp
+from helpers import compiles
+step = jax.jit(lambda p: p * 2)
+step(jnp.ones(3)).block_until_ready()  # the warm-up, before any watch
+for _ in range(2):
+    with compiles.watch() as log:
+        step(jnp.ones(3)).block_until_ready()
+    print("COMPILES", log.compiles)
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("COMPILES 0") == 2, done.stdout

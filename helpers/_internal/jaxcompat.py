@@ -2208,6 +2208,7 @@ class _WhenJaxImports:
                 sys.meta_path.remove(self)  # jax is imported: nothing more to wait for
             try:
                 ensure_hook()
+                settle_trace_context()
             except Exception:  # never break the user's import of jax
                 pass
 
@@ -2223,8 +2224,22 @@ def hook_when_jax_imports() -> None:
     on ``sys.meta_path``, :class:`_WhenJaxImports`). ``import helpers`` calls it."""
     if "jax" in sys.modules:
         ensure_hook()
+        settle_trace_context()
     elif not any(isinstance(f, _WhenJaxImports) for f in sys.meta_path):
         sys.meta_path.insert(0, _WhenJaxImports())
+
+
+def settle_trace_context() -> None:
+    """Import ``jax.extend`` now, which the kit's tools import later: on jax 0.12 it imports
+    Pallas, whose two settings join every jit's tracing context, so a function traced before
+    that import traced again at its first call after it, and ``compiles.watch`` (which
+    imports it at the block's end) blamed "a changed setting" for a function warmed up
+    before the block (a new user's trial, jax 0.12.0.1: 51 context values, then 53). Done
+    as soon as JAX is imported, no trace of the user's comes before it. Never raises."""
+    try:
+        importlib.import_module("jax.extend")
+    except Exception:  # an old or partial JAX: the kit imports what it finds later
+        pass
 
 
 def backend_start_snapshot() -> tuple[str, dict[str, dict[str, str | None]]]:
