@@ -364,7 +364,8 @@ def test_the_table_lists_every_report_tested_here():
                  "2259": "tests/test_residuals.py",
                  "594": "tests/test_sizing.py", "1083": "tests/test_preflight.py",
                  "1171": "the SkyRL#1083 test in tests/test_preflight.py",
-                 "427": "jax#19250's test in tests/test_preflight.py",
+                 "427": "jax#19250's test in tests/test_preflight.py; jax#427's in "
+                        "tests/test_ipython.py",
                  "1062": "tests/test_compiles.py", "24204": "tests/test_ipython.py",
                  "11204": "tests/test_holders.py",
                  "16226": "tests/test_holders.py", "88": "tests/test_preflight.py",
@@ -487,7 +488,16 @@ def test_the_table_lists_every_report_tested_here():
                  "7199": "tests/test_preflight.py",
                  "25": "tests/test_preflight.py (Olmax#25), tests/test_shard_map.py (its #25)",
                  "22": "tests/test_doctor.py and tests/test_ipython.py (min-dalle#22)",
-                 "1539": "tests/test_settings.py", "19570": "tests/test_compiles.py"}
+                 "1539": "tests/test_settings.py", "19570": "tests/test_compiles.py",
+                 "70": "tests/test_transfers.py (simplexity#70)",
+                 "987": "tests/test_trace_errors.py", "18405": "tests/test_trace_errors.py",
+                 "40722": "tests/test_trace_errors.py", "38518": "tests/test_ipython.py",
+                 "8443": "tests/test_compiles.py", "23302": "tests/test_compiles.py",
+                 "176": "tests/test_compiles.py (tpu-inference#176)",
+                 "514": "tests/test_preflight.py", "1007": "tests/test_preflight.py",
+                 "5093": "tests/test_program_shapes.py",
+                 "37": "tests/test_loops.py (JAX-in-Cell#37)",
+                 "6": "tests/test_loops.py (deepmd-jax#6)", "329": "tests/test_loops.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
