@@ -395,6 +395,32 @@ def _pool_tip(needed: int, t: allocation.Target) -> str:
             f"{format_bytes(int(fraction * total))} (Physical-Intelligence/openpi#284)")
 
 
+def _unused_donations_note(unused: list) -> str:
+    """Donated arguments XLA did not reuse, those with one reason together (a quantization
+    step's 16 weights were 16 sentences of it, twice over: a new user's trial), and where the
+    outputs offered are of a narrower dtype (weights quantized to int8), the fix of
+    vllm-project/tpu-inference#3439: convert a part per call."""
+    by_why: dict[str, list] = {}
+    for d in unused:
+        by_why.setdefault(d.why, []).append(d)
+    parts = []
+    for why, ds in by_why.items():
+        names = [f"argument {d.argument}" for d in ds]
+        listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        parts.append(f"{listed} ({format_bytes(sum(d.nbytes for d in ds))}): {why}")
+    text = "Donated but not reused: " + "; ".join(parts) + "."
+    # (the arrays of several numbered layers: one layer's, the PR's fix, gets no such word)
+    layers = {tuple(re.findall(r"\d+", str(d.argument)[str(d.argument).find("["):]))
+              for d in unused if "[" in str(d.argument)}
+    if any("the bytes differ" in d.why for d in unused) and len(layers) > 1 and all(layers):
+        text += (" Where the step converts each donated array to a narrower dtype (weights "
+                 "quantized to int8 or fp8), no output can take its buffer, and every original "
+                 "stays alive beside its converted copy until the step ends: convert a layer "
+                 "(or a few arrays) per call, so only that part's copies are alive at once "
+                 "(vllm-project/tpu-inference#3439; from the PR, not yet run on a TPU or GPU).")
+    return text
+
+
 def _only_pool_tip(advice: str, pool: str) -> str:
     """The advice without its generic tips (none of them the fix a note names), keeping the
     pool's fraction where it alone fits the step (a review: it was dropped with them)."""
@@ -629,9 +655,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
             copies, tuple(name for name, _ in spread) if device is None else (), peak))
     unused = [d for d in c.donations if not d.reused]
     if unused:
-        notes.append("Donated but not reused: " + "; ".join(
-            f"argument {d.argument} ({format_bytes(d.nbytes)}): {d.why}" for d in unused)
-            + ".")
+        notes.append(_unused_donations_note(unused))
     if c.dropped:
         notes.append(f"Not counted: {format_bytes(c.dropped)} of arguments the step never "
                      "reads (XLA drops them); they stay on the device while you hold them.")

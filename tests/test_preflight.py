@@ -3267,3 +3267,25 @@ def test_blackjax_1007_a_diagonal_matrix_made_for_a_product_is_named_with_a_row_
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     diagonal = preflight.preflight_step(lambda m: jnp.diag(m) * 2.0, jnp.ones((n, n)))
     assert diagonal.diagonal_matrices == ()  # jnp.diag of a matrix reads its diagonal
+
+
+def test_tpu_inference_3439_weights_quantized_in_one_call_are_named_with_a_layer_per_call():
+    """vllm-project/tpu-inference#3439: a whole model quantized to int8 in one jit with its
+    weights donated ran out of memory: no int8 output can take a float buffer, so every
+    original stayed beside its copy (the PR: a submodule per call). The kit wrote one "NOT
+    reused" sentence per weight, twice over, and advised a smaller batch (a trial). One
+    sentence now, with the PR's fix, run: a layer per call peaks far lower."""
+    def quantize(params):
+        def q(w):
+            scale = jnp.max(jnp.abs(w)) / 127.0
+            return (jnp.round(w / scale).astype(jnp.int8), scale)
+        return jax.tree.map(q, params)
+
+    w = jax.ShapeDtypeStruct((512, 512), jnp.float32)
+    model = {f"layers_{i}": {"wq": w, "wo": w} for i in range(4)}
+    p = preflight.preflight_step(quantize, model, donate_argnums=0)
+    assert p.advice.count("Donated but not reused") == 1
+    assert "and 5 more (8.00 MiB)" in p.advice and "tpu-inference#3439" in p.advice
+    layer = preflight.preflight_step(quantize, model["layers_0"], donate_argnums=0)
+    assert "tpu-inference#3439" not in layer.advice  # one layer per call: the fix itself
+    assert layer.peak_bytes * 3 < p.peak_bytes
