@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from helpers._internal import frames, jaxcompat, parameter_uses
 from helpers._internal.records import Record
 
-__all__ = ["AHEAD_SHARDING_FIX", "CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX", "IDENTITY_FIX",
+__all__ = ["AHEAD_SHARDING_FIX", "BUCKETED_FIX", "CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX",
+           "IDENTITY_FIX",
            "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "LIBRARY_INT_FIX",
-           "AHEAD_WEAK_FIX", "MEMORY_SPACE_FIX", "METADATA_VALUE_FIX",
+           "AHEAD_TYPED_FIX", "AHEAD_WEAK_FIX", "MEMORY_SPACE_FIX", "METADATA_VALUE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
            "SAME_TEXT_STRUCTURE_FIX", "WEAK_FIX", "WIDENED_BY_INTEGER_FIX", "WIDENED_OUTPUT_FIX",
            "WIDENED_BY_PROMOTION_FIX", "CacheMiss", "fix_for",
-           "what_changed"]
+           "weak_now", "what_changed"]
 
 #: the causes, in the order the diagnosis ranks them when a function has several
 #: added to "new shapes" where caches were cleared between those compiles: each shape was new,
@@ -125,6 +126,24 @@ AHEAD_WEAK_FIX = ("only the weak type changed, and the first program was compile
                   "jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type), or with "
                   "jax.eval_shape's structs of the arguments you call with; or give the value "
                   "its dtype at the call, jnp.asarray(0.0, jnp.float32) (jax-ml/jax#23302)")
+#: the other way round: the warm-up lowered a Python number (weakly typed), the calls pass a
+#: typed array (a review)
+AHEAD_TYPED_FIX = ("only the weak type changed, and the first program was compiled ahead of "
+                   "time for a weakly typed value (a Python number given to .lower()), where "
+                   "the calls pass a typed array: lower with what the calls pass, "
+                   "jnp.asarray(x, jnp.float32) or jax.ShapeDtypeStruct(x.shape, x.dtype), "
+                   "and the warm-up's program serves them (jax-ml/jax#23302)")
+
+
+def weak_now(misses: Sequence[CacheMiss]) -> bool | None:
+    """For misses whose only change is a weak type: True where the calls now pass the weakly
+    typed value (the earlier program typed), False the other way, None where it is not told."""
+    found = [_CHANGE.search(m.changed) for m in misses if m.changed]
+    ways = {"weak_type=True" in f.group(1) and "weak_type=True" not in f.group(2)
+            for f in found if f}
+    return ways.pop() if len(ways) == 1 else None
+
+
 #: the fix for a new sharding where only the memory space changed, the memory kind the latest
 #: call passed in the braces (marin-community/marin#8515: an optimizer state's count made in
 #: device memory, returned by the step in pinned_host: 2 compiles; put there first: 1, jax 0.10.2)

@@ -62,13 +62,16 @@ from helpers._internal import (
 from helpers._internal.records import Display, Record
 from helpers.compile_causes import (
     AHEAD_SHARDING_FIX,
+    AHEAD_TYPED_FIX,
     AHEAD_WEAK_FIX,
+    BUCKETED_FIX,
     CAUSES,
     CLEARED_NEW_SHAPES,
     FIXES,
     WEAK_FIX,
     CacheMiss,
     fix_for,
+    weak_now,
     what_changed,
 )
 from helpers.errors import BadInputError, InUseError
@@ -386,12 +389,15 @@ class FunctionCompiles(Record):
                      f"anew at each of your calls ({self.called_at[0]}), closed over the values "
                      "you pass, use its option to pass them as traced arguments, or pass the "
                      "same values (numpyro's MCMC: jit_model_args=True, pyro-ppl/numpyro#1347).")
-        if self.cache_loads and self.cache_loads == self.compiles:
+        if self.cache_loads and self.cache_loads == self.compiles and self.fix in (
+                FIXES["new shapes"], BUCKETED_FIX):  # (another fix stands: a review)
             return (f"{head}, each program loaded from the persistent compilation cache, "
                     f"{self.compile_seconds:.2f} s in all: the cache pays for these, and each "
                     "is a program of its own (one per shape, per value): nothing to fix unless "
                     "they are many (PlasmaControl/DESC#1402).")
-        return (f"{head}, {self.compile_seconds:.2f} s of compiling: {self.fix}."
+        loads = (f" ({self.cache_loads} of them loaded from the persistent compilation cache)"
+                 if self.cache_loads else "")
+        return (f"{head}, {self.compile_seconds:.2f} s of compiling{loads}: {self.fix}."
                 f"{said}{self._constants_again()}")
 
     def _constants_again(self) -> str:
@@ -1074,7 +1080,8 @@ def _with_programs(log: CompileLog, before: set[int] | None) -> tuple[FunctionCo
                 for out in outputs}
             fix = fix_for(misses, f.cause, programs=signatures, integer_lines=integers)
             # (a weak type a warm-up lowered without keeps its ahead-of-time fix)
-            f = replace(f, fix=f.fix if fix == WEAK_FIX and f.fix == AHEAD_WEAK_FIX
+            f = replace(f, fix=f.fix if fix == WEAK_FIX and f.fix in (AHEAD_WEAK_FIX,
+                                                                        AHEAD_TYPED_FIX)
                         else fix or f.fix)
         if found and constants:
             each = [jaxcompat.constant_bytes(t) or 0 for t in found]
@@ -1523,7 +1530,8 @@ def _entry(key: tuple[str, str], mine: list[CacheMiss], seconds: list[float],
         # ShapeDtypeStructs it was lowered with, not a put before the loop: a review)
         AHEAD_SHARDING_FIX if cause == "new sharding" and ahead_first and fix_for(
             mine, cause, through_library=library) == FIXES["new sharding"] else
-        AHEAD_WEAK_FIX if ahead_first and fix_for(
+        (AHEAD_WEAK_FIX if weak_now(mine) else AHEAD_TYPED_FIX)
+        if ahead_first and weak_now(mine) is not None and fix_for(
             mine, cause, through_library=library) == WEAK_FIX else
         fix_for(mine, cause, new_types_each_call=bool(fresh) and not cleared,
                 through_library=library) + (CLEARED_NEW_SHAPES if fresh and cleared else ""),

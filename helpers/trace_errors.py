@@ -168,8 +168,8 @@ def trace_error_fix(err: BaseException) -> str:
         return ("the callback's sharding= names a device the jitted computation does not run "
                 "on: a pure_callback's or io_callback's sharding must be one of its devices. "
                 "Leave sharding= out (the callback runs in Python on the host either way), or "
-                "name one of the step's own devices (jax-ml/jax#40722; jax 0.8.0 and 0.10.2 "
-                "say only 'tuple.index(x): x not in tuple')")
+                "name one of the step's own devices (jax-ml/jax#40722; before jax 0.12 JAX "
+                "says only 'tuple.index(x): x not in tuple')")
     if kind not in TRACE_ERRORS and not shape:
         return ""
     if found := _SIZE_ARGUMENT.search(text):
@@ -224,7 +224,7 @@ def trace_error_fix(err: BaseException) -> str:
                 f"or bool() needs one{at}. Use jnp.where(cond, a, b) or jax.lax.cond (which "
                 "vmap turns into a select of both branches), or jax.lax.while_loop")
     if names and _CHECKPOINT_TRACE in text and not arrays:
-        return _checkpoint_fix(names, frame)
+        return _checkpoint_fix(names, frame, _enclosing_trace(err, frame, names))
     if names:
         return _argument_fix(kind, names, needed, shape or bool(arose), arrays)
     operations = _OPERATION.findall(text)
@@ -253,7 +253,23 @@ def trace_error_fix(err: BaseException) -> str:
     return ""
 
 
-def _checkpoint_fix(names: list[str], frame: object) -> str:
+def _enclosing_trace(err: BaseException, frame: object, names: list[str]) -> str:
+    """The name of a user's function, outside the traced one, whose frame holds one of
+    ``names`` as a traced value: an enclosing jax.jit (or grad) traces it too (a review:
+    jax.checkpoint inside a jitted loss, its flag the loss's argument); "" where none."""
+    from jax.core import Tracer
+
+    tb = err.__traceback__
+    while tb is not None and tb is not frame:
+        code = tb.tb_frame.f_code
+        if frames.is_user_file(code.co_filename) and any(
+                isinstance(tb.tb_frame.f_locals.get(n), Tracer) for n in names):
+            return code.co_name
+        tb = tb.tb_next
+    return ""
+
+
+def _checkpoint_fix(names: list[str], frame: object, enclosing: str = "") -> str:
     """A value jax.checkpoint traces used where Python needs it concrete (openpi#987: a
     `deterministic` flag): the position to mark static, from the traced function's
     signature, where the kit had said "jit" and static_argnames, which jax.checkpoint ignores
@@ -264,19 +280,28 @@ def _checkpoint_fix(names: list[str], frame: object) -> str:
     at = [params.index(n) for n in names if n in params]
     where = ""
     if at and len(at) == len(names):
-        nums = ", ".join(map(str, at)) + ("," if len(at) == 1 else "")
-        where = (f": static_argnums=({nums}), {which} being argument "
-                 f"{' and '.join(map(str, at))} of {code.co_name}, counting from 0"
-                 + (" and self (flax's nn.remat counts self; jax.checkpoint of a bound method "
-                    "does not)" if params[:1] == ["self"] else ""))
-    return (f"the value depends on {which}, which jax.checkpoint traces (not jit), and Python "
+        def argnums(positions: list[int]) -> str:
+            return ", ".join(map(str, positions)) + ("," if len(positions) == 1 else "")
+
+        if params[:1] == ["self"]:  # a method: jax.checkpoint(self.f) is given no self
+            where = (f": static_argnums=({argnums([i - 1 for i in at])}) for "
+                     f"jax.checkpoint(self.{code.co_name}), which is not given self; "
+                     f"({argnums(at)}) for flax's nn.remat, which counts self")
+        else:
+            where = (f": static_argnums=({argnums(at)}), {which} being argument "
+                     f"{' and '.join(map(str, at))} of {code.co_name}, counting from 0")
+    outer = (f" The function around it, {enclosing}, is traced too (a jax.jit or grad): mark "
+             f"the value static there as well (static_argnames on that jit), so that it "
+             f"reaches jax.checkpoint as a Python value." if enclosing else "")
+    return (f"the value depends on {which}, which jax.checkpoint traces"
+            f"{'' if enclosing else ' (not jit)'}, and Python "
             f"needs it concrete. Mark it static by position{where}, and pass it by position at "
             "the call (static_argnums counts positional arguments only, jax-ml/jax#18405). "
             "Where static_argnums is set already, it names another position "
             "(Physical-Intelligence/openpi#987's named the argument before). jax.checkpoint's "
             "static_argnames does not help: where it exists (jax 0.10.2, 0.12.0.1) the "
             "argument is traced all the same. Or use jnp.where or jax.lax.cond on the traced "
-            "value")
+            f"value.{outer}").rstrip(".")
 
 
 def _list_of_trees(text: str) -> str:

@@ -2340,6 +2340,12 @@ def test_jax_23302_a_warm_up_lowered_without_the_weak_type_is_named_as_the_cause
     fixed = warm_then_call(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,
                                                           weak_type=a.weak_type))
     assert fixed.compiles == 1
+    step.clear_cache()  # the other way (a review): a Python number lowered, a typed call
+    with compiles.watch() as log:
+        step.lower(w, 0.01).compile()
+        step(w, jnp.float32(0.01))
+    other = log.function("step")
+    assert other.compiles == 2 and other.fix == compile_causes.AHEAD_TYPED_FIX
 
 
 def test_tpu_inference_176_compiles_after_a_warm_up_with_no_trace_are_named_as_placement():

@@ -575,3 +575,43 @@ def test_jax_40722_a_callback_s_sharding_on_a_device_the_jit_does_not_use_is_nam
         return jax.pure_callback(lambda v: v * 2.0, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
 
     np.testing.assert_allclose(jax.jit(g)(jnp.ones(3)), np.full(3, 2.0))
+
+
+def test_a_checkpoint_inside_a_jit_names_the_jit_s_static_argument_too():
+    """A review: jax.checkpoint(body)(x, deterministic) inside a jitted loss that takes the
+    flag: the kit said "(not jit)" and static_argnums on the checkpoint alone, which followed
+    still raised. Now the jit too; a flag the outer function passes as a constant, not."""
+    def body(x, deterministic):
+        return x * 2 if deterministic else jnp.sin(x)
+
+    @jax.jit
+    def loss(x, deterministic):
+        return jax.checkpoint(body)(x, deterministic).sum()
+
+    err = _error(loss, jnp.ones(3), True)
+    fix = trace_errors.trace_error_fix(err)
+    assert "The function around it, loss, is traced too" in fix and "(not jit)" not in fix
+
+    @functools.partial(jax.jit, static_argnames="deterministic")
+    def fixed(x, deterministic):
+        return jax.checkpoint(body, static_argnums=(1,))(x, deterministic).sum()
+
+    assert float(fixed(jnp.ones(3), True)) == 6.0  # both static: it runs
+    err = _error(jax.grad(lambda x: jax.checkpoint(body)(x, True).sum()), jnp.ones(3))
+    assert "The function around it" not in trace_errors.trace_error_fix(err)
+
+
+def test_a_checkpointed_method_s_flag_is_numbered_for_jax_checkpoint_and_for_nn_remat():
+    """A review: for jax.checkpoint(self.apply) the kit gave the position counting self,
+    (2,), which jax.checkpoint (not given self) rejects; (1,) runs. Both numbers now."""
+    class Block:
+        def apply(self, x, deterministic):
+            return x if deterministic else jnp.sin(x)
+
+    block = Block()
+    err = _error(lambda x: jax.checkpoint(block.apply)(x, True), jnp.ones(3))
+    fix = trace_errors.trace_error_fix(err)
+    assert "static_argnums=(1,) for jax.checkpoint(self.apply)" in fix
+    assert "(2,) for flax's nn.remat" in fix
+    np.testing.assert_allclose(
+        jax.checkpoint(block.apply, static_argnums=(1,))(jnp.ones(3), True), np.ones(3))
