@@ -835,3 +835,28 @@ def test_quantecon_329_shocks_drawn_whole_before_a_scan_are_drawn_per_step_inste
     scanned = preflight.preflight_step(
         lambda x, s: jax.lax.scan(lambda c, r: (c + r, None), s, x)[0], xs, s0)
     assert scanned.scan_draws == ()
+
+
+def test_draws_a_jitted_layer_makes_and_uses_are_no_draws_before_the_scan_and_tokens_pass():
+    """Two reviews of the #329 rule: an RNN scanned over a jitted encoder's output, which
+    applies dropout, was told to draw it inside the body (the encoder's jaxpr draws, its
+    output is no draw); and a step that makes a token (mpi4jax's create_token) made
+    preflight_step raise (a token has no shape)."""
+    @jax.jit
+    def encoder(w, x, key):
+        keep = jax.random.bernoulli(key, 0.9, x.shape)
+        return jnp.tanh(jnp.where(keep, x / 0.9, 0.0) @ w)
+
+    def step(w, u, x, key):
+        h = encoder(w, x, key)
+        s, _ = jax.lax.scan(lambda s, h_t: (jnp.tanh(s @ u + h_t), None), jnp.zeros((16, 64)), h)
+        return jnp.sum(s)
+
+    args = (jnp.ones((8, 64)) * 0.01, jnp.ones((64, 64)) * 0.01, jnp.ones((128, 16, 8)),
+            jax.random.key(0))
+    assert preflight.preflight_step(step, *args).scan_draws == ()
+
+    def with_token(x):
+        return jnp.sin(x) * 2.0, jax.lax.create_token()
+
+    assert preflight.preflight_step(with_token, jnp.ones((256, 256))).verdict == "fits"

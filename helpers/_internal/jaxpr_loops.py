@@ -800,12 +800,38 @@ def cast_before_scan(closed) -> tuple[tuple[str, str, tuple[int, ...], int, str,
     return tuple(sorted(out, key=lambda x: -x[3]))
 
 
-def _draws(eqn, depth: int = 0) -> bool:
-    """The equation makes random bits, or calls a jit that does (jax.random.normal's _normal)."""
-    if eqn.primitive.name in ("random_bits", "threefry2x32"):
-        return True
-    inner = called_jaxpr(eqn)
-    return inner is not None and depth < 4 and any(_draws(e, depth + 1) for e in inner.eqns)
+def _drawn_outputs(j, depth: int = 0) -> dict[int, Any]:
+    """id of each variable of jaxpr ``j`` that holds random values (random bits, or what
+    elementwise arithmetic with far smaller values makes of them: mu + sigma * z) -> the
+    equation that drew them; through inner jits, an output only where the inner jaxpr's own
+    output is drawn (a jitted encoder that applies dropout returns no draws: a review)."""
+    drawn: dict[int, Any] = {}
+    for eqn in getattr(j, "eqns", ()):
+        shape = getattr(eqn.outvars[0].aval, "shape", None) if eqn.outvars else None
+        if not shape:  # (a token, a scalar: no array of draws)
+            continue
+        size = math.prod(shape)
+        if eqn.primitive.name in ("random_bits", "threefry2x32"):
+            if size >= 1024:
+                for v in eqn.outvars:
+                    drawn[id(v)] = eqn
+            continue
+        inner = called_jaxpr(eqn)
+        if inner is not None and depth < 4:
+            found = _drawn_outputs(inner, depth + 1)
+            for v, w in zip(eqn.outvars, inner.outvars, strict=False):
+                if id(w) in found and math.prod(getattr(v.aval, "shape", ()) or (0,)) >= 1024:
+                    drawn[id(v)] = eqn
+            continue
+        # elementwise with the draws, every other operand far smaller (a scalar, a row)
+        ins = [v for v in eqn.invars if not hasattr(v, "val")]
+        source = next((drawn[id(v)] for v in ins if id(v) in drawn), None)
+        if source is not None and len(eqn.outvars) == 1 and all(
+                id(v) in drawn or 8 * math.prod(getattr(v.aval, "shape", ()) or (1,)) <= size
+                for v in ins) and eqn.primitive.name not in ("scan", "while", "cond",
+                                                             "dot_general"):
+            drawn[id(eqn.outvars[0])] = source
+    return drawn
 
 
 def drawn_before_scans(closed) -> tuple[tuple[tuple[int, ...], str, int, str, str], ...]:
@@ -817,30 +843,19 @@ def drawn_before_scans(closed) -> tuple[tuple[tuple[int, ...], str, int, str, st
     shocks, 9.31 GiB asked of a 10 GB card). Largest first."""
     out = []
     for j, _ in walk(closed):
-        drawn: dict[int, Any] = {}  # a variable -> the equation that drew it
+        drawn = _drawn_outputs(j)
+        if not drawn:
+            continue
         for eqn in getattr(j, "eqns", ()):
-            if eqn.primitive.name == "scan" and drawn:
-                first = sum(jaxcompat.scan_counts(eqn.params))
-                for v in eqn.invars[first:]:
-                    if id(v) in drawn and len(v.aval.shape) >= 1:
-                        out.append((tuple(v.aval.shape), str(v.aval.dtype),
-                                    math.prod(v.aval.shape) * v.aval.dtype.itemsize,
-                                    equation_line(drawn[id(v)]), equation_line(eqn)))
+            if eqn.primitive.name != "scan":
                 continue
-            if not eqn.outvars or not eqn.outvars[0].aval.shape:
-                continue
-            size = math.prod(eqn.outvars[0].aval.shape)
-            if size >= 1024 and _draws(eqn):
-                for v in eqn.outvars:
-                    drawn[id(v)] = eqn
-                continue
-            # elementwise with the draws, every other operand far smaller (a scalar, a row)
-            ins = [v for v in eqn.invars if not hasattr(v, "val")]
-            source = next((drawn[id(v)] for v in ins if id(v) in drawn), None)
-            if source is not None and len(eqn.outvars) == 1 and all(
-                    id(v) in drawn or 8 * math.prod(v.aval.shape) <= size for v in ins) and \
-                    eqn.primitive.name not in ("scan", "while", "cond", "dot_general"):
-                drawn[id(eqn.outvars[0])] = source
+            first = sum(jaxcompat.scan_counts(eqn.params))
+            for v in eqn.invars[first:]:
+                shape = getattr(v.aval, "shape", None)
+                if id(v) in drawn and shape:
+                    out.append((tuple(shape), str(v.aval.dtype),
+                                math.prod(shape) * v.aval.dtype.itemsize,
+                                equation_line(drawn[id(v)]), equation_line(eqn)))
     return tuple(sorted(out, key=lambda x: -x[2]))
 
 
