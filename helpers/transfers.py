@@ -497,8 +497,10 @@ def _reason(direction: str, explicit: bool | None, shape, dtype, where: str,
     if shape is None and _SLICED.search(source) and not re.search(
             _ARITHMETIC + r"|\(", re.sub(r"\[[^\]]*\]", "", source)):  # a bare name = x[a:b]
         shape, dtype = (), "int32"  # a slice's bounds on JAX's fast path, which logs no shape
-    if shape is None and _INDEXED.search(source) and set(_CALLED.findall(source)) <= _READS \
-            and not re.search(_ARITHMETIC, _INDEXED.sub("", source)):
+    code = source.split("#", 1)[0]  # (a comment's words are no code: a review)
+    if shape is None and _INDEXED.search(code) and set(_CALLED.findall(code)) <= _READS \
+            and set(_CALLED.findall(code)) and not re.search(r"\]\s*\(", code) \
+            and not re.search(_ARITHMETIC, _INDEXED.sub("", code)):
         # an element read (float(b[0, 0]) for b in batches): its indices, not a jit's argument
         # (a new user's trial was told "an argument of a jitted call")
         shape, dtype = (), "int32"
@@ -613,8 +615,9 @@ _JOIN_FIX = ("join them on the device first (jnp.concatenate or jnp.stack, or ke
 _JOIN_READS = "{n} arrays read back one copy at a time: " + _JOIN_FIX
 #: a line that hands what it reads to another framework's tensor (Astera-org/simplexity#70:
 #: torch.from_numpy(np.asarray(x)).to("cuda"), device to host to device for every batch)
-_HANDED_OVER = re.compile(r"\b(?:torch|tf|tensorflow|cupy|cp)\.(?:from_numpy|tensor|as_tensor|"
-                          r"asarray|array|convert_to_tensor|constant)\(")
+_HANDED_OVER = re.compile(r"\b(?:cupy|cp)\.(?:asarray|array)\(|\b(?:torch|tf|tensorflow)\.(?:"
+                          r"from_numpy|tensor|as_tensor|convert_to_tensor|constant)\(.*(?:\.to\(|"
+                          r"\.cuda\(|\bdevice\s*=)")
 _HANDOFF_FIX = ("the read feeds another framework's tensor, so the bytes go device to host and "
                 "back: hand the array over on the device instead with DLPack, "
                 "torch.from_dlpack(x) (cupy.from_dlpack(x); TensorFlow: "

@@ -866,12 +866,13 @@ def test_simplexity_70_a_read_that_feeds_a_torch_tensor_is_named_with_dlpack():
     the hand-over shares the buffer on the CPU. The GPU row: from the thread, not yet run."""
     import types
 
-    torch = types.SimpleNamespace(from_numpy=lambda a: a)  # a stand-in: torch is not installed
+    torch = types.SimpleNamespace(  # a stand-in: torch is not installed
+        from_numpy=lambda a: types.SimpleNamespace(to=lambda device: a))
     batches = [jnp.full((64, 8), float(i)) for i in range(4)]
     jax.block_until_ready(batches)
     with transfers.trace() as log:
         for x in batches:
-            torch.from_numpy(np.asarray(x))
+            torch.from_numpy(np.asarray(x)).to("cuda")
     (note,) = log.unlogged
     assert "torch.from_dlpack(x)" in note and "simplexity#70" in note and "Join" not in note
     assert not hasattr(jax.dlpack, "to_dlpack")  # the thread's call, gone: pass the array
@@ -880,7 +881,7 @@ def test_simplexity_70_a_read_that_feeds_a_torch_tensor_is_named_with_dlpack():
         batches[1].unsafe_buffer_pointer()  # the same buffer: no copy
     line = ("W1 guard_lib.cc:150] device-to-host transfer: aval=ShapedArray(float32[64,8]), "
             "sharding=SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)")
-    marker = transfers._LINE + "run.py:9: t = torch.from_numpy(np.asarray(x))>>"
+    marker = transfers._LINE + "run.py:9: t = torch.from_numpy(np.asarray(x)).cuda()>>"
     found, _ = transfers.parse_guard_output("\n".join([marker, line, line]) + "\n",
                                             marked=False)
     gpu = transfers.TransferLog()
@@ -888,6 +889,9 @@ def test_simplexity_70_a_read_that_feeds_a_torch_tensor_is_named_with_dlpack():
     (row,) = gpu.by_line()
     assert any("torch.from_dlpack(x)" in r for r in row["reasons"])
     assert not any("join them" in r for r in row["reasons"])
+    for kept in ("torch.save(torch.tensor(np.asarray(w)), path)",  # kept on the host: a
+                 "writer.add_scalar('loss', torch.tensor(float(loss)), i)"):  # review
+        assert not transfers._HANDED_OVER.search(kept), kept
     with transfers.trace() as plain:  # a read that feeds NumPy alone keeps the join advice
         np.concatenate(batches)
     assert "Join them" in plain.unlogged[0] and "dlpack" not in plain.unlogged[0]
@@ -966,3 +970,8 @@ def test_an_element_read_in_a_comprehension_is_named_as_its_indices_not_a_jit_ar
     reasons = " ".join(x for r in rows for x in r["reasons"])
     assert rows and "an index or slice bound" in reasons, log.by_line()
     assert "an argument of a jitted call" not in reasons
+    # a review: a jit stored in a dict, a NumPy index array, a comment: not an element's read
+    for line in ('x.py:15: out = steps["train"](b)', "x.py:17: picked = table[ix]",
+                 "x.py:3: y = f(x[0])  # see float(z[1])"):
+        assert not transfers._reason("host->device", False, None, None, line).startswith(
+            "an index or slice bound"), line
