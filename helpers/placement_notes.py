@@ -163,18 +163,20 @@ def _mirror_fix(leaves: tuple[LeafPlacement, ...], moved: list[str],
     the shape and dtype of a split one there: an optimizer's moments beside the parameters they
     mirror (AI-Hypercomputer/maxdiffusion#484, a restore with no shardings), which replicated
     would hold whole on every device (4x a split one's bytes on 4 devices), each found by its
-    shape, dtype and last key (['opt_state']['mu']['w1'] mirrors ['params']['w1']: a bias of
+    shape and last key (any dtype: bfloat16 moments of float32 parameters) (['opt_state']['mu']['w1'] mirrors ['params']['w1']: a bias of
     a weight's shape is no mirror, keras-team/keras#18681); "" where none do."""
-    alike = {(leaf.shape, leaf.dtype, _last_key(leaf.path)) for leaf in leaves
+    # (any dtype: moments kept in bfloat16 beside float32 parameters, optax's mu_dtype, split
+    # as their parameters are: a review)
+    alike = {(leaf.shape, _last_key(leaf.path)) for leaf in leaves
              if leaf.committed and leaf.devices == devices and not leaf.replicated}
     mirror = [leaf.path for leaf in leaves if leaf.path in moved and leaf.shape and
-              (leaf.shape, leaf.dtype, _last_key(leaf.path)) in alike]
+              (leaf.shape, _last_key(leaf.path)) in alike]
     if not mirror:
         return ""
     rest = (" The others (of another rank, such as a step counter, or of no split leaf's "
             "shape): replicated, jax.device_put(leaf, NamedSharding(other.sharding.mesh, P()))."
             if len(mirror) < len(moved) else "")
-    return (f"put each where its like is, once: {_some(mirror)} of the shape and dtype of a "
+    return (f"put each where its like is, once: {_some(mirror)} of the shape of a "
             "split leaf (an optimizer's moments beside the parameters they mirror), so put "
             "each on that leaf's sharding, jax.device_put(leaf, other.sharding), other the "
             "split leaf (a pickled or loaded array: device_put its NumPy data straight onto "

@@ -809,7 +809,9 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     else:
         draws = ()
     repeats = [r for r in (jaxpr_products.repeated_operands(c.jaxpr) if c.jaxpr is not None
-                           else []) if 4 * r[2] >= peak and r[2] >= 2**20]
+                           else []) if r[2] >= 2**20]
+    if repeats and 4 * sum(r[2] for r in repeats) < peak:  # (together, as K and V: a review)
+        repeats = []
     if repeats:  # K and V repeated up to the query heads (NovaSky-AI/SkyRL#514)
         notes.append(program_notes.repeated_operand_note(repeats))
     diagonals = [d for d in (jaxpr_products.diagonal_products(c.jaxpr) if c.jaxpr is not None
@@ -1178,7 +1180,7 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         scan_draws=tuple((f"{dtype}{list(shape)}", n, line, at)
                          for shape, dtype, n, line, at in draws),
         diagonal_matrices=tuple((f"{dtype}{list(shape)}", n, line)
-                                for shape, dtype, n, line in diag_matrices))
+                                for shape, dtype, n, line, _ in diag_matrices))
 
 
 # --- what a gradient keeps for the backward pass ------------------------------------------------

@@ -1885,11 +1885,13 @@ _MASK_ARGUMENT = re.compile(r"dot_product_attention\(.*\bmask\s*=\s*(?!None\b)")
 #: source, jax/_src/cudnn/fused_attention_stablehlo.py's combine_bias_and_mask, 0.10.2; not
 #: yet run on a GPU); is_causal builds none (google/flax#5093 added is_causal for it)
 _MASK_ARRAY = (" The call passes mask=: where it is a causal mask made as an array "
-               "(nn.make_causal_mask, jnp.tril), pass is_causal=True instead, which builds no T x "
-               "T array; under implementation='cudnn' a mask array becomes a dense additive bias "
-               "of its shape, and is_causal selects cuDNN's causal kernel (google/flax#5093; from "
-               "JAX's source, jax/_src/cudnn/fused_attention_stablehlo.py: "
-               "combine_bias_and_mask, not yet run on a GPU).")
+               "(nn.make_causal_mask, jnp.tril), pass is_causal=True instead. On the XLA path "
+               "the two cost the same (JAX builds the causal mask itself), but with "
+               "implementation='cudnn' a mask array becomes a dense additive bias of its shape, "
+               "where is_causal selects cuDNN's causal kernel and passes no T x T array "
+               "(google/flax#5093; from JAX's source, "
+               "jax/_src/cudnn/fused_attention_stablehlo.py: combine_bias_and_mask, not yet run "
+               "on a GPU).")
 
 
 def einsum_blowups(c: compiled.CompiledStep, peak: int
@@ -2028,7 +2030,7 @@ def repeated_operand_note(repeats: Sequence[tuple[tuple[int, ...], str, int, int
             "the copy with everything else.")
 
 
-def diagonal_matrix_note(found: Sequence[tuple[tuple[int, ...], str, int, str]]) -> str:
+def diagonal_matrix_note(found: Sequence[tuple[tuple[int, ...], str, int, str, bool]]) -> str:
     """jnp.diag of a vector made into an n x n matrix only for a product to read
     (:func:`helpers._internal.jaxpr_products.diagonal_matrices`): blackjax-devs/blackjax#1007,
     Pathfinder's L-BFGS (fixed by PR #1008 with elementwise products and vectors multiplied
@@ -2036,19 +2038,24 @@ def diagonal_matrix_note(found: Sequence[tuple[tuple[int, ...], str, int, str]])
     the batch, the kit's advice then, 278 MiB at batch_size=1; the PR's rewrite 54 MiB."""
     from helpers.units import format_bytes
 
-    shape, dtype, _, _ = found[0]
+    shape, dtype = found[0][0], found[0][1]
     total = sum(f[2] for f in found)
+    rows = any(not f[4] for f in found)
+    vector = any(f[4] for f in found)
     lines = list(dict.fromkeys(f[3] for f in found if f[3]))
     at = f" ({'; '.join(lines[:2])})" if lines else ""
     n = shape[-1]
     many = f"{len(found)} diagonal matrices" if len(found) > 1 else "a diagonal matrix"
     return (f"The step makes {many} with jnp.diag of a vector{at}, {format_bytes(total)} in all "
             f"(the largest {dtype}{list(shape)}: {n:,} x {n:,}, all but {n:,} of them zeros), "
-            "only for a product to read. jnp.diag(v) @ M scales M's rows: v[:, None] * M "
-            "gives the same without the matrix (M @ jnp.diag(v) is M * v); in a chain of "
-            "products, multiply the vector first, B @ (G @ (B.T @ g)), and no n x n value is "
-            "made (blackjax-devs/blackjax#1007). The batch is not the cause: chunks of it "
-            "still make each matrix.")
+            "only for a product to read. "
+            + ("jnp.diag(v) @ M scales M's rows: v[:, None] * M gives the same without the "
+               "matrix (M @ jnp.diag(v) is M * v). " if rows else "")
+            + ("jnp.diag(v) @ g of a vector g is v * g. " if vector else "")
+            + "In a chain of products, multiply the vector first, B @ (G @ (B.T @ g)), and no "
+            "n x n value is made (blackjax-devs/blackjax#1007)."
+            + (" The batch is not the cause: chunks of it still make each matrix."
+               if len(shape) > 2 else ""))
 
 
 def scan_draws_note(draws: Sequence[tuple[tuple[int, ...], str, int, str, str]]) -> str:

@@ -3260,6 +3260,12 @@ def test_blackjax_1007_a_diagonal_matrix_made_for_a_product_is_named_with_a_row_
     p = preflight.preflight_step(jax.vmap(body), alpha, z, g)
     assert len(p.diagonal_matrices) == 2 and p.diagonal_matrices[0][1] == 8 * n * n * 4
     assert "v[:, None] * M gives the same without the matrix" in p.advice
+    assert "jnp.diag(v) @ g of a vector g is v * g" in p.advice  # (a review: not v[:, None])
+    assert "The batch is not the cause" in p.advice
+    one = preflight.preflight_step(lambda a, v: jnp.diag(a) @ v, alpha[0], g[0] + 1.0)
+    said = one.advice
+    if one.diagonal_matrices:  # one matrix, no batch: no word of one, nor of rows
+        assert "v * g" in said and "v[:, None]" not in said and "The batch" not in said
     assert "blackjax#1007" in p.advice and "made under jax.vmap" not in p.advice
     after = preflight.preflight_step(jax.vmap(fixed), alpha, z, g)
     assert after.diagonal_matrices == () and after.temp_bytes * 8 < p.temp_bytes

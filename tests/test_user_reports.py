@@ -5046,6 +5046,11 @@ def test_maxdiffusion_484_restored_moments_go_on_their_parameters_sharding_not_r
         "mu": jax.tree.map(lambda s, p: jax.device_put(s, p.sharding), saved["mu"], params),
         "nu": jax.tree.map(lambda s, p: jax.device_put(s, p.sharding), saved["nu"], params)}}
     assert devices.tree_placement(fixed).problems == ()
+    half = {"params": params, "opt_state": {  # moments kept in bfloat16 (a review)
+        "count": jnp.zeros((), jnp.int32),
+        "mu": {k: jnp.zeros((256, 64), jnp.bfloat16) for k in params}}}
+    (low,) = devices.tree_placement(half).problems
+    assert "2 leaves (['opt_state']['mu']['w1'], ['opt_state']['mu']['w2'])" in low
     mu = fixed["opt_state"]["mu"]["w1"]
     assert mu.addressable_shards[0].data.nbytes == mu.nbytes // 4  # a quarter on each device
 

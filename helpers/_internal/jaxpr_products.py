@@ -1023,8 +1023,9 @@ def repeated_operands(closed) -> list[tuple[tuple[int, ...], str, int, int, int,
     return sorted(found, key=lambda f: -f[2])
 
 
-def diagonal_matrices(closed) -> list[tuple[tuple[int, ...], str, int, str]]:
-    """(the matrix's shape, its dtype, its bytes, the user's line) of each jnp.diag of a vector
+def diagonal_matrices(closed) -> list[tuple[tuple[int, ...], str, int, str, bool]]:
+    """(the matrix's shape, its dtype, its bytes, the user's line, whether every product that
+    reads it takes a vector for its other operand) of each jnp.diag of a vector
     of n = 16 or more (under vmap, a batch of them) whose n x n matrix a dot_general reads:
     jnp.diag(v) @ M scales M's rows, which v[:, None] * M does without the matrix
     (blackjax-devs/blackjax#1007: Pathfinder's L-BFGS at 200k parameters). Largest first."""
@@ -1040,6 +1041,12 @@ def diagonal_matrices(closed) -> list[tuple[tuple[int, ...], str, int, str]]:
                     src[-1] < 16 or not _reaches_product(eqn.outvars[0], read):
                 continue
             aval = eqn.outvars[0].aval
+            products = [e for e in read.get(id(eqn.outvars[0]), ())
+                        if e.primitive.name == "dot_general"]
+            # (jnp.diag(v) @ g with g a vector: v * g, not v[:, None] * g: a review)
+            vectors = bool(products) and all(
+                len(getattr(o.aval, "shape", ())) == len(src)
+                for e in products for o in e.invars if o is not eqn.outvars[0])
             found.append((out, str(aval.dtype), math.prod(out) * aval.dtype.itemsize,
-                          equation_line(eqn)))
+                          equation_line(eqn), vectors))
     return sorted(found, key=lambda f: -f[2])
