@@ -160,11 +160,12 @@ def _last_key(path: str) -> str:
 def _mirror_fix(leaves: tuple[LeafPlacement, ...], moved: list[str],
                 devices: tuple[str, ...]) -> str:
     """The fix for leaves (``moved``) to put on the split leaves' ``devices`` where some have
-    the shape and dtype of a split one there: an optimizer's moments beside the parameters they
-    mirror (AI-Hypercomputer/maxdiffusion#484, a restore with no shardings), which replicated
-    would hold whole on every device (4x a split one's bytes on 4 devices), each found by its
-    shape and last key (any dtype: bfloat16 moments of float32 parameters) (['opt_state']['mu']['w1'] mirrors ['params']['w1']: a bias of
-    a weight's shape is no mirror, keras-team/keras#18681); "" where none do."""
+    the shape of a split one there: an optimizer's moments beside the parameters they mirror
+    (AI-Hypercomputer/maxdiffusion#484, a restore with no shardings), which replicated would
+    hold whole on every device (4x a split one's bytes on 4 devices), each found by its shape
+    and last key, any dtype (bfloat16 moments of float32 parameters; ['opt_state']['mu']['w1']
+    mirrors ['params']['w1']: a bias of a weight's shape is no mirror,
+    keras-team/keras#18681); "" where none do."""
     # (any dtype: moments kept in bfloat16 beside float32 parameters, optax's mu_dtype, split
     # as their parameters are: a review)
     alike = {(leaf.shape, _last_key(leaf.path)) for leaf in leaves
