@@ -493,7 +493,7 @@ def describe_arguments(args: Any) -> str:
     if isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], tuple) \
             and isinstance(args[1], dict):
         return ", ".join([x for x in [leaves(args[0])] if x]
-                         + [f"{k}={leaves(v)}" for k, v in args[1].items()])
+                         + [f"{k}={leaves(v) or repr(v)}" for k, v in args[1].items()])
     return leaves(args)
 
 

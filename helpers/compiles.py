@@ -332,13 +332,14 @@ class FunctionCompiles(Record):
                 # no trace at all: a trace JAX had, compiled again (vllm-project/tpu-inference
                 # #176: a warm-up's arrays made with jnp, the served ones jax.device_put)
                 text += (" None of them traced anything anew (0.00 s of tracing here): JAX "
-                         "compiled a trace it already had, which is what a new placement of "
-                         "the arguments does. Where the function ran before the block (a "
-                         "warm-up), it was called with arguments placed otherwise: committed "
-                         "by jax.device_put or not, on another device, or with another "
-                         "sharding. Put the warm-up's arguments the way these calls put them "
-                         "(vllm-project/tpu-inference#176), and watch both in one block to see "
-                         "which argument changed.")
+                         "compiled a trace it already had. Where it was traced before the block "
+                         "without a compile (jax.eval_shape, .lower(), jax.make_jaxpr), these "
+                         "are its first compiles: nothing to fix. Where the function ran "
+                         "before the block (a warm-up), it was called there with arguments "
+                         "placed otherwise: committed by jax.device_put or not, on another "
+                         "device, or with another sharding. Put the warm-up's arguments the "
+                         "way these calls put them (vllm-project/tpu-inference#176), and watch "
+                         "both in one block to see which argument changed.")
             for name, fn, at in self.passed_anew:
                 what = "a lambda written there" if fn == "lambda" else f"`{fn}`"
                 text += (f" {name} compiled again from {at}, whose {what} is a new function "

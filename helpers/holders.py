@@ -595,13 +595,20 @@ _DIGITS = re.compile(r"\d+")
 
 
 def _numbered_siblings(names: list[str]) -> bool:
-    """Names one step into one tree that differ only in a number (model['layer0'] ...
-    model['layer5'], model.block_1, model.block_2): a model's repeated blocks, alike by
-    design, no leftover copy (a trial's six layers were told to `del` one)."""
+    """Names one step into one tree that differ only in a number counting up from 0 or 1
+    (model['layer0'] ... model['layer5'], model.block_1, model.block_2): a model's repeated
+    blocks, alike by design, no leftover copy (a trial's six layers were told to `del` one)."""
     parts = [re.match(r"^(.*?)(\[[^\[\]]*\]|\.\w+)$", n) for n in names]
-    return all(parts) and len({p.group(1) for p in parts}) == 1 and len(
-        {_DIGITS.sub("#", p.group(2)) for p in parts}) == 1 and all(
-        _DIGITS.search(p.group(2)) for p in parts)
+    if not (all(parts) and len({p.group(1) for p in parts}) == 1 and len(
+            {_DIGITS.sub("#", p.group(2)) for p in parts}) == 1):
+        return False
+    numbers = [[int(d) for d in _DIGITS.findall(p.group(2))] for p in parts]
+    if not all(len(n) == 1 for n in numbers):
+        return False
+    # a model's blocks count 0 (or 1) up, one at a time; checkpoints of steps 100, 200 and
+    # 300 are leftovers all the same (a review)
+    found = sorted(n[0] for n in numbers)
+    return found[0] <= 1 and found == list(range(found[0], found[0] + len(found)))
 
 
 class _TooBig(Exception):

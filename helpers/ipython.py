@@ -144,10 +144,29 @@ class CellMemory(Display):
     profiler_stop: str = ""
 
 
-#: a cell's line that stops a jax.profiler trace: jax.profiler.stop_trace() or a
-#: ``with jax.profiler.trace(...)`` block (jax-ml/jax#38518)
-_PROFILER_STOP = re.compile(r"^.*\b(?:stop_trace\s*\(|with\s+(?:jax\.)?profiler\.trace\s*\(|"
-                            r"with\s+trace\s*\().*$", re.M)
+def _profiler_stop(cell: str) -> str:
+    """The cell's last statement where it stops a jax.profiler trace (a stop_trace() call, or a
+    ``with jax.profiler.trace(...)`` block), as written; "" otherwise: work queued after the
+    stop is not the trace's (a review), nor is a comment (jax-ml/jax#38518)."""
+    import ast
+
+    try:
+        body = ast.parse(cell).body
+    except SyntaxError:
+        return ""
+    if not body:
+        return ""
+    last = body[-1]
+    calls = ([last.value] if isinstance(last, ast.Expr) else
+             [item.context_expr for item in last.items] if isinstance(last, ast.With) else [])
+    for call in calls:
+        func = call.func if isinstance(call, ast.Call) else None
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in ("stop_trace", "trace") and (name == "stop_trace" or "profiler" in (
+                ast.get_source_segment(cell, func) or "")):
+            text = ast.get_source_segment(cell, last) or ""
+            return text.splitlines()[0].strip() if text else ""
+    return ""
 
 
 #: how often ``%%memory`` samples the devices (and the host, where /proc has no sampler of it)
@@ -413,6 +432,10 @@ def _eager_call(statement: str, namespace: Mapping) -> tuple[str, int]:
     fn = namespace.get(call.func.id)
     if not isinstance(fn, types.FunctionType) or hasattr(fn, "lower"):
         return "", 0
+    inner = fn  # (a jit behind a functools.wraps decorator is jitted: a review)
+    while (inner := getattr(inner, "__wrapped__", None)) is not None:
+        if hasattr(inner, "lower"):
+            return "", 0
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
@@ -902,8 +925,7 @@ def _run_measured(shell, cell: str) -> CellMemory:
                       **_timers(followed), element_lines=_element_lines(followed),
                       compiled_again_timed=_compiled_again_timed(compiled, followed, cell),
                       rebuilt_lines=_rebuilt_lines(followed, shell.user_ns),
-                      profiler_stop=found.group(0).strip()
-                      if (found := _PROFILER_STOP.search(cell)) else "")
+                      profiler_stop=_profiler_stop(cell))
 
 
 @contextlib.contextmanager

@@ -1190,3 +1190,5 @@ def test_a_model_s_numbered_layers_are_no_trees_alike_but_two_variables_are():
     assert found[0] == ("params", "restored")
     apart = {"state": {"params": layer(keys[6]), "init_params": layer(keys[7])}}
     assert holders.largest(2, namespace=apart).alike  # siblings not numbered: named
+    ckpts = {"ckpts": {f"step_{n}": layer(keys[i]) for i, n in enumerate((100, 200, 300))}}
+    assert holders.largest(2, namespace=ckpts).alike  # steps, not blocks (a review): named

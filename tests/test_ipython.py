@@ -483,6 +483,12 @@ def test_jax_38518_a_profiler_trace_stopped_with_work_queued_gets_the_wait_befor
     assert "profiler" not in str(c)  # waited inside the block: no word
     c = shell.run_cell_magic("memory", "", "queue()")  # no trace: the cell's timing advice
     assert "at the end of the cell times it" in str(c) and c.profiler_stop == ""
+    # a review: work queued after the trace, and a stop in a comment, keep the timing advice
+    c = shell.run_cell_magic("memory", "", "with jax.profiler.trace(where):\n"
+                                           "    y = jnp.ones(4) * 2\nqueue()")
+    assert c.profiler_stop == "" and "at the end of the cell times it" in str(c)
+    c = shell.run_cell_magic("memory", "", "queue()  # jax.profiler.stop_trace() next cell")
+    assert c.profiler_stop == ""
 
 
 def test_percent_percent_memory_names_a_function_the_cell_compiled_again(shell):
@@ -1120,6 +1126,12 @@ def test_jax_427_timeit_of_a_function_not_jitted_names_each_operation_s_dispatch
                  "%timeit -n2 -r1 -q jax.jit(sum_logistic)(x).block_until_ready()"):
         shell.run_cell(fine)
         assert "JAX Device Kit" not in capsys.readouterr().out, fine
+    shell.run_cell("import functools\ndef logged(f):\n    @functools.wraps(f)\n"
+                   "    def inner(*a):\n        return f(*a)\n    return inner\n"
+                   "wrapped = logged(jax.jit(sum_logistic))")
+    capsys.readouterr()
+    shell.run_cell("%timeit -n2 -r1 -q wrapped(x)")  # a jit behind a decorator (a review)
+    assert "is not jitted" not in capsys.readouterr().out
     shell.run_cell("fast = jax.jit(sum_logistic)")
     assert float(shell.user_ns["fast"](shell.user_ns["x"])) == pytest.approx(
         float(shell.user_ns["sum_logistic"](shell.user_ns["x"])), rel=1e-6)

@@ -549,6 +549,7 @@ def test_jax_18405_a_static_argument_passed_by_keyword_to_jax_checkpoint_is_name
     from helpers import compiled  # the arguments as passed, keywords by name
     assert compiled.describe_arguments(((jnp.float32(5),), {"flag": False})) == \
         "float32[], flag=False"
+    assert compiled.describe_arguments(((), {"mask": None})) == "mask=None"  # (a review)
     with pytest.raises(ValueError) as other:  # another ValueError: no word
         jnp.split(jnp.ones(3), 2)
     assert trace_errors.trace_error_fix(other.value) == ""
