@@ -2031,6 +2031,10 @@ def test_a_layer_norm_s_row_scale_is_no_pairwise_product_of_inputs():
                "b": jnp.zeros(512, bf)} for _ in range(3)]
     r = preflight.residuals(loss, params, jnp.ones((256, 512), bf))
     assert "every pair" not in r.advice and "the reduced axis" not in r.advice, r.advice
+    emb = jnp.ones((1000, 512), bf)  # x made inside the step, an embedding's rows (a review)
+    r = preflight.residuals(lambda p, e, t: loss(p, e[t]), params, emb,
+                            jnp.arange(256) % 1000)
+    assert "every pair" not in r.advice, r.advice
 
 
 class _Module:

@@ -131,6 +131,33 @@ def _as_large_as_an_input(shape: tuple[int, ...], pair: tuple[int, int],
     return False
 
 
+def _of_a_whole_row(eqn, made: dict, shape: tuple[int, ...], pair: tuple[int, int]) -> bool:
+    """One operand of the outer product comes, through elementwise steps, from a reduction of
+    a value that already runs along both pair axes: a row's own statistic (LayerNorm's mean or
+    variance of an [n, d] x made inside the step, x = emb[tokens]: a review) against a vector
+    of d, no larger than the x it was reduced from."""
+    a, b = shape[pair[0]], shape[pair[1]]
+    for v in eqn.invars:
+        stack, seen = [(v, 0)], set()
+        while stack:
+            var, depth = stack.pop()
+            src = made.get(id(var))
+            if src is None or id(var) in seen or depth > 8:
+                continue
+            seen.add(id(var))
+            if src.primitive.name in _REDUCE:
+                dims = list(getattr(src.invars[0].aval, "shape", ()))
+                if a in dims:
+                    dims.remove(a)
+                    if b in dims:
+                        return True
+                continue
+            if src.primitive.name == "dot_general":
+                continue
+            stack += [(w, depth + 1) for w in src.invars if not hasattr(w, "val")]
+    return False
+
+
 def pairwise_reductions(closed) -> tuple[tuple[tuple[int, ...], str, tuple[int, int], int,
                                                str, str, int, int], ...]:
     """Each value made by broadcasting two operands against each other (an outer product over
@@ -148,7 +175,8 @@ def pairwise_reductions(closed) -> tuple[tuple[tuple[int, ...], str, tuple[int, 
             else {}
         for n, eqn in enumerate(getattr(j, "eqns", ())):
             if (pair := _pairwise_axes(eqn, made)) is None or \
-                    _as_large_as_an_input(tuple(eqn.outvars[0].aval.shape), pair, top):
+                    _as_large_as_an_input(tuple(eqn.outvars[0].aval.shape), pair, top) or \
+                    _of_a_whole_row(eqn, made, tuple(eqn.outvars[0].aval.shape), pair):
                 continue
             found = _reduced_pair_axis(j, n + 1, eqn.outvars[0], pair)
             if found is None:
