@@ -497,7 +497,8 @@ def test_the_table_lists_every_report_tested_here():
                  "514": "tests/test_preflight.py", "1007": "tests/test_preflight.py",
                  "5093": "tests/test_program_shapes.py",
                  "37": "tests/test_loops.py (JAX-in-Cell#37)",
-                 "6": "tests/test_loops.py (deepmd-jax#6)", "329": "tests/test_loops.py"}
+                 "6": "tests/test_loops.py (deepmd-jax#6)", "329": "tests/test_loops.py",
+                 "3439": "tests/test_preflight.py"}
     for row in table.splitlines():
         if row.startswith("| [") and row.split("|")[-2].strip().startswith("named"):
             for n in re.findall(r"#(\d+)\]", row.split("|")[1]):
