@@ -3222,6 +3222,15 @@ def test_skyrl_514_k_and_v_repeated_up_to_the_query_heads_are_named_with_native_
     scores = jnp.einsum("btkgd,bskd->bkgts", grouped, k)
     wide = jnp.einsum("bthd,bshd->bhts", q, jnp.repeat(k, hq // hkv, axis=2))
     np.testing.assert_allclose(scores.reshape(b, hq, 4, s), wide, rtol=1e-5, atol=1e-4)
+    def repeat_kv(x, n):  # Llama's form: a size-1 axis broadcast, then merged (a review)
+        b_, s_, h_, d_ = x.shape
+        return jnp.broadcast_to(x[:, :, :, None, :], (b_, s_, h_, n, d_)).reshape(
+            b_, s_, h_ * n, d_)
+
+    llama = preflight.preflight_step(
+        lambda q, k, v: jax.nn.dot_product_attention(q, repeat_kv(k, 8), repeat_kv(v, 8)),
+        q, k, v)
+    assert [r[2] for r in llama.repeated_operands] == [8, 8]
     tiled = preflight.preflight_step(  # jnp.tile's copies are another layout: no word
         lambda q, k: jnp.einsum("bthd,bshd->bhts", q, jnp.tile(k, (1, 1, hq // hkv, 1))), q, k)
     assert tiled.repeated_operands == ()

@@ -1035,9 +1035,19 @@ def repeated_operands(closed) -> list[tuple[tuple[int, ...], str, int, int, int,
             mid = tuple(wide.outvars[0].aval.shape)
             out = tuple(eqn.outvars[0].aval.shape)
             dims = tuple(wide.params["broadcast_dimensions"])
-            if len(mid) != len(src) + 1 or len(out) != len(src) or dims != tuple(
+            if len(mid) == len(src) and dims == tuple(range(len(mid))):
+                # Llama's repeat_kv: x[:, :, :, None, :] broadcast to g there, then reshaped
+                # (one size-1 axis made g wide: a review)
+                ones = [i for i, (m, n) in enumerate(zip(mid, src, strict=True)) if n == 1 < m]
+                if len(ones) != 1:
+                    continue
+                new = ones[0]
+                src = src[:new] + src[new + 1:]
+            elif len(mid) != len(src) + 1 or dims != tuple(
                     i for i in range(len(mid)) if i != (new := next(
-                        (i for i in range(len(mid)) if i not in dims), -1))) or new < 1:
+                        (i for i in range(len(mid)) if i not in dims), -1))):
+                continue
+            if len(out) != len(src) or new < 1:
                 continue
             g = mid[new]
             # jnp.repeat's layout: the new axis right after the one it repeats, merged into it
