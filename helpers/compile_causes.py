@@ -32,7 +32,7 @@ from helpers._internal import frames, jaxcompat, parameter_uses
 from helpers._internal.records import Record
 
 __all__ = ["AHEAD_SHARDING_FIX", "BUCKETED_FIX", "CAUSES", "FIXES", "FUNCTION_FIX", "GROWING_FIX",
-           "IDENTITY_FIX",
+           "IDENTITY_FIX", "SETTINGS_GREW_FIX",
            "IDENTITY_STRUCTURE_FIX", "KEYWORD_FIX", "LIBRARY_FLOAT_FIX", "LIBRARY_INT_FIX",
            "AHEAD_TYPED_FIX", "AHEAD_WEAK_FIX", "MEMORY_SPACE_FIX", "METADATA_VALUE_FIX",
            "INT_FIXES", "INT_STATIC_FIX", "NEW_SHAPES_ANEW_FIX", "SAME_TEXT_STATIC_FIX",
@@ -142,6 +142,25 @@ def weak_now(misses: Sequence[CacheMiss]) -> bool | None:
     ways = {"weak_type=True" in f.group(1) and "weak_type=True" not in f.group(2)
             for f in found if f}
     return ways.pop() if len(ways) == 1 else None
+
+
+#: the fix where JAX's settings grew in number between two traces: a module imported in between
+#: registered new ones (jax 0.12: jax.extend imports Pallas, two more; the kit imports it with
+#: JAX, but a function traced before `import helpers` meets it once: a review)
+SETTINGS_GREW_FIX = ("JAX has more settings now than when the function was traced before: a "
+                     "module imported in between registered new ones (on jax 0.12, jax.extend "
+                     "imports Pallas's two; import helpers imports it, so importing helpers "
+                     "before the first jit avoids this). The function compiles once more, "
+                     "with nothing of yours to fix")
+_SETTINGS_GREW = re.compile(r"number of tracing context values differs: now (\d+) and before "
+                            r"(\d+)")
+
+
+def _settings_grew(misses: Sequence[CacheMiss], cause: str) -> bool:
+    """Each miss of a changed setting says JAX's tracing context has more values now."""
+    found = [_SETTINGS_GREW.search(m.explanation) for m in misses if m.cause == cause]
+    return cause == "a changed setting" and bool(found) and all(
+        f and int(f.group(1)) > int(f.group(2)) for f in found)
 
 
 #: the fix for a new sharding where only the memory space changed, the memory kind the latest
@@ -425,6 +444,7 @@ def fix_for(misses: Sequence[CacheMiss], cause: str, *, new_types_each_call: boo
     by a result's type in XLA's words ("f64[1024]"), the user's lines where those programs make
     a value that reaches it from an integer (:data:`WIDENED_BY_INTEGER_FIX` names the first)."""
     return (NEW_SHAPES_ANEW_FIX if new_types_each_call else
+            SETTINGS_GREW_FIX if _settings_grew(misses, cause) else
             GROWING_FIX if cause == "new shapes" and _grows_by_one(misses) else
             BUCKETED_FIX if cause == "new shapes" and _bucketed(misses) else
             KEYWORD_FIX if _keywords_only(misses, cause) else

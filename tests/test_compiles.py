@@ -2393,3 +2393,21 @@ for _ in range(2):
 """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("COMPILES 0") == 2, done.stdout
+
+
+def test_settings_that_grew_between_two_traces_are_a_one_time_compile():
+    """A review: on jax 0.12 a function traced before `import helpers` (which imports
+    jax.extend, and with it Pallas's two settings) compiles once more, and the kit said "keep
+    one setting around every call". JAX's words, as 0.12.0.1 writes them, read here."""
+    text = ("TRACING CACHE MISS at /w/t.py:9:8 (<module>):\n  for <lambda> defined at /w/t.py:3\n"
+            "  all previously seen cache keys differ. For the closest previous key:\n"
+            "  Tracing context doesn't match, e.g. due to config or context manager.\n"
+            "  * number of tracing context values differs: now 53 and before 51")
+    parsed = jaxcompat.parse_cache_miss(text)
+    assert parsed["cause"] == "a changed setting"
+    fix = compile_causes.fix_for([compile_causes.CacheMiss(**parsed)], "a changed setting")
+    assert fix == compile_causes.SETTINGS_GREW_FIX and "nothing of yours to fix" in fix
+    fewer = jaxcompat.parse_cache_miss(text.replace("now 53 and before 51",
+                                                    "now 51 and before 53"))
+    assert compile_causes.fix_for([compile_causes.CacheMiss(**fewer)], "a changed setting") \
+        == compile_causes.FIXES["a changed setting"]
