@@ -4,6 +4,7 @@ Cases that need other start-up settings (1 device, JAX_PLATFORMS=cuda, ...) run 
 processes, because JAX reads them once per process.
 """
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,6 +23,18 @@ jax.config.update("jax_num_cpu_devices", N_SIMULATED)
 collect_ignore = ["browser"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def x64():
+    """jax_enable_x64 on inside the block, and back to what it was after: the flag is the
+    process's, and the tests that follow expect it as they found it."""
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
 
 
 def wait_until(condition, seconds: float = 30) -> bool:

@@ -19,6 +19,7 @@ import pytest
 from helpers import compile_causes, compiles
 from helpers._internal import frames, jaxcompat
 from helpers.errors import BadInputError, InUseError
+from tests.conftest import x64
 
 
 def test_new_shapes_each_compile_again_and_the_fix_is_fixed_shapes():
@@ -1100,9 +1101,7 @@ def test_jax_1830_a_float_the_step_widens_itself_is_named_with_a_python_float():
                 p = step(p, x, rate(schedule[i]))
         return log, p
 
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with x64():
         x = jnp.ones((8, 32), jnp.float32)
         log, p = train(lambda r: r)  # the thread: a NumPy float64 scalar
         fixed, q = train(float)  # the fix the kit names
@@ -1111,8 +1110,6 @@ def test_jax_1830_a_float_the_step_widens_itself_is_named_with_a_python_float():
         with compiles.watch() as passed:
             other(jnp.ones(3, jnp.float32))
             other(jnp.ones(3, jnp.float64))
-    finally:
-        jax.config.update("jax_enable_x64", before)
     entry = log.function("step")
     assert (entry.compiles, entry.cause, p["w"].dtype) == (2, "new dtypes", jnp.float64)
     assert entry.fix.startswith("params['w'] came back from the step itself as f64[32,32] "
@@ -1785,15 +1782,11 @@ def test_a_widened_output_names_only_integer_converts_that_reach_it():
         bc = 1 / (1 - 0.999 ** (state["count"] + 1))
         return {"m": 0.9 * state["m"] + bc * grads, "count": state["count"] + 1}
 
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with x64():
         params, labels = jnp.ones(1024, jnp.float32), jnp.arange(1024)
         with compiles.watch() as log:
             for _ in range(3):
                 params, _ = update(params, labels)
-    finally:
-        jax.config.update("jax_enable_x64", before)
     fix = log.function("update").fix
     assert "jax-ml/jax#1830" in fix and "an integer array meets" not in fix
     state = {"m": jnp.zeros(1024, jnp.bfloat16), "count": jnp.array(1000, jnp.int32)}
@@ -1817,16 +1810,12 @@ def test_a_wide_batch_of_another_shape_leaves_the_integer_named_as_the_cause():
         grad_sum = 0.99 * state["grad_sum"] + bc * grads
         return dict(state, grad_sum=grad_sum, count=state["count"] + 1), jnp.mean(batch)
 
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with x64():
         state = {"grad_sum": jnp.zeros(1024, jnp.float32), "count": jnp.zeros((), jnp.int32)}
         batch = np.ones((32, 16))  # float64
         with compiles.watch() as log:
             for _ in range(3):
                 state, _ = update(jnp.full(1024, 0.01, jnp.float32), state, batch)
-    finally:
-        jax.config.update("jax_enable_x64", before)
     fix = log.function("update").fix
     assert "an integer array meets a Python float" in fix and "jnp promotes" not in fix
 

@@ -20,6 +20,7 @@ from helpers import compiles, devices, errors, holders, memory, oom, preflight, 
 from helpers._internal import jaxcompat
 from helpers.compile_causes import FUNCTION_FIX, INT_FIXES, INT_STATIC_FIX, WEAK_FIX
 from helpers.units import format_bytes
+from tests.conftest import x64
 
 MiB = 2**20
 
@@ -4373,13 +4374,9 @@ def test_optax_1051_an_integer_count_meeting_a_python_float_widens_the_state_und
                 state = update(grads, state)
         return log.function("update"), state
 
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with x64():
         entry, state = train(fixed=False)
         fixed, kept = train(fixed=True)
-    finally:
-        jax.config.update("jax_enable_x64", before)
     assert (entry.compiles, entry.cause, state["grad_sum"].dtype) == (2, "new dtypes",
                                                                       jnp.float64)
     assert "the step widens its own output" in entry.fix
@@ -4419,13 +4416,9 @@ def test_jax_4827_adam_s_two_bias_corrections_are_fixed_by_one_cast_of_the_step(
                 state = update(i, state)
         return log.function("update"), state
 
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with x64():
         entry, state = train(cast=False)
         fixed, kept = train(cast=True)
-    finally:
-        jax.config.update("jax_enable_x64", before)
     assert entry.compiles >= 2 and state[0].dtype == jnp.float64
     assert "cast the integer once where it enters the step" in entry.fix
     assert "jax-ml/jax#4827" in entry.fix
