@@ -395,6 +395,15 @@ def _pool_tip(needed: int, t: allocation.Target) -> str:
             f"{format_bytes(int(fraction * total))} (Physical-Intelligence/openpi#284)")
 
 
+def _together(find: Callable, c: compiled.CompiledStep, peak: int, each: int = 0) -> list:
+    """``find(c.jaxpr)``'s findings (their bytes third) of ``each`` bytes or more, where
+    together they come to 1 MiB and a quarter of the peak or more; [] otherwise, and where
+    the step has no jaxpr."""
+    found = [f for f in (find(c.jaxpr) if c.jaxpr is not None else ()) if f[2] >= each]
+    total = sum(f[2] for f in found)
+    return found if total >= 2**20 and 4 * total >= peak else []
+
+
 def _unused_donations_note(unused: list) -> str:
     """Donated arguments XLA did not reuse, those with one reason together (a quantization
     step's 16 weights were 16 sentences of it, twice over: a new user's trial), and where the
@@ -670,13 +679,10 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
         (at, shape) for _, at, _, shape, _ in broadcast}]
     # jnp.diag(v) @ M: an n x n matrix made to scale rows, whatever the batch (a vmap's lines
     # are not its cause: blackjax-devs/blackjax#1007, where chunks of the batch still held it)
-    diag_matrices = [d for d in (jaxpr_products.diagonal_matrices(c.jaxpr)
-                                 if c.jaxpr is not None else []) if d[2] >= 2**20]
-    if diag_matrices and 4 * sum(d[2] for d in diag_matrices) >= peak:
+    diag_matrices = _together(jaxpr_products.diagonal_matrices, c, peak, each=2**20)
+    if diag_matrices:
         notes.append(program_notes.diagonal_matrix_note(diag_matrices))
         batched = [b for b in batched if b[0].line not in {d[3] for d in diag_matrices}]
-    else:
-        diag_matrices = []
     if gathered:  # the whole array on each device: its cause is the split, not the vmap
         batched = [b for b in batched if (b[0].line, b[0].shape) not in {
             (t.line, t.shape) for t, _ in gathered}]
@@ -803,15 +809,11 @@ def preflight_step(fn: Callable, *args, device: str | jax.Device | None = None,
     cutoffs = program_notes.sorts_for_cutoffs(c)
     if cutoffs and not sorts:  # a whole sort per row for a top-p cutoff (keras-hub#963)
         notes.append(program_notes.cumulative_cutoff_note(*cutoffs[0]))
-    draws = jaxpr_loops.drawn_before_scans(c.jaxpr) if c.jaxpr is not None else ()
-    if draws and 4 * sum(d[2] for d in draws) >= peak and sum(d[2] for d in draws) >= 2**20:
+    draws = _together(jaxpr_loops.drawn_before_scans, c, peak)
+    if draws:
         notes.append(program_notes.scan_draws_note(draws))
-    else:
-        draws = ()
-    repeats = [r for r in (jaxpr_products.repeated_operands(c.jaxpr) if c.jaxpr is not None
-                           else []) if r[2] >= 2**20]
-    if repeats and 4 * sum(r[2] for r in repeats) < peak:  # (together, as K and V: a review)
-        repeats = []
+    # (K and V counted together against the peak: a review)
+    repeats = _together(jaxpr_products.repeated_operands, c, peak, each=2**20)
     if repeats:  # K and V repeated up to the query heads (NovaSky-AI/SkyRL#514)
         notes.append(program_notes.repeated_operand_note(repeats))
     diagonals = [d for d in (jaxpr_products.diagonal_products(c.jaxpr) if c.jaxpr is not None
