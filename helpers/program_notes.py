@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -2004,6 +2004,13 @@ def cumulative_cutoff_note(shape: tuple[int, ...], dtype: str, n: int, line: str
             "its fix renormalised over the k, which keeps a few tokens fewer).")
 
 
+def _lines_at(lines: Iterable[str], most: int = 2) -> str:
+    """ " (a.py:3: ...; a.py:4: ...)": the first ``most`` of the user's lines, each once, in
+    brackets; "" where none is known."""
+    found = list(dict.fromkeys(line for line in lines if line))
+    return f" ({'; '.join(found[:most])})" if found else ""
+
+
 def repeated_operand_note(repeats: Sequence[tuple[tuple[int, ...], str, int, int, int, str]]
                           ) -> str:
     """Values jnp.repeat made only for a product to read
@@ -2016,8 +2023,7 @@ def repeated_operand_note(repeats: Sequence[tuple[tuple[int, ...], str, int, int
 
     shape, dtype, _, g, axis, line = repeats[0]
     total = sum(r[2] for r in repeats)
-    lines = list(dict.fromkeys(r[5] for r in repeats if r[5]))
-    at = f" ({'; '.join(lines[:2])})" if lines else ""
+    at = _lines_at(r[5] for r in repeats)
     each = (f"{len(repeats)} values" if len(repeats) > 1 else "a value") + \
         f" repeated {g} times along axis {axis}"
     return (f"The step makes {each}{at}, {format_bytes(total)} in all (the largest "
@@ -2042,8 +2048,7 @@ def diagonal_matrix_note(found: Sequence[tuple[tuple[int, ...], str, int, str, b
     total = sum(f[2] for f in found)
     rows = any(not f[4] for f in found)
     vector = any(f[4] for f in found)
-    lines = list(dict.fromkeys(f[3] for f in found if f[3]))
-    at = f" ({'; '.join(lines[:2])})" if lines else ""
+    at = _lines_at(f[3] for f in found)
     n = shape[-1]
     many = f"{len(found)} diagonal matrices" if len(found) > 1 else "a diagonal matrix"
     return (f"The step makes {many} with jnp.diag of a vector{at}, {format_bytes(total)} in all "
@@ -2069,8 +2074,7 @@ def scan_draws_note(draws: Sequence[tuple[tuple[int, ...], str, int, str, str]])
 
     shape, dtype, _, line, scan = draws[0]
     total = sum(d[2] for d in draws)
-    lines = list(dict.fromkeys(d[3] for d in draws if d[3]))
-    at = f" ({'; '.join(lines[:3])})" if lines else ""
+    at = _lines_at((d[3] for d in draws), most=3)
     what = f"{len(draws)} arrays" if len(draws) > 1 else "an array"
     loop = f" at {scan}" if scan else ""
     return (f"The step draws {what} of random values whole{at}, {format_bytes(total)} in all "
