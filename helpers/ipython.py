@@ -376,6 +376,21 @@ def _timeit_unblocked(info: Any = None) -> None:
         return
 
 
+def _outer_call(statement: str) -> Any:
+    """The outermost call of a one-statement ``statement``, ``f(x)`` or ``y = f(x)``, as an
+    ast.Call; None for anything else."""
+    import ast
+
+    try:
+        body = ast.parse(statement).body
+    except SyntaxError:
+        return None
+    if len(body) != 1 or not isinstance(body[0], (ast.Expr, ast.Assign)) or \
+            not isinstance(body[0].value, ast.Call):
+        return None
+    return body[0].value
+
+
 def _jitted_call(statement: str, namespace: Mapping) -> tuple[str, str]:
     """(the name of the jitted function that ``statement`` calls outermost: ``f(x)``,
     ``y = f(x)``, ``mod.f(x)`` through modules only; the call's text) or ("", "") for anything
@@ -383,14 +398,8 @@ def _jitted_call(statement: str, namespace: Mapping) -> tuple[str, str]:
     import ast
     import types
 
-    try:
-        body = ast.parse(statement).body
-    except SyntaxError:
-        return "", ""
-    if len(body) != 1 or not isinstance(body[0], (ast.Expr, ast.Assign)):
-        return "", ""
-    call = body[0].value
-    if not isinstance(call, ast.Call):
+    call = _outer_call(statement)
+    if call is None:
         return "", ""
     parts, func = [], call.func
     while isinstance(func, ast.Attribute):
@@ -417,12 +426,8 @@ def _eager_call(statement: str, namespace: Mapping) -> tuple[str, int]:
     import textwrap
     import types
 
-    try:
-        body = ast.parse(statement).body
-    except SyntaxError:
-        return "", 0
-    if len(body) != 1 or not isinstance(body[0], (ast.Expr, ast.Assign)) or \
-            not isinstance(call := body[0].value, ast.Call):
+    call = _outer_call(statement)
+    if call is None:
         return "", 0
     if isinstance(call.func, ast.Attribute) and call.func.attr == "block_until_ready" and \
             isinstance(call.func.value, ast.Call):  # f(x).block_until_ready(): still f's
